@@ -1,0 +1,605 @@
+"""Every primitive op, written once: a forward on raw arrays and a vector-Jacobian product (VJP).
+
+The eager engine (``tensor.py``) and the static graph (``graph.py``) both run these classes, on
+NumPy or CuPy alike: ``forward(xp, *arrays)`` gets the array namespace ``xp`` and never names a
+library. ``backward(grad)`` returns one VJP per input, in input order, or ``None`` for an input
+whose gradient nobody asked for (``self.needs[i]`` is False).
+
+Adding an op means adding one class and one lowercase function to this file.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any, ClassVar
+
+from ..backend import get_xp, scatter_add
+
+Array = Any  # a NumPy or CuPy ndarray
+Shape = tuple[int, ...]
+
+# Marks an op whose saved arrays were freed by a backward pass without retain_graph=True.
+FREED: Any = object()
+
+
+def unbroadcast(grad: Array, shape: Shape) -> Array:
+    """Sum ``grad`` down to ``shape``: the VJP of NumPy broadcasting, shared by every op."""
+    if grad.shape == shape:
+        return grad
+    lead = grad.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, n in enumerate(shape) if n == 1 and grad.shape[lead + i] != 1
+    )
+    return grad.sum(axis=axes).reshape(shape)
+
+
+def _normalize_axis(axis: int | tuple[int, ...] | None, ndim: int) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    n = ndim or 1  # NumPy accepts axis 0 (or -1) on a 0-d array
+    out = []
+    for a in axes:
+        if not -n <= a < n:
+            raise ValueError(f"axis {a} is out of bounds for an array of dimension {ndim}")
+        out.append(a % n)
+    return tuple(sorted(out))
+
+
+class Op:
+    """One primitive: ``forward`` saves what ``backward`` needs in ``self.saved``."""
+
+    # Input i needs a gradient; set by the engine before backward runs.
+    needs: tuple[bool, ...] = ()
+    saved: Any = None
+    inputs: tuple[Any, ...] = ()
+    # Ops whose output cannot carry a gradient (comparisons) set this to False.
+    differentiable: ClassVar[bool] = True
+
+    def __init__(self, **attrs: Any) -> None:
+        if attrs:
+            raise TypeError(f"{self.name}: unexpected arguments {sorted(attrs)}")
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__.lower()
+
+    def forward(self, xp: ModuleType, *arrays: Array) -> Array:
+        raise NotImplementedError
+
+    def backward(self, grad: Array) -> tuple[Array | None, ...]:
+        raise NotImplementedError(f"{self.name} has no gradient")
+
+    def describe(self, arrays: tuple[Array, ...]) -> str:
+        """The op and its input shapes, for error messages."""
+        shapes = ", ".join(str(tuple(getattr(a, "shape", ()))) for a in arrays)
+        return f"{self.name} with input shapes {shapes}"
+
+    @classmethod
+    def apply(cls, *inputs: Any, **attrs: Any) -> Any:
+        """Run eagerly on Tensors, arrays and numbers, or add a node to a static graph."""
+        return _apply(cls, inputs, attrs)
+
+
+# --------------------------------------------------------------------------- elementwise
+
+
+class Add(Op):
+    """z = x + y"""
+
+    def forward(self, xp, x, y):
+        self.saved = (x.shape, y.shape)
+        return x + y
+
+    def backward(self, grad):
+        xs, ys = self.saved
+        return unbroadcast(grad, xs), unbroadcast(grad, ys)
+
+
+class Sub(Op):
+    """z = x - y"""
+
+    def forward(self, xp, x, y):
+        self.saved = (x.shape, y.shape)
+        return x - y
+
+    def backward(self, grad):
+        xs, ys = self.saved
+        return unbroadcast(grad, xs), (unbroadcast(-grad, ys) if self.needs[1] else None)
+
+
+class Mul(Op):
+    """z = x * y"""
+
+    def forward(self, xp, x, y):
+        self.saved = (x, y)
+        return x * y
+
+    def backward(self, grad):
+        x, y = self.saved
+        gx = unbroadcast(grad * y, x.shape) if self.needs[0] else None
+        gy = unbroadcast(grad * x, y.shape) if self.needs[1] else None
+        return gx, gy
+
+
+class Div(Op):
+    """z = x / y"""
+
+    def forward(self, xp, x, y):
+        self.saved = (x, y)
+        return x / y
+
+    def backward(self, grad):
+        x, y = self.saved
+        gx = unbroadcast(grad / y, x.shape) if self.needs[0] else None
+        gy = unbroadcast(-grad * x / (y * y), y.shape) if self.needs[1] else None
+        return gx, gy
+
+
+class Neg(Op):
+    """z = -x"""
+
+    def forward(self, xp, x):
+        return -x
+
+    def backward(self, grad):
+        return (-grad,)
+
+
+class Pow(Op):
+    """z = x ** p for a constant scalar exponent p"""
+
+    def __init__(self, exponent: float) -> None:
+        if not isinstance(exponent, int | float):
+            raise TypeError(
+                f"pow: the exponent must be a Python number, got {type(exponent).__name__}"
+            )
+        self.exponent = exponent
+
+    def forward(self, xp, x):
+        self.saved = x
+        p = self.exponent
+        return x * x if p == 2 else x**p
+
+    def backward(self, grad):
+        x, p = self.saved, self.exponent
+        if p == 2:
+            return (grad * 2 * x,)
+        return (grad * p * x ** (p - 1),)
+
+
+class Exp(Op):
+    """z = e^x"""
+
+    def forward(self, xp, x):
+        out = xp.exp(x)
+        self.saved = out
+        return out
+
+    def backward(self, grad):
+        return (grad * self.saved,)
+
+
+class Log(Op):
+    """z = ln x"""
+
+    def forward(self, xp, x):
+        self.saved = x
+        return xp.log(x)
+
+    def backward(self, grad):
+        return (grad / self.saved,)
+
+
+class Sqrt(Op):
+    """z = sqrt(x)"""
+
+    def forward(self, xp, x):
+        out = xp.sqrt(x)
+        self.saved = out
+        return out
+
+    def backward(self, grad):
+        return (grad / (2 * self.saved),)
+
+
+class Tanh(Op):
+    """z = tanh x;  dz/dx = 1 - z^2"""
+
+    def forward(self, xp, x):
+        out = xp.tanh(x)
+        self.saved = out
+        return out
+
+    def backward(self, grad):
+        out = self.saved
+        return (grad * (1 - out * out),)
+
+
+class Sigmoid(Op):
+    """z = 1 / (1 + e^-x);  dz/dx = z (1 - z)"""
+
+    def forward(self, xp, x):
+        # tanh form: never overflows, unlike 1 / (1 + exp(-x)) for very negative x.
+        out = 0.5 * (xp.tanh(0.5 * x) + 1)
+        self.saved = out
+        return out
+
+    def backward(self, grad):
+        out = self.saved
+        return (grad * out * (1 - out),)
+
+
+class ReLU(Op):
+    """z = max(x, 0);  relu'(0) = 0, as in PyTorch"""
+
+    def forward(self, xp, x):
+        self.saved = x > 0
+        return xp.maximum(x, 0)
+
+    def backward(self, grad):
+        return (grad * self.saved,)
+
+
+class Maximum(Op):
+    """z = max(x, y) elementwise; a tie sends half the gradient to each side, as in PyTorch"""
+
+    def forward(self, xp, x, y):
+        self.saved = (x, y)
+        return xp.maximum(x, y)
+
+    def backward(self, grad):
+        x, y = self.saved
+        # x gets all of grad where x > y, half where x == y; y gets the rest.
+        half_ties = (grad * 0.5) * (x == y)
+        gx = unbroadcast(grad * (x > y) + half_ties, x.shape) if self.needs[0] else None
+        gy = unbroadcast(grad * (x < y) + half_ties, y.shape) if self.needs[1] else None
+        return gx, gy
+
+
+# --------------------------------------------------------------------------- linear algebra
+
+
+class MatMul(Op):
+    """z = x @ y, with NumPy's rules for 1-D and batched operands"""
+
+    def forward(self, xp, x, y):
+        if x.ndim == 0 or y.ndim == 0:
+            raise ValueError("matmul does not take scalars; use * instead")
+        kx = x.shape[-1]
+        ky = y.shape[-2] if y.ndim > 1 else y.shape[0]
+        if kx != ky:
+            raise ValueError(
+                f"matmul: shapes {tuple(x.shape)} and {tuple(y.shape)} are not aligned: "
+                f"{kx} (last dim of the first) != {ky} (first dim of the second's matrix)"
+            )
+        self.saved = (x, y)
+        return x @ y
+
+    def backward(self, grad):
+        x, y = self.saved
+        # Lift 1-D operands to matrices so one formula serves every case.
+        x2 = x[None, :] if x.ndim == 1 else x
+        y2 = y[:, None] if y.ndim == 1 else y
+        g2 = grad
+        if x.ndim == 1:
+            g2 = g2[..., None, :]
+        if y.ndim == 1:
+            g2 = g2[..., None]
+        gx = gy = None
+        if self.needs[0]:
+            gx = unbroadcast(g2 @ y2.swapaxes(-1, -2), x2.shape).reshape(x.shape)
+        if self.needs[1]:
+            gy = unbroadcast(x2.swapaxes(-1, -2) @ g2, y2.shape).reshape(y.shape)
+        return gx, gy
+
+
+# --------------------------------------------------------------------------- reductions
+
+
+class Sum(Op):
+    """z = sum of x over axis"""
+
+    def __init__(self, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> None:
+        self.axis, self.keepdims = axis, keepdims
+
+    def forward(self, xp, x):
+        self.saved = (x.shape, _normalize_axis(self.axis, x.ndim))
+        return x.sum(axis=self.axis, keepdims=self.keepdims)
+
+    def backward(self, grad):
+        shape, axes = self.saved
+        if not self.keepdims:
+            grad = _expand_reduced(grad, shape, axes)
+        return (get_xp(grad).broadcast_to(grad, shape),)
+
+
+class Mean(Op):
+    """z = mean of x over axis"""
+
+    def __init__(self, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> None:
+        self.axis, self.keepdims = axis, keepdims
+
+    def forward(self, xp, x):
+        axes = _normalize_axis(self.axis, x.ndim)
+        count = 1
+        for a in axes:
+            count *= x.shape[a]
+        self.saved = (x.shape, axes, count)
+        return x.mean(axis=self.axis, keepdims=self.keepdims)
+
+    def backward(self, grad):
+        shape, axes, count = self.saved
+        if not self.keepdims:
+            grad = _expand_reduced(grad, shape, axes)
+        return (get_xp(grad).broadcast_to(grad / count, shape),)
+
+
+class Max(Op):
+    """z = max of x over axis; ties share the gradient evenly, as torch.amax does"""
+
+    def __init__(self, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> None:
+        self.axis, self.keepdims = axis, keepdims
+
+    def forward(self, xp, x):
+        if x.size == 0:
+            raise ValueError("max of an empty array has no value")
+        out = x.max(axis=self.axis, keepdims=True)
+        axes = _normalize_axis(self.axis, x.ndim)
+        self.saved = (x, out, axes)
+        return out if self.keepdims else out.reshape(_reduced_shape(x.shape, axes))
+
+    def backward(self, grad):
+        x, out, axes = self.saved
+        if not self.keepdims:
+            grad = _expand_reduced(grad, x.shape, axes)
+        mask = x == out
+        count = mask.sum(axis=axes, keepdims=True).astype(grad.dtype)
+        return (grad * mask / count,)
+
+
+def _reduced_shape(shape: Shape, axes: tuple[int, ...]) -> Shape:
+    return tuple(n for i, n in enumerate(shape) if i not in axes)
+
+
+def _expand_reduced(grad: Array, shape: Shape, axes: tuple[int, ...]) -> Array:
+    """Put back the reduced axes as size-1 dims, so grad broadcasts against the input."""
+    return grad.reshape(tuple(1 if i in axes else n for i, n in enumerate(shape)))
+
+
+# --------------------------------------------------------------------------- shape
+
+
+class Reshape(Op):
+    """z = x viewed with a new shape"""
+
+    def __init__(self, shape: Shape) -> None:
+        self.shape = tuple(shape)
+
+    def forward(self, xp, x):
+        self.saved = x.shape
+        return x.reshape(self.shape)
+
+    def backward(self, grad):
+        return (grad.reshape(self.saved),)
+
+
+class Transpose(Op):
+    """z = x with its axes permuted (reversed when axes is None)"""
+
+    def __init__(self, axes: tuple[int, ...] | None = None) -> None:
+        self.axes = None if axes is None else tuple(axes)
+
+    def forward(self, xp, x):
+        return x.transpose(self.axes)
+
+    def backward(self, grad):
+        if self.axes is None:
+            return (grad.transpose(),)
+        inverse = [0] * len(self.axes)
+        for i, a in enumerate(self.axes):
+            inverse[a % len(self.axes)] = i
+        return (grad.transpose(inverse),)
+
+
+class BroadcastTo(Op):
+    """z = x broadcast to shape"""
+
+    def __init__(self, shape: Shape) -> None:
+        self.shape = tuple(shape)
+
+    def forward(self, xp, x):
+        self.saved = x.shape
+        return xp.broadcast_to(x, self.shape)
+
+    def backward(self, grad):
+        return (unbroadcast(grad, self.saved),)
+
+
+class GetItem(Op):
+    """z = x[index], for basic and advanced NumPy indexing"""
+
+    def __init__(self, index: Any) -> None:
+        self.index = index
+
+    def forward(self, xp, x):
+        self.saved = (x.shape, x.dtype, xp)
+        return x[self.index]
+
+    def backward(self, grad):
+        shape, dtype, xp = self.saved
+        out = xp.zeros(shape, dtype=grad.dtype if grad.dtype.kind == "f" else dtype)
+        # add.at, not assignment: an index repeated k times receives k gradients.
+        scatter_add(xp, out, self.index, grad)
+        return (out,)
+
+
+class ToDevice(Op):
+    """z = x copied to another device; the gradient goes back to where x lives"""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+
+    def forward(self, xp, x):
+        from ..backend import device_of, to_device
+
+        self.saved = device_of(x)
+        return to_device(x, self.device)
+
+    def backward(self, grad):
+        from ..backend import to_device
+
+        return (to_device(grad, self.saved),)
+
+
+# --------------------------------------------------------------------------- losses
+
+
+class SoftmaxCrossEntropy(Op):
+    """Cross-entropy of softmax(logits) against integer labels, computed stably via logsumexp.
+
+    loss_i = logsumexp(logits_i) - logits_i[y_i];  d loss_i / d logits_i = softmax_i - onehot(y_i)
+    """
+
+    def __init__(self, reduction: str = "mean") -> None:
+        if reduction not in ("mean", "sum", "none"):
+            raise ValueError(f"softmax_cross_entropy: reduction must be mean, sum or none, "
+                             f"got {reduction!r}")
+        self.reduction = reduction
+
+    def forward(self, xp, logits, labels):
+        if logits.ndim != 2 or labels.shape != (logits.shape[0],):
+            raise ValueError(
+                f"softmax_cross_entropy: expected logits of shape (N, C) and labels of shape "
+                f"(N,), got {tuple(logits.shape)} and {tuple(labels.shape)}"
+            )
+        if labels.dtype.kind not in "iu":
+            raise TypeError(f"softmax_cross_entropy: labels must be integers, got {labels.dtype}")
+        n, c = logits.shape
+        if n and (labels.min() < 0 or labels.max() >= c):
+            raise ValueError(f"softmax_cross_entropy: labels must lie in [0, {c}), "
+                             f"got values from {labels.min()} to {labels.max()}")
+        shifted = logits - logits.max(axis=1, keepdims=True)
+        log_z = xp.log(xp.exp(shifted).sum(axis=1, keepdims=True))
+        log_probs = shifted - log_z
+        rows = xp.arange(n)
+        losses = -log_probs[rows, labels]
+        self.saved = (log_probs, labels, rows)
+        if self.reduction == "mean":
+            return losses.mean()
+        return losses.sum() if self.reduction == "sum" else losses
+
+    def backward(self, grad):
+        log_probs, labels, rows = self.saved
+        xp = get_xp(log_probs)
+        d = xp.exp(log_probs)
+        d[rows, labels] -= 1
+        if self.reduction == "mean":
+            d *= grad / log_probs.shape[0]
+        elif self.reduction == "sum":
+            d *= grad
+        else:
+            d *= grad[:, None]
+        return d, None
+
+
+# --------------------------------------------------------------------------- the functions
+
+
+def add(x: Any, y: Any) -> Any:
+    return Add.apply(x, y)
+
+
+def sub(x: Any, y: Any) -> Any:
+    return Sub.apply(x, y)
+
+
+def mul(x: Any, y: Any) -> Any:
+    return Mul.apply(x, y)
+
+
+def div(x: Any, y: Any) -> Any:
+    return Div.apply(x, y)
+
+
+def neg(x: Any) -> Any:
+    return Neg.apply(x)
+
+
+def pow(x: Any, exponent: float) -> Any:  # noqa: A001 - mirrors torch.pow / tf.pow
+    return Pow.apply(x, exponent=exponent)
+
+
+def exp(x: Any) -> Any:
+    return Exp.apply(x)
+
+
+def log(x: Any) -> Any:
+    return Log.apply(x)
+
+
+def sqrt(x: Any) -> Any:
+    return Sqrt.apply(x)
+
+
+def tanh(x: Any) -> Any:
+    return Tanh.apply(x)
+
+
+def sigmoid(x: Any) -> Any:
+    return Sigmoid.apply(x)
+
+
+def relu(x: Any) -> Any:
+    return ReLU.apply(x)
+
+
+def maximum(x: Any, y: Any) -> Any:
+    """max(x, y) elementwise; ``maximum(x, 0)`` is the lecture's ``tf.maximum(x, 0)``."""
+    return Maximum.apply(x, y)
+
+
+def matmul(x: Any, y: Any) -> Any:
+    return MatMul.apply(x, y)
+
+
+def sum(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Any:  # noqa: A001
+    return Sum.apply(x, axis=axis, keepdims=keepdims)
+
+
+def mean(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Any:
+    return Mean.apply(x, axis=axis, keepdims=keepdims)
+
+
+def max(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Any:  # noqa: A001
+    return Max.apply(x, axis=axis, keepdims=keepdims)
+
+
+def reshape(x: Any, shape: Shape) -> Any:
+    return Reshape.apply(x, shape=tuple(shape))
+
+
+def transpose(x: Any, axes: tuple[int, ...] | None = None) -> Any:
+    return Transpose.apply(x, axes=axes)
+
+
+def broadcast_to(x: Any, shape: Shape) -> Any:
+    return BroadcastTo.apply(x, shape=tuple(shape))
+
+
+def softmax_cross_entropy(logits: Any, labels: Any, reduction: str = "mean") -> Any:
+    """Mean (or sum, or per-row) cross-entropy of softmax(logits) with integer labels."""
+    return SoftmaxCrossEntropy.apply(logits, labels, reduction=reduction)
+
+
+# How to apply an op is the engines' business: tensor.py registers the eager engine here, and a
+# static-graph node (graph.py) records the op instead of running it. Ops stay engine-free.
+EAGER_ENGINE: Any = None
+
+
+def _apply(cls: type[Op], inputs: tuple[Any, ...], attrs: dict[str, Any]) -> Any:
+    for x in inputs:
+        build = getattr(type(x), "_build_node", None)
+        if build is not None:
+            return build(cls, inputs, attrs)
+    return EAGER_ENGINE(cls, inputs, attrs)

@@ -1,0 +1,433 @@
+"""The eager engine (define-by-run, like PyTorch): every op runs at once and records itself.
+
+A Tensor made by an op remembers that op; the op remembers its inputs. ``backward()`` walks this
+graph in reverse topological order and asks each op for its vector-Jacobian product: micrograd's
+engine, with an iterative sort, accumulation, and freeing of what was saved.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, TypeVar
+
+import numpy as np
+
+from .. import backend
+from . import ops
+from .ops import FREED, Op
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _GradMode:
+    enabled = True
+
+
+def is_grad_enabled() -> bool:
+    """False inside ``no_grad()``: ops then record nothing."""
+    return _GradMode.enabled
+
+
+class no_grad(contextlib.ContextDecorator):
+    """Context (or decorator) in which ops build no graph: for updates and evaluation."""
+
+    def __enter__(self) -> None:
+        self._previous, _GradMode.enabled = _GradMode.enabled, False
+
+    def __exit__(self, *exc: object) -> None:
+        _GradMode.enabled = self._previous
+
+
+class enable_grad(contextlib.ContextDecorator):
+    """Context that turns recording back on inside ``no_grad()``."""
+
+    def __enter__(self) -> None:
+        self._previous, _GradMode.enabled = _GradMode.enabled, True
+
+    def __exit__(self, *exc: object) -> None:
+        _GradMode.enabled = self._previous
+
+
+def _check_can_require_grad(data: Any) -> None:
+    if data.dtype.kind not in "fc":
+        raise TypeError(
+            f"only floating-point tensors can require gradients, got dtype {data.dtype}"
+        )
+
+
+class Tensor:
+    """An array (NumPy or CuPy) that can record the ops applied to it and compute gradients."""
+
+    __slots__ = ("__weakref__", "_op", "data", "grad", "requires_grad")
+    # Make NumPy hand `ndarray + Tensor` to Tensor.__radd__ instead of looping over elements.
+    __array_ufunc__ = None
+
+    data: Any
+    grad: Tensor | None
+    requires_grad: bool
+    _op: Op | None
+
+    def __init__(
+        self,
+        data: Any,
+        requires_grad: bool = False,
+        dtype: Any = None,
+        device: str | None = None,
+    ) -> None:
+        if isinstance(data, Tensor):
+            data = data.data
+        if device is None:
+            device = backend.device_of(data)
+        xp = backend.xp_for(device)
+        if backend.device_of(data) != device:
+            data = backend.to_device(data, device)
+        self.data = xp.asarray(data, dtype=dtype)
+        if requires_grad:
+            _check_can_require_grad(self.data)
+        self.requires_grad = bool(requires_grad)
+        self.grad = None
+        self._op = None
+
+    @classmethod
+    def _wrap(cls, data: Any, op: Op | None, requires_grad: bool) -> Tensor:
+        """Fast constructor used by the engine: no conversion, no checks."""
+        t = object.__new__(cls)
+        t.data, t._op, t.requires_grad, t.grad = data, op, requires_grad, None
+        return t
+
+    # ------------------------------------------------------------------ array facts
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.data.shape)
+
+    @property
+    def dtype(self) -> Any:
+        return self.data.dtype
+
+    @property
+    def ndim(self) -> int:
+        return int(self.data.ndim)
+
+    @property
+    def size(self) -> int:
+        return int(self.data.size)
+
+    @property
+    def device(self) -> str:
+        return backend.device_of(self.data)
+
+    @property
+    def is_leaf(self) -> bool:
+        """Made by the user, not by an op: only leaves keep ``.grad`` after backward."""
+        return self._op is None
+
+    @property
+    def xp(self) -> ModuleType:
+        return backend.get_xp(self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __repr__(self) -> str:
+        body = np.array2string(backend.to_numpy(self.data), separator=", ", prefix="tensor(")
+        extra = ", requires_grad=True" if self.requires_grad else ""
+        if self.device != "cpu":
+            extra += f", device={self.device!r}"
+        return f"tensor({body}{extra})"
+
+    def numpy(self) -> np.ndarray:
+        """The values as a NumPy array (copied from the GPU if needed)."""
+        return backend.to_numpy(self.data)
+
+    def item(self) -> Any:
+        if self.data.size != 1:
+            raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
+        return self.data.item()
+
+    def detach(self) -> Tensor:
+        """The same values, cut off from the graph."""
+        return Tensor._wrap(self.data, None, False)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        if requires_grad:
+            _check_can_require_grad(self.data)
+        self.requires_grad = requires_grad
+        return self
+
+    def to(self, device: str) -> Tensor:
+        """This tensor on 'cpu' or 'gpu' (itself when already there); gradients flow back."""
+        backend.check_device(device)
+        if device == self.device:
+            return self
+        return apply_eager(ops.ToDevice, (self,), {"device": device})
+
+    def cpu(self) -> Tensor:
+        return self.to("cpu")
+
+    def gpu(self) -> Tensor:
+        return self.to("gpu")
+
+    # ------------------------------------------------------------------ autograd
+    def backward(self, grad: Any = None, retain_graph: bool = False) -> None:
+        """Accumulate d(self)/d(leaf) into ``leaf.grad`` for every leaf that requires grad."""
+        if not self.requires_grad:
+            raise RuntimeError(
+                "backward: this tensor does not require grad and has no graph; create the "
+                "inputs with requires_grad=True (and not inside no_grad())"
+            )
+        xp = backend.get_xp(self.data)
+        if grad is None:
+            if self.data.size != 1:
+                raise RuntimeError(
+                    f"backward: a gradient can only be created implicitly for a scalar output, "
+                    f"but this tensor has shape {self.shape}; pass grad= of that shape"
+                )
+            seed = xp.ones_like(self.data)
+        else:
+            seed = grad.data if isinstance(grad, Tensor) else grad
+            seed = xp.array(seed, dtype=self.data.dtype)  # a copy: the user keeps theirs
+            if seed.shape != self.data.shape:
+                raise ValueError(
+                    f"backward: grad has shape {tuple(seed.shape)} but the tensor has shape "
+                    f"{self.shape}"
+                )
+        _run_backward(self, seed, retain_graph)
+
+    # ------------------------------------------------------------------ operators
+    def __add__(self, other: Any) -> Tensor:
+        return apply_eager(ops.Add, (self, other), {})
+
+    def __radd__(self, other: Any) -> Tensor:
+        return apply_eager(ops.Add, (other, self), {})
+
+    def __sub__(self, other: Any) -> Tensor:
+        return apply_eager(ops.Sub, (self, other), {})
+
+    def __rsub__(self, other: Any) -> Tensor:
+        return apply_eager(ops.Sub, (other, self), {})
+
+    def __mul__(self, other: Any) -> Tensor:
+        return apply_eager(ops.Mul, (self, other), {})
+
+    def __rmul__(self, other: Any) -> Tensor:
+        return apply_eager(ops.Mul, (other, self), {})
+
+    def __truediv__(self, other: Any) -> Tensor:
+        return apply_eager(ops.Div, (self, other), {})
+
+    def __rtruediv__(self, other: Any) -> Tensor:
+        return apply_eager(ops.Div, (other, self), {})
+
+    def __neg__(self) -> Tensor:
+        return apply_eager(ops.Neg, (self,), {})
+
+    def __pow__(self, exponent: float) -> Tensor:
+        return apply_eager(ops.Pow, (self,), {"exponent": exponent})
+
+    def __matmul__(self, other: Any) -> Tensor:
+        return apply_eager(ops.MatMul, (self, other), {})
+
+    def __rmatmul__(self, other: Any) -> Tensor:
+        return apply_eager(ops.MatMul, (other, self), {})
+
+    def __getitem__(self, index: Any) -> Tensor:
+        return apply_eager(ops.GetItem, (self,), {"index": _raw_index(index)})
+
+    # ------------------------------------------------------------------ methods
+    def matmul(self, other: Any) -> Tensor:
+        return self @ other
+
+    def exp(self) -> Tensor:
+        return apply_eager(ops.Exp, (self,), {})
+
+    def log(self) -> Tensor:
+        return apply_eager(ops.Log, (self,), {})
+
+    def sqrt(self) -> Tensor:
+        return apply_eager(ops.Sqrt, (self,), {})
+
+    def tanh(self) -> Tensor:
+        return apply_eager(ops.Tanh, (self,), {})
+
+    def sigmoid(self) -> Tensor:
+        return apply_eager(ops.Sigmoid, (self,), {})
+
+    def relu(self) -> Tensor:
+        return apply_eager(ops.ReLU, (self,), {})
+
+    def maximum(self, other: Any) -> Tensor:
+        return apply_eager(ops.Maximum, (self, other), {})
+
+    def sum(self, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Tensor:
+        return apply_eager(ops.Sum, (self,), {"axis": axis, "keepdims": keepdims})
+
+    def mean(self, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Tensor:
+        return apply_eager(ops.Mean, (self,), {"axis": axis, "keepdims": keepdims})
+
+    def max(self, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Tensor:
+        return apply_eager(ops.Max, (self,), {"axis": axis, "keepdims": keepdims})
+
+    def reshape(self, *shape: Any) -> Tensor:
+        if len(shape) == 1 and isinstance(shape[0], tuple | list):
+            shape = tuple(shape[0])
+        return apply_eager(ops.Reshape, (self,), {"shape": shape})
+
+    def transpose(self, *axes: Any) -> Tensor:
+        if len(axes) == 1 and isinstance(axes[0], tuple | list):
+            axes = tuple(axes[0])
+        return apply_eager(ops.Transpose, (self,), {"axes": axes or None})
+
+    @property
+    def T(self) -> Tensor:
+        return self.transpose()
+
+    def broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
+        return apply_eager(ops.BroadcastTo, (self,), {"shape": tuple(shape)})
+
+
+def _raw_index(index: Any) -> Any:
+    """Indices may hold Tensors (as PyTorch allows); ops see raw arrays."""
+    if isinstance(index, Tensor):
+        return index.data
+    if isinstance(index, tuple):
+        return tuple(i.data if isinstance(i, Tensor) else i for i in index)
+    return index
+
+
+def _as_constant(x: Any, like: Any) -> Any:
+    """A non-Tensor operand as an array; Python numbers take the Tensor's dtype (no upcast)."""
+    if isinstance(x, bool | int | float) and like is not None:
+        if like.dtype.kind in "fc" or isinstance(x, bool | int):
+            return backend.get_xp(like).asarray(x, dtype=like.dtype)
+    if isinstance(x, int | float | bool | complex | list | tuple):
+        xp = backend.get_xp(like) if like is not None else np
+        return xp.asarray(x)
+    backend.namespace_of(x)  # a clear TypeError for anything that is not an array
+    return x
+
+
+def apply_eager(cls: type[Op], inputs: tuple[Any, ...], attrs: dict[str, Any]) -> Tensor:
+    """Run op ``cls`` now; if any input requires grad (and grad mode is on), record it."""
+    arrays: list[Any] = []
+    like = None
+    requires = False
+    constants = False
+    for x in inputs:
+        if isinstance(x, Tensor):
+            arrays.append(x.data)
+            if like is None:
+                like = x.data
+            requires = requires or x.requires_grad
+        else:
+            arrays.append(None)
+            constants = True
+    if constants:
+        if any(getattr(type(x), "_build_node", None) for x in inputs):
+            return ops._apply(cls, inputs, attrs)  # a graph node among the inputs
+        arrays = [_as_constant(x, like) if a is None else a for x, a in zip(inputs, arrays)]
+    xp = backend.get_xp(*arrays)
+    op = cls(**attrs)
+    try:
+        out = op.forward(xp, *arrays)
+    except (ValueError, TypeError, IndexError) as exc:
+        raise _named_error(exc, op, arrays) from exc
+    if requires and _GradMode.enabled and cls.differentiable:
+        op.inputs = inputs
+        op.needs = tuple(isinstance(x, Tensor) and x.requires_grad for x in inputs)
+        return Tensor._wrap(out, op, True)
+    return Tensor._wrap(out, None, False)
+
+
+def _named_error(exc: Exception, op: Op, arrays: list[Any]) -> Exception:
+    """Name the op and its input shapes in an error, unless the message already does."""
+    message = str(exc)
+    if message.startswith(op.name + ":"):
+        return exc
+    return type(exc)(f"{op.describe(tuple(arrays))}: {message}")
+
+
+def _topological_order(root: Tensor) -> list[Tensor]:
+    """Tensors that need a gradient, inputs before outputs (an iterative DFS: no recursion)."""
+    order: list[Tensor] = []
+    visited: set[int] = set()
+    stack: list[tuple[Tensor, bool]] = [(root, False)]
+    while stack:
+        t, expanded = stack.pop()
+        if expanded:
+            order.append(t)
+            continue
+        if id(t) in visited:
+            continue
+        visited.add(id(t))
+        stack.append((t, True))
+        op = t._op
+        if op is not None:
+            for x, need in zip(op.inputs, op.needs):
+                if need and id(x) not in visited:
+                    stack.append((x, False))
+    return order
+
+
+def _run_backward(root: Tensor, seed: Any, retain_graph: bool) -> None:
+    grads: dict[int, Any] = {id(root): seed}
+    for t in reversed(_topological_order(root)):
+        g = grads.pop(id(t), None)
+        op = t._op
+        if op is None:
+            if g is not None:
+                _accumulate_leaf(t, g)
+            continue
+        if op.saved is FREED:
+            raise RuntimeError(
+                f"backward: trying to go through the graph a second time (the arrays saved by "
+                f"'{op.name}' were freed after the first backward); call "
+                f"backward(retain_graph=True) the first time if you need to go through it again"
+            )
+        if g is not None:
+            input_grads = op.backward(g)
+            for x, gx, need in zip(op.inputs, input_grads, op.needs):
+                if need and gx is not None:
+                    key = id(x)
+                    previous = grads.get(key)
+                    grads[key] = gx if previous is None else previous + gx
+        if not retain_graph:
+            op.saved = FREED
+
+
+def _accumulate_leaf(t: Tensor, g: Any) -> None:
+    if t.grad is not None:
+        t.grad = Tensor._wrap(t.grad.data + g, None, False)
+        return
+    if not getattr(g.flags, "writeable", True):  # a broadcast view: give the user a real array
+        g = g.copy()
+    t.grad = Tensor._wrap(g, None, False)
+
+
+ops.EAGER_ENGINE = apply_eager
+
+
+def tensor(
+    data: Any, dtype: Any = None, requires_grad: bool = False, device: str | None = None
+) -> Tensor:
+    """Make a Tensor from an array, a list or a number (on 'cpu' unless ``device='gpu'``)."""
+    return Tensor(data, requires_grad=requires_grad, dtype=dtype, device=device)
+
+
+def _factory(fill: Callable[..., Any]) -> Callable[..., Tensor]:
+    @functools.wraps(fill)
+    def make(
+        *shape: Any, dtype: Any = np.float32, requires_grad: bool = False, device: str = "cpu"
+    ) -> Tensor:
+        if len(shape) == 1 and isinstance(shape[0], tuple | list):
+            shape = tuple(shape[0])
+        data = fill(backend.xp_for(device), shape, dtype)
+        return Tensor._wrap(data, None, False).requires_grad_(requires_grad)
+
+    return make
+
+
+zeros = _factory(lambda xp, shape, dtype: xp.zeros(shape, dtype=dtype))
+ones = _factory(lambda xp, shape, dtype: xp.ones(shape, dtype=dtype))

@@ -1,0 +1,156 @@
+"""Array namespaces: NumPy on the CPU, CuPy on a CUDA GPU.
+
+Every NumPy-vs-CuPy special case of the project lives in this module. The engine asks for
+``xp = get_xp(*arrays)`` and writes ``xp.exp(x)``; nothing else names NumPy or CuPy.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from types import ModuleType
+from typing import Any, Literal
+
+import numpy as np
+
+Device = Literal["cpu", "gpu"]
+DEVICES: tuple[str, ...] = ("cpu", "gpu")
+
+_HOW_TO_RUN_ON_CPU = (
+    "Run on the CPU instead (device='cpu', the default), or, on a machine with an NVIDIA GPU, "
+    "install the GPU variant with `make lab GPU=1`."
+)
+
+
+class DeviceError(RuntimeError):
+    """A GPU was asked for where none can be used."""
+
+
+def _import_cupy() -> ModuleType | None:
+    try:
+        return importlib.import_module("cupy")
+    except Exception:  # ImportError, or a CUDA library that fails to load
+        return None
+
+
+@functools.cache
+def gpu_status() -> tuple[bool, str]:
+    """(usable, reason): whether CuPy can run on a CUDA GPU here, and if not, why not."""
+    cupy = _import_cupy()
+    if cupy is None:
+        return False, "CuPy is not installed"
+    try:
+        count = int(cupy.cuda.runtime.getDeviceCount())
+    except Exception as exc:  # CUDARuntimeError without a driver or device
+        return False, f"CuPy found no usable CUDA device ({type(exc).__name__}: {exc})"
+    if count == 0:
+        return False, "CuPy found no CUDA device"
+    return True, f"{count} CUDA device(s)"
+
+
+def gpu_available() -> bool:
+    """True when CuPy is installed and sees at least one CUDA GPU. Never raises."""
+    try:
+        return gpu_status()[0]
+    except Exception:
+        return False
+
+
+def require_gpu() -> ModuleType:
+    """Return the CuPy module, or raise one clear DeviceError saying how to run on the CPU."""
+    usable, reason = gpu_status()
+    if not usable:
+        raise DeviceError(f"No GPU is available: {reason}. {_HOW_TO_RUN_ON_CPU}")
+    cupy = _import_cupy()
+    assert cupy is not None
+    return cupy
+
+
+def _is_cupy_array(x: Any) -> bool:
+    # Checking the type's module avoids importing CuPy (slow) just to say "not CuPy".
+    return type(x).__module__.split(".", 1)[0] == "cupy"
+
+
+def namespace_of(x: Any) -> ModuleType | None:
+    """NumPy or CuPy for an array, None for a Python scalar (which fits any namespace)."""
+    if isinstance(x, np.ndarray | np.generic):
+        return np
+    if _is_cupy_array(x):
+        return require_gpu()
+    if isinstance(x, int | float | bool | complex):
+        return None
+    raise TypeError(f"expected a NumPy or CuPy array or a Python number, got {type(x).__name__}")
+
+
+def get_xp(*arrays: Any) -> ModuleType:
+    """The array namespace shared by ``arrays`` (NumPy when all are numbers).
+
+    Mixing NumPy (CPU) and CuPy (GPU) arrays is a TypeError: nothing is copied silently.
+    """
+    xp: ModuleType | None = None
+    for a in arrays:
+        if type(a) is np.ndarray:  # the common case, checked first for speed
+            ns: ModuleType | None = np
+        else:
+            ns = namespace_of(a)
+        if ns is None:
+            continue
+        if xp is None:
+            xp = ns
+        elif ns is not xp:
+            raise TypeError(
+                "arrays live on different devices (NumPy on the CPU and CuPy on the GPU); "
+                "move them to one device first with to_device(x, 'cpu') or .to('cpu')"
+            )
+    return np if xp is None else xp
+
+
+def device_of(x: Any) -> Device:
+    """'gpu' for a CuPy array, 'cpu' otherwise."""
+    return "gpu" if _is_cupy_array(x) else "cpu"
+
+
+def check_device(device: str) -> Device:
+    """Validate a device name; asking for 'gpu' without one is a DeviceError."""
+    if device not in DEVICES:
+        raise ValueError(f"unknown device {device!r}: choose 'cpu' or 'gpu'")
+    if device == "gpu":
+        require_gpu()
+    return device  # type: ignore[return-value]
+
+
+def xp_for(device: str) -> ModuleType:
+    """The namespace that allocates on ``device``."""
+    return require_gpu() if check_device(device) == "gpu" else np
+
+
+def to_numpy(x: Any) -> np.ndarray:
+    """A NumPy array with the same values: the only way out of the GPU."""
+    if _is_cupy_array(x):
+        return x.get()
+    return np.asarray(x)
+
+
+def to_device(x: Any, device: str) -> Any:
+    """Copy ``x`` to 'cpu' (NumPy) or 'gpu' (CuPy); no copy when it is already there."""
+    if check_device(device) == "cpu":
+        return to_numpy(x)
+    cupy = require_gpu()
+    return cupy.asarray(x)
+
+
+def synchronize() -> None:
+    """Wait for queued GPU work, so a timer measures the work and not just its launch."""
+    if gpu_available():
+        cupy = require_gpu()
+        cupy.cuda.get_current_stream().synchronize()
+
+
+def scatter_add(xp: ModuleType, target: Any, index: Any, values: Any) -> None:
+    """target[index] += values, adding repeated indices once each (NumPy's ufunc.at)."""
+    if xp is np:
+        np.add.at(target, index, values)
+    else:
+        import cupyx  # only reached with CuPy arrays
+
+        cupyx.scatter_add(target, index, values)
