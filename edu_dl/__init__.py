@@ -6,13 +6,18 @@
 - ``edu_dl.backend``: NumPy on the CPU or CuPy on the GPU, through one namespace ``xp``
 """
 
-from . import backend
-from .autograd import ops
+import sys
+
+from . import backend, nn, optim
+from .autograd import graph, ops
 from .autograd.gradcheck import gradcheck, rel_error
 from .autograd.tensor import Tensor, enable_grad, is_grad_enabled, no_grad, ones, tensor, zeros
 from .backend import get_xp, gpu_available, synchronize, to_device, to_numpy
 
 __version__ = "0.1.0"
+
+# `import edu_dl.graph as tf` reads like the lecture's `import tensorflow as tf`.
+sys.modules[__name__ + ".graph"] = graph
 
 __all__ = [
     "Tensor",
@@ -20,11 +25,14 @@ __all__ = [
     "enable_grad",
     "get_xp",
     "gpu_available",
+    "graph",
     "gradcheck",
     "is_grad_enabled",
+    "nn",
     "no_grad",
     "ones",
     "ops",
+    "optim",
     "rel_error",
     "synchronize",
     "tensor",

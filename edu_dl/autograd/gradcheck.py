@@ -64,8 +64,10 @@ def gradcheck(
     A non-scalar output is reduced to a scalar by a fixed random projection, so every entry of
     the Jacobian takes part. Inputs that are Tensors with ``requires_grad`` are checked.
     """
+    # Floating tensors go to float64; integer ones (labels, indices) keep their dtype.
     params = [
-        Tensor(backend.to_numpy(x.data).astype(np.float64), requires_grad=x.requires_grad)
+        Tensor(backend.to_numpy(x.data).astype(np.float64 if x.dtype.kind == "f" else x.dtype),
+               requires_grad=x.requires_grad)
         if isinstance(x, Tensor) else x
         for x in inputs
     ]

@@ -10,6 +10,7 @@ Adding an op means adding one class and one lowercase function to this file.
 
 from __future__ import annotations
 
+import numbers
 from types import ModuleType
 from typing import Any, ClassVar
 
@@ -55,6 +56,8 @@ class Op:
     inputs: tuple[Any, ...] = ()
     # Ops whose output cannot carry a gradient (comparisons) set this to False.
     differentiable: ClassVar[bool] = True
+    # Same inputs, same output: a static graph may fold it when its inputs are constants.
+    pure: ClassVar[bool] = True
 
     def __init__(self, **attrs: Any) -> None:
         if attrs:
@@ -93,7 +96,10 @@ class Add(Op):
 
     def backward(self, grad):
         xs, ys = self.saved
-        return unbroadcast(grad, xs), unbroadcast(grad, ys)
+        gx, gy = unbroadcast(grad, xs), unbroadcast(grad, ys)
+        if gx is gy and self.needs[0] and self.needs[1]:
+            gy = gy.copy()  # two leaves must not share one .grad buffer
+        return gx, gy
 
 
 class Sub(Op):
@@ -150,11 +156,12 @@ class Pow(Op):
     """z = x ** p for a constant scalar exponent p"""
 
     def __init__(self, exponent: float) -> None:
-        if not isinstance(exponent, int | float):
+        if not isinstance(exponent, numbers.Real):
             raise TypeError(
                 f"pow: the exponent must be a Python number, got {type(exponent).__name__}"
             )
-        self.exponent = exponent
+        # A Python number, so a NumPy float64 exponent cannot upcast a float32 tensor.
+        self.exponent = int(exponent) if isinstance(exponent, numbers.Integral) else float(exponent)
 
     def forward(self, xp, x):
         self.saved = x
@@ -282,10 +289,11 @@ class MatMul(Op):
         x2 = x[None, :] if x.ndim == 1 else x
         y2 = y[:, None] if y.ndim == 1 else y
         g2 = grad
-        if x.ndim == 1:
-            g2 = g2[..., None, :]
+        # y first: for 1-D @ 1-D the 0-d grad becomes (1,) and then (1, 1).
         if y.ndim == 1:
             g2 = g2[..., None]
+        if x.ndim == 1:
+            g2 = g2[..., None, :]
         gx = gy = None
         if self.needs[0]:
             gx = unbroadcast(g2 @ y2.swapaxes(-1, -2), x2.shape).reshape(x.shape)
@@ -436,6 +444,8 @@ class GetItem(Op):
 
 class ToDevice(Op):
     """z = x copied to another device; the gradient goes back to where x lives"""
+
+    pure = False  # its output lives on a device, not in the graph's constants
 
     def __init__(self, device: str) -> None:
         self.device = device

@@ -34,21 +34,29 @@ def is_grad_enabled() -> bool:
 class no_grad(contextlib.ContextDecorator):
     """Context (or decorator) in which ops build no graph: for updates and evaluation."""
 
+    def __init__(self) -> None:
+        self._previous: list[bool] = []  # a stack: one instance may be entered re-entrantly
+
     def __enter__(self) -> None:
-        self._previous, _GradMode.enabled = _GradMode.enabled, False
+        self._previous.append(_GradMode.enabled)
+        _GradMode.enabled = False
 
     def __exit__(self, *exc: object) -> None:
-        _GradMode.enabled = self._previous
+        _GradMode.enabled = self._previous.pop()
 
 
 class enable_grad(contextlib.ContextDecorator):
     """Context that turns recording back on inside ``no_grad()``."""
 
+    def __init__(self) -> None:
+        self._previous: list[bool] = []  # a stack: one instance may be entered re-entrantly
+
     def __enter__(self) -> None:
-        self._previous, _GradMode.enabled = _GradMode.enabled, True
+        self._previous.append(_GradMode.enabled)
+        _GradMode.enabled = True
 
     def __exit__(self, *exc: object) -> None:
-        _GradMode.enabled = self._previous
+        _GradMode.enabled = self._previous.pop()
 
 
 def _check_can_require_grad(data: Any) -> None:
@@ -399,10 +407,10 @@ def _run_backward(root: Tensor, seed: Any, retain_graph: bool) -> None:
 
 def _accumulate_leaf(t: Tensor, g: Any) -> None:
     if t.grad is not None:
-        t.grad = Tensor._wrap(t.grad.data + g, None, False)
-        return
-    if not getattr(g.flags, "writeable", True):  # a broadcast view: give the user a real array
-        g = g.copy()
+        g = t.grad.data + g
+    # A broadcast view, or a NumPy scalar from 0-d arithmetic: give the user a writeable array.
+    if not getattr(g.flags, "writeable", True):
+        g = backend.get_xp(g).array(g)
     t.grad = Tensor._wrap(g, None, False)
 
 
