@@ -152,8 +152,12 @@ class Node:
         return _op_node(ops.GetItem, (self,), {"index": index})
 
     # ------------------------------------------------------------------ Variables
-    def assign(self, value: Any, name: str = "Assign") -> Node:
-        """A node that, when run, stores ``value`` in this Variable (committed after the run)."""
+    def assign(self, value: Any, name: str = "Assign", mode: str = "set") -> Node:
+        """A node that, when run, stores ``value`` in this Variable (committed after the run).
+
+        ``mode`` 'sub' or 'add' updates the stored array in place by ``value`` instead, as
+        TensorFlow's AssignSub and ApplyGradientDescent kernels do: no new array each step.
+        """
         if self.kind != "variable":
             raise TypeError(f"assign: '{self.name}' is a {self.kind}, not a Variable")
         value = _as_node(value, like=self)
@@ -162,14 +166,14 @@ class Node:
         ):
             raise ValueError(f"assign: Variable '{self.name}' has shape {_shape_str(self.shape)}"
                              f" but the value has shape {_shape_str(value.shape)}")
-        return Node("assign", name, (self, value), dtype=self.dtype, shape=self.shape,
-                    graph=self.graph)
+        return Node("assign", name, (self, value), attrs={"mode": mode}, dtype=self.dtype,
+                    shape=self.shape, graph=self.graph)
 
     def assign_sub(self, delta: Any) -> Node:
-        return self.assign(self - delta, name="AssignSub")
+        return self.assign(delta, name="AssignSub", mode="sub")
 
     def assign_add(self, delta: Any) -> Node:
-        return self.assign(self + delta, name="AssignAdd")
+        return self.assign(delta, name="AssignAdd", mode="add")
 
     @property
     def initializer(self) -> Node:
@@ -245,7 +249,7 @@ def placeholder(dtype: Any, shape: Sequence[int | None] | None = None,
 
 def constant(value: Any, dtype: Any = None, name: str = "Const") -> Node:
     """A fixed value, stored in the graph."""
-    array = np.asarray(backend.to_numpy(value), dtype=dtype)
+    array = np.array(backend.to_numpy(value), dtype=dtype)  # a copy: the graph owns its value
     return Node("constant", name, dtype=array.dtype, shape=array.shape, value=array)
 
 
@@ -292,6 +296,10 @@ def gradients(ys: Node | Sequence[Node], xs: Node | Sequence[Node],
     for n in ys_t + xs_t:
         if not isinstance(n, Node):
             raise TypeError(f"gradients: expected graph nodes, got {type(n).__name__}")
+    # A gradient node is no op, so the walk below would see no path through it and answer
+    # None ("ys do not depend on x"): refuse instead, as the Session does.
+    if any(n.kind == "gradient" for n in _topological(ys_t)):
+        raise NotImplementedError(_NO_HIGHER_ORDER)
     reach = _depends_on(ys_t, set(xs_t))
     out: list[Node | None] = []
     for x in xs_t:
@@ -301,6 +309,10 @@ def gradients(ys: Node | Sequence[Node], xs: Node | Sequence[Node],
         out.append(Node("gradient", f"gradients/{x.name}_grad", ys_t + gys, dtype=x.dtype,
                         shape=x.shape, value=(ys_t, x, gys), graph=x.graph))
     return out
+
+
+_NO_HIGHER_ORDER = ("gradients of gradients (higher-order derivatives) are not supported by "
+                    "edu_dl's static graph")
 
 
 def _depends_on(roots: Iterable[Node], xs: set[Node]) -> set[Node]:
@@ -414,7 +426,7 @@ class GradientDescentOptimizer(Optimizer):
     """var <- var - learning_rate * grad"""
 
     def _update(self, var: Node, grad: Node) -> list[Node]:
-        return [var.assign(var - self.learning_rate * grad)]
+        return [var.assign_sub(self.learning_rate * grad)]
 
 
 class AdamOptimizer(Optimizer):
@@ -530,7 +542,14 @@ class Session:
         feed_dict = feed_dict or {}
         plan = self.plan_for(flat, feed_dict)
         values = self._execute(plan, feed_dict)
-        return rebuild(iter([self._fetch_value(n, values) for n in flat]))
+        # Fetches read the values of this run; assignments commit after, then report theirs.
+        results = [None if n.kind in ("assign", "group") else self._fetch_value(n, values)
+                   for n in flat]
+        self._commit(plan, values)
+        for i, n in enumerate(flat):
+            if n.kind == "assign":
+                results[i] = self._fetch_value(n, values)
+        return rebuild(iter(results))
 
     def plan_for(self, fetches: Any, feed_dict: dict[Node, Any] | None = None) -> Plan:
         """The plan ``run`` uses for these fetches: made on first use, then reused."""
@@ -546,9 +565,13 @@ class Session:
         return plan
 
     def _fetch_value(self, node: Node, values: dict[Node, Any]) -> Any:
-        if node.kind == "group":
-            return None
-        out = backend.to_numpy(values[node])
+        value = values[node]
+        out = backend.to_numpy(value)
+        # The Session's own storage (a Variable, a constant, a folded value) or a view of it, as
+        # reshape or a slice give: the caller must not alias it. An op's fresh result is theirs.
+        if out is value and (node.kind != "op" or out.base is not None
+                             or node in self._constants):
+            out = out.copy()
         return out[()] if out.ndim == 0 else out
 
     def _execute(self, plan: Plan, feed_dict: dict[Node, Any]) -> dict[Node, Any]:
@@ -577,17 +600,31 @@ class Session:
             raise _node_error(exc, node, values) from exc
         for a in plan.assigns:
             var, value = a.inputs
-            new = values[value]
-            if var.shape is not None and tuple(new.shape) != var.shape:
+            if var.shape is not None and tuple(values[value].shape) != var.shape:
                 raise ValueError(f"Session.run: '{a.name}' would give Variable '{var.name}' of "
                                  f"shape {_shape_str(var.shape)} a value of shape "
-                                 f"{tuple(new.shape)}")
-            values[a] = new
-        # Assignments commit after the whole run: every read in this run saw the old values.
-        for a in plan.assigns:
-            var = a.inputs[0]
-            self._variables[var] = values[a].astype(var.dtype, copy=False)
+                                 f"{tuple(values[value].shape)}")
         return values
+
+    def _commit(self, plan: Plan, values: dict[Node, Any]) -> None:
+        """Apply the run's assignments, after it: every read in the run saw the old values."""
+        stored = self._variables
+        for a in plan.assigns:
+            var, value = a.inputs
+            mode = a.attrs["mode"]
+            if mode == "set" or var not in stored:
+                # A copy: the value may be a constant or a view the Session must not alias.
+                new = self.xp.array(values[value], dtype=var.dtype)
+                if mode != "set":
+                    raise RuntimeError(
+                        f"Session.run: Variable '{var.name}' is not initialized; run "
+                        f"sess.run(global_variables_initializer()) first")
+                stored[var] = new
+            elif mode == "sub":
+                stored[var] -= values[value]
+            else:
+                stored[var] += values[value]
+            values[a] = stored[var]
 
     def _run_sweep(self, sweep: _Sweep, values: dict[Node, Any]) -> None:
         grads: dict[Node, Any] = {}
@@ -616,7 +653,8 @@ class Session:
         if self.device != "cpu":
             value = backend.to_device(value, self.device)
         array = self.xp.asarray(value, dtype=node.dtype)
-        if node.shape is not None and not _shapes_compatible(tuple(array.shape), node.shape):
+        if node.shape is not None and array.shape != node.shape and not _shapes_compatible(
+                tuple(array.shape), node.shape):
             raise ValueError(
                 f"Session.run: {node.kind} '{node.name}' expects shape {_shape_str(node.shape)}, "
                 f"but the value fed has shape {tuple(array.shape)}")
@@ -682,9 +720,7 @@ class Session:
         for sweep in sweeps.values():
             ancestors = _topological(sweep.ys)
             if any(n.kind == "gradient" for n in ancestors):
-                raise NotImplementedError(
-                    "gradients of gradients (higher-order derivatives) are not supported by "
-                    "edu_dl's static graph")
+                raise NotImplementedError(_NO_HIGHER_ORDER)
             reach = _depends_on(sweep.ys, set(sweep.targets))
             sweep.order = [n for n in reversed(ancestors) if n in reach]
             for n in sweep.order:
@@ -730,6 +766,9 @@ def _node_error(exc: Exception, node: Node | None, values: dict[Node, Any]) -> E
 
 def _flatten_fetches(fetches: Any, out: list[Node]) -> Any:
     """Collect the nodes of a fetch structure; return a function that rebuilds its shape."""
+    if type(fetches) is list and all(type(f) is Node for f in fetches):  # the common case
+        out.extend(fetches)
+        return list
     if isinstance(fetches, Node):
         out.append(fetches)
         return lambda it: next(it)

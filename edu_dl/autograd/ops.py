@@ -285,6 +285,8 @@ class MatMul(Op):
 
     def backward(self, grad):
         x, y = self.saved
+        if x.ndim == 2 and y.ndim == 2:  # the common case, without the general machinery
+            return (grad @ y.T if self.needs[0] else None, x.T @ grad if self.needs[1] else None)
         # Lift 1-D operands to matrices so one formula serves every case.
         x2 = x[None, :] if x.ndim == 1 else x
         y2 = y[:, None] if y.ndim == 1 else y
@@ -319,7 +321,7 @@ class Sum(Op):
         shape, axes = self.saved
         if not self.keepdims:
             grad = _expand_reduced(grad, shape, axes)
-        return (get_xp(grad).broadcast_to(grad, shape),)
+        return (_broadcast(grad, shape),)
 
 
 class Mean(Op):
@@ -334,13 +336,14 @@ class Mean(Op):
         for a in axes:
             count *= x.shape[a]
         self.saved = (x.shape, axes, count)
-        return x.mean(axis=self.axis, keepdims=self.keepdims)
+        # sum / count is what x.mean() computes, without its Python-level overhead.
+        return x.sum(axis=self.axis, keepdims=self.keepdims) / count
 
     def backward(self, grad):
         shape, axes, count = self.saved
         if not self.keepdims:
             grad = _expand_reduced(grad, shape, axes)
-        return (get_xp(grad).broadcast_to(grad / count, shape),)
+        return (_broadcast(grad / count, shape),)
 
 
 class Max(Op):
@@ -364,6 +367,13 @@ class Max(Op):
         mask = x == out
         count = mask.sum(axis=axes, keepdims=True).astype(grad.dtype)
         return (grad * mask / count,)
+
+
+def _broadcast(grad: Array, shape: Shape) -> Array:
+    """grad spread to ``shape`` as a real (writeable) array, not a read-only view."""
+    out = get_xp(grad).empty(shape, dtype=grad.dtype)
+    out[...] = grad
+    return out
 
 
 def _reduced_shape(shape: Shape, axes: tuple[int, ...]) -> Shape:

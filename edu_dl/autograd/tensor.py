@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import heapq
+import itertools
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, TypeVar
@@ -69,7 +71,7 @@ def _check_can_require_grad(data: Any) -> None:
 class Tensor:
     """An array (NumPy or CuPy) that can record the ops applied to it and compute gradients."""
 
-    __slots__ = ("__weakref__", "_op", "data", "grad", "requires_grad")
+    __slots__ = ("__weakref__", "_op", "_seq", "data", "grad", "requires_grad")
     # Make NumPy hand `ndarray + Tensor` to Tensor.__radd__ instead of looping over elements.
     __array_ufunc__ = None
 
@@ -77,6 +79,7 @@ class Tensor:
     grad: Tensor | None
     requires_grad: bool
     _op: Op | None
+    _seq: int  # creation order: every op's output is newer than its inputs
 
     def __init__(
         self,
@@ -98,12 +101,14 @@ class Tensor:
         self.requires_grad = bool(requires_grad)
         self.grad = None
         self._op = None
+        self._seq = next(_SEQUENCE)
 
     @classmethod
     def _wrap(cls, data: Any, op: Op | None, requires_grad: bool) -> Tensor:
         """Fast constructor used by the engine: no conversion, no checks."""
         t = object.__new__(cls)
         t.data, t._op, t.requires_grad, t.grad = data, op, requires_grad, None
+        t._seq = next(_SEQUENCE)
         return t
 
     # ------------------------------------------------------------------ array facts
@@ -193,7 +198,7 @@ class Tensor:
                     f"backward: a gradient can only be created implicitly for a scalar output, "
                     f"but this tensor has shape {self.shape}; pass grad= of that shape"
                 )
-            seed = xp.ones_like(self.data)
+            seed = xp.ones(self.data.shape, dtype=self.data.dtype)
         else:
             seed = grad.data if isinstance(grad, Tensor) else grad
             seed = xp.array(seed, dtype=self.data.dtype)  # a copy: the user keeps theirs
@@ -319,15 +324,13 @@ def _as_constant(x: Any, like: Any) -> Any:
 
 def apply_eager(cls: type[Op], inputs: tuple[Any, ...], attrs: dict[str, Any]) -> Tensor:
     """Run op ``cls`` now; if any input requires grad (and grad mode is on), record it."""
-    arrays: list[Any] = []
-    like = None
+    # This is the hot path of every eager program: keep it flat.
+    arrays = []
     requires = False
     constants = False
     for x in inputs:
         if isinstance(x, Tensor):
             arrays.append(x.data)
-            if like is None:
-                like = x.data
             requires = requires or x.requires_grad
         else:
             arrays.append(None)
@@ -335,16 +338,21 @@ def apply_eager(cls: type[Op], inputs: tuple[Any, ...], attrs: dict[str, Any]) -
     if constants:
         if any(getattr(type(x), "_build_node", None) for x in inputs):
             return ops._apply(cls, inputs, attrs)  # a graph node among the inputs
+        like = next((a for a in arrays if a is not None), None)
         arrays = [_as_constant(x, like) if a is None else a for x, a in zip(inputs, arrays)]
-    xp = backend.get_xp(*arrays)
-    op = cls(**attrs)
+    xp = np
+    for a in arrays:
+        if type(a) is not np.ndarray:
+            xp = backend.get_xp(*arrays)
+            break
+    op = cls(**attrs) if attrs else cls()
     try:
         out = op.forward(xp, *arrays)
     except (ValueError, TypeError, IndexError) as exc:
         raise _named_error(exc, op, arrays) from exc
     if requires and _GradMode.enabled and cls.differentiable:
         op.inputs = inputs
-        op.needs = tuple(isinstance(x, Tensor) and x.requires_grad for x in inputs)
+        op.needs = tuple([isinstance(x, Tensor) and x.requires_grad for x in inputs])
         return Tensor._wrap(out, op, True)
     return Tensor._wrap(out, None, False)
 
@@ -357,36 +365,18 @@ def _named_error(exc: Exception, op: Op, arrays: list[Any]) -> Exception:
     return type(exc)(f"{op.describe(tuple(arrays))}: {message}")
 
 
-def _topological_order(root: Tensor) -> list[Tensor]:
-    """Tensors that need a gradient, inputs before outputs (an iterative DFS: no recursion)."""
-    order: list[Tensor] = []
-    visited: set[int] = set()
-    stack: list[tuple[Tensor, bool]] = [(root, False)]
-    while stack:
-        t, expanded = stack.pop()
-        if expanded:
-            order.append(t)
-            continue
-        if id(t) in visited:
-            continue
-        visited.add(id(t))
-        stack.append((t, True))
-        op = t._op
-        if op is not None:
-            for x, need in zip(op.inputs, op.needs):
-                if need and id(x) not in visited:
-                    stack.append((x, False))
-    return order
-
-
 def _run_backward(root: Tensor, seed: Any, retain_graph: bool) -> None:
+    """Visit tensors newest first. Creation order is a topological order, so when a tensor is
+    popped every consumer reachable from the root has already given it its gradient."""
     grads: dict[int, Any] = {id(root): seed}
-    for t in reversed(_topological_order(root)):
-        g = grads.pop(id(t), None)
+    heap: list[tuple[int, Tensor]] = [(-root._seq, root)]
+    queued = {id(root)}
+    while heap:
+        t = heapq.heappop(heap)[1]
+        g = grads.pop(id(t))
         op = t._op
         if op is None:
-            if g is not None:
-                _accumulate_leaf(t, g)
+            _accumulate_leaf(t, g)
             continue
         if op.saved is FREED:
             raise RuntimeError(
@@ -394,15 +384,18 @@ def _run_backward(root: Tensor, seed: Any, retain_graph: bool) -> None:
                 f"'{op.name}' were freed after the first backward); call "
                 f"backward(retain_graph=True) the first time if you need to go through it again"
             )
-        if g is not None:
-            input_grads = op.backward(g)
-            for x, gx, need in zip(op.inputs, input_grads, op.needs):
-                if need and gx is not None:
-                    key = id(x)
-                    previous = grads.get(key)
-                    grads[key] = gx if previous is None else previous + gx
+        input_grads = op.backward(g)
         if not retain_graph:
             op.saved = FREED
+        for x, gx, need in zip(op.inputs, input_grads, op.needs):
+            if need and gx is not None:
+                key = id(x)
+                if key in queued:
+                    grads[key] = grads[key] + gx
+                else:
+                    grads[key] = gx
+                    queued.add(key)
+                    heapq.heappush(heap, (-x._seq, x))
 
 
 def _accumulate_leaf(t: Tensor, g: Any) -> None:
@@ -414,6 +407,7 @@ def _accumulate_leaf(t: Tensor, g: Any) -> None:
     t.grad = Tensor._wrap(g, None, False)
 
 
+_SEQUENCE = itertools.count()
 ops.EAGER_ENGINE = apply_eager
 
 
