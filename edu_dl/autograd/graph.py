@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
@@ -220,13 +220,19 @@ def _op_node(op_cls: type[Op], inputs: tuple[Any, ...], attrs: dict[str, Any]) -
                 graph=graph)
 
 
+def _known(shape: Sequence[int | None] | None) -> tuple[int, ...]:
+    """A shape whose every dimension is known (callers check first)."""
+    assert shape is not None and None not in shape
+    return tuple(d for d in shape if d is not None)
+
+
 def _infer_shape(op: Op, nodes: tuple[Node, ...]) -> tuple[int | None, ...] | None:
     """Run the op on zeros when every input shape is known: shape errors surface while building,
     as in TensorFlow. Unknown (None) dimensions leave the output shape unknown."""
-    shapes = [n.shape for n in nodes]
-    if any(s is None or None in s for s in shapes) or any(n.dtype is None for n in nodes):
+    if any(n.shape is None or None in n.shape or n.dtype is None for n in nodes):
         return None
-    if sum(int(np.prod(s)) for s in shapes) > _PROBE_MAX_ELEMENTS:  # type: ignore[arg-type]
+    shapes = [_known(n.shape) for n in nodes]
+    if sum(int(np.prod(s)) for s in shapes) > _PROBE_MAX_ELEMENTS:
         return None
     zeros = [np.zeros(s, dtype=n.dtype) for s, n in zip(shapes, nodes)]
     try:
@@ -253,7 +259,7 @@ def constant(value: Any, dtype: Any = None, name: str = "Const") -> Node:
     return Node("constant", name, dtype=array.dtype, shape=array.shape, value=array)
 
 
-def Variable(initial_value: Any, dtype: Any = None, name: str = "Variable",  # noqa: N802
+def Variable(initial_value: Any, dtype: Any = None, name: str = "Variable",
              trainable: bool = True) -> Node:
     """A value that lives in the Session across runs; set by the initializer, changed by assign."""
     init = initial_value if isinstance(initial_value, Node) else constant(initial_value, dtype)
@@ -443,7 +449,9 @@ class AdamOptimizer(Optimizer):
 
     def _update(self, var: Node, grad: Node) -> list[Node]:
         b1, b2 = self.beta1, self.beta2
-        zeros = np.zeros(var.shape or (), dtype=var.dtype)
+        if var.shape is None or None in var.shape:
+            raise ValueError(f"AdamOptimizer: Variable '{var.name}' needs a fully known shape")
+        zeros = np.zeros(_known(var.shape), dtype=var.dtype)
         m = Variable(zeros, name=f"{var.name}/Adam_m", trainable=False)
         v = Variable(zeros, name=f"{var.name}/Adam_v", trainable=False)
         b1_power = Variable(np.ones((), dtype=var.dtype), name=f"{var.name}/beta1_power",

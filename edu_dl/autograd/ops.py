@@ -161,7 +161,8 @@ class Pow(Op):
                 f"pow: the exponent must be a Python number, got {type(exponent).__name__}"
             )
         # A Python number, so a NumPy float64 exponent cannot upcast a float32 tensor.
-        self.exponent = int(exponent) if isinstance(exponent, numbers.Integral) else float(exponent)
+        self.exponent: int | float = (
+            int(exponent) if isinstance(exponent, numbers.Integral) else float(exponent))
 
     def forward(self, xp, x):
         self.saved = x
@@ -546,7 +547,7 @@ def neg(x: Any) -> Any:
     return Neg.apply(x)
 
 
-def pow(x: Any, exponent: float) -> Any:  # noqa: A001 - mirrors torch.pow / tf.pow
+def pow(x: Any, exponent: float) -> Any:
     return Pow.apply(x, exponent=exponent)
 
 
@@ -583,7 +584,7 @@ def matmul(x: Any, y: Any) -> Any:
     return MatMul.apply(x, y)
 
 
-def sum(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Any:  # noqa: A001
+def sum(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Any:
     return Sum.apply(x, axis=axis, keepdims=keepdims)
 
 
@@ -591,7 +592,7 @@ def mean(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = Fal
     return Mean.apply(x, axis=axis, keepdims=keepdims)
 
 
-def max(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Any:  # noqa: A001
+def max(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Any:
     return Max.apply(x, axis=axis, keepdims=keepdims)
 
 
