@@ -86,7 +86,8 @@ class Linear(Module):
         bound = 1.0 / np.sqrt(in_features)
         if weight is None:
             weight = rng.uniform(-bound, bound, (in_features, out_features))
-        self.weight = Parameter(np.asarray(weight, dtype=dtype))
+        # A copy: the optimizer updates parameters in place, and the caller's array is theirs.
+        self.weight = Parameter(np.array(weight, dtype=dtype))
         if self.weight.shape != (in_features, out_features):
             raise ValueError(f"Linear: weight must have shape {(in_features, out_features)}, "
                              f"got {self.weight.shape}")
@@ -94,7 +95,7 @@ class Linear(Module):
         if bias:
             if bias_value is None:
                 bias_value = rng.uniform(-bound, bound, (out_features,))
-            self.bias = Parameter(np.asarray(bias_value, dtype=dtype))
+            self.bias = Parameter(np.array(bias_value, dtype=dtype))
         self.in_features, self.out_features = in_features, out_features
 
     def forward(self, x: Any) -> Tensor:

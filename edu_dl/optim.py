@@ -64,17 +64,18 @@ class Adam(Optimizer):
         super().__init__(params, lr)
         self.beta1, self.beta2 = betas
         self.eps = eps
-        self.t = 0
+        # One step count per parameter, as torch: a parameter skipped (no grad) does not count.
+        self.t: list[int] = [0] * len(self.params)
         self.m: list[Any] = [None] * len(self.params)
         self.v: list[Any] = [None] * len(self.params)
 
     def step(self) -> None:
-        self.t += 1
         b1, b2 = self.beta1, self.beta2
-        correction1, correction2 = 1 - b1**self.t, 1 - b2**self.t
         for i, p in enumerate(self.params):
             if p.grad is None:
                 continue
+            self.t[i] += 1
+            correction1, correction2 = 1 - b1 ** self.t[i], 1 - b2 ** self.t[i]
             g = p.grad.data
             xp = p.xp
             m = self.m[i] if self.m[i] is not None else xp.zeros_like(p.data)

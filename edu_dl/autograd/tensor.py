@@ -95,7 +95,9 @@ class Tensor:
         xp = backend.xp_for(device)
         if backend.device_of(data) != device:
             data = backend.to_device(data, device)
-        self.data = xp.asarray(data, dtype=dtype)
+        # A copy, as torch.tensor makes: optimizers update .data in place, and the caller's
+        # array stays theirs.
+        self.data = xp.array(data, dtype=dtype)
         if requires_grad:
             _check_can_require_grad(self.data)
         self.requires_grad = bool(requires_grad)
