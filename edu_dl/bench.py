@@ -18,6 +18,7 @@ nodes and folding of constant subgraphs. Benchmarks never assert a time: they pr
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import math
@@ -45,7 +46,9 @@ SIZES: dict[str, tuple[int, int, int, int]] = {
 }
 # Weights are reset to their initial values before every timed batch, so these only need to
 # keep a batch of steps (thousands at tiny) from blowing up.
-LEARNING_RATES: dict[str, float] = {"tiny": 1e-3, "lecture": 1e-4, "lecture_tf": 1e-4, "large": 1e-5}
+LEARNING_RATES: dict[str, float] = {
+    "tiny": 1e-3, "lecture": 1e-4, "lecture_tf": 1e-4, "large": 1e-5
+}
 
 FRAMEWORKS: tuple[str, ...] = ("numpy", "eager", "static", "torch", "tf_function")
 FRAMEWORK_TITLES: dict[str, str] = {
@@ -56,6 +59,7 @@ FRAMEWORK_TITLES: dict[str, str] = {
     "tf_function": "TF tf.function",
 }
 BASELINE = "numpy"
+TIMES = "\u00d7"  # the multiplication sign of ratios, spelled out for linters
 
 DEFAULT_REPEATS = 11
 QUICK_REPEATS = 2
@@ -66,6 +70,8 @@ QUICK_BATCH_SECONDS = 0.01
 # Pause between batches: OpenBLAS and OpenMP helper threads keep spinning for a while after
 # their last call, and would steal a core from the next worker's batch.
 SETTLE_SECONDS = 0.05
+# Tells the TensorFlow worker how many threads --threads asked for.
+THREADS_ENV = "EDU_DL_BENCH_THREADS"
 # First losses of two frameworks that differ more than this (relative) earn a warning.
 LOSS_RTOL = 1e-4
 
@@ -117,6 +123,7 @@ def _numpy_trainer(p: Problem) -> Trainer:
     scale = np.float32(2.0 / x.shape[0])
 
     def step() -> Any:
+        nonlocal w1, w2  # updated in place below
         h = x @ w1
         h_relu = np.maximum(h, 0)
         y_pred = h_relu @ w2
@@ -218,6 +225,11 @@ def _torch_trainer(p: Problem) -> Trainer:
 def _tf_function_trainer(p: Problem) -> Trainer:
     import tensorflow as tf
 
+    threads = int(os.environ.get(THREADS_ENV, "0"))
+    if threads and tf.config.threading.get_intra_op_parallelism_threads() != threads:
+        # TensorFlow's thread pool ignores OMP_NUM_THREADS; set before its first op runs.
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
     x, y = tf.constant(p.x), tf.constant(p.y)
     w1, w2 = tf.Variable(p.w1), tf.Variable(p.w2)
     lr = p.lr
@@ -334,6 +346,24 @@ def _worker_loop(framework: str) -> int:
         protocol.write(json.dumps(reply) + "\n")
 
 
+def thread_env(threads: int) -> dict[str, str]:
+    """Environment that caps OpenBLAS, MKL, OpenMP (PyTorch) and TensorFlow at ``threads``."""
+    n = str(threads)
+    names = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", THREADS_ENV)
+    return dict.fromkeys(names, n)
+
+
+def limit_threads(threads: int | None) -> contextlib.AbstractContextManager[Any]:
+    """In this process, cap BLAS/OpenMP pools at ``threads`` (needs threadpoolctl)."""
+    if not threads:
+        return contextlib.nullcontext()
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=threads)
+
+
 class WorkerError(RuntimeError):
     """A worker answered with an error or died."""
 
@@ -341,12 +371,14 @@ class WorkerError(RuntimeError):
 class Worker:
     """The parent's handle on one framework's worker process."""
 
-    def __init__(self, framework: str) -> None:
+    def __init__(self, framework: str, threads: int | None = None) -> None:
         self.framework = framework
         # A file, not a pipe: a chatty worker (TensorFlow) can never block on a full pipe.
         self._stderr: IO[bytes] = tempfile.TemporaryFile()
         env = dict(os.environ)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        if threads:
+            env.update(thread_env(threads))
         root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         self._proc = subprocess.Popen(
@@ -416,6 +448,9 @@ class EngineResult:
     errors: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     date: str = ""
+    # 1-minute load averages before and after: other processes on the machine skew every number.
+    load: tuple[float, float] = (0.0, 0.0)
+    threads: int | None = None  # None: each library's default thread count
 
     def ratio(self, size: str, framework: str, to: str = BASELINE) -> float | None:
         a, b = self.seconds.get((size, framework)), self.seconds.get((size, to))
@@ -428,16 +463,18 @@ def run_engine(
     repeats: int = DEFAULT_REPEATS,
     quick: bool = False,
     progress: bool = True,
+    threads: int | None = None,
 ) -> EngineResult:
     """Time every framework at every size, interleaving repeats across the worker processes."""
     from tqdm import tqdm
 
-    result = EngineResult(list(sizes), list(frameworks), repeats)
+    result = EngineResult(list(sizes), list(frameworks), repeats, threads=threads)
     result.date = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    load_before = _load_average()
     batch_s = QUICK_BATCH_SECONDS if quick else BATCH_SECONDS
     settle_s = 0.0 if quick else SETTLE_SECONDS
     warmup_s = 0.02 if quick else 0.3
-    workers = {fw: Worker(fw) for fw in frameworks}
+    workers = {fw: Worker(fw, threads) for fw in frameworks}
     bar = tqdm(
         total=len(sizes) * len(frameworks) * repeats,
         desc="bench engine",
@@ -476,9 +513,17 @@ def run_engine(
         bar.close()
         for worker in workers.values():
             worker.close()
+    result.load = (load_before, _load_average())
     for fw, message in result.errors.items():
         print(f"warning: {fw} could not run: {message}", file=sys.stderr)
     return result
+
+
+def _load_average() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:  # not available on this platform
+        return float("nan")
 
 
 def _check_losses(result: EngineResult, size: str, frameworks: list[str]) -> None:
@@ -503,7 +548,7 @@ def _check_losses(result: EngineResult, size: str, frameworks: list[str]) -> Non
 
 @dataclass(frozen=True)
 class Target:
-    """``framework`` / ``other`` at ``size`` must be at most ``limit`` (or at least, if not upper)."""
+    """At ``size``, time(framework) / time(other) must be <= ``limit`` (>= when not upper)."""
 
     text: str
     size: str
@@ -517,11 +562,12 @@ class Target:
 
 
 TARGETS: tuple[Target, ...] = (
-    Target("eager ≤ 1.05× NumPy at large", "large", "eager", "numpy", 1.05),
-    Target("eager ≤ 1.10× NumPy at lecture", "lecture", "eager", "numpy", 1.10),
-    Target("eager ≤ 1.10× NumPy at lecture_tf", "lecture_tf", "eager", "numpy", 1.10),
-    Target("eager ≤ 2.5× NumPy at tiny", "tiny", "eager", "numpy", 2.5),
-    Target("eager ≥ 4× faster than PyTorch eager at tiny", "tiny", "torch", "eager", 4.0, False),
+    Target(f"eager ≤ 1.05{TIMES} NumPy at large", "large", "eager", "numpy", 1.05),
+    Target(f"eager ≤ 1.10{TIMES} NumPy at lecture", "lecture", "eager", "numpy", 1.10),
+    Target(f"eager ≤ 1.10{TIMES} NumPy at lecture_tf", "lecture_tf", "eager", "numpy", 1.10),
+    Target(f"eager ≤ 2.5{TIMES} NumPy at tiny", "tiny", "eager", "numpy", 2.5),
+    Target(f"eager ≥ 4{TIMES} faster than PyTorch eager at tiny", "tiny", "torch", "eager", 4.0,
+           upper=False),
     Target("static no slower than eager at tiny", "tiny", "static", "eager", 1.0),
 )
 
@@ -621,18 +667,90 @@ def run_plan(repeats: int = DEFAULT_REPEATS, quick: bool = False) -> list[PlanRo
     return [
         PlanRow(
             "pruning: fetch a cheap sum from a graph that also holds an unused chain of "
-            f"{chain} ({n}×{d})@({d}×{d}) matmuls",
+            f"{chain} ({n}, {d}) @ ({d}, {d}) matmuls",
             prune_eager,
             prune_static,
             f"static fetching both branches: {format_time(all_static)}",
         ),
         PlanRow(
-            f"constant folding: x @ (A @ B) with constant {d}×{d} A, B and x of {n}×{d}",
+            f"constant folding: x @ (A @ B) with constant ({d}, {d}) A, B and x of ({n}, {d})",
             fold_eager,
             fold_static,
             "eager recomputes A @ B every run; the Session folds it once at plan time",
         ),
     ]
+
+
+# --------------------------------------------------------------------------- eager's time at tiny
+
+
+def eager_breakdown(
+    size: str = "tiny", repeats: int = DEFAULT_REPEATS, quick: bool = False
+) -> list[tuple[str, float]]:
+    """Seconds per part of eager's step (forward, backward, optimizer), in this process.
+
+    At tiny sizes the arrays are so small that almost all of it is Python overhead per op.
+    """
+    import edu_dl as ed
+    from edu_dl import optim
+
+    batch_s = QUICK_BATCH_SECONDS if quick else BATCH_SECONDS
+    p = make_problem(size)
+    x, y = ed.tensor(p.x), ed.tensor(p.y)
+    w1 = ed.tensor(p.w1.copy(), requires_grad=True)
+    w2 = ed.tensor(p.w2.copy(), requires_grad=True)
+    opt = optim.SGD([w1, w2], lr=p.lr)
+
+    def forward() -> Any:
+        return (((x @ w1).relu() @ w2 - y) ** 2).sum(axis=1).mean()
+
+    def timed_parts(steps: int) -> tuple[float, float, float]:
+        # One clock read between parts costs ~0.1 µs: small next to each part.
+        clock = time.perf_counter
+        forward_s = backward_s = update_s = 0.0
+        for _ in range(steps):
+            t0 = clock()
+            loss = forward()
+            t1 = clock()
+            opt.zero_grad()
+            loss.backward()
+            t2 = clock()
+            opt.step()
+            t3 = clock()
+            forward_s += t1 - t0
+            backward_s += t2 - t1
+            update_s += t3 - t2
+        return forward_s / steps, backward_s / steps, update_s / steps
+
+    t_numpy = _median_time(make_trainer("numpy", size).step, repeats, batch_s)
+    steps = max(1, round(batch_s / max(sum(timed_parts(50)), 1e-9)))
+    samples = [timed_parts(steps) for _ in range(repeats)]
+    parts = zip(*samples, strict=True)
+    t_forward, t_backward, t_update = (statistics.median(part) for part in parts)
+    return [
+        ("forward: 7 ops (matmul, relu, matmul, sub, pow, sum, mean)", t_forward),
+        ("backward: zero_grad, graph walk, 7 VJPs, leaf gradients", t_backward),
+        ("optimizer: SGD step", t_update),
+        ("eager step, in all", t_forward + t_backward + t_update),
+        ("hand-written NumPy step, for comparison", t_numpy),
+    ]
+
+
+def breakdown_markdown(rows: list[tuple[str, float]], size: str = "tiny") -> str:
+    total = rows[-2][1]
+    out = [
+        f"## Where edu_dl eager's time goes at {size}",
+        "",
+        "Measured in one process: each part timed inside the step, median over batches.",
+        "",
+        "| part | time | share of eager's step |",
+        "|---|---:|---:|",
+    ]
+    for name, seconds in rows[:-1]:
+        out.append(f"| {name} | {format_time(seconds)} | {seconds / total:.0%} |")
+    name, seconds = rows[-1]
+    out.append(f"| {name} | {format_time(seconds)} | |")
+    return "\n".join(out) + "\n"
 
 
 # --------------------------------------------------------------------------- reports
@@ -648,7 +766,7 @@ def format_time(seconds: float) -> str:
 
 
 def _format_ratio(ratio: float) -> str:
-    return f"{ratio:.2f}×" if ratio < 10 else f"{ratio:.1f}×"
+    return f"{ratio:.2f}{TIMES}" if ratio < 10 else f"{ratio:.1f}{TIMES}"
 
 
 def machine_lines() -> list[str]:
@@ -661,14 +779,19 @@ def machine_lines() -> list[str]:
                 break
     except OSError:
         pass
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     lines = [
-        f"- CPU: {cpu}, {usable} usable cores ({os.cpu_count()} online)",
+        f"- CPU: {cpu}, {_usable_cores()} usable cores ({os.cpu_count()} online)",
         f"- OS: {platform.platform()}; Python {platform.python_version()}",
-        "- " + ", ".join(framework_version(fw) for fw in ("numpy", "eager", "torch", "tf_function")),
+        "- " + ", ".join(map(framework_version, ("numpy", "eager", "torch", "tf_function"))),
         f"- BLAS (NumPy): {_blas_description()}",
     ]
     return lines
+
+
+def _usable_cores() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _blas_description() -> str:
@@ -701,7 +824,10 @@ def engine_markdown(result: EngineResult) -> str:
         "loss = mean(sum((y_pred - y)**2, axis=1)). Each framework runs in its own process; "
         f"the median of {result.repeats} interleaved repeats of ~{BATCH_SECONDS * 1000:.0f} ms "
         "batches is shown, with the ratio to hand-written NumPy in parentheses (lower is "
-        "faster).",
+        "faster). Threads: "
+        + ("each library's default." if result.threads is None else
+           f"capped at {result.threads} per worker (`--threads {result.threads}`: OpenBLAS, "
+           "OpenMP and TensorFlow's pools)."),
         "",
         "| size | N, D, H, out | " + " | ".join(FRAMEWORK_TITLES[fw] for fw in fws) + " |",
         "|---|---|" + "---:|" * len(fws),
@@ -725,6 +851,14 @@ def engine_markdown(result: EngineResult) -> str:
         out.append(f"| {target.text} | {what} = {measured} | {verdict} |")
     notes = [f"- {fw} could not run: {message}" for fw, message in result.errors.items()]
     notes += [f"- {w}" for w in result.warnings]
+    before, after = result.load
+    cores = _usable_cores()
+    if max(before, after) > cores:
+        notes.append(
+            f"- the machine was busy: 1-minute load average {before:.1f} before and {after:.1f} "
+            f"after the run on {cores} cores, so absolute times are inflated and noisier; "
+            "interleaving keeps the ratios fairer than the times"
+        )
     if notes:
         out += ["", "### Warnings", "", *notes]
     else:
@@ -751,7 +885,10 @@ def plan_markdown(rows: list[PlanRow]) -> str:
 
 
 def report(
-    engine: EngineResult | None, plan: list[PlanRow] | str | None, command: str
+    engine: EngineResult | None,
+    plan: list[PlanRow] | str | None,
+    command: str,
+    breakdown: list[tuple[str, float]] | None = None,
 ) -> str:
     """The whole Markdown document: title, machine, date, then the sections."""
     date = engine.date if engine else datetime.datetime.now().astimezone().strftime(
@@ -770,6 +907,8 @@ def report(
     text = "\n".join(parts) + "\n"
     if engine is not None:
         text += engine_markdown(engine) + "\n"
+    if breakdown is not None:
+        text += breakdown_markdown(breakdown) + "\n"
     if isinstance(plan, str):
         text += "## Static plan\n\n" + plan + "\n"
     elif plan is not None:

@@ -79,6 +79,13 @@ def add_bench(subparsers: Subparsers) -> None:
     )
     _add_common(engine)
     engine.add_argument(
+        "--threads",
+        type=positive_int,
+        help="cap every library's thread pool (BLAS, OpenMP, TensorFlow) at N per worker; "
+        "default: each library's own choice. 1 keeps a busy shared machine from wrecking "
+        "multi-threaded BLAS timings",
+    )
+    engine.add_argument(
         "--plot", type=Path, metavar="PNG", help="also draw the ratios to NumPy into this PNG"
     )
     engine.add_argument(
@@ -94,6 +101,8 @@ def add_bench(subparsers: Subparsers) -> None:
     )
     _add_common(plan)
     plan.set_defaults(handler=run_bench_plan)
+    for add in BENCH_COMMANDS:
+        add(kinds)
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -134,11 +143,17 @@ def _command_line(args: argparse.Namespace) -> str:
 def run_bench_engine(args: argparse.Namespace) -> int:
     from . import bench
 
-    result = bench.run_engine(args.sizes, args.frameworks, _repeats(args), quick=args.quick)
+    result = bench.run_engine(
+        args.sizes, args.frameworks, _repeats(args), quick=args.quick, threads=args.threads
+    )
     plan: list[bench.PlanRow] | str | None = None
-    if not args.no_plan and "static" in args.frameworks:
-        plan = _plan_or_reason(_repeats(args), args.quick)
-    _emit(bench.report(result, plan, _command_line(args)), args.out)
+    breakdown = None
+    with bench.limit_threads(args.threads):  # these two run in this process
+        if not args.no_plan and "static" in args.frameworks:
+            plan = _plan_or_reason(_repeats(args), args.quick)
+        if "eager" in args.frameworks and "tiny" in args.sizes:
+            breakdown = bench.eager_breakdown("tiny", _repeats(args), quick=args.quick)
+    _emit(bench.report(result, plan, _command_line(args), breakdown), args.out)
     if args.plot is not None:
         bench.write_plot(result, args.plot)
         print(f"wrote {args.plot}", file=sys.stderr)
@@ -169,8 +184,10 @@ def _plan_or_reason(repeats: int, quick: bool) -> Any:
 
 # --------------------------------------------------------------------------- the parser
 
-# Later commands (doctor, train, assign, grade, validate, ...) go here.
+# Later commands (doctor, train, assign, grade, validate, ...) go here: each module defines
+# `add_<name>(subparsers)` and is listed once. `edu-dl bench <kind>` parsers go in BENCH_COMMANDS.
 COMMANDS: list[Callable[[Subparsers], None]] = [add_bench]
+BENCH_COMMANDS: list[Callable[[Subparsers], None]] = []
 
 
 def build_parser() -> argparse.ArgumentParser:
