@@ -59,13 +59,16 @@ class Op:
     # Same inputs, same output: a static graph may fold it when its inputs are constants.
     pure: ClassVar[bool] = True
 
-    def __init__(self, **attrs: Any) -> None:
-        if attrs:
-            raise TypeError(f"{self.name}: unexpected arguments {sorted(attrs)}")
+    # No __init__ here: ops without attributes take none (object's own, fast, constructor
+    # rejects any), and ops with attributes define theirs.
 
-    @property
-    def name(self) -> str:
-        return type(self).__name__.lower()
+    # The user-facing name in error messages: the lowercase function that applies the op.
+    name: ClassVar[str] = "op"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__:
+            cls.name = cls.__name__.lower()
 
     def forward(self, xp: ModuleType, *arrays: Array) -> Array:
         raise NotImplementedError
@@ -424,6 +427,8 @@ class Transpose(Op):
 class BroadcastTo(Op):
     """z = x broadcast to shape"""
 
+    name = "broadcast_to"
+
     def __init__(self, shape: Shape) -> None:
         self.shape = tuple(shape)
 
@@ -437,6 +442,8 @@ class BroadcastTo(Op):
 
 class GetItem(Op):
     """z = x[index], for basic and advanced NumPy indexing"""
+
+    name = "getitem"
 
     def __init__(self, index: Any) -> None:
         self.index = index
@@ -455,6 +462,8 @@ class GetItem(Op):
 
 class ToDevice(Op):
     """z = x copied to another device; the gradient goes back to where x lives"""
+
+    name = "to_device"
 
     pure = False  # its output lives on a device, not in the graph's constants
 
@@ -481,6 +490,8 @@ class SoftmaxCrossEntropy(Op):
 
     loss_i = logsumexp(logits_i) - logits_i[y_i];  d loss_i / d logits_i = softmax_i - onehot(y_i)
     """
+
+    name = "softmax_cross_entropy"
 
     def __init__(self, reduction: str = "mean") -> None:
         if reduction not in ("mean", "sum", "none"):

@@ -1,0 +1,30 @@
+"""Shared test set-up: hypothesis profiles, and a guard that no test leaks grad mode."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+import edu_dl
+
+# CI runs the same examples every time (derandomize); locally hypothesis explores freely.
+# No deadline: the first example of a test pays for imports and warm-up.
+settings.register_profile(
+    "ci",
+    deadline=None,
+    derandomize=True,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+@pytest.fixture(autouse=True)
+def _grad_mode_is_restored():
+    """Every test starts and ends with gradient recording on."""
+    assert edu_dl.is_grad_enabled()
+    yield
+    assert edu_dl.is_grad_enabled(), "a test (or the code it tests) left no_grad() switched on"
