@@ -1,0 +1,92 @@
+"""Small helpers the lecture notebooks share: quiet TensorFlow, one plot style, GPU fallbacks.
+
+Every notebook starts with ``from edu_dl.lecture import setup; setup()``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import numpy as np
+
+from . import backend
+
+T = TypeVar("T")
+
+# Okabe & Ito's colour-blind-safe palette (https://jfly.uni-koeln.de/color/).
+PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442",
+           "#000000"]
+
+
+def quiet_tensorflow() -> None:
+    """Keep TensorFlow's C++ log lines and oneDNN notices out of notebook outputs.
+
+    Must run before TensorFlow is first imported; oneDNN is turned off so that results are
+    reproducible bit for bit across runs.
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+
+
+def seed_everything(seed: int = 0) -> np.random.Generator:
+    """Seed Python, NumPy (and PyTorch / TensorFlow if already imported); return a Generator."""
+    random.seed(seed)
+    np.random.seed(seed)
+    import sys
+
+    if "torch" in sys.modules:
+        sys.modules["torch"].manual_seed(seed)
+    if "tensorflow" in sys.modules:
+        sys.modules["tensorflow"].random.set_seed(seed)
+    return np.random.default_rng(seed)
+
+
+def plot_style() -> None:
+    """The course's plot style: the colour-blind-safe palette, grids, readable sizes."""
+    import matplotlib as mpl
+
+    mpl.rcParams.update({
+        "axes.prop_cycle": mpl.cycler(color=PALETTE),
+        "axes.grid": True,
+        "grid.alpha": 0.3,
+        "figure.figsize": (6.4, 3.6),
+        "figure.dpi": 100,
+        "axes.spines.top": False,
+        "axes.spines.right": False,
+    })
+
+
+def setup(seed: int = 0) -> np.random.Generator:
+    """Quiet TensorFlow, set the plot style, seed everything; returns a seeded Generator."""
+    quiet_tensorflow()
+    plot_style()
+    return seed_everything(seed)
+
+
+def device_or_cpu(device: str = "gpu") -> str:
+    """``device`` if it can be used here, else 'cpu' after one clear sentence saying why."""
+    if device == "cpu" or backend.gpu_available():
+        return device
+    print(f"No GPU here ({backend.gpu_status()[1]}), so this runs on the CPU instead.")
+    return "cpu"
+
+
+def on_gpu(fn: Callable[[], T], what: str = "this GPU section") -> T | None:
+    """Run ``fn`` when a GPU is usable; otherwise print one sentence and return None."""
+    if not backend.gpu_available():
+        print(f"No GPU here ({backend.gpu_status()[1]}): {what} is skipped; on a machine with an "
+              f"NVIDIA GPU and `make lab GPU=1` it runs.")
+        return None
+    return fn()
+
+
+def rounded(value: Any, digits: int = 6) -> Any:
+    """Round numbers (or arrays) for printing in cells whose output nbval checks."""
+    if isinstance(value, float | np.floating):
+        return float(f"{float(value):.{digits}g}")
+    if isinstance(value, np.ndarray):
+        return np.array([float(f"{v:.{digits}g}") for v in value.ravel()]).reshape(value.shape)
+    return value
