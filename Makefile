@@ -5,22 +5,35 @@ BIN := $(VENV)/bin
 # GPU=1 swaps tensorflow-cpu for tensorflow[and-cuda] and adds CuPy.
 EXTRAS := $(if $(GPU),gpu,cpu),dev
 STAMP := $(VENV)/.installed-$(if $(GPU),gpu,cpu)
+OTHER_STAMP := $(VENV)/.installed-$(if $(GPU),cpu,gpu)
+# Both TensorFlow variants install the same `tensorflow` module: remove the other one on a switch.
+OTHER_PACKAGES := $(if $(GPU),tensorflow-cpu,tensorflow cupy-cuda12x)
 # Jupyter refuses to start as root without this flag.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 PYTEST_NOTEBOOK_FLAGS := --nbval-lax --nbval-current-env -p no:randomly
+# Only the folders that hold notebooks: pytest on a folder without any would collect nothing.
+NOTEBOOK_DIRS := $(foreach d,lectures solutions,$(if $(shell find $(d) -name '*.ipynb' \
+	-not -path '*/.ipynb_checkpoints/*' 2>/dev/null | head -n 1),$(d)/))
 
 .PHONY: install lab test test-fast test-notebooks lint typecheck bench constraints clean
 
 install: $(STAMP)
 
+# Reinstalls whenever pyproject.toml or constraints.txt is newer than the stamp.
 $(STAMP): pyproject.toml constraints.txt
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; the course needs \
+	Python 3.11 (or run: make $(MAKECMDGOALS) PYTHON=/path/to/python3.11)" >&2; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	@if [ -e $(OTHER_STAMP) ]; then \
+		echo "$(BIN)/python -m pip uninstall --quiet --yes $(OTHER_PACKAGES)"; \
+		$(BIN)/python -m pip uninstall --quiet --yes $(OTHER_PACKAGES); fi
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[$(EXTRAS)]"
 	rm -f $(VENV)/.installed-*
 	touch $@
 
 lab: install
+	mkdir -p lectures
 	$(BIN)/jupyter lab lectures/ $(ROOT_FLAG)
 
 # The whole suite: lint, types, unit tests, then the notebooks.
@@ -34,9 +47,11 @@ test-fast: install
 	$(BIN)/python -m pytest -n 2 -m "not slow" tests
 
 test-notebooks: install
-	@if ls lectures/*.ipynb solutions/*.ipynb >/dev/null 2>&1; then \
-		$(BIN)/python -m pytest $(PYTEST_NOTEBOOK_FLAGS) lectures/ solutions/; \
-	else echo "no notebooks yet"; fi
+ifeq ($(strip $(NOTEBOOK_DIRS)),)
+	@echo "no notebooks yet"
+else
+	$(BIN)/python -m pytest $(PYTEST_NOTEBOOK_FLAGS) $(NOTEBOOK_DIRS)
+endif
 
 lint: install
 	$(BIN)/ruff check edu_dl tests
@@ -44,12 +59,25 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
+# As benchmarks/RESULTS.md was made: one thread per worker keeps a 2-core machine's timings honest.
 bench: install
-	$(BIN)/edu-dl bench engine --out benchmarks/RESULTS.md
+	$(BIN)/edu-dl bench engine --threads 1 --out benchmarks/RESULTS.md --plot benchmarks/engine.png
 
-# Re-record the pinned versions after an upgrade (see README).
+# Re-record the pinned versions after an upgrade (see README). Local labels such as torch's
+# `+cpu` are dropped (`torch==2.13.0` still matches the CPU build, and lets a GPU build in);
+# `tensorflow` is pinned to the version of `tensorflow-cpu`, so GPU=1 gets the same TensorFlow.
 constraints:
-	$(BIN)/python -m pip freeze --exclude-editable | grep -v '^edu-dl' > constraints.txt
+	$(BIN)/python -m pip freeze --exclude-editable \
+		| grep -v -i -E '^edu[-_]dl([=@ ]|$$)' \
+		| sed -E 's/^([^=]+==[^+]+)\+.*$$/\1/' > constraints.txt.new
+	sed -n -E 's/^tensorflow[-_]cpu==(.*)$$/tensorflow==\1/ip' constraints.txt.new > constraints.txt.gpu
+	@if grep -q -E '^-e |file:|@ ' constraints.txt.new; then \
+		echo "error: constraints would hold a local or editable requirement:" >&2; \
+		grep -E '^-e |file:|@ ' constraints.txt.new >&2; \
+		rm -f constraints.txt.new constraints.txt.gpu; exit 1; fi
+	{ echo "# The versions the committed notebook outputs were made with. Written by make constraints."; \
+	  cat constraints.txt.new constraints.txt.gpu | LC_ALL=C sort -f -u; } > constraints.txt
+	rm -f constraints.txt.new constraints.txt.gpu
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis
