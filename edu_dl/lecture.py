@@ -47,9 +47,10 @@ def seed_everything(seed: int = 0) -> np.random.Generator:
 def plot_style() -> None:
     """The course's plot style: the colour-blind-safe palette, grids, readable sizes."""
     import matplotlib as mpl
+    from cycler import cycler  # matplotlib's own dependency
 
     mpl.rcParams.update({
-        "axes.prop_cycle": mpl.cycler(color=PALETTE),
+        "axes.prop_cycle": cycler(color=PALETTE),
         "axes.grid": True,
         "grid.alpha": 0.3,
         "figure.figsize": (6.4, 3.6),
