@@ -1,0 +1,795 @@
+"""What this machine is and what it can do at best: the facts behind ``edu-dl doctor``.
+
+- CPU facts parsed from ``/proc/cpuinfo`` text (x86 ``flags``, ARM ``Features``) and sysfs;
+- theoretical peak FLOP/s = cores * clock * FLOPs per cycle, where FLOPs per cycle per core =
+  SIMD lanes * 2 (an FMA is a multiply and an add) * FMA units per core;
+- theoretical memory bandwidth = transfers per second * bus width in bytes * channels;
+- measured bandwidth (a NumPy copy) and matmul FLOP/s, checked against the theory;
+- which GPUs CuPy, PyTorch and TensorFlow each see, each probed in its own process.
+
+A fact the machine does not reveal (FMA units per core, memory type and channels inside a VM) is
+a :class:`Fact` with ``value=None`` and the reason, never a guess passed off as a measurement.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+X = "\u00d7"  # the multiplication sign in printed formulas, spelled out for linters
+
+# --------------------------------------------------------------------------- facts
+
+
+@dataclass(frozen=True)
+class Fact:
+    """A value and where it came from, or ``value=None`` and the reason it is unknown."""
+
+    value: Any = None
+    unit: str = ""
+    source: str = ""
+    reason: str = ""
+
+    @property
+    def known(self) -> bool:
+        return self.value is not None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def text(self, fmt: str = "{}") -> str:
+        """'3.2 GHz' when known, 'unknown: <reason>' when not."""
+        if not self.known:
+            return f"unknown: {self.reason}"
+        return f"{fmt.format(self.value)} {self.unit}".strip()
+
+
+def unknown(reason: str, unit: str = "") -> Fact:
+    return Fact(None, unit, "", reason)
+
+
+# --------------------------------------------------------------------------- formulas
+
+
+def ddr_transfers(clock_mhz: float) -> float:
+    """Mega-transfers per second of DDR memory: 2 * the I/O clock (data on both clock edges)."""
+    return 2.0 * clock_mhz
+
+
+def bandwidth_mb_s(mega_transfers: float, bus_bytes: int = 8, channels: int = 1) -> float:
+    """Theoretical memory bandwidth in MB/s = transfers per second * bus bytes * channels.
+
+    The source's DDR4-2933 example: (1466.67 MHz * 2) * 8 B * 4 channels = 93,866.88 MB/s.
+    """
+    if mega_transfers <= 0 or bus_bytes <= 0 or channels <= 0:
+        raise ValueError(
+            f"bandwidth_mb_s: transfers ({mega_transfers}), bus bytes ({bus_bytes}) and channels "
+            f"({channels}) must all be positive"
+        )
+    return mega_transfers * bus_bytes * channels
+
+
+def flops_per_cycle(simd_bits: int, fma: bool, fma_units: int, dtype_bits: int = 32) -> int:
+    """FLOPs one core can finish per cycle = lanes * (2 with FMA, else 1) * vector FP units."""
+    if simd_bits < dtype_bits or fma_units < 1:
+        raise ValueError(
+            f"flops_per_cycle: need simd_bits ≥ dtype_bits and fma_units ≥ 1, got "
+            f"simd_bits={simd_bits}, dtype_bits={dtype_bits}, fma_units={fma_units}"
+        )
+    return (simd_bits // dtype_bits) * (2 if fma else 1) * fma_units
+
+
+def peak_flops(cores: int, clock_hz: float, per_cycle: int) -> float:
+    """Theoretical peak FLOP/s = cores * clock * FLOPs per cycle per core."""
+    return cores * clock_hz * per_cycle
+
+
+def matmul_flops(n: int) -> int:
+    """FLOPs of an n x n by n x n matmul: n² outputs, each n multiplies and n adds = 2n³."""
+    return 2 * n**3
+
+
+def matmul_intensity(n: int, itemsize: int = 4) -> float:
+    """FLOPs per byte of an n x n matmul: 2n³ / (3 n² * itemsize) (read A and B, write C)."""
+    return matmul_flops(n) / (3 * n * n * itemsize)
+
+
+# --------------------------------------------------------------------------- the CPU
+
+# Instruction sets worth naming in the table, in the order people know them.
+SIMD_FLAGS: tuple[str, ...] = (
+    "sse", "sse2", "pni", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "fma4",
+    "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile",
+    "neon", "vfpv4", "asimd", "asimdhp", "asimddp", "bf16", "i8mm", "sve", "sve2",
+)
+
+# ARM cores name themselves by (implementer, part) numbers, not by a model-name line.
+ARM_PARTS: dict[tuple[str, str], str] = {
+    ("0x41", "0xd03"): "ARM Cortex-A53",
+    ("0x41", "0xd07"): "ARM Cortex-A57",
+    ("0x41", "0xd08"): "ARM Cortex-A72",
+    ("0x41", "0xd0b"): "ARM Cortex-A76",
+    ("0x41", "0xd0c"): "ARM Neoverse-N1",
+    ("0x41", "0xd40"): "ARM Neoverse-V1",
+    ("0x41", "0xd49"): "ARM Neoverse-N2",
+    ("0x41", "0xd4f"): "ARM Neoverse-V2",
+}
+
+NO_CLOCK_REASON = (
+    "the kernel shows no clock: /proc/cpuinfo has no 'cpu MHz' line (ARM kernels never print one) "
+    "and there is no /sys/devices/system/cpu/cpu0/cpufreq (usual inside VMs); give --clock-mhz"
+)
+FMA_UNITS_REASON = (
+    "the CPU does not reveal how many vector FMA units each core has (cpuinfo lists instruction "
+    "sets, not execution units); give --fma-units from the vendor's documentation"
+)
+ASSUMED_FMA_UNITS = 2  # most x86 desktop and server cores since Intel Haswell and AMD Zen 2
+
+
+@dataclass(frozen=True)
+class CpuFacts:
+    """What /proc/cpuinfo, sysfs and the scheduler say about the CPU."""
+
+    model: Fact
+    architecture: str
+    logical_cores: Fact
+    physical_cores: Fact
+    usable_cores: Fact
+    flags: frozenset[str]
+    simd_bits: Fact
+    fma: bool
+    clock_mhz: Fact
+
+    @property
+    def simd(self) -> list[str]:
+        """The notable instruction-set flags present, in SIMD_FLAGS order."""
+        return [f for f in SIMD_FLAGS if f in self.flags]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.as_dict(),
+            "architecture": self.architecture,
+            "logical_cores": self.logical_cores.as_dict(),
+            "physical_cores": self.physical_cores.as_dict(),
+            "usable_cores": self.usable_cores.as_dict(),
+            "simd": self.simd,
+            "simd_bits": self.simd_bits.as_dict(),
+            "fma": self.fma,
+            "clock_mhz": self.clock_mhz.as_dict(),
+        }
+
+
+def parse_cpuinfo(text: str) -> tuple[list[dict[str, str]], dict[str, str]]:
+    """(one dict per 'processor' block, the machine-wide lines such as ARM's 'Hardware')."""
+    processors: list[dict[str, str]] = []
+    machine: dict[str, str] = {}
+    for block in re.split(r"\n\s*\n", text.strip()):
+        fields: dict[str, str] = {}
+        for line in block.splitlines():
+            key, sep, value = line.partition(":")
+            if sep:
+                fields[key.strip()] = value.strip()
+        if "processor" in fields and fields["processor"].isdigit():
+            processors.append(fields)
+        else:
+            machine.update(fields)
+    return processors, machine
+
+
+def _simd_width(flags: frozenset[str], sve_bytes: int | None) -> Fact:
+    """The widest float vector register the flags promise, in bits."""
+    source = "/proc/cpuinfo flags"
+    if "avx512f" in flags:
+        return Fact(512, "bit", f"{source}: avx512f")
+    if "avx" in flags:
+        return Fact(256, "bit", f"{source}: avx")
+    if "sse" in flags:
+        return Fact(128, "bit", f"{source}: sse")
+    if "sve" in flags and sve_bytes:
+        return Fact(8 * sve_bytes, "bit", "/proc/sys/abi/sve_default_vector_length")
+    if "asimd" in flags or "neon" in flags:
+        note = " (SVE present, its vector length unknown)" if "sve" in flags else ""
+        return Fact(128, "bit", f"/proc/cpuinfo Features: NEON/asimd{note}")
+    return unknown("no SIMD instruction set among the CPU flags", "bit")
+
+
+def _has_fma(flags: frozenset[str]) -> bool:
+    # AArch64 SIMD always has fused multiply-add; 32-bit ARM has it from VFPv4.
+    return bool(flags & {"fma", "fma4", "asimd"}) or {"neon", "vfpv4"} <= flags
+
+
+def _clock(
+    processors: list[dict[str, str]], model: str, cpufreq_max_khz: int | None
+) -> Fact:
+    """The best clock figure available, best source first."""
+    if cpufreq_max_khz:
+        return Fact(cpufreq_max_khz / 1000, "MHz", "maximum (turbo) clock: sysfs cpuinfo_max_freq")
+    nominal = re.search(r"@\s*([\d.]+)\s*GHz", model)
+    if nominal:
+        return Fact(
+            float(nominal.group(1)) * 1000,
+            "MHz",
+            "nominal clock in the model name (turbo may be higher)",
+        )
+    mhz = [float(p["cpu MHz"]) for p in processors if _is_number(p.get("cpu MHz", ""))]
+    if mhz and max(mhz) > 0:
+        return Fact(
+            max(mhz),
+            "MHz",
+            "'cpu MHz' in /proc/cpuinfo (in a VM: the host's nominal clock; turbo may be higher)",
+        )
+    return unknown(NO_CLOCK_REASON, "MHz")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def cpu_from_cpuinfo(
+    text: str,
+    *,
+    architecture: str = "",
+    usable: Fact | None = None,
+    cpufreq_max_khz: int | None = None,
+    sve_bytes: int | None = None,
+) -> CpuFacts:
+    """CPU facts from the text of /proc/cpuinfo plus what sysfs and the scheduler add."""
+    processors, machine = parse_cpuinfo(text)
+    if not processors:
+        raise ValueError("cpu_from_cpuinfo: no 'processor' blocks in the /proc/cpuinfo text")
+    first = processors[0]
+    flags = frozenset((first.get("flags") or first.get("Features") or "").split())
+    is_arm = "CPU implementer" in first
+    arch = architecture or ("arm" if is_arm else "x86_64")
+
+    name = first.get("model name") or machine.get("model name", "")
+    if is_arm:
+        part = ARM_PARTS.get((first.get("CPU implementer", ""), first.get("CPU part", "")))
+        # ARMv7 kernels print a vague 'ARMv7 Processor rev 3'; the part number is precise.
+        name = part or name
+        if "Model" in machine:
+            name = f"{name} ({machine['Model']})" if name else machine["Model"]
+    model = (
+        Fact(name, "", "/proc/cpuinfo")
+        if name
+        else unknown("/proc/cpuinfo names no model (and the CPU part number is not in the table)")
+    )
+
+    logical = Fact(len(processors), "", "/proc/cpuinfo processor blocks")
+    cores = {(p.get("physical id", "0"), p["core id"]) for p in processors if "core id" in p}
+    if cores:
+        physical = Fact(len(cores), "", "/proc/cpuinfo distinct (physical id, core id)")
+    else:
+        physical = Fact(
+            len(processors), "", "assumed = logical: /proc/cpuinfo lists no core ids (no SMT)"
+        )
+    return CpuFacts(
+        model=model,
+        architecture=arch,
+        logical_cores=logical,
+        physical_cores=physical,
+        usable_cores=usable or logical,
+        flags=flags,
+        simd_bits=_simd_width(flags, sve_bytes),
+        fma=_has_fma(flags),
+        clock_mhz=_clock(processors, name, cpufreq_max_khz),
+    )
+
+
+def cgroup_cpu_limit(text: str) -> float | None:
+    """CPUs a cgroup v2 'cpu.max' line allows ('quota period'); None for 'max' (no limit)."""
+    parts = text.split()
+    if len(parts) != 2 or parts[0] == "max":
+        return None
+    return int(parts[0]) / int(parts[1])
+
+
+def usable_cores() -> Fact:
+    """CPUs this process may run on: the affinity mask, capped by a container's CPU quota."""
+    try:
+        count = len(os.sched_getaffinity(0))
+        source = "os.sched_getaffinity"
+    except AttributeError:  # not on macOS or Windows
+        count, source = os.cpu_count() or 1, "os.cpu_count"
+    try:
+        quota = cgroup_cpu_limit(Path("/sys/fs/cgroup/cpu.max").read_text())
+    except (OSError, ValueError):
+        quota = None
+    if quota is not None and math.ceil(quota) < count:
+        return Fact(math.ceil(quota), "", f"cgroup cpu.max quota ({quota:g} CPUs)")
+    return Fact(count, "", source)
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def read_cpu(
+    proc: Path = Path("/proc"), sys_cpu: Path = Path("/sys/devices/system/cpu")
+) -> CpuFacts:
+    """This machine's CPU facts (Linux files; elsewhere what Python's platform module knows)."""
+    try:
+        text = (proc / "cpuinfo").read_text()
+    except OSError:
+        text = ""
+    if "processor" not in text:
+        count = os.cpu_count() or 1
+        why = f"no {proc / 'cpuinfo'} (not Linux)"
+        return CpuFacts(
+            model=Fact(platform.processor(), "", "platform.processor()")
+            if platform.processor()
+            else unknown(why),
+            architecture=platform.machine(),
+            logical_cores=Fact(count, "", "os.cpu_count"),
+            physical_cores=unknown(why),
+            usable_cores=usable_cores(),
+            flags=frozenset(),
+            simd_bits=unknown(why, "bit"),
+            fma=False,
+            clock_mhz=unknown(why, "MHz"),
+        )
+    return cpu_from_cpuinfo(
+        text,
+        architecture=platform.machine(),
+        usable=usable_cores(),
+        cpufreq_max_khz=_read_int(sys_cpu / "cpu0" / "cpufreq" / "cpuinfo_max_freq"),
+        sve_bytes=_read_int(proc / "sys" / "abi" / "sve_default_vector_length"),
+    )
+
+
+def peak_cores(cpu: CpuFacts) -> int | None:
+    """Cores whose FMA units we may use: usable CPUs, but no more than physical cores."""
+    if not (cpu.usable_cores.known and cpu.physical_cores.known):
+        return None
+    return int(min(cpu.usable_cores.value, cpu.physical_cores.value))
+
+
+def theoretical_peak(
+    cpu: CpuFacts,
+    fma_units: int | None,
+    clock_mhz: float | None = None,
+    max_cores: int | None = None,
+) -> tuple[Fact, Fact]:
+    """(theoretical float32 peak, labelled assumption) in GFLOP/s for the usable cores.
+
+    The theoretical figure needs ``fma_units`` (the machine does not reveal it); the assumption
+    uses ASSUMED_FMA_UNITS and says so. ``max_cores`` caps the cores (a thread limit).
+    """
+    clock = Fact(clock_mhz, "MHz", "--clock-mhz") if clock_mhz else cpu.clock_mhz
+    cores = peak_cores(cpu)
+    if cores is not None and max_cores:
+        cores = min(cores, max_cores)
+    missing = [
+        reason
+        for ok, reason in (
+            (clock.known, f"clock {clock.reason}"),
+            (cpu.simd_bits.known, f"SIMD width {cpu.simd_bits.reason}"),
+            (cores is not None, "core count unknown"),
+        )
+        if not ok
+    ]
+    if missing:
+        both = unknown("; ".join(missing), "GFLOP/s")
+        return both, both
+    assert cores is not None
+
+    def peak(units: int) -> float:
+        per_cycle = flops_per_cycle(int(cpu.simd_bits.value), cpu.fma, units)
+        return peak_flops(cores, float(clock.value) * 1e6, per_cycle) / 1e9
+
+    lanes = int(cpu.simd_bits.value) // 32
+    formula = (
+        f"{cores} cores {X} {float(clock.value):.0f} MHz {X} {lanes} float32 lanes {X} "
+        f"{2 if cpu.fma else 1} (FMA) {X} {{units}}"
+    )
+    assumed = Fact(
+        peak(ASSUMED_FMA_UNITS),
+        "GFLOP/s",
+        f"ASSUMPTION: {formula.format(units=f'{ASSUMED_FMA_UNITS} FMA units')}; "
+        f"clock: {clock.source}",
+    )
+    if fma_units is None:
+        return unknown(FMA_UNITS_REASON, "GFLOP/s"), assumed
+    theory = Fact(
+        peak(fma_units),
+        "GFLOP/s",
+        formula.format(units=f"{fma_units} FMA units (--fma-units)") + f"; clock: {clock.source}",
+    )
+    return theory, assumed
+
+
+# --------------------------------------------------------------------------- memory
+
+NO_MEMORY_SPEED_REASON = (
+    "memory type, speed and channel count live in the SMBIOS tables (`sudo dmidecode -t memory`), "
+    "which VMs and unprivileged users do not see; give --memory-mts and --channels"
+)
+
+
+def parse_meminfo(text: str) -> dict[str, int]:
+    """/proc/meminfo as bytes per field ('MemTotal: 16318480 kB' → 16710123520)."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        match = re.match(r"(\w+):\s+(\d+)\s*(kB)?", line)
+        if match:
+            out[match.group(1)] = int(match.group(2)) * (1024 if match.group(3) else 1)
+    return out
+
+
+def read_ram(proc: Path = Path("/proc")) -> Fact:
+    """Total RAM in bytes."""
+    try:
+        info = parse_meminfo((proc / "meminfo").read_text())
+        return Fact(info["MemTotal"], "B", "/proc/meminfo MemTotal")
+    except (OSError, KeyError):
+        pass
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return Fact(total, "B", "os.sysconf")
+    except (ValueError, OSError, AttributeError):
+        return unknown("neither /proc/meminfo nor sysconf report the RAM size", "B")
+
+
+def theoretical_bandwidth(
+    memory_mts: float | None, channels: int | None, bus_bytes: int = 8
+) -> Fact:
+    """Theoretical bandwidth in GB/s from --memory-mts and --channels, or unknown with why."""
+    if memory_mts is None or channels is None:
+        flags = (("--memory-mts", memory_mts), ("--channels", channels))
+        missing = " and ".join(name for name, v in flags if v is None)
+        return unknown(f"{NO_MEMORY_SPEED_REASON} (missing {missing})", "GB/s")
+    mb_s = bandwidth_mb_s(memory_mts, bus_bytes, channels)
+    return Fact(
+        mb_s / 1000,
+        "GB/s",
+        f"{memory_mts:g} MT/s {X} {bus_bytes} B {X} {channels} channels = {mb_s:,.2f} MB/s (flags)",
+    )
+
+
+# --------------------------------------------------------------------------- measurements
+
+
+def measure_bandwidth(nbytes: int = 256 * 2**20, repeats: int = 5) -> Fact:
+    """Best copy bandwidth in GB/s of one NumPy copy: 2 * nbytes moved (read + write) / time."""
+    src = np.ones(nbytes // 8, dtype=np.float64)  # ones, not empty: pages must really exist
+    dst = np.zeros_like(src)
+    np.copyto(dst, src)  # warm-up: the first copy also faults pages in
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - start)
+    return Fact(
+        2 * src.nbytes / best / 1e9,
+        "GB/s",
+        f"NumPy copy of {src.nbytes / 2**20:.0f} MiB, best of {repeats} (one thread)",
+    )
+
+
+def measure_matmul(n: int = 1024, repeats: int = 5) -> Fact:
+    """Best float32 NumPy matmul GFLOP/s at size n: 2n³ / time."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n), dtype=np.float32)
+    b = rng.standard_normal((n, n), dtype=np.float32)
+    a @ b  # warm-up: BLAS thread pool start, page faults
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return Fact(
+        matmul_flops(n) / best / 1e9,
+        "GFLOP/s",
+        f"NumPy float32 {n}x{n} matmul, best of {repeats}",
+    )
+
+
+def check_measured(theory: Fact, measured: Fact, what: str, inputs: str) -> tuple[Fact, str]:
+    """(the theory, a verdict). Measured above theory means an input of the theory is wrong:
+    the theory is then returned as unknown, with the numbers and which inputs to doubt."""
+    if not (theory.known and measured.known):
+        return theory, f"{what}: not checked (theory or measurement unknown)"
+    if float(measured.value) <= float(theory.value):
+        frac = float(measured.value) / float(theory.value)
+        return theory, f"{what}: measured is {frac:.0%} of theoretical (ok)"
+    reason = (
+        f"the computed {float(theory.value):.1f} {theory.unit} is below the measured "
+        f"{float(measured.value):.1f} {measured.unit}, so an input is wrong ({inputs})"
+    )
+    return unknown(reason, theory.unit), f"{what}: CONTRADICTED: {reason}"
+
+
+# --------------------------------------------------------------------------- GPUs and frameworks
+
+FRAMEWORKS: tuple[str, ...] = ("numpy", "cupy", "torch", "tensorflow")
+PROBE_MARK = "EDU_DL_PROBE "
+PROBE_TIMEOUT_S = 120.0  # importing TensorFlow on a busy 2-core machine can take 30 s
+
+
+def _probe_numpy() -> dict[str, Any]:
+    return {"version": np.__version__, "gpus": []}
+
+
+def _probe_cupy() -> dict[str, Any]:
+    import cupy
+
+    info: dict[str, Any] = {"version": cupy.__version__, "gpus": []}
+    runtime = cupy.cuda.runtime
+    info["cuda"] = _cuda_version(runtime.runtimeGetVersion())
+    info["driver_cuda"] = _cuda_version(runtime.driverGetVersion())
+    try:
+        from cupy.cuda import cudnn
+
+        info["cudnn"] = str(cudnn.getVersion())
+    except Exception:  # cuDNN is optional for CuPy
+        info["cudnn"] = None
+    for i in range(runtime.getDeviceCount()):  # raises without a driver: reported by the caller
+        props = runtime.getDeviceProperties(i)
+        name = props["name"]
+        info["gpus"].append(
+            {
+                "index": i,
+                "name": name.decode() if isinstance(name, bytes) else str(name),
+                "memory_bytes": int(props["totalGlobalMem"]),
+            }
+        )
+    return info
+
+
+def _cuda_version(code: int) -> str:
+    """CUDA's integer version (12040) as text ('12.4')."""
+    return f"{code // 1000}.{code % 1000 // 10}"
+
+
+def _probe_torch() -> dict[str, Any]:
+    import torch
+
+    info: dict[str, Any] = {
+        "version": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "cuda_build": torch.version.cuda is not None,
+        "gpus": [],
+    }
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(i)
+            info["gpus"].append(
+                {"index": i, "name": torch.cuda.get_device_name(i),
+                 "memory_bytes": int(props.total_memory)}
+            )
+    return info
+
+
+def _probe_tensorflow() -> dict[str, Any]:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import tensorflow as tf
+
+    build = dict(tf.sysconfig.get_build_info())
+    return {
+        "version": tf.__version__,
+        "cuda": build.get("cuda_version"),
+        "cudnn": build.get("cudnn_version"),
+        "cuda_build": bool(build.get("is_cuda_build")),
+        # The source material's check: '/device:GPU:0' when there is a GPU, '' when not.
+        "gpu_device_name": tf.test.gpu_device_name(),
+        "gpus": [
+            {"index": i, "name": d.name, "memory_bytes": None}
+            for i, d in enumerate(tf.config.list_physical_devices("GPU"))
+        ],
+    }
+
+
+_PROBES = {
+    "numpy": _probe_numpy,
+    "cupy": _probe_cupy,
+    "torch": _probe_torch,
+    "tensorflow": _probe_tensorflow,
+}
+
+
+def _probe_main(name: str) -> int:
+    """In the probe's own process: print one marked JSON line, whatever happens."""
+    try:
+        info = {"status": "ok", **_PROBES[name]()}
+    except ImportError as exc:
+        info = {"status": "not installed", "detail": str(exc), "gpus": []}
+    except Exception as exc:  # a CUDA error, a broken install: reported, not raised
+        info = {"status": "error", "detail": f"{type(exc).__name__}: {exc}", "gpus": []}
+    print(PROBE_MARK + json.dumps(info, default=str), flush=True)
+    return 0
+
+
+@dataclass
+class ProbeRun:
+    """A probe process started in the background."""
+
+    name: str
+    proc: subprocess.Popen[str]
+    started: float = field(default_factory=time.monotonic)
+
+
+def start_probe(name: str, argv: Sequence[str] | None = None) -> ProbeRun:
+    """Start ``python -m edu_dl.hardware --probe NAME`` (or ``argv``) in its own process."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    cmd = list(argv) if argv else [sys.executable, "-m", "edu_dl.hardware", "--probe", name]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    return ProbeRun(name, proc)
+
+
+def finish_probe(run: ProbeRun, timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
+    """The probe's report; a crash, a hang or garbage becomes a status with a reason."""
+    left = max(0.1, timeout - (time.monotonic() - run.started))
+    try:
+        out, err = run.proc.communicate(timeout=left)
+    except subprocess.TimeoutExpired:
+        run.proc.kill()
+        run.proc.communicate()
+        return {"name": run.name, "status": "timed out",
+                "detail": f"no answer within {timeout:g} s", "gpus": []}
+    for line in reversed(out.splitlines()):
+        if line.startswith(PROBE_MARK):
+            try:
+                return {"name": run.name, **json.loads(line[len(PROBE_MARK):])}
+            except json.JSONDecodeError:
+                break
+    tail = (err.strip().splitlines() or ["no output"])[-1]
+    how = f"exit status {run.proc.returncode}" if run.proc.returncode else "no report"
+    return {"name": run.name, "status": "crashed", "detail": f"{how}: {tail}", "gpus": []}
+
+
+def probe_frameworks(
+    names: Sequence[str] = FRAMEWORKS, timeout: float = PROBE_TIMEOUT_S
+) -> dict[str, dict[str, Any]]:
+    """Each framework's report, probed in parallel processes (never two in one process)."""
+    runs = [start_probe(name) for name in names]
+    reports = {run.name: finish_probe(run, timeout) for run in runs}
+    tf = reports.get("tensorflow")
+    if tf is not None:  # which pip package: the source's `pip show tensorflow-gpu`
+        tf["distributions"] = installed_distributions(
+            ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel")
+        )
+    return reports
+
+
+def installed_distributions(names: Sequence[str]) -> dict[str, str]:
+    """{pip name: version} for those of ``names`` that are installed."""
+    found = {}
+    for name in names:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def nvidia_driver(timeout: float = 10.0) -> dict[str, Any]:
+    """The NVIDIA driver as the OS sees it: version, highest CUDA it supports, GPUs listed."""
+    info: dict[str, Any] = {"present": False, "version": None, "max_cuda": None, "gpus": []}
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text()
+        info["present"] = True
+        match = re.search(r"Kernel Module\s+([\d.]+)", text)
+        info["version"] = match.group(1) if match else None
+    except OSError:
+        pass
+    smi = shutil.which("nvidia-smi")
+    info["nvidia_smi"] = smi
+    if smi:
+        try:
+            header = subprocess.run([smi], capture_output=True, text=True, timeout=timeout)
+            match = re.search(r"CUDA Version:\s*([\d.]+)", header.stdout)
+            info["max_cuda"] = match.group(1) if match else None
+            query = subprocess.run(
+                [smi, "--query-gpu=index,name,driver_version,memory.total",
+                 "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=timeout,
+            )
+            for line in query.stdout.strip().splitlines():
+                index, name, version, memory = (part.strip() for part in line.split(",")[:4])
+                info["gpus"].append({"index": index, "name": name, "memory": memory})
+                info["version"] = info["version"] or version
+                info["present"] = True
+        except (OSError, subprocess.SubprocessError, ValueError) as exc:
+            info["error"] = f"nvidia-smi failed: {exc}"
+    return info
+
+
+def gpu_explanation(frameworks: dict[str, dict[str, Any]], driver: dict[str, Any]) -> str | None:
+    """One paragraph on why a GPU is absent or unseen and what to check; None if all see one."""
+    gpu_frameworks = {k: v for k, v in frameworks.items() if k != "numpy"}
+    blind = {k: v for k, v in gpu_frameworks.items() if not v.get("gpus")}
+    if not blind:
+        return None
+    says: list[str] = []
+    if not driver.get("present"):
+        says.append(
+            "No NVIDIA GPU is visible on this machine: there is no NVIDIA driver "
+            "(/proc/driver/nvidia/version is missing and nvidia-smi is not on the PATH), so no "
+            "framework can use CUDA. That is normal on a laptop without an NVIDIA card, on a Mac, "
+            "and in a CPU-only VM or container (a container also needs the NVIDIA Container "
+            "Toolkit and `--gpus all`). Everything in the course runs on the CPU; for the GPU "
+            "lessons use a machine with an NVIDIA GPU (a lab machine, Colab or a rented cloud GPU)."
+        )
+    else:
+        says.append(
+            f"The NVIDIA driver {driver.get('version') or '(version unknown)'} is present and "
+            f"supports CUDA up to {driver.get('max_cuda') or '(unknown)'}, yet not every framework "
+            "sees the GPU."
+        )
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if hidden is not None and hidden.strip() in ("", "-1"):
+        says.append(f"CUDA_VISIBLE_DEVICES={hidden!r} hides every GPU from every framework.")
+    for name, report in blind.items():
+        says.append(_framework_advice(name, report, driver))
+    says.append(
+        "What to check: `nvidia-smi` runs and lists the GPU; the driver supports the CUDA version "
+        "each framework was built for; the cuDNN version matches the TensorFlow build "
+        "(TensorFlow's tested build configurations); and the GPU builds, not the CPU-only ones, "
+        "are installed."
+    )
+    return " ".join(says)
+
+
+def _framework_advice(name: str, report: dict[str, Any], driver: dict[str, Any]) -> str:
+    status, version = report.get("status"), report.get("version", "")
+    if status == "not installed":
+        hint = {"cupy": "pip install cupy-cuda12x", "torch": "pip install torch",
+                "tensorflow": "pip install 'tensorflow[and-cuda]'"}.get(name, "")
+        return f"{name} is not installed{f' ({hint} on a CUDA machine)' if hint else ''}."
+    if status != "ok":
+        return f"{name} could not be checked ({status}: {report.get('detail', '')})."
+    if name == "torch" and not report.get("cuda_build"):
+        return (
+            f"PyTorch {version} is a CPU-only build (torch.version.cuda is None): install a CUDA "
+            "build from pytorch.org for a CUDA version the driver supports."
+        )
+    if name == "tensorflow" and not report.get("cuda_build"):
+        cpu_pkg = "tensorflow-cpu" in report.get("distributions", {})
+        return (
+            f"TensorFlow {version} is a CPU-only build ("
+            + ("the tensorflow-cpu package is installed" if cpu_pkg else "is_cuda_build is False")
+            + "; tf.test.gpu_device_name() returns ''): on Linux with an NVIDIA GPU install "
+            "tensorflow[and-cuda], which brings the CUDA and cuDNN versions it was built for."
+        )
+    cuda, cudnn = report.get("cuda"), report.get("cudnn")
+    built = f"built for CUDA {cuda}" + (f" and cuDNN {cudnn}" if cudnn else "")
+    if driver.get("present"):
+        return (
+            f"{name} {version} is {built} but sees no GPU: the driver must support CUDA {cuda} "
+            "or newer, and those CUDA/cuDNN libraries must be found (LD_LIBRARY_PATH)."
+        )
+    return f"{name} {version} is {built} but there is no NVIDIA driver for it to use."
+
+
+# --------------------------------------------------------------------------- probe entry point
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--probe" and sys.argv[2] in _PROBES:
+        sys.exit(_probe_main(sys.argv[2]))
+    sys.exit(f"usage: python -m edu_dl.hardware --probe {{{','.join(_PROBES)}}}")
