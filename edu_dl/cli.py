@@ -15,6 +15,11 @@ from typing import Any
 
 from . import __version__
 from .bench import DEFAULT_REPEATS, FRAMEWORKS, QUICK_REPEATS, SIZES
+from .bench_data import add_loader, add_transfer
+from .bench_matmul import add_bench_matmul
+from .caffe.cli import add_train
+from .doctor import add_doctor
+from .twins.bench import add_twins
 
 Subparsers = Any  # argparse's _SubParsersAction is private
 
@@ -186,8 +191,9 @@ def _plan_or_reason(repeats: int, quick: bool) -> Any:
 
 # Later commands (doctor, train, assign, grade, validate, ...) go here: each module defines
 # `add_<name>(subparsers)` and is listed once. `edu-dl bench <kind>` parsers go in BENCH_COMMANDS.
-COMMANDS: list[Callable[[Subparsers], None]] = [add_bench]
-BENCH_COMMANDS: list[Callable[[Subparsers], None]] = []
+COMMANDS: list[Callable[[Subparsers], None]] = [add_bench, add_train, add_doctor]
+BENCH_COMMANDS: list[Callable[[Subparsers], None]] = [
+    add_bench_matmul, add_loader, add_transfer, add_twins]
 
 
 def build_parser() -> argparse.ArgumentParser:
