@@ -1,0 +1,44 @@
+"""Writing GPU kernels: Numba's CUDA target, runnable anywhere through its simulator.
+
+- ``launch``: blocks per grid = ceil(n / threads per block), 1-D and 2-D launch configurations
+- ``kernels``: reference kernels (ReLU, SAXPY, naive and tiled matmul) and NumPy-in/NumPy-out
+  wrappers; imports ``numba.cuda``, so it is NOT imported here (see ``simulator``)
+- ``simulator``: run kernels without a GPU, in a fresh process, with NaN-filled shared memory
+- ``timing``: synchronized timing, GFLOP/s and the fraction of the card's peak
+- ``mistakes``: ``diagnose`` names the usual mistake (bounds check, swapped indices,
+  missing syncthreads)
+"""
+
+from . import launch, mistakes, simulator
+from .launch import LaunchConfig, blocks_for, launch_1d, launch_2d
+from .mistakes import Diagnosis, diagnose
+from .simulator import (
+    Outcome,
+    SimulatorError,
+    enable_simulator,
+    gpu_present,
+    numba_gpu_works,
+    run_in_simulator,
+    simulate,
+    simulator_active,
+)
+
+__all__ = [
+    "Diagnosis",
+    "LaunchConfig",
+    "Outcome",
+    "SimulatorError",
+    "blocks_for",
+    "diagnose",
+    "enable_simulator",
+    "gpu_present",
+    "launch",
+    "launch_1d",
+    "launch_2d",
+    "mistakes",
+    "numba_gpu_works",
+    "run_in_simulator",
+    "simulate",
+    "simulator",
+    "simulator_active",
+]
