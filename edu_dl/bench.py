@@ -37,6 +37,8 @@ from typing import IO, Any
 
 import numpy as np
 
+from .progress import progress_disabled
+
 # (N, D, H, out): batch, input, hidden and output sizes.
 SIZES: dict[str, tuple[int, int, int, int]] = {
     "tiny": (8, 16, 16, 10),
@@ -480,7 +482,7 @@ def run_engine(
         desc="bench engine",
         unit="batch",
         file=sys.stderr,
-        disable=not progress,
+        disable=progress_disabled(progress),
     )
     try:
         for size in sizes:

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from .bench import SIZES, format_time, limit_threads, make_problem, thread_env
+from .progress import progress_disabled
 
 LOADER_FRAMEWORKS: tuple[str, ...] = ("edu_dl", "torch", "tf")
 FEED_FRAMEWORKS: tuple[str, ...] = ("edu_dl", "tf")
@@ -103,7 +104,8 @@ def run_worker(task: str, config: dict[str, Any], threads: int | None = 1) -> An
 def _progress(total: int, desc: str, enabled: bool) -> Any:
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit="task", file=sys.stderr, disable=not enabled)
+    return tqdm(total=total, desc=desc, unit="task", file=sys.stderr,
+                disable=progress_disabled(enabled))
 
 
 # --------------------------------------------------------------------------- the loader benchmark

@@ -28,6 +28,7 @@ import numpy as np
 from tqdm import tqdm
 
 from .. import backend
+from ..progress import progress_disabled
 from . import caffe_subset_pb2 as pb
 from .net import Net, resolve
 from .prototxt import CaffeFormatError, LayerSource, filter_net, read_net, read_solver
@@ -194,7 +195,7 @@ def train(net_path: str | Path | None, solver_path: str | Path, *,
     recent: deque[float] = deque(maxlen=max(s.average_loss, 1))
     history = History(solver_type=solver.kind)
     bar = tqdm(range(s.max_iter), desc="edu-dl train", unit="iter", file=sys.stderr,
-               disable=not progress)
+               disable=progress_disabled(progress))
     start = time.perf_counter()
     for it in bar:
         loss = solver.step()
