@@ -1,0 +1,10 @@
+"""Exercises and auto-grading: ``check`` for students, ``assign`` / ``validate`` / ``grade`` for
+instructors. nbgrader's markers and metadata; no Docker, no server.
+
+In an exercise notebook: ``from edu_dl.grading import check`` and ``check("ex05.relu_backward",
+relu_backward)``.
+"""
+
+from .checking import Part, Verdict, check, default_compare, tolerance
+
+__all__ = ["Part", "Verdict", "check", "default_compare", "tolerance"]

@@ -1,0 +1,268 @@
+"""edu_dl.grading.check: passes, specific failure messages with hints, and the grading mode."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import edu_dl
+from edu_dl.grading import Part, Verdict, check, checking, default_compare, parts
+from edu_dl.grading.parts import ex05
+
+# ----------------------------------------------------------------------------- reference answers
+
+
+def mul_backward(dout, x, y):
+    return dout * y, dout * x
+
+
+def matmul_backward(dout, x, w):
+    return dout @ w.T, x.T @ dout
+
+
+def relu_backward(dout, x):
+    return dout * (x > 0)
+
+
+def softmax_ce(logits, y):
+    n = len(y)
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    p = np.exp(shifted) / np.exp(shifted).sum(axis=1, keepdims=True)
+    d = p.copy()
+    d[np.arange(n), y] -= 1
+    return -np.log(p[np.arange(n), y]).mean(), d / n
+
+
+def softmax_xp(x):
+    xp = edu_dl.get_xp(x)
+    e = xp.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def run(capsys, part_id, fn, hidden=False):
+    ok = check(part_id, fn, hidden=hidden)
+    out = capsys.readouterr().out
+    assert "Traceback" not in out
+    return ok, out
+
+
+@pytest.mark.parametrize(("part_id", "fn"), [
+    ("ex05.mul_backward", mul_backward),
+    ("ex05.matmul_backward", matmul_backward),
+    ("ex05.relu_backward", relu_backward),
+    ("ex05.softmax_cross_entropy", softmax_ce),
+    ("ex02.gflops", lambda n, s: 2 * n**3 / s / 1e9),
+    ("ex02.peak_bandwidth", lambda m, b, c: m * b * c),
+    ("ex02.softmax_xp", softmax_xp),
+])
+@pytest.mark.parametrize("hidden", [False, True])
+def test_right_answers_pass(capsys, part_id, fn, hidden):
+    ok, out = run(capsys, part_id, fn, hidden)
+    kind = "hidden cases" if hidden else "cases"
+    assert ok is True
+    assert out.startswith(f"✓ {part_id}: ") and f"{kind} passed" in out
+
+
+# ----------------------------------------------------------------------------- typical mistakes
+
+
+def test_transposed_matmul_gradient_says_shapes_and_hint(capsys):
+    ok, out = run(capsys, "ex05.matmul_backward", lambda d, x, w: (w @ d.T, x.T @ d))
+    assert ok is False
+    assert "case 1 of 3 (dout (2, 4), x (2, 3), w (3, 4))" in out
+    assert "output 0 (dx): expected shape (2, 3), got shape (3, 2)" in out
+    assert "hint: looks transposed" in out
+
+
+def test_relu_prime_of_zero_shows_first_differing_entries_and_hint(capsys):
+    ok, out = run(capsys, "ex05.relu_backward", lambda d, x: d * (x >= 0))
+    assert ok is False
+    assert "entries differ" in out and "max abs error" in out
+    # the differing entries are exactly where x == 0: expected 0 there
+    assert "first differing entries: [0, 0] expected 0, got" in out
+    assert "relu'(0) = 0" in out
+
+
+def test_softmax_without_mean_and_without_max_shift(capsys):
+    def no_mean(logits, y):
+        loss, d = softmax_ce(logits, y)
+        return loss, d * len(y)
+
+    ok, out = run(capsys, "ex05.softmax_cross_entropy", no_mean)
+    assert ok is False and "output 1 (dlogits)" in out and "divide the gradient by N" in out
+
+    def naive(logits, y):
+        with np.errstate(over="ignore", invalid="ignore"):
+            p = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+            d = p.copy()
+            d[np.arange(len(y)), y] -= 1
+            return -np.log(p[np.arange(len(y)), y]).mean(), d / len(y)
+
+    ok, out = run(capsys, "ex05.softmax_cross_entropy", naive)
+    assert ok is False
+    assert "case 4 of 4" in out and "got nan" in out and "subtract each row's maximum" in out
+
+
+def test_scalar_answers_show_expected_and_got(capsys):
+    ok, out = run(capsys, "ex02.gflops", lambda n, s: n**3 / s / 1e9)
+    assert ok is False
+    assert "case 1 of 2 (n=1000, seconds=0.05): expected 40, got 20" in out
+    assert "2 FLOPs" in out
+    ok, out = run(capsys, "ex02.peak_bandwidth", lambda m, b, c: m * b * c * 8)
+    assert "expected 93866.9" in out and "already in bytes" in out
+
+
+def test_mean_without_dividing(capsys):
+    ok, out = run(capsys, "ex05.mean_backward", lambda d, x: d * np.ones_like(x))
+    assert ok is False and "dout * ones_like(x) / x.size" in out
+
+
+def test_device_agnostic_part_rejects_numpy_by_name(capsys):
+    def softmax_np(x):
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+    ok, out = run(capsys, "ex02.softmax_xp", softmax_np)
+    assert ok is False and "still names NumPy" in out and "get_xp" in out
+
+
+def test_not_implemented_yet(capsys):
+    def stub(dout, x):
+        # YOUR CODE HERE
+        raise NotImplementedError()
+
+    ok, out = run(capsys, "ex05.relu_backward", stub)
+    assert ok is False
+    assert out == "✗ ex05.relu_backward: not implemented yet\n"
+
+
+def test_other_exceptions_name_type_message_and_student_line(capsys):
+    def broken(dout, x):
+        return dout @ x  # a (2, 3) @ (2, 3) product
+
+    ok, out = run(capsys, "ex05.relu_backward", broken)
+    assert ok is False
+    assert "raised: ValueError: matmul" in out
+    assert "in broken: return dout @ x" in out
+
+
+def test_unknown_part_does_not_raise(capsys):
+    ok, out = run(capsys, "ex05.nope", relu_backward)
+    assert ok is False and "unknown part" in out and "ex05.relu_backward" in out
+    ok, out = run(capsys, "ex99.x", relu_backward)
+    assert ok is False and "no exercise 'ex99'" in out
+
+
+def test_student_cannot_change_the_inputs_the_oracle_sees(capsys):
+    def overwrite(dout, x):
+        result = dout * (x > 0)
+        x[...] = 1.0
+        dout[...] = 0.0
+        return result
+
+    assert run(capsys, "ex05.relu_backward", overwrite)[0] is True
+
+
+# ----------------------------------------------------------------------------- the oracles
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_numeric_oracles_match_closed_forms(hidden):
+    """The gradient-check oracles agree with the textbook formulas (and torch, for relu)."""
+    closed = {
+        "ex05.mul_backward": mul_backward,
+        "ex05.graph_backward": lambda x, y, z: (y, x, np.ones_like(z)),
+        "ex05.matmul_backward": matmul_backward,
+        "ex05.relu_backward": relu_backward,
+        "ex05.sum_backward": lambda d, x: d * np.ones_like(x),
+        "ex05.mean_backward": lambda d, x: d * np.ones_like(x) / x.size,
+        "ex05.exp_backward": lambda d, x: d * np.exp(x),
+        "ex05.log_backward": lambda d, x: d / x,
+        "ex05.softmax_cross_entropy": softmax_ce,
+    }
+    assert set(closed) == {p.id for p in ex05.PARTS}
+    for part_id, formula in closed.items():
+        part = parts.get(part_id)
+        for args in part.cases(np.random.default_rng(1), hidden):
+            verdict = part.compare(part.expected(*args), formula(*args))
+            assert verdict.ok, f"{part_id}: {verdict.message}"
+
+
+def test_every_part_is_well_formed():
+    all_parts = parts.all_parts()
+    ids = [p.id for p in all_parts]
+    assert len(ids) == len(set(ids)) and {"ex02", "ex05"} <= set(parts.modules())
+    for part in all_parts:
+        assert parts.get(part.id) is part and part.points > 0
+        for hidden in (False, True):
+            cases = part.cases(np.random.default_rng(3), hidden)
+            assert cases, part.id
+            checking.encode_cases(cases)  # serializable without pickle
+    visible = ex05.PARTS[0].cases(np.random.default_rng(checking.VISIBLE_SEED), False)
+    hidden = ex05.PARTS[0].cases(np.random.default_rng(checking.HIDDEN_SEED), True)
+    assert [a[0].shape for a in visible] != [a[0].shape for a in hidden]
+
+
+# ----------------------------------------------------------------------------- compare
+
+
+def test_default_compare_messages():
+    assert default_compare(np.ones(3), np.ones(3)).ok
+    assert default_compare(np.ones(3), np.ones(3, dtype=int)).ok  # ints and floats compare
+    assert "expected number values" in default_compare(np.ones(3), np.ones(3) > 0).message
+    assert "expected a tuple of 2" in default_compare((1.0, 2.0), 1.0).message
+    assert "expected 2 outputs, got 3" in default_compare((1.0, 2.0), (1, 2, 3)).message
+    assert "not an array" in default_compare(np.ones(2), None).message or \
+        "got a NoneType" in default_compare(np.ones(2), None).message
+    bad = default_compare(np.zeros((2, 2)), np.array([[0, 1], [0, 3.0]]))
+    assert not bad.ok
+    assert "2 of 4 entries differ" in bad.message
+    assert "[0, 1] expected 0, got 1; [1, 1] expected 0, got 3" in bad.message
+    assert isinstance(bad, Verdict)
+
+
+# ----------------------------------------------------------------------------- grading mode
+
+
+def test_grading_mode_records_results_and_compares_nothing(tmp_path: Path, monkeypatch, capsys):
+    part: Part = parts.get("ex05.relu_backward")
+    cases = part.cases(np.random.default_rng(12345), True)  # the grader's fresh draw
+    checking.write_inputs(tmp_path / "inputs" / "ex05.relu_backward.npz", cases)
+    monkeypatch.setenv(checking.GRADING_ENV, str(tmp_path))
+
+    def wrong_on_second(dout, x):
+        if dout.shape == cases[1][0].shape and np.array_equal(dout, cases[1][0]):
+            raise RuntimeError("boom")
+        return dout * (x >= 0)  # wrong at x == 0: still only recorded, never judged here
+
+    assert check("ex05.relu_backward", wrong_on_second) is True
+    assert check("ex05.relu_backward", relu_backward, hidden=True) is True
+    out = capsys.readouterr().out
+    assert out == "ex05.relu_backward: results recorded for grading\n" * 2
+    files = sorted(p.name for p in (tmp_path / "outputs").iterdir())
+    assert files == ["ex05.relu_backward.1.npz", "ex05.relu_backward.2.npz"]
+
+    hidden, results = checking.read_outputs(tmp_path / "outputs" / "ex05.relu_backward.1.npz")
+    assert hidden is False and len(results) == len(cases)
+    assert isinstance(results[1], checking.ErrorText) and "RuntimeError: boom" in results[1]
+    assert not part.compare(part.expected(*cases[0]), results[0]).ok  # the grader sees the bug
+    hidden, results = checking.read_outputs(tmp_path / "outputs" / "ex05.relu_backward.2.npz")
+    assert hidden is True
+    for args, got in zip(cases, results):
+        assert part.compare(part.expected(*args), got).ok
+
+
+def test_grading_mode_tuples_and_non_arrays(tmp_path: Path, monkeypatch, capsys):
+    cases = parts.get("ex05.mul_backward").cases(np.random.default_rng(5), False)
+    checking.write_inputs(tmp_path / "inputs" / "ex05.mul_backward.npz", cases)
+    monkeypatch.setenv(checking.GRADING_ENV, str(tmp_path))
+    check("ex05.mul_backward", mul_backward)
+    check("ex05.mul_backward", lambda d, x, y: None)
+    capsys.readouterr()
+    _, results = checking.read_outputs(tmp_path / "outputs" / "ex05.mul_backward.1.npz")
+    assert isinstance(results[0], tuple) and len(results[0]) == 2
+    np.testing.assert_array_equal(results[0][0], cases[0][0] * cases[0][2])
+    _, results = checking.read_outputs(tmp_path / "outputs" / "ex05.mul_backward.2.npz")
+    assert all(isinstance(r, checking.ErrorText) and "NoneType" in r for r in results)
