@@ -1,0 +1,65 @@
+"""Data parallelism: one model on many devices, each with a slice of the batch.
+
+- ``train_data_parallel`` / ``train_single``: ``torch.distributed`` workers (gloo on CPUs, NCCL on
+  GPUs) with gradients averaged by hand (``dist.all_reduce``) or by ``DistributedDataParallel``,
+  against one process with the whole batch;
+- ``mirrored_strategy_demo``: TensorFlow's ``MirroredStrategy`` on logical CPU devices;
+- ``run_workers``: the launcher (spawned processes, loopback rendezvous, timeouts, clean-up);
+- ``pitfalls``: the lecture's list of multi-device pitfalls with measured numbers.
+
+Scripts that call these must guard their top level with ``if __name__ == "__main__":``, because
+every spawned worker re-imports the script.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .launch import WorkerError, choose_backend, run_workers
+    from .mirrored import MirroredResult, mirrored_strategy_demo
+    from .problem import TwoLayerNet, TwoLayerProblem, make_problem
+    from .summary import max_rel_diff, pitfalls
+    from .torch_dp import MODES, ParallelResult, train_data_parallel, train_single
+
+# Loaded on first use, so `edu-dl --help` (which imports edu_dl.parallel.cli) never loads torch.
+# No submodule may share a name with these: an imported submodule would shadow the name.
+_WHERE = {
+    "WorkerError": "launch",
+    "choose_backend": "launch",
+    "run_workers": "launch",
+    "MirroredResult": "mirrored",
+    "mirrored_strategy_demo": "mirrored",
+    "max_rel_diff": "summary",
+    "pitfalls": "summary",
+    "TwoLayerNet": "problem",
+    "TwoLayerProblem": "problem",
+    "make_problem": "problem",
+    "MODES": "torch_dp",
+    "ParallelResult": "torch_dp",
+    "train_data_parallel": "torch_dp",
+    "train_single": "torch_dp",
+}
+__all__ = [
+    "MODES",
+    "MirroredResult",
+    "ParallelResult",
+    "TwoLayerNet",
+    "TwoLayerProblem",
+    "WorkerError",
+    "choose_backend",
+    "make_problem",
+    "max_rel_diff",
+    "mirrored_strategy_demo",
+    "pitfalls",
+    "run_workers",
+    "train_data_parallel",
+    "train_single",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)

@@ -1,0 +1,171 @@
+"""``edu-dl bench parallel``: one process vs 2 workers (all_reduce, DDP) vs MirroredStrategy."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Row:
+    """One line of the table: a way of training and what it cost."""
+
+    run: str
+    workers: int
+    rows_each: int
+    ms_per_step: float  # the training loop only
+    total_s: float  # with process start-up, rendezvous and (for TF) its import
+    final_loss: float
+    rel_diff: float  # max relative difference of the final weights from one process
+    losses: list[float]
+
+
+def add_parallel(kinds: Any) -> None:
+    """``edu-dl bench parallel``."""
+    from ..cli import positive_int
+
+    p = kinds.add_parser(
+        "parallel",
+        help="data parallelism: torch.distributed workers and MirroredStrategy vs one process",
+        description="Train the lecture's two-layer net (float64) on one process with the whole "
+        "batch, on R torch.distributed workers with N/R rows each (gradients averaged by hand "
+        "with all_reduce, then by DistributedDataParallel), and with TensorFlow's "
+        "MirroredStrategy on R logical CPUs; show that the weights agree and what it cost.",
+    )
+    p.add_argument("--world-size", type=positive_int, default=2, help="workers (default 2)")
+    p.add_argument("--steps", type=positive_int, default=None, help="SGD steps (default 20)")
+    p.add_argument(
+        "--backend",
+        choices=("gloo", "nccl"),
+        default=None,
+        help="default: nccl with one GPU per worker, else gloo",
+    )
+    p.add_argument("--no-tf", action="store_true", help="skip MirroredStrategy")
+    p.add_argument("--out", type=Path, metavar="DIR", help="write parallel.json and parallel.png")
+    p.add_argument("--quick", action="store_true", help="5 steps: checks that it runs")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(handler=run_parallel_command)
+
+
+def run_parallel_command(args: argparse.Namespace) -> int:
+    from tqdm.auto import tqdm
+
+    from . import (
+        make_problem,
+        max_rel_diff,
+        mirrored_strategy_demo,
+        pitfalls,
+        train_data_parallel,
+        train_single,
+    )
+
+    steps = args.steps or (5 if args.quick else 20)
+    problem = make_problem()
+    if problem.batch_size % args.world_size:
+        print(
+            f"error: the batch of {problem.batch_size} rows does not split over "
+            f"{args.world_size} workers; choose a divisor of it",
+            file=sys.stderr,
+        )
+        return 2
+    names = ["single", "all_reduce", "ddp"] + ([] if args.no_tf else ["mirrored"])
+    rows: list[Row] = []
+    single = parallel = None
+    for name in tqdm(names, desc="bench parallel", disable=args.no_progress, file=sys.stderr):
+        if name == "mirrored":
+            m = mirrored_strategy_demo(problem, replicas=args.world_size, steps=steps)
+            workers, rows_each, losses = m.num_replicas_in_sync, m.rows_per_replica[0], m.losses
+            seconds, wall, weights = m.seconds, m.wall_seconds, m.weights
+        else:
+            if name == "single":
+                result = single = train_single(problem, steps=steps)
+            else:
+                result = train_data_parallel(
+                    problem,
+                    world_size=args.world_size,
+                    steps=steps,
+                    mode=name,
+                    backend=args.backend,
+                )
+                parallel = parallel or result
+            workers, rows_each, losses = (
+                result.world_size,
+                result.rows_per_rank[0],
+                result.global_losses,
+            )
+            seconds, wall, weights = result.seconds, result.wall_seconds, result.weights
+        assert single is not None  # "single" runs first: everything is compared with it
+        diff = max_rel_diff(weights, single.weights)
+        rows.append(
+            Row(
+                name,
+                workers,
+                rows_each,
+                seconds / steps * 1e3,
+                wall,
+                float(losses[-1]),
+                diff,
+                [float(v) for v in losses],
+            )
+        )
+    sys.stdout.write(table(rows, steps) + "\n" + pitfalls(parallel, single) + "\n")
+    if args.out is not None:
+        for path in write_outputs(rows, args.out):
+            print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def table(rows: list[Row], steps: int) -> str:
+    """A Markdown table: one line per way of training."""
+    out = [
+        f"Data parallelism, {steps} SGD steps, float64 (times from this machine):",
+        "",
+        "| run | workers | rows each | ms/step (loop) | total s (with start-up) | final loss "
+        "| weights vs one process |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        out.append(
+            f"| {r.run} | {r.workers} | {r.rows_each} | {r.ms_per_step:.3g} "
+            f"| {r.total_s:.3g} | {r.final_loss:.6g} | {r.rel_diff:.1e} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def write_outputs(rows: list[Row], out: Path) -> list[Path]:
+    """parallel.json (the rows) and parallel.png (loss curves and the cost of each run)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "parallel.json", out / "parallel.png"]
+    paths[0].write_text(json.dumps([vars(r) for r in rows], indent=2) + "\n")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for r, style in zip(rows, ["-", "--", ":", "-."]):
+        left.plot(range(1, len(r.losses) + 1), r.losses, style, label=f"{r.run} (x{r.workers})")
+    left.set_yscale("log")
+    left.set_xlabel("step")
+    left.set_ylabel("full-batch loss")
+    left.set_title("Same losses, step for step")
+    left.legend()
+    names = [r.run for r in rows]
+    right.bar(names, [r.total_s for r in rows], color="tab:gray", label="total (with start-up)")
+    right.bar(
+        names,
+        [r.ms_per_step * len(r.losses) / 1e3 for r in rows],
+        color="tab:blue",
+        label="training loop",
+    )
+    right.set_ylabel("seconds")
+    right.set_title("What the extra processes cost")
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(paths[1], dpi=110)
+    plt.close(fig)
+    return paths
