@@ -1,0 +1,131 @@
+"""Exercise 1's parts: the solutions notebook passes every case; typical mistakes get their hint."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from edu_dl.grading import check, checking
+from edu_dl.grading.parts import ex01
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "solutions" / "01_getting_started.ipynb"
+
+
+def solutions() -> dict[str, Any]:
+    """The solution cells of the notebook, executed: the reference answers."""
+    namespace: dict[str, Any] = {}
+    exec("import numpy as np", namespace)
+    for cell in json.loads(NOTEBOOK.read_text())["cells"]:
+        if cell["metadata"].get("nbgrader", {}).get("solution"):
+            exec("".join(cell["source"]), namespace)
+    return namespace
+
+
+SOLUTIONS = solutions()
+FUNCTIONS = {"ex01.peak_gflops": "peak_gflops", "ex01.choose_gpus": "choose_gpus",
+             "ex01.pick_device": "pick_device", "ex01.read_cpuinfo": "read_cpuinfo"}
+
+
+def run(capsys: pytest.CaptureFixture[str], part_id: str, fn: Any) -> tuple[bool, str]:
+    ok = check(part_id, fn)
+    out = capsys.readouterr().out
+    assert "Traceback" not in out
+    return ok, out
+
+
+@pytest.mark.parametrize("part", ex01.PARTS, ids=lambda p: p.id)
+@pytest.mark.parametrize("hidden", [False, True])
+def test_oracle_agrees_with_the_solution(part: checking.Part, hidden: bool) -> None:
+    rng = np.random.default_rng(12345 if hidden else checking.VISIBLE_SEED)
+    fn = SOLUTIONS[FUNCTIONS[part.id]]
+    cases = checking.roundtrip(part.cases(rng, hidden))
+    for i, args in enumerate(cases):
+        verdict = checking.judge_case(part, i, len(cases), args, part.expected(*args),
+                                      part.call(fn, args))
+        assert verdict.ok, verdict.message
+
+
+@pytest.mark.parametrize("part_id", FUNCTIONS)
+def test_stub_is_not_implemented_yet(capsys: pytest.CaptureFixture[str], part_id: str) -> None:
+    def stub(*args: Any) -> Any:
+        raise NotImplementedError()
+
+    ok, out = run(capsys, part_id, stub)
+    assert not ok and out.strip() == f"✗ {part_id}: not implemented yet"
+
+
+def test_the_lecture_example_is_192_gflops() -> None:
+    assert ex01._peak_expected(2, 3000.0, 256, 2) == pytest.approx(192.0)
+
+
+def test_peak_without_the_fma_factor(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex01.peak_gflops", lambda c, mhz, bits, u: c * mhz / 1e3 * bits / 32 * u)
+    assert not ok
+    assert "case 1 of 3 (cores=2, clock_mhz=3000, simd_bits=256, fma_units=2)" in out
+    assert "expected 192, got 96" in out
+    assert "hint: half the expected peak: an FMA" in out
+
+
+def test_peak_with_bits_instead_of_lanes(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex01.peak_gflops", lambda c, mhz, bits, u: c * mhz / 1e3 * bits * 2 * u)
+    assert not ok and "hint: simd_bits is the register width in bits" in out
+
+
+def test_gpus_with_strict_bounds(capsys: pytest.CaptureFixture[str]) -> None:
+    def strict(vendors, cores, memory, bandwidth):
+        rows = np.flatnonzero((vendors == "NVIDIA") & (cores > 1000) & (memory > 8))
+        return rows[np.argsort(-bandwidth[rows], kind="stable")]
+
+    ok, out = run(capsys, "ex01.choose_gpus", strict)
+    assert not ok
+    assert "expected shape (3,), got shape (2,)" in out
+    assert "hint: 'at least 1000 cores' and 'at least 8 GB' include the boundary" in out
+
+
+def test_gpus_ranked_the_wrong_way_and_any_vendor(capsys: pytest.CaptureFixture[str]) -> None:
+    def ascending(vendors, cores, memory, bandwidth):
+        rows = np.flatnonzero((vendors == "NVIDIA") & (cores >= 1000) & (memory >= 8))
+        return rows[np.argsort(bandwidth[rows], kind="stable")]
+
+    ok, out = run(capsys, "ex01.choose_gpus", ascending)
+    assert not ok and "hint: rank by bandwidth from the highest down" in out
+
+    def any_vendor(vendors, cores, memory, bandwidth):
+        rows = np.flatnonzero((cores >= 1000) & (memory >= 8))
+        return rows[np.argsort(-bandwidth[rows], kind="stable")]
+
+    ok, out = run(capsys, "ex01.choose_gpus", any_vendor)
+    assert not ok and "hint: only NVIDIA cards have CUDA and cuDNN" in out
+
+
+def test_device_without_bounds_check_or_index(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex01.pick_device", lambda a, n, i: f"cuda:{i}" if a else "cpu")
+    assert not ok
+    assert "case 4 of 5 (cuda_available=True, device_count=2, index=2)" in out
+    assert "expected 'cpu', got 'cuda:2'" in out and "hint: check the index" in out
+    ok, out = run(capsys, "ex01.pick_device", lambda a, n, i: "gpu" if a else "cpu")
+    assert not ok and "hint: PyTorch names NVIDIA GPUs 'cuda'" in out
+
+
+def test_cpuinfo_counting_processor_blocks_as_cores(capsys: pytest.CaptureFixture[str]) -> None:
+    def blocks_as_cores(text):
+        model, logical, _, bits, fma = SOLUTIONS["read_cpuinfo"](text)
+        return model, logical, logical, bits, fma
+
+    ok, out = run(capsys, "ex01.read_cpuinfo", blocks_as_cores)
+    assert not ok
+    assert "output 2 (physical_cores): expected 6, got 12" in out
+    assert "hint: physical cores: hyperthreads (SMT) repeat a core" in out
+
+
+def test_cpuinfo_with_avx2_before_avx512(capsys: pytest.CaptureFixture[str]) -> None:
+    def avx_first(text):
+        model, logical, cores, bits, fma = SOLUTIONS["read_cpuinfo"](text)
+        return model, logical, cores, 256 if bits == 512 else bits, fma
+
+    ok, out = run(capsys, "ex01.read_cpuinfo", avx_first)
+    assert not ok and "hint: the WIDEST vector instructions count" in out

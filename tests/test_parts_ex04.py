@@ -1,0 +1,125 @@
+"""Exercise 4's parts: the solutions notebook passes every case; typical mistakes get their hint."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from edu_dl.grading import check, checking
+from edu_dl.grading.parts import ex04
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "solutions" / "04_computational_graphs.ipynb"
+
+
+def solutions() -> dict[str, Any]:
+    """The solution cells of the notebook, executed: the reference answers."""
+    namespace: dict[str, Any] = {}
+    exec("import numpy as np\nimport edu_dl.graph as G", namespace)
+    for cell in json.loads(NOTEBOOK.read_text())["cells"]:
+        if cell["metadata"].get("nbgrader", {}).get("solution"):
+            exec("".join(cell["source"]), namespace)
+    return namespace
+
+
+SOLUTIONS = solutions()
+FUNCTIONS = {"ex04.four_input_backward": "four_input_backward",
+             "ex04.three_input_numpy": "three_input_numpy", "ex04.static_graph": "static_graph",
+             "ex04.topological_order": "topological_order"}
+
+
+def run(capsys: pytest.CaptureFixture[str], part_id: str, fn: Any) -> tuple[bool, str]:
+    ok = check(part_id, fn)
+    out = capsys.readouterr().out
+    assert "Traceback" not in out
+    return ok, out
+
+
+@pytest.mark.parametrize("part", ex04.PARTS, ids=lambda p: p.id)
+@pytest.mark.parametrize("hidden", [False, True])
+def test_oracle_agrees_with_the_solution(part: checking.Part, hidden: bool) -> None:
+    rng = np.random.default_rng(12345 if hidden else checking.VISIBLE_SEED)
+    fn = SOLUTIONS[FUNCTIONS[part.id]]
+    cases = checking.roundtrip(part.cases(rng, hidden))
+    for i, args in enumerate(cases):
+        verdict = checking.judge_case(part, i, len(cases), args, part.expected(*args),
+                                      part.call(fn, args))
+        assert verdict.ok, verdict.message
+
+
+@pytest.mark.parametrize("part_id", FUNCTIONS)
+def test_stub_is_not_implemented_yet(capsys: pytest.CaptureFixture[str], part_id: str) -> None:
+    def stub(*args: Any) -> Any:
+        raise NotImplementedError()
+
+    ok, out = run(capsys, part_id, stub)
+    assert not ok and out.strip() == f"✗ {part_id}: not implemented yet"
+
+
+def test_four_inputs_forgetting_w(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex04.four_input_backward",
+                  lambda x, y, z, w: (y, x, np.ones_like(z), x * y + z))
+    assert not ok
+    assert "case 1 of 3 (x (3, 4), y (3, 4), z (3, 4), w (3, 4)): output 0 (grad_x)" in out
+    assert "first differing entries: [0, 0] expected" in out
+    assert "hint: grad_a = grad_b * w" in out
+
+
+def test_four_inputs_grad_w_without_z(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex04.four_input_backward",
+                  lambda x, y, z, w: (w * y, w * x, w, x * y))
+    assert not ok
+    assert "output 3 (grad_w)" in out and "hint: grad_w = b = x * y + z" in out
+
+
+def test_three_inputs_with_a_scalar_grad_z(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex04.three_input_numpy",
+                  lambda x, y, z: (np.sum(x * y + z), y, x, 1.0))
+    assert not ok
+    assert "output 3 (grad_z): expected shape (3, 4), got shape ()" in out
+    assert "hint: grad_z has z's shape" in out
+
+
+def test_static_graph_computed_in_numpy_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex04.static_graph", SOLUTIONS["four_input_backward"])
+    assert not ok
+    assert "the values are right, but the function never calls G.placeholder, G.gradients, " \
+           "G.Session" in out
+
+
+def test_topological_order_reversed(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex04.topological_order",
+                  lambda n, e: SOLUTIONS["topological_order"](n, e)[::-1])
+    assert not ok
+    assert "case 1 of 3 (n_nodes=6, edges (5, 2)) failed: edge" in out
+    assert "your order is exactly reversed: that is the order of the BACKWARD pass" in out
+
+
+def test_topological_order_missing_lonely_nodes(capsys: pytest.CaptureFixture[str]) -> None:
+    def from_edges_only(n, edges):
+        order = SOLUTIONS["topological_order"](n, edges)
+        used = set(np.asarray(edges).reshape(-1).tolist())
+        return np.array([k for k in order if k in used], dtype=np.int64)
+
+    assert check("ex04.topological_order", from_edges_only)  # every visible node has an edge
+    ok = check("ex04.topological_order", from_edges_only, hidden=True)
+    out = capsys.readouterr().out
+    assert not ok
+    assert "expected every node 0..0 exactly once, got 0 ids (missing [0]" in out
+    assert "hint: nodes with no edges at all belong in the order too" in out
+
+
+def test_topological_order_any_valid_order_passes() -> None:
+    from graphlib import TopologicalSorter
+
+    edges = ex04.LECTURE_EDGES
+    part = ex04.PARTS[3]
+    for order in ([0, 1, 2, 3, 4, 5], [2, 1, 0, 3, 4, 5], [1, 0, 3, 2, 4, 5]):
+        got = part.call(lambda n, e, order=order: np.array(order), (6, edges))
+        assert part.compare(part.expected(6, edges), got).ok
+    assert list(TopologicalSorter({1: {0}}).static_order()) == [0, 1]
+    with pytest.raises(checking.CheckFailure, match="edge 3 -> 4: node 4 comes before"):
+        part.call(lambda n, e: np.array([0, 1, 2, 4, 3, 5]), (6, edges))
