@@ -61,7 +61,11 @@ def _kind(a: np.ndarray) -> str:
 def _fmt(x: Any) -> str:
     """A number or string for a message: floats to 6 significant digits."""
     x = x.item() if hasattr(x, "item") and np.ndim(x) == 0 else x
-    return f"{x:.6g}" if isinstance(x, float) else repr(x)
+    if isinstance(x, float):
+        return f"{x:.6g}"
+    text = repr(x)
+    # A long argument (a whole /proc/cpuinfo, say) would bury the message: show its start.
+    return text if len(text) <= 60 else f"{text[:45]}... ({len(text)} characters)"
 
 
 def compare_arrays(expected: Any, got: Any, rtol: float = 1e-6, atol: float = 1e-8) -> Verdict:
