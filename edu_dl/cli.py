@@ -19,6 +19,9 @@ from .bench_data import add_loader, add_transfer
 from .bench_matmul import add_bench_matmul
 from .caffe.cli import add_train
 from .doctor import add_doctor
+from .grading.cli import add_assign, add_validate
+from .grading.grade_cli import add_bench_grading, add_grade
+from .parallel.cli import add_parallel
 from .twins.bench import add_twins
 
 Subparsers = Any  # argparse's _SubParsersAction is private
@@ -191,9 +194,10 @@ def _plan_or_reason(repeats: int, quick: bool) -> Any:
 
 # Later commands (doctor, train, assign, grade, validate, ...) go here: each module defines
 # `add_<name>(subparsers)` and is listed once. `edu-dl bench <kind>` parsers go in BENCH_COMMANDS.
-COMMANDS: list[Callable[[Subparsers], None]] = [add_bench, add_train, add_doctor]
+COMMANDS: list[Callable[[Subparsers], None]] = [add_bench, add_train, add_doctor, add_assign,
+                                                 add_validate, add_grade]
 BENCH_COMMANDS: list[Callable[[Subparsers], None]] = [
-    add_bench_matmul, add_loader, add_transfer, add_twins]
+    add_bench_matmul, add_loader, add_transfer, add_twins, add_parallel, add_bench_grading]
 
 
 def build_parser() -> argparse.ArgumentParser:

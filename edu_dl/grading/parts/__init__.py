@@ -12,7 +12,7 @@ import re
 
 from ..checking import Part
 
-PART_ID = re.compile(r"^(ex\d\d)\.[A-Za-z_][A-Za-z0-9_]*$")
+PART_ID = re.compile(r"^(ex\d\d[a-z]?)\.[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def get(part_id: str) -> Part:

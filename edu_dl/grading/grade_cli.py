@@ -1,0 +1,102 @@
+"""``edu-dl grade`` and ``edu-dl bench grading``: argparse wiring; the work is in grade.py."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _positive(kind: type) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+
+    return parse
+
+
+def add_grade(subparsers: Any) -> None:
+    """Register ``edu-dl grade SUBMISSIONS --source solutions/ --out grades/``."""
+    p = subparsers.add_parser(
+        "grade",
+        help="grade student notebooks in sandboxes; write grades.csv and feedback",
+        description="Grade SUBMISSIONS (<student>/<NN_name>.ipynb, or nbgrader's "
+        "submitted/<student>/<assignment>/*.ipynb): test and locked cells are restored from "
+        "--source by grade_id, each notebook runs in its own bubblewrap sandbox on fresh "
+        "inputs, and the results are compared outside the sandbox. A second run regrades only "
+        "what changed.",
+    )
+    p.add_argument("submissions", type=Path, help="the folder of submissions")
+    p.add_argument("--source", type=Path, required=True,
+                   help="the solutions folder (may be a private copy; hidden from the sandbox)")
+    p.add_argument("--out", type=Path, required=True, help="where grades.csv and feedback go")
+    p.add_argument("--jobs", type=_positive(int), default=1, help="submissions graded at once")
+    p.add_argument("--force", action="store_true", help="regrade everything, changed or not")
+    # Defaults (None) come from grade.Settings, so `edu-dl --help` need not import the grader.
+    for flag, kind, dest, text in (
+        ("--timeout", float, "timeout_s", "seconds per cell (default 60)"),
+        ("--memory", int, "memory_mb", "MB per process and (x1.25) per submission "
+                                       "(default 4096)"),
+        ("--cpu", int, "cpu_s", "CPU seconds per process (default 900)"),
+        ("--processes", int, "processes", "processes+threads per submission (default 512)"),
+        ("--file-size", int, "file_mb", "MB per written file (default 64)"),
+        ("--tmp-size", int, "tmp_mb", "MB of the sandbox's private /tmp (default 512)"),
+    ):
+        p.add_argument(flag, type=_positive(kind), dest=dest, default=None, help=text,
+                       metavar="S" if kind is float else "N")
+    p.set_defaults(handler=run_grade)
+
+
+def run_grade(args: argparse.Namespace) -> int:
+    from .grade import Settings, grade, summary_text
+    from .notebooks import NotebookError
+
+    chosen = {k: getattr(args, k) for k in ("timeout_s", "memory_mb", "cpu_s", "processes",
+                                            "file_mb", "tmp_mb") if getattr(args, k) is not None}
+    settings = Settings(**chosen)
+    try:
+        summary = grade(args.submissions, args.source, args.out, settings=settings,
+                        jobs=args.jobs, force=args.force,
+                        log=lambda text: print(text, file=sys.stderr))
+    except NotebookError as exc:
+        print(f"edu-dl grade: {exc}", file=sys.stderr)
+        return 2
+    print(summary_text(summary))
+    print(f"wrote {args.out / 'grades.csv'}, {args.out / 'feedback'}/, "
+          f"{args.out / 'nbgrader_grades.csv'}")
+    return 0
+
+
+def add_bench_grading(kinds: Any) -> None:
+    """Register ``edu-dl bench grading``: submissions per minute."""
+    p = kinds.add_parser(
+        "grading", help="grading throughput: submissions per minute",
+        description="Grade N copies of every solution notebook with --jobs workers and report "
+        "submissions per minute (each submission: a fresh sandbox, kernel and comparison).")
+    p.add_argument("--submissions", type=_positive(int), default=8)
+    p.add_argument("--jobs", type=_positive(int), default=2)
+    p.add_argument("--source", type=Path, default=None, help="default: the repo's solutions/")
+    p.add_argument("--out", type=Path, metavar="FILE", help="also write the report here")
+    p.set_defaults(handler=run_bench_grading)
+
+
+def run_bench_grading(args: argparse.Namespace) -> int:
+    from .grade import bench, cpu_count
+
+    result = bench(args.submissions, args.jobs, source=args.source)
+    text = (f"# Grading throughput\n\n{int(result['submissions'])} submissions, --jobs "
+            f"{args.jobs}, {cpu_count()} cores: {result['seconds']:.1f} s, "
+            f"**{result['per_minute']:.1f} submissions/minute** "
+            f"({result['seconds_per_submission_per_job']:.1f} s per submission per worker); "
+            f"{100 * result['passed_fraction']:.0f} % of parts passed.\n")
+    sys.stdout.write(text)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text, encoding="utf-8")
+    return 0

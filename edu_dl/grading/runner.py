@@ -1,0 +1,202 @@
+"""Execute one submission inside the sandbox: ``python -m edu_dl.grading.runner NOTEBOOK DIR``.
+
+The notebook client runs here, next to its kernel, because the sandbox has no network: only
+loopback, which both share. Every code cell runs with a timeout; an error, a timeout or a dead
+kernel is recorded and never stops the record from being written. Captured output is capped here,
+on the client side, so a student printing gigabytes costs the sandbox, never the grader.
+
+``DIR`` holds ``inputs/`` (written by the grader); ``check`` writes ``DIR/outputs/``. At the end
+the runner packs ``run.json`` (one entry per cell) and the outputs into the ``--result`` zip, the
+one file the grader reads back. Nothing here decides a grade: the grader compares outside.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+import zipfile
+from pathlib import Path
+from typing import Any
+
+GRADING_VAR = "EDU_DL_GRADING_DIR"
+TEXT_CAP = 2000  # characters of an error message kept per cell
+FLOOD = 16  # a cell printing more than FLOOD x the output cap is interrupted
+
+
+def _client_class() -> Any:
+    from nbclient import NotebookClient
+
+    class CappedClient(NotebookClient):
+        """A NotebookClient that keeps at most ``output_cap`` bytes of cell output in all."""
+
+        output_cap = 1 << 20
+        output_bytes = 0  # in the whole notebook: what is kept
+        cell_bytes = 0  # in the running cell: what triggers an interrupt
+        output_cut = False
+        timed_out = False
+        flooded = False  # this cell printed over FLOOD x output_cap: interrupted
+
+        async def _async_handle_timeout(self, timeout: int, cell: Any = None) -> Any:
+            self.timed_out = True  # the kernel's reply may then be a plain KeyboardInterrupt
+            return await super()._async_handle_timeout(timeout, cell)
+
+        def output(self, outs: list[Any], msg: dict[str, Any], display_id: Any,
+                   cell_index: int) -> Any:
+            content = msg.get("content", {})
+            text = content.get("text") if isinstance(content.get("text"), str) else None
+            size = len(text) if text is not None else len(json.dumps(content, default=str))
+            self.output_bytes += size
+            self.cell_bytes += size
+            if self.output_bytes > self.output_cap and msg.get("msg_type") != "error":
+                self.output_cut = True
+                if self.cell_bytes > FLOOD * self.output_cap and not self.flooded:
+                    self.flooded = True  # stop the flood at its source: interrupt the kernel
+                    try:
+                        pid = getattr(getattr(self.km, "provisioner", None), "pid", None)
+                        os.kill(int(pid), signal.SIGINT)  # type: ignore[arg-type]
+                    except Exception:
+                        pass
+                return None  # dropped: we keep nothing more
+            return super().output(outs, msg, display_id, cell_index)
+
+    return CappedClient
+
+
+def _short(text: Any) -> str:
+    text = str(text)
+    return text if len(text) <= TEXT_CAP else text[:TEXT_CAP] + " [...]"
+
+
+def execute(notebook: Path, grading_dir: Path, *, timeout: float, output_cap: int,
+            startup_timeout: float = 60.0) -> dict[str, Any]:
+    """Run every code cell of ``notebook`` in a fresh kernel; one record per cell."""
+    import nbformat
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    record: dict[str, Any] = {"cells": [], "kernel": "ok", "message": "", "output_cut": False}
+    try:
+        nb = nbformat.read(notebook, as_version=4)
+    except Exception as exc:  # the grader validated it, but be safe: record, never crash
+        record.update(kernel="unreadable", message=_short(f"{type(exc).__name__}: {exc}"))
+        return record
+    (grading_dir / "outputs").mkdir(parents=True, exist_ok=True)
+    Path(os.environ.setdefault("HOME", "/tmp/home")).mkdir(parents=True, exist_ok=True)
+    os.environ[GRADING_VAR] = str(grading_dir)
+    client = _client_class()(
+        nb, timeout=timeout, startup_timeout=startup_timeout, kernel_name="python3",
+        allow_errors=True, interrupt_on_timeout=True, record_timing=False,
+        error_on_timeout={"ename": "CellTimeout", "evalue": f"cell ran over {timeout:g} s"},
+        resources={"metadata": {"path": str(notebook.parent)}},
+    )
+    client.output_cap = output_cap
+    cells = [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    try:
+        with client.setup_kernel():
+            for done, (index, cell) in enumerate(cells):
+                entry = _run_cell(client, cell, index, CellTimeoutError)
+                record["cells"].append(entry)
+                if entry["status"] == "timeout" and not _responsive(client):
+                    record.update(kernel="stuck", message="the kernel ignored the interrupt "
+                                  f"after cell {index} timed out; later cells were not run")
+                    record["cells"] += [_skipped(i, c) for i, c in cells[done + 1 :]]
+                    break
+    except DeadKernelError:
+        dead = len(record["cells"])
+        if dead < len(cells):
+            index, cell = cells[dead]
+            record["cells"].append({**_skipped(index, cell), "status": "died"})
+            record["cells"] += [_skipped(i, c) for i, c in cells[dead + 1 :]]
+        record.update(kernel="died", message="the kernel died (os._exit, a crash or a kill) "
+                      f"while running cell {cells[dead][0] if dead < len(cells) else '?'}")
+    except Exception as exc:  # kernel failed to start, client error: recorded as such
+        record.update(kernel="failed", message=_short(f"{type(exc).__name__}: {exc}"))
+    record["output_cut"] = client.output_cut
+    return record
+
+
+def _grade_id(cell: Any) -> str:
+    return str(cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", ""))
+
+
+def _skipped(index: int, cell: Any) -> dict[str, Any]:
+    return {"index": index, "grade_id": _grade_id(cell), "status": "not run", "error": ""}
+
+
+def _run_cell(client: Any, cell: Any, index: int,
+              timeout_error: type[BaseException]) -> dict[str, Any]:
+    start = time.monotonic()
+    entry = {"index": index, "grade_id": _grade_id(cell), "status": "ok", "error": ""}
+    client.timed_out = client.flooded = False
+    client.cell_bytes = 0
+    try:
+        client.execute_cell(cell, index)
+    except timeout_error:
+        client.timed_out = True
+    reply = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+    if client.flooded:
+        entry.update(status="error", error=f"the cell printed over {FLOOD * client.output_cap} "
+                     "bytes of output and was interrupted")
+    elif client.timed_out:
+        entry.update(status="timeout", error=f"cell ran over {client.timeout:g} s (interrupted)")
+    elif reply:
+        entry.update(status="error",
+                     error=_short(f"{reply[-1].get('ename', '')}: {reply[-1].get('evalue', '')}"))
+    entry["seconds"] = round(time.monotonic() - start, 3)
+    return entry
+
+
+def _responsive(client: Any, wait: float = 10.0) -> bool:
+    """After an interrupt: does the kernel run a trivial cell within ``wait`` seconds?"""
+    import nbformat
+
+    timeout, client.timeout, client.timed_out = client.timeout, wait, False
+    try:
+        client.execute_cell(nbformat.v4.new_code_cell("pass"), 0, store_history=False)
+    except Exception:
+        return False
+    finally:
+        client.timeout = timeout
+    return not client.timed_out
+
+
+def pack(record: dict[str, Any], grading_dir: Path, result: Path) -> None:
+    """Write run.json and the outputs into the result zip (the sandbox's only way out)."""
+    outputs = sorted((grading_dir / "outputs").glob("*.npz"))
+    try:
+        with zipfile.ZipFile(result, "w", zipfile.ZIP_STORED) as zf:
+            zf.writestr("run.json", json.dumps(record))
+            for path in outputs:
+                if path.is_file() and not path.is_symlink():
+                    zf.write(path, f"outputs/{path.name}")
+    except OSError as exc:  # over the file-size limit: keep the record, drop the outputs
+        record["message"] = _short(f"results too large to return ({exc}); {record['message']}")
+        with zipfile.ZipFile(result, "w", zipfile.ZIP_STORED) as zf:
+            zf.writestr("run.json", json.dumps(record))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m edu_dl.grading.runner")
+    parser.add_argument("notebook", type=Path)
+    parser.add_argument("grading_dir", type=Path, help="holds inputs/; outputs/ is written here")
+    parser.add_argument("--result", type=Path, required=True, help="the zip to write")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per cell")
+    parser.add_argument("--output-cap", type=int, default=1 << 20, help="bytes of output kept")
+    args = parser.parse_args(argv)
+    # Over RLIMIT_FSIZE a write fails with EFBIG instead of killing the runner.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    record: dict[str, Any] = {"cells": [], "kernel": "failed", "message": "runner crashed"}
+    try:
+        record = execute(args.notebook, args.grading_dir, timeout=args.timeout,
+                         output_cap=args.output_cap)
+    finally:
+        pack(record, args.grading_dir, args.result)
+    print(f"runner: {len(record['cells'])} cells, kernel {record['kernel']}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The hostile and broken submissions the grader must survive (built by ``corpus.build``)."""

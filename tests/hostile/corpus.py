@@ -1,0 +1,187 @@
+"""A tiny two-part source exercise and a corpus of hostile and broken submissions of it.
+
+Generated, not stored: each case is the solved student notebook with one edit, so the corpus
+follows the exercise when it changes. ``EXPECTED`` says what the gradebook must record.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import nbformat
+
+from edu_dl.grading.notebooks import clear_solutions, remove_hidden_tests
+
+EXERCISE = "02_mini"
+PARTS = ("ex02.gflops", "ex02.peak_bandwidth")
+
+
+def _meta(gid: str, *, grade: bool = False, solution: bool = False, locked: bool = False,
+          points: float | None = None) -> dict:
+    meta = {"grade": grade, "grade_id": gid, "locked": locked, "schema_version": 3,
+            "solution": solution, "task": False}
+    if points is not None:
+        meta["points"] = points
+    return {"nbgrader": meta}
+
+
+def _code(source: str, **meta) -> nbformat.NotebookNode:
+    cell = nbformat.v4.new_code_cell(source)
+    if meta:
+        cell.metadata = _meta(**meta)
+    return cell
+
+
+GFLOPS = """def gflops(n, seconds):
+    \"\"\"GFLOP/s of an n x n matmul that took `seconds`.\"\"\"
+    ### BEGIN SOLUTION
+    return 2.0 * n**3 / seconds / 1e9
+    ### END SOLUTION"""
+BANDWIDTH = """def peak_bandwidth(mega_transfers_per_s, bus_width_bytes, channels):
+    ### BEGIN SOLUTION
+    return mega_transfers_per_s * bus_width_bytes * channels
+    ### END SOLUTION"""
+
+
+def _test(part: str, fn: str) -> str:
+    return (f'check("{part}", {fn})\n### BEGIN HIDDEN TESTS\ncheck("{part}", {fn}, hidden=True)\n'
+            "### END HIDDEN TESTS")
+
+
+def source() -> nbformat.NotebookNode:
+    """The instructor's notebook: solutions and hidden tests."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# Mini exercise: FLOP rates and bandwidth"),
+        _code("from edu_dl.grading import check", gid="setup", locked=True),
+        _code(GFLOPS, gid="gflops", solution=True),
+        _code(_test("ex02.gflops", "gflops"), gid="gflops_tests", grade=True, locked=True,
+              points=1),
+        _code(BANDWIDTH, gid="peak_bandwidth", solution=True),
+        _code(_test("ex02.peak_bandwidth", "peak_bandwidth"), gid="peak_bandwidth_tests",
+              grade=True, locked=True, points=1),
+    ]
+    return nb
+
+
+def student(solved: bool = True) -> nbformat.NotebookNode:
+    """The student's version: hidden tests removed; solutions cleared unless ``solved``."""
+    nb = source()
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.source = remove_hidden_tests(cell.source, "corpus")[0]
+            if not solved:
+                cell.source = clear_solutions(cell.source, "corpus")[0]
+    return nb
+
+
+def _cell(nb: nbformat.NotebookNode, gid: str) -> nbformat.NotebookNode:
+    return next(c for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get(
+        "grade_id") == gid)
+
+
+def _prepend(gid: str, code: str) -> Callable[[nbformat.NotebookNode], None]:
+    def edit(nb: nbformat.NotebookNode) -> None:
+        _cell(nb, gid).source = code + "\n" + _cell(nb, gid).source
+    return edit
+
+
+def _replace(gid: str, old: str, new: str) -> Callable[[nbformat.NotebookNode], None]:
+    def edit(nb: nbformat.NotebookNode) -> None:
+        _cell(nb, gid).source = _cell(nb, gid).source.replace(old, new)
+    return edit
+
+
+def _drop_tests(nb: nbformat.NotebookNode) -> None:
+    nb.cells = [c for c in nb.cells if not c.metadata.get("nbgrader", {}).get("grade")]
+
+
+def _rename_and_fake_test(nb: nbformat.NotebookNode) -> None:
+    cell = _cell(nb, "gflops_tests")
+    cell.metadata["nbgrader"]["grade_id"] = "renamed"
+    cell.source = 'print("✓ ex02.gflops: 2 cases passed")'
+    _replace("gflops", "2.0 * n**3", "n**3")(nb)
+
+
+WRONG = _replace("gflops", "2.0 * n**3", "n**3")  # half the rate: a typical mistake
+GRADING_DIR = "__import__('os').environ['EDU_DL_GRADING_DIR']"
+
+# name -> (edit of the solved notebook, or raw bytes; statuses for (gflops, peak_bandwidth))
+CASES: dict[str, tuple[object, tuple[str, str]]] = {
+    "good": (None, ("passed", "passed")),
+    "wrong": (WRONG, ("failed", "passed")),
+    "infinite_loop": (_replace("gflops", "return 2.0", "while True: pass\n    return 2.0"),
+                      ("timeout", "passed")),
+    "sys_exit": (_prepend("gflops", "import sys; sys.exit(3)"), ("error", "passed")),
+    "os_exit": (_prepend("gflops", "import os; os._exit(0)"), ("crashed", "crashed")),
+    "segfault": (_prepend("gflops", "import ctypes; ctypes.string_at(0)"),
+                 ("crashed", "crashed")),
+    "memory_bomb": (_prepend("gflops", "import numpy as np\nhog = []\nwhile True:\n"
+                             "    hog.append(np.ones(2**25))"), ("error", "passed")),
+    "fork_bomb": (_prepend("gflops", "import os\nwhile True:\n    os.fork()"),
+                  ("processes|memory", "processes|memory")),
+    # The flood is interrupted; the sandbox may hit its memory limit first (ZMQ's backlog).
+    "print_gigabytes": (_prepend("gflops", "while True:\n    print('x' * 1_000_000)"),
+                        ("error|memory", "passed|memory")),
+    "huge_file": (_prepend("gflops", "with open('big.bin', 'wb') as f:\n"
+                           "    f.write(b'0' * (300 * 2**20))"), ("error", "passed")),
+    "many_files": (_prepend("gflops", "for i in range(10**6):\n"
+                            "    open(f'f{i}', 'w').write('x' * 4096)"), ("error", "passed")),
+    "deleted_tests": (_drop_tests, ("passed", "passed")),
+    "renamed_test": (_rename_and_fake_test, ("failed", "passed")),
+    "edited_test": (lambda nb: (WRONG(nb), _replace(
+        "gflops_tests", 'check("ex02.gflops", gflops)', "print('✓ passed')")(nb)),
+        ("failed", "passed")),
+    "cheat_allclose": (lambda nb: (WRONG(nb), _prepend("gflops", (
+        "import numpy as np\nnp.allclose = lambda *a, **k: True\n"
+        "np.isclose = lambda a, b, *r, **k: np.ones(np.shape(a), bool)"))(nb)),
+        ("failed", "passed")),
+    "cheat_check": (lambda nb: (WRONG(nb), _prepend("gflops", (
+        "import edu_dl.grading, edu_dl.grading.checking as c\n"
+        "check = edu_dl.grading.check = c.check = lambda *a, **k: print('✓') or True"))(nb)),
+        ("no result", "no result")),
+    "cheat_transformer": (lambda nb: (WRONG(nb), _prepend("gflops", (
+        "get_ipython().input_transformers_post.append(\n"
+        "    lambda lines: ['print(\"✓ all passed\")\\n'])"))(nb)), ("no result", "no result")),
+    "fake_outputs": (lambda nb: (WRONG(nb), _prepend("gflops", (
+        f"import numpy as np, os\nd = os.path.join({GRADING_DIR}, 'outputs')\n"
+        "os.makedirs(d, exist_ok=True)\n"
+        "np.savez(os.path.join(d, 'ex02.gflops.999.npz'), hidden=np.array(True), "
+        "n_cases=np.array(6), **{f'case{i}_out0': np.array(1.0) for i in range(6)}, "
+        "**{f'case{i}_tuple': np.array(False) for i in range(6)}, "
+        "**{f'case{i}_n_out': np.array(1) for i in range(6)})"))(nb)), ("failed", "passed")),
+    "escape": (_prepend("gflops", "import pathlib\npathlib.Path('{escape}').write_text('x')"),
+               ("error", "passed")),
+    "stub": ("stub", ("not implemented", "not implemented")),
+    "corrupt": (b"\x89PNG this is not a notebook {", ("unreadable", "unreadable")),
+    "other_exercise": ("other", ("wrong notebook", "wrong notebook")),
+    "empty_folder": ("empty", ("missing", "missing")),
+}
+
+
+def build(root: Path, escape_target: Path, names: list[str] | None = None) -> dict[str, tuple]:
+    """Write the source (root/source) and the corpus (root/submissions); returns the cases."""
+    (root / "source").mkdir(parents=True)
+    nbformat.write(source(), root / "source" / f"{EXERCISE}.ipynb")
+    chosen = {n: CASES[n] for n in (names or list(CASES))}
+    for name, (edit, _) in chosen.items():
+        folder = root / "submissions" / name
+        folder.mkdir(parents=True)
+        path = folder / f"{EXERCISE}.ipynb"
+        if edit == "empty":
+            continue
+        if isinstance(edit, bytes):
+            path.write_bytes(edit)
+            continue
+        nb = student(solved=edit != "stub")
+        if edit == "other":
+            nb = nbformat.v4.new_notebook(cells=[_code("print('exercise 7')", gid="ex7_setup",
+                                                       locked=True)])
+        elif callable(edit):
+            edit(nb)
+        text = nbformat.writes(nb).replace("{escape}", str(escape_target))
+        path.write_text(text)
+        json.loads(text)  # the corpus itself must be valid JSON
+    return chosen

@@ -1,0 +1,246 @@
+"""``edu-dl grade``: restoring tests, judging outside the sandbox, the gradebook, resume, corpus."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import shutil
+import zipfile
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+from hostile import corpus
+
+from edu_dl.cli import main
+from edu_dl.grading import grade as G
+from edu_dl.grading.notebooks import grade_id
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = G.Settings(timeout_s=15, memory_mb=2048)
+
+
+def rows(out: Path) -> list[dict[str, str]]:
+    with open(out / "grades.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def by_student(out: Path) -> dict[tuple[str, str], dict[str, str]]:
+    return {(r["student"], r["part"]): r for r in rows(out)}
+
+
+def grader_processes() -> list[int]:
+    """Live runner or kernel processes started by a sandbox (they carry its tag)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                tagged = b"EDU_DL_SANDBOX_TAG=" in f.read()
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                zombie = f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+        except OSError:
+            continue
+        if tagged and not zombie:
+            found.append(int(entry.name))
+    return found
+
+
+# --------------------------------------------------------------------------- restoring
+
+
+def test_restore_puts_back_edited_and_deleted_tests() -> None:
+    source = corpus.source()
+    student = corpus.student()
+    test_cell = next(c for c in student.cells if grade_id(c) == "gflops_tests")
+    test_cell.source = "print('✓ passed')"
+    student.cells = [c for c in student.cells if grade_id(c) != "peak_bandwidth_tests"]
+    nb, notes = G.restore(student, source)
+    restored = {grade_id(c): c.source for c in nb.cells}
+    original = {grade_id(c): c.source for c in source.cells}
+    assert restored["gflops_tests"] == original["gflops_tests"]  # hidden tests included
+    assert "BEGIN HIDDEN TESTS" in restored["peak_bandwidth_tests"]
+    ids = [grade_id(c) for c in nb.cells]
+    assert ids.index("peak_bandwidth_tests") == ids.index("peak_bandwidth") + 1
+    assert any("'gflops_tests' was edited" in n for n in notes)
+    assert any("'peak_bandwidth_tests' was missing" in n for n in notes)
+    # The student's own code is kept, never replaced by the solution.
+    student_code = next(c for c in corpus.student(solved=False).cells
+                        if grade_id(c) == "gflops").source
+    nb2, _ = G.restore(corpus.student(solved=False), source)
+    assert next(c for c in nb2.cells if grade_id(c) == "gflops").source == student_code
+
+
+def test_another_exercise_is_recognised() -> None:
+    other = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
+    assert G.is_other_exercise(other, corpus.source())
+    assert not G.is_other_exercise(corpus.student(solved=False), corpus.source())
+
+
+# --------------------------------------------------------------------------- reading results
+
+
+def _npz(**arrays: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def test_safe_npz_rejects_pickles_and_lying_headers() -> None:
+    assert G.safe_npz(_npz(a=np.arange(3.0)))
+    assert not G.safe_npz(_npz(a=np.array([{"x": 1}], dtype=object)))
+    header = np.lib.format.header_data_from_array_1_0(np.zeros(2))
+    header["shape"] = (10**12,)  # claims 8 TB: must be refused before any allocation
+    member = io.BytesIO()
+    np.lib.format.write_array_header_1_0(member, header)
+    member.write(np.zeros(2).tobytes())
+    bomb = io.BytesIO()
+    with zipfile.ZipFile(bomb, "w") as zf:
+        zf.writestr("a.npy", member.getvalue())
+    assert not G.safe_npz(bomb.getvalue())
+    assert not G.safe_npz(b"not a zip")
+
+
+def test_read_result_takes_the_last_hidden_call(tmp_path: Path) -> None:
+    def result(hidden: bool, value: float) -> bytes:
+        return _npz(hidden=np.array(hidden), n_cases=np.array(1), case0_tuple=np.array(False),
+                    case0_n_out=np.array(1), case0_out0=np.array(value))
+
+    path = tmp_path / "result.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("run.json", '{"cells": [], "kernel": "ok"}')
+        zf.writestr("outputs/ex02.gflops.1.npz", result(False, 1.0))
+        zf.writestr("outputs/ex02.gflops.2.npz", result(True, 2.0))
+        zf.writestr("outputs/ex02.gflops.3.npz", result(False, 3.0))
+        zf.writestr("outputs/../../evil.npz", result(True, 9.0))
+    record, outputs, problem = G.read_result(path, 1 << 20)
+    assert problem == "" and record["kernel"] == "ok"
+    assert list(outputs) == ["ex02.gflops"] and outputs["ex02.gflops"] == [2.0]
+    path.write_bytes(b"garbage")
+    assert "broken" in G.read_result(path, 1 << 20)[2]
+    path.write_bytes(b"")
+    assert "no result" in G.read_result(path, 1 << 20)[2]
+
+
+def test_collect_both_layouts(tmp_path: Path) -> None:
+    exercises = {"02_mini": G.Exercise("02_mini", corpus.source(), "x", [("ex02.gflops", "t")])}
+    flat = tmp_path / "flat"
+    (flat / "ann").mkdir(parents=True)
+    (flat / "ann" / "02_mini.ipynb").write_text("{}")
+    (flat / "ann" / "notes.ipynb").write_text("{}")
+    (flat / "bob").mkdir()
+    jobs, extra = G.collect(flat, exercises)
+    assert [(j.student, j.path is not None) for j in jobs] == [("ann", True), ("bob", False)]
+    assert [(r.student, r.status) for r in extra] == [("ann", "not an exercise")]
+    nbg = tmp_path / "course"
+    (nbg / "submitted" / "cy" / "week2").mkdir(parents=True)
+    (nbg / "submitted" / "cy" / "week2" / "02_mini.ipynb").write_text("{}")
+    jobs, extra = G.collect(nbg, exercises)
+    assert [(j.student, j.assignment) for j in jobs] == [("cy", "week2")] and not extra
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+def test_grade_cli_gradebook_feedback_and_resume(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    corpus.build(tmp_path, tmp_path / "escape", ["good", "wrong", "stub"])
+    out = tmp_path / "grades"
+    argv = ["grade", str(tmp_path / "submissions"), "--source", str(tmp_path / "source"),
+            "--out", str(out), "--jobs", "2", "--timeout", "15", "--memory", "2048"]
+    assert main(argv) == 0
+    grades = by_student(out)
+    assert list(rows(out)[0]) == list(G.COLUMNS)
+    assert grades[("good", "ex02.gflops")]["status"] == "passed"
+    assert float(grades[("good", "ex02.gflops")]["points"]) == 1.0
+    wrong = grades[("wrong", "ex02.gflops")]
+    assert wrong["status"] == "failed" and float(wrong["points"]) == 0
+    assert "expected 40, got 20" in wrong["message"] and "hint" in wrong["message"]
+    assert grades[("wrong", "ex02.peak_bandwidth")]["status"] == "passed"
+    assert {grades[("stub", p)]["status"] for p in corpus.PARTS} == {"not implemented"}
+    assert {r["sandbox"] for r in rows(out)} == {"bwrap"}
+    feedback = (out / "feedback" / "wrong.md").read_text()
+    assert "02_mini: 1 / 2" in feedback and "half the expected rate" in feedback
+    with open(out / "nbgrader_grades.csv", newline="") as f:
+        nbg = {r["student_id"]: r for r in csv.DictReader(f)}
+    assert list(next(iter(nbg.values()))) == list(G.NBGRADER_COLUMNS)
+    assert (nbg["good"]["score"], nbg["good"]["max_score"]) == ("2", "2")
+    autograded = out / "autograded" / "wrong" / "02_mini" / "02_mini.ipynb"
+    assert "BEGIN HIDDEN TESTS" in autograded.read_text()  # restored, hidden tests inserted
+    summary = capsys.readouterr().out
+    assert "02_mini" in summary and "graded 3 submissions" in summary
+
+    # Resume: nothing changed, nothing rerun; one changed notebook, one rerun.
+    assert main(argv) == 0
+    assert "graded 0 submissions (3 unchanged" in capsys.readouterr().out
+    shutil.copy(tmp_path / "submissions" / "good" / "02_mini.ipynb",
+                tmp_path / "submissions" / "wrong" / "02_mini.ipynb")
+    assert main(argv) == 0
+    assert "graded 1 submissions (2 unchanged" in capsys.readouterr().out
+    assert by_student(out)[("wrong", "ex02.gflops")]["status"] == "passed"
+    assert main([*argv, "--force"]) == 0
+    assert "graded 3 submissions" in capsys.readouterr().out
+    assert not grader_processes()
+
+
+def test_without_bwrap_the_gradebook_says_so(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from edu_dl.grading import sandbox
+
+    monkeypatch.setattr(sandbox, "bwrap_problem", lambda: "bwrap is not installed")
+    corpus.build(tmp_path, tmp_path / "escape", ["good"])
+    messages: list[str] = []
+    summary = G.grade(tmp_path / "submissions", tmp_path / "source", tmp_path / "grades",
+                      settings=FAST, progress=False, log=messages.append)
+    assert "WITHOUT a sandbox" in messages[0]
+    assert {(r.status, r.sandbox) for r in summary.rows} == {("passed", "rlimits only")}
+    assert "NONE" in G.summary_text(summary)
+
+
+@pytest.mark.slow
+def test_solutions_score_full_marks_and_exercises_zero(tmp_path: Path) -> None:
+    sources = sorted((ROOT / "solutions").glob("*.ipynb"))
+    assert sources, "solutions/ holds no notebooks"
+    for student, folder in (("solved", "solutions"), ("unsolved", "exercises")):
+        (tmp_path / "subs" / student).mkdir(parents=True)
+        for nb in sources:
+            assert (ROOT / folder / nb.name).exists(), f"{folder}/{nb.name} is missing: run " \
+                "edu-dl assign solutions/ exercises/"
+            shutil.copy(ROOT / folder / nb.name, tmp_path / "subs" / student / nb.name)
+    summary = G.grade(tmp_path / "subs", ROOT / "solutions", tmp_path / "grades", jobs=2,
+                      progress=False, settings=G.Settings(timeout_s=120))
+    solved = [r for r in summary.rows if r.student == "solved"]
+    unsolved = [r for r in summary.rows if r.student == "unsolved"]
+    assert {r.exercise for r in solved} == {nb.stem for nb in sources}
+    assert all(r.status == "passed" and r.points == r.max_points > 0 for r in solved), solved
+    assert all(r.status == "not implemented" and r.points == 0 for r in unsolved), unsolved
+
+
+@pytest.mark.slow
+def test_hostile_corpus(tmp_path: Path) -> None:
+    """Every hostile or broken submission gets its rows and status; nothing leaks or lingers."""
+    escape = ROOT / "HOSTILE_ESCAPE.txt"
+    cases = corpus.build(tmp_path, escape)
+    before = sorted(p.name for p in ROOT.iterdir())
+    summary = G.grade(tmp_path / "submissions", tmp_path / "source", tmp_path / "grades",
+                      jobs=2, progress=False, settings=G.Settings(timeout_s=10, memory_mb=2048))
+    got = {(r.student, r.part): r for r in summary.rows}
+    for name, (_, statuses) in cases.items():
+        for part, want in zip(corpus.PARTS, statuses):
+            row = got[(name, part)]
+            assert row.status in want.split("|"), (name, part, row)
+            assert row.message, (name, part)
+            if row.status != "passed":
+                assert row.points == 0, (name, part, row)
+    # A wrong answer never passes, whatever the notebook did to numpy, check or later cells.
+    for cheat in ("cheat_allclose", "cheat_check", "cheat_transformer", "fake_outputs",
+                  "edited_test", "renamed_test"):
+        assert got[(cheat, "ex02.gflops")].points == 0, cheat
+    assert got[("good", "ex02.gflops")].points == 1  # the batch did not hurt the good student
+    assert not escape.exists()
+    assert sorted(p.name for p in ROOT.iterdir()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["grades", "source", "submissions"]
+    assert not grader_processes()

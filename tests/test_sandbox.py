@@ -1,0 +1,136 @@
+"""The bubblewrap sandbox: isolation, limits, and nothing left running afterwards."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from edu_dl.grading import sandbox
+
+FAST = sandbox.Limits(wall_s=20, memory_mb=512, processes=64, file_mb=4, tmp_mb=8)
+PY = sys.executable
+
+
+def py(code: str, limits: sandbox.Limits = FAST, **kw) -> sandbox.Result:
+    return sandbox.run([PY, "-c", code], limits=limits, env={"PATH": "/usr/bin:/bin"}, **kw)
+
+
+def test_bwrap_is_available() -> None:
+    # CI installs the Debian package `bubblewrap`; without it grading is not isolated.
+    assert sandbox.bwrap_problem() == ""
+
+
+def test_system_is_read_only_and_tmp_is_private(tmp_path: Path) -> None:
+    target = tmp_path / "escape.txt"
+    done = py(f"""
+import pathlib
+try:
+    pathlib.Path({str(target)!r}).write_text("x")
+    print("WROTE")
+except OSError as exc:
+    print("refused", exc.errno)
+pathlib.Path("/tmp/mine.txt").write_text("ok")
+print("tmp ok", sorted(p.name for p in pathlib.Path("/tmp").iterdir()))
+""")
+    assert done.returncode == 0, done.log
+    assert "refused" in done.log and "WROTE" not in done.log
+    assert "tmp ok ['mine.txt']" in done.log  # a fresh, empty /tmp
+    assert not target.exists()
+
+
+def test_hidden_folders_are_empty(tmp_path: Path) -> None:
+    secret = tmp_path / "solutions"
+    secret.mkdir()
+    (secret / "answer.ipynb").write_text("{}")
+    # Outside /tmp too (the repo): an instructor's --source usually lives there.
+    repo_secret = Path(__file__).resolve().parents[1] / "solutions"
+    done = py(f"import os; print('seen', os.path.exists({str(secret / 'answer.ipynb')!r}), "
+              f"os.listdir({str(repo_secret)!r}))", hide=[secret, repo_secret])
+    assert "seen False []" in done.log, done.log
+
+
+def test_no_network_but_loopback() -> None:
+    done = py("""
+import socket
+server = socket.socket(); server.bind(("127.0.0.1", 0)); server.listen()
+socket.create_connection(server.getsockname(), timeout=2); print("loopback ok")
+try:
+    socket.create_connection(("1.1.1.1", 53), timeout=2); print("NETWORK")
+except OSError as exc:
+    print("no network", exc.errno)
+""")
+    assert "loopback ok" in done.log and "no network" in done.log, done.log
+    assert "NETWORK" not in done.log
+
+
+def test_tmpfs_and_file_size_limits() -> None:
+    done = py("""
+import signal
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+try:
+    open("/tmp/big", "wb").write(b"0" * (6 << 20))
+except OSError as exc:
+    print("file size", exc.errno)
+try:
+    for i in range(10_000):
+        with open(f"/tmp/f{i}", "wb") as f:  # closed here: the error is not lost in __del__
+            f.write(b"0" * 4096)
+except OSError as exc:
+    print("tmp full at", i, exc.errno)
+""")
+    assert "file size 27" in done.log, done.log  # EFBIG: over RLIMIT_FSIZE (4 MB)
+    assert "tmp full at" in done.log and "28" in done.log  # ENOSPC: the 8 MB tmpfs
+
+
+def test_memory_limit_raises_memory_error() -> None:
+    done = py("x = bytearray(1 << 30); print('ALLOCATED')")
+    assert "MemoryError" in done.log and "ALLOCATED" not in done.log, done.log
+
+
+def test_wall_time_kills_everything() -> None:
+    limits = sandbox.Limits(wall_s=2, memory_mb=512, processes=64)
+    done = sandbox.run(["/bin/sh", "-c", "(sleep 300 &); setsid sleep 301 & sleep 302"],
+                       limits=limits, env={"PATH": "/usr/bin:/bin"})
+    assert done.killed == "timeout"
+    assert done.seconds < 15
+    assert not any("sleep 30" in _cmdline(pid) for pid in _all_pids())
+
+
+@pytest.mark.slow
+def test_fork_bomb_is_stopped_and_reaped() -> None:
+    limits = sandbox.Limits(wall_s=30, memory_mb=1024, processes=48)
+    done = py("import os\nwhile True:\n    os.fork()", limits=limits)
+    assert done.killed in ("processes", "memory"), done
+    assert done.seconds < 25
+    assert not any("os.fork()" in _cmdline(pid) for pid in _all_pids())
+
+
+def test_fallback_without_bwrap_says_so_and_reaps(monkeypatch: pytest.MonkeyPatch,
+                                                  tmp_path: Path) -> None:
+    monkeypatch.setattr(sandbox, "bwrap_problem", lambda: "bwrap is not installed")
+    limits = sandbox.Limits(wall_s=2, memory_mb=512, processes=64)
+    done = sandbox.run([PY, "-c", "import os, time\nif os.fork() == 0:\n    os.setsid()\n"
+                        "    time.sleep(303)\ntime.sleep(304)"], limits=limits,
+                       env={"PATH": "/usr/bin:/bin"}, fallback_dir=tmp_path)
+    assert not done.isolated and "NOT ISOLATED" in done.notes[0]
+    assert done.killed == "timeout"
+    # The double-forked child escaped the process tree; the tag finds and kills it.
+    assert not any("time.sleep(303)" in _cmdline(pid) for pid in _all_pids())
+    assert list(tmp_path.iterdir()) == []  # the log file is gone too
+
+
+def _all_pids() -> list[int]:
+    return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit()]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            text = f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+    except OSError:
+        return ""
+    # zombies keep no command line; a live process that matches is a leak
+    return text
