@@ -1,0 +1,253 @@
+"""Exercise 6 (TensorFlow): the solutions pass every case, typical mistakes get specific messages.
+
+The solution functions are taken from solutions/06_tensorflow.ipynb itself (its setup and solution
+cells are executed), so these tests follow the notebook.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+
+from edu_dl.grading import check, parts
+from edu_dl.grading.checking import HIDDEN_SEED, VISIBLE_SEED, roundtrip
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "solutions" / "06_tensorflow.ipynb"
+PART_FUNCTIONS = {
+    "ex06.tf1_graph": "train_tf1_graph",
+    "ex06.tf1_variables": "train_tf1_variables",
+    "ex06.tf2_tape": "train_tf2_tape",
+    "ex06.tf_function": "train_tf_function",
+}
+
+
+@pytest.fixture(scope="module")
+def sol():
+    """The notebook's setup and solution cells, executed: its functions by name."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    namespace: dict = {}
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type == "code" and (meta.get("solution") or meta.get("grade_id") == "setup"):
+            exec(compile(cell.source, f"<{meta['grade_id']}>", "exec"), namespace)
+    return namespace
+
+
+def run(capsys, part_id, fn, hidden=False):
+    ok = check(part_id, fn, hidden=hidden)
+    out = capsys.readouterr().out
+    assert "Traceback" not in out
+    return ok, out
+
+
+def test_points_match_the_notebook():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    points = {c.source.split('"')[1]: c.metadata.nbgrader["points"] for c in nb.cells
+              if c.metadata.get("nbgrader", {}).get("grade")}
+    assert points == {pid: parts.get(pid).points for pid in PART_FUNCTIONS}
+
+
+@pytest.mark.parametrize("part_id", list(PART_FUNCTIONS))
+def test_solution_matches_the_oracle_on_visible_and_hidden_cases(sol, part_id):
+    part = parts.get(part_id)
+    fn = sol[PART_FUNCTIONS[part_id]]
+    for seed, hidden in ((VISIBLE_SEED, False), (HIDDEN_SEED, True), (123, True)):
+        cases = roundtrip(part.cases(np.random.default_rng(seed), hidden))
+        assert len(cases) >= 3
+        for args in cases:
+            verdict = part.compare(part.expected(*args), part.call(fn, args))
+            assert verdict.ok, verdict.message
+
+
+def test_cases_never_give_data_a_weight_shape():
+    part = parts.get("ex06.tf1_variables")
+    for seed in range(20):
+        for x, y, w1, w2, lr, steps in part.cases(np.random.default_rng(seed), True):
+            assert {x.shape, y.shape}.isdisjoint({w1.shape, w2.shape})
+            losses = part.expected(x, y, w1, w2, lr, steps)[0]
+            assert np.all(np.isfinite(losses)) and losses[-1] <= losses[0] * (1 + 1e-12)
+
+
+def test_solutions_pass_through_check(capsys, sol):
+    for part_id, name in PART_FUNCTIONS.items():
+        ok, out = run(capsys, part_id, sol[name], hidden=True)
+        assert ok, out
+        assert out == f"✓ {part_id}: 4 hidden cases passed\n"
+
+
+# ----------------------------------------------------------------------------- typical mistakes
+
+
+def tf1_program(X, y, w1_init, w2_init, lr, num_steps, reduce="batch_mean"):
+    """Part 1's program with the loss reduced the wrong way."""
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    with tf.Graph().as_default():
+        x_ph, y_ph = v1.placeholder(tf.float64, X.shape), v1.placeholder(tf.float64, y.shape)
+        w1, w2 = v1.placeholder(tf.float64, w1_init.shape), v1.placeholder(tf.float64,
+                                                                            w2_init.shape)
+        diff = tf.matmul(tf.maximum(tf.matmul(x_ph, w1), 0), w2) - y_ph
+        loss = {"batch_mean": tf.reduce_mean(tf.reduce_sum(diff ** 2, axis=1)),
+                "sum": tf.reduce_sum(diff ** 2), "mean": tf.reduce_mean(diff ** 2)}[reduce]
+        grads = v1.gradients(loss, [w1, w2])
+        with v1.Session() as sess:
+            values = {x_ph: X, y_ph: y, w1: w1_init, w2: w2_init}
+            losses = []
+            for _ in range(num_steps):
+                loss_val, g1, g2 = sess.run([loss, *grads], feed_dict=values)
+                values[w1], values[w2] = values[w1] - lr * g1, values[w2] - lr * g2
+                losses.append(loss_val)
+    return losses
+
+
+def test_summed_or_averaged_loss_gets_the_reduction_hint(capsys):
+    ok, out = run(capsys, "ex06.tf1_graph", lambda *a: tf1_program(*a, reduce="sum"))
+    assert ok is False
+    assert "case 1 of 3 (X (4, 6), y (4, 3), w1 (6, 5), w2 (5, 3), lr=" in out
+    assert "5 of 5 entries differ" in out and "first differing entries: [0] expected" in out
+    assert "hint: you summed over the whole batch" in out
+    ok, out = run(capsys, "ex06.tf1_graph", lambda *a: tf1_program(*a, reduce="mean"))
+    assert ok is False and "hint: you averaged over every entry" in out
+
+
+def test_eager_code_is_not_a_tf1_program(capsys, sol):
+    ok, out = run(capsys, "ex06.tf1_graph", sol["train_tf2_tape"])
+    assert ok is False
+    assert "failed: your function never ran a tf.compat.v1.Session" in out
+
+
+def test_fed_weights_are_counted_in_the_variables_part(capsys, sol):
+    ok, out = run(capsys, "ex06.tf1_variables", sol["train_tf1_graph"])
+    assert ok is False
+    # case 1: w1 (6, 5) and w2 (5, 3) fed and both gradients fetched, 5 steps: 2 * 45 * 5 values
+    assert "output 1 (weight values fed or fetched in the training steps): expected 0, got 450" \
+        in out
+    assert "hint: weights still travel between Python and the session" in out
+
+
+def test_fetching_gradients_next_to_minimize_is_counted(capsys):
+    """The source's fault: its loop still fetches the gradients the optimizer applies."""
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+
+    def fetches_grads(X, y, w1_init, w2_init, lr, num_steps):
+        with tf.Graph().as_default():
+            x_ph, y_ph = v1.placeholder(tf.float64, X.shape), v1.placeholder(tf.float64, y.shape)
+            w1, w2 = v1.Variable(w1_init), v1.Variable(w2_init)
+            diff = tf.matmul(tf.maximum(tf.matmul(x_ph, w1), 0), w2) - y_ph
+            loss = tf.reduce_mean(tf.reduce_sum(diff ** 2, axis=1))
+            grads = v1.gradients(loss, [w1, w2])
+            update = v1.train.GradientDescentOptimizer(tf.constant(lr, tf.float64)).minimize(loss)
+            with v1.Session() as sess:
+                sess.run(v1.global_variables_initializer())
+                return [sess.run([loss, update, *grads], {x_ph: X, y_ph: y})[0]
+                        for _ in range(num_steps)]
+
+    ok, out = run(capsys, "ex06.tf1_variables", fetches_grads)
+    assert ok is False and "expected 0, got 225" in out and "fetch only the loss" in out
+
+
+def test_float32_learning_rate_gets_its_own_hint(capsys):
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+
+    def minimize_float32_lr(X, y, w1_init, w2_init, lr, num_steps):
+        with tf.Graph().as_default():
+            x_ph, y_ph = v1.placeholder(tf.float64, X.shape), v1.placeholder(tf.float64, y.shape)
+            w1, w2 = v1.Variable(w1_init), v1.Variable(w2_init)
+            diff = tf.matmul(tf.maximum(tf.matmul(x_ph, w1), 0), w2) - y_ph
+            loss = tf.reduce_mean(tf.reduce_sum(diff ** 2, axis=1))
+            update = v1.train.GradientDescentOptimizer(lr).minimize(loss)
+            with v1.Session() as sess:
+                sess.run(v1.global_variables_initializer())
+                return [sess.run([loss, update], {x_ph: X, y_ph: y})[0] for _ in range(num_steps)]
+
+    ok, out = run(capsys, "ex06.tf1_variables", minimize_float32_lr)
+    assert ok is False
+    assert "output 0 (losses)" in out and "hint: your learning rate became float32" in out
+
+
+def tape_program(X, y, w1_init, w2_init, lr, num_steps, relu=True, after=False,
+                 dtype="float64"):
+    import tensorflow as tf
+
+    w1 = tf.Variable(w1_init.astype(dtype))
+    w2 = tf.Variable(w2_init.astype(dtype))
+    x_t, y_t = tf.constant(X.astype(dtype)), tf.constant(y.astype(dtype))
+    losses = []
+    for _ in range(num_steps):
+        with tf.GradientTape() as tape:
+            h = x_t @ w1
+            h = tf.maximum(h, 0) if relu else h
+            loss = tf.reduce_mean(tf.reduce_sum((h @ w2 - y_t) ** 2, axis=1))
+        g1, g2 = tape.gradient(loss, [w1, w2])
+        w1.assign_sub(lr * g1)
+        w2.assign_sub(lr * g2)
+        if after:
+            h = tf.maximum(x_t @ w1, 0)
+            loss = tf.reduce_mean(tf.reduce_sum((h @ w2 - y_t) ** 2, axis=1))
+        losses.append(float(loss.numpy()))
+    return losses
+
+
+@pytest.mark.parametrize(("kwargs", "hint"), [
+    ({"relu": False}, "hint: apply the ReLU to the hidden layer"),
+    ({"after": True}, "hint: record each step's loss BEFORE its update"),
+    ({"dtype": "float32"}, "hint: close, but only to float32 precision"),
+])
+def test_tape_mistakes(capsys, kwargs, hint):
+    ok, out = run(capsys, "ex06.tf2_tape", lambda *a: tape_program(*a, **kwargs))
+    assert ok is False and hint in out
+
+
+def test_tf1_code_is_not_a_tape(capsys, sol):
+    ok, out = run(capsys, "ex06.tf2_tape", sol["train_tf1_variables"])
+    assert ok is False and "never called tape.gradient" in out
+
+
+def test_retracing_tf_function_is_caught(capsys):
+    import tensorflow as tf
+
+    def retraces(X, y, w1_init, w2_init, lr, num_steps):
+        w1, w2 = tf.Variable(w1_init), tf.Variable(w2_init)
+
+        @tf.function
+        def step(x, y, t):  # t, a Python int, is part of the trace signature
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.reduce_sum(
+                    (tf.maximum(x @ w1, 0) @ w2 - y) ** 2, axis=1))
+            g1, g2 = tape.gradient(loss, [w1, w2])
+            w1.assign_sub(lr * g1)
+            w2.assign_sub(lr * g2)
+            return loss
+
+        losses = [step(tf.constant(X), tf.constant(y), t).numpy() for t in range(num_steps)]
+        return losses, step
+
+    ok, out = run(capsys, "ex06.tf_function", retraces)
+    assert ok is False
+    assert "output 1 (tracing count): expected 1, got 5" in out
+    assert "hint: traced more than once" in out
+
+
+def test_tf_function_must_return_the_function(capsys, sol):
+    ok, out = run(capsys, "ex06.tf_function", sol["train_tf2_tape"])
+    assert ok is False and "return two things: (losses, train_step)" in out
+    ok, out = run(capsys, "ex06.tf_function", lambda *a: (sol["train_tf2_tape"](*a), None))
+    assert ok is False and "not a tf.function" in out
+
+
+@pytest.mark.parametrize("part_id", list(PART_FUNCTIONS))
+def test_stub_is_not_implemented_yet(capsys, part_id):
+    def stub(X, y, w1_init, w2_init, lr, num_steps):
+        # YOUR CODE HERE
+        raise NotImplementedError()
+
+    ok, out = run(capsys, part_id, stub)
+    assert ok is False and out == f"✗ {part_id}: not implemented yet\n"

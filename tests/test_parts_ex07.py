@@ -1,0 +1,271 @@
+"""Exercise 7 (PyTorch): the solutions pass every case, typical mistakes get specific messages.
+
+The solutions are taken from solutions/07_pytorch.ipynb itself (its setup and solution cells are
+executed), so these tests follow the notebook.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+import torch
+
+from edu_dl.grading import check, parts
+from edu_dl.grading.checking import HIDDEN_SEED, VISIBLE_SEED, roundtrip
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "solutions" / "07_pytorch.ipynb"
+PART_SOLUTIONS = {
+    "ex07.manual_gradients": "train_manual",
+    "ex07.linear_function": "MyLinear",
+    "ex07.two_layer_module": "TwoLayerNet",
+    "ex07.adam_training": "train_adam",
+}
+
+
+@pytest.fixture(scope="module")
+def sol():
+    """The notebook's setup and solution cells, executed: its functions and classes by name."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    namespace: dict = {}
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type == "code" and (meta.get("solution") or meta.get("grade_id") == "setup"):
+            exec(compile(cell.source, f"<{meta['grade_id']}>", "exec"), namespace)
+    return namespace
+
+
+def run(capsys, part_id, fn, hidden=False):
+    ok = check(part_id, fn, hidden=hidden)
+    out = capsys.readouterr().out
+    assert "Traceback" not in out
+    return ok, out
+
+
+def test_points_match_the_notebook():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    points = {c.source.split('"')[1]: c.metadata.nbgrader["points"] for c in nb.cells
+              if c.metadata.get("nbgrader", {}).get("grade")}
+    assert points == {pid: parts.get(pid).points for pid in PART_SOLUTIONS}
+
+
+@pytest.mark.parametrize("part_id", list(PART_SOLUTIONS))
+def test_solution_matches_the_oracle_on_visible_and_hidden_cases(sol, part_id):
+    part = parts.get(part_id)
+    fn = sol[PART_SOLUTIONS[part_id]]
+    for seed, hidden in ((VISIBLE_SEED, False), (HIDDEN_SEED, True), (123, True)):
+        cases = roundtrip(part.cases(np.random.default_rng(seed), hidden))
+        assert len(cases) >= 2
+        for args in cases:
+            verdict = part.compare(part.expected(*args), part.call(fn, args))
+            assert verdict.ok, verdict.message
+
+
+def test_solutions_pass_through_check(capsys, sol):
+    for part_id, name in PART_SOLUTIONS.items():
+        ok, out = run(capsys, part_id, sol[name], hidden=True)
+        assert ok, out
+        assert out == f"✓ {part_id}: 4 hidden cases passed\n"
+
+
+def test_the_inputs_are_not_modified(sol):
+    """The solution clones: the check copies the inputs anyway, but the notebook says so."""
+    args = parts.get("ex07.manual_gradients").cases(np.random.default_rng(0), False)[0]
+    tensors = [torch.tensor(a) if isinstance(a, np.ndarray) else a for a in args]
+    before = [t.clone() for t in tensors[:4]]
+    sol["train_manual"](*tensors)
+    assert all(torch.equal(a, b) for a, b in zip(before, tensors[:4]))
+
+
+# ----------------------------------------------------------------------------- typical mistakes
+
+
+def manual(X, y, w1_init, w2_init, lr, num_steps, mean=False):
+    w1, w2 = w1_init.clone(), w2_init.clone()
+    losses = []
+    for _ in range(num_steps):
+        h = X @ w1
+        y_hat = h.clamp(min=0) @ w2
+        scale = 1.0 / len(X) if mean else 1.0
+        losses.append(scale * (y_hat - y).pow(2).sum().item())
+        grad_y_hat = 2.0 * scale * (y_hat - y)
+        grad_w2 = h.clamp(min=0).t() @ grad_y_hat
+        grad_w1 = X.t() @ ((grad_y_hat @ w2.t()) * (h > 0))
+        w1 -= lr * grad_w1
+        w2 -= lr * grad_w2
+    return losses
+
+
+def test_batch_mean_instead_of_sum(capsys):
+    ok, out = run(capsys, "ex07.manual_gradients", lambda *a: manual(*a, mean=True))
+    assert ok is False
+    assert "case 1 of 3 (X (4, 6), y (4, 3), w1 (6, 5), w2 (5, 3), lr=" in out
+    assert "hint: you averaged over the batch: the lecture's PyTorch loss is the SUM" in out
+
+
+def test_autograd_is_switched_off_in_the_manual_part(capsys):
+    def with_autograd(X, y, w1_init, w2_init, lr, num_steps):
+        w1, w2 = w1_init.clone().requires_grad_(), w2_init.clone().requires_grad_()
+        loss = ((X @ w1).clamp(min=0) @ w2 - y).pow(2).sum()
+        loss.backward()
+        return [loss.item()]
+
+    ok, out = run(capsys, "ex07.manual_gradients", with_autograd)
+    assert ok is False
+    assert "case 1 of 3" in out and "RuntimeError: element 0 of tensors does not require grad" \
+        in out
+    assert "this part runs with autograd switched off" in out
+
+
+def linear_function(backward):
+    class MyLinear(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w, b):
+            ctx.save_for_backward(x, w)
+            return x @ w + b
+
+    MyLinear.backward = staticmethod(backward)
+    return MyLinear
+
+
+def test_bias_gradient_averaged(capsys):
+    def mean_db(ctx, g):
+        x, w = ctx.saved_tensors
+        return g @ w.t(), x.t() @ g, g.mean(0)
+
+    ok, out = run(capsys, "ex07.linear_function", linear_function(mean_db))
+    assert ok is False
+    assert "case 1 of 3 (x (2, 3), w (3, 4), b (4,), grad_output (2, 4)): output 3 (db)" in out
+    assert "hint: db SUMS grad_output over the batch" in out
+
+
+def test_missing_transpose_shows_in_the_square_case(capsys):
+    def no_transpose(ctx, g):
+        x, w = ctx.saved_tensors
+        dx = g @ w if w.shape[0] == w.shape[1] else g @ w.t()  # wrong only where shapes hide it
+        return dx, x.t() @ g, g.sum(0)
+
+    ok, out = run(capsys, "ex07.linear_function", linear_function(no_transpose))
+    assert ok is False
+    assert "case 3 of 3" in out and "output 1 (dx)" in out and "dx = grad_output @ w.T" in out
+
+
+def test_wrong_number_or_shape_of_gradients(capsys):
+    def two_grads(ctx, g):
+        x, w = ctx.saved_tensors
+        return g @ w.t(), x.t() @ g
+
+    ok, out = run(capsys, "ex07.linear_function", linear_function(two_grads))
+    assert ok is False
+    assert "incorrect number of gradients" in out and "hint: backward returns one gradient" in out
+
+    def transposed_dw(ctx, g):
+        x, w = ctx.saved_tensors
+        return g @ w.t(), g.t() @ x, g.sum(0)
+
+    ok, out = run(capsys, "ex07.linear_function", linear_function(transposed_dw))
+    assert ok is False
+    assert "invalid gradient at index 1" in out and "dw (D, M)" in out
+
+
+def test_not_a_function_subclass(capsys):
+    ok, out = run(capsys, "ex07.linear_function", torch.nn.Linear)
+    assert ok is False and "must be a subclass of torch.autograd.Function" in out
+
+
+def test_module_without_relu_and_with_wrong_layers(capsys):
+    class NoReLU(torch.nn.Module):
+        def __init__(self, d_in, h, d_out):
+            super().__init__()
+            self.linear1 = torch.nn.Linear(d_in, h)
+            self.linear2 = torch.nn.Linear(h, d_out)
+
+        def forward(self, x):
+            return self.linear2(self.linear1(x))
+
+    ok, out = run(capsys, "ex07.two_layer_module", NoReLU)
+    assert ok is False
+    assert "case 1 of 3 (x (3, 4), W1 (5, 4), b1 (5,), W2 (2, 5), b2 (2,))" in out
+    assert "hint: apply the ReLU between the layers" in out
+
+    class NoBias(NoReLU):
+        def __init__(self, d_in, h, d_out):
+            torch.nn.Module.__init__(self)
+            self.linear1 = torch.nn.Linear(d_in, h, bias=False)
+            self.linear2 = torch.nn.Linear(h, d_out)
+
+    ok, out = run(capsys, "ex07.two_layer_module", NoBias)
+    assert ok is False
+    assert "should hold two layers, nn.Linear(4, 5) and nn.Linear(5, 2), with biases; found: " \
+           "Linear(4, 5, bias=False), Linear(5, 2, bias=True)" in out
+
+
+def adam(X, y, W1, b1, W2, b2, lr, num_steps, reduction="sum", zero_grad=True, twice=False):
+    model = torch.nn.Sequential(torch.nn.Linear(W1.shape[1], W1.shape[0]), torch.nn.ReLU(),
+                                torch.nn.Linear(W2.shape[1], W2.shape[0])).double()
+    with torch.no_grad():
+        for p, value in zip(model.parameters(), (W1, b1, W2, b2)):
+            p.copy_(value)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    losses = []
+    for _ in range(num_steps):
+        loss = torch.nn.functional.mse_loss(model(X), y, reduction=reduction)
+        losses.append(loss.item())
+        if zero_grad:
+            optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if twice:  # the source's listing: a manual update after Adam's
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= lr * p.grad
+    return losses
+
+
+@pytest.mark.parametrize(("kwargs", "hint"), [
+    ({"reduction": "mean"}, "hint: you averaged: the lecture's loss is torch.nn.MSELoss"),
+    ({"zero_grad": False}, "hint: the gradients accumulate: call optimizer.zero_grad()"),
+    ({"twice": True}, "hint: every weight moves twice per step"),
+])
+def test_adam_mistakes(capsys, kwargs, hint):
+    ok, out = run(capsys, "ex07.adam_training", lambda *a: adam(*a, **kwargs))
+    assert ok is False
+    assert "case 1 of 2 (X (8, 6), y (8, 3), W1 (5, 6)" in out and hint in out
+
+
+def test_adam_reference_matches_torch():
+    """The hints' NumPy Adam is PyTorch's: without a mistake it gives torch.optim.Adam's losses."""
+    from edu_dl.grading.parts.ex07 import numpy_adam_losses
+
+    part = parts.get("ex07.adam_training")
+    for args in part.cases(np.random.default_rng(5), True):
+        tensors = [torch.tensor(a) if isinstance(a, np.ndarray) else a for a in args]
+        assert np.allclose(numpy_adam_losses(*args), adam(*tensors), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("part_id", list(PART_SOLUTIONS))
+def test_stub_is_not_implemented_yet(capsys, part_id):
+    def stub(*args):
+        # YOUR CODE HERE
+        raise NotImplementedError()
+
+    class StubFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w, b):
+            raise NotImplementedError()
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            raise NotImplementedError()
+
+    class StubModule(torch.nn.Module):
+        def __init__(self, d_in, h, d_out):
+            super().__init__()
+            raise NotImplementedError()
+
+    fn = {"ex07.linear_function": StubFunction, "ex07.two_layer_module": StubModule}.get(
+        part_id, stub)
+    ok, out = run(capsys, part_id, fn)
+    assert ok is False and out == f"✗ {part_id}: not implemented yet\n"
