@@ -1,0 +1,170 @@
+"""Exercise 8's parts: the oracles agree with the solution notebook, and wrong answers get hints."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import numpy as np
+import pytest
+
+import edu_dl as ed
+from edu_dl.grading import check, checking
+from edu_dl.grading.parts import ex08
+
+SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "08_static_vs_dynamic.ipynb"
+
+
+@functools.cache
+def solutions() -> dict[str, Any]:
+    """The notebook's setup, solution and given cells (parse_layer), executed; no test cells."""
+    namespace: dict[str, Any] = {}
+    for cell in nbformat.read(SOLUTION, as_version=4).cells:
+        meta = cell.metadata.get("nbgrader", {})
+        given = "def parse_layer" in cell.source
+        if cell.cell_type == "code" and (meta.get("solution") or meta.get("grade_id") == "setup"
+                                         or given):
+            exec(compile(cell.source, f"<{meta.get('grade_id', 'cell')}>", "exec"), namespace)
+    return namespace
+
+
+FUNCTIONS = {"ex08.rnn_eager": "rnn_eager", "ex08.rnn_static": "rnn_static",
+             "ex08.plan": "plan", "ex08.caffe_forward": "caffe_forward"}
+
+
+def run(capsys: pytest.CaptureFixture[str], part_id: str, fn: Any,
+        hidden: bool = False) -> tuple[bool, str]:
+    ok = check(part_id, fn, hidden=hidden)
+    out = capsys.readouterr().out
+    assert "Traceback" not in out
+    return ok, out
+
+
+def test_every_part_has_a_solution() -> None:
+    assert {p.id for p in ex08.PARTS} == set(FUNCTIONS)
+
+
+@pytest.mark.parametrize("part", ex08.PARTS, ids=lambda p: p.id)
+@pytest.mark.parametrize("seed", [None, 0, 1])
+def test_oracle_agrees_with_the_solution(part: checking.Part, seed: int | None) -> None:
+    fn = solutions()[FUNCTIONS[part.id]]
+    cases = checking.roundtrip(part.cases(np.random.default_rng(seed or 0), seed is not None))
+    for i, args in enumerate(cases):
+        got = part.call(fn, args)
+        checking._encode_result(i, got)
+        verdict = part.compare(part.expected(*args), got)
+        assert verdict.ok, f"case {i}: {verdict.message}"
+
+
+def test_rnn_cases_take_both_branches() -> None:
+    for hidden in (False, True):
+        sums = [ex08._h_final(*c).sum() for c in ex08._rnn_cases(np.random.default_rng(3), hidden)]
+        assert min(sums) < 0 < max(sums)
+
+
+def test_plan_oracle_matches_edu_dl_session() -> None:
+    """The lecture graph in edu_dl.graph: plan_for runs exactly the ops of the oracle's set."""
+    from edu_dl import graph as eg
+
+    g = eg.Graph()
+    with g.as_default():
+        x, y, z = (eg.placeholder(eg.float64, shape=(2,), name=n) for n in "xyz")
+        c = eg.reduce_sum(x * y + z)
+        d = eg.reduce_sum(x)
+    feed = {p: np.ones(2) for p in (x, y, z)}
+    sess = eg.Session(g)
+    for fetch, index in ((c, 5), (d, 6)):
+        nodes = ex08._plan_expected(ex08.LECTURE_PARENTS, np.array([index]))
+        ops = [i for i in nodes if ex08.LECTURE_PARENTS[i][0] >= 0]
+        assert sess.plan_for(fetch, feed).ops_run == len(ops)
+
+
+@pytest.mark.parametrize("part_id", FUNCTIONS)
+def test_the_stub_is_not_implemented_yet(capsys: pytest.CaptureFixture[str],
+                                         part_id: str) -> None:
+    def stub(*args: Any) -> Any:
+        raise NotImplementedError()
+
+    ok, out = run(capsys, part_id, stub)
+    assert not ok and out.strip() == f"✗ {part_id}: not implemented yet"
+
+
+def _rnn_always_positive(X, W, U):
+    W, U = ed.tensor(W, requires_grad=True), ed.tensor(U, requires_grad=True)
+    h = ed.zeros((1, W.shape[0]), dtype=np.float64)
+    for t in range(X.shape[0]):
+        h = (h @ W + ed.tensor(X[t:t + 1]) @ U).tanh()
+    loss = (h * h).sum()  # BUG: no branch
+    loss.backward()
+    return loss.item(), W.grad.numpy(), U.grad.numpy()
+
+
+def test_rnn_without_the_branch(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex08.rnn_eager", _rnn_always_positive)
+    assert not ok and "case 2 of 3 (X (5, 5), W (4, 4), U (5, 4))" in out
+    assert "output 0 (loss)" in out and "when sum(h) <= 0 the loss is -sum(h)" in out
+
+
+def test_rnn_static_must_run_a_session(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex08.rnn_static", solutions()["rnn_eager"])
+    assert not ok and "failed: no edu_dl.graph Session ran" in out
+
+
+def test_rnn_static_right_loss_wrong_gradients(capsys: pytest.CaptureFixture[str]) -> None:
+    def wrong(X, W, U):
+        loss, dW, dU = solutions()["rnn_static"](X, W, U)
+        return loss, dW.T, dU
+
+    ok, out = run(capsys, "ex08.rnn_static", wrong)
+    assert not ok and "output 1 (dW)" in out and "looks transposed" in out
+
+
+def test_plan_with_direct_inputs_only(capsys: pytest.CaptureFixture[str]) -> None:
+    def direct(parents, fetches):
+        return {int(f) for f in fetches} | {int(p) for f in fetches for p in parents[f] if p >= 0}
+
+    ok, out = run(capsys, "ex08.plan", direct)
+    assert not ok
+    assert "expected nodes [0, 1, 2, 3, 4, 5], got [4, 5]: missing nodes [0, 1, 2, 3]" in out
+    assert "only the direct inputs" in out
+
+
+def test_plan_without_pruning(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex08.plan", lambda parents, fetches: range(len(parents)))
+    assert not ok and "nodes not needed [6, 7, 8]" in out and "prune" in out
+
+
+def test_caffe_without_transposing_w(capsys: pytest.CaptureFixture[str]) -> None:
+    parse_layer = solutions()["parse_layer"]
+
+    def forward(lines, x, y, *params):
+        blobs, it = {"x": x, "y": y}, iter(params)
+        for line in lines:
+            layer = parse_layer(line)
+            b = blobs[layer.bottom[0]]
+            if layer.type == "InnerProduct":
+                W, bias = next(it), next(it)
+                blobs[layer.top[0]] = b @ W + bias if W.shape[0] == b.shape[1] else b @ W.T + bias
+            elif layer.type == "ReLU":
+                blobs[layer.top[0]] = np.maximum(b, 0)
+            else:
+                return float(np.sum((b - y) ** 2) / (2 * len(b))), b
+        return None
+
+    ok, out = run(capsys, "ex08.caffe_forward", forward)
+    assert not ok and "case 2 of 3" in out and "params[0] (4, 4)" in out
+    assert "output 0 (loss)" in out
+    assert "y = x @ W.T + b" in out
+
+
+def test_caffe_loss_as_a_mean(capsys: pytest.CaptureFixture[str]) -> None:
+    right = solutions()["caffe_forward"]
+
+    def forward(lines, x, y, *params):
+        _, y_hat = right(lines, x, y, *params)
+        return float(np.mean((y_hat - y) ** 2)), y_hat
+
+    ok, out = run(capsys, "ex08.caffe_forward", forward)
+    assert not ok and "output 0 (loss)" in out and "sum((y_hat - y)**2) / (2 N)" in out
