@@ -1,0 +1,291 @@
+"""Static checks of the course notebooks: the "Standards for every notebook" of the lectures issue.
+
+These read the committed .ipynb files only (no kernel runs; nbval does that in `make
+test-notebooks`). nbval compares outputs only for cells that were executed and only where a cell is
+marked `# NBVAL_CHECK_OUTPUT`, so a notebook committed unexecuted, or with too few checked cells,
+would pass nbval while checking nothing: these tests close that gap.
+
+One test item per (notebook, standard), so a failure names both. To check another folder, add it to
+FOLDERS with the standards that apply there.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
+# A printed duration or rate: "0.52 s", "12 ms", "3.1 µs", "1.5e+03 ns", "2 seconds", "7.3 it/s".
+TIMING = re.compile(
+    r"\d\s*(?:ns|us|µs|μs|ms|s|sec|secs|seconds?|min|minutes?)\b(?!/)|it/s|s/it", re.IGNORECASE
+)
+TF_IMPORT = re.compile(r"^\s*(?:import|from)\s+(?:tensorflow|keras)\b", re.MULTILINE)
+SETUP_CALL = re.compile(r"^[^#\n]*\bsetup\(", re.MULTILINE)
+EXPECTED_TIME = re.compile(r"\btime\b[^\n]*?\d+\s*(?:min|minutes?|h|hours?)\b", re.IGNORECASE)
+
+Notebook = nbformat.NotebookNode
+Check = Callable[[Path, Notebook], list[str]]
+
+
+def code_cells(nb: Notebook) -> list[Notebook]:
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+def markdown_cells(nb: Notebook) -> list[Notebook]:
+    return [c for c in nb.cells if c.cell_type == "markdown"]
+
+
+def output_text(output: Notebook) -> str:
+    """All the text an output shows: stream text, text/* data, and an error's traceback."""
+    if output.get("output_type") == "stream":
+        text = output.get("text", "")
+        return text if isinstance(text, str) else "".join(text)
+    if output.get("output_type") == "error":
+        return "\n".join([output.get("ename", ""), output.get("evalue", ""),
+                          *output.get("traceback", [])])
+    parts = []
+    for mime, value in output.get("data", {}).items():
+        if mime.startswith("text/") or mime == "application/vnd.jupyter.stderr":
+            parts.append(value if isinstance(value, str) else "".join(value))
+    return "\n".join(parts)
+
+
+def label(nb: Notebook, cell: Notebook) -> str:
+    """'code cell 7 (In [7])': the index nbval reports (counting code cells from 0)."""
+    index = code_cells(nb).index(cell)
+    return f"code cell {index} (In [{cell.get('execution_count')}])"
+
+
+# ---------------------------------------------------------------------------------------------
+# The standards. Each returns a list of problems; an empty list passes.
+
+
+def valid_nbformat(path: Path, nb: Notebook) -> list[str]:
+    try:
+        nbformat.validate(nb)
+    except nbformat.ValidationError as err:
+        return [f"not a valid nbformat {nb.nbformat} notebook: {err.message}"]
+    return []
+
+
+def executed_in_order(path: Path, nb: Notebook) -> list[str]:
+    """Unexecuted cells are never compared by nbval; every count 1..n, top to bottom, in one run."""
+    counts = [c.get("execution_count") for c in code_cells(nb)]
+    if counts == list(range(1, len(counts) + 1)):
+        return []
+    return [f"execution counts are {counts}, expected 1..{len(counts)} in order: execute the "
+            "notebook top to bottom in a fresh kernel (jupyter nbconvert --execute --inplace)"]
+
+
+def no_error_outputs(path: Path, nb: Notebook) -> list[str]:
+    return [f"{label(nb, c)} has an error output: {o.get('ename')}: {o.get('evalue')}"
+            for c in code_cells(nb) for o in c.get("outputs", []) if o.output_type == "error"]
+
+
+def no_tracebacks(path: Path, nb: Notebook) -> list[str]:
+    return [f"{label(nb, c)} prints a traceback"
+            for c in code_cells(nb)
+            if any("Traceback" in output_text(o) for o in c.get("outputs", []))]
+
+
+def a_third_checked(path: Path, nb: Notebook) -> list[str]:
+    cells = code_cells(nb)
+    checked = sum(c.source.startswith(CHECK_MARK) for c in cells)
+    if 3 * checked >= len(cells):
+        return []
+    return [f"only {checked} of {len(cells)} code cells start with {CHECK_MARK!r}; "
+            f"at least {-(-len(cells) // 3)} must"]
+
+
+def no_disabled_eager(path: Path, nb: Notebook) -> list[str]:
+    """TF 1.x code runs inside `with tf.Graph().as_default():`, never in a kernel without eager."""
+    return [f"{label(nb, c)} mentions disable_eager_execution: use tf.Graph().as_default() "
+            "and tf.compat.v1.Session instead"
+            for c in code_cells(nb) if "disable_eager_execution" in c.source]
+
+
+def setup_before_tensorflow(path: Path, nb: Notebook) -> list[str]:
+    """setup() sets TF_CPP_MIN_LOG_LEVEL / TF_ENABLE_ONEDNN_OPTS: it must run before TF loads."""
+    source = "\n".join(c.source for c in code_cells(nb))
+    tf_import = TF_IMPORT.search(source)
+    if tf_import is None:
+        return []
+    setup_call = SETUP_CALL.search(source)
+    if setup_call is None or setup_call.start() > tf_import.start():
+        return [f"{tf_import.group().strip()!r} runs before `rng = setup()` (from "
+                "edu_dl.lecture): TensorFlow's log lines would pollute the outputs"]
+    return []
+
+
+def timing_cells_not_checked(path: Path, nb: Notebook) -> list[str]:
+    """Durations and rates differ on every run: such a cell must be NBVAL_IGNORE_OUTPUT."""
+    problems = []
+    for c in code_cells(nb):
+        if not c.source.startswith(CHECK_MARK):
+            continue
+        for o in c.get("outputs", []):
+            match = TIMING.search(output_text(o))
+            if match:
+                problems.append(f"{label(nb, c)} is marked {CHECK_MARK} but prints a timing or a "
+                                f"rate ({match.group()!r}): mark it # NBVAL_IGNORE_OUTPUT")
+                break
+    return problems
+
+
+def opens_with_objectives(path: Path, nb: Notebook) -> list[str]:
+    md = markdown_cells(nb)
+    if not md:
+        return ["no markdown cell"]
+    first = md[0].source
+    problems = [f"the first markdown cell does not name its {word}"
+                for word in ("objectives", "prerequisites") if word not in first.lower()]
+    if not EXPECTED_TIME.search(first):
+        problems.append("the first markdown cell gives no expected time (e.g. "
+                        "'**Expected time.** 30 minutes')")
+    return problems
+
+
+def ends_with_exercise(path: Path, nb: Notebook) -> list[str]:
+    md = markdown_cells(nb)
+    exercise = f"exercises/{path.name}"
+    if md and exercise in md[-1].source:
+        return []
+    return [f"the last markdown cell does not point to its exercise {exercise!r}"]
+
+
+COMMON: list[Check] = [valid_nbformat, executed_in_order, no_error_outputs, no_tracebacks,
+                       a_third_checked, no_disabled_eager, setup_before_tensorflow,
+                       timing_cells_not_checked]
+LECTURE: list[Check] = [*COMMON, opens_with_objectives, ends_with_exercise]
+
+# folder -> the standards its notebooks must meet.
+FOLDERS: dict[str, list[Check]] = {
+    "lectures": LECTURE,
+}
+
+
+def notebooks() -> list[Path]:
+    return sorted(p for folder in FOLDERS for p in (ROOT / folder).glob("*.ipynb"))
+
+
+CASES = [pytest.param(path, check, id=f"{path.parent.name}/{path.stem}-{check.__name__}")
+         for path in notebooks() for check in FOLDERS[path.parent.name]]
+
+
+@pytest.mark.parametrize(("path", "check"), CASES)
+def test_notebook_standard(path: Path, check: Check) -> None:
+    nb = nbformat.read(path, as_version=4)
+    problems = check(path, nb)
+    assert not problems, f"{path.relative_to(ROOT)}: " + "; ".join(problems)
+
+
+# ---------------------------------------------------------------------------------------------
+# The checks themselves catch what they should: a tiny notebook, broken one way at a time.
+
+
+def make_notebook() -> Notebook:
+    v4 = nbformat.v4
+    cells = [
+        v4.new_markdown_cell("# 9. Demo\n\n**Learning objectives.** x\n\n**Prerequisites.** y\n\n"
+                             "**Expected time.** 20 minutes."),
+        v4.new_code_cell("from edu_dl.lecture import setup\nrng = setup()\nimport tensorflow"),
+        v4.new_code_cell(f"{CHECK_MARK}\nprint(1 + 1)"),
+        v4.new_code_cell("# NBVAL_IGNORE_OUTPUT\nprint('took 0.3 s')"),
+        v4.new_markdown_cell("Practise in `exercises/99_demo.ipynb`."),
+    ]
+    cells[1].outputs = []
+    cells[2].outputs = [v4.new_output("stream", name="stdout", text="2\n")]
+    cells[3].outputs = [v4.new_output("stream", name="stdout", text="took 0.3 s\n")]
+    nb = v4.new_notebook(cells=cells)
+    for n, cell in enumerate(code_cells(nb), start=1):
+        cell.execution_count = n
+    return nb
+
+
+DEMO = Path("lectures/99_demo.ipynb")
+
+
+def test_the_demo_notebook_meets_every_standard() -> None:
+    nb = make_notebook()
+    assert {c.__name__: c(DEMO, nb) for c in LECTURE} == {c.__name__: [] for c in LECTURE}
+
+
+def test_checks_catch_an_unexecuted_cell() -> None:
+    nb = make_notebook()
+    code_cells(nb)[1].execution_count = None
+    assert executed_in_order(DEMO, nb)
+
+
+def test_checks_catch_cells_run_out_of_order() -> None:
+    nb = make_notebook()
+    code_cells(nb)[0].execution_count, code_cells(nb)[1].execution_count = 2, 1
+    assert executed_in_order(DEMO, nb)
+
+
+def test_checks_catch_errors_and_tracebacks() -> None:
+    nb = make_notebook()
+    code_cells(nb)[1].outputs.append(nbformat.v4.new_output(
+        "error", ename="ValueError", evalue="bad", traceback=["Traceback (most recent call last)"]))
+    assert no_error_outputs(DEMO, nb)
+    assert no_tracebacks(DEMO, nb)
+    nb = make_notebook()
+    code_cells(nb)[1].outputs.append(nbformat.v4.new_output(
+        "stream", name="stderr", text="Traceback (most recent call last):\n  ...\n"))
+    assert no_tracebacks(DEMO, nb)
+    assert not no_error_outputs(DEMO, nb)
+
+
+def test_checks_catch_too_few_checked_cells() -> None:
+    nb = make_notebook()
+    nb.cells.insert(2, nbformat.v4.new_code_cell("x = 1", execution_count=None))
+    nb.cells.insert(2, nbformat.v4.new_code_cell("y = 1", execution_count=None))
+    assert a_third_checked(DEMO, nb)  # 1 of 5
+
+
+def test_checks_catch_disabled_eager_execution() -> None:
+    nb = make_notebook()
+    code_cells(nb)[1].source += "\ntf.compat.v1.disable_eager_execution()"
+    assert no_disabled_eager(DEMO, nb)
+
+
+def test_checks_catch_tensorflow_before_setup() -> None:
+    nb = make_notebook()
+    code_cells(nb)[0].source = "import tensorflow as tf\nfrom edu_dl.lecture import setup\nsetup()"
+    assert setup_before_tensorflow(DEMO, nb)
+    code_cells(nb)[0].source = "from keras import layers"
+    assert setup_before_tensorflow(DEMO, nb)
+    code_cells(nb)[0].source = "# setup()\nimport keras"
+    assert setup_before_tensorflow(DEMO, nb)
+
+
+@pytest.mark.parametrize("text", ["took 0.3 s\n", "12.5 ms per step\n", "3 µs\n", "1e+03 ns",
+                                  "100%|####| 50/50 [00:01<00:00, 41.2it/s]", "2 seconds"])
+def test_checks_catch_a_checked_timing_cell(text: str) -> None:
+    nb = make_notebook()
+    cell = code_cells(nb)[1]
+    cell.outputs = [nbformat.v4.new_output("stream", name="stderr", text=text)]
+    assert timing_cells_not_checked(DEMO, nb)
+
+
+@pytest.mark.parametrize("text", ["loss at step 10: 2.5\n", "shapes (64, 10) float32\n",
+                                  "10 steps, 3 layers\n", "bandwidth 480 GB/s\n", "True\n"])
+def test_timing_check_leaves_other_outputs_alone(text: str) -> None:
+    nb = make_notebook()
+    code_cells(nb)[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
+    assert not timing_cells_not_checked(DEMO, nb)
+
+
+def test_checks_catch_a_missing_opening_or_closing() -> None:
+    nb = make_notebook()
+    nb.cells[0].source = "# 9. Demo\n\n**Learning objectives.** x"
+    assert len(opens_with_objectives(DEMO, nb)) == 2  # no prerequisites, no expected time
+    nb.cells[-1].source = "That's all."
+    assert ends_with_exercise(DEMO, nb)
+    nb.cells[-1].source = "Practise in `exercises/98_other.ipynb`."
+    assert ends_with_exercise(DEMO, nb)
