@@ -2,39 +2,27 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from exercise_helpers import run_check, solution_namespace
 
-from edu_dl.grading import check, checking
+from edu_dl.grading import checking
 from edu_dl.grading.parts import ex01
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "solutions" / "01_getting_started.ipynb"
 
 
-def solutions() -> dict[str, Any]:
-    """The solution cells of the notebook, executed: the reference answers."""
-    namespace: dict[str, Any] = {}
-    exec("import numpy as np", namespace)
-    for cell in json.loads(NOTEBOOK.read_text())["cells"]:
-        if cell["metadata"].get("nbgrader", {}).get("solution"):
-            exec("".join(cell["source"]), namespace)
-    return namespace
 
 
-SOLUTIONS = solutions()
+SOLUTIONS = solution_namespace("01_getting_started.ipynb")
 FUNCTIONS = {"ex01.peak_gflops": "peak_gflops", "ex01.choose_gpus": "choose_gpus",
              "ex01.pick_device": "pick_device", "ex01.read_cpuinfo": "read_cpuinfo"}
 
 
-def run(capsys: pytest.CaptureFixture[str], part_id: str, fn: Any) -> tuple[bool, str]:
-    ok = check(part_id, fn)
-    out = capsys.readouterr().out
-    assert "Traceback" not in out
-    return ok, out
+run = run_check
 
 
 @pytest.mark.parametrize("part", ex01.PARTS, ids=lambda p: p.id)

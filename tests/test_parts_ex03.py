@@ -2,40 +2,28 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from exercise_helpers import run_check, solution_namespace
 
-from edu_dl.grading import check, checking
+from edu_dl.grading import checking
 from edu_dl.grading.parts import ex03
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "solutions" / "03_feeding_the_gpu.ipynb"
 
 
-def solutions() -> dict[str, Any]:
-    """The solution cells of the notebook, executed: the reference answers."""
-    namespace: dict[str, Any] = {}
-    exec("import queue, threading, time\nimport numpy as np", namespace)
-    for cell in json.loads(NOTEBOOK.read_text())["cells"]:
-        if cell["metadata"].get("nbgrader", {}).get("solution"):
-            exec("".join(cell["source"]), namespace)
-    return namespace
 
 
-SOLUTIONS = solutions()
+SOLUTIONS = solution_namespace("03_feeding_the_gpu.ipynb")
 FUNCTIONS = {"ex03.feed_bytes": "feed_bytes", "ex03.ideal_epoch": "ideal_epoch",
              "ex03.prefetch": "prefetch", "ex03.prefetch_errors": "prefetch",
              "ex03.epoch_batches": "epoch_batches"}
 
 
-def run(capsys: pytest.CaptureFixture[str], part_id: str, fn: Any) -> tuple[bool, str]:
-    ok = check(part_id, fn)
-    out = capsys.readouterr().out
-    assert "Traceback" not in out
-    return ok, out
+run = run_check
 
 
 @pytest.mark.parametrize("part", ex03.PARTS, ids=lambda p: p.id)

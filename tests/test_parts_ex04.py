@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from exercise_helpers import run_check, solution_namespace
 
 from edu_dl.grading import check, checking
 from edu_dl.grading.parts import ex04
@@ -15,27 +15,15 @@ from edu_dl.grading.parts import ex04
 NOTEBOOK = Path(__file__).resolve().parents[1] / "solutions" / "04_computational_graphs.ipynb"
 
 
-def solutions() -> dict[str, Any]:
-    """The solution cells of the notebook, executed: the reference answers."""
-    namespace: dict[str, Any] = {}
-    exec("import numpy as np\nimport edu_dl.graph as G", namespace)
-    for cell in json.loads(NOTEBOOK.read_text())["cells"]:
-        if cell["metadata"].get("nbgrader", {}).get("solution"):
-            exec("".join(cell["source"]), namespace)
-    return namespace
 
 
-SOLUTIONS = solutions()
+SOLUTIONS = solution_namespace("04_computational_graphs.ipynb")
 FUNCTIONS = {"ex04.four_input_backward": "four_input_backward",
              "ex04.three_input_numpy": "three_input_numpy", "ex04.static_graph": "static_graph",
              "ex04.topological_order": "topological_order"}
 
 
-def run(capsys: pytest.CaptureFixture[str], part_id: str, fn: Any) -> tuple[bool, str]:
-    ok = check(part_id, fn)
-    out = capsys.readouterr().out
-    assert "Traceback" not in out
-    return ok, out
+run = run_check
 
 
 @pytest.mark.parametrize("part", ex04.PARTS, ids=lambda p: p.id)

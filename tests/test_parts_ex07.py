@@ -12,8 +12,9 @@ import nbformat
 import numpy as np
 import pytest
 import torch
+from exercise_helpers import run_check, solution_namespace
 
-from edu_dl.grading import check, parts
+from edu_dl.grading import parts
 from edu_dl.grading.checking import HIDDEN_SEED, VISIBLE_SEED, roundtrip
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "solutions" / "07_pytorch.ipynb"
@@ -27,21 +28,11 @@ PART_SOLUTIONS = {
 
 @pytest.fixture(scope="module")
 def sol():
-    """The notebook's setup and solution cells, executed: its functions and classes by name."""
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    namespace: dict = {}
-    for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if cell.cell_type == "code" and (meta.get("solution") or meta.get("grade_id") == "setup"):
-            exec(compile(cell.source, f"<{meta['grade_id']}>", "exec"), namespace)
-    return namespace
+    """The notebook's setup and solution cells, executed: its functions by name."""
+    return solution_namespace("07_pytorch.ipynb")
 
 
-def run(capsys, part_id, fn, hidden=False):
-    ok = check(part_id, fn, hidden=hidden)
-    out = capsys.readouterr().out
-    assert "Traceback" not in out
-    return ok, out
+run = run_check
 
 
 def test_points_match_the_notebook():

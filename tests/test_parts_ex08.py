@@ -2,44 +2,29 @@
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Any
 
-import nbformat
 import numpy as np
 import pytest
+from exercise_helpers import run_check, solution_namespace
 
 import edu_dl as ed
-from edu_dl.grading import check, checking
+from edu_dl.grading import checking
 from edu_dl.grading.parts import ex08
 
 SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "08_static_vs_dynamic.ipynb"
 
 
-@functools.cache
 def solutions() -> dict[str, Any]:
-    """The notebook's setup, solution and given cells (parse_layer), executed; no test cells."""
-    namespace: dict[str, Any] = {}
-    for cell in nbformat.read(SOLUTION, as_version=4).cells:
-        meta = cell.metadata.get("nbgrader", {})
-        given = "def parse_layer" in cell.source
-        if cell.cell_type == "code" and (meta.get("solution") or meta.get("grade_id") == "setup"
-                                         or given):
-            exec(compile(cell.source, f"<{meta.get('grade_id', 'cell')}>", "exec"), namespace)
-    return namespace
+    return solution_namespace("08_static_vs_dynamic.ipynb", also="def parse_layer")
 
 
 FUNCTIONS = {"ex08.rnn_eager": "rnn_eager", "ex08.rnn_static": "rnn_static",
              "ex08.plan": "plan", "ex08.caffe_forward": "caffe_forward"}
 
 
-def run(capsys: pytest.CaptureFixture[str], part_id: str, fn: Any,
-        hidden: bool = False) -> tuple[bool, str]:
-    ok = check(part_id, fn, hidden=hidden)
-    out = capsys.readouterr().out
-    assert "Traceback" not in out
-    return ok, out
+run = run_check
 
 
 def test_every_part_has_a_solution() -> None:

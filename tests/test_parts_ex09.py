@@ -2,29 +2,21 @@
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Any
 
-import nbformat
 import numpy as np
 import pytest
+from exercise_helpers import run_check, solution_namespace
 
-from edu_dl.grading import check, checking
+from edu_dl.grading import checking
 from edu_dl.grading.parts import ex09
 
 SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "09_shootout.ipynb"
 
 
-@functools.cache
 def solutions() -> dict[str, Any]:
-    """The solution notebook's setup and solution cells, executed (no demos, no test cells)."""
-    namespace: dict[str, Any] = {}
-    for cell in nbformat.read(SOLUTION, as_version=4).cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if cell.cell_type == "code" and (meta.get("solution") or meta.get("grade_id") == "setup"):
-            exec(compile(cell.source, f"<{meta['grade_id']}>", "exec"), namespace)
-    return namespace
+    return solution_namespace("09_shootout.ipynb")
 
 
 FUNCTIONS = {
@@ -37,12 +29,7 @@ FUNCTIONS = {
 }
 
 
-def run(capsys: pytest.CaptureFixture[str], part_id: str, fn: Any,
-        hidden: bool = False) -> tuple[bool, str]:
-    ok = check(part_id, fn, hidden=hidden)
-    out = capsys.readouterr().out
-    assert "Traceback" not in out
-    return ok, out
+run = run_check
 
 
 def test_every_part_has_a_solution() -> None:

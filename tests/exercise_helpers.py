@@ -1,0 +1,39 @@
+"""What the exercise tests share: a solution notebook's functions, and check()'s printed verdict."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+
+from edu_dl.grading import check
+
+SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions"
+
+
+@functools.cache
+def solution_namespace(notebook: str, also: str = "") -> dict[str, Any]:
+    """The set-up and solution cells of ``solutions/<notebook>``, executed: the reference answers.
+
+    ``also`` names text that marks further given cells to run (helpers the exercise provides).
+    """
+    namespace: dict[str, Any] = {}
+    for cell in nbformat.read(SOLUTIONS / notebook, as_version=4).cells:
+        meta = cell.metadata.get("nbgrader", {})
+        given = bool(also) and also in cell.source
+        if cell.cell_type == "code" and (meta.get("solution") or meta.get("grade_id") == "setup"
+                                         or given):
+            exec(compile(cell.source, f"<{meta.get('grade_id', 'cell')}>", "exec"), namespace)
+    return namespace
+
+
+def run_check(capsys: pytest.CaptureFixture[str], part_id: str, fn: Any,
+              hidden: bool = False) -> tuple[bool, str]:
+    """check()'s result and what it printed; it must never print a traceback."""
+    ok = check(part_id, fn, hidden=hidden)
+    out = capsys.readouterr().out
+    assert "Traceback" not in out
+    return ok, out
