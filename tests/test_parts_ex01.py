@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -11,10 +10,6 @@ from exercise_helpers import run_check, solution_namespace
 
 from edu_dl.grading import checking
 from edu_dl.grading.parts import ex01
-
-NOTEBOOK = Path(__file__).resolve().parents[1] / "solutions" / "01_getting_started.ipynb"
-
-
 
 
 SOLUTIONS = solution_namespace("01_getting_started.ipynb")
