@@ -11,7 +11,6 @@ from exercise_helpers import run_check, solution_namespace
 from edu_dl.grading import checking
 from edu_dl.grading.parts import ex01
 
-
 SOLUTIONS = solution_namespace("01_getting_started.ipynb")
 FUNCTIONS = {"ex01.peak_gflops": "peak_gflops", "ex01.choose_gpus": "choose_gpus",
              "ex01.pick_device": "pick_device", "ex01.read_cpuinfo": "read_cpuinfo"}

@@ -11,7 +11,6 @@ from exercise_helpers import run_check, solution_namespace
 from edu_dl.grading import checking
 from edu_dl.grading.parts import ex03
 
-
 SOLUTIONS = solution_namespace("03_feeding_the_gpu.ipynb")
 FUNCTIONS = {"ex03.feed_bytes": "feed_bytes", "ex03.ideal_epoch": "ideal_epoch",
              "ex03.prefetch": "prefetch", "ex03.prefetch_errors": "prefetch",

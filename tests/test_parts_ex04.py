@@ -11,7 +11,6 @@ from exercise_helpers import run_check, solution_namespace
 from edu_dl.grading import check, checking
 from edu_dl.grading.parts import ex04
 
-
 SOLUTIONS = solution_namespace("04_computational_graphs.ipynb")
 FUNCTIONS = {"ex04.four_input_backward": "four_input_backward",
              "ex04.three_input_numpy": "three_input_numpy", "ex04.static_graph": "static_graph",
