@@ -16,6 +16,7 @@ from hostile import corpus
 
 from edu_dl.cli import main
 from edu_dl.grading import grade as G
+from edu_dl.grading import sandbox
 from edu_dl.grading.notebooks import grade_id
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,15 +32,23 @@ def by_student(out: Path) -> dict[tuple[str, str], dict[str, str]]:
     return {(r["student"], r["part"]): r for r in rows(out)}
 
 
+GROUP = f"pytest{os.getpid()}-"  # this test process's sandboxes, not another xdist worker's
+
+
+@pytest.fixture(autouse=True)
+def _own_sandbox_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(sandbox.GROUP_VAR, GROUP)
+
+
 def grader_processes() -> list[int]:
-    """Live runner or kernel processes started by a sandbox (they carry its tag)."""
+    """Live runner or kernel processes started by this test process's sandboxes."""
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
             with open(f"/proc/{entry.name}/environ", "rb") as f:
-                tagged = b"EDU_DL_SANDBOX_TAG=" in f.read()
+                tagged = f"{sandbox.TAG_VAR}={GROUP}".encode() in f.read()
             with open(f"/proc/{entry.name}/stat", "rb") as f:
                 zombie = f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
         except OSError:

@@ -34,6 +34,7 @@ MB = 1 << 20
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TREE_MEMORY = 1.25  # the tree may hold a quarter more than one process's RLIMIT_DATA
 TAG_VAR = "EDU_DL_SANDBOX_TAG"  # marks every process of one sandbox (fallback cleanup)
+GROUP_VAR = "EDU_DL_SANDBOX_GROUP"
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,18 @@ def bwrap_problem() -> str:
     return ""
 
 
+def software_under_tmp() -> list[Path]:
+    """The Python environment and the edu_dl checkout, where they live under /tmp."""
+    import edu_dl
+
+    roots = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix),
+             Path(edu_dl.__file__).parent.parent}
+    tmp = Path("/tmp")
+    found = sorted({r.resolve() for r in roots if r.resolve().is_relative_to(tmp)})
+    # Keep the outermost of nested roots: binding a parent already shows its children.
+    return [r for r in found if not any(r != o and r.is_relative_to(o) for o in found)]
+
+
 def bwrap_args(
     *, hide: Iterable[Path], ro_binds: Sequence[tuple[Path, str]],
     rw_binds: Sequence[tuple[Path, str]], env: dict[str, str], limits: Limits, cwd: str,
@@ -90,10 +103,18 @@ def bwrap_args(
             "--size", tmp, "--tmpfs", "/dev/shm", "--proc", "/proc",
             "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--die-with-parent", "--new-session", "--clearenv"]
-    for path in hide:  # an empty tmpfs over each hidden directory
-        if path.is_dir():
-            args += ["--tmpfs", str(path.resolve())]
+    hidden = [path.resolve() for path in hide if path.is_dir()]
+    for path in hidden:  # an empty tmpfs over each hidden directory
+        args += ["--tmpfs", str(path)]
     args += ["--size", tmp, "--tmpfs", "/tmp"]  # after the hides: /tmp may hold one of them
+    # The private /tmp also covers a Python or a checkout that lives there (a CI clone in /tmp):
+    # show those again, read-only, and hide again what they contain that must stay hidden.
+    shown = software_under_tmp()
+    for path in shown:
+        args += ["--ro-bind", str(path), str(path)]
+    for path in hidden:
+        if any(path.is_relative_to(root) for root in shown):
+            args += ["--tmpfs", str(path)]
     for dest, mb in tmpfs:  # separate budgets: a full /tmp must not stop results being written
         args += ["--size", str(mb * MB), "--tmpfs", dest]
     for src, dest in ro_binds:
@@ -204,7 +225,9 @@ def run(
     ``fallback_dir`` (paths in ``ro_binds``/``rw_binds`` must then already be where argv expects
     them), and ``Result.isolated`` is False.
     """
-    tag = secrets.token_hex(8)
+    # EDU_DL_SANDBOX_GROUP prefixes the tag, so one caller can find its own sandboxes' processes
+    # among others' (the tests check that nothing is left running while others grade).
+    tag = os.environ.get(GROUP_VAR, "") + secrets.token_hex(8)
     env = {**(env or {}), TAG_VAR: tag}
     problem = bwrap_problem()
     if problem:
