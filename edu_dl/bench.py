@@ -596,16 +596,14 @@ class PlanRow:
     note: str
 
 
-def _median_time(fn: Callable[[], Any], repeats: int, batch_s: float) -> float:
-    """Median seconds per call over ``repeats`` batches of about ``batch_s`` seconds each."""
-    fn()
-    fn()  # warm-up: the Session plans (and folds) on its first run
+def median_seconds(fn: Callable[[], Any], repeats: int, batch_s: float) -> float:
+    """Median seconds per call over ``repeats`` batches of calls lasting about ``batch_s`` each."""
+    fn()  # warm-up: a Session plans (and folds), tf.function traces, arrays get allocated
     start, calls = time.perf_counter(), 0
-    while time.perf_counter() - start < batch_s / 4:
+    while calls < 2 or time.perf_counter() - start < batch_s / 4:
         fn()
         calls += 1
-    per_call = (time.perf_counter() - start) / calls
-    n = max(1, round(batch_s / per_call))
+    n = max(1, round(batch_s / ((time.perf_counter() - start) / calls)))
     samples = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -650,9 +648,9 @@ def run_plan(repeats: int = DEFAULT_REPEATS, quick: bool = False) -> list[PlanRo
         h.sum()
         return cheap_value
 
-    prune_eager = _median_time(eager_as_written, repeats, batch_s)
-    prune_static = _median_time(lambda: sess.run(cheap, feed_dict=feed), repeats, batch_s)
-    all_static = _median_time(lambda: sess.run([cheap, expensive], feed_dict=feed), repeats,
+    prune_eager = median_seconds(eager_as_written, repeats, batch_s)
+    prune_static = median_seconds(lambda: sess.run(cheap, feed_dict=feed), repeats, batch_s)
+    all_static = median_seconds(lambda: sess.run([cheap, expensive], feed_dict=feed), repeats,
                               batch_s)
 
     # (b) Constant folding: A @ B depends on no placeholder; the Session computes it once.
@@ -663,8 +661,8 @@ def run_plan(repeats: int = DEFAULT_REPEATS, quick: bool = False) -> list[PlanRo
         sess_fold = eg.Session()
     feed = {x: X}
     ae, be = ed.tensor(A), ed.tensor(B)
-    fold_eager = _median_time(lambda: (xe @ (ae @ be)).sum(), repeats, batch_s)
-    fold_static = _median_time(lambda: sess_fold.run(out, feed_dict=feed), repeats, batch_s)
+    fold_eager = median_seconds(lambda: (xe @ (ae @ be)).sum(), repeats, batch_s)
+    fold_static = median_seconds(lambda: sess_fold.run(out, feed_dict=feed), repeats, batch_s)
 
     return [
         PlanRow(
@@ -724,7 +722,7 @@ def eager_breakdown(
             update_s += t3 - t2
         return forward_s / steps, backward_s / steps, update_s / steps
 
-    t_numpy = _median_time(make_trainer("numpy", size).step, repeats, batch_s)
+    t_numpy = median_seconds(make_trainer("numpy", size).step, repeats, batch_s)
     steps = max(1, round(batch_s / max(sum(timed_parts(50)), 1e-9)))
     samples = [timed_parts(steps) for _ in range(repeats)]
     parts = zip(*samples, strict=True)

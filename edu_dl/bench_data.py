@@ -36,7 +36,14 @@ from typing import Any
 
 import numpy as np
 
-from .bench import SIZES, format_time, limit_threads, make_problem, thread_env
+from .bench import (
+    SIZES,
+    format_time,
+    limit_threads,
+    make_problem,
+    median_seconds,
+    thread_env,
+)
 from .progress import progress_disabled
 
 LOADER_FRAMEWORKS: tuple[str, ...] = ("edu_dl", "torch", "tf")
@@ -49,23 +56,6 @@ WORKER_TIMEOUT_S = 600
 
 def _now() -> str:
     return datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
-
-
-def median_seconds(fn: Callable[[], Any], repeats: int, batch_s: float) -> float:
-    """Median seconds per call over ``repeats`` batches of calls lasting about ``batch_s`` each."""
-    fn()  # warm-up: plans, traces, allocations
-    start, calls = time.perf_counter(), 0
-    while calls < 2 or time.perf_counter() - start < batch_s / 4:
-        fn()
-        calls += 1
-    n = max(1, round(batch_s / ((time.perf_counter() - start) / calls)))
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(n):
-            fn()
-        samples.append((time.perf_counter() - start) / n)
-    return statistics.median(samples)
 
 
 # --------------------------------------------------------------------------- worker processes

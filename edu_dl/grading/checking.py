@@ -13,6 +13,7 @@ import io
 import os
 import sys
 import traceback
+import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -383,3 +384,16 @@ def _record(root: Path, part_id: str, fn: Callable[..., Any], hidden: bool) -> b
     print(f"{part_id}: results recorded for grading")
     sys.stdout.flush()
     return True
+
+
+def global_names(code: types.CodeType) -> set[str]:
+    """Names a function's code looks up, nested functions and comprehensions included.
+
+    For parts that also check *how* an answer was computed (e.g. through ``get_xp``); the
+    grade itself still rests on values compared outside the student's process.
+    """
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= global_names(const)
+    return names

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import types
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from ..checking import CheckFailure, Part, tolerance
+from ..checking import CheckFailure, Part, global_names, tolerance
 
 Case = tuple[Any, ...]
 EXACT = tolerance(rtol=1e-9, atol=0.0)
@@ -80,21 +79,12 @@ def _softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def _global_names(code: types.CodeType) -> set[str]:
-    """Names a function's code looks up, nested functions and comprehensions included."""
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _global_names(const)
-    return names
-
-
 def _call_device_agnostic(fn: Callable[..., Any], args: Case) -> Any:
     """Run fn, then check it takes its namespace from get_xp, not from NumPy by name."""
     result = fn(*args)
     code = getattr(fn, "__code__", None)
     if code is not None:
-        names = _global_names(code)
+        names = global_names(code)
         if names & {"np", "numpy"}:
             raise CheckFailure("the values are right, but the function still names NumPy "
                                "(np.…): write xp.exp, xp.sum, … with xp = edu_dl.get_xp(x), "

@@ -6,13 +6,12 @@ check (every node once, every edge forwards), since a graph has many valid order
 
 from __future__ import annotations
 
-import types
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from ..checking import CheckFailure, Part, Verdict, tolerance
+from ..checking import CheckFailure, Part, Verdict, global_names, tolerance
 
 Array = np.ndarray
 Case = tuple[Any, ...]
@@ -78,20 +77,12 @@ def _three_expected(x: Array, y: Array, z: Array) -> tuple[Any, ...]:
     return (c, *grads)
 
 
-def _global_names(code: types.CodeType) -> set[str]:
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _global_names(const)
-    return names
-
-
 def _call_static(fn: Callable[..., Any], args: Case) -> Any:
     """Run fn, then check it asks edu_dl.graph for the gradients and runs them in a Session."""
     result = fn(*args)
     code = getattr(fn, "__code__", None)
     if code is not None:
-        names = _global_names(code)
+        names = global_names(code)
         missing = [n for n in ("placeholder", "gradients", "Session") if n not in names]
         if missing:
             raise CheckFailure(
