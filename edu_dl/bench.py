@@ -181,7 +181,8 @@ def _static_trainer(p: Problem) -> Trainer:
         y = eg.placeholder(eg.float32, shape=(None, out))
         w1 = eg.Variable(p.w1.copy())
         w2 = eg.Variable(p.w2.copy())
-        h = eg.maximum(eg.matmul(x, w1), 0)
+        # relu, as the eager trainer: both engines then run the very same ops.
+        h = eg.nn.relu(eg.matmul(x, w1))
         y_pred = eg.matmul(h, w2)
         diff = y_pred - y
         loss = eg.reduce_mean(eg.reduce_sum(diff**2, axis=1))

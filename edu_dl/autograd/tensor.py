@@ -193,14 +193,17 @@ class Tensor:
                 "backward: this tensor does not require grad and has no graph; create the "
                 "inputs with requires_grad=True (and not inside no_grad())"
             )
-        xp = backend.get_xp(self.data)
+        data = self.data
+        xp = np if isinstance(data, _CPU_ARRAYS) else backend.get_xp(data)
         if grad is None:
             if self.data.size != 1:
                 raise RuntimeError(
                     f"backward: a gradient can only be created implicitly for a scalar output, "
                     f"but this tensor has shape {self.shape}; pass grad= of that shape"
                 )
-            seed = xp.ones(self.data.shape, dtype=self.data.dtype)
+            # (xp.array for the usual 0-d loss: a quarter of xp.ones's cost)
+            seed = (xp.array(1, dtype=self.data.dtype) if self.data.shape == () else
+                    xp.ones(self.data.shape, dtype=self.data.dtype))
         else:
             seed = grad.data if isinstance(grad, Tensor) else grad
             seed = xp.array(seed, dtype=self.data.dtype)  # a copy: the user keeps theirs
@@ -213,37 +216,37 @@ class Tensor:
 
     # ------------------------------------------------------------------ operators
     def __add__(self, other: Any) -> Tensor:
-        return apply_eager(ops.Add, (self, other), {})
+        return _binary(ops.Add, self, other)
 
     def __radd__(self, other: Any) -> Tensor:
         return apply_eager(ops.Add, (other, self), {})
 
     def __sub__(self, other: Any) -> Tensor:
-        return apply_eager(ops.Sub, (self, other), {})
+        return _binary(ops.Sub, self, other)
 
     def __rsub__(self, other: Any) -> Tensor:
         return apply_eager(ops.Sub, (other, self), {})
 
     def __mul__(self, other: Any) -> Tensor:
-        return apply_eager(ops.Mul, (self, other), {})
+        return _binary(ops.Mul, self, other)
 
     def __rmul__(self, other: Any) -> Tensor:
         return apply_eager(ops.Mul, (other, self), {})
 
     def __truediv__(self, other: Any) -> Tensor:
-        return apply_eager(ops.Div, (self, other), {})
+        return _binary(ops.Div, self, other)
 
     def __rtruediv__(self, other: Any) -> Tensor:
         return apply_eager(ops.Div, (other, self), {})
 
     def __neg__(self) -> Tensor:
-        return apply_eager(ops.Neg, (self,), {})
+        return _unary(ops.Neg(), self)
 
     def __pow__(self, exponent: float) -> Tensor:
-        return apply_eager(ops.Pow, (self,), {"exponent": exponent})
+        return _unary(ops.Pow(exponent), self)
 
     def __matmul__(self, other: Any) -> Tensor:
-        return apply_eager(ops.MatMul, (self, other), {})
+        return _binary(ops.MatMul, self, other)
 
     def __rmatmul__(self, other: Any) -> Tensor:
         return apply_eager(ops.MatMul, (other, self), {})
@@ -256,34 +259,34 @@ class Tensor:
         return self @ other
 
     def exp(self) -> Tensor:
-        return apply_eager(ops.Exp, (self,), {})
+        return _unary(ops.Exp(), self)
 
     def log(self) -> Tensor:
-        return apply_eager(ops.Log, (self,), {})
+        return _unary(ops.Log(), self)
 
     def sqrt(self) -> Tensor:
-        return apply_eager(ops.Sqrt, (self,), {})
+        return _unary(ops.Sqrt(), self)
 
     def tanh(self) -> Tensor:
-        return apply_eager(ops.Tanh, (self,), {})
+        return _unary(ops.Tanh(), self)
 
     def sigmoid(self) -> Tensor:
-        return apply_eager(ops.Sigmoid, (self,), {})
+        return _unary(ops.Sigmoid(), self)
 
     def relu(self) -> Tensor:
-        return apply_eager(ops.ReLU, (self,), {})
+        return _unary(ops.ReLU(), self)
 
     def maximum(self, other: Any) -> Tensor:
-        return apply_eager(ops.Maximum, (self, other), {})
+        return _binary(ops.Maximum, self, other)
 
     def sum(self, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Tensor:
-        return apply_eager(ops.Sum, (self,), {"axis": axis, "keepdims": keepdims})
+        return _unary(ops.Sum(axis, keepdims), self)
 
     def mean(self, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Tensor:
-        return apply_eager(ops.Mean, (self,), {"axis": axis, "keepdims": keepdims})
+        return _unary(ops.Mean(axis, keepdims), self)
 
     def max(self, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Tensor:
-        return apply_eager(ops.Max, (self,), {"axis": axis, "keepdims": keepdims})
+        return _unary(ops.Max(axis, keepdims), self)
 
     def reshape(self, *shape: Any) -> Tensor:
         if len(shape) == 1 and isinstance(shape[0], tuple | list):
@@ -326,32 +329,85 @@ def _as_constant(x: Any, like: Any) -> Any:
 
 
 def apply_eager(cls: type[Op], inputs: tuple[Any, ...], attrs: dict[str, Any]) -> Tensor:
-    """Run op ``cls`` now; if any input requires grad (and grad mode is on), record it."""
-    # The hot path of every eager program, so it is kept flat: each line costs ~0.1 µs and a
-    # tiny training step runs this 7 times.
+    """Run op ``cls`` now; if any input requires grad (and grad mode is on), record it.
+
+    The general path, for any number of inputs. Tensor's operators and methods take the
+    one- and two-input shortcuts below, which do the same with fewer steps.
+    """
     arrays = []
-    requires = False
     for x in inputs:
         if not isinstance(x, Tensor):
             return _apply_with_constants(cls, inputs, attrs)
         arrays.append(x.data)
-        if x.requires_grad:
-            requires = True
+    op = cls(**attrs) if attrs else cls()
     xp = np
     for a in arrays:
-        if a.__class__ is not np.ndarray:
+        if a.__class__ is not _ndarray:
             xp = backend.get_xp(*arrays)
             break
-    op = cls(**attrs) if attrs else cls()
     try:
         out = op.forward(xp, *arrays)
     except (ValueError, TypeError, IndexError) as exc:
         raise _named_error(exc, op, arrays) from exc
+    needs = tuple([x.requires_grad for x in inputs])
+    return _output(out, op, inputs, needs, True in needs)
+
+
+# The hot path of every eager program: a tiny training step runs these 7 times, and each line
+# costs ~0.05 µs, so they are kept flat (no loops, no *args).
+
+
+def _unary(op: Op, x: Tensor) -> Tensor:
+    """Run the one-input ``op`` (already made with its attributes) on Tensor ``x``."""
+    a = x.data
+    xp = np if a.__class__ is _ndarray else backend.get_xp(a)
+    try:
+        out = op.forward(xp, a)
+    except (ValueError, TypeError, IndexError) as exc:
+        raise _named_error(exc, op, [a]) from exc
     t = _new_tensor(Tensor)
     t.data, t.grad, t._seq = out, None, next(_SEQUENCE)
-    if requires and _GradMode.enabled and cls.differentiable:
-        op.inputs = inputs
-        op.needs = tuple([x.requires_grad for x in inputs])
+    if x.requires_grad and _GradMode.enabled:
+        op.inputs, op.needs = (x,), _NEEDS_ONE
+        t._op, t.requires_grad = op, True
+    else:
+        t._op, t.requires_grad = None, False
+    return t
+
+
+def _binary(cls: type[Op], x: Tensor, y: Any) -> Tensor:
+    """Run the two-input ``cls`` on Tensor ``x`` and ``y`` (a Tensor, an array or a number)."""
+    if not isinstance(y, Tensor):
+        return _apply_with_constants(cls, (x, y), {})
+    a, b = x.data, y.data
+    if a.__class__ is _ndarray and b.__class__ is _ndarray:
+        xp = np
+    else:
+        xp = backend.get_xp(a, b)
+    op = cls()
+    try:
+        out = op.forward(xp, a, b)
+    except (ValueError, TypeError, IndexError) as exc:
+        raise _named_error(exc, op, [a, b]) from exc
+    t = _new_tensor(Tensor)
+    t.data, t.grad, t._seq = out, None, next(_SEQUENCE)
+    need_x, need_y = x.requires_grad, y.requires_grad
+    if (need_x or need_y) and _GradMode.enabled:
+        op.inputs, op.needs = (x, y), (need_x, need_y)
+        t._op, t.requires_grad = op, True
+    else:
+        t._op, t.requires_grad = None, False
+    return t
+
+
+def _output(
+    out: Any, op: Op, inputs: tuple[Tensor, ...], needs: tuple[bool, ...], requires: bool
+) -> Tensor:
+    """Wrap ``out``; record ``op`` as its maker when a gradient may flow through it."""
+    t = _new_tensor(Tensor)
+    t.data, t.grad, t._seq = out, None, next(_SEQUENCE)
+    if requires and _GradMode.enabled:
+        op.inputs, op.needs = inputs, needs
         t._op, t.requires_grad = op, True
     else:
         t._op, t.requires_grad = None, False
@@ -379,33 +435,56 @@ def _named_error(exc: Exception, op: Op, arrays: list[Any]) -> Exception:
 def _run_backward(root: Tensor, seed: Any, retain_graph: bool) -> None:
     """Visit tensors newest first. Creation order is a topological order, so when a tensor is
     popped every consumer reachable from the root has already given it its gradient."""
-    grads: dict[Tensor, Any] = {root: seed}  # Tensors hash by identity
-    heap: list[tuple[int, Tensor]] = [(-root._seq, root)]
-    pop, push = heapq.heappop, heapq.heappush
-    while heap:
-        t = pop(heap)[1]
-        g = grads.pop(t)
+    grads: dict[Tensor, Any] = {}  # pending gradients of tensors in the heap (hashed by id)
+    heap: list[tuple[int, Tensor]] = []
+    pop, push, freed = heapq.heappop, heapq.heappush, FREED
+    t, g = root, seed
+    while True:
         op = t._op
         if op is None:
             _accumulate_leaf(t, g)
-            continue
-        if op.saved is FREED:
-            raise RuntimeError(
-                f"backward: trying to go through the graph a second time (the arrays saved by "
-                f"'{op.name}' were freed after the first backward); call "
-                f"backward(retain_graph=True) the first time if you need to go through it again"
-            )
-        input_grads = op.backward(g)
-        if not retain_graph:
-            op.saved = FREED
-        for x, gx, need in zip(op.inputs, input_grads, op.needs):
-            if need and gx is not None:
+        else:
+            if op.saved is freed:
+                raise RuntimeError(
+                    f"backward: trying to go through the graph a second time (the arrays saved "
+                    f"by '{op.name}' were freed after the first backward); call "
+                    f"backward(retain_graph=True) the first time if you need to go through it "
+                    f"again"
+                )
+            input_grads = op.backward(g)
+            if not retain_graph:
+                op.saved = freed
+            # The newest input that got its first gradient just now waits here, not in the
+            # heap: in a chain it is the next tensor to visit, newer than all that wait.
+            newest = newest_grad = None
+            for x, gx, need in zip(op.inputs, input_grads, op.needs):
+                if not need or gx is None:
+                    continue
+                if x is newest:  # one tensor used twice by this op, as in x * x
+                    newest_grad = newest_grad + gx
+                    continue
                 previous = grads.get(x)
-                if previous is None:
+                if previous is not None:
+                    grads[x] = previous + gx
+                elif newest is None:
+                    newest, newest_grad = x, gx
+                elif x._seq > newest._seq:
+                    grads[newest] = newest_grad
+                    push(heap, (-newest._seq, newest))
+                    newest, newest_grad = x, gx
+                else:
                     grads[x] = gx
                     push(heap, (-x._seq, x))
-                else:
-                    grads[x] = previous + gx
+            if newest is not None:
+                if not heap or newest._seq > -heap[0][0]:
+                    t, g = newest, newest_grad
+                    continue  # what the heap would pop next anyway
+                grads[newest] = newest_grad
+                push(heap, (-newest._seq, newest))
+        if not heap:
+            return
+        t = pop(heap)[1]
+        g = grads.pop(t)
 
 
 def _accumulate_leaf(t: Tensor, g: Any) -> None:
@@ -418,11 +497,17 @@ def _accumulate_leaf(t: Tensor, g: Any) -> None:
             g = g.copy()
     elif isinstance(g, np.generic) or not getattr(g.flags, "writeable", True):
         g = backend.get_xp(g).array(g)
-    t.grad = Tensor._wrap(g, None, False)
+    leaf_grad = _new_tensor(Tensor)
+    leaf_grad.data, leaf_grad._op, leaf_grad.requires_grad, leaf_grad.grad = g, None, False, None
+    leaf_grad._seq = next(_SEQUENCE)
+    t.grad = leaf_grad
 
 
 _SEQUENCE = itertools.count()
 _new_tensor = object.__new__
+_ndarray = np.ndarray
+_CPU_ARRAYS = (np.ndarray, np.generic)  # a full reduction gives a NumPy scalar
+_NEEDS_ONE = (True,)
 ops.EAGER_ENGINE = apply_eager
 
 
