@@ -3,9 +3,12 @@
 ``bench engine`` times one SGD step (forward, backward, update; float32) of the lecture's two-layer
 ReLU net, y_pred = relu(x @ w1) @ w2 with loss = mean(sum((y_pred - y)**2, axis=1)), in:
 
-- ``numpy``: hand-written NumPy with manual gradients (the baseline every ratio refers to);
+- ``numpy``: hand-written NumPy with manual gradients, as the lecture writes it (the baseline
+  every ratio refers to);
 - ``eager``: edu_dl's eager Tensors and ``optim.SGD``;
-- ``static``: edu_dl's static graph (``Session.run([loss, train])``);
+- ``static``: edu_dl's static graph (``Session.run([loss, train])``), with the same ops as eager
+  (``nn.relu``, not the lecture's ``maximum(h, 0)``, whose gradient also finds ties), so the two
+  engines are compared on equal work;
 - ``torch``: PyTorch eager with ``torch.optim.SGD``;
 - ``tf_function``: a TensorFlow 2 ``tf.function`` with ``GradientTape``.
 
@@ -825,7 +828,10 @@ def engine_markdown(result: EngineResult) -> str:
         "loss = mean(sum((y_pred - y)**2, axis=1)). Each framework runs in its own process; "
         f"the median of {result.repeats} interleaved repeats of ~{BATCH_SECONDS * 1000:.0f} ms "
         "batches is shown, with the ratio to hand-written NumPy in parentheses (lower is "
-        "faster). Threads: "
+        "faster). edu_dl eager and static run the same ops (relu, matmul, sub, pow, sum, "
+        "mean); edu_dl's matmul calls `ndarray.dot` for 2-D operands, the same BLAS product as "
+        "`@` for half the call overhead on tiny matrices, while the NumPy baseline is written "
+        "as the lecture writes it, with `@`. Threads: "
         + ("each library's default." if result.threads is None else
            f"capped at {result.threads} per worker (`--threads {result.threads}`: OpenBLAS, "
            "OpenMP and TensorFlow's pools)."),

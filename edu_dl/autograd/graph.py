@@ -509,10 +509,16 @@ class Plan:
 
     def __str__(self) -> str:
         sweeps = [s for _, _, _, s in self.steps if s is not None]
-        return (f"plan: runs {self.ops_run} ops of the {self.graph_size} nodes in the graph; "
-                f"{self.folded} constant subgraph nodes folded once; "
-                f"{len(sweeps)} backward sweep(s) of "
-                f"{sum(len(s.order) for s in sweeps)} nodes; {len(self.assigns)} assignments")
+        swept = sum(len(s.order) for s in sweeps)
+        return (f"plan: runs {_count(self.ops_run, 'op')} of the "
+                f"{_count(self.graph_size, 'node')} in the graph; "
+                f"{_count(self.folded, 'constant subgraph node')} folded once; "
+                f"{_count(len(sweeps), 'backward sweep')} of {_count(swept, 'node')}; "
+                f"{_count(len(self.assigns), 'assignment')}")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 class Session:
@@ -672,8 +678,10 @@ class Session:
                     values[target] = result
             if g is None or op is None:
                 continue
-            for x, gx, need in zip(node.inputs, op.backward(g), op.needs):
-                if need and gx is not None:
+            input_grads = op.backward(g)
+            for i, x in enumerate(node.inputs):
+                gx = input_grads[i]
+                if gx is not None and op.needs[i]:
                     previous = grads.get(x)
                     grads[x] = gx if previous is None else previous + gx
 

@@ -457,8 +457,10 @@ def _run_backward(root: Tensor, seed: Any, retain_graph: bool) -> None:
             # The newest input that got its first gradient just now waits here, not in the
             # heap: in a chain it is the next tensor to visit, newer than all that wait.
             newest = newest_grad = None
-            for x, gx, need in zip(op.inputs, input_grads, op.needs):
-                if not need or gx is None:
+            needs = op.needs
+            for i, x in enumerate(op.inputs):
+                gx = input_grads[i]
+                if gx is None or not needs[i]:
                     continue
                 if x is newest:  # one tensor used twice by this op, as in x * x
                     newest_grad = newest_grad + gx
