@@ -20,7 +20,8 @@ CHROMIUM := /usr/bin/chromium
 NOTEBOOK_DIRS := $(foreach d,lectures solutions,$(if $(shell find $(d) -name '*.ipynb' \
 	-not -path '*/.ipynb_checkpoints/*' 2>/dev/null | head -n 1),$(d)/))
 
-.PHONY: install lab test test-fast test-notebooks lint typecheck bench constraints clean system-deps
+.PHONY: install lab test test-fast test-notebooks notebooks lint typecheck bench constraints clean \
+	system-deps
 
 install: $(STAMP)
 
@@ -61,6 +62,14 @@ else
 	TQDM_DISABLE=1 $(TEST_ENV) $(BIN)/python -m pytest $(PYTEST_NOTEBOOK_FLAGS) -n 2 --dist loadscope \
 		$(NOTEBOOK_DIRS)
 endif
+
+# Execute notebooks in place, as they are committed (NB=... for some only). No per-cell timestamps
+# and no widget state: they differ on every run and would only add noise to the diffs.
+NB ?= lectures/*.ipynb solutions/*.ipynb
+notebooks: install
+	TQDM_DISABLE=1 $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+		--ExecutePreprocessor.record_timing=False --ExecutePreprocessor.store_widget_state=False \
+		$(NB)
 
 # System packages the tests use: Debian's Chromium (tests/test_browser.py, driven by Playwright;
 # nothing downloads a browser) and bubblewrap (the grading sandbox). Installed with apt-get when

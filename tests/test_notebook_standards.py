@@ -26,7 +26,8 @@ TIMING = re.compile(
     r"\d\s*(?:ns|us|µs|μs|ms|s|sec|secs|seconds?|min|minutes?)\b(?!/)|it/s|s/it", re.IGNORECASE
 )
 TF_IMPORT = re.compile(r"^\s*(?:import|from)\s+(?:tensorflow|keras)\b", re.MULTILINE)
-SETUP_CALL = re.compile(r"^[^#\n]*\bsetup\(", re.MULTILINE)
+# setup() calls quiet_tensorflow(); exercise notebooks call it alone.
+SETUP_CALL = re.compile(r"^[^#\n]*\b(?:setup|quiet_tensorflow)\(", re.MULTILINE)
 EXPECTED_TIME = re.compile(r"\btime\b[^\n]*?\d+\s*(?:min|minutes?|h|hours?)\b", re.IGNORECASE)
 
 Notebook = nbformat.NotebookNode
@@ -111,15 +112,17 @@ def no_disabled_eager(path: Path, nb: Notebook) -> list[str]:
 
 
 def setup_before_tensorflow(path: Path, nb: Notebook) -> list[str]:
-    """setup() sets TF_CPP_MIN_LOG_LEVEL / TF_ENABLE_ONEDNN_OPTS: it must run before TF loads."""
+    """setup() (or quiet_tensorflow()) sets TF_CPP_MIN_LOG_LEVEL / TF_ENABLE_ONEDNN_OPTS: it must
+    run before TF loads."""
     source = "\n".join(c.source for c in code_cells(nb))
     tf_import = TF_IMPORT.search(source)
     if tf_import is None:
         return []
     setup_call = SETUP_CALL.search(source)
     if setup_call is None or setup_call.start() > tf_import.start():
-        return [f"{tf_import.group().strip()!r} runs before `rng = setup()` (from "
-                "edu_dl.lecture): TensorFlow's log lines would pollute the outputs"]
+        return [f"{tf_import.group().strip()!r} runs before `rng = setup()` (or "
+                "quiet_tensorflow(), from edu_dl.lecture): TensorFlow's log lines would pollute "
+                "the outputs"]
     return []
 
 
@@ -159,14 +162,28 @@ def ends_with_exercise(path: Path, nb: Notebook) -> list[str]:
     return [f"the last markdown cell does not point to its exercise {exercise!r}"]
 
 
+def no_run_metadata(path: Path, nb: Notebook) -> list[str]:
+    """Per-cell timestamps and widget state change on every run: noise in every diff."""
+    problems = [f"{label(nb, c)} keeps execution timestamps in its metadata"
+                for c in code_cells(nb) if "execution" in c.metadata]
+    if "widgets" in nb.metadata:
+        problems.append("the notebook metadata keeps widget state")
+    if problems:
+        problems.append("execute notebooks with `make notebooks NB=...`, which records neither")
+    return problems
+
+
 COMMON: list[Check] = [valid_nbformat, executed_in_order, no_error_outputs, no_tracebacks,
                        a_third_checked, no_disabled_eager, setup_before_tensorflow,
-                       timing_cells_not_checked]
+                       timing_cells_not_checked, no_run_metadata]
 LECTURE: list[Check] = [*COMMON, opens_with_objectives, ends_with_exercise]
 
 # folder -> the standards its notebooks must meet.
 FOLDERS: dict[str, list[Check]] = {
     "lectures": LECTURE,
+    # Solutions are graded by their check() cells, not by a share of checked outputs.
+    "solutions": [valid_nbformat, executed_in_order, no_error_outputs, no_tracebacks,
+                  no_disabled_eager, setup_before_tensorflow, no_run_metadata],
 }
 
 
@@ -289,3 +306,20 @@ def test_checks_catch_a_missing_opening_or_closing() -> None:
     assert ends_with_exercise(DEMO, nb)
     nb.cells[-1].source = "Practise in `exercises/98_other.ipynb`."
     assert ends_with_exercise(DEMO, nb)
+
+
+def test_checks_catch_run_timestamps_and_widget_state() -> None:
+    nb = make_notebook()
+    code_cells(nb)[1].metadata["execution"] = {"iopub.status.idle": "2026-11-22T00:37:46Z"}
+    problems = no_run_metadata(DEMO, nb)
+    assert problems and "code cell 1" in problems[0]
+    nb = make_notebook()
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {}}
+    assert no_run_metadata(DEMO, nb)
+
+
+def test_quiet_tensorflow_counts_as_set_up() -> None:
+    nb = make_notebook()
+    code_cells(nb)[0].source = (
+        "from edu_dl.lecture import quiet_tensorflow\nquiet_tensorflow()\nimport tensorflow")
+    assert setup_before_tensorflow(DEMO, nb) == []
