@@ -93,9 +93,11 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-# As benchmarks/RESULTS.md was made: one thread per worker keeps a 2-core machine's timings honest.
+# As benchmarks/RESULTS.md was made: one thread per worker keeps a 2-core machine's timings honest;
+# 21 interleaved repeats keep the medians steady on a noisy shared machine.
 bench: install
-	$(BIN)/edu-dl bench engine --threads 1 --out benchmarks/RESULTS.md --plot benchmarks/engine.png
+	$(BIN)/edu-dl bench engine --threads 1 --repeats 21 --out benchmarks/RESULTS.md \
+		--plot benchmarks/engine.png
 
 # Re-record the pinned versions after an upgrade (see README). Local labels such as torch's
 # `+cpu` are dropped (`torch==2.13.0` still matches the CPU build, and lets a GPU build in);

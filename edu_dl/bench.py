@@ -14,7 +14,8 @@ ReLU net, y_pred = relu(x @ w1) @ w2 with loss = mean(sum((y_pred - y)**2, axis=
 
 Each framework runs in its own long-lived worker process (NumPy's OpenBLAS threads and PyTorch's
 OpenMP threads fight over 2 cores when they share one; TensorFlow is imported only in its worker).
-The parent interleaves the repeats across workers, so all see the same machine conditions, and
+The parent interleaves the repeats across workers, so all see the same machine conditions, splits
+them among a few rounds of fresh workers (a process's memory layout can shift its speed), and
 reports the median. ``bench plan`` measures what a static Session's plan buys: pruning of unused
 nodes and folding of constant subgraphs. Benchmarks never assert a time: they print tables.
 """
@@ -68,6 +69,10 @@ TIMES = "\u00d7"  # the multiplication sign of ratios, spelled out for linters
 
 DEFAULT_REPEATS = 11
 QUICK_REPEATS = 2
+# Fresh worker processes per framework, the repeats split among them: one process's memory
+# layout (address randomization) can make all its steps up to 1.5x slower for its whole life
+# (measured on the 2-core VM of benchmarks/RESULTS.md), which interleaving cannot even out.
+DEFAULT_PROCESSES = 3
 # Seconds one timed batch of steps should last: long enough to swamp timer and pipe overhead,
 # short enough for many interleaved repeats.
 BATCH_SECONDS = 0.1
@@ -449,6 +454,7 @@ class EngineResult:
     sizes: list[str]
     frameworks: list[str]
     repeats: int
+    processes: int = 1  # fresh worker processes per framework, the repeats split among them
     seconds: dict[tuple[str, str], float | None] = field(default_factory=dict)
     first_losses: dict[tuple[str, str], float] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
@@ -470,17 +476,24 @@ def run_engine(
     quick: bool = False,
     progress: bool = True,
     threads: int | None = None,
+    processes: int = DEFAULT_PROCESSES,
 ) -> EngineResult:
-    """Time every framework at every size, interleaving repeats across the worker processes."""
+    """Time every framework at every size, interleaving repeats across the worker processes.
+
+    The repeats are split among ``processes`` rounds, each with fresh workers; the median is
+    taken over all of them. Batches keep the length calibrated in the first round.
+    """
     from tqdm import tqdm
 
-    result = EngineResult(list(sizes), list(frameworks), repeats, threads=threads)
+    processes = 1 if quick else max(1, min(processes, repeats))
+    result = EngineResult(list(sizes), list(frameworks), repeats, processes, threads=threads)
     result.date = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     load_before = _load_average()
     batch_s = QUICK_BATCH_SECONDS if quick else BATCH_SECONDS
-    settle_s = 0.0 if quick else SETTLE_SECONDS
     warmup_s = 0.02 if quick else 0.3
-    workers = {fw: Worker(fw, threads) for fw in frameworks}
+    per_round = [repeats // processes + (i < repeats % processes) for i in range(processes)]
+    samples: dict[tuple[str, str], list[float]] = {}
+    steps: dict[tuple[str, str], int] = {}
     bar = tqdm(
         total=len(sizes) * len(frameworks) * repeats,
         desc="bench engine",
@@ -489,40 +502,62 @@ def run_engine(
         disable=progress_disabled(progress),
     )
     try:
-        for size in sizes:
-            bar.set_postfix_str(size)
+        for round_repeats in per_round:
             alive = [fw for fw in frameworks if fw not in result.errors]
-            # Set-up and warm-up are not timed, so the workers may do them side by side.
-            for fw in alive:
-                workers[fw].send("setup", size=size, warmup_s=warmup_s)
-            for fw in alive:
-                try:
-                    result.first_losses[size, fw] = workers[fw].receive()["first_loss"]
-                except WorkerError as exc:
-                    result.errors[fw] = str(exc)
-            alive = [fw for fw in alive if fw not in result.errors]
-            _check_losses(result, size, alive)
-            steps = {}
-            for fw in alive:  # one at a time: calibration is timing
-                steps[fw] = workers[fw].ask("calibrate", target_s=batch_s)["steps"]
-            samples: dict[str, list[float]] = {fw: [] for fw in alive}
-            for _ in range(repeats):
-                for fw in alive:
-                    samples[fw].append(workers[fw].ask("time", steps=steps[fw])["seconds"])
-                    time.sleep(settle_s)
-                    bar.update()
+            workers = {fw: Worker(fw, threads) for fw in alive}
+            try:
+                for size in sizes:
+                    bar.set_postfix_str(size)
+                    _time_size(result, size, workers, round_repeats, batch_s, warmup_s,
+                               samples, steps, bar, settle_s=0.0 if quick else SETTLE_SECONDS)
+            finally:
+                for worker in workers.values():
+                    worker.close()
+        for size in sizes:
             for fw in frameworks:
-                result.seconds[size, fw] = (
-                    statistics.median(samples[fw]) if samples.get(fw) else None
-                )
+                values = samples.get((size, fw))
+                result.seconds[size, fw] = statistics.median(values) if values else None
     finally:
         bar.close()
-        for worker in workers.values():
-            worker.close()
     result.load = (load_before, _load_average())
     for fw, message in result.errors.items():
         print(f"warning: {fw} could not run: {message}", file=sys.stderr)
     return result
+
+
+def _time_size(
+    result: EngineResult,
+    size: str,
+    workers: dict[str, Worker],
+    repeats: int,
+    batch_s: float,
+    warmup_s: float,
+    samples: dict[tuple[str, str], list[float]],
+    steps: dict[tuple[str, str], int],
+    bar: Any,
+    settle_s: float,
+) -> None:
+    """One round at one size: set up, calibrate (first round only), then interleaved batches."""
+    alive = [fw for fw in workers if fw not in result.errors]
+    # Set-up and warm-up are not timed, so the workers may do them side by side.
+    for fw in alive:
+        workers[fw].send("setup", size=size, warmup_s=warmup_s)
+    for fw in alive:
+        try:
+            result.first_losses[size, fw] = workers[fw].receive()["first_loss"]
+        except WorkerError as exc:
+            result.errors[fw] = str(exc)
+    alive = [fw for fw in alive if fw not in result.errors]
+    _check_losses(result, size, alive)
+    for fw in alive:  # one at a time: calibration is timing
+        if (size, fw) not in steps:
+            steps[size, fw] = workers[fw].ask("calibrate", target_s=batch_s)["steps"]
+    for _ in range(repeats):
+        for fw in alive:
+            seconds = workers[fw].ask("time", steps=steps[size, fw])["seconds"]
+            samples.setdefault((size, fw), []).append(seconds)
+            time.sleep(settle_s)
+            bar.update()
 
 
 def _load_average() -> float:
@@ -545,8 +580,9 @@ def _check_losses(result: EngineResult, size: str, frameworks: list[str]) -> Non
                 f"{size}: the first loss of {fw} ({loss:.7g}) differs from {reference}'s "
                 f"({ref:.7g}) by more than float32 tolerance (rtol {LOSS_RTOL:g})"
             )
-            result.warnings.append(message)
-            print(f"warning: {message}", file=sys.stderr)
+            if message not in result.warnings:  # each round of processes checks again
+                result.warnings.append(message)
+                print(f"warning: {message}", file=sys.stderr)
 
 
 # --------------------------------------------------------------------------- targets (issue 2)
@@ -827,11 +863,13 @@ def engine_markdown(result: EngineResult) -> str:
         "the lecture's loss: the mean over the batch of each row's summed squared error, "
         "loss = mean(sum((y_pred - y)**2, axis=1)). Each framework runs in its own process; "
         f"the median of {result.repeats} interleaved repeats of ~{BATCH_SECONDS * 1000:.0f} ms "
-        "batches is shown, with the ratio to hand-written NumPy in parentheses (lower is "
-        "faster). edu_dl eager and static run the same ops (relu, matmul, sub, pow, sum, "
-        "mean); edu_dl's matmul calls `ndarray.dot` for 2-D operands, the same BLAS product as "
-        "`@` for half the call overhead on tiny matrices, while the NumPy baseline is written "
-        "as the lecture writes it, with `@`. Threads: "
+        f"batches, spread over {result.processes} fresh process"
+        f"{'es' if result.processes != 1 else ''} per framework (one process's memory layout "
+        "alone can shift its speed), is shown, with the ratio to hand-written NumPy in "
+        "parentheses (lower is faster). edu_dl eager and static run the same ops (relu, "
+        "matmul, sub, pow, sum, mean); edu_dl's matmul calls `ndarray.dot` for 2-D operands, "
+        "the same BLAS product as `@` for half the call overhead on tiny matrices, while the "
+        "NumPy baseline is written as the lecture writes it, with `@`. Threads: "
         + ("each library's default." if result.threads is None else
            f"capped at {result.threads} per worker (`--threads {result.threads}`: OpenBLAS, "
            "OpenMP and TensorFlow's pools)."),

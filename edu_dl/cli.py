@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .bench import DEFAULT_REPEATS, FRAMEWORKS, QUICK_REPEATS, SIZES
+from .bench import DEFAULT_PROCESSES, DEFAULT_REPEATS, FRAMEWORKS, QUICK_REPEATS, SIZES
 from .bench_data import add_loader, add_transfer
 from .bench_matmul import add_bench_matmul
 from .caffe.cli import add_train
@@ -94,6 +94,14 @@ def add_bench(subparsers: Subparsers) -> None:
         "multi-threaded BLAS timings",
     )
     engine.add_argument(
+        "--processes",
+        type=positive_int,
+        default=DEFAULT_PROCESSES,
+        help="fresh worker processes per framework, the repeats split among them "
+        f"(default: {DEFAULT_PROCESSES}; 1 with --quick): one process's memory layout can "
+        "make it slower for its whole life",
+    )
+    engine.add_argument(
         "--plot", type=Path, metavar="PNG", help="also draw the ratios to NumPy into this PNG"
     )
     engine.add_argument(
@@ -152,7 +160,8 @@ def run_bench_engine(args: argparse.Namespace) -> int:
     from . import bench
 
     result = bench.run_engine(
-        args.sizes, args.frameworks, _repeats(args), quick=args.quick, threads=args.threads
+        args.sizes, args.frameworks, _repeats(args), quick=args.quick, threads=args.threads,
+        processes=args.processes,
     )
     plan: list[bench.PlanRow] | str | None = None
     breakdown = None

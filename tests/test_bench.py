@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -150,3 +151,34 @@ def test_thread_env_caps_every_pool() -> None:
     env = bench.thread_env(1)
     assert env["OPENBLAS_NUM_THREADS"] == env["OMP_NUM_THREADS"] == "1"
     assert env[bench.THREADS_ENV] == "1"
+
+
+def test_engine_splits_its_repeats_among_fresh_worker_processes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    started: list[str] = []
+    timed: list[int] = []
+
+    class CountingWorker(bench.Worker):
+        def __init__(self, framework: str, threads: int | None = None) -> None:
+            started.append(framework)
+            super().__init__(framework, threads)
+
+        def ask(self, command: str, **args: Any) -> dict[str, Any]:
+            if command == "time":
+                timed.append(len(started))  # which round of processes timed this batch
+            return super().ask(command, **args)
+
+    monkeypatch.setattr(bench, "Worker", CountingWorker)
+    monkeypatch.setattr(bench, "BATCH_SECONDS", 0.005)
+    monkeypatch.setattr(bench, "SETTLE_SECONDS", 0.0)
+    result = bench.run_engine(["tiny"], ["numpy"], repeats=5, progress=False, processes=3)
+    assert started == ["numpy"] * 3
+    assert timed == [1, 1, 2, 2, 3]  # 5 repeats over 3 rounds: 2, 2, 1
+    assert result.processes == 3 and (result.seconds["tiny", "numpy"] or 0) > 0
+    # Never more rounds than repeats, and one with --quick.
+    started.clear()
+    assert bench.run_engine(["tiny"], ["numpy"], repeats=2, progress=False,
+                            processes=4).processes == 2
+    assert bench.run_engine(["tiny"], ["numpy"], repeats=2, progress=False, quick=True,
+                            processes=4).processes == 1

@@ -156,6 +156,8 @@ class Neg(Op):
 class Pow(Op):
     """z = x ** p for a constant scalar exponent p"""
 
+    exponent: int | float
+
     def __init__(self, exponent: float) -> None:
         if exponent.__class__ is int or exponent.__class__ is float:  # the common case, fast
             self.exponent = exponent
@@ -165,8 +167,7 @@ class Pow(Op):
                 f"pow: the exponent must be a Python number, got {type(exponent).__name__}"
             )
         # A Python number, so a NumPy float64 exponent cannot upcast a float32 tensor.
-        self.exponent: int | float = (
-            int(exponent) if isinstance(exponent, numbers.Integral) else float(exponent))
+        self.exponent = int(exponent) if isinstance(exponent, numbers.Integral) else float(exponent)
 
     def forward(self, xp, x):
         self.saved = x
