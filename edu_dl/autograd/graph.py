@@ -502,6 +502,10 @@ class Plan:
     assigns: list[Node]
     graph_size: int = 0
     folded: int = 0
+    # Positions in the fetch list: nodes whose value the run returns, read before the
+    # assignments commit, and assignments, which report the committed value.
+    value_fetches: list[int] = field(default_factory=list)
+    assign_fetches: list[int] = field(default_factory=list)
 
     @property
     def ops_run(self) -> int:
@@ -561,12 +565,12 @@ class Session:
         plan = self._plan(flat, feed_dict)
         values = self._execute(plan, feed_dict)
         # Fetches read the values of this run; assignments commit after, then report theirs.
-        results = [None if n.kind in _NOT_FETCHED else self._fetch_value(n, values)
-                   for n in flat]
+        results: list[Any] = [None] * len(flat)
+        for i in plan.value_fetches:
+            results[i] = self._fetch_value(flat[i], values)
         self._commit(plan, values)
-        for i, n in enumerate(flat):
-            if n.kind == "assign":
-                results[i] = self._fetch_value(n, values)
+        for i in plan.assign_fetches:
+            results[i] = self._fetch_value(flat[i], values)
         return rebuild(iter(results))
 
     def plan_for(self, fetches: Any, feed_dict: dict[Node, Any] | None = None) -> Plan:
@@ -752,7 +756,10 @@ class Session:
             elif n.kind == "assign":
                 assigns.append(n)
         return Plan(steps, placeholders, variables, constants, assigns,
-                    graph_size=len(self.graph.nodes), folded=folded)
+                    graph_size=len(self.graph.nodes), folded=folded,
+                    value_fetches=[i for i, n in enumerate(fetches)
+                                   if n.kind not in ("assign", "group")],
+                    assign_fetches=[i for i, n in enumerate(fetches) if n.kind == "assign"])
 
     def _plan_sweeps(self, gradient_nodes: list[Node]) -> dict[Any, _Sweep]:
         sweeps: dict[Any, _Sweep] = {}
@@ -797,9 +804,6 @@ class Session:
         self._constants[n] = op.forward(self.xp, *[self._constants[i] for i in n.inputs])
 
 
-_NOT_FETCHED = ("assign", "group")  # kinds whose run yields no value of their own
-
-
 def _sweep_key(gradient_node: Node) -> tuple[tuple[Node, ...], tuple[Node, ...]]:
     ys, _, gys = gradient_node.value
     return ys, gys
@@ -816,9 +820,13 @@ def _node_error(exc: Exception, node: Node | None, values: dict[Node, Any]) -> E
 
 def _flatten_fetches(fetches: Any, out: list[Node]) -> Any:
     """Collect the nodes of a fetch structure; return a function that rebuilds its shape."""
-    if type(fetches) is list and all(type(f) is Node for f in fetches):  # the common case
-        out.extend(fetches)
-        return list
+    if type(fetches) is list:  # the common case: a list of nodes
+        for f in fetches:
+            if type(f) is not Node:
+                break
+        else:
+            out.extend(fetches)
+            return list
     if isinstance(fetches, Node):
         out.append(fetches)
         return lambda it: next(it)
