@@ -265,3 +265,16 @@ def test_real_cupy_arrays():
         backend.get_xp(a, np.ones(3))
     with pytest.raises(TypeError, match="different devices"):
         ed.tensor(np.ones(3)) + ed.tensor(np.ones(3), device="gpu")
+
+
+def test_constant_is_a_shared_read_only_0d_array_of_the_dtype() -> None:
+    c = backend.constant(np, 0.5, np.dtype(np.float32))
+    assert c.shape == () and c.dtype == np.float32 and float(c) == 0.5
+    assert backend.constant(np, 0.5, np.dtype(np.float32)) is c  # cached
+    with pytest.raises(ValueError):
+        c[()] = 1.0  # read-only: nobody can change everyone's 0.5
+    # 1, 1.0 and True hash alike, but they are different constants; so are dtypes.
+    assert backend.constant(np, 1, np.dtype(np.int64)).dtype == np.int64
+    assert backend.constant(np, 1.0, np.dtype(np.float64)).dtype == np.float64
+    assert backend.constant(np, True, np.dtype(np.bool_)).dtype == np.bool_
+    assert backend.constant(np, 0.5, np.dtype(np.float64)) is not c

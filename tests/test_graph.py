@@ -591,6 +591,29 @@ def test_wrongly_shaped_feed_names_the_placeholder_and_shapes(g: tf.Graph) -> No
         with pytest.raises(ValueError, match=re.escape("(None, 3)")):
             sess.run(y, {x: np.ones(3)})  # wrong rank
         assert sess.run(y, {x: np.ones((5, 3))}) == 15.0  # None accepts any size
+        # A shape accepted once is remembered; a wrong one after it is still refused.
+        with pytest.raises(ValueError, match=re.escape("value fed has shape (5, 4)")):
+            sess.run(y, {x: np.ones((5, 4))})
+
+
+def test_feeds_take_the_placeholder_dtype_and_arrays_of_it_are_used_as_they_are(
+        g: tf.Graph) -> None:
+    x = tf.placeholder(tf.float32, (None, 2), name="x")
+    y = x * 2
+    with tf.Session() as sess:
+        assert sess.run(y, {x: np.ones((1, 2))}).dtype == np.float32       # float64 converted
+        assert sess.run(y, {x: [[1, 2]]}).tolist() == [[2.0, 4.0]]         # a list converted
+        same = np.ones((3, 2), np.float32)
+        assert sess.run(y, {x: same}).dtype == np.float32 and same.tolist() == [[1.0, 1.0]] * 3
+
+
+def test_a_feed_dict_in_another_order_finds_the_same_plan(g: tf.Graph) -> None:
+    a, b = tf.placeholder(F64, (2,)), tf.placeholder(F64, (2,))
+    y = a + b
+    with tf.Session() as sess:
+        plan = sess.plan_for(y, {a: np.zeros(2), b: np.ones(2)})
+        assert sess.plan_for(y, {b: np.ones(2), a: np.zeros(2)}) is plan
+        assert sess.run(y, {b: np.ones(2), a: np.full(2, 2.0)}).tolist() == [3.0, 3.0]
 
 
 def test_matmul_shape_mismatch_at_build_time(g: tf.Graph) -> None:
