@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from . import gpu_probes as gp
 from . import hardware as hw
 from .hardware import Fact
 
@@ -548,7 +549,7 @@ def run_bench_matmul(args: argparse.Namespace) -> int:
     args.left_out = {}
     if args.frameworks is None:
         args.targets = list(CPU_TARGETS)
-        if hw.nvidia_driver()["present"]:
+        if gp.nvidia_driver()["present"]:
             args.targets += list(GPU_TARGETS)
         else:
             args.left_out = {t: "no NVIDIA GPU here (no driver)" for t in GPU_TARGETS}

@@ -16,6 +16,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
+from . import gpu_probes as gp
 from . import hardware as hw
 from .hardware import Fact
 
@@ -104,12 +105,12 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
     """The whole doctor report as plain data (what --json prints)."""
     # Measure first, probe after: importing TF and torch would steal the cores from the matmul.
     report = compute_facts(args, measure=not args.no_measure, quick=args.quick)
-    frameworks = hw.probe_frameworks(args.frameworks, args.timeout)
-    driver = hw.nvidia_driver()
+    frameworks = gp.probe_frameworks(args.frameworks, args.timeout)
+    driver = gp.nvidia_driver()
     report["frameworks"] = frameworks
     report["nvidia_driver"] = driver
     report["gpu_found"] = any(f.get("gpus") for f in frameworks.values())
-    report["gpu_explanation"] = hw.gpu_explanation(frameworks, driver)
+    report["gpu_explanation"] = gp.gpu_explanation(frameworks, driver)
     return report
 
 
@@ -211,11 +212,11 @@ def render(report: dict[str, Any]) -> str:
 
 def framework_list(text: str) -> list[str]:
     items = [t.strip() for t in text.split(",") if t.strip()]
-    bad = [t for t in items if t not in hw.FRAMEWORKS]
+    bad = [t for t in items if t not in gp.FRAMEWORKS]
     if bad or not items:
         raise argparse.ArgumentTypeError(
             f"unknown framework(s) {', '.join(map(repr, bad)) or '(none given)'}; "
-            f"choose from {','.join(hw.FRAMEWORKS)}"
+            f"choose from {','.join(gp.FRAMEWORKS)}"
         )
     return list(dict.fromkeys(items))
 
@@ -232,12 +233,12 @@ def add_doctor(subparsers: Subparsers) -> None:
     parser.add_argument("--no-measure", action="store_true",
                         help="skip the bandwidth and matmul measurements")
     parser.add_argument(
-        "--frameworks", type=framework_list, default=list(hw.FRAMEWORKS),
-        help=f"comma-separated frameworks to probe (default: {','.join(hw.FRAMEWORKS)})",
+        "--frameworks", type=framework_list, default=list(gp.FRAMEWORKS),
+        help=f"comma-separated frameworks to probe (default: {','.join(gp.FRAMEWORKS)})",
     )
     parser.add_argument(
-        "--timeout", type=positive_number(float), default=hw.PROBE_TIMEOUT_S, metavar="S",
-        help=f"seconds each framework probe may take (default: {hw.PROBE_TIMEOUT_S:g})",
+        "--timeout", type=positive_number(float), default=gp.PROBE_TIMEOUT_S, metavar="S",
+        help=f"seconds each framework probe may take (default: {gp.PROBE_TIMEOUT_S:g})",
     )
     add_machine_flags(parser)
     parser.set_defaults(handler=run_doctor)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from edu_dl import doctor
-from edu_dl import hardware as hw
+from edu_dl import gpu_probes as gp
 from edu_dl.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,7 +73,7 @@ def test_measured_never_exceeds_a_known_theory(report: dict[str, Any]) -> None:
 
 def test_every_framework_is_reported(report: dict[str, Any]) -> None:
     frameworks = report["frameworks"]
-    assert set(frameworks) == set(hw.FRAMEWORKS)
+    assert set(frameworks) == set(gp.FRAMEWORKS)
     assert frameworks["numpy"]["status"] == "ok"
     assert frameworks["numpy"]["version"] == np.__version__
     for name, dist in (("torch", "torch"), ("tensorflow", "tensorflow-cpu")):
@@ -105,7 +105,7 @@ def test_the_table_shows_every_section(report: dict[str, Any]) -> None:
     for heading in ("CPU and memory", "Compute, float32", "Memory bandwidth", "Checks",
                     "Frameworks and the GPUs they see"):
         assert heading in text
-    for name in hw.FRAMEWORKS:
+    for name in gp.FRAMEWORKS:
         assert f"\n  {name} " in text
     assert "93.9 GB/s" in text or "CONTRADICTED" in text
     if report["gpu_explanation"]:

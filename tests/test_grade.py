@@ -16,7 +16,7 @@ from hostile import corpus
 
 from edu_dl.cli import main
 from edu_dl.grading import grade as G
-from edu_dl.grading import sandbox
+from edu_dl.grading import model, report, results, sandbox
 from edu_dl.grading.notebooks import grade_id
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,8 +99,8 @@ def _npz(**arrays: np.ndarray) -> bytes:
 
 
 def test_safe_npz_rejects_pickles_and_lying_headers() -> None:
-    assert G.safe_npz(_npz(a=np.arange(3.0)))
-    assert not G.safe_npz(_npz(a=np.array([{"x": 1}], dtype=object)))
+    assert results.safe_npz(_npz(a=np.arange(3.0)))
+    assert not results.safe_npz(_npz(a=np.array([{"x": 1}], dtype=object)))
     header = np.lib.format.header_data_from_array_1_0(np.zeros(2))
     header["shape"] = (10**12,)  # claims 8 TB: must be refused before any allocation
     member = io.BytesIO()
@@ -109,8 +109,8 @@ def test_safe_npz_rejects_pickles_and_lying_headers() -> None:
     bomb = io.BytesIO()
     with zipfile.ZipFile(bomb, "w") as zf:
         zf.writestr("a.npy", member.getvalue())
-    assert not G.safe_npz(bomb.getvalue())
-    assert not G.safe_npz(b"not a zip")
+    assert not results.safe_npz(bomb.getvalue())
+    assert not results.safe_npz(b"not a zip")
 
 
 def test_read_result_takes_the_last_hidden_call(tmp_path: Path) -> None:
@@ -125,17 +125,17 @@ def test_read_result_takes_the_last_hidden_call(tmp_path: Path) -> None:
         zf.writestr("outputs/ex02.gflops.2.npz", result(True, 2.0))
         zf.writestr("outputs/ex02.gflops.3.npz", result(False, 3.0))
         zf.writestr("outputs/../../evil.npz", result(True, 9.0))
-    record, outputs, problem = G.read_result(path, 1 << 20)
+    record, outputs, problem = results.read_result(path, 1 << 20)
     assert problem == "" and record["kernel"] == "ok"
     assert list(outputs) == ["ex02.gflops"] and outputs["ex02.gflops"] == [2.0]
     path.write_bytes(b"garbage")
-    assert "broken" in G.read_result(path, 1 << 20)[2]
+    assert "broken" in results.read_result(path, 1 << 20)[2]
     path.write_bytes(b"")
-    assert "no result" in G.read_result(path, 1 << 20)[2]
+    assert "no result" in results.read_result(path, 1 << 20)[2]
 
 
 def test_collect_both_layouts(tmp_path: Path) -> None:
-    exercises = {"02_mini": G.Exercise("02_mini", corpus.source(), "x", [("ex02.gflops", "t")])}
+    exercises = {"02_mini": model.Exercise("02_mini", corpus.source(), "x", [("ex02.gflops", "t")])}
     flat = tmp_path / "flat"
     (flat / "ann").mkdir(parents=True)
     (flat / "ann" / "02_mini.ipynb").write_text("{}")
@@ -162,7 +162,7 @@ def test_grade_cli_gradebook_feedback_and_resume(tmp_path: Path,
             "--out", str(out), "--jobs", "2", "--timeout", "15", "--memory", "2048"]
     assert main(argv) == 0
     grades = by_student(out)
-    assert list(rows(out)[0]) == list(G.COLUMNS)
+    assert list(rows(out)[0]) == list(report.COLUMNS)
     assert grades[("good", "ex02.gflops")]["status"] == "passed"
     assert float(grades[("good", "ex02.gflops")]["points"]) == 1.0
     wrong = grades[("wrong", "ex02.gflops")]
@@ -175,7 +175,7 @@ def test_grade_cli_gradebook_feedback_and_resume(tmp_path: Path,
     assert "02_mini: 1 / 2" in feedback and "half the expected rate" in feedback
     with open(out / "nbgrader_grades.csv", newline="") as f:
         nbg = {r["student_id"]: r for r in csv.DictReader(f)}
-    assert list(next(iter(nbg.values()))) == list(G.NBGRADER_COLUMNS)
+    assert list(next(iter(nbg.values()))) == list(report.NBGRADER_COLUMNS)
     assert (nbg["good"]["score"], nbg["good"]["max_score"]) == ("2", "2")
     autograded = out / "autograded" / "wrong" / "02_mini" / "02_mini.ipynb"
     assert "BEGIN HIDDEN TESTS" in autograded.read_text()  # restored, hidden tests inserted
@@ -206,7 +206,7 @@ def test_without_bwrap_the_gradebook_says_so(tmp_path: Path,
                       settings=FAST, progress=False, log=messages.append)
     assert "WITHOUT a sandbox" in messages[0]
     assert {(r.status, r.sandbox) for r in summary.rows} == {("passed", "rlimits only")}
-    assert "NONE" in G.summary_text(summary)
+    assert "NONE" in report.summary_text(summary)
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from edu_dl import gpu_probes as gp
 from edu_dl import hardware as hw
 
 # Two cores with two hyper-threads each; the clock sits in power-saving mode (1000 MHz).
@@ -236,8 +237,8 @@ def test_measurements_are_positive_and_finite() -> None:
 
 
 def _finish(code: str, timeout: float = 30.0) -> dict[str, Any]:
-    run = hw.start_probe("fake", [sys.executable, "-c", code])
-    return hw.finish_probe(run, timeout)
+    run = gp.start_probe("fake", [sys.executable, "-c", code])
+    return gp.finish_probe(run, timeout)
 
 
 def test_a_crashing_probe_is_reported_not_raised() -> None:
@@ -256,7 +257,7 @@ def test_garbage_output_is_a_crash() -> None:
 
 
 def test_probe_of_a_framework_that_may_be_missing() -> None:
-    report = hw.probe_frameworks(["numpy", "cupy"], timeout=60)
+    report = gp.probe_frameworks(["numpy", "cupy"], timeout=60)
     assert report["numpy"]["status"] == "ok"
     import numpy as np
 
@@ -282,7 +283,7 @@ CPU_ONLY: dict[str, dict[str, Any]] = {
 
 def test_explanation_without_a_driver_names_every_cause(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    text = hw.gpu_explanation(CPU_ONLY, NO_DRIVER)
+    text = gp.gpu_explanation(CPU_ONLY, NO_DRIVER)
     assert text is not None and "\n" not in text  # one paragraph
     assert "No NVIDIA GPU" in text and "nvidia-smi" in text
     assert "PyTorch 2.5.0+cpu is a CPU-only build" in text
@@ -295,7 +296,7 @@ def test_explanation_with_a_driver_but_a_mismatched_build(monkeypatch: pytest.Mo
     driver = {"present": True, "version": "470.57", "max_cuda": "11.4", "gpus": []}
     reports = {"torch": {"status": "ok", "version": "2.5.0", "cuda": "12.4", "cudnn": 90100,
                          "cuda_build": True, "gpus": []}}
-    text = hw.gpu_explanation(reports, driver)
+    text = gp.gpu_explanation(reports, driver)
     assert text is not None
     assert "470.57" in text and "11.4" in text and "CUDA 12.4 or newer" in text
     assert "CUDA_VISIBLE_DEVICES" in text
@@ -304,4 +305,4 @@ def test_explanation_with_a_driver_but_a_mismatched_build(monkeypatch: pytest.Mo
 def test_no_explanation_when_every_framework_sees_a_gpu() -> None:
     gpu = [{"index": 0, "name": "Tesla V100", "memory_bytes": 16 * 2**30}]
     reports = {"torch": {"status": "ok", "gpus": gpu}, "cupy": {"status": "ok", "gpus": gpu}}
-    assert hw.gpu_explanation(reports, {"present": True}) is None
+    assert gp.gpu_explanation(reports, {"present": True}) is None

@@ -9,28 +9,24 @@ student's process prints, patches or exits with can make a wrong answer pass.
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import json
 import os
-import re
 import secrets
 import shutil
 import sys
 import time
-import zipfile
-from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from . import sandbox
-from .checking import ErrorText, Part, judge_case, read_outputs, roundtrip, write_inputs
+from .checking import ErrorText, Part, judge_case, roundtrip, write_inputs
+from .model import Exercise, Job, Row, Summary, safe_file_name
 from .notebooks import (
     Notebook,
     NotebookError,
@@ -42,17 +38,13 @@ from .notebooks import (
     read_notebook,
     write_atomic,
 )
+from .report import write_outputs
+from .results import read_result
 
 GRADER_VERSION = "1"  # bump to force a regrade of everything
-COLUMNS = ("student", "exercise", "part", "points", "max_points", "status", "message", "sandbox")
-NBGRADER_COLUMNS = ("assignment", "duedate", "timestamp", "student_id", "last_name", "first_name",
-                    "email", "raw_score", "late_submission_penalty", "score", "max_score")
 RESULT_FILE = "result.zip"
-MAX_ENTRIES = 2000  # members read from one result zip
-MAX_ARRAY_BYTES = 64 << 20
 GRADING_TMP_MB = 128  # the grading dir's own tmpfs: a student filling /tmp cannot block results
 STATUS_OF_KILL = {"timeout": "timeout", "memory": "memory", "processes": "processes"}
-OUTPUT_NAME = re.compile(r"^outputs/(ex\d\d[a-z]?\.[A-Za-z_][A-Za-z0-9_]*)\.(\d+)\.npz$")
 
 
 @dataclass(frozen=True)
@@ -73,36 +65,6 @@ class Settings:
         wall = 90.0 + n_cells * (self.timeout_s + 15.0)
         return sandbox.Limits(wall_s=wall, memory_mb=self.memory_mb, cpu_s=self.cpu_s,
                               processes=self.processes, file_mb=self.file_mb, tmp_mb=self.tmp_mb)
-
-
-@dataclass
-class Row:
-    student: str
-    exercise: str
-    part: str
-    points: float
-    max_points: float
-    status: str
-    message: str
-    sandbox: str = "bwrap"
-
-
-@dataclass
-class Exercise:
-    """One source notebook: its cells by grade_id and the parts its graded cells check."""
-
-    name: str
-    notebook: Notebook
-    digest: str
-    parts: list[tuple[str, str]] = field(default_factory=list)  # (part id, test cell grade_id)
-
-
-@dataclass
-class Job:
-    student: str
-    exercise: Exercise
-    path: Path | None  # None: nothing submitted
-    assignment: str  # nbgrader's assignment folder (the exercise name in the flat layout)
 
 
 # --------------------------------------------------------------------------- collecting
@@ -258,13 +220,13 @@ def _grade_one(job: Job, out: Path, settings: Settings, hide: list[Path]) -> lis
         return _rows(job, "wrong notebook", f"{job.path.name} holds none of the cells of "
                      f"{job.exercise.name} (a notebook for another exercise?)")
     nb, notes = restore(submitted, job.exercise.notebook)
-    work = out / ".work" / _safe(job.student) / job.exercise.name
+    work = out / ".work" / safe_file_name(job.student) / job.exercise.name
     shutil.rmtree(work, ignore_errors=True)
     (work / "inputs").mkdir(parents=True)
     write_atomic(work / "notebook.ipynb", notebook_bytes(nb))
     # nbgrader's layout: autograded/<student>/<assignment>/<notebook> (instructor-only: it
     # holds the hidden tests).
-    write_atomic(out / "autograded" / _safe(job.student) / _safe(job.assignment)
+    write_atomic(out / "autograded" / safe_file_name(job.student) / safe_file_name(job.assignment)
                  / f"{job.exercise.name}.ipynb", notebook_bytes(nb))
     # Fresh inputs from a secret seed: what a student saw while working tells nothing.
     seed = secrets.randbits(63)
@@ -322,10 +284,6 @@ def _clean_work(work: Path) -> None:
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
-
-
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.@+-]", "_", name) or "_"
 
 
 def sandbox_env(tmp: str = "/tmp") -> dict[str, str]:
@@ -391,94 +349,6 @@ def judge(part: Part, cases: list[tuple[Any, ...]], got: list[Any]) -> tuple[str
     return "passed", f"{len(cases)} fresh cases passed"
 
 
-# --------------------------------------------------------------------------- reading results
-
-
-def read_result(path: Path, max_bytes: int) -> tuple[dict[str, Any], dict[str, list[Any]], str]:
-    """(run record, part -> results, problem): the result zip read with every size bounded.
-
-    Per part: the last file a hidden check call wrote, else the last visible one.
-    """
-    try:
-        size = path.stat().st_size
-    except OSError:
-        return {}, {}, "the sandbox returned no result"
-    if size == 0:
-        return {}, {}, "the sandbox returned no result (the runner was killed or crashed)"
-    if size > max_bytes:
-        return {}, {}, f"the result file is too large ({size} bytes)"
-    try:
-        with zipfile.ZipFile(path) as zf:
-            infos = zf.infolist()[:MAX_ENTRIES]
-            record = json.loads(_member(zf, "run.json", 1 << 20) or b"{}")
-            chosen: dict[str, tuple[bool, int, str]] = {}
-            for info in infos:
-                match = OUTPUT_NAME.match(info.filename)
-                if match:
-                    part_id, k = match.group(1), int(match.group(2))
-                    chosen.setdefault(part_id, (False, -1, ""))
-                    data = _member(zf, info.filename, MAX_ARRAY_BYTES)
-                    hidden = data is not None and _hidden_flag(data)
-                    if (hidden, k) > chosen[part_id][:2]:
-                        chosen[part_id] = (hidden, k, info.filename)
-            outputs: dict[str, list[Any]] = {}
-            for part_id, (_, _, name) in chosen.items():
-                data = _member(zf, name, MAX_ARRAY_BYTES) if name else None
-                if data is not None and safe_npz(data):
-                    try:
-                        _, results = read_outputs(io.BytesIO(data))  # type: ignore[arg-type]
-                    except Exception:  # malformed by the student: as if never written
-                        continue
-                    outputs[part_id] = results
-    except (zipfile.BadZipFile, json.JSONDecodeError, OSError, ValueError) as exc:
-        return {}, {}, f"the result file is broken ({type(exc).__name__}: {exc})"
-    if not isinstance(record, dict):
-        record = {}
-    return record, outputs, ""
-
-
-def _member(zf: zipfile.ZipFile, name: str, limit: int) -> bytes | None:
-    try:
-        with zf.open(name) as f:
-            data = f.read(limit + 1)
-    except (KeyError, zipfile.BadZipFile, OSError, ValueError, NotImplementedError):
-        return None
-    return data if len(data) <= limit else None
-
-
-def safe_npz(data: bytes, limit: int = MAX_ARRAY_BYTES) -> bool:
-    """True when every array of an npz is plain data whose header fits its bytes (no pickle)."""
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as zf:
-            if len(zf.infolist()) > MAX_ENTRIES:
-                return False
-            for info in zf.infolist():
-                raw = _member(zf, info.filename, limit)
-                if raw is None:
-                    return False
-                f = io.BytesIO(raw)
-                version = np.lib.format.read_magic(f)
-                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                               else np.lib.format.read_array_header_2_0)
-                shape, _, dtype = read_header(f)
-                if dtype.hasobject or int(np.prod(shape, dtype=np.float64)) * dtype.itemsize \
-                        > len(raw):
-                    return False
-    except Exception:
-        return False
-    return True
-
-
-def _hidden_flag(data: bytes) -> bool:
-    if not safe_npz(data):
-        return False
-    try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-            return bool(npz["hidden"])
-    except Exception:
-        return False
-
-
 # --------------------------------------------------------------------------- the batch
 
 
@@ -494,16 +364,6 @@ def job_key(job: Job, settings: Settings) -> str:
         spec = parts_dir / f"{module}.py"
         h.update(spec.read_bytes() if spec.exists() else b"")
     return h.hexdigest()
-
-
-@dataclass
-class Summary:
-    rows: list[Row]
-    graded: int  # submissions run this time
-    reused: int  # unchanged since the last run
-    seconds: float
-    isolated: bool
-    problem: str = ""
 
 
 def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | None = None,
@@ -525,7 +385,7 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     todo, rows_by_job = [], {}
     for job in all_jobs:
         key = job_key(job, settings)
-        state = state_dir / _safe(job.student) / f"{job.exercise.name}.json"
+        state = state_dir / safe_file_name(job.student) / f"{job.exercise.name}.json"
         previous = _load_state(state)
         if not force and previous.get("key") == key:
             rows_by_job[(job.student, job.exercise.name)] = [Row(**r) for r in previous["rows"]]
@@ -570,75 +430,6 @@ def _load_state(path: Path) -> dict[str, Any]:
         return data if isinstance(data, dict) and "rows" in data else {}
     except (OSError, ValueError):
         return {}
-
-
-# --------------------------------------------------------------------------- writing
-
-
-def write_outputs(out: Path, rows: list[Row], jobs: list[Job]) -> None:
-    """grades.csv, feedback/<student>.md and nbgrader_grades.csv, each written atomically."""
-    table = ([getattr(r, c) for c in COLUMNS] for r in rows)
-    write_atomic(out / "grades.csv", _csv(COLUMNS, table))
-    by_student: dict[str, list[Row]] = {}
-    for row in rows:
-        by_student.setdefault(row.student, []).append(row)
-    for student, mine in by_student.items():
-        write_atomic(out / "feedback" / f"{_safe(student)}.md", feedback(student, mine).encode())
-    assignment = {(j.student, j.exercise.name): j.assignment for j in jobs}
-    totals: dict[tuple[str, str], list[float]] = {}
-    for row in rows:
-        if row.part:
-            t = totals.setdefault((row.student, row.exercise), [0.0, 0.0])
-            t[0] += row.points
-            t[1] += row.max_points
-    write_atomic(out / "nbgrader_grades.csv", _csv(NBGRADER_COLUMNS, (
-        [assignment.get(k, k[1]), "", "", k[0], "", "", "", f"{p:g}", "0.0", f"{p:g}", f"{m:g}"]
-        for k, (p, m) in totals.items())))
-
-
-def _csv(header: Iterable[str], rows: Iterable[list[Any]]) -> bytes:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows(rows)
-    return buffer.getvalue().encode("utf-8")
-
-
-def feedback(student: str, rows: list[Row]) -> str:
-    """A student's Markdown feedback: per exercise, each part with its points and message."""
-    lines = [f"# Feedback for {student}", ""]
-    for exercise in dict.fromkeys(r.exercise for r in rows):
-        mine = [r for r in rows if r.exercise == exercise]
-        got, total = sum(r.points for r in mine), sum(r.max_points for r in mine)
-        lines += [f"## {exercise}: {got:g} / {total:g}", "",
-                  "| part | points | status | message |", "|---|---|---|---|"]
-        for r in mine:
-            message = r.message.replace("|", "\\|").replace("\n", "<br>")
-            lines.append(f"| {r.part or '-'} | {r.points:g} / {r.max_points:g} | {r.status} | "
-                         f"{message} |")
-        lines.append("")
-    return "\n".join(lines)
-
-
-def summary_text(summary: Summary) -> str:
-    """The terminal summary: per exercise, submissions, mean score and statuses."""
-    lines = [f"graded {summary.graded} submissions ({summary.reused} unchanged, reused) in "
-             f"{summary.seconds:.1f} s; sandbox: "
-             + ("bwrap" if summary.isolated else f"NONE ({summary.problem})")]
-    by_ex: dict[str, list[Row]] = {}
-    for row in summary.rows:
-        by_ex.setdefault(row.exercise, []).append(row)
-    lines.append(f"{'exercise':32} {'students':>8} {'mean':>7} {'max':>5}  statuses")
-    for exercise, rows in by_ex.items():
-        students = {r.student for r in rows}
-        scores = Counter()  # type: Counter[str]
-        for r in rows:
-            scores[r.student] += r.points  # type: ignore[assignment]
-        total = sum(r.max_points for r in rows) / max(1, len(students))
-        mean = sum(scores.values()) / max(1, len(students))
-        statuses = ", ".join(f"{s} {n}" for s, n in Counter(r.status for r in rows).most_common())
-        lines.append(f"{exercise:32} {len(students):>8} {mean:>7.2f} {total:>5g}  {statuses}")
-    return "\n".join(lines)
 
 
 def bench(submissions: int = 8, jobs: int = 2, out: Path | None = None,

@@ -54,8 +54,9 @@ def add_grade(subparsers: Any) -> None:
 
 
 def run_grade(args: argparse.Namespace) -> int:
-    from .grade import Settings, grade, summary_text
+    from .grade import Settings, grade
     from .notebooks import NotebookError
+    from .report import summary_text
 
     chosen = {k: getattr(args, k) for k in ("timeout_s", "memory_mb", "cpu_s", "processes",
                                             "file_mb", "tmp_mb") if getattr(args, k) is not None}
