@@ -111,6 +111,41 @@ def test_fork_bomb_is_stopped_and_reaped() -> None:
     assert not any("os.fork()" in _cmdline(pid) for pid in _all_pids())
 
 
+def test_a_pids_cgroup_caps_the_sandbox_in_the_kernel_where_one_can_be_made(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    probe = sandbox.make_pids_cgroup(f"edu_dl_probe_{os.getpid()}", 10)
+    if probe is None:
+        pytest.skip("no writable pids cgroup here (not root, or no pids controller); "
+                    "RLIMIT_NPROC and the watchdog stop fork bombs instead")
+    assert (probe / "pids.max").read_text().strip() == "10"
+    sandbox.remove_cgroup(probe)
+    assert not probe.exists()
+    group = f"cgtest{os.getpid()}_"
+    monkeypatch.setenv(sandbox.GROUP_VAR, group)
+    limits = sandbox.Limits(wall_s=30, memory_mb=1024, processes=16)
+    # Children that sleep: without a cap they pile up faster than the watchdog polls.
+    done = py("import os, time\n"
+              "try:\n"
+              "    while True:\n"
+              "        if os.fork() == 0:\n"
+              "            time.sleep(60)\n"
+              "except OSError as exc:\n"
+              "    print('fork refused:', exc.strerror, flush=True)\n"
+              "    time.sleep(60)", limits=limits)
+    assert "fork refused: Resource temporarily unavailable" in done.log, done
+    assert done.killed == "processes", done  # the watchdog still names the cause
+    assert done.peak_tasks <= limits.processes + sandbox.CGROUP_MARGIN, done
+    hierarchy = probe.parent
+    assert not [p for p in hierarchy.iterdir() if group in p.name]  # removed after the run
+    # One left behind (a grader killed mid-run) is swept once it is old, never while new.
+    left = hierarchy / f"edu_dl_sandbox_{group}left"
+    left.mkdir()
+    sandbox._remove_stale(hierarchy)
+    assert left.exists()
+    sandbox._remove_stale(hierarchy, older_than_s=0)
+    assert not left.exists()
+
+
 def test_fallback_without_bwrap_says_so_and_reaps(monkeypatch: pytest.MonkeyPatch,
                                                   tmp_path: Path) -> None:
     monkeypatch.setattr(sandbox, "bwrap_problem", lambda: "bwrap is not installed")

@@ -12,6 +12,11 @@ RLIMIT_DATA (private writable memory: a malloc bomb gets MemoryError, TF+torch n
 watchdog sums the resident memory of the whole process tree (catches many processes that each stay
 under RLIMIT_DATA). As root RLIMIT_NPROC does not bind, so the watchdog also counts processes and
 threads, and the PID namespace guarantees that killing the sandbox kills all of them.
+
+Processes: where the kernel's pids cgroup controller can be written (as root), each sandbox also
+gets a pids cgroup of its own, which caps its processes and threads in the kernel. Without it, a
+fork bomb run as root outgrows the watchdog's polling and can fill the machine's whole PID space,
+starving every other process (seen once in CI: 114 s to stop one). The watchdog still reports it.
 """
 
 from __future__ import annotations
@@ -34,6 +39,10 @@ MB = 1 << 20
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TREE_MEMORY = 1.25  # the tree may hold a quarter more than one process's RLIMIT_DATA
 TAG_VAR = "EDU_DL_SANDBOX_TAG"  # marks every process of one sandbox (fallback cleanup)
+# Tasks the pids cgroup allows beyond Limits.processes: bwrap's own two processes and room for
+# the watchdog to see the count pass the limit and name the cause.
+CGROUP_MARGIN = 8
+PIDS_HIERARCHIES = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))  # cgroup v1, then v2
 GROUP_VAR = "EDU_DL_SANDBOX_GROUP"
 
 
@@ -126,8 +135,11 @@ def bwrap_args(
     return [*args, "--chdir", cwd, "--"]
 
 
-def _set_limits(limits: Limits, nproc: int) -> None:
-    """preexec_fn: rlimits inherited by bwrap and everything it starts."""
+def _set_limits(limits: Limits, nproc: int, cgroup: Path | None = None) -> None:
+    """preexec_fn: rlimits (and the pids cgroup) inherited by bwrap and everything it starts."""
+    if cgroup is not None:
+        (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+
     def cap(which: int, value: int) -> None:
         resource.setrlimit(which, (value, value))
     cap(resource.RLIMIT_DATA, limits.memory_mb * MB)
@@ -159,6 +171,53 @@ def _nproc_cap(limits: Limits) -> int:
     hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
     want = running + limits.processes
     return want if hard == resource.RLIM_INFINITY or hard > want else 0
+
+
+def make_pids_cgroup(name: str, max_tasks: int) -> Path | None:
+    """A new pids cgroup allowing ``max_tasks`` tasks, or None where none can be made here."""
+    for hierarchy in PIDS_HIERARCHIES:
+        controllers = hierarchy / "cgroup.controllers"  # cgroup v2 lists them; v1 has none
+        if controllers.exists() and "pids" not in controllers.read_text().split():
+            continue
+        if not (hierarchy / "cgroup.procs").exists():
+            continue
+        _remove_stale(hierarchy)
+        path = hierarchy / name
+        try:
+            path.mkdir()
+        except OSError:
+            continue
+        try:
+            (path / "pids.max").write_text(str(max_tasks))
+            return path
+        except OSError:
+            remove_cgroup(path)
+    return None
+
+
+def _remove_stale(hierarchy: Path, older_than_s: float = 600.0) -> None:
+    """Remove sandbox cgroups left by runs that could not (their tasks died slowly, or the
+    grader was killed). Only old ones: a new one may be waiting for its first task."""
+    now = time.time()
+    for path in hierarchy.glob("edu_dl_sandbox_*"):
+        try:
+            if now - path.stat().st_mtime > older_than_s:
+                path.rmdir()  # refused while any task is left in it
+        except OSError:
+            continue
+
+
+def remove_cgroup(path: Path, tries: int = 250) -> None:
+    """rmdir the cgroup once its last task is gone (the kernel refuses while any is left; the
+    tasks of a killed PID namespace can take a moment to go)."""
+    for _ in range(tries):
+        try:
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.02)
 
 
 def _tree(root: int, tag: str = "") -> list[int]:
@@ -240,6 +299,7 @@ def run(
     if problem:
         result.notes.append(f"NOT ISOLATED: {problem}; resource limits only")
     scan_tag = tag if problem else ""  # inside a PID namespace the tree is enough
+    cgroup = make_pids_cgroup(f"edu_dl_sandbox_{tag}", limits.processes + CGROUP_MARGIN)
     start = time.monotonic()
     log_path = None
     with open(os.devnull, "rb") as stdin, _log_file(fallback_dir) as log:
@@ -247,7 +307,7 @@ def run(
         proc = subprocess.Popen(
             command, stdin=stdin, stdout=log, stderr=subprocess.STDOUT, env=run_env,
             cwd=run_cwd, start_new_session=True,
-            preexec_fn=functools.partial(_set_limits, limits, _nproc_cap(limits)),
+            preexec_fn=functools.partial(_set_limits, limits, _nproc_cap(limits), cgroup),
         )
         try:
             while proc.poll() is None:
@@ -274,6 +334,8 @@ def run(
                 _kill([proc.pid])
             result.returncode = proc.wait()
             _reap(proc.pid, tag)  # the namespace dies with bwrap; make sure of it
+            if cgroup is not None:
+                remove_cgroup(cgroup)
         result.seconds = time.monotonic() - start
         log.flush()
         result.log = _tail(log_path, log_bytes)
