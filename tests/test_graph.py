@@ -784,3 +784,23 @@ def test_lecture_variables_and_minimize_version() -> None:
                 losses.append(float(loss_val))
             assert sess.run(w1).dtype == np.float32
     assert losses[-1] < 0.5 * losses[0]
+
+
+def test_the_plan_is_compiled_to_one_readable_python_function(g: tf.Graph) -> None:
+    x = tf.placeholder(F64, (None, 3), name="x")
+    w = tf.Variable(np.ones((3, 2)), name="w")
+    loss = tf.reduce_mean(tf.reduce_sum(tf.matmul(x, w) ** 2, axis=1))
+    train = tf.GradientDescentOptimizer(0.1).minimize(loss)
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        feed = {x: np.ones((4, 3))}
+        plan = sess.plan_for([loss, train], feed)
+        assert plan.source.startswith("def run(values, xp):")
+        assert plan.source.count(".forward(") == plan.ops_run
+        assert plan.source.count(".backward(") == 4  # matmul, pow, sum, mean
+        # A step that fails inside the compiled function is still named by its node.
+        bad = tf.placeholder(F64, (None, None), name="bad")
+        product = tf.matmul(bad, w)
+        with pytest.raises(ValueError, match=r"node 'MatMul.*' \(matmul with input shapes "
+                                             r"\(2, 5\), \(3, 2\)\) failed"):
+            sess.run(product, {bad: np.ones((2, 5))})
