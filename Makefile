@@ -94,9 +94,9 @@ typecheck: install
 	$(BIN)/mypy
 
 # As benchmarks/RESULTS.md was made: one thread per worker keeps a 2-core machine's timings honest;
-# 21 interleaved repeats keep the medians steady on a noisy shared machine.
+# 25 interleaved repeats in 5 rounds of fresh processes keep results steady on a noisy shared VM.
 bench: install
-	$(BIN)/edu-dl bench engine --threads 1 --repeats 21 --out benchmarks/RESULTS.md \
+	$(BIN)/edu-dl bench engine --threads 1 --repeats 25 --processes 5 --out benchmarks/RESULTS.md \
 		--plot benchmarks/engine.png
 
 # Re-record the pinned versions after an upgrade (see README). Local labels such as torch's

@@ -98,8 +98,8 @@ def add_bench(subparsers: Subparsers) -> None:
         type=positive_int,
         default=DEFAULT_PROCESSES,
         help="fresh worker processes per framework, the repeats split among them "
-        f"(default: {DEFAULT_PROCESSES}; 1 with --quick): one process's memory layout can "
-        "make it slower for its whole life",
+        f"(default: {DEFAULT_PROCESSES}; 1 with --quick); the fastest process's median "
+        "counts, so that no single slow process decides a result",
     )
     engine.add_argument(
         "--plot", type=Path, metavar="PNG", help="also draw the ratios to NumPy into this PNG"

@@ -167,6 +167,9 @@ def test_engine_splits_its_repeats_among_fresh_worker_processes(
         def ask(self, command: str, **args: Any) -> dict[str, Any]:
             if command == "time":
                 timed.append(len(started))  # which round of processes timed this batch
+                super().ask(command, **args)
+                # Round 2's process is the fast one; round 3's is slow.
+                return {"seconds": {1: 5e-3, 2: 2e-3, 3: 9e-3}[len(started)]}
             return super().ask(command, **args)
 
     monkeypatch.setattr(bench, "Worker", CountingWorker)
@@ -175,7 +178,8 @@ def test_engine_splits_its_repeats_among_fresh_worker_processes(
     result = bench.run_engine(["tiny"], ["numpy"], repeats=5, progress=False, processes=3)
     assert started == ["numpy"] * 3
     assert timed == [1, 1, 2, 2, 3]  # 5 repeats over 3 rounds: 2, 2, 1
-    assert result.processes == 3 and (result.seconds["tiny", "numpy"] or 0) > 0
+    assert result.processes == 3
+    assert result.seconds["tiny", "numpy"] == 2e-3  # the fastest process's median
     # Never more rounds than repeats, and one with --quick.
     started.clear()
     assert bench.run_engine(["tiny"], ["numpy"], repeats=2, progress=False,
