@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..backend import ones_like
+
 # (node, op, inputs, sweep) as in Plan.steps; a sweep has ys, grad_ys, order and steps.
 Step = tuple[Any, Any, tuple[Any, ...], Any]
 CompiledSteps = Callable[[dict[Any, Any], Any], None]
@@ -28,19 +30,13 @@ class StepFailed(Exception):
         self.index, self.error = index, error
 
 
-def _seed(xp: Any, value: Any) -> Any:
-    """d(y)/d(y): ones shaped like y (a 0-d array for the usual scalar loss)."""
-    if value.shape == ():
-        return xp.array(1, dtype=value.dtype)
-    return xp.ones(value.shape, dtype=value.dtype)
-
-
 class _Writer:
     """Builds the source: names for nodes, ops and values, and the lines of the body."""
 
     def __init__(self) -> None:
-        self.objects: dict[str, Any] = {"_seed": _seed, "StepFailed": StepFailed}
+        self.objects: dict[str, Any] = {"ones_like": ones_like, "StepFailed": StepFailed}
         self.object_names: dict[int, str] = {}
+        self.counts: dict[str, int] = {}  # names given so far, per prefix
         self.locals: dict[Any, str] = {}
         self.loads: list[str] = []
         self.body: list[str] = []
@@ -49,7 +45,8 @@ class _Writer:
         """A global name of the generated function for a node or an op object."""
         name = self.object_names.get(id(thing))
         if name is None:
-            count = sum(1 for n in self.object_names.values() if n.rstrip("0123456789") == prefix)
+            count = self.counts.get(prefix, 0)
+            self.counts[prefix] = count + 1
             name = self.object_names[id(thing)] = f"{prefix}{count}"
             self.objects[name] = thing
         return name
@@ -106,7 +103,7 @@ def _write_sweep(w: _Writer, sweep: Any, index: int) -> None:
     for i, y in enumerate(sweep.ys):
         if y not in grads:
             continue  # y does not depend on any x asked for
-        seed = w.value(sweep.grad_ys[i]) if sweep.grad_ys else f"_seed(xp, {w.value(y)})"
+        seed = w.value(sweep.grad_ys[i]) if sweep.grad_ys else f"ones_like(xp, {w.value(y)})"
         _accumulate(w, grads[y], seed, indent=2)
     for node, op, targets in sweep.steps:
         g = grads[node]

@@ -630,11 +630,10 @@ class Session:
             raise _node_error(failed.error, node, values) from failed.error
         for a in plan.assigns:
             var, value = a.inputs
-            shape = values[value].shape
-            if var.shape is not None and shape != var.shape and tuple(shape) != var.shape:
+            shape = tuple(values[value].shape)
+            if var.shape is not None and shape != var.shape:
                 raise ValueError(f"Session.run: '{a.name}' would give Variable '{var.name}' of "
-                                 f"shape {_shape_str(var.shape)} a value of shape "
-                                 f"{tuple(values[value].shape)}")
+                                 f"shape {_shape_str(var.shape)} a value of shape {shape}")
         return values
 
     def _commit(self, plan: Plan, values: dict[Node, Any]) -> None:
@@ -790,13 +789,9 @@ def _node_error(exc: Exception, node: Node | None, values: dict[Node, Any]) -> E
 
 def _flatten_fetches(fetches: Any, out: list[Node]) -> Any:
     """Collect the nodes of a fetch structure; return a function that rebuilds its shape."""
-    if type(fetches) is list:  # the common case: a list of nodes
-        for f in fetches:
-            if type(f) is not Node:
-                break
-        else:
-            out.extend(fetches)
-            return list
+    if type(fetches) is list and all(type(f) is Node for f in fetches):  # the common case
+        out.extend(fetches)
+        return list
     if isinstance(fetches, Node):
         out.append(fetches)
         return lambda it: next(it)

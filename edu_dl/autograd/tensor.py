@@ -196,18 +196,16 @@ class Tensor:
         data = self.data
         xp = np if isinstance(data, _CPU_ARRAYS) else backend.get_xp(data)
         if grad is None:
-            if self.data.size != 1:
+            if data.size != 1:
                 raise RuntimeError(
                     f"backward: a gradient can only be created implicitly for a scalar output, "
                     f"but this tensor has shape {self.shape}; pass grad= of that shape"
                 )
-            # (xp.array for the usual 0-d loss: a quarter of xp.ones's cost)
-            seed = (xp.array(1, dtype=self.data.dtype) if self.data.shape == () else
-                    xp.ones(self.data.shape, dtype=self.data.dtype))
+            seed = backend.ones_like(xp, data)
         else:
             seed = grad.data if isinstance(grad, Tensor) else grad
-            seed = xp.array(seed, dtype=self.data.dtype)  # a copy: the user keeps theirs
-            if seed.shape != self.data.shape:
+            seed = xp.array(seed, dtype=data.dtype)  # a copy: the user keeps theirs
+            if seed.shape != data.shape:
                 raise ValueError(
                     f"backward: grad has shape {tuple(seed.shape)} but the tensor has shape "
                     f"{self.shape}"
