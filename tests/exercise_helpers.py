@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import nbformat
+import numpy as np
 import pytest
 
-from edu_dl.grading import check
+from edu_dl.grading import check, checking
 
 SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions"
 
@@ -37,3 +38,14 @@ def run_check(capsys: pytest.CaptureFixture[str], part_id: str, fn: Any,
     out = capsys.readouterr().out
     assert "Traceback" not in out
     return ok, out
+
+
+def assert_solution_passes(part: checking.Part, fn: Any, hidden: bool,
+                           rng: np.random.Generator) -> int:
+    """Judge ``fn`` on every case ``part`` draws, as the grader does; returns how many cases."""
+    cases = checking.roundtrip(part.cases(rng, hidden))
+    for i, args in enumerate(cases):
+        verdict = checking.judge_case(part, i, len(cases), args, part.expected(*args),
+                                      part.call(fn, args))
+        assert verdict.ok, verdict.message
+    return len(cases)

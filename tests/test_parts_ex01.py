@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from exercise_helpers import run_check, solution_namespace
+from exercise_helpers import assert_solution_passes, run_check, solution_namespace
 
 from edu_dl.grading import checking
 from edu_dl.grading.parts import ex01
@@ -23,12 +23,7 @@ run = run_check
 @pytest.mark.parametrize("hidden", [False, True])
 def test_oracle_agrees_with_the_solution(part: checking.Part, hidden: bool) -> None:
     rng = np.random.default_rng(12345 if hidden else checking.VISIBLE_SEED)
-    fn = SOLUTIONS[FUNCTIONS[part.id]]
-    cases = checking.roundtrip(part.cases(rng, hidden))
-    for i, args in enumerate(cases):
-        verdict = checking.judge_case(part, i, len(cases), args, part.expected(*args),
-                                      part.call(fn, args))
-        assert verdict.ok, verdict.message
+    assert_solution_passes(part, SOLUTIONS[FUNCTIONS[part.id]], hidden, rng)
 
 
 @pytest.mark.parametrize("part_id", FUNCTIONS)
