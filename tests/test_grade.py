@@ -118,20 +118,44 @@ def test_read_result_takes_the_last_hidden_call(tmp_path: Path) -> None:
         return _npz(hidden=np.array(hidden), n_cases=np.array(1), case0_tuple=np.array(False),
                     case0_n_out=np.array(1), case0_out0=np.array(value))
 
-    path = tmp_path / "result.zip"
-    with zipfile.ZipFile(path, "w") as zf:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as zf:
         zf.writestr("run.json", '{"cells": [], "kernel": "ok"}')
         zf.writestr("outputs/ex02.gflops.1.npz", result(False, 1.0))
         zf.writestr("outputs/ex02.gflops.2.npz", result(True, 2.0))
         zf.writestr("outputs/ex02.gflops.3.npz", result(False, 3.0))
         zf.writestr("outputs/../../evil.npz", result(True, 9.0))
-    record, outputs, problem = results.read_result(path, 1 << 20)
+    data = buffer.getvalue()
+    record, outputs, problem = results.read_result(data, len(data), 1 << 20)
     assert problem == "" and record["kernel"] == "ok"
     assert list(outputs) == ["ex02.gflops"] and outputs["ex02.gflops"] == [2.0]
-    path.write_bytes(b"garbage")
-    assert "broken" in results.read_result(path, 1 << 20)[2]
-    path.write_bytes(b"")
-    assert "no result" in results.read_result(path, 1 << 20)[2]
+    assert "broken" in results.read_result(b"garbage", 7, 1 << 20)[2]
+    assert "no result" in results.read_result(b"", 0, 1 << 20)[2]
+
+
+def _zip(members: dict[str, bytes], method: int = zipfile.ZIP_STORED) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", method) as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return buffer.getvalue()
+
+
+def test_read_result_refuses_compression_too_many_members_and_oversize() -> None:
+    record = b'{"cells": [], "kernel": "ok"}'
+    fine = _zip({"run.json": record})
+    assert results.read_result(fine, len(fine), 1 << 20)[2] == ""
+    for method in (zipfile.ZIP_BZIP2, zipfile.ZIP_DEFLATED, zipfile.ZIP_LZMA):
+        bomb = _zip({"run.json": record + b" " * 10**6}, method)  # a few KB that unpack to 1 MB
+        problem = results.read_result(bomb, len(bomb), 1 << 20)[2]
+        assert problem.startswith("refused") and "compressed" in problem, problem
+    crowd = _zip({"run.json": record, **{f"x{i}": b"" for i in range(results.MAX_ENTRIES)}})
+    assert "members" in results.read_result(crowd, len(crowd), 1 << 30)[2]
+    # Over the limit the sandbox wrote more than was read: refused unread.
+    assert "over the limit" in results.read_result(fine[:100], len(fine) + 10**9, 1 << 20)[2]
+    # An npz inside whose member is compressed is plain data no more: as if never written.
+    inner = _zip({"hidden.npy": bytes(10**6)}, zipfile.ZIP_BZIP2)
+    assert not results.safe_npz(inner)
 
 
 def test_collect_both_layouts(tmp_path: Path) -> None:

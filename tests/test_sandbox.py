@@ -44,15 +44,18 @@ print("tmp ok", sorted(p.name for p in pathlib.Path("/tmp").iterdir()))
     assert not target.exists()
 
 
-def test_hidden_folders_are_empty(tmp_path: Path) -> None:
+def test_private_folders_are_not_there(tmp_path: Path) -> None:
     secret = tmp_path / "solutions"
     secret.mkdir()
     (secret / "answer.ipynb").write_text("{}")
     # Outside /tmp too (the repo): an instructor's --source usually lives there.
     repo_secret = Path(__file__).resolve().parents[1] / "solutions"
     done = py(f"import os; print('seen', os.path.exists({str(secret / 'answer.ipynb')!r}), "
-              f"os.listdir({str(repo_secret)!r}))", hide=[secret, repo_secret])
-    assert "seen False []" in done.log, done.log
+              f"os.path.exists({str(repo_secret)!r}))\nprint('root', *sorted(os.listdir('/')))",
+              hide=[secret, repo_secret])
+    assert "seen False False" in done.log, done.log
+    top = set(done.log.split("root ", 1)[1].split())
+    assert not top & {"home", "var", "run", "srv", "mnt", "opt", "media", "boot"}, top
 
 
 def test_no_network_but_loopback() -> None:

@@ -9,11 +9,13 @@ student's process prints, patches or exits with can make a wrong answer pass.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import secrets
 import shutil
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -25,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from . import sandbox
-from .checking import ErrorText, Part, judge_case, roundtrip, write_inputs
-from .model import Exercise, Job, Row, Summary, safe_file_name
+from .checking import ErrorText, Part, encode_cases, judge_case, roundtrip
+from .model import Exercise, Job, Row, Summary, cap_text, safe_file_name
 from .notebooks import (
     Notebook,
     NotebookError,
@@ -35,14 +37,15 @@ from .notebooks import (
     is_locked,
     is_solution,
     notebook_bytes,
+    parse_notebook,
     read_notebook,
     write_atomic,
 )
 from .report import write_outputs
-from .results import read_result
+from .results import read_run
 
-GRADER_VERSION = "1"  # bump to force a regrade of everything
-RESULT_FILE = "result.zip"
+GRADER_VERSION = "2"  # bump to force a regrade of everything
+MB = 1 << 20
 GRADING_TMP_MB = 128  # the grading dir's own tmpfs: a student filling /tmp cannot block results
 STATUS_OF_KILL = {"timeout": "timeout", "memory": "memory", "processes": "processes"}
 
@@ -52,19 +55,23 @@ class Settings:
     """What the instructor chose on the command line."""
 
     timeout_s: float = 60.0  # per cell
+    budget_s: float = 600.0  # per submission, everything included: however many cells it has
     memory_mb: int = 4096
     cpu_s: int = 900
     processes: int = 512  # threads count: TF and torch start dozens
-    file_mb: int = 64
+    file_mb: int = 64  # per written file, and the result the sandbox returns
     tmp_mb: int = 512
     output_cap: int = 1 << 20  # bytes of cell output the runner keeps
+    notebook_mb: int = 16  # a larger submission is refused unread
 
-    def limits(self, n_cells: int) -> sandbox.Limits:
-        # The runner's own per-cell timeouts (plus an interrupt probe) fire first; the wall
-        # limit only catches a runner that hangs itself.
-        wall = 90.0 + n_cells * (self.timeout_s + 15.0)
-        return sandbox.Limits(wall_s=wall, memory_mb=self.memory_mb, cpu_s=self.cpu_s,
+    def limits(self) -> sandbox.Limits:
+        # The runner stops running cells a little before the budget, to pack what it has; the
+        # watchdog kills the sandbox at the budget, whatever the notebook does.
+        return sandbox.Limits(wall_s=self.budget_s, memory_mb=self.memory_mb, cpu_s=self.cpu_s,
                               processes=self.processes, file_mb=self.file_mb, tmp_mb=self.tmp_mb)
+
+    def runner_budget(self) -> float:
+        return self.budget_s - min(15.0, 0.25 * self.budget_s)
 
 
 # --------------------------------------------------------------------------- collecting
@@ -89,38 +96,104 @@ def load_source(source: Path) -> dict[str, Exercise]:
     return exercises
 
 
+# Tool folders that are never a student. Any other name is one, a leading dot or not.
+IGNORED = frozenset({".ipynb_checkpoints", "__pycache__", ".git", ".hg", ".svn", ".DS_Store"})
+MAX_WALK = 10_000  # entries looked at in one student's folder
+MAX_DEPTH = 4  # folders below a student's
+
+
 def collect(submissions: Path, exercises: dict[str, Exercise]) -> tuple[list[Job], list[Row]]:
     """Jobs for ``<student>/<NN_name>.ipynb`` or ``submitted/<student>/<assignment>/*.ipynb``.
 
     Every student gets a job per exercise (a missing notebook is graded as missing); a notebook
-    that matches no exercise gets a row of its own.
+    that matches no exercise gets a row of its own. Nothing is followed: a student folder or a
+    notebook that is a symbolic link, or not a regular file, is refused with a row that says so.
+    nbgrader's layout is taken only when ``submitted/`` is the one folder there, so a student
+    named "submitted" is still graded.
     """
     if not submissions.is_dir():
         raise NotebookError(f"{submissions}: not a folder of submissions")
-    root = submissions / "submitted" if (submissions / "submitted").is_dir() else submissions
+    folders = [e for e in _entries(submissions) if e.is_dir(follow_symlinks=False)]
+    nbgrader_layout = [e.name for e in folders] == ["submitted"]
+    root = submissions / "submitted" if nbgrader_layout else submissions
     jobs: list[Job] = []
     extra: list[Row] = []
-    for student_dir in sorted(p for p in root.iterdir() if p.is_dir() and not _ignored(p.name)):
-        found: dict[str, tuple[Path, str]] = {}
-        for path in sorted(student_dir.rglob("*.ipynb")):
-            if any(_ignored(part) for part in path.relative_to(student_dir).parts):
-                continue
-            assignment = path.parent.name if path.parent != student_dir else path.stem
+    for entry in _entries(root):
+        if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
+            if entry.is_symlink() or entry.name.endswith(".ipynb"):
+                what = "a symbolic link" if entry.is_symlink() else "a file, not a folder"
+                extra.append(Row(entry.name, "", "", 0.0, 0.0, "refused",
+                                 f"{entry.name!r} is {what}; each student needs a folder of "
+                                 "their own, and links are never followed"))
+            continue
+        found: dict[str, tuple[Path, str, str]] = {}
+        for path, refused in _notebooks(Path(entry.path)):
+            assignment = path.parent.name if path.parent != Path(entry.path) else path.stem
             if path.stem in exercises and path.stem not in found:
-                found[path.stem] = (path, assignment)
-            else:
-                extra.append(Row(student_dir.name, path.stem, "", 0.0, 0.0, "not an exercise",
+                found[path.stem] = (path, assignment, refused)
+            elif path.stem not in exercises:
+                extra.append(Row(entry.name, path.stem, "", 0.0, 0.0, "not an exercise",
                                  f"{path.relative_to(root)} matches no source notebook "
                                  f"({', '.join(exercises)}); not graded"))
         for name, ex in exercises.items():
             hit = found.get(name)
-            jobs.append(Job(student_dir.name, ex, hit[0] if hit else None,
-                            hit[1] if hit else name))
+            jobs.append(Job(entry.name, ex, *hit) if hit else Job(entry.name, ex, None, name))
     return jobs, extra
 
 
-def _ignored(name: str) -> bool:
-    return name.startswith(".") or name in ("__pycache__", ".ipynb_checkpoints")
+def _entries(folder: Path) -> list[os.DirEntry[str]]:
+    with os.scandir(folder) as it:
+        return sorted((e for e in it if e.name not in IGNORED), key=lambda e: e.name)
+
+
+def _notebooks(student: Path) -> list[tuple[Path, str]]:
+    """(path, why refused or '') of every *.ipynb under a student's folder, links not followed."""
+    found: list[tuple[Path, str]] = []
+    todo, seen = [(student, 0)], 0
+    while todo:
+        folder, depth = todo.pop()
+        for entry in _entries(folder):
+            seen += 1
+            if seen > MAX_WALK:
+                return sorted(found)
+            path = Path(entry.path)
+            if entry.is_dir(follow_symlinks=False):
+                if depth < MAX_DEPTH:
+                    todo.append((path, depth + 1))
+            elif entry.name.endswith(".ipynb"):
+                why = ("a symbolic link; links are never followed" if entry.is_symlink()
+                       else "" if entry.is_file(follow_symlinks=False) else "not a regular file")
+                refused = f"{path.relative_to(student)} is {why}; not read" if why else ""
+                found.append((path, refused))
+    return sorted(found)
+
+
+def read_submission(path: Path, max_bytes: int) -> bytes:
+    """The notebook's bytes, never through a link, never from anything but a regular file.
+
+    O_NOFOLLOW refuses a link planted after collecting; O_NONBLOCK keeps a FIFO from hanging the
+    grader; the size is checked on the open file, and no more than the limit is read.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        reason = "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
+        raise Refused(f"{path.name}: not read ({reason})") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise Refused(f"{path.name}: not a regular file; not read")
+        if st.st_size > max_bytes:
+            raise Refused(f"{path.name} is {st.st_size / MB:.1f} MB, over the limit of "
+                          f"{max_bytes / MB:g} MB for one notebook (--max-notebook-mb); not read")
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise Refused(f"{path.name} grew past the limit of {max_bytes / MB:g} MB while read")
+    return data
+
+
+class Refused(Exception):
+    """A submission the grader will not read; the message says why."""
 
 
 # --------------------------------------------------------------------------- restoring
@@ -181,10 +254,15 @@ def is_other_exercise(submitted: Notebook, source: Notebook) -> bool:
 # --------------------------------------------------------------------------- one submission
 
 
-def grade_one(job: Job, out: Path, settings: Settings, hide: list[Path]) -> list[Row]:
-    """Grade one (student, exercise); never raises: every outcome becomes rows."""
+def grade_one(job: Job, out: Path, settings: Settings, hide: list[Path],
+              data: bytes | None = None) -> list[Row]:
+    """Grade one (student, exercise); never raises: every outcome becomes rows.
+
+    ``data``: the notebook's bytes when the caller has read them already (the same bytes its
+    resume key was computed from).
+    """
     try:
-        return _grade_one(job, out, settings, hide)
+        return _grade_one(job, out, settings, hide, data)
     except Exception as exc:  # a grader bug must not stop the batch
         return _rows(job, "grader error", f"{type(exc).__name__}: {exc}")
 
@@ -207,13 +285,19 @@ def _isolation() -> str:
     return "rlimits only" if sandbox.bwrap_problem() else "bwrap"
 
 
-def _grade_one(job: Job, out: Path, settings: Settings, hide: list[Path]) -> list[Row]:
+def _grade_one(job: Job, out: Path, settings: Settings, hide: list[Path],
+               data: bytes | None) -> list[Row]:
     from .parts import get
 
+    if job.refused:
+        return _rows(job, "refused", job.refused)
     if job.path is None:
         return _rows(job, "missing", f"no {job.exercise.name}.ipynb was submitted")
     try:
-        submitted = read_notebook(job.path)
+        data = read_submission(job.path, settings.notebook_mb * MB) if data is None else data
+        submitted = parse_notebook(data, job.path.name)
+    except Refused as exc:
+        return _rows(job, "refused", str(exc))
     except NotebookError as exc:
         return _rows(job, "unreadable", str(exc))
     if is_other_exercise(submitted, job.exercise.notebook):
@@ -222,47 +306,53 @@ def _grade_one(job: Job, out: Path, settings: Settings, hide: list[Path]) -> lis
     nb, notes = restore(submitted, job.exercise.notebook)
     work = out / ".work" / safe_file_name(job.student) / job.exercise.name
     shutil.rmtree(work, ignore_errors=True)
-    (work / "inputs").mkdir(parents=True)
-    write_atomic(work / "notebook.ipynb", notebook_bytes(nb))
+    work.mkdir(parents=True)
+    restored = notebook_bytes(nb)
     # nbgrader's layout: autograded/<student>/<assignment>/<notebook> (instructor-only: it
     # holds the hidden tests).
-    write_atomic(out / "autograded" / safe_file_name(job.student) / safe_file_name(job.assignment)
-                 / f"{job.exercise.name}.ipynb", notebook_bytes(nb))
+    autograded = (out / "autograded" / safe_file_name(job.student)
+                  / safe_file_name(job.assignment) / f"{job.exercise.name}.ipynb")
+    write_atomic(autograded, restored)
     # Fresh inputs from a secret seed: what a student saw while working tells nothing.
     seed = secrets.randbits(63)
     rng = np.random.default_rng(seed)
     cases: dict[str, list[tuple[Any, ...]]] = {}
     parts: dict[str, Part] = {}
+    boxed = not sandbox.bwrap_problem()  # else: the same run in the work folder, unisolated
+    root = "/tmp" if boxed else str(work)
+    files = {f"{root}/work/notebook.ipynb": restored}
     for part_id, _ in job.exercise.parts:
         parts[part_id] = part = get(part_id)
         drawn = [*part.cases(rng, False), *part.cases(rng, True)]
-        write_inputs(work / "inputs" / f"{part_id}.npz", drawn)
+        files[f"{root}/grading/inputs/{part_id}.npz"] = encode_inputs(drawn)
         cases[part_id] = roundtrip(drawn)  # exactly what the student's function receives
-    (work / RESULT_FILE).write_bytes(b"")
-    n_cells = sum(1 for c in nb.cells if c.cell_type == "code")
-    limits = settings.limits(n_cells)
-    boxed = not sandbox.bwrap_problem()  # else: the same run in the work folder, unisolated
-    grading_dir, result_file = ("/tmp/grading", f"/tmp/{RESULT_FILE}") if boxed else (
-        str(work), str(work / RESULT_FILE))
-    notebook = "/tmp/work/notebook.ipynb" if boxed else str(work / "notebook.ipynb")
-    argv = [sandbox.python(), "-m", "edu_dl.grading.runner", notebook, grading_dir,
-            "--result", result_file, "--timeout", f"{settings.timeout_s:g}",
-            "--output-cap", str(settings.output_cap)]
+    argv = [sandbox.python(), "-m", "edu_dl.grading.runner", f"{root}/work/notebook.ipynb",
+            f"{root}/grading", "--timeout", f"{settings.timeout_s:g}",
+            "--budget", f"{settings.runner_budget():g}", "--output-cap", str(settings.output_cap)]
     done = sandbox.run(
-        argv, limits=limits, hide=hide, env=sandbox_env("/tmp" if boxed else str(work / "tmp")),
-        ro_binds=[(work / "notebook.ipynb", "/tmp/work/notebook.ipynb"),
-                  (work / "inputs", "/tmp/grading/inputs")],
-        rw_binds=[(work / RESULT_FILE, f"/tmp/{RESULT_FILE}")],
-        cwd="/tmp/work", fallback_dir=work, tmpfs=[("/tmp/grading", GRADING_TMP_MB)],
+        argv, limits=settings.limits(), hide=hide, env=sandbox_env(f"{root}/tmp" if not boxed
+                                                                   else "/tmp"),
+        files=files, cwd=f"{root}/work", fallback_dir=work, output_limit=settings.file_mb * MB,
+        tmpfs=[("/tmp/grading", GRADING_TMP_MB)] if boxed else (),
     )
     isolation = "bwrap" if done.isolated else "rlimits only"
-    record, outputs, problem = read_result(work / RESULT_FILE, settings.file_mb << 20)
+    returned = read_run(done.output, done.output_size, settings.file_mb * MB,
+                        settings.notebook_mb * MB + 2 * settings.output_cap)
+    record, outputs, problem = returned.record, returned.outputs, returned.problem
+    if returned.executed:  # the notebook with its outputs replaces the unexecuted copy
+        try:
+            executed = notebook_bytes(parse_notebook(returned.executed, "executed notebook"))
+            write_atomic(autograded, executed)
+        except (NotebookError, RecursionError):
+            pass  # a forged or broken one: the restored notebook stays
     (work / "run.json").write_text(json.dumps(
-        {"seed": seed, "record": record, "sandbox": asdict(done) | {"log": done.log[-4000:]}},
-        indent=1, default=str))
+        {"seed": seed, "record": record, "sandbox": asdict(done) | {
+            "log": done.log[-4000:], "output": f"{done.output_size} bytes",
+            "uids_seen": sorted(done.uids_seen)}}, indent=1, default=str))
     rows = []
     for part_id, test_id in job.exercise.parts:
-        status, message, got = _outcome(part_id, test_id, record, outputs, done, problem)
+        status, message, got = _outcome(part_id, test_id, record, outputs, done, problem,
+                                        settings)
         points = 0.0
         if got is not None:
             status, message = judge(parts[part_id], cases[part_id], got)
@@ -272,18 +362,21 @@ def _grade_one(job: Job, out: Path, settings: Settings, hide: list[Path]) -> lis
             message = f"{message} ({note})"
         rows.append(Row(job.student, job.exercise.name, part_id, points,
                         float(parts[part_id].points), status, message, isolation))
-    _clean_work(work)
+    if boxed:
+        return rows
+    for name in ("grading", "work", "tmp"):  # the unisolated run's files; run.json stays
+        shutil.rmtree(work / name, ignore_errors=True)
     return rows
 
 
-def _clean_work(work: Path) -> None:
-    """Keep run.json (seed, cell record, sandbox log) for the instructor; drop the bulk."""
-    for name in ("inputs", RESULT_FILE):
-        path = work / name
-        if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
+def encode_inputs(cases: list[tuple[Any, ...]]) -> bytes:
+    """The npz file of a part's inputs, as bytes: handed to the sandbox read-only."""
+    import io
+
+    buffer = io.BytesIO()
+    savez: Any = np.savez  # its stub cannot type **arrays next to allow_pickle
+    savez(buffer, allow_pickle=False, **encode_cases(cases))
+    return buffer.getvalue()
 
 
 def sandbox_env(tmp: str = "/tmp") -> dict[str, str]:
@@ -293,6 +386,7 @@ def sandbox_env(tmp: str = "/tmp") -> dict[str, str]:
     one = "1"
     return {
         "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin", "HOME": f"{tmp}/home",
+        "USER": "student", "LOGNAME": "student",
         "PYTHONPATH": package_root, "PYTHONNOUSERSITE": one, "PYTHONDONTWRITEBYTECODE": one,
         "JUPYTER_RUNTIME_DIR": f"{tmp}/runtime", "IPYTHONDIR": f"{tmp}/ipython",
         "MPLCONFIGDIR": f"{tmp}/mpl", "TMPDIR": tmp, "MPLBACKEND": "Agg",
@@ -304,30 +398,36 @@ def sandbox_env(tmp: str = "/tmp") -> dict[str, str]:
 
 
 def _outcome(part_id: str, test_id: str, record: dict[str, Any], outputs: dict[str, Any],
-             done: sandbox.Result, problem: str) -> tuple[str, str, Any]:
-    """(status, message, results or None): the results when the student's process left some."""
+             done: sandbox.Result, problem: str, settings: Settings) -> tuple[str, str, Any]:
+    """(status, message, results or None): the results when the student's process left some.
+
+    ``record`` was written inside the sandbox: every field is checked before it is used.
+    """
     if part_id in outputs:
         return "", "", outputs[part_id]
     if done.killed:
-        what = {"timeout": f"the notebook ran over its {done.seconds:.0f} s wall-time limit",
+        what = {"timeout": f"the notebook ran over its time budget of {settings.budget_s:g} s",
                 "memory": f"the notebook used over {done.peak_rss_mb:.0f} MB of memory",
                 "processes": f"the notebook started over {done.peak_tasks} processes/threads"}
         return STATUS_OF_KILL[done.killed], f"{what[done.killed]}; the sandbox was killed", None
     if problem:
-        return "crashed", problem, None
-    cell = next((c for c in record.get("cells", []) if c.get("grade_id") == test_id), None)
-    kernel = record.get("kernel", "")
+        return ("refused" if problem.startswith("refused") else "crashed"), problem, None
+    cells = record.get("cells")
+    cell = next((c for c in cells if isinstance(c, dict) and c.get("grade_id") == test_id),
+                None) if isinstance(cells, list) else None
+    kernel = str(record.get("kernel", ""))
+    message = cap_text(str(record.get("message") or ""))
     if cell is None:
-        return "crashed", record.get("message") or "the test cell never ran", None
-    status = cell.get("status", "")
+        return "crashed", message or "the test cell never ran", None
+    status, error = str(cell.get("status", "")), cap_text(str(cell.get("error", "")))
     if status == "timeout":
-        return "timeout", f"test cell {test_id!r}: {cell.get('error')}", None
+        return "timeout", f"test cell {test_id!r}: {error}", None
     if status == "died" or (status == "not run" and kernel == "died"):
-        return "crashed", record.get("message") or "the kernel died", None
+        return "crashed", message or "the kernel died", None
     if status == "not run":
-        return "not run", record.get("message") or "the test cell was not run", None
+        return "not run", message or "the test cell was not run", None
     if status == "error":
-        return "error", f"test cell {test_id!r} failed: {cell.get('error')}", None
+        return "error", f"test cell {test_id!r} failed: {error}", None
     return "no result", (f"test cell {test_id!r} ran but recorded no result for {part_id} "
                          "(was check replaced or the cell rewritten?)"), None
 
@@ -352,18 +452,40 @@ def judge(part: Part, cases: list[tuple[Any, ...]], got: list[Any]) -> tuple[str
 # --------------------------------------------------------------------------- the batch
 
 
-def job_key(job: Job, settings: Settings) -> str:
+def job_key(job: Job, settings: Settings, data: bytes | None) -> str:
     """What a grade depends on: the submission, its source, the part specs and the limits."""
     h = hashlib.sha256(GRADER_VERSION.encode())
     h.update(job.exercise.digest.encode())
     h.update(json.dumps(asdict(settings), sort_keys=True).encode())
-    if job.path is not None:
-        h.update(job.path.read_bytes())
+    h.update(job.refused.encode())
+    if data is not None:
+        h.update(data)
     parts_dir = Path(__file__).resolve().parent / "parts"
     for module in sorted({p.split(".")[0] for p, _ in job.exercise.parts}):
         spec = parts_dir / f"{module}.py"
         h.update(spec.read_bytes() if spec.exists() else b"")
     return h.hexdigest()
+
+
+def _submission_bytes(job: Job, settings: Settings) -> bytes | None:
+    """The bytes to grade (None: nothing to read, or refused; grade_one says why)."""
+    if job.path is None or job.refused:
+        return None
+    try:
+        return read_submission(job.path, settings.notebook_mb * MB)
+    except Refused as exc:
+        job.refused = str(exc)
+        return None
+
+
+def load_parts(exercises: dict[str, Exercise]) -> None:
+    """Import every part the source checks, before any submission runs: the grader trusts only
+    code it loaded while no sandbox had yet run (a missing part fails here, loudly)."""
+    from .parts import get
+
+    for ex in exercises.values():
+        for part_id, _ in ex.parts:
+            get(part_id)
 
 
 def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | None = None,
@@ -373,6 +495,7 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     settings = settings or Settings()
     start = time.monotonic()
     exercises = load_source(source)
+    load_parts(exercises)
     all_jobs, extra = collect(submissions, exercises)
     out.mkdir(parents=True, exist_ok=True)
     problem = sandbox.bwrap_problem()
@@ -384,20 +507,22 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     state_dir = out / ".state"
     todo, rows_by_job = [], {}
     for job in all_jobs:
-        key = job_key(job, settings)
+        key = job_key(job, settings, _submission_bytes(job, settings))
         state = state_dir / safe_file_name(job.student) / f"{job.exercise.name}.json"
         previous = _load_state(state)
         if not force and previous.get("key") == key:
             rows_by_job[(job.student, job.exercise.name)] = [Row(**r) for r in previous["rows"]]
         else:
-            todo.append((job, key, state))
+            todo.append((job, state))
 
-    def work(item: tuple[Job, str, Path]) -> None:
-        job, key, state = item
-        rows = grade_one(job, out, settings, hide)
+    def work(item: tuple[Job, Path]) -> None:
+        job, state = item
+        # Read again and grade exactly these bytes; the key stored is theirs.
+        data = _submission_bytes(job, settings)
+        rows = grade_one(job, out, settings, hide, data)
         rows_by_job[(job.student, job.exercise.name)] = rows
-        write_atomic(state, json.dumps({"key": key, "rows": [asdict(r) for r in rows]},
-                                       indent=1).encode())
+        write_atomic(state, json.dumps({"key": job_key(job, settings, data),
+                                        "rows": [asdict(r) for r in rows]}, indent=1).encode())
 
     from tqdm import tqdm
 

@@ -41,6 +41,10 @@ def add_grade(subparsers: Any) -> None:
     # Defaults (None) come from grade.Settings, so `edu-dl --help` need not import the grader.
     for flag, kind, dest, text in (
         ("--timeout", float, "timeout_s", "seconds per cell (default 60)"),
+        ("--budget", float, "budget_s", "seconds per submission in all, sandbox and kernel start "
+                                        "included, however many cells it has (default 600)"),
+        ("--max-notebook-mb", int, "notebook_mb", "a larger submitted notebook is refused "
+                                                  "unread (default 16)"),
         ("--memory", int, "memory_mb", "MB per process and (x1.25) per submission "
                                        "(default 4096)"),
         ("--cpu", int, "cpu_s", "CPU seconds per process (default 900)"),
@@ -58,8 +62,9 @@ def run_grade(args: argparse.Namespace) -> int:
     from .notebooks import NotebookError
     from .report import summary_text
 
-    chosen = {k: getattr(args, k) for k in ("timeout_s", "memory_mb", "cpu_s", "processes",
-                                            "file_mb", "tmp_mb") if getattr(args, k) is not None}
+    chosen = {k: getattr(args, k) for k in ("timeout_s", "budget_s", "memory_mb", "cpu_s",
+                                            "processes", "file_mb", "tmp_mb", "notebook_mb")
+              if getattr(args, k) is not None}
     settings = Settings(**chosen)
     try:
         summary = grade(args.submissions, args.source, args.out, settings=settings,

@@ -46,6 +46,15 @@ def read_notebook(path: str | Path) -> Notebook:
                             f"{exc})") from None
 
 
+def parse_notebook(data: bytes, name: str) -> Notebook:
+    """A notebook from bytes already read (``name`` only for the message), as read_notebook."""
+    try:
+        return nbformat.reads(data.decode("utf-8"), as_version=4)
+    except Exception as exc:  # JSON errors, wrong nbformat, binary junk
+        raise NotebookError(f"{name}: not a readable Jupyter notebook ({type(exc).__name__}: "
+                            f"{str(exc)[:300]})") from None
+
+
 def notebook_bytes(nb: Notebook) -> bytes:
     """The exact bytes nbformat.write would produce (indent 1, trailing newline)."""
     text = nbformat.writes(nb)

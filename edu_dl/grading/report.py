@@ -41,11 +41,22 @@ def write_outputs(out: Path, rows: list[Row], jobs: list[Job]) -> None:
         for k, (p, m) in totals.items())))
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(value: Any) -> Any:
+    """A text cell a spreadsheet will not run as a formula (OWASP's CSV injection rule): one
+    that starts with = + - @ or a tab/CR gets a leading apostrophe. Numbers stay numbers."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
 def _csv(header: Iterable[str], rows: Iterable[list[Any]]) -> bytes:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(header)
-    writer.writerows(rows)
+    writer.writerows([spreadsheet_safe(v) for v in row] for row in rows)
     return buffer.getvalue().encode("utf-8")
 
 

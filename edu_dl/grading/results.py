@@ -3,10 +3,17 @@
 Careful because it is hostile input. The zip was written inside the sandbox, by a process the
 student's code ran in, so it can be anything: not a zip at all, a zip bomb, thousands of members,
 a ``run.json`` that is not JSON or not a dict, arrays whose headers lie about their size, object
-arrays that would unpickle (and so run code) here in the grader. So every read is bounded (the
-file, each member, the number of entries), no array is loaded with pickle or before its header has
-been checked against its bytes, and what cannot be read counts as a result never written (or, for
-a broken zip, as a problem of the whole run): it can lose a student points, never gain them.
+arrays that would unpickle (and so run code) here in the grader. So:
+
+- the whole result is at most ``max_bytes`` (the sandbox could not write more: RLIMIT_FSIZE, and
+  the reader takes no more), with at most ``MAX_ENTRIES`` members;
+- members must be STORED, as the runner and ``np.savez`` write them: nothing is ever decompressed,
+  so a small member can never become a large one (no bzip2 or deflate bombs, ratio 1);
+- every member is read once, its size bounded, and no array is loaded with pickle or before its
+  header has been checked against its bytes.
+
+What cannot be read counts as a result never written (or, for a broken zip, as a problem of the
+whole run): it can lose a student points, never gain them.
 """
 
 from __future__ import annotations
@@ -15,98 +22,133 @@ import io
 import json
 import re
 import zipfile
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from .checking import read_outputs
 
-MAX_ENTRIES = 2000  # members read from one result zip
+MAX_ENTRIES = 1000  # members of one result zip (and of one npz inside it)
 MAX_ARRAY_BYTES = 64 << 20
-OUTPUT_NAME = re.compile(r"^outputs/(ex\d\d[a-z]?\.[A-Za-z_][A-Za-z0-9_]*)\.(\d+)\.npz$")
+MAX_RECORD_BYTES = 1 << 20  # run.json
+EXECUTED = "executed.ipynb"  # runner.EXECUTED: the notebook with its outputs
+OUTPUT_NAME = re.compile(r"^outputs/(ex\d\d[a-z]?\.[A-Za-z_][A-Za-z0-9_]*)\.(\d{1,9})\.npz$")
 
 
-def read_result(path: Path, max_bytes: int) -> tuple[dict[str, Any], dict[str, list[Any]], str]:
-    """(run record, part -> results, problem): the result zip read with every size bounded.
+class Refused(ValueError):
+    """The result breaks one of the bounds above; the message says which."""
 
+
+@dataclass
+class RunResult:
+    """What a sandbox returned, read with every bound: all of it written by untrusted code."""
+
+    record: dict[str, Any] = field(default_factory=dict)  # run.json: one entry per cell
+    outputs: dict[str, list[Any]] = field(default_factory=dict)  # part -> results
+    problem: str = ""  # why nothing could be read ("" when the result was read)
+    executed: bytes = b""  # the executed notebook (not parsed here; at most max_notebook bytes)
+
+
+def read_run(data: bytes, size: int, max_bytes: int, max_notebook: int) -> RunResult:
+    """The result zip as a RunResult (see read_result); the executed notebook beside it."""
+    record, outputs, problem = read_result(data, size, max_bytes)
+    executed = b""
+    if not problem:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            executed = _read(zf, EXECUTED, max_notebook) or b""
+    return RunResult(record, outputs, problem, executed)
+
+
+def read_result(data: bytes, size: int, max_bytes: int
+                ) -> tuple[dict[str, Any], dict[str, list[Any]], str]:
+    """(run record, part -> results, problem) from the result the sandbox wrote.
+
+    ``data`` is what was read back (at most ``max_bytes``), ``size`` how much the sandbox wrote.
     Per part: the last file a hidden check call wrote, else the last visible one.
     """
-    try:
-        size = path.stat().st_size
-    except OSError:
-        return {}, {}, "the sandbox returned no result"
     if size == 0:
         return {}, {}, "the sandbox returned no result (the runner was killed or crashed)"
-    if size > max_bytes:
-        return {}, {}, f"the result file is too large ({size} bytes)"
+    if size > max_bytes or len(data) != size:
+        return {}, {}, (f"refused: the result is {size} bytes, over the limit of {max_bytes} "
+                        "bytes; nothing of it was read")
     try:
-        with zipfile.ZipFile(path) as zf:
-            infos = zf.infolist()[:MAX_ENTRIES]
-            record = json.loads(_member(zf, "run.json", 1 << 20) or b"{}")
-            chosen: dict[str, tuple[bool, int, str]] = {}
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            infos = _stored_members(zf, max_bytes)
+            record = json.loads(_read(zf, "run.json", MAX_RECORD_BYTES) or b"{}")
+            best: dict[str, tuple[tuple[bool, int], list[Any]]] = {}
             for info in infos:
                 match = OUTPUT_NAME.match(info.filename)
-                if match:
-                    part_id, k = match.group(1), int(match.group(2))
-                    chosen.setdefault(part_id, (False, -1, ""))
-                    data = _member(zf, info.filename, MAX_ARRAY_BYTES)
-                    hidden = data is not None and _hidden_flag(data)
-                    if (hidden, k) > chosen[part_id][:2]:
-                        chosen[part_id] = (hidden, k, info.filename)
-            outputs: dict[str, list[Any]] = {}
-            for part_id, (_, _, name) in chosen.items():
-                data = _member(zf, name, MAX_ARRAY_BYTES) if name else None
-                if data is not None and safe_npz(data):
-                    try:
-                        _, results = read_outputs(io.BytesIO(data))  # type: ignore[arg-type]
-                    except Exception:  # malformed by the student: as if never written
-                        continue
-                    outputs[part_id] = results
-    except (zipfile.BadZipFile, json.JSONDecodeError, OSError, ValueError) as exc:
-        return {}, {}, f"the result file is broken ({type(exc).__name__}: {exc})"
+                if match is None or info.file_size > MAX_ARRAY_BYTES:
+                    continue
+                parsed = _outputs(zf.read(info))
+                if parsed is None:  # malformed by the student: as if never written
+                    continue
+                hidden, results = parsed
+                rank = (hidden, int(match.group(2)))
+                if match.group(1) not in best or rank > best[match.group(1)][0]:
+                    best[match.group(1)] = (rank, results)
+    except Refused as exc:
+        return {}, {}, f"refused: {exc}"
+    except (zipfile.BadZipFile, json.JSONDecodeError, OSError, ValueError, EOFError,
+            NotImplementedError, RecursionError) as exc:
+        return {}, {}, f"the result file is broken ({type(exc).__name__}: {str(exc)[:200]})"
     if not isinstance(record, dict):
         record = {}
-    return record, outputs, ""
+    return record, {part: results for part, (_, results) in best.items()}, ""
 
 
-def _member(zf: zipfile.ZipFile, name: str, limit: int) -> bytes | None:
+def _stored_members(zf: zipfile.ZipFile, max_bytes: int) -> list[zipfile.ZipInfo]:
+    """The members, checked: few enough, all STORED, their sizes summing to at most max_bytes."""
+    infos = zf.infolist()
+    if len(infos) > MAX_ENTRIES:
+        raise Refused(f"the result has {len(infos)} members, over the limit of {MAX_ENTRIES}")
+    for info in infos:
+        if info.compress_type != zipfile.ZIP_STORED or info.file_size != info.compress_size:
+            raise Refused(f"member {info.filename[:80]!r} is compressed (method "
+                          f"{info.compress_type}); results are stored uncompressed")
+    total = sum(info.file_size for info in infos)
+    if total > max_bytes:
+        raise Refused(f"its members add up to {total} bytes, over the limit of {max_bytes}")
+    return infos
+
+
+def _read(zf: zipfile.ZipFile, name: str, limit: int) -> bytes | None:
     try:
-        with zf.open(name) as f:
-            data = f.read(limit + 1)
-    except (KeyError, zipfile.BadZipFile, OSError, ValueError, NotImplementedError):
+        info = zf.getinfo(name)
+    except KeyError:
         return None
-    return data if len(data) <= limit else None
+    return zf.read(info) if info.file_size <= limit else None
+
+
+def _outputs(data: bytes) -> tuple[bool, list[Any]] | None:
+    """(hidden, results) of one check call's npz, or None if it is not plain, bounded data."""
+    if not safe_npz(data):
+        return None
+    try:
+        return read_outputs(io.BytesIO(data))  # type: ignore[arg-type]
+    except Exception:
+        return None
 
 
 def safe_npz(data: bytes, limit: int = MAX_ARRAY_BYTES) -> bool:
-    """True when every array of an npz is plain data whose header fits its bytes (no pickle)."""
+    """True when an npz is STORED, plain data, and every array's header fits its bytes."""
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as zf:
-            if len(zf.infolist()) > MAX_ENTRIES:
+            infos = zf.infolist()
+            if len(infos) > MAX_ENTRIES or sum(i.file_size for i in infos) > limit:
                 return False
-            for info in zf.infolist():
-                raw = _member(zf, info.filename, limit)
-                if raw is None:
+            for info in infos:
+                if info.compress_type != zipfile.ZIP_STORED:
                     return False
-                f = io.BytesIO(raw)
+                f = io.BytesIO(zf.read(info))
                 version = np.lib.format.read_magic(f)
                 read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                                else np.lib.format.read_array_header_2_0)
                 shape, _, dtype = read_header(f)
                 if dtype.hasobject or int(np.prod(shape, dtype=np.float64)) * dtype.itemsize \
-                        > len(raw):
+                        > info.file_size:
                     return False
     except Exception:
         return False
     return True
-
-
-def _hidden_flag(data: bytes) -> bool:
-    if not safe_npz(data):
-        return False
-    try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-            return bool(npz["hidden"])
-    except Exception:
-        return False

@@ -1,19 +1,23 @@
 """Execute one submission inside the sandbox: ``python -m edu_dl.grading.runner NOTEBOOK DIR``.
 
 The notebook client runs here, next to its kernel, because the sandbox has no network: only
-loopback, which both share. Every code cell runs with a timeout; an error, a timeout or a dead
-kernel is recorded and never stops the record from being written. Captured output is capped here,
-on the client side, so a student printing gigabytes costs the sandbox, never the grader.
+loopback, which both share. Every code cell runs with a timeout, and the whole notebook within one
+time budget (``--budget``), however many cells a student adds; an error, a timeout or a dead kernel
+is recorded and never stops the record from being written. Captured output is capped here, on the
+client side, so a student printing gigabytes costs the sandbox, never the grader.
 
-``DIR`` holds ``inputs/`` (written by the grader); ``check`` writes ``DIR/outputs/``. At the end
-the runner packs ``run.json`` (one entry per cell) and the outputs into the ``--result`` zip, the
-one file the grader reads back. Nothing here decides a grade: the grader compares outside.
+``DIR`` holds ``inputs/`` (handed in by the grader); ``check`` writes ``DIR/outputs/``. At the end
+the runner packs ``run.json`` (one entry per cell) and the outputs into a zip written to the
+descriptor in ``$EDU_DL_RESULT_FD`` (or ``--result FILE``): the one thing the grader reads back.
+Nothing here decides a grade: the grader compares outside.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import math
 import os
 import signal
 import sys
@@ -23,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 GRADING_VAR = "EDU_DL_GRADING_DIR"
+RESULT_FD_VAR = "EDU_DL_RESULT_FD"  # sandbox.RESULT_FD_VAR (this module imports nothing of ours)
 TEXT_CAP = 2000  # characters of an error message kept per cell
 FLOOD = 16  # a cell printing more than FLOOD x the output cap is interrupted
 
@@ -71,9 +76,17 @@ def _short(text: Any) -> str:
     return text if len(text) <= TEXT_CAP else text[:TEXT_CAP] + " [...]"
 
 
+EXECUTED = "executed.ipynb"  # the notebook with its outputs, in the result zip
+
+
 def execute(notebook: Path, grading_dir: Path, *, timeout: float, output_cap: int,
-            startup_timeout: float = 60.0) -> dict[str, Any]:
-    """Run every code cell of ``notebook`` in a fresh kernel; one record per cell."""
+            budget: float = float("inf"), startup_timeout: float = 60.0
+            ) -> tuple[dict[str, Any], Any]:
+    """Run every code cell of ``notebook`` in a fresh kernel within ``budget`` seconds in all.
+
+    Returns the record (one entry per code cell) and the executed notebook (None if unreadable).
+    """
+    deadline = time.monotonic() + budget
     import nbformat
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
@@ -82,12 +95,13 @@ def execute(notebook: Path, grading_dir: Path, *, timeout: float, output_cap: in
         nb = nbformat.read(notebook, as_version=4)
     except Exception as exc:  # the grader validated it, but be safe: record, never crash
         record.update(kernel="unreadable", message=_short(f"{type(exc).__name__}: {exc}"))
-        return record
+        return record, None
     (grading_dir / "outputs").mkdir(parents=True, exist_ok=True)
     Path(os.environ.setdefault("HOME", "/tmp/home")).mkdir(parents=True, exist_ok=True)
     os.environ[GRADING_VAR] = str(grading_dir)
     client = _client_class()(
-        nb, timeout=timeout, startup_timeout=startup_timeout, kernel_name="python3",
+        nb, timeout=math.ceil(timeout), startup_timeout=math.ceil(min(startup_timeout, budget)),
+        kernel_name="python3",
         allow_errors=True, interrupt_on_timeout=True, record_timing=False,
         error_on_timeout={"ename": "CellTimeout", "evalue": f"cell ran over {timeout:g} s"},
         resources={"metadata": {"path": str(notebook.parent)}},
@@ -97,7 +111,18 @@ def execute(notebook: Path, grading_dir: Path, *, timeout: float, output_cap: in
     try:
         with client.setup_kernel():
             for done, (index, cell) in enumerate(cells):
+                left = deadline - time.monotonic()
+                if left < 1.0:
+                    record.update(kernel="budget", message=f"the notebook's time budget of "
+                                  f"{budget:g} s ran out before cell {index}; later cells "
+                                  "were not run")
+                    record["cells"] += [_skipped(i, c) for i, c in cells[done:]]
+                    break
+                client.timeout = max(1, math.floor(min(timeout, left)))  # whole seconds
                 entry = _run_cell(client, cell, index, CellTimeoutError)
+                if entry["status"] == "timeout" and left < timeout:
+                    entry["error"] = (f"the notebook's time budget of {budget:g} s ran out in "
+                                      "this cell (interrupted)")
                 record["cells"].append(entry)
                 if entry["status"] == "timeout" and not _responsive(client):
                     record.update(kernel="stuck", message="the kernel ignored the interrupt "
@@ -115,7 +140,7 @@ def execute(notebook: Path, grading_dir: Path, *, timeout: float, output_cap: in
     except Exception as exc:  # kernel failed to start, client error: recorded as such
         record.update(kernel="failed", message=_short(f"{type(exc).__name__}: {exc}"))
     record["output_cut"] = client.output_cut
-    return record
+    return record, nb
 
 
 def _grade_id(cell: Any) -> str:
@@ -163,37 +188,62 @@ def _responsive(client: Any, wait: float = 10.0) -> bool:
     return not client.timed_out
 
 
-def pack(record: dict[str, Any], grading_dir: Path, result: Path) -> None:
-    """Write run.json and the outputs into the result zip (the sandbox's only way out)."""
+def pack(record: dict[str, Any], grading_dir: Path, result: io.RawIOBase,
+         executed: Any = None) -> None:
+    """Write run.json, the executed notebook and the outputs as a zip into ``result`` (the
+    sandbox's only way out)."""
+    import nbformat
+
     outputs = sorted((grading_dir / "outputs").glob("*.npz"))
+    buffer = io.BytesIO()  # built here first: a write cut short must not leave half a zip
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as zf:
+        zf.writestr("run.json", json.dumps(record))
+        if executed is not None:
+            zf.writestr(EXECUTED, nbformat.writes(executed))
+        for path in outputs:
+            if path.is_file() and not path.is_symlink():
+                zf.write(path, f"outputs/{path.name}")
     try:
-        with zipfile.ZipFile(result, "w", zipfile.ZIP_STORED) as zf:
-            zf.writestr("run.json", json.dumps(record))
-            for path in outputs:
-                if path.is_file() and not path.is_symlink():
-                    zf.write(path, f"outputs/{path.name}")
+        _write_all(result, buffer.getvalue())
     except OSError as exc:  # over the file-size limit: keep the record, drop the outputs
         record["message"] = _short(f"results too large to return ({exc}); {record['message']}")
-        with zipfile.ZipFile(result, "w", zipfile.ZIP_STORED) as zf:
+        small = io.BytesIO()
+        with zipfile.ZipFile(small, "w", zipfile.ZIP_STORED) as zf:
             zf.writestr("run.json", json.dumps(record))
+        result.seek(0)
+        result.truncate()
+        _write_all(result, small.getvalue())
+
+
+def _write_all(out: io.RawIOBase, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[out.write(view) or 0:]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m edu_dl.grading.runner")
     parser.add_argument("notebook", type=Path)
     parser.add_argument("grading_dir", type=Path, help="holds inputs/; outputs/ is written here")
-    parser.add_argument("--result", type=Path, required=True, help="the zip to write")
+    parser.add_argument("--result", type=Path, help="the zip to write (default: the descriptor "
+                        "in $EDU_DL_RESULT_FD)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per cell")
+    parser.add_argument("--budget", type=float, default=float("inf"),
+                        help="seconds for the whole notebook")
     parser.add_argument("--output-cap", type=int, default=1 << 20, help="bytes of output kept")
     args = parser.parse_args(argv)
     # Over RLIMIT_FSIZE a write fails with EFBIG instead of killing the runner.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     record: dict[str, Any] = {"cells": [], "kernel": "failed", "message": "runner crashed"}
+    executed = None
     try:
-        record = execute(args.notebook, args.grading_dir, timeout=args.timeout,
-                         output_cap=args.output_cap)
+        record, executed = execute(args.notebook, args.grading_dir, timeout=args.timeout,
+                                   output_cap=args.output_cap, budget=args.budget)
     finally:
-        pack(record, args.grading_dir, args.result)
+        fd = os.environ.get(RESULT_FD_VAR)
+        target = args.result if args.result else int(fd or -1)
+        with open(target, "wb", buffering=0) as out:
+            pack(record, args.grading_dir, out, executed)
     print(f"runner: {len(record['cells'])} cells, kernel {record['kernel']}", file=sys.stderr)
     return 0
 

@@ -1,36 +1,48 @@
 """Run one untrusted command in a bubblewrap sandbox with resource limits.
 
-bubblewrap (``bwrap``, the sandbox Flatpak uses) gives the isolation; this module only builds its
-command line and adds what bwrap does not do: rlimits, a wall-time limit and a memory/process
-watchdog. Inside: a read-only view of the system, a private size-bounded ``/tmp`` (the only
-writable place besides the one result file), no network (loopback works, so the notebook client
-and its kernel talk inside), and a PID namespace whose processes all die with the sandbox.
+bubblewrap (``bwrap``, the sandbox Flatpak uses) gives the isolation; this module builds its
+arguments and adds what bwrap does not do: an unprivileged identity, a seccomp filter, rlimits, a
+wall-time limit and a memory/process watchdog.
+
+Who runs it: never root. A grader started as root drops, before bwrap starts, to a host uid/gid of
+its own from a range no account uses (one per run, so two sandboxes share nothing); an ordinary
+user's grader runs it as that user. bwrap then adds a user namespace with no capabilities
+(``--cap-drop ALL``), no further user namespaces (``--disable-userns``), ``no_new_privs``, and a
+seccomp filter (libseccomp) that refuses mount, namespace, tracing, keyring, BPF and kernel-module
+calls with EPERM.
+
+What it sees: an empty root with, read-only, the system's programs and libraries (``/usr`` and its
+links), a few files of ``/etc``, the Python, the virtual environment and the ``edu_dl`` package;
+a synthetic ``/etc/passwd``; a private size-bounded ``/tmp``; the files the caller hands over as
+bytes. Nothing of ``/home``, ``/root``, ``/var``, ``/run``, other users' files or the caller's
+folders. No network (loopback works, so the notebook client and its kernel talk inside), its own
+PID namespace whose processes all die with the sandbox. Its arguments travel through ``--args FD``
+and every mounted folder through an open descriptor, so nothing inside learns a host path beyond
+the software it runs. The one way out is a file descriptor (``RESULT_FD_VAR``), read back here with
+a size bound; stdout and stderr go to another.
 
 Memory: RLIMIT_AS is useless with TensorFlow and PyTorch (they reserve gigabytes of address space
-they never touch; thread stacks and malloc arenas grow it with the core count), so each process gets
-RLIMIT_DATA (private writable memory: a malloc bomb gets MemoryError, TF+torch need ~0.6 GB) and a
-watchdog sums the resident memory of the whole process tree (catches many processes that each stay
-under RLIMIT_DATA). As root RLIMIT_NPROC does not bind, so the watchdog also counts processes and
-threads, and the PID namespace guarantees that killing the sandbox kills all of them.
-
-Processes: where the kernel's pids cgroup controller can be written (as root), each sandbox also
-gets a pids cgroup of its own, which caps its processes and threads in the kernel. Without it, a
-fork bomb run as root outgrows the watchdog's polling and can fill the machine's whole PID space,
-starving every other process (seen once in CI: 114 s to stop one). The watchdog still reports it.
+they never touch), so each process gets RLIMIT_DATA (a malloc bomb gets MemoryError) and a watchdog
+sums the resident memory of the whole process tree. Processes: RLIMIT_NPROC binds for the
+unprivileged uid; where the kernel's pids cgroup controller can be written (as root), each sandbox
+also gets a pids cgroup of its own, which caps its processes and threads in the kernel.
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import resource
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -39,11 +51,38 @@ MB = 1 << 20
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TREE_MEMORY = 1.25  # the tree may hold a quarter more than one process's RLIMIT_DATA
 TAG_VAR = "EDU_DL_SANDBOX_TAG"  # marks every process of one sandbox (fallback cleanup)
-# Tasks the pids cgroup allows beyond Limits.processes: bwrap's own two processes and room for
-# the watchdog to see the count pass the limit and name the cause.
+RESULT_FD_VAR = "EDU_DL_RESULT_FD"  # the descriptor the sandbox writes its result to
+# Tasks the pids cgroup and RLIMIT_NPROC allow beyond Limits.processes: bwrap's own two processes
+# and room for the watchdog to see the count pass the limit and name the cause.
 CGROUP_MARGIN = 8
 PIDS_HIERARCHIES = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))  # cgroup v1, then v2
 GROUP_VAR = "EDU_DL_SANDBOX_GROUP"
+# Host uids/gids a root grader runs sandboxes as: one per run, from a range no account uses
+# (far above the 100000+ ranges of /etc/subuid). EDU_DL_SANDBOX_UID_BASE moves it.
+UID_BASE = int(os.environ.get("EDU_DL_SANDBOX_UID_BASE", "1900000000"))
+UID_SPAN = 1 << 16
+INSIDE_UID = 1000  # the uid (and gid) the sandboxed process sees: "student"
+PASSWD = (b"root:x:0:0::/nonexistent:/usr/sbin/nologin\n"
+          b"student:x:1000:1000:student:/tmp/home:/bin/sh\n"
+          b"nobody:x:65534:65534::/nonexistent:/usr/sbin/nologin\n")
+GROUP = b"root:x:0:\nstudent:x:1000:\nnogroup:x:65534:\n"
+# The system the sandbox may see, read-only: programs and libraries (or their merged-/usr links)
+# and the few files of /etc that the dynamic loader, fonts, time zones and TLS need.
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "nsswitch.conf",
+       "host.conf", "hosts", "gai.conf", "mime.types", "fonts", "ssl", "ca-certificates",
+       "alternatives", "os-release", "matplotlibrc", "protocols", "services")
+# Denied with EPERM inside, whatever the capabilities: mounting, namespaces, tracing another
+# process, the kernel keyring, BPF, perf, kernel modules, io_uring (which bypasses seccomp).
+DENIED_SYSCALLS = (
+    "mount", "umount2", "pivot_root", "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount",
+    "fspick", "mount_setattr", "chroot", "unshare", "setns", "ptrace", "process_vm_readv",
+    "process_vm_writev", "keyctl", "add_key", "request_key", "bpf", "perf_event_open",
+    "userfaultfd", "kexec_load", "kexec_file_load", "init_module", "finit_module",
+    "delete_module", "reboot", "swapon", "swapoff", "syslog", "acct", "quotactl",
+    "open_by_handle_at", "name_to_handle_at", "io_uring_setup", "io_uring_enter",
+    "io_uring_register",
+)
 
 
 @dataclass(frozen=True)
@@ -54,7 +93,7 @@ class Limits:
     memory_mb: int = 4096  # RLIMIT_DATA per process; the tree's resident total: TREE_MEMORY x
     cpu_s: int = 900  # RLIMIT_CPU per process
     processes: int = 512  # processes + threads in the tree (the watchdog's count)
-    file_mb: int = 64  # RLIMIT_FSIZE: the largest file any process may write
+    file_mb: int = 64  # RLIMIT_FSIZE: the largest file any process may write (the result too)
     tmp_mb: int = 256  # size of the private /tmp (and /dev/shm) tmpfs
 
 
@@ -70,73 +109,220 @@ class Result:
     peak_tasks: int = 0
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    output: bytes = b""  # what the sandbox wrote to its result descriptor (at most output_limit)
+    output_size: int = 0  # how many bytes it wrote: more than len(output) when over the limit
+    uid: int = -1  # the host uid the sandbox ran as
+    uids_seen: set[int] = field(default_factory=set)  # host uids of its processes (watchdog)
+
+
+# --------------------------------------------------------------------------- what bwrap needs
+
+
+@functools.cache
+def seccomp_filter() -> bytes:
+    """The BPF program bwrap loads (``--seccomp``): DENIED_SYSCALLS fail with EPERM."""
+    import pyseccomp as seccomp  # libseccomp through ctypes
+
+    rules = seccomp.SyscallFilter(seccomp.ALLOW)
+    for name in DENIED_SYSCALLS:
+        try:
+            rules.add_rule(seccomp.ERRNO(errno.EPERM), name)
+        except (RuntimeError, ValueError, OSError):  # unknown on this architecture or libseccomp
+            continue
+    with tempfile.TemporaryFile() as f:
+        rules.export_bpf(f)
+        f.seek(0)
+        return f.read()
 
 
 @functools.cache
 def bwrap_problem() -> str:
-    """'' if bwrap works here, else one sentence on why not."""
+    """'' if the sandbox works here, else one sentence on why not."""
     exe = shutil.which("bwrap")
     if exe is None:
         return "bubblewrap (bwrap) is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
-    probe = [exe, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net", "--die-with-parent",
-             "--size", str(MB), "--tmpfs", "/tmp", "true"]
     try:
-        done = subprocess.run(probe, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"bwrap does not start: {exc}"
+        seccomp_filter()
+    except Exception as exc:  # pyseccomp missing, or libseccomp.so.2 not found
+        return (f"libseccomp is not usable ({type(exc).__name__}: {exc}); install the "
+                "libseccomp2 package and the pyseccomp module")
+    done = run(["/bin/true"], limits=Limits(wall_s=30, memory_mb=256, processes=16),
+               require_bwrap=True)
     if done.returncode != 0:
-        return f"bwrap cannot create namespaces here: {done.stderr.strip()[:200]}"
+        why = done.log.strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
+        return (f"bwrap cannot build the sandbox here as uid {done.uid} ({why[0][:200]}); "
+                "unprivileged user namespaces must be enabled (sysctl "
+                "kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0)")
     return ""
 
 
-def software_under_tmp() -> list[Path]:
-    """The Python environment and the edu_dl checkout, where they live under /tmp."""
+def software() -> list[Path]:
+    """What the sandbox runs, shown read-only at its own path: the Pythons, the package."""
     import edu_dl
 
     roots = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix),
-             Path(edu_dl.__file__).parent.parent}
-    tmp = Path("/tmp")
-    found = sorted({r.resolve() for r in roots if r.resolve().is_relative_to(tmp)})
+             Path(sys.base_exec_prefix), Path(edu_dl.__file__).parent}
+    found = sorted({r.resolve() for r in roots})
     # Keep the outermost of nested roots: binding a parent already shows its children.
     return [r for r in found if not any(r != o and r.is_relative_to(o) for o in found)]
 
 
+def software_under_tmp() -> list[Path]:
+    """The software that lives under /tmp (a CI clone): shown inside the private /tmp."""
+    return [p for p in software() if p.is_relative_to("/tmp")]
+
+
+def _reachable(path: Path, uid: int, gid: int) -> bool:
+    """Can uid/gid walk down to path (search permission on every folder above it)?"""
+    for folder in [*reversed(path.parents), path]:
+        try:
+            st = folder.stat()
+        except OSError:
+            return False
+        bit = (stat.S_IXUSR if st.st_uid == uid else stat.S_IXGRP if st.st_gid == gid
+               else stat.S_IXOTH)
+        if not st.st_mode & bit:
+            return False
+    return True
+
+
+_MIRRORS: dict[Path, Path] = {}
+# A Python's own site-packages and test suite: a virtual environment never uses them.
+_MIRROR_SKIP = ("site-packages", "test")
+
+
+def _mirror(path: Path) -> Path:
+    """A copy of path (hard links where possible) that any uid can reach, made once per process.
+
+    A root grader's Python often lives under /root (mode 0700), where the sandbox's uid cannot
+    look, and bwrap resolves a mount's source as that uid. The copy sits in a root-owned 0755
+    folder and is shown inside at the original path.
+    """
+    if path in _MIRRORS:
+        return _MIRRORS[path]
+    base = Path(tempfile.mkdtemp(prefix="edu-dl-sandbox-software-"))
+    base.chmod(0o755)
+    target = base / "root"
+
+    def link(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst, follow_symlinks=False)
+        except OSError:
+            shutil.copy2(src, dst, follow_symlinks=False)
+
+    shutil.copytree(path, target, symlinks=True, copy_function=link,
+                    ignore=lambda folder, names: [n for n in names if n in _MIRROR_SKIP
+                                                  and Path(folder).name.startswith("python")])
+    for folder, dirs, _ in os.walk(target):
+        for name in dirs:
+            (Path(folder) / name).chmod(0o755)
+    target.chmod(0o755)
+    import atexit
+
+    atexit.register(shutil.rmtree, base, True)
+    _MIRRORS[path] = target
+    return target
+
+
+class _Fds:
+    """Descriptors handed to bwrap: opened here, inherited by the child, closed after."""
+
+    def __init__(self) -> None:
+        self.fds: list[int] = []
+
+    def path(self, path: Path) -> str:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC | os.O_NOFOLLOW)
+        self.fds.append(fd)
+        return str(fd)
+
+    def data(self, data: bytes) -> str:
+        with tempfile.TemporaryFile() as f:
+            f.write(data)
+            f.seek(0)
+            fd = os.dup(f.fileno())  # an unlinked file: no path anywhere
+        self.fds.append(fd)
+        return str(fd)
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+
+
 def bwrap_args(
-    *, hide: Iterable[Path], ro_binds: Sequence[tuple[Path, str]],
-    rw_binds: Sequence[tuple[Path, str]], env: dict[str, str], limits: Limits, cwd: str,
-    tmpfs: Sequence[tuple[str, int]] = (),
+    fds: _Fds, *, uid: int, gid: int, limits: Limits, env: Mapping[str, str], cwd: str,
+    files: Mapping[str, bytes] = {}, tmpfs: Sequence[tuple[str, int]] = (),
+    hide: Iterable[Path] = (),
 ) -> list[str]:
-    """The bwrap command-line prefix: read-only system, private tmpfs, hidden paths, no network."""
+    """bwrap's options (passed through --args): the whole sandbox, built from descriptors."""
     tmp = str(limits.tmp_mb * MB)
-    args = [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev",
-            "--size", tmp, "--tmpfs", "/dev/shm", "--proc", "/proc",
+    args = ["--unshare-user", "--disable-userns", "--cap-drop", "ALL",
+            "--uid", str(INSIDE_UID), "--gid", str(INSIDE_UID),
             "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
-            "--die-with-parent", "--new-session", "--clearenv"]
-    hidden = [path.resolve() for path in hide if path.is_dir()]
-    for path in hidden:  # an empty tmpfs over each hidden directory
-        args += ["--tmpfs", str(path)]
-    args += ["--size", tmp, "--tmpfs", "/tmp"]  # after the hides: /tmp may hold one of them
-    # The private /tmp also covers a Python or a checkout that lives there (a CI clone in /tmp):
-    # show those again, read-only, and hide again what they contain that must stay hidden.
-    shown = software_under_tmp()
+            "--unshare-cgroup-try", "--hostname", "sandbox",
+            "--die-with-parent", "--new-session", "--clearenv",
+            "--proc", "/proc", "--dev", "/dev", "--size", tmp, "--tmpfs", "/dev/shm",
+            "--size", tmp, "--tmpfs", "/tmp"]
+    for name in SYSTEM:
+        path = Path(name)
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), name]
+        elif path.is_dir():
+            args += ["--ro-bind-fd", fds.path(path), name]
+    for name in ETC:
+        path = Path("/etc") / name
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), str(path)]
+        elif path.exists():
+            args += ["--ro-bind-fd", fds.path(path), str(path)]
+    args += ["--perms", "0444", "--ro-bind-data", fds.data(PASSWD), "/etc/passwd",
+             "--perms", "0444", "--ro-bind-data", fds.data(GROUP), "/etc/group"]
+    shown = software()
     for path in shown:
-        args += ["--ro-bind", str(path), str(path)]
-    for path in hidden:
-        if any(path.is_relative_to(root) for root in shown):
+        source = path if _reachable(path, uid, gid) else _mirror(path)
+        args += ["--ro-bind-fd", fds.path(source), str(path)]
+    # A private folder inside the software (an unusual --source or --out): hidden again.
+    for path in (p.resolve() for p in hide):
+        if path.is_dir() and any(path.is_relative_to(root) for root in shown):
             args += ["--tmpfs", str(path)]
     for dest, mb in tmpfs:  # separate budgets: a full /tmp must not stop results being written
         args += ["--size", str(mb * MB), "--tmpfs", dest]
-    for src, dest in ro_binds:
-        args += ["--ro-bind", str(src.resolve()), dest]
-    for src, dest in rw_binds:
-        args += ["--bind", str(src.resolve()), dest]
+    for dest, data in files.items():
+        args += ["--perms", "0444", "--ro-bind-data", fds.data(data), dest]
     for key, value in env.items():
         args += ["--setenv", key, value]
-    return [*args, "--chdir", cwd, "--"]
+    # The root bwrap builds is a tmpfs of no size limit: once everything is mounted, read-only.
+    args += ["--remount-ro", "/", "--seccomp", fds.data(seccomp_filter()), "--chdir", cwd]
+    return args
 
 
-def _set_limits(limits: Limits, nproc: int, cgroup: Path | None = None) -> None:
-    """preexec_fn: rlimits (and the pids cgroup) inherited by bwrap and everything it starts."""
+# --------------------------------------------------------------------------- identity and limits
+
+
+def sandbox_ids() -> tuple[int, int]:
+    """(uid, gid) for a new sandbox: a fresh unprivileged pair as root, else the caller's own."""
+    if os.geteuid() != 0:
+        return os.getuid(), os.getgid()
+    busy = _uids_running()
+    while True:
+        uid = UID_BASE + secrets.randbelow(UID_SPAN)
+        if uid not in busy:
+            return uid, uid
+
+
+def _uids_running() -> set[int]:
+    uids = set()
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                uids.add(entry.stat().st_uid)
+            except OSError:
+                continue
+    return uids
+
+
+def _enter(limits: Limits, nproc: int, cgroup: Path | None, uid: int, gid: int) -> None:
+    """preexec_fn: the cgroup and rlimits, then (as root) the sandbox's own uid and gid."""
     if cgroup is not None:
         (cgroup / "cgroup.procs").write_text(str(os.getpid()))
 
@@ -145,22 +331,26 @@ def _set_limits(limits: Limits, nproc: int, cgroup: Path | None = None) -> None:
     cap(resource.RLIMIT_DATA, limits.memory_mb * MB)
     cap(resource.RLIMIT_CPU, limits.cpu_s)
     cap(resource.RLIMIT_FSIZE, limits.file_mb * MB)
-    cap(resource.RLIMIT_CORE, 0)  # a segfault must not dump a core into the grading folder
+    cap(resource.RLIMIT_CORE, 0)  # a segfault must not dump a core anywhere
     if nproc:
         cap(resource.RLIMIT_NPROC, nproc)
     os.nice(5)  # a busy sandbox (a fork bomb) must not starve the watchdog that polices it
+    if os.geteuid() == 0:
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
 
 
-def _nproc_cap(limits: Limits) -> int:
+def _nproc_cap(limits: Limits, uid: int) -> int:
     """RLIMIT_NPROC for the sandbox, or 0 for none.
 
-    It counts processes AND threads of the user across the whole machine, so the cap is what the
-    user already runs plus the sandbox's share; root ignores it (the watchdog and the PID
-    namespace stop a fork bomb there).
+    It counts processes AND threads of the uid across the whole machine: a root grader's sandbox
+    has a uid of its own, so the cap is the sandbox's share; an ordinary user's sandbox adds its
+    share to what the user already runs.
     """
     if os.geteuid() == 0:
-        return 0
-    uid, running = os.getuid(), 0
+        return limits.processes + CGROUP_MARGIN
+    running = 0
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
@@ -220,6 +410,9 @@ def remove_cgroup(path: Path, tries: int = 250) -> None:
             time.sleep(0.02)
 
 
+# --------------------------------------------------------------------------- the watchdog
+
+
 def _tree(root: int, tag: str = "") -> list[int]:
     """Pids of root and its descendants, plus (if ``tag``) any process carrying the tag."""
     parents: dict[int, list[int]] = {}
@@ -230,10 +423,10 @@ def _tree(root: int, tag: str = "") -> list[int]:
         pid = int(entry.name)
         try:
             with open(f"/proc/{pid}/stat", "rb") as f:
-                stat = f.read()
+                stat_line = f.read()
         except OSError:
             continue
-        ppid = int(stat[stat.rfind(b")") + 2 :].split()[1])
+        ppid = int(stat_line[stat_line.rfind(b")") + 2 :].split()[1])
         parents.setdefault(ppid, []).append(pid)
         if tag and pid != os.getpid():
             try:
@@ -251,17 +444,22 @@ def _tree(root: int, tag: str = "") -> list[int]:
     return sorted(found)
 
 
-def _usage(pids: Iterable[int]) -> tuple[float, int]:
-    """(resident MB, tasks) summed over pids; shared pages count once per process (conservative)."""
-    rss_pages, tasks = 0, 0
+def _usage(pids: Iterable[int]) -> tuple[float, int, set[int]]:
+    """(resident MB, tasks, host uids) over pids; shared pages count once per process."""
+    rss_pages, tasks, uids = 0, 0, set[int]()
     for pid in pids:
         try:
             with open(f"/proc/{pid}/statm", "rb") as f:
                 rss_pages += int(f.read().split()[1])
             tasks += len(os.listdir(f"/proc/{pid}/task"))
+            with open(f"/proc/{pid}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"Uid:"):
+                        uids.update(int(u) for u in line.split()[1:])
+                        break
         except (OSError, IndexError, ValueError):
             continue
-    return rss_pages * PAGE / MB, tasks
+    return rss_pages * PAGE / MB, tasks, uids
 
 
 def _kill(pids: Iterable[int]) -> None:
@@ -272,74 +470,104 @@ def _kill(pids: Iterable[int]) -> None:
             pass
 
 
+# --------------------------------------------------------------------------- one run
+
+
 def run(
-    argv: Sequence[str], *, limits: Limits, hide: Iterable[Path] = (),
-    ro_binds: Sequence[tuple[Path, str]] = (), rw_binds: Sequence[tuple[Path, str]] = (),
-    env: dict[str, str] | None = None, cwd: str = "/tmp", log_bytes: int = 20_000,
-    fallback_dir: Path | None = None, poll_s: float = 0.1, tmpfs: Sequence[tuple[str, int]] = (),
+    argv: Sequence[str], *, limits: Limits, env: Mapping[str, str] | None = None,
+    cwd: str = "/tmp", files: Mapping[str, bytes] = {}, tmpfs: Sequence[tuple[str, int]] = (),
+    hide: Iterable[Path] = (), output_limit: int = 0, log_bytes: int = 20_000,
+    fallback_dir: Path | None = None, poll_s: float = 0.1, require_bwrap: bool = False,
 ) -> Result:
     """Run argv sandboxed; kill the whole tree on wall time, memory or process count.
 
-    Without bwrap (``bwrap_problem()`` says why) the command runs with the rlimits alone, in
-    ``fallback_dir`` (paths in ``ro_binds``/``rw_binds`` must then already be where argv expects
-    them), and ``Result.isolated`` is False.
+    ``files`` (path inside -> bytes) are shown read-only inside. The sandbox may write up to
+    ``output_limit`` bytes to the descriptor named by ``$EDU_DL_RESULT_FD``; they come back as
+    ``Result.output``. Without bwrap (``bwrap_problem()`` says why) the command runs with the
+    rlimits alone as the caller, in ``fallback_dir``, ``files`` are written where they name, and
+    ``Result.isolated`` is False. ``require_bwrap`` skips that check (the probe itself).
     """
     # EDU_DL_SANDBOX_GROUP prefixes the tag, so one caller can find its own sandboxes' processes
     # among others' (the tests check that nothing is left running while others grade).
     tag = os.environ.get(GROUP_VAR, "") + secrets.token_hex(8)
-    env = {**(env or {}), TAG_VAR: tag}
-    problem = bwrap_problem()
-    if problem:
-        command, run_env, run_cwd = list(argv), env, str(fallback_dir or cwd)
-    else:
-        prefix = bwrap_args(hide=hide, ro_binds=ro_binds, rw_binds=rw_binds, env=env,
-                            limits=limits, cwd=cwd, tmpfs=tmpfs)
-        command, run_env, run_cwd = [*prefix, *argv], {"PATH": os.environ.get("PATH", "")}, "/"
-    result = Result(returncode=None, isolated=not problem)
+    problem = "" if require_bwrap else bwrap_problem()
+    uid, gid = sandbox_ids() if not problem else (os.getuid(), os.getgid())
+    result = Result(returncode=None, isolated=not problem, uid=uid)
     if problem:
         result.notes.append(f"NOT ISOLATED: {problem}; resource limits only")
-    scan_tag = tag if problem else ""  # inside a PID namespace the tree is enough
-    cgroup = make_pids_cgroup(f"edu_dl_sandbox_{tag}", limits.processes + CGROUP_MARGIN)
-    start = time.monotonic()
-    log_path = None
-    with open(os.devnull, "rb") as stdin, _log_file(fallback_dir) as log:
-        log_path = log.name
-        proc = subprocess.Popen(
-            command, stdin=stdin, stdout=log, stderr=subprocess.STDOUT, env=run_env,
-            cwd=run_cwd, start_new_session=True,
-            preexec_fn=functools.partial(_set_limits, limits, _nproc_cap(limits), cgroup),
-        )
+    fds = _Fds()
+    with tempfile.TemporaryFile() as log, tempfile.TemporaryFile() as output:
+        os.set_inheritable(output.fileno(), True)
+        env = {**(env or {}), TAG_VAR: tag, RESULT_FD_VAR: str(output.fileno())}
         try:
-            while proc.poll() is None:
-                if time.monotonic() - start > limits.wall_s:  # first: scans may be slow
-                    result.killed = "timeout"
-                    _kill([proc.pid])
-                pids = _tree(proc.pid, scan_tag)
-                rss, tasks = _usage(pids)
-                result.peak_rss_mb = max(result.peak_rss_mb, rss)
-                result.peak_tasks = max(result.peak_tasks, tasks)
-                if result.killed:
-                    pass
-                elif rss > TREE_MEMORY * limits.memory_mb:
-                    result.killed = "memory"
-                elif tasks > limits.processes:
-                    result.killed = "processes"
-                if result.killed:
-                    _kill([proc.pid])  # bwrap's death kills its PID namespace (--die-with-parent)
-                    _kill(pids)
-                    break
-                time.sleep(poll_s)
+            if problem:
+                for dest, data in files.items():
+                    Path(dest).parent.mkdir(parents=True, exist_ok=True)
+                    Path(dest).write_bytes(data)
+                command, run_env, run_cwd = list(argv), dict(env), str(fallback_dir or cwd)
+            else:
+                options = bwrap_args(fds, uid=uid, gid=gid, limits=limits, env=env, cwd=cwd,
+                                     files=files, tmpfs=tmpfs, hide=hide)
+                arg_fd = fds.data(b"".join(a.encode() + b"\0" for a in options))
+                command = [shutil.which("bwrap") or "bwrap", "--args", arg_fd, "--", *argv]
+                run_env, run_cwd = {"PATH": os.environ.get("PATH", "")}, "/"
+            _watch(command, run_env, run_cwd, limits, result, log, output, fds, uid, gid,
+                   tag=tag, isolated=not problem, poll_s=poll_s)
         finally:
-            if proc.poll() is None and not result.killed:
-                _kill([proc.pid])
-            result.returncode = proc.wait()
-            _reap(proc.pid, tag)  # the namespace dies with bwrap; make sure of it
-            if cgroup is not None:
-                remove_cgroup(cgroup)
-        result.seconds = time.monotonic() - start
-        log.flush()
-        result.log = _tail(log_path, log_bytes)
+            fds.close()
+        result.log = _tail(log, log_bytes)
+        output.seek(0, os.SEEK_END)
+        result.output_size = output.tell()
+        output.seek(0)
+        result.output = output.read(output_limit) if output_limit else b""
     return result
+
+
+def _watch(command: list[str], env: dict[str, str], cwd: str, limits: Limits, result: Result,
+           log: IO[bytes], output: IO[bytes], fds: _Fds, uid: int, gid: int, *, tag: str,
+           isolated: bool, poll_s: float) -> None:
+    """Start the command and police it until it ends or is killed; fills ``result``."""
+    cgroup = make_pids_cgroup(f"edu_dl_sandbox_{os.environ.get(GROUP_VAR, '')}"
+                              f"{secrets.token_hex(8)}", limits.processes + CGROUP_MARGIN)
+    scan_tag = "" if isolated else tag  # inside a PID namespace the tree is enough
+    start = time.monotonic()
+    with open(os.devnull, "rb") as stdin:
+        proc = subprocess.Popen(
+            command, stdin=stdin, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+            start_new_session=True, pass_fds=[output.fileno(), *fds.fds],
+            preexec_fn=functools.partial(_enter, limits, _nproc_cap(limits, uid), cgroup,
+                                         uid, gid),
+        )
+    fds.close()  # the child holds its copies; ours would only keep the data alive
+    try:
+        while proc.poll() is None:
+            if time.monotonic() - start > limits.wall_s:  # first: scans may be slow
+                result.killed = "timeout"
+                _kill([proc.pid])
+            pids = _tree(proc.pid, scan_tag)
+            rss, tasks, uids = _usage(pids)
+            result.uids_seen |= uids
+            result.peak_rss_mb = max(result.peak_rss_mb, rss)
+            result.peak_tasks = max(result.peak_tasks, tasks)
+            if result.killed:
+                pass
+            elif rss > TREE_MEMORY * limits.memory_mb:
+                result.killed = "memory"
+            elif tasks > limits.processes:
+                result.killed = "processes"
+            if result.killed:
+                _kill([proc.pid])  # bwrap's death kills its PID namespace (--die-with-parent)
+                _kill(pids)
+                break
+            time.sleep(poll_s)
+    finally:
+        if proc.poll() is None and not result.killed:
+            _kill([proc.pid])
+        result.returncode = proc.wait()
+        _reap(proc.pid, tag)  # the namespace dies with bwrap; make sure of it
+        if cgroup is not None:
+            remove_cgroup(cgroup)
+        result.seconds = time.monotonic() - start
 
 
 def _reap(root: int, tag: str, tries: int = 50) -> None:
@@ -352,34 +580,14 @@ def _reap(root: int, tag: str, tries: int = 50) -> None:
         time.sleep(0.05)
 
 
-class _log_file:
-    """A temporary file for the sandbox's stdout/stderr, deleted afterwards (bounded by FSIZE)."""
-
-    def __init__(self, where: Path | None) -> None:
-        import tempfile
-
-        self.file = tempfile.NamedTemporaryFile(
-            "w+b", dir=where, prefix=".sandbox-log-", delete=False
-        )
-        self.name = self.file.name
-
-    def __enter__(self) -> IO[bytes]:
-        return self.file
-
-    def __exit__(self, *exc: object) -> None:
-        self.file.close()
-        Path(self.name).unlink(missing_ok=True)
-
-
-def _tail(path: str, limit: int) -> str:
-    with open(path, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        size = f.tell()
-        f.seek(max(0, size - limit))
-        text = f.read().decode("utf-8", "replace")
+def _tail(f: IO[bytes], limit: int) -> str:
+    f.seek(0, os.SEEK_END)
+    size = f.tell()
+    f.seek(max(0, size - limit))
+    text = f.read().decode("utf-8", "replace")
     return ("[... log cut ...]\n" if size > limit else "") + text
 
 
 def python() -> str:
     """The interpreter the sandbox runs (the grader's own: the same packages inside)."""
-    return sys.executable
+    return os.path.normpath(os.path.abspath(sys.executable))
