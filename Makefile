@@ -21,7 +21,7 @@ NOTEBOOK_DIRS := $(foreach d,lectures solutions,$(if $(shell find $(d) -name '*.
 	-not -path '*/.ipynb_checkpoints/*' 2>/dev/null | head -n 1),$(d)/))
 
 .PHONY: install lab test test-fast test-notebooks notebooks lint typecheck bench constraints clean \
-	system-deps
+	system-deps test-unprivileged
 
 install: $(STAMP)
 
@@ -47,7 +47,27 @@ test: install system-deps
 	$(BIN)/ruff check edu_dl tests
 	$(BIN)/mypy
 	$(TEST_ENV) $(BIN)/python -m pytest -n 2 tests
+	$(MAKE) --no-print-directory test-unprivileged
 	$(MAKE) --no-print-directory test-notebooks
+
+# The sandbox's tests again as an ordinary user (CI runs as root; an instructor may be either).
+# A skip fails here: a guarantee that holds only for root must not pass unnoticed. As root, the
+# user is created and given search permission (an access list) on the folders above the Python;
+# run by an ordinary user, `make test` itself was that run.
+HOSTILE_TESTS := tests/hostile tests/test_sandbox.py
+CI_USER := edu-dl-ci
+test-unprivileged: install system-deps
+	@if [ "$$(id -u)" != 0 ]; then echo "test-unprivileged: already an ordinary user"; exit 0; fi; \
+	set -e; id -u $(CI_USER) >/dev/null 2>&1 || useradd --system --no-create-home \
+		--shell /usr/sbin/nologin $(CI_USER); \
+	dir=$$($(BIN)/python -c 'import sys; print(sys.base_prefix)'); \
+	while [ "$$dir" != / ]; do runuser -u $(CI_USER) -- test -x "$$dir" || \
+		setfacl -m u:$(CI_USER):x "$$dir"; dir=$$(dirname "$$dir"); done; \
+	home=$$(mktemp -d /tmp/edu-dl-ci-home.XXXXXX); chown $(CI_USER) "$$home"; \
+	echo "pytest $(HOSTILE_TESTS) as $(CI_USER) (uid $$(id -u $(CI_USER))), skips forbidden"; \
+	runuser -u $(CI_USER) -- env HOME="$$home" EDU_DL_FORBID_SKIPS=1 $(TEST_ENV) \
+		$(BIN)/python -m pytest -p no:cacheprovider -n 2 $(HOSTILE_TESTS); \
+	rm -rf "$$home"
 
 test-fast: install
 	$(TEST_ENV) $(BIN)/python -m pytest -n 2 -m "not slow" tests
@@ -72,9 +92,10 @@ notebooks: install
 		$(NB)
 
 # System packages the tests use: Debian's Chromium (tests/test_browser.py, driven by Playwright;
-# nothing downloads a browser) and bubblewrap (the grading sandbox). Installed with apt-get when
+# nothing downloads a browser), bubblewrap (the grading sandbox) and acl (setfacl, for the run as
+# an ordinary user). Installed with apt-get when
 # missing and run as root (as in CI); otherwise a message says how.
-SYSTEM_PACKAGES := chromium:$(CHROMIUM) bubblewrap:/usr/bin/bwrap
+SYSTEM_PACKAGES := chromium:$(CHROMIUM) bubblewrap:/usr/bin/bwrap acl:/usr/bin/setfacl
 system-deps:
 	@missing=""; for pair in $(SYSTEM_PACKAGES); do \
 		[ -x "$${pair#*:}" ] || missing="$$missing $${pair%%:*}"; done; \

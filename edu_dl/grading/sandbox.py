@@ -175,6 +175,10 @@ def software_under_tmp() -> list[Path]:
 def _reachable(path: Path, uid: int, gid: int) -> bool:
     """Can uid/gid walk down to path (search permission on every folder above it)?"""
     for folder in [*reversed(path.parents), path]:
+        if uid == os.getuid():  # ourselves: the kernel's own answer, access lists included
+            if not os.access(folder, os.X_OK):
+                return False
+            continue
         try:
             st = folder.stat()
         except OSError:
