@@ -287,13 +287,34 @@ def all_checks(*checks: Callable[[str], Verdict]) -> Callable[[str], Verdict]:
 
 
 def own_source(fn: Any) -> str | None:
-    """``fn``'s own def/class text via inspect (check()'s feedback), or None when unavailable."""
+    """``fn``'s own def/class text (check()'s feedback, what the grader will read), or None
+    when Python cannot tell: found through the code's file and first line, which IPython keeps
+    for every cell, so a class defined in a notebook is found by its methods."""
     import inspect
+    import linecache
 
     target = getattr(fn, "py_func", fn)  # a numba kernel: its Python function
-    try:
-        text = textwrap.dedent(inspect.getsource(target))
-        node = definition_node(text)
-    except (OSError, TypeError, ValueError, SyntaxError, RecursionError):
+    name = getattr(target, "__name__", None)
+    if isinstance(target, type):
+        methods = [inspect.unwrap(getattr(v, "__func__", v)) for v in vars(target).values()]
+        codes = [m.__code__ for m in methods if hasattr(m, "__code__")
+                 and m.__qualname__.startswith(f"{target.__qualname__}.")]
+    else:
+        codes = [target.__code__] if hasattr(target, "__code__") else []
+    if not codes or name is None:
         return None
-    return text if node.name == getattr(target, "__name__", None) else None
+    code = codes[0]
+    text = "".join(linecache.getlines(code.co_filename))
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    line = code.co_firstlineno
+    for node in ast.walk(tree):
+        if not isinstance(node, SCOPES) or node.name != name:
+            continue
+        first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+        inside = first < line <= (node.end_lineno or node.lineno)
+        if first == line if not isinstance(target, type) else inside:
+            return _segment(text, node)
+    return None
