@@ -4,7 +4,7 @@ the naive and tiled matrix products, graded under Numba's CUDA simulator on smal
 The student's kernels are ``@cuda.jit`` functions (the tiled one comes from a factory taking the
 tile size). Each Part's ``call`` launches the kernel with a configuration from
 ``edu_dl.cuda.launch`` on the case's arrays and returns the output, so the grader compares plain
-arrays and never needs the kernel's source. The oracles are NumPy (float64); the hints come from
+arrays. The oracles are NumPy (float64); the hints come from
 ``edu_dl.cuda.mistakes.diagnose`` (missing bounds check, swapped row and column, edges,
 missing ``syncthreads`` shown as NaN through ``fill_shared_with_nan``).
 

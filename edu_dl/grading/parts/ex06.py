@@ -5,12 +5,12 @@ Every part trains the net ``loss = mean_i sum_j (relu(x w1) w2 - y)_ij²`` for `
 steps of gradient descent and returns the losses. The oracle is edu_dl's eager engine in float64
 (its autograd, not TensorFlow's); the hints replay typical mistakes with a NumPy copy of the loop.
 
-Each part's ``call`` also watches how the function ran, and says so in the result it grades:
+Each part's ``call`` also watches how the function ran, and says so in check()'s result:
 - TF 1.x parts spy on ``Session.run`` (which every session, ``Tensor.eval`` and ``Operation.run``
   go through): no run at all means the function was not written in graph mode; in the Variables part
-  the number of weight-shaped values fed or fetched is returned as a second output, graded to be 0;
+  the number of weight-shaped values fed or fetched is returned as a second output, expected 0;
 - the TF 2 part counts ``GradientTape.gradient`` calls (at least one, or it is not the tape);
-- the ``tf.function`` part returns the function's tracing count as a second output, graded to be 1.
+- the ``tf.function`` part returns the function's tracing count as a second output, expected 1.
 
 Those observations happen in the student's process, so they are check()'s feedback only: the
 grader ignores the observed outputs (``feedback_outputs``) and judges, outside the sandbox, the
