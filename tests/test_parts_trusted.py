@@ -21,7 +21,7 @@ from typing import Any
 import nbformat
 import numpy as np
 import pytest
-from exercise_helpers import run_check, solution_namespace
+from exercise_helpers import SIMULATED_SOLUTIONS, run_check, solution_namespace
 
 from edu_dl.grading import check, checking, grade, parts, source
 from edu_dl.grading.notebooks import Notebook, is_solution
@@ -497,17 +497,9 @@ def test_the_solution_passes_the_trusted_judgement(part: checking.Part, tmp_path
     assert grade.judge(part, cases, got, found) == ("passed", f"{len(cases)} fresh cases passed")
 
 
-KERNEL_CHILD = r'''
-import os, sys
-os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-import nbformat
+KERNEL_CHILD = SIMULATED_SOLUTIONS + r'''
 from edu_dl.grading import check, checking
 
-ns = {}
-for cell in nbformat.read(sys.argv[1], as_version=4).cells:
-    meta = cell.metadata.get("nbgrader", {})
-    if cell.cell_type == "code" and (meta.get("solution") or meta.get("grade_id") == "setup"):
-        exec(compile(cell.source, "<" + meta["grade_id"] + ">", "exec"), ns)
 os.environ[checking.GRADING_ENV] = sys.argv[2]
 for part_id, name in zip(sys.argv[3::2], sys.argv[4::2]):
     assert check(part_id, ns[name]) is True
