@@ -13,6 +13,19 @@ import pytest
 from edu_dl.grading import check, checking
 
 SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions"
+# A child process's first lines: the CUDA simulator switched on before numba.cuda is imported, then
+# the set-up and solution cells of the notebook named by sys.argv[1] executed into ``ns``.
+SIMULATED_SOLUTIONS = r'''
+import os, sys
+os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+import nbformat
+
+ns = {}
+for cell in nbformat.read(sys.argv[1], as_version=4).cells:
+    meta = cell.metadata.get("nbgrader", {})
+    if cell.cell_type == "code" and (meta.get("solution") or meta.get("grade_id") == "setup"):
+        exec(compile(cell.source, "<" + meta["grade_id"] + ">", "exec"), ns)
+'''
 
 
 @functools.cache

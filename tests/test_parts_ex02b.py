@@ -16,22 +16,15 @@ from typing import Any
 
 import numpy as np
 import pytest
+from exercise_helpers import SIMULATED_SOLUTIONS
 
 from edu_dl.grading import check, checking
 from edu_dl.grading.parts import ex02b
 
 SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "02b_writing_a_gpu_kernel.ipynb"
 
-CHILD = r'''
-import contextlib, io, json, os, sys
-os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-import nbformat
-
-ns = {}
-for cell in nbformat.read(sys.argv[1], as_version=4).cells:
-    meta = cell.metadata.get("nbgrader", {})
-    if cell.cell_type == "code" and (meta.get("solution") or meta.get("grade_id") == "setup"):
-        exec(compile(cell.source, "<" + meta["grade_id"] + ">", "exec"), ns)
+CHILD = SIMULATED_SOLUTIONS + r'''
+import contextlib, io, json
 exec(compile(r"""
 @cuda.jit
 def leaky_no_bounds(x, alpha, out):

@@ -141,7 +141,16 @@ Hint = tuple[Callable[[Any, Any, tuple[Any, ...]], bool], str]
 
 @dataclass(frozen=True)
 class Part:
-    """One graded part: its cases, the oracle, how to compare, and hints for typical mistakes."""
+    """One graded part: its cases, the oracle, how to compare, and hints for typical mistakes.
+
+    What decides the grade is judged outside the student's process (``grade.judge``), from data
+    only: ``compare`` (the raw result against the oracle), ``result_check`` (the raw result
+    against the case's arguments, for answers an oracle value cannot pin down) and
+    ``source_check`` (the submitted source of the checked function, for parts that judge *how*
+    an answer was computed). ``call`` runs inside the student's process, so whatever it checks
+    or counts there is feedback for ``check()`` only: ``feedback_outputs`` names the outputs
+    it observes (counts, flags), which the grader ignores.
+    """
 
     id: str
     points: float
@@ -153,6 +162,9 @@ class Part:
     timeout_s: float = 10.0
     arg_names: tuple[str, ...] = ()  # only for messages: "dout (3, 4), x (3, 4)"
     output_names: tuple[str, ...] = ()  # only for messages: "output 1 (dw)"
+    result_check: Callable[[Any, tuple[Any, ...]], Verdict] | None = None  # (got, args)
+    source_check: Callable[[str], Verdict] | None = None  # the checked function's source text
+    feedback_outputs: tuple[int, ...] = ()  # outputs observed in the sandbox: check() only
 
 
 def describe_case(part: Part, index: int, n_cases: int, args: tuple[Any, ...]) -> str:
@@ -175,11 +187,55 @@ def _first_hint(part: Part, expected: Any, got: Any, args: tuple[Any, ...]) -> s
     return None
 
 
+# A result may hold at most this many times the values of the expected one (plus a slack for
+# short answers): a far larger one fails at once, before any comparison or hint touches it.
+SIZE_FACTOR = 4
+SIZE_SLACK = 4096
+
+
+def result_size(value: Any, depth: int = 0) -> int:
+    """How many values a result holds (characters for strings), without converting it."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind == "U":
+            return int(value.nbytes) // 4
+        return int(value.nbytes) if value.dtype.kind in "SV" else int(value.size)
+    if isinstance(value, str | bytes):
+        return len(value)
+    if isinstance(value, tuple | list):
+        if depth >= 2 or len(value) > SIZE_SLACK:
+            return len(value)
+        return sum(result_size(v, depth + 1) for v in value)
+    return 1
+
+
+def size_verdict(expected: Any, got: Any) -> Verdict:
+    """Refuse a result hugely larger than the expected one (bounded work on the trusted side)."""
+    want, have = result_size(expected), result_size(got)
+    if have > SIZE_FACTOR * want + SIZE_SLACK:
+        return Verdict(False, f"the result holds {have} values where {want} are expected; "
+                              "not compared")
+    return Verdict(True)
+
+
+def trusted_result(part: Part, expected: Any, got: Any) -> Any:
+    """The result as the grader judges it: outputs observed inside the sandbox (counts, flags
+    the student's process could forge) replaced by their expected values, i.e. ignored."""
+    if not part.feedback_outputs or not isinstance(expected, tuple) or \
+            not isinstance(got, tuple | list) or len(got) != len(expected):
+        return got
+    return tuple(expected[j] if j in part.feedback_outputs else g for j, g in enumerate(got))
+
+
 def judge_case(part: Part, index: int, n_cases: int, args: tuple[Any, ...], expected: Any,
                got: Any) -> Verdict:
     """Compare one case and, on a failure, say which case, what differs and the first hint."""
+    verdict = size_verdict(expected, got)
+    if not verdict.ok:  # no hint either: hints may walk the result
+        return Verdict(False, f"{describe_case(part, index, n_cases, args)}: {verdict.message}")
     try:
         verdict = part.compare(expected, got)
+        if verdict.ok and part.result_check is not None:
+            verdict = part.result_check(got, args)
     except Exception as exc:
         verdict = Verdict(False, f"could not compare the result ({type(exc).__name__}: {exc})")
     if verdict.ok:
@@ -341,6 +397,14 @@ def _check(part_id: str, fn: Callable[..., Any], hidden: bool) -> bool:
         verdict = judge_case(part, i, len(cases), args, expected, got)
         if not verdict.ok:
             print(f"✗ {part_id}: {verdict.message}")
+            return False
+    if part.source_check is not None:  # what the grader will judge from the notebook's source
+        from .source import judge_source, own_source
+
+        text = own_source(fn)
+        verdict = judge_source(part, text) if text is not None else Verdict(True)
+        if not verdict.ok:
+            print(f"✗ {part_id}: the values are right, but {verdict.message}")
             return False
     kind = "hidden cases" if hidden else "cases"
     print(f"✓ {part_id}: {len(cases)} {kind} passed")

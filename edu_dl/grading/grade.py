@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from . import sandbox
-from .checking import ErrorText, Part, encode_cases, judge_case, roundtrip
+from .checking import ErrorText, Part, encode_cases, judge_case, roundtrip, trusted_result
 from .model import Exercise, Job, Row, Summary, cap_text, safe_file_name
 from .notebooks import (
     Notebook,
@@ -43,6 +43,7 @@ from .notebooks import (
 )
 from .report import write_outputs
 from .results import read_run
+from .source import find_source, judge_source
 
 GRADER_VERSION = "2"  # bump to force a regrade of everything
 MB = 1 << 20
@@ -355,7 +356,8 @@ def _grade_one(job: Job, out: Path, settings: Settings, hide: list[Path],
                                         settings)
         points = 0.0
         if got is not None:
-            status, message = judge(parts[part_id], cases[part_id], got)
+            source = find_source(nb, part_id) if parts[part_id].source_check else None
+            status, message = judge(parts[part_id], cases[part_id], got, source)
             points = float(parts[part_id].points) if status == "passed" else 0.0
         note = "; ".join(n for n in notes if f"'{test_id}'" in n)
         if note and status != "passed":
@@ -432,8 +434,15 @@ def _outcome(part_id: str, test_id: str, record: dict[str, Any], outputs: dict[s
                          "(was check replaced or the cell rewritten?)"), None
 
 
-def judge(part: Part, cases: list[tuple[Any, ...]], got: list[Any]) -> tuple[str, str]:
-    """Compare the student's raw results with the oracle on the same inputs, outside the sandbox."""
+def judge(part: Part, cases: list[tuple[Any, ...]], got: list[Any],
+          source: str | None = None) -> tuple[str, str]:
+    """Judge the student's raw results outside the sandbox, from data only.
+
+    Each result is compared with the oracle on the same inputs (and checked against the inputs
+    where the part says so); outputs the student's process only observed (counts, flags) are
+    ignored. Parts that grade how a result was computed judge ``source``, the checked function's
+    text found in the notebook (``source.find_source``), and fail without it.
+    """
     if len(got) != len(cases):
         return "failed", f"results for {len(got)} of {len(cases)} cases"
     errors = [g for g in got if isinstance(g, ErrorText)]
@@ -443,9 +452,13 @@ def judge(part: Part, cases: list[tuple[Any, ...]], got: list[Any]) -> tuple[str
         if isinstance(result, ErrorText):
             return "failed", f"case {i + 1} of {len(cases)} raised {result}"
         expected = part.expected(*args)
-        verdict = judge_case(part, i, len(cases), args, expected, result)
+        verdict = judge_case(part, i, len(cases), args, expected,
+                             trusted_result(part, expected, result))
         if not verdict.ok:
             return "failed", verdict.message
+    verdict = judge_source(part, source)
+    if not verdict.ok:
+        return "failed", f"the values are right, but {verdict.message}"
     return "passed", f"{len(cases)} fresh cases passed"
 
 
@@ -481,6 +494,8 @@ def _submission_bytes(job: Job, settings: Settings) -> bytes | None:
 def load_parts(exercises: dict[str, Exercise]) -> None:
     """Import every part the source checks, before any submission runs: the grader trusts only
     code it loaded while no sandbox had yet run (a missing part fails here, loudly)."""
+    import IPython.core.inputtransformer2  # noqa: F401  (source.py reads cells with it)
+
     from .parts import get
 
     for ex in exercises.values():

@@ -1,4 +1,9 @@
-"""Exercise 2, CPU vs GPU: FLOP rates, peak memory bandwidth, arithmetic intensity, and ``xp``."""
+"""Exercise 2, CPU vs GPU: FLOP rates, peak memory bandwidth, arithmetic intensity, and ``xp``.
+
+Judged outside the sandbox: every value against its formula; for softmax_xp also the submitted
+source (it takes its namespace from ``get_xp`` and never names NumPy), read with ``compile()``.
+The in-sandbox check of the same names on ``fn.__code__`` is check()'s feedback only.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..checking import CheckFailure, Part, global_names, tolerance
+from ..source import names_check
 
 Case = tuple[Any, ...]
 EXACT = tolerance(rtol=1e-9, atol=0.0)
@@ -79,6 +85,13 @@ def _softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
+NAMES_NUMPY = ("the function still names NumPy (np.…): write xp.exp, xp.sum, … with "
+               "xp = edu_dl.get_xp(x), so the same code runs on CuPy arrays on a GPU")
+NO_GET_XP = "the function never calls edu_dl.get_xp(x): take the array namespace from the input"
+XP_SOURCE = names_check(required=[(("get_xp",), NO_GET_XP)],
+                        forbidden=[(("np", "numpy"), NAMES_NUMPY)])
+
+
 def _call_device_agnostic(fn: Callable[..., Any], args: Case) -> Any:
     """Run fn, then check it takes its namespace from get_xp, not from NumPy by name."""
     result = fn(*args)
@@ -86,12 +99,9 @@ def _call_device_agnostic(fn: Callable[..., Any], args: Case) -> Any:
     if code is not None:
         names = global_names(code)
         if names & {"np", "numpy"}:
-            raise CheckFailure("the values are right, but the function still names NumPy "
-                               "(np.…): write xp.exp, xp.sum, … with xp = edu_dl.get_xp(x), "
-                               "so the same code runs on CuPy arrays on a GPU")
+            raise CheckFailure(f"the values are right, but {NAMES_NUMPY}")
         if "get_xp" not in names:
-            raise CheckFailure("the function never calls edu_dl.get_xp(x): take the array "
-                               "namespace from the input")
+            raise CheckFailure(NO_GET_XP)
     return result
 
 
@@ -134,7 +144,7 @@ PARTS = [
     ),
     Part(
         id="ex02.softmax_xp", points=2, cases=_softmax_cases, expected=_softmax,
-        call=_call_device_agnostic, arg_names=("x",),
+        call=_call_device_agnostic, source_check=XP_SOURCE, arg_names=("x",),
         hints=((lambda e, g, a: bool(np.allclose(np.sum(g, axis=0), 1.0)),
                 "normalize each row (axis=-1, keepdims=True), not each column"),),
     ),

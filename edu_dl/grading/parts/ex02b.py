@@ -4,9 +4,14 @@ the naive and tiled matrix products, graded under Numba's CUDA simulator on smal
 The student's kernels are ``@cuda.jit`` functions (the tiled one comes from a factory taking the
 tile size). Each Part's ``call`` launches the kernel with a configuration from
 ``edu_dl.cuda.launch`` on the case's arrays and returns the output, so the grader compares plain
-arrays and never needs the kernel's source. The oracles are NumPy (float64); the hints come from
+arrays. The oracles are NumPy (float64); the hints come from
 ``edu_dl.cuda.mistakes.diagnose`` (missing bounds check, swapped row and column, edges,
 missing ``syncthreads`` shown as NaN through ``fill_shared_with_nan``).
+
+Judged outside the sandbox: every output against the NumPy oracle, and the submitted source: each
+kernel is a ``@cuda.jit`` function that takes its element from the thread's index, and the tiled
+one (inside its factory) stages tiles in ``cuda.shared.array`` with ``cuda.syncthreads()``. That
+the kernel really ran on the simulator is check()'s feedback only (the call runs in the sandbox).
 
 This module never imports ``numba.cuda``: the notebook's first cell decides, before that import,
 whether the simulator runs, and the grader imports this module outside any notebook.
@@ -21,7 +26,8 @@ import numpy as np
 
 from ...cuda import launch, mistakes
 from ...cuda.simulator import fill_shared_with_nan, simulator_active
-from ..checking import CheckFailure, Part, tolerance
+from ..checking import CheckFailure, Part, Verdict, tolerance
+from ..source import all_checks, decorator_names, names_check
 
 Array = np.ndarray
 Case = tuple[Any, ...]
@@ -204,6 +210,30 @@ def _call_tiled(fn: Any, args: Case) -> Array:
     return _run_matmul(kernel, A, B, int(tile))
 
 
+def _jit_check(what: str, nested: bool = False) -> Callable[[str], Verdict]:
+    def check(source: str) -> Verdict:
+        if any(name.split(".")[-1] == "jit" for name in decorator_names(source, nested)):
+            return Verdict(True)
+        return Verdict(False, f"{what} is not a kernel: decorate it with @cuda.jit")
+
+    return check
+
+
+THREAD_INDEX = ((("grid", "threadIdx", "blockIdx"),
+                 "the kernel never reads its thread's index (cuda.grid, or cuda.blockIdx.x * "
+                 "cuda.blockDim.x + cuda.threadIdx.x): one thread computes one element"),)
+KERNEL_SOURCE = all_checks(_jit_check("the function"), names_check(required=THREAD_INDEX))
+TILED_SOURCE = all_checks(
+    _jit_check("nothing in make_tiled_kernel", nested=True),
+    names_check(required=[
+        *THREAD_INDEX,
+        (("shared",), "the tiled kernel never uses shared memory: stage each tile in "
+                      "cuda.shared.array((tile, tile), float32)"),
+        (("syncthreads",), "the tiled kernel never calls cuda.syncthreads(): wait until a tile "
+                           "is loaded before reading it, and until all are done before the next"),
+    ]))
+
+
 PARTS = [
     Part(
         id="ex02b.global_index", points=1, cases=_index_cases, expected=_global_index,
@@ -211,17 +241,20 @@ PARTS = [
     ),
     Part(
         id="ex02b.leaky_relu_kernel", points=2, cases=_leaky_cases, expected=_leaky_expected,
-        compare=FLOAT32, call=_call_leaky, arg_names=("x", "alpha", "threads_per_block"),
+        compare=FLOAT32, call=_call_leaky, source_check=KERNEL_SOURCE,
+        arg_names=("x", "alpha", "threads_per_block"),
         hints=LEAKY_HINTS, timeout_s=60.0,
     ),
     Part(
         id="ex02b.matmul_naive", points=2, cases=_naive_cases, expected=_matmul_expected,
-        compare=FLOAT32, call=_call_naive, arg_names=("A", "B", "block"), hints=KERNEL_HINTS,
+        compare=FLOAT32, call=_call_naive, source_check=KERNEL_SOURCE,
+        arg_names=("A", "B", "block"), hints=KERNEL_HINTS,
         timeout_s=60.0,
     ),
     Part(
         id="ex02b.matmul_tiled", points=3, cases=_tiled_cases, expected=_matmul_expected,
-        compare=FLOAT32, call=_call_tiled, arg_names=("A", "B", "tile"), hints=KERNEL_HINTS,
+        compare=FLOAT32, call=_call_tiled, source_check=TILED_SOURCE,
+        arg_names=("A", "B", "tile"), hints=KERNEL_HINTS,
         timeout_s=60.0,
     ),
 ]

@@ -5,10 +5,18 @@ The oracles: the bytes of real arrays of the shapes fed and fetched (``ndarray.n
 ``edu_dl.data.DataLoader.batch_indices`` (the course's loader). The prefetching generator is run by
 a call wrapper that feeds it a source it can watch: which thread reads, how far ahead, in which
 order.
+
+Judged outside the sandbox: every value against the oracle; for prefetch, the batches received in
+order (the values) and, from the submitted source of the generator, that it starts a thread
+(``threading.Thread`` or an executor) and bounds what it reads ahead (a sized ``queue.Queue``, a
+semaphore or a condition); for prefetch_errors, the batches received before the error themselves,
+the error's type and message. What the watched source observes in the sandbox (which thread read,
+how far ahead) is check()'s feedback only.
 """
 
 from __future__ import annotations
 
+import ast
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from ..checking import CheckFailure, Part, tolerance
+from ..checking import CheckFailure, Part, Verdict, tolerance
+from ..source import code_names, definition_node
 
 Case = tuple[Any, ...]
 EXACT = tolerance(rtol=1e-9, atol=0.0)
@@ -174,6 +183,33 @@ def _call_prefetch(fn: Callable[..., Any], args: Case) -> tuple[np.ndarray, int]
     return _stacked(received, np.asarray(data)), len(received)
 
 
+THREADS = {"Thread", "ThreadPoolExecutor", "start_new_thread"}
+BOUNDS = {"Semaphore", "BoundedSemaphore", "Condition", "ThreadPoolExecutor"}
+QUEUES = {"Queue", "LifoQueue", "PriorityQueue"}
+
+
+def _sized_queue(node: ast.AST) -> bool:
+    """A call Queue(n) or Queue(maxsize=n) (queue.Queue, q.Queue, Queue, ...)."""
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    return name in QUEUES and (bool(node.args) or any(k.arg == "maxsize" for k in node.keywords))
+
+
+def prefetch_source(source: str) -> Verdict:
+    """The generator starts a reader thread and bounds how far it reads ahead."""
+    names = code_names(source)
+    if not names & THREADS:
+        return Verdict(False, "the generator starts no thread: start a threading.Thread that "
+                              "reads the source and puts the batches in a queue.Queue, and "
+                              "have the generator take them from there")
+    if not (names & BOUNDS or any(_sized_queue(n) for n in ast.walk(definition_node(source)))):
+        return Verdict(False, "nothing bounds how far the reader runs ahead: "
+                              "queue.Queue(maxsize=depth) keeps at most depth batches waiting")
+    return Verdict(True)
+
+
 # --------------------------------------------------------------------------- errors
 
 
@@ -198,12 +234,14 @@ def _message(fail_at: int) -> str:
     return f"cannot read batch {fail_at}"
 
 
-def _error_expected(data: np.ndarray, depth: int, fail_at: int, name: str) -> tuple[int, str, str]:
-    return fail_at, name, str(ERRORS[name](_message(fail_at)))
+def _error_expected(data: np.ndarray, depth: int, fail_at: int,
+                    name: str) -> tuple[np.ndarray, str, str]:
+    data = np.asarray(data)
+    return data[:fail_at].copy(), name, str(ERRORS[name](_message(fail_at)))
 
 
-def _call_error(fn: Callable[..., Any], args: Case) -> tuple[int, str, str]:
-    """(batches delivered before the error, the error's type name, its message)."""
+def _call_error(fn: Callable[..., Any], args: Case) -> tuple[np.ndarray, str, str]:
+    """(the batches delivered before the error, stacked; the error's type name, its message)."""
     data, depth, fail_at, name = args
     data = np.asarray(data)
     source = _Watched(data, int(fail_at), ERRORS[name](_message(int(fail_at))))
@@ -213,9 +251,14 @@ def _call_error(fn: Callable[..., Any], args: Case) -> tuple[int, str, str]:
     for k, batch in enumerate(received[:len(data)]):
         if batch.shape != data[k].shape or not np.array_equal(batch, data[k]):
             raise CheckFailure(f"batch {k} is not the source's batch {k}: keep the order")
+    try:
+        batches = _stacked(received, data)
+    except ValueError:
+        raise CheckFailure("the generator yielded more items than the source's batches, of "
+                           "other shapes: yield exactly the batches the source yields") from None
     if error is None:
-        return len(received), "no error", ""
-    return len(received), type(error).__name__, str(error)
+        return batches, "no error", ""
+    return batches, type(error).__name__, str(error)
 
 
 # --------------------------------------------------------------------------- shuffled batches
@@ -252,7 +295,11 @@ def _flatten_batches(batches: Any) -> tuple[np.ndarray, np.ndarray]:
 def _call_shuffle(fn: Callable[..., Any], args: Case) -> tuple[np.ndarray, np.ndarray]:
     batches = fn(*args)
     try:
-        return _flatten_batches(list(batches))
+        arrays = [np.asarray(b) for b in batches]
+        for k, a in enumerate(arrays):  # before any cast: 1.7 must not become row 1
+            if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
+                raise ValueError(f"batch {k} has shape {a.shape} and dtype {a.dtype}")
+        return _flatten_batches(arrays)
     except (TypeError, ValueError) as exc:
         raise CheckFailure("return a list of 1-D integer arrays, one per batch "
                            f"({type(exc).__name__}: {exc})") from None
@@ -310,7 +357,7 @@ PARTS = [
     ),
     Part(
         id="ex03.prefetch", points=3, cases=_prefetch_cases, expected=_prefetch_expected,
-        call=_call_prefetch, arg_names=("batches", "depth"),
+        call=_call_prefetch, source_check=prefetch_source, arg_names=("batches", "depth"),
         output_names=("batches received", "count"),
         hints=(
             (lambda e, g, a: int(g[1]) < int(e[1]),
@@ -330,7 +377,7 @@ PARTS = [
             (lambda e, g, a: g[1] == "no error",
              "the source raised, but your generator ended quietly: catch the exception in the "
              "reader thread, put it in the queue, and raise it in the generator"),
-            (lambda e, g, a: g[1] == e[1] and int(g[0]) < int(e[0]),
+            (lambda e, g, a: g[1] == e[1] and len(np.asarray(g[0])) < len(e[0]),
              "the batches read before the failure must still arrive, in order, before the "
              "error is raised"),
             (lambda e, g, a: g[1] != e[1],

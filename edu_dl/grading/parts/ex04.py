@@ -2,6 +2,11 @@
 
 The gradient oracles are torch.autograd in float64; the topological order is judged by a validity
 check (every node once, every edge forwards), since a graph has many valid orders.
+
+Judged outside the sandbox: every value and shape against the oracle; the topological order's
+edges against the case's own edge list (``result_check``), in linear time; for the static graph,
+that the submitted source of the function calls placeholder, gradients and Session
+(``source_check``). The in-sandbox checks of the same things are check()'s feedback only.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..checking import CheckFailure, Part, Verdict, global_names, tolerance
+from ..source import names_check
 
 Array = np.ndarray
 Case = tuple[Any, ...]
@@ -93,6 +99,13 @@ def _call_static(fn: Callable[..., Any], args: Case) -> Any:
     return result
 
 
+STATIC_NAMES = ("placeholder", "gradients", "Session")
+STATIC_SOURCE = names_check(required=[
+    ((name,), f"the function never calls G.{name}: build the graph from placeholders, add the "
+              "gradient nodes with G.gradients(f, [x, y, z, w]) and run them with a G.Session")
+    for name in STATIC_NAMES])
+
+
 # --------------------------------------------------------------------------- topological order
 
 
@@ -134,12 +147,21 @@ def _topo_expected(n: int, edges: Array) -> Array:
     return np.array(list(sorter.static_order()), dtype=np.int64)
 
 
-def _backward_edges(edges: Any) -> list[tuple[int, int]]:
-    return [(int(s), int(d)) for s, d in np.asarray(edges).reshape(-1, 2)]
+def _edge_array(edges: Any) -> Array:
+    return np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+
+
+SHOWN_IDS = 10
+
+
+def _ids(values: Array) -> str:
+    """'[3, 7]', or the first SHOWN_IDS and how many there are: messages stay short."""
+    shown = ", ".join(str(int(v)) for v in values[:SHOWN_IDS])
+    return f"[{shown}]" if len(values) <= SHOWN_IDS else f"[{shown}, ...] ({len(values)})"
 
 
 def _topo_compare(expected: Any, got: Any) -> Verdict:
-    """Valid when got lists every node 0..n-1 once and each edge's source before its target."""
+    """Valid when got lists every node 0..n-1 once (linear: one bincount, no search)."""
     e = np.asarray(expected)
     try:
         g = np.asarray(got)
@@ -149,22 +171,46 @@ def _topo_compare(expected: Any, got: Any) -> Verdict:
         return Verdict(False, f"expected a 1-D array of {len(e)} integer node ids, got shape "
                               f"{g.shape} ({g.dtype})")
     n = len(e)
-    if len(g) != n or sorted(g.tolist()) != list(range(n)):
-        missing = sorted(set(range(n)) - set(g.tolist()))
-        extra = sorted(x for x in set(g.tolist()) if not 0 <= x < n)
-        twice = sorted({x for x in g.tolist() if g.tolist().count(x) > 1})
-        return Verdict(False, f"expected every node 0..{n - 1} exactly once, got {len(g)} ids"
-                              f" (missing {missing}, repeated {twice}, unknown {extra})")
-    return Verdict(True)
+    g = g.astype(np.int64, copy=False)
+    known = (g >= 0) & (g < n)
+    counts = np.bincount(g[known], minlength=n)
+    if len(g) == n and bool(known.all()) and bool((counts == 1).all()):
+        return Verdict(True)
+    missing = np.flatnonzero(counts == 0)
+    twice = np.flatnonzero(counts > 1)
+    extra = np.unique(g[~known][:SHOWN_IDS * 100])
+    return Verdict(False, f"expected every node 0..{n - 1} exactly once, got {len(g)} ids"
+                          f" (missing {_ids(missing)}, repeated {_ids(twice)}, unknown "
+                          f"{_ids(extra)})")
 
 
 def _topo_edges_ok(got: Any, args: Case) -> tuple[int, int] | None:
-    """The first edge (src, dst) whose target comes before its source in got, or None."""
-    where = {int(v): k for k, v in enumerate(np.asarray(got).tolist())}
-    for src, dst in _backward_edges(args[1]):
-        if where[src] > where[dst]:
-            return src, dst
-    return None
+    """The first edge (src, dst) whose target comes before its source in got, or None.
+
+    got lists every node 0..n-1 once (compare checked it): one position lookup per edge.
+    """
+    order = np.asarray(got, dtype=np.int64).reshape(-1)
+    edges = _edge_array(args[1])
+    position = np.empty(len(order), dtype=np.int64)
+    position[order] = np.arange(len(order))
+    bad = np.flatnonzero(position[edges[:, 0]] > position[edges[:, 1]])
+    if not len(bad):
+        return None
+    src, dst = edges[bad[0]]
+    return int(src), int(dst)
+
+
+def _topo_result_check(got: Any, args: Case) -> Verdict:
+    """The grader's edge check: every edge of the case points forwards in the raw result."""
+    bad = _topo_edges_ok(got, args)
+    if bad is None:
+        return Verdict(True)
+    src, dst = bad
+    reversed_ok = _topo_edges_ok(np.asarray(got)[::-1], args) is None
+    hint = (" (your order is exactly reversed: that is the order of the BACKWARD pass; a "
+            "topological order puts every input before the nodes that use it)"
+            if reversed_ok else "")
+    return Verdict(False, f"edge {src} -> {dst}: node {dst} comes before its input {src}{hint}")
 
 
 def _call_topo(fn: Callable[..., Any], args: Case) -> Any:
@@ -172,8 +218,7 @@ def _call_topo(fn: Callable[..., Any], args: Case) -> Any:
     got = fn(*args)
     n = int(args[0])
     a = np.asarray(got)
-    valid_ids = a.ndim == 1 and a.dtype.kind in "iu" and sorted(a.tolist()) == list(range(n))
-    if valid_ids:
+    if _topo_compare(np.arange(n), a).ok:
         bad = _topo_edges_ok(a, args)
         if bad is not None:
             src, dst = bad
@@ -217,7 +262,8 @@ PARTS = [
     ),
     Part(
         id="ex04.static_graph", points=2, cases=_four_cases_f32, expected=_four_expected,
-        compare=F32, call=_call_static, arg_names=("x", "y", "z", "w"),
+        compare=F32, call=_call_static, source_check=STATIC_SOURCE,
+        arg_names=("x", "y", "z", "w"),
         output_names=("grad_x", "grad_y", "grad_z", "grad_w"),
         hints=(
             (lambda e, g, a: not isinstance(g, tuple | list) or len(g) != 4,
@@ -228,7 +274,8 @@ PARTS = [
     ),
     Part(
         id="ex04.topological_order", points=2, cases=_topo_cases, expected=_topo_expected,
-        compare=_topo_compare, call=_call_topo, arg_names=("n_nodes", "edges"),
+        compare=_topo_compare, result_check=_topo_result_check, call=_call_topo,
+        arg_names=("n_nodes", "edges"),
         hints=(
             (lambda e, g, a: len(np.asarray(g)) == len(e) + len(np.asarray(a[1]).reshape(-1, 2)),
              "a node with several inputs (or an edge listed twice) is added only once: count "

@@ -5,12 +5,20 @@ Every part trains the net ``loss = mean_i sum_j (relu(x w1) w2 - y)_ij²`` for `
 steps of gradient descent and returns the losses. The oracle is edu_dl's eager engine in float64
 (its autograd, not TensorFlow's); the hints replay typical mistakes with a NumPy copy of the loop.
 
-Each part's ``call`` also watches how the function ran, and says so in the result it grades:
+Each part's ``call`` also watches how the function ran, and says so in check()'s result:
 - TF 1.x parts spy on ``Session.run`` (which every session, ``Tensor.eval`` and ``Operation.run``
   go through): no run at all means the function was not written in graph mode; in the Variables part
-  the number of weight-shaped values fed or fetched is returned as a second output, graded to be 0;
+  the number of weight-shaped values fed or fetched is returned as a second output, expected 0;
 - the TF 2 part counts ``GradientTape.gradient`` calls (at least one, or it is not the tape);
-- the ``tf.function`` part returns the function's tracing count as a second output, graded to be 1.
+- the ``tf.function`` part returns the function's tracing count as a second output, expected 1.
+
+Those observations happen in the student's process, so they are check()'s feedback only: the
+grader ignores the observed outputs (``feedback_outputs``) and judges, outside the sandbox, the
+losses against the oracle and the submitted source of the function (``source_check``): a TF 1.x
+part runs a ``Session`` (the Variables part also builds ``Variable``s and updates them in the
+graph with ``assign``/``minimize``), the tape part calls ``GradientTape`` and ``gradient``, the
+``tf.function`` part wraps its step with ``tf.function`` and a ``GradientTape``. "Traced exactly
+once" and "no weight crosses Session.run" cannot be verified outside: they carry no points alone.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..checking import CheckFailure, Part, tolerance
+from ..source import names_check
 
 Array = np.ndarray
 Case = tuple[Any, ...]
@@ -347,26 +356,52 @@ TRACE_HINTS = (
      "outside the arguments"),
 )
 
+SESSION = (("Session", "InteractiveSession"), NO_SESSION)
+TF1_SOURCE = names_check(required=[SESSION])
+VARIABLES_SOURCE = names_check(required=[
+    SESSION,
+    (("Variable", "get_variable"), "the weights are not Variables: keep w1 and w2 in "
+                                   "tf.compat.v1.Variable(w1_init) inside the graph"),
+    (("assign", "assign_sub", "assign_add", "minimize", "apply_gradients"),
+     "the Variables are never updated in the graph: w1.assign(w1 - lr * grad_w1) (or an "
+     "optimizer's minimize), run with the loss each step"),
+])
+TAPE_NOTE = ("record the forward pass in `with tf.GradientTape() as tape:` and take "
+             "tape.gradient(loss, [w1, w2])")
+TAPE_SOURCE = names_check(required=[
+    (("GradientTape",), "the function never opens a tf.GradientTape: " + TAPE_NOTE),
+    (("gradient",), "the function never calls tape.gradient: " + TAPE_NOTE),
+])
+FUNCTION_SOURCE = names_check(required=[
+    (("function",), "the training step is not a tf.function: decorate it with @tf.function "
+                    "(or wrap it, tf.function(step)), train with it and return it"),
+    (("GradientTape",), "the function never opens a tf.GradientTape: " + TAPE_NOTE),
+])
+
 PARTS = [
     Part(
         id="ex06.tf1_graph", points=2, cases=_cases, expected=_expected_losses,
-        compare=COMPARE, call=_call_tf1, arg_names=ARG_NAMES, timeout_s=30.0,
+        compare=COMPARE, call=_call_tf1, source_check=TF1_SOURCE, arg_names=ARG_NAMES,
+        timeout_s=30.0,
         hints=loss_hints("batch_mean"),
     ),
     Part(
         id="ex06.tf1_variables", points=2, cases=_cases, expected=_expected_no_copies,
-        compare=COMPARE, call=_call_tf1_variables, arg_names=ARG_NAMES, timeout_s=30.0,
+        compare=COMPARE, call=_call_tf1_variables, source_check=VARIABLES_SOURCE,
+        feedback_outputs=(1,), arg_names=ARG_NAMES, timeout_s=30.0,
         output_names=("losses", "weight values fed or fetched in the training steps"),
         hints=(*COPIES_HINT, *loss_hints("batch_mean")),
     ),
     Part(
         id="ex06.tf2_tape", points=2, cases=_cases, expected=_expected_losses,
-        compare=COMPARE, call=_call_tape, arg_names=ARG_NAMES, timeout_s=30.0,
+        compare=COMPARE, call=_call_tape, source_check=TAPE_SOURCE, arg_names=ARG_NAMES,
+        timeout_s=30.0,
         hints=loss_hints("batch_mean"),
     ),
     Part(
         id="ex06.tf_function", points=2, cases=_cases, expected=_expected_one_trace,
-        compare=COMPARE, call=_call_tf_function, arg_names=ARG_NAMES, timeout_s=30.0,
+        compare=COMPARE, call=_call_tf_function, source_check=FUNCTION_SOURCE,
+        feedback_outputs=(1,), arg_names=ARG_NAMES, timeout_s=30.0,
         output_names=("losses", "tracing count"),
         hints=(*TRACE_HINTS, *loss_hints("batch_mean")),
     ),

@@ -5,16 +5,26 @@ The student's functions receive torch float64 tensors (``call`` converts the gra
 The oracles are independent of the student's task: edu_dl's eager engine, ``edu_dl.nn`` and
 ``edu_dl.optim`` for the training losses, torch.autograd on built-in ops for the custom Function's
 gradients, and a NumPy formula for the Module's output. Hints replay typical mistakes in NumPy.
+
+Judged outside the sandbox: every value, shape and dtype kind against the oracle, on the raw
+values the student's code returned (the custom Function's gradients are recorded as its backward
+returns them, before autograd can sum a broadcast gradient into shape); from the submitted source:
+the manual part never asks autograd (no backward, grad, requires_grad), MyLinear subclasses
+``torch.autograd.Function`` with its own forward and backward, TwoLayerNet subclasses
+``nn.Module`` and builds ``nn.Linear`` layers. That autograd is switched off, that the backward
+really ran and the layers found in the module are check()'s feedback only.
 """
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from ..checking import CheckFailure, Part, tolerance
+from ..checking import CheckFailure, Part, Verdict, tolerance
+from ..source import all_checks, definition_node, names_check
 from .ex06 import loss_hints
 
 Array = np.ndarray
@@ -119,25 +129,38 @@ def _linear_expected(x: Array, w: Array, b: Array, dout: Array) -> tuple[Array, 
     return out.detach().numpy(), xt.grad.numpy(), wt.grad.numpy(), bt.grad.numpy()
 
 
-def _call_function(cls: Any, args: Case) -> tuple[Array, ...]:
-    """Forward and backward through cls.apply; the student's backward must really run."""
+def _raw(value: Any) -> Any:
+    """A returned gradient as the student's code made it (a tensor's data, shape untouched)."""
+    if hasattr(value, "detach"):
+        return value.detach().cpu().numpy().copy()
+    return value
+
+
+def _call_function(cls: Any, args: Case) -> tuple[Any, ...]:
+    """Forward and backward through cls.apply; the student's backward must really run.
+
+    The gradients recorded are those the student's backward RETURNS, not the inputs' .grad:
+    autograd quietly sums a gradient that broadcasts to its input (db of shape (N, M) for b of
+    shape (M,)), which would hide the classic "forgot the batch sum" mistake.
+    """
     import torch
 
     if not (isinstance(cls, type) and issubclass(cls, torch.autograd.Function)):
         raise CheckFailure(f"MyLinear must be a subclass of torch.autograd.Function, got "
                            f"{cls!r}")
-    calls = [0]
+    returned: list[Any] = []
     backward = cls.backward
 
-    def counted_backward(ctx: Any, *grad_outputs: Any) -> Any:
-        calls[0] += 1
-        return backward(ctx, *grad_outputs)
+    def recorded_backward(ctx: Any, *grad_outputs: Any) -> Any:
+        grads = backward(ctx, *grad_outputs)
+        returned.append(grads)
+        return grads
 
     # A subclass with the same name (so torch's messages name the student's class) whose backward
-    # counts its calls before running the student's.
-    counted: Any = type(cls.__name__, (cls,), {"backward": staticmethod(counted_backward)})
+    # records what the student's returns before autograd sees it.
+    recording: Any = type(cls.__name__, (cls,), {"backward": staticmethod(recorded_backward)})
     x, w, b = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in args[:3])
-    out = counted.apply(x, w, b)
+    out = recording.apply(x, w, b)
     if not isinstance(out, torch.Tensor):
         raise CheckFailure(f"forward must return a tensor, got a {type(out).__name__}")
     try:
@@ -149,17 +172,47 @@ def _call_function(cls: Any, args: Case) -> tuple[Array, ...]:
                                "input of forward, in order, each of its input's shape: (dx, dw, "
                                "db) with dx (N, D), dw (D, M), db (M,)") from None
         raise
-    if calls[0] == 0:
+    if not returned:
         raise CheckFailure("your backward never ran: subclass torch.autograd.Function, write "
                            "forward(ctx, x, w, b) and backward(ctx, grad_output) as "
                            "staticmethods, and compute out in forward (MyLinear.apply calls it)")
-    grads = []
-    for name, t in (("x", x), ("w", w), ("b", b)):
-        if t.grad is None:
+    grads = returned[-1] if isinstance(returned[-1], tuple | list) else (returned[-1],)
+    for name, grad in zip(("x", "w", "b"), grads):
+        if grad is None:
             raise CheckFailure(f"backward returned None for {name}: return a gradient for "
                                "every input")
-        grads.append(t.grad.numpy())
-    return (out.detach().numpy(), *grads)
+    return (out.detach().numpy(), *(_raw(g) for g in grads))
+
+
+def _class_check(base: str, methods: tuple[str, ...], what: str) -> Any:
+    """The definition is a class with ``base`` (any dotted name ending so) among its bases and
+    the given methods in its body."""
+    def check(source: str) -> Verdict:
+        node = definition_node(source)
+        bases = [ast.unparse(b).split(".")[-1] for b in getattr(node, "bases", [])]
+        if not isinstance(node, ast.ClassDef) or base not in bases:
+            return Verdict(False, f"{node.name} is not a class deriving from {what}")
+        defined = {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
+        missing = [m for m in methods if m not in defined]
+        if missing:
+            return Verdict(False, f"{node.name} defines no {', '.join(missing)}: write "
+                                  f"{' and '.join(methods)} in the class itself")
+        return Verdict(True)
+
+    return check
+
+
+AUTOGRAD_NAMES = ("backward", "grad", "autograd", "requires_grad", "requires_grad_",
+                  "enable_grad", "set_grad_enabled")
+MANUAL_SOURCE = names_check(forbidden=[(
+    AUTOGRAD_NAMES, "the function asks autograd for the gradients (backward, .grad, "
+                    "requires_grad, torch.autograd): compute grad_w1 and grad_w2 yourself with "
+                    "the chain rule, as in the lecture's level 1")])
+FUNCTION_SOURCE = _class_check("Function", ("forward", "backward"), "torch.autograd.Function")
+MODULE_SOURCE = all_checks(
+    _class_check("Module", ("forward",), "torch.nn.Module"),
+    names_check(required=[(("Linear",), "TwoLayerNet builds no torch.nn.Linear layers: "
+                                        "self.linear1 = torch.nn.Linear(D_in, H), ...")]))
 
 
 # --------------------------------------------------------------------------- 3. nn.Module
@@ -316,6 +369,9 @@ ADAM_HINTS = (
 )
 
 LINEAR_HINTS = (
+    (lambda e, g, a: np.shape(g[3]) == np.shape(a[3]) != np.shape(e[3]),
+     "db has b's shape (M,): sum grad_output over the batch, grad_output.sum(dim=0) (autograd "
+     "would quietly sum a gradient of shape (N, M) for you; the grader does not)"),
     (lambda e, g, a: _close(g[0], a[0] @ a[1]),
      "forward forgot the bias: out = x @ w + b"),
     (lambda e, g, a: _close(g[3], a[3].mean(0)),
@@ -336,18 +392,18 @@ MODULE_HINTS = (
 PARTS = [
     Part(
         id="ex07.manual_gradients", points=2, cases=_manual_cases, expected=_manual_expected,
-        compare=COMPARE, call=_call_manual, timeout_s=20.0,
+        compare=COMPARE, call=_call_manual, source_check=MANUAL_SOURCE, timeout_s=20.0,
         arg_names=("X", "y", "w1", "w2", "lr", "num_steps"), hints=loss_hints("sum"),
     ),
     Part(
         id="ex07.linear_function", points=2, cases=_linear_cases, expected=_linear_expected,
-        compare=COMPARE, call=_call_function, timeout_s=20.0,
+        compare=COMPARE, call=_call_function, source_check=FUNCTION_SOURCE, timeout_s=20.0,
         arg_names=("x", "w", "b", "grad_output"), output_names=("out", "dx", "dw", "db"),
         hints=LINEAR_HINTS,
     ),
     Part(
         id="ex07.two_layer_module", points=2, cases=_module_cases, expected=_module_expected,
-        compare=COMPARE, call=_call_module, timeout_s=20.0,
+        compare=COMPARE, call=_call_module, source_check=MODULE_SOURCE, timeout_s=20.0,
         arg_names=("x", "W1", "b1", "W2", "b2"), hints=MODULE_HINTS,
     ),
     Part(

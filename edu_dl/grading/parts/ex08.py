@@ -4,6 +4,10 @@ and a Caffe net's forward pass.
 Oracles: ``torch.autograd`` for the RNN's loss and gradients (PyTorch runs the same program
 define-by-run); a transitive closure by boolean matrix products for the plan (no graph search);
 ``edu_dl.caffe``'s own reader and ``Net`` for the Caffe forward pass.
+
+Judged outside the sandbox: every value against the oracle (the plan as a set of integer node
+ids, in linear time); for rnn_static also the submitted source: it runs an edu_dl.graph Session
+(``source_check``). That a Session really ran is check()'s feedback only.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..checking import CheckFailure, Part, Verdict, tolerance
+from ..source import names_check
 
 Array = np.ndarray
 Case = tuple[Any, ...]
@@ -123,6 +128,12 @@ def _call_static(fn: Callable[..., Any], args: Case) -> Any:
     return result
 
 
+STATIC_SOURCE = names_check(required=[(
+    ("Session",), "no edu_dl.graph Session runs in the function: build the unrolled graph "
+                  "(placeholder, Variable, eg.tanh, eg.matmul, eg.gradients) and fetch the "
+                  "values with sess.run")])
+
+
 # --------------------------------------------------------------------------- the plan
 
 
@@ -176,33 +187,47 @@ def _plan_expected(parents: Array, fetches: Array) -> Array:
         reach = grown
 
 
+def _node_ids(values: Any) -> Array | None:
+    """Distinct node ids, sorted, from an array of integers; None when they are not integers."""
+    a = np.asarray(values).ravel()
+    if a.size and a.dtype.kind not in "iu":
+        return None
+    return np.unique(a.astype(np.int64))
+
+
 def _call_plan(fn: Callable[..., Any], args: Case) -> Array:
     """The student's nodes as a sorted array of distinct ints: graded as a set."""
     result = fn(*args)
     try:
-        nodes = np.asarray(sorted({int(i) for i in np.asarray(list(result)).ravel()}),
-                           dtype=np.int64)
+        nodes = _node_ids(list(result))
     except (TypeError, ValueError) as exc:
         raise CheckFailure(f"return node indices (a list, set or array of ints), got "
                            f"{type(result).__name__} ({exc})") from None
+    if nodes is None:
+        raise CheckFailure(f"return node indices as integers, got {type(result).__name__} of "
+                           f"{np.asarray(list(result)).dtype} values")
     return nodes
 
 
 def _compare_sets(expected: Any, got: Any) -> Verdict:
-    e = {int(i) for i in np.asarray(expected).ravel()}
+    """The same set of integer node ids (np.unique: n log n on a result the size cap bounds)."""
+    e = _node_ids(expected)
     try:
-        g = {int(i) for i in np.asarray(got).ravel()}
+        g = _node_ids(got)
     except (TypeError, ValueError):
-        return Verdict(False, f"expected node indices, got {type(got).__name__}")
-    if e == g:
+        g = None
+    if e is None or g is None:
+        return Verdict(False, f"expected node indices (integers), got {type(got).__name__}")
+    if np.array_equal(e, g):
         return Verdict(True)
-    missing, extra = sorted(e - g), sorted(g - e)
+    missing, extra = np.setdiff1d(e, g).tolist(), np.setdiff1d(g, e)[:20].tolist()
     parts = []
     if missing:
         parts.append(f"missing nodes {missing}")
     if extra:
         parts.append(f"nodes not needed {extra}")
-    return Verdict(False, f"expected nodes {sorted(e)}, got {sorted(g)}: " + "; ".join(parts))
+    shown = g.tolist() if len(g) <= 40 else [*g[:40].tolist(), "..."]
+    return Verdict(False, f"expected nodes {e.tolist()}, got {shown}: " + "; ".join(parts))
 
 
 def _direct(parents: Array, fetches: Array) -> set[int]:
@@ -374,7 +399,8 @@ PARTS = [
     ),
     Part(
         id="ex08.rnn_static", points=3, cases=_rnn_cases, expected=_rnn_expected,
-        compare=CLOSE, call=_call_static, arg_names=("X", "W", "U"),
+        compare=CLOSE, call=_call_static, source_check=STATIC_SOURCE,
+        arg_names=("X", "W", "U"),
         output_names=("loss", "dW", "dU"), hints=RNN_HINTS,
     ),
     Part(
