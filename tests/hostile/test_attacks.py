@@ -276,3 +276,29 @@ def test_the_grader_loads_every_part_before_any_sandbox_runs(tmp_path: Path,
     G.grade(tmp_path / "subs", tmp_path / "source", tmp_path / "out", settings=FAST,
             progress=False)
     assert seen == [True]
+
+
+def test_patched_in_sandbox_helpers_claim_nothing(tmp_path: Path) -> None:
+    """The review's attack on exercise 3: prefetch as ``yield from batches`` (no thread), with the
+    in-sandbox helper replaced so that it claims success. Judged outside: 0 of 3 points."""
+    name = "03_feeding_the_gpu"
+    solution = nbformat.read(ROOT / "solutions" / f"{name}.ipynb", as_version=4)
+    write(tmp_path / "source", solution, name)
+    cheat = nbformat.read(ROOT / "solutions" / f"{name}.ipynb", as_version=4)
+    cell = next(c for c in cheat.cells if "def prefetch(" in c.source)
+    cell.source = (
+        "import numpy as np\n"
+        "from edu_dl.grading.parts import get\n"
+        "from edu_dl.grading.parts.ex03 import _stacked\n"
+        "object.__setattr__(get('ex03.prefetch'), 'call', lambda fn, args: (\n"
+        "    _stacked(list(fn(*args)), np.asarray(args[0])), len(args[0])))\n"
+        "def prefetch(batches, depth):\n    yield from batches\n")
+    write(tmp_path / "subs" / "mallory", cheat, name)
+    write(tmp_path / "subs" / "alice", solution, name)
+    summary = G.grade(tmp_path / "subs", tmp_path / "source", tmp_path / "out",
+                      settings=G.Settings(timeout_s=60, budget_s=300), jobs=2, progress=False)
+    rows = {(r.student, r.part): r for r in summary.rows}
+    assert all(r.status == "passed" for (s, _), r in rows.items() if s == "alice"), rows
+    cheat_row = rows[("mallory", "ex03.prefetch")]
+    assert cheat_row.status == "failed" and cheat_row.points == 0, cheat_row
+    assert "thread" in cheat_row.message.lower(), cheat_row
