@@ -592,7 +592,7 @@ def _check_losses(result: EngineResult, size: str, frameworks: list[str]) -> Non
                 print(f"warning: {message}", file=sys.stderr)
 
 
-# --------------------------------------------------------------------------- targets (issues 2 and 12)
+# ------------------------------------------------------------------ targets (issues 2 and 12)
 
 
 @dataclass(frozen=True)
@@ -897,7 +897,8 @@ def engine_markdown(result: EngineResult) -> str:
             cells.append(format_time(seconds) + (f" ({_format_ratio(ratio)})" if ratio else ""))
         dims = ", ".join(map(str, SIZES[size]))
         out.append(f"| {size} | {dims} | " + " | ".join(cells) + " |")
-    out += ["", "### Targets (issues 2 and 12)", "", "| target | measured | met |", "|---|---:|---|"]
+    out += ["", "### Targets (issues 2 and 12)", "", "| target | measured | met |",
+            "|---|---:|---|"]
     for target, ratio, met in check_targets(result):
         measured = "not measured" if ratio is None else _format_ratio(ratio)
         verdict = "—" if met is None else ("yes" if met else "**no**")
