@@ -215,7 +215,7 @@ def test_gradient_of_y_wrt_itself_is_the_seed(g: tf.Graph) -> None:
 
 
 def _sweeps(plan: tf.Plan) -> list[Any]:
-    return [sweep for _, _, _, sweep in plan.steps if sweep is not None]
+    return [step for step in plan.steps if isinstance(step, tf.Sweep)]
 
 
 def test_several_gradients_of_one_loss_run_one_backward_sweep(g: tf.Graph) -> None:

@@ -542,7 +542,6 @@ F32_CASES = {
     "cross_entropy": lambda x, y: ops.softmax_cross_entropy(x, np.array([0, 3, 1])),
     "cross_entropy_none": lambda x, y: ops.softmax_cross_entropy(x, [0, 3, 1], reduction="none"),
     "cross_entropy_sum": lambda x, y: ops.softmax_cross_entropy(x, [0, 3, 1], reduction="sum"),
-    "numpy_float64_scalar": lambda x, y: x * np.float64(2.0) + np.float64(1.0),
 }
 
 
@@ -558,3 +557,12 @@ def test_float32_stays_float32(name):
         if t.grad is not None:
             assert t.grad.dtype == np.float32, f"{name} gradient gave {t.grad.dtype}"
     assert x.grad is not None
+
+
+def test_numpy_scalars_are_strong_and_python_numbers_weak_as_in_numpy_2():
+    """NEP 50: a NumPy float64 scalar promotes float32 to float64, as it does in NumPy; a Python
+    float takes the tensor's dtype. (This used to keep float32 for NumPy scalars too.)"""
+    a = np.ones(3, np.float32)
+    x = ed.tensor(a, requires_grad=True)
+    assert (x * np.float64(2.0)).dtype == (a * np.float64(2.0)).dtype == np.float64
+    assert (x * 2.0 + np.float32(1.0)).dtype == np.float32

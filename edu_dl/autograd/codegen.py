@@ -7,19 +7,20 @@ value and every gradient in a local variable, and runs that function instead: wh
 does with a traced graph, in miniature. ``print(sess.plan_for(fetches, feed).source)`` shows it.
 
 The generated code calls the very same op objects (``forward`` and ``backward``) as the eager
-engine; it only removes the bookkeeping around them.
+engine; it only removes the bookkeeping around them. A backward sweep is written by running the
+core loop itself (``core.backward``) on the names of the gradients instead of arrays: each VJP it
+asks for and each sum it makes becomes a line, so the code is that loop, unrolled.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ..backend import ones_like
-
-# (node, op, inputs, sweep) as in Plan.steps; a sweep has ys, grad_ys, order and steps.
-Step = tuple[Any, Any, tuple[Any, ...], Any]
-CompiledSteps = Callable[[dict[Any, Any], Any], None]
+from . import core
+from .nodes import Node
+from .plan import CompiledSteps, Forward, Step, Sweep
 
 
 class StepFailed(Exception):
@@ -40,6 +41,7 @@ class _Writer:
         self.locals: dict[Any, str] = {}
         self.loads: list[str] = []
         self.body: list[str] = []
+        self.grads = 0  # gradient locals named so far
 
     def obj(self, thing: Any, prefix: str) -> str:
         """A global name of the generated function for a node or an op object."""
@@ -68,17 +70,22 @@ class _Writer:
     def line(self, text: str, indent: int = 2) -> None:
         self.body.append("    " * indent + text)
 
+    def grad(self) -> str:
+        """A fresh local for a gradient."""
+        self.grads += 1
+        return f"g{self.grads - 1}"
+
 
 def compile_steps(steps: Sequence[Step]) -> tuple[CompiledSteps, str]:
     """The function ``run(values, xp)`` doing ``steps`` in order, and its source."""
     w = _Writer()
-    for index, (node, op, inputs, sweep) in enumerate(steps):
+    for index, step in enumerate(steps):
         w.line(f"at = {index}")
-        if op is not None:
-            args = ", ".join(["xp", *(w.value(i) for i in inputs)])
-            w.store(node, f"{w.obj(op, 'op')}.forward({args})")
-        elif sweep is not None:
-            _write_sweep(w, sweep, index)
+        if isinstance(step, Forward):
+            args = ", ".join(["xp", *(w.value(i) for i in step.node.inputs)])
+            w.store(step.node, f"{w.obj(step.op, 'op')}.forward({args})")
+        else:
+            _write_sweep(w, step, index)
     source = "\n".join([
         "def run(values, xp):",
         *w.loads,
@@ -94,35 +101,39 @@ def compile_steps(steps: Sequence[Step]) -> tuple[CompiledSteps, str]:
     return run, source
 
 
-def _write_sweep(w: _Writer, sweep: Any, index: int) -> None:
-    """One reverse sweep: seed the ys, then each node's VJP, newest node first."""
-    grads = {node: f"g{index}_{j}" for j, node in enumerate(sweep.order)}
-    w.line(f"# backward sweep {index}: {len(sweep.order)} nodes")
-    if grads:
-        w.line(" = ".join(grads.values()) + " = None")
+def _write_sweep(w: _Writer, sweep: Sweep, index: int) -> None:
+    """One backward pass: seed the ys, then run ``core.backward`` writing each step as a line."""
+    w.line(f"# backward sweep {index}: core.backward over {len(sweep.order)} nodes")
+    in_sweep = set(sweep.order)
+    grads: dict[Node, str] = {}
     for i, y in enumerate(sweep.ys):
-        if y not in grads:
+        if y not in in_sweep:
             continue  # y does not depend on any x asked for
         seed = w.value(sweep.grad_ys[i]) if sweep.grad_ys else f"ones_like(xp, {w.value(y)})"
-        _accumulate(w, grads[y], seed, indent=2)
-    for node, op, targets in sweep.steps:
-        g = grads[node]
-        if targets:
-            w.line(f"result = {g} if {g} is not None else xp.zeros_like({w.value(node)})")
-            for target in targets:
-                w.store(target, "result")
-        if op is None:
-            continue
-        wanted = [(i, x) for i, x in enumerate(node.inputs) if x in grads]
-        if not wanted:
-            continue
-        w.line(f"if {g} is not None:")
-        w.line(f"vjp = {w.obj(op, 'op')}.backward({g})", indent=3)
-        for i, x in wanted:
-            w.line(f"if vjp[{i}] is not None:", indent=3)
-            _accumulate(w, grads[x], f"vjp[{i}]", indent=4)
+        grads[y] = _add(w, grads[y], seed) if y in grads else _let(w, seed)
+
+    def vjp(node: Node, grad: str) -> list[tuple[Node, str]]:
+        for target in sweep.targets.get(node, ()):
+            w.store(target, grad)
+        op = sweep.ops.get(node)
+        wanted = [x in in_sweep for x in node.inputs] if op is not None else []
+        if not any(wanted):
+            return []
+        names = [w.grad() if want else "_" for want in wanted]
+        lhs = f"({names[0]},)" if len(names) == 1 else ", ".join(names)
+        w.line(f"{lhs} = {w.obj(op, 'op')}.backward({grad})")
+        return [(x, name) for x, name, want in zip(node.inputs, names, wanted) if want]
+
+    core.backward(sweep.order, grads, vjp, add=lambda a, b: _add(w, a, b))
+    assert all(t in w.locals for ts in sweep.targets.values() for t in ts), "a gradient got none"
 
 
-def _accumulate(w: _Writer, grad: str, expression: str, indent: int) -> None:
-    """grad += expression, where None means no gradient yet."""
-    w.line(f"{grad} = {expression} if {grad} is None else {grad} + {expression}", indent)
+def _let(w: _Writer, expression: str) -> str:
+    name = w.grad()
+    w.line(f"{name} = {expression}")
+    return name
+
+
+def _add(w: _Writer, a: str, b: str) -> str:
+    """The sum of two contributions, in a fresh local (the loop's ``add``)."""
+    return _let(w, f"{a} + {b}")

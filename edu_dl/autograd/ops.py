@@ -3,9 +3,11 @@
 The eager engine (``tensor.py``) and the static graph (``graph.py``) both run these classes, on
 NumPy or CuPy alike: ``forward(xp, *arrays)`` gets the array namespace ``xp`` and never names a
 library. ``backward(grad)`` returns one VJP per input, in input order, or ``None`` for an input
-whose gradient nobody asked for (``self.needs[i]`` is False).
+whose gradient nobody asked for (``self.needs[i]`` is False), and only for such an input.
 
-Adding an op means adding one class and one lowercase function to this file.
+``SomeOp.apply(*inputs, **attrs)`` is how an op meets an engine: it asks the first input that
+has one (a Tensor, or a static-graph Node) to run or record the op. This file imports neither
+engine. Adding an op means adding one class and one lowercase function to this file.
 """
 
 from __future__ import annotations
@@ -74,15 +76,20 @@ class Op:
     def backward(self, grad: Array) -> tuple[Array | None, ...]:
         raise NotImplementedError(f"{self.name} has no gradient")
 
-    def describe(self, arrays: tuple[Array, ...]) -> str:
-        """The op and its input shapes, for error messages."""
-        shapes = ", ".join(str(tuple(getattr(a, "shape", ()))) for a in arrays)
-        return f"{self.name} with input shapes {shapes}"
-
     @classmethod
     def apply(cls, *inputs: Any, **attrs: Any) -> Any:
-        """Run eagerly on Tensors, arrays and numbers, or add a node to a static graph."""
-        return _apply(cls, inputs, attrs)
+        """Run eagerly on Tensors (with arrays and numbers), or add a node to a static graph.
+
+        The engine is the first input's that has one (``Operators._apply_op``): Tensors and
+        Nodes carry theirs, so this file needs neither engine.
+        """
+        for x in inputs:
+            engine = getattr(x, "_apply_op", None)
+            if engine is not None:
+                return engine(cls, inputs, attrs)
+        kinds = ", ".join(type(x).__name__ for x in inputs)
+        raise TypeError(f"{cls.name}: needs a Tensor or a graph node among its inputs, got "
+                        f"{kinds}; make one with edu_dl.tensor(...)")
 
 
 # --------------------------------------------------------------------------- elementwise
@@ -97,8 +104,9 @@ class Add(Op):
 
     def backward(self, grad):
         xs, ys = self.saved
-        gx, gy = unbroadcast(grad, xs), unbroadcast(grad, ys)
-        if gx is gy and self.needs[0] and self.needs[1]:
+        gx = unbroadcast(grad, xs) if self.needs[0] else None
+        gy = unbroadcast(grad, ys) if self.needs[1] else None
+        if gx is gy is not None:
             gy = gy.copy()  # two leaves must not share one .grad buffer
         return gx, gy
 
@@ -112,7 +120,8 @@ class Sub(Op):
 
     def backward(self, grad):
         xs, ys = self.saved
-        return unbroadcast(grad, xs), (unbroadcast(-grad, ys) if self.needs[1] else None)
+        return (unbroadcast(grad, xs) if self.needs[0] else None,
+                unbroadcast(-grad, ys) if self.needs[1] else None)
 
 
 class Mul(Op):
@@ -671,16 +680,3 @@ def broadcast_to(x: Any, shape: Shape) -> Any:
 def softmax_cross_entropy(logits: Any, labels: Any, reduction: str = "mean") -> Any:
     """Mean (or sum, or per-row) cross-entropy of softmax(logits) with integer labels."""
     return SoftmaxCrossEntropy.apply(logits, labels, reduction=reduction)
-
-
-# How to apply an op is the engines' business: tensor.py registers the eager engine here, and a
-# static-graph node (graph.py) records the op instead of running it. Ops stay engine-free.
-EAGER_ENGINE: Any = None
-
-
-def _apply(cls: type[Op], inputs: tuple[Any, ...], attrs: dict[str, Any]) -> Any:
-    for x in inputs:
-        build = getattr(type(x), "_build_node", None)
-        if build is not None:
-            return build(cls, inputs, attrs)
-    return EAGER_ENGINE(cls, inputs, attrs)

@@ -1,27 +1,25 @@
 """The eager engine (define-by-run, like PyTorch): every op runs at once and records itself.
 
-A Tensor made by an op remembers that op; the op remembers its inputs. ``backward()`` walks this
-graph in reverse topological order and asks each op for its vector-Jacobian product: micrograd's
-engine, with an iterative sort, accumulation, and freeing of what was saved.
+A Tensor made by an op remembers that op; the op remembers its inputs. ``backward()`` sorts that
+graph (``core.toposort``) and runs the shared backward loop (``core.backward``) over it, asking
+each op for its vector-Jacobian product: micrograd's engine, with an iterative sort,
+accumulation, and freeing of what was saved.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import heapq
-import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
 from .. import backend
-from . import ops
+from . import core, ops
+from .operators import Operators
 from .ops import FREED, Op
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 class _GradMode:
@@ -33,32 +31,33 @@ def is_grad_enabled() -> bool:
     return _GradMode.enabled
 
 
-class no_grad(contextlib.ContextDecorator):
+class set_grad_enabled(contextlib.ContextDecorator):
+    """Context (or decorator) that turns recording on or off, and restores it on the way out."""
+
+    def __init__(self, mode: bool) -> None:
+        self.mode = mode
+        self._previous: list[bool] = []  # a stack: one instance may be entered re-entrantly
+
+    def __enter__(self) -> None:
+        self._previous.append(_GradMode.enabled)
+        _GradMode.enabled = self.mode
+
+    def __exit__(self, *exc: object) -> None:
+        _GradMode.enabled = self._previous.pop()
+
+
+class no_grad(set_grad_enabled):
     """Context (or decorator) in which ops build no graph: for updates and evaluation."""
 
     def __init__(self) -> None:
-        self._previous: list[bool] = []  # a stack: one instance may be entered re-entrantly
-
-    def __enter__(self) -> None:
-        self._previous.append(_GradMode.enabled)
-        _GradMode.enabled = False
-
-    def __exit__(self, *exc: object) -> None:
-        _GradMode.enabled = self._previous.pop()
+        super().__init__(False)
 
 
-class enable_grad(contextlib.ContextDecorator):
+class enable_grad(set_grad_enabled):
     """Context that turns recording back on inside ``no_grad()``."""
 
     def __init__(self) -> None:
-        self._previous: list[bool] = []  # a stack: one instance may be entered re-entrantly
-
-    def __enter__(self) -> None:
-        self._previous.append(_GradMode.enabled)
-        _GradMode.enabled = True
-
-    def __exit__(self, *exc: object) -> None:
-        _GradMode.enabled = self._previous.pop()
+        super().__init__(True)
 
 
 def _check_can_require_grad(data: Any) -> None:
@@ -68,18 +67,95 @@ def _check_can_require_grad(data: Any) -> None:
         )
 
 
-class Tensor:
-    """An array (NumPy or CuPy) that can record the ops applied to it and compute gradients."""
+# --------------------------------------------------------------------------- running an op
 
-    __slots__ = ("__weakref__", "_op", "_seq", "data", "grad", "requires_grad")
-    # Make NumPy hand `ndarray + Tensor` to Tensor.__radd__ instead of looping over elements.
-    __array_ufunc__ = None
+
+def apply(op_cls: type[Op], inputs: tuple[Any, ...], attrs: dict[str, Any]) -> Tensor:
+    """Run ``op_cls`` now; if a gradient may flow back through it, record it in the output.
+
+    Every op applied to a Tensor comes here through ``Op.apply`` (by way of ``apply_fast``).
+    """
+    tensors = inputs
+    for x in inputs:
+        if not isinstance(x, Tensor):
+            tensors = _as_tensors(inputs)
+            break
+    arrays = [t.data for t in tensors]
+    xp = np
+    for a in arrays:
+        if a.__class__ is not np.ndarray:  # NumPy only is the common case, checked cheaply
+            xp = backend.get_xp(*arrays)
+            break
+    op = op_cls(**attrs)
+    try:
+        out = op.forward(xp, *arrays)
+    except (ValueError, TypeError, IndexError) as exc:
+        raise core.op_error(exc, op.name, arrays) from exc
+    return _output(out, op, tensors, tuple([x.requires_grad for x in tensors]))
+
+
+def _output(out: Any, op: Op, inputs: tuple[Tensor, ...], needs: tuple[bool, ...]) -> Tensor:
+    """A Tensor of ``out``, made by ``op`` if a gradient may flow back through it."""
+    t = _new(Tensor)
+    t.data, t.grad = out, None
+    if True in needs and _GradMode.enabled:
+        op.inputs, op.needs = inputs, needs
+        t._op, t.requires_grad = op, True
+    else:
+        t._op, t.requires_grad = None, False
+    return t
+
+
+def apply_fast(op_cls: type[Op], inputs: tuple[Any, ...], attrs: dict[str, Any]) -> Tensor:
+    """Fast path of ``apply`` for one or two Tensors of NumPy arrays, the operators' usual case:
+    the same steps, without the lists and loops that any number of inputs needs. A tiny
+    training step's 7 ops run here (benchmarks/RESULTS.md measures the gain); anything else
+    goes to ``apply``."""
+    if len(inputs) == 2:
+        x, y = inputs
+        if isinstance(x, Tensor) and isinstance(y, Tensor) and (
+                x.data.__class__ is np.ndarray and y.data.__class__ is np.ndarray):
+            op = op_cls(**attrs) if attrs else op_cls()
+            try:
+                out = op.forward(np, x.data, y.data)
+            except (ValueError, TypeError, IndexError) as exc:
+                raise core.op_error(exc, op.name, [x.data, y.data]) from exc
+            return _output(out, op, inputs, (x.requires_grad, y.requires_grad))
+    elif len(inputs) == 1:
+        (x,) = inputs
+        if x.data.__class__ is np.ndarray:
+            op = op_cls(**attrs) if attrs else op_cls()
+            try:
+                out = op.forward(np, x.data)
+            except (ValueError, TypeError, IndexError) as exc:
+                raise core.op_error(exc, op.name, [x.data]) from exc
+            return _output(out, op, inputs, (x.requires_grad,))
+    return apply(op_cls, inputs, attrs)
+
+
+def _as_tensors(inputs: tuple[Any, ...]) -> tuple[Tensor, ...]:
+    """Numbers and arrays among an op's inputs as constant Tensors (core's operand rule)."""
+    like = next(x.data for x in inputs if isinstance(x, Tensor))
+    xp = backend.get_xp(like)
+    return tuple(x if isinstance(x, Tensor) else Tensor._wrap(core.operand(x, like.dtype, xp),
+                                                               None, False) for x in inputs)
+
+
+_new = object.__new__
+
+
+class Tensor(Operators):
+    """An array (NumPy or CuPy) that can record the ops applied to it and compute gradients.
+
+    Operators and methods (``+``, ``@``, ``exp``, ``sum``...) come from ``Operators``.
+    """
+
+    __slots__ = ("__weakref__", "_op", "data", "grad", "requires_grad")
 
     data: Any
     grad: Tensor | None
     requires_grad: bool
     _op: Op | None
-    _seq: int  # creation order: every op's output is newer than its inputs
 
     def __init__(
         self,
@@ -103,15 +179,19 @@ class Tensor:
         self.requires_grad = bool(requires_grad)
         self.grad = None
         self._op = None
-        self._seq = next(_SEQUENCE)
 
     @classmethod
     def _wrap(cls, data: Any, op: Op | None, requires_grad: bool) -> Tensor:
         """Fast constructor used by the engine: no conversion, no checks."""
         t = object.__new__(cls)
         t.data, t._op, t.requires_grad, t.grad = data, op, requires_grad, None
-        t._seq = next(_SEQUENCE)
         return t
+
+    # The eager engine runs every op applied to a Tensor (see Op.apply).
+    _apply_op = staticmethod(apply_fast)
+
+    def _index_value(self) -> Any:
+        return self.data
 
     # ------------------------------------------------------------------ array facts
     @property
@@ -177,7 +257,7 @@ class Tensor:
         backend.check_device(device)
         if device == self.device:
             return self
-        return apply_eager(ops.ToDevice, (self,), {"device": device})
+        return ops.ToDevice.apply(self, device=device)
 
     def cpu(self) -> Tensor:
         return self.to("cpu")
@@ -210,281 +290,46 @@ class Tensor:
                     f"backward: grad has shape {tuple(seed.shape)} but the tensor has shape "
                     f"{self.shape}"
                 )
-        _run_backward(self, seed, retain_graph)
-
-    # ------------------------------------------------------------------ operators
-    def __add__(self, other: Any) -> Tensor:
-        return _binary(ops.Add, self, other)
-
-    def __radd__(self, other: Any) -> Tensor:
-        return apply_eager(ops.Add, (other, self), {})
-
-    def __sub__(self, other: Any) -> Tensor:
-        return _binary(ops.Sub, self, other)
-
-    def __rsub__(self, other: Any) -> Tensor:
-        return apply_eager(ops.Sub, (other, self), {})
-
-    def __mul__(self, other: Any) -> Tensor:
-        return _binary(ops.Mul, self, other)
-
-    def __rmul__(self, other: Any) -> Tensor:
-        return apply_eager(ops.Mul, (other, self), {})
-
-    def __truediv__(self, other: Any) -> Tensor:
-        return _binary(ops.Div, self, other)
-
-    def __rtruediv__(self, other: Any) -> Tensor:
-        return apply_eager(ops.Div, (other, self), {})
-
-    def __neg__(self) -> Tensor:
-        return _unary(ops.Neg(), self)
-
-    def __pow__(self, exponent: float) -> Tensor:
-        return _unary(ops.Pow(exponent), self)
-
-    def __matmul__(self, other: Any) -> Tensor:
-        return _binary(ops.MatMul, self, other)
-
-    def __rmatmul__(self, other: Any) -> Tensor:
-        return apply_eager(ops.MatMul, (other, self), {})
-
-    def __getitem__(self, index: Any) -> Tensor:
-        return apply_eager(ops.GetItem, (self,), {"index": _raw_index(index)})
-
-    # ------------------------------------------------------------------ methods
-    def matmul(self, other: Any) -> Tensor:
-        return self @ other
-
-    def exp(self) -> Tensor:
-        return _unary(ops.Exp(), self)
-
-    def log(self) -> Tensor:
-        return _unary(ops.Log(), self)
-
-    def sqrt(self) -> Tensor:
-        return _unary(ops.Sqrt(), self)
-
-    def tanh(self) -> Tensor:
-        return _unary(ops.Tanh(), self)
-
-    def sigmoid(self) -> Tensor:
-        return _unary(ops.Sigmoid(), self)
-
-    def relu(self) -> Tensor:
-        return _unary(ops.ReLU(), self)
-
-    def maximum(self, other: Any) -> Tensor:
-        return _binary(ops.Maximum, self, other)
-
-    def sum(self, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Tensor:
-        return _unary(ops.Sum(axis, keepdims), self)
-
-    def mean(self, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Tensor:
-        return _unary(ops.Mean(axis, keepdims), self)
-
-    def max(self, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Tensor:
-        return _unary(ops.Max(axis, keepdims), self)
-
-    def reshape(self, *shape: Any) -> Tensor:
-        if len(shape) == 1 and isinstance(shape[0], tuple | list):
-            shape = tuple(shape[0])
-        return apply_eager(ops.Reshape, (self,), {"shape": shape})
-
-    def transpose(self, *axes: Any) -> Tensor:
-        if len(axes) == 1 and isinstance(axes[0], tuple | list):
-            axes = tuple(axes[0])
-        return apply_eager(ops.Transpose, (self,), {"axes": axes or None})
-
-    @property
-    def T(self) -> Tensor:
-        return self.transpose()
-
-    def broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
-        return apply_eager(ops.BroadcastTo, (self,), {"shape": tuple(shape)})
+        backward_pass(self, seed, retain_graph)
 
 
-def _raw_index(index: Any) -> Any:
-    """Indices may hold Tensors (as PyTorch allows); ops see raw arrays."""
-    if isinstance(index, Tensor):
-        return index.data
-    if isinstance(index, tuple):
-        return tuple(i.data if isinstance(i, Tensor) else i for i in index)
-    return index
+# --------------------------------------------------------------------------- backward
 
 
-def _as_constant(x: Any, like: Any) -> Any:
-    """A non-Tensor operand as an array; Python numbers take the Tensor's dtype (no upcast)."""
-    if isinstance(x, bool | int | float) and like is not None:
-        # An int joins an integer tensor's dtype, never a bool one (True + 5 is 6, not True).
-        if like.dtype.kind in "fc" or (isinstance(x, bool | int) and like.dtype.kind in "iu"):
-            return backend.get_xp(like).asarray(x, dtype=like.dtype)
-    if isinstance(x, int | float | bool | complex | list | tuple):
-        xp = backend.get_xp(like) if like is not None else np
-        return xp.asarray(x)
-    backend.namespace_of(x)  # a clear TypeError for anything that is not an array
-    return x
+def backward_pass(root: Tensor, seed: Any, retain_graph: bool = False) -> None:
+    """Sort root's graph, run the core loop from ``seed`` (leaves accumulate ``.grad``), then
+    free what the ops saved for it, unless ``retain_graph``."""
+    order = core.toposort([root], parents)
+    core.backward(order, {root: seed}, vjp)
+    if not retain_graph:
+        for t in order:
+            if t._op is not None:
+                t._op.saved = FREED
 
 
-def apply_eager(cls: type[Op], inputs: tuple[Any, ...], attrs: dict[str, Any]) -> Tensor:
-    """Run op ``cls`` now; if any input requires grad (and grad mode is on), record it.
-
-    The general path, for any number of inputs. Tensor's operators and methods take the
-    one- and two-input shortcuts below, which do the same with fewer steps.
-    """
-    arrays = []
-    for x in inputs:
-        if not isinstance(x, Tensor):
-            return _apply_with_constants(cls, inputs, attrs)
-        arrays.append(x.data)
-    op = cls(**attrs) if attrs else cls()
-    xp = np
-    for a in arrays:
-        if a.__class__ is not _ndarray:
-            xp = backend.get_xp(*arrays)
-            break
-    try:
-        out = op.forward(xp, *arrays)
-    except (ValueError, TypeError, IndexError) as exc:
-        raise _named_error(exc, op, arrays) from exc
-    needs = tuple([x.requires_grad for x in inputs])
-    return _output(out, op, inputs, needs, True in needs)
+def parents(t: Tensor) -> tuple[Tensor, ...]:
+    """The inputs of the op that made ``t`` (none for a leaf)."""
+    return () if t._op is None else t._op.inputs
 
 
-# The hot path of every eager program: a tiny training step runs these 7 times, and each line
-# costs ~0.05 µs, so they are kept flat (no loops, no *args).
+def vjp(t: Tensor, grad: Any) -> Iterable[tuple[Tensor, Any]]:
+    """Each input's share of ``grad``, from the op that made ``t``; a leaf keeps its gradient."""
+    op = t._op
+    if op is None:
+        if t.requires_grad:
+            _accumulate_leaf(t, grad)
+        return ()
+    if op.saved is FREED:
+        raise _freed(op)
+    return zip(op.inputs, op.backward(grad))
 
 
-def _unary(op: Op, x: Tensor) -> Tensor:
-    """Run the one-input ``op`` (already made with its attributes) on Tensor ``x``."""
-    a = x.data
-    xp = np if a.__class__ is _ndarray else backend.get_xp(a)
-    try:
-        out = op.forward(xp, a)
-    except (ValueError, TypeError, IndexError) as exc:
-        raise _named_error(exc, op, [a]) from exc
-    t = _new_tensor(Tensor)
-    t.data, t.grad, t._seq = out, None, next(_SEQUENCE)
-    if x.requires_grad and _GradMode.enabled:
-        op.inputs, op.needs = (x,), _NEEDS_ONE
-        t._op, t.requires_grad = op, True
-    else:
-        t._op, t.requires_grad = None, False
-    return t
-
-
-def _binary(cls: type[Op], x: Tensor, y: Any) -> Tensor:
-    """Run the two-input ``cls`` on Tensor ``x`` and ``y`` (a Tensor, an array or a number)."""
-    if not isinstance(y, Tensor):
-        return _apply_with_constants(cls, (x, y), {})
-    a, b = x.data, y.data
-    if a.__class__ is _ndarray and b.__class__ is _ndarray:
-        xp = np
-    else:
-        xp = backend.get_xp(a, b)
-    op = cls()
-    try:
-        out = op.forward(xp, a, b)
-    except (ValueError, TypeError, IndexError) as exc:
-        raise _named_error(exc, op, [a, b]) from exc
-    t = _new_tensor(Tensor)
-    t.data, t.grad, t._seq = out, None, next(_SEQUENCE)
-    need_x, need_y = x.requires_grad, y.requires_grad
-    if (need_x or need_y) and _GradMode.enabled:
-        op.inputs, op.needs = (x, y), (need_x, need_y)
-        t._op, t.requires_grad = op, True
-    else:
-        t._op, t.requires_grad = None, False
-    return t
-
-
-def _output(
-    out: Any, op: Op, inputs: tuple[Tensor, ...], needs: tuple[bool, ...], requires: bool
-) -> Tensor:
-    """Wrap ``out``; record ``op`` as its maker when a gradient may flow through it."""
-    t = _new_tensor(Tensor)
-    t.data, t.grad, t._seq = out, None, next(_SEQUENCE)
-    if requires and _GradMode.enabled:
-        op.inputs, op.needs = inputs, needs
-        t._op, t.requires_grad = op, True
-    else:
-        t._op, t.requires_grad = None, False
-    return t
-
-
-def _apply_with_constants(cls: type[Op], inputs: tuple[Any, ...], attrs: dict[str, Any]) -> Any:
-    """Numbers and arrays among the inputs become constant Tensors (or the op joins a graph)."""
-    if any(getattr(type(x), "_build_node", None) for x in inputs):
-        return ops._apply(cls, inputs, attrs)  # a static-graph node among the inputs
-    like = next((x.data for x in inputs if isinstance(x, Tensor)), None)
-    return apply_eager(cls, tuple(
-        x if isinstance(x, Tensor) else Tensor._wrap(_as_constant(x, like), None, False)
-        for x in inputs), attrs)
-
-
-def _named_error(exc: Exception, op: Op, arrays: list[Any]) -> Exception:
-    """Name the op and its input shapes in an error, unless the message already does."""
-    message = str(exc)
-    if message.startswith(op.name + ":"):
-        return exc
-    return type(exc)(f"{op.describe(tuple(arrays))}: {message}")
-
-
-def _run_backward(root: Tensor, seed: Any, retain_graph: bool) -> None:
-    """Visit tensors newest first. Creation order is a topological order, so when a tensor is
-    popped every consumer reachable from the root has already given it its gradient."""
-    grads: dict[Tensor, Any] = {}  # pending gradients of tensors in the heap (hashed by id)
-    heap: list[tuple[int, Tensor]] = []
-    pop, push, freed = heapq.heappop, heapq.heappush, FREED
-    t, g = root, seed
-    while True:
-        op = t._op
-        if op is None:
-            _accumulate_leaf(t, g)
-        else:
-            if op.saved is freed:
-                raise RuntimeError(
-                    f"backward: trying to go through the graph a second time (the arrays saved "
-                    f"by '{op.name}' were freed after the first backward); call "
-                    f"backward(retain_graph=True) the first time if you need to go through it "
-                    f"again"
-                )
-            input_grads = op.backward(g)
-            if not retain_graph:
-                op.saved = freed
-            # The newest input that got its first gradient just now waits here, not in the
-            # heap: in a chain it is the next tensor to visit, newer than all that wait.
-            newest = newest_grad = None
-            needs = op.needs
-            for i, x in enumerate(op.inputs):
-                gx = input_grads[i]
-                if gx is None or not needs[i]:
-                    continue
-                if x is newest:  # one tensor used twice by this op, as in x * x
-                    newest_grad = newest_grad + gx
-                    continue
-                previous = grads.get(x)
-                if previous is not None:
-                    grads[x] = previous + gx
-                elif newest is None:
-                    newest, newest_grad = x, gx
-                elif x._seq > newest._seq:
-                    grads[newest] = newest_grad
-                    push(heap, (-newest._seq, newest))
-                    newest, newest_grad = x, gx
-                else:
-                    grads[x] = gx
-                    push(heap, (-x._seq, x))
-            if newest is not None:
-                if not heap or newest._seq > -heap[0][0]:
-                    t, g = newest, newest_grad
-                    continue  # what the heap would pop next anyway
-                grads[newest] = newest_grad
-                push(heap, (-newest._seq, newest))
-        if not heap:
-            return
-        t = pop(heap)[1]
-        g = grads.pop(t)
+def _freed(op: Op) -> RuntimeError:
+    return RuntimeError(
+        f"backward: trying to go through the graph a second time (the arrays saved by "
+        f"'{op.name}' were freed after the first backward); call backward(retain_graph=True) "
+        f"the first time if you need to go through it again"
+    )
 
 
 def _accumulate_leaf(t: Tensor, g: Any) -> None:
@@ -497,18 +342,10 @@ def _accumulate_leaf(t: Tensor, g: Any) -> None:
             g = g.copy()
     elif isinstance(g, np.generic) or not getattr(g.flags, "writeable", True):
         g = backend.get_xp(g).array(g)
-    leaf_grad = _new_tensor(Tensor)
-    leaf_grad.data, leaf_grad._op, leaf_grad.requires_grad, leaf_grad.grad = g, None, False, None
-    leaf_grad._seq = next(_SEQUENCE)
-    t.grad = leaf_grad
+    t.grad = Tensor._wrap(g, None, False)
 
 
-_SEQUENCE = itertools.count()
-_new_tensor = object.__new__
-_ndarray = np.ndarray
 _CPU_ARRAYS = (np.ndarray, np.generic)  # a full reduction gives a NumPy scalar
-_NEEDS_ONE = (True,)
-ops.EAGER_ENGINE = apply_eager
 
 
 def tensor(
