@@ -152,8 +152,10 @@ CASES: dict[str, tuple[object, tuple[str, str]]] = {
         "n_cases=np.array(6), **{f'case{i}_out0': np.array(1.0) for i in range(6)}, "
         "**{f'case{i}_tuple': np.array(False) for i in range(6)}, "
         "**{f'case{i}_n_out': np.array(1) for i in range(6)})"))(nb)), ("failed", "passed")),
+    # A write to a host path: refused (a read-only root), or, where the path lies under /tmp (a
+    # CI clone), made in the sandbox's private /tmp and gone with it. Never on the host.
     "escape": (_prepend("gflops", "import pathlib\npathlib.Path('{escape}').write_text('x')"),
-               ("error", "passed")),
+               ("error|passed", "passed")),
     "stub": ("stub", ("not implemented", "not implemented")),
     "corrupt": (b"\x89PNG this is not a notebook {", ("unreadable", "unreadable")),
     "other_exercise": ("other", ("wrong notebook", "wrong notebook")),
