@@ -42,20 +42,7 @@ def _own_sandbox_group(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def grader_processes() -> list[int]:
     """Live runner or kernel processes started by this test process's sandboxes."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/environ", "rb") as f:
-                tagged = f"{sandbox.TAG_VAR}={GROUP}".encode() in f.read()
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                zombie = f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
-        except OSError:
-            continue
-        if tagged and not zombie:
-            found.append(int(entry.name))
-    return found
+    return corpus.sandbox_processes(GROUP)
 
 
 # --------------------------------------------------------------------------- restoring

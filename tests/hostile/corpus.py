@@ -7,11 +7,13 @@ follows the exercise when it changes. ``EXPECTED`` says what the gradebook must 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
 import nbformat
 
+from edu_dl.grading import sandbox
 from edu_dl.grading.notebooks import clear_solutions, remove_hidden_tests
 
 EXERCISE = "02_mini"
@@ -187,3 +189,21 @@ def build(root: Path, escape_target: Path, names: list[str] | None = None) -> di
         path.write_text(text)
         json.loads(text)  # the corpus itself must be valid JSON
     return chosen
+
+
+def sandbox_processes(group: str) -> list[int]:
+    """Live (not zombie) processes of the sandboxes started with EDU_DL_SANDBOX_GROUP=group."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                tagged = f"{sandbox.TAG_VAR}={group}".encode() in f.read()
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                zombie = f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+        except OSError:
+            continue
+        if tagged and not zombie:
+            found.append(int(entry.name))
+    return found
