@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from . import sandbox
-from .checking import ErrorText, Part, encode_cases, judge_case, roundtrip, trusted_result
+from . import protocol, sandbox
 from .model import Exercise, Job, Row, Summary, cap_text, safe_file_name
 from .notebooks import (
+    BEGIN_HIDDEN,
     Notebook,
     NotebookError,
     check_calls,
@@ -41,9 +41,11 @@ from .notebooks import (
     read_notebook,
     write_atomic,
 )
+from .protocol import ErrorText, encode_inputs, roundtrip
 from .report import write_outputs
-from .results import read_run
+from .results import RunResult, read_run
 from .source import find_source, judge_source
+from .spec import Part, judge_case, trusted_result
 
 GRADER_VERSION = "2"  # bump to force a regrade of everything
 MB = 1 << 20
@@ -214,7 +216,7 @@ def restore(submitted: Notebook, source: Notebook) -> tuple[Notebook, list[str]]
         gid = grade_id(cell)
         if gid in locked:
             original = locked[gid]
-            if cell.get("source") != original.source.split("### BEGIN HIDDEN")[0].rstrip() and \
+            if cell.get("source") != original.source.split(BEGIN_HIDDEN)[0].rstrip() and \
                     cell.get("source") != original.source:
                 notes.append(f"cell {gid!r} was edited; restored from the source")
             cell = _copy_cell(original)
@@ -288,6 +290,48 @@ def _isolation() -> str:
 
 def _grade_one(job: Job, out: Path, settings: Settings, hide: list[Path],
                data: bytes | None) -> list[Row]:
+    """prepare, run, judge: the three steps of one submission."""
+    prepared = prepare(job, out, settings, data)
+    if isinstance(prepared, list):  # nothing to run: these rows say why
+        return prepared
+    ran = run(prepared, settings, hide)
+    try:
+        return judge_run(job, prepared, ran, settings)
+    finally:
+        if not prepared.boxed:  # the unisolated run's files; run.json stays
+            for name in ("grading", "work", "tmp"):
+                shutil.rmtree(prepared.work / name, ignore_errors=True)
+
+
+@dataclass
+class Prepared:
+    """A submission ready to run: the restored notebook, the files handed to the sandbox, and
+    the inputs drawn for each part (kept here, on the trusted side, to judge against)."""
+
+    notebook: Notebook  # restored: every locked cell from the source, hidden tests included
+    notes: list[str]  # what restoring changed ("cell 'x' was edited; restored ...")
+    work: Path  # the grader's own folder for this submission (run.json)
+    autograded: Path  # where the (executed) restored notebook is saved
+    seed: int
+    parts: dict[str, Part]
+    cases: dict[str, list[tuple[Any, ...]]]
+    files: dict[str, bytes]  # path inside the sandbox -> bytes, all read-only
+    root: str  # the sandbox's folder for work/ and grading/
+    boxed: bool  # False: no bwrap, the same run unisolated in ``work``
+
+
+@dataclass
+class Ran:
+    """What came back from the sandbox, read with every bound."""
+
+    done: sandbox.Result
+    returned: RunResult
+    isolation: str
+
+
+def prepare(job: Job, out: Path, settings: Settings, data: bytes | None) -> Prepared | list[Row]:
+    """Read, parse and restore the submission, draw fresh inputs; rows instead when there is
+    nothing to run (missing, refused, unreadable, another exercise's notebook)."""
     from .parts import get
 
     if job.refused:
@@ -317,68 +361,66 @@ def _grade_one(job: Job, out: Path, settings: Settings, hide: list[Path],
     # Fresh inputs from a secret seed: what a student saw while working tells nothing.
     seed = secrets.randbits(63)
     rng = np.random.default_rng(seed)
-    cases: dict[str, list[tuple[Any, ...]]] = {}
-    parts: dict[str, Part] = {}
     boxed = not sandbox.bwrap_problem()  # else: the same run in the work folder, unisolated
     root = "/tmp" if boxed else str(work)
-    files = {f"{root}/work/notebook.ipynb": restored}
+    prepared = Prepared(nb, notes, work, autograded, seed, {}, {},
+                        {f"{root}/work/notebook.ipynb": restored}, root, boxed)
     for part_id, _ in job.exercise.parts:
-        parts[part_id] = part = get(part_id)
+        prepared.parts[part_id] = part = get(part_id)
         drawn = [*part.cases(rng, False), *part.cases(rng, True)]
-        files[f"{root}/grading/inputs/{part_id}.npz"] = encode_inputs(drawn)
-        cases[part_id] = roundtrip(drawn)  # exactly what the student's function receives
+        prepared.files[protocol.inputs_path(f"{root}/grading", part_id)] = encode_inputs(drawn)
+        prepared.cases[part_id] = roundtrip(drawn)  # exactly what the student's function gets
+    return prepared
+
+
+def run(prepared: Prepared, settings: Settings, hide: list[Path]) -> Ran:
+    """Execute the restored notebook in a sandbox; read back its result with every bound, and
+    save the executed notebook (outputs included) over the restored one."""
+    root, boxed = prepared.root, prepared.boxed
     argv = [sandbox.python(), "-m", "edu_dl.grading.runner", f"{root}/work/notebook.ipynb",
             f"{root}/grading", "--timeout", f"{settings.timeout_s:g}",
             "--budget", f"{settings.runner_budget():g}", "--output-cap", str(settings.output_cap)]
     done = sandbox.run(
-        argv, limits=settings.limits(), hide=hide, env=sandbox_env(f"{root}/tmp" if not boxed
-                                                                   else "/tmp"),
-        files=files, cwd=f"{root}/work", fallback_dir=work, output_limit=settings.file_mb * MB,
+        argv, limits=settings.limits(), hide=hide,
+        env=sandbox_env(f"{root}/tmp" if not boxed else "/tmp"),
+        files=prepared.files, cwd=f"{root}/work", fallback_dir=prepared.work,
+        output_limit=settings.file_mb * MB,
         tmpfs=[("/tmp/grading", GRADING_TMP_MB)] if boxed else (),
     )
-    isolation = "bwrap" if done.isolated else "rlimits only"
     returned = read_run(done.output, done.output_size, settings.file_mb * MB,
                         settings.notebook_mb * MB + 2 * settings.output_cap)
-    record, outputs, problem = returned.record, returned.outputs, returned.problem
     if returned.executed:  # the notebook with its outputs replaces the unexecuted copy
         try:
             executed = notebook_bytes(parse_notebook(returned.executed, "executed notebook"))
-            write_atomic(autograded, executed)
+            write_atomic(prepared.autograded, executed)
         except (NotebookError, RecursionError):
             pass  # a forged or broken one: the restored notebook stays
-    (work / "run.json").write_text(json.dumps(
-        {"seed": seed, "record": record, "sandbox": asdict(done) | {
+    (prepared.work / "run.json").write_text(json.dumps(
+        {"seed": prepared.seed, "record": returned.record, "sandbox": asdict(done) | {
             "log": done.log[-4000:], "output": f"{done.output_size} bytes",
             "uids_seen": sorted(done.uids_seen)}}, indent=1, default=str))
+    return Ran(done, returned, "bwrap" if done.isolated else "rlimits only")
+
+
+def judge_run(job: Job, prepared: Prepared, ran: Ran, settings: Settings) -> list[Row]:
+    """One row per part: the student's raw results judged here, or why there are none."""
+    returned = ran.returned
     rows = []
     for part_id, test_id in job.exercise.parts:
-        status, message, got = _outcome(part_id, test_id, record, outputs, done, problem,
-                                        settings)
+        part = prepared.parts[part_id]
+        status, message, got = _outcome(part_id, test_id, returned.record, returned.outputs,
+                                        ran.done, returned.problem, settings)
         points = 0.0
         if got is not None:
-            source = find_source(nb, part_id) if parts[part_id].source_check else None
-            status, message = judge(parts[part_id], cases[part_id], got, source)
-            points = float(parts[part_id].points) if status == "passed" else 0.0
-        note = "; ".join(n for n in notes if f"'{test_id}'" in n)
+            source = find_source(prepared.notebook, part_id) if part.source_check else None
+            status, message = judge(part, prepared.cases[part_id], got, source)
+            points = float(part.points) if status == "passed" else 0.0
+        note = "; ".join(n for n in prepared.notes if f"'{test_id}'" in n)
         if note and status != "passed":
             message = f"{message} ({note})"
-        rows.append(Row(job.student, job.exercise.name, part_id, points,
-                        float(parts[part_id].points), status, message, isolation))
-    if boxed:
-        return rows
-    for name in ("grading", "work", "tmp"):  # the unisolated run's files; run.json stays
-        shutil.rmtree(work / name, ignore_errors=True)
+        rows.append(Row(job.student, job.exercise.name, part_id, points, float(part.points),
+                        status, message, ran.isolation))
     return rows
-
-
-def encode_inputs(cases: list[tuple[Any, ...]]) -> bytes:
-    """The npz file of a part's inputs, as bytes: handed to the sandbox read-only."""
-    import io
-
-    buffer = io.BytesIO()
-    savez: Any = np.savez  # its stub cannot type **arrays next to allow_pickle
-    savez(buffer, allow_pickle=False, **encode_cases(cases))
-    return buffer.getvalue()
 
 
 def sandbox_env(tmp: str = "/tmp") -> dict[str, str]:
