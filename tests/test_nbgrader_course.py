@@ -7,13 +7,13 @@ import csv
 import json
 import os
 import subprocess
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import nbformat
+import nbgrader_course as course
 import pytest
 
-import nbgrader_course as course
 from edu_dl.cli import main
 from edu_dl.grading import cells, model, policy
 from edu_dl.grading import grade as G
@@ -210,7 +210,7 @@ def test_timestamp_is_read_bounded_and_never_through_a_link(tmp_path: Path) -> N
     (tmp_path / "ok").mkdir()
     (tmp_path / "ok" / "timestamp.txt").write_text("2026-03-01 12:00:00.000000 UTC\n")
     assert policy.read_timestamp(tmp_path / "ok") == datetime(2026, 3, 1, 12,
-                                                              tzinfo=timezone.utc)
+                                                              tzinfo=UTC)
     (tmp_path / "link").mkdir()
     (tmp_path / "link" / "timestamp.txt").symlink_to(tmp_path / "ok" / "timestamp.txt")
     assert policy.read_timestamp(tmp_path / "link") is None
