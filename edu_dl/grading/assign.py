@@ -59,8 +59,15 @@ def _lock(cell: nbs.Cell) -> None:
 
 
 def lint(nb: Notebook, where: str = "notebook") -> list[str]:
-    """Authoring mistakes that nbgrader would accept but that break our grading; [] if none."""
+    """Authoring mistakes that nbgrader would accept but that break our grading; [] if none.
+
+    The check() rules apply to notebooks that use check(); an nbgrader assignment without it is
+    held to nbgrader's own (schema 3, one grade_id per cell)."""
     problems: list[str] = []
+    # A notebook that uses check() follows the course's rules (a test cell checks one Part; a
+    # solution region sits inside a function). Any other is an nbgrader assignment as nbgrader
+    # takes it: assert-style test cells, whole-cell solutions.
+    uses_check = nbs.uses_check(nb)
     ids = Counter(nbs.grade_id(c) for c in nb.cells if nbs.nbgrader(c))
     for index, cell in enumerate(nb.cells):
         meta = nbs.nbgrader(cell)
@@ -73,14 +80,15 @@ def lint(nb: Notebook, where: str = "notebook") -> list[str]:
             problems.append(f"{where}: cell {index}: nbgrader cell without a grade_id")
         elif ids[nbs.grade_id(cell)] > 1:
             problems.append(f"{at}: grade_id used by {ids[nbs.grade_id(cell)]} cells")
-        if nbs.is_solution(cell) and cell.cell_type == "code":
+        if nbs.is_solution(cell) and cell.cell_type == "code" and uses_check:
             _, indents = nbs.clear_solutions(cell.source, at)
             if not indents:
                 problems.append(f"{at}: solution cell without a {nbs.BEGIN_SOLUTION!r} region")
             elif "" in indents:
                 problems.append(f"{at}: a solution region at the top level of the cell: put it "
                                 "inside a function body, so the unsolved notebook still runs")
-        if nbs.is_grade(cell) and not nbs.is_solution(cell):
+        if nbs.is_grade(cell) and not nbs.is_solution(cell) and cell.cell_type == "code" and \
+                (uses_check or nbs.check_calls(cell.source)):
             problems += _lint_test_cell(cell, at)
     return problems
 

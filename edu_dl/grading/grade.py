@@ -26,26 +26,31 @@ from typing import Any
 
 import numpy as np
 
-from . import sandbox
-from .checking import ErrorText, Part, encode_cases, judge_case, roundtrip, trusted_result
-from .model import Exercise, Job, Row, Summary, cap_text, safe_file_name
+from . import protocol, sandbox
+from .cells import PartialCreditError, classify, determine_grade, released_checksums
+from .model import OUTSIDE, Exercise, Job, Row, Summary, cap_text, safe_file_name
 from .notebooks import (
+    BEGIN_HIDDEN,
     Notebook,
     NotebookError,
     check_calls,
     grade_id,
     is_locked,
     is_solution,
+    nbgrader,
     notebook_bytes,
     parse_notebook,
     read_notebook,
     write_atomic,
 )
+from .policy import Dates, read_timestamp
+from .protocol import ErrorText, encode_inputs, roundtrip
 from .report import write_outputs
-from .results import read_run
+from .results import RunResult, read_run
 from .source import find_source, judge_source
+from .spec import Part, judge_case, trusted_result
 
-GRADER_VERSION = "2"  # bump to force a regrade of everything
+GRADER_VERSION = "3"  # bump to force a regrade of everything
 MB = 1 << 20
 GRADING_TMP_MB = 128  # the grading dir's own tmpfs: a student filling /tmp cannot block results
 STATUS_OF_KILL = {"timeout": "timeout", "memory": "memory", "processes": "processes"}
@@ -78,11 +83,23 @@ class Settings:
 # --------------------------------------------------------------------------- collecting
 
 
+class NothingToGrade(NotebookError):
+    """The batch cannot produce a single grade; the message says why and what to do."""
+
+
 def load_source(source: Path) -> dict[str, Exercise]:
-    """The exercises of the source folder, by notebook name (e.g. '05_autograd_from_scratch')."""
-    paths = sorted(source.glob("*.ipynb")) if source.is_dir() else [source]
+    """The exercises of the source folder, by notebook name (e.g. '05_autograd_from_scratch'):
+    every notebook with at least one graded cell (a check() test, an nbgrader test cell, a
+    graded answer or a task)."""
+    if not source.exists():
+        raise NothingToGrade(f"{source}: no such folder or notebook; pass the folder of "
+                             "source notebooks (with their solutions and hidden tests) as "
+                             "--source")
+    paths = sorted(p for p in source.glob("*.ipynb")) if source.is_dir() else [source]
     if not paths:
-        raise NotebookError(f"{source}: no source notebooks (*.ipynb) here")
+        raise NothingToGrade(f"{source}: no source notebooks (*.ipynb) here; pass the folder "
+                             "that holds the assignment's source notebooks as --source (for "
+                             "an nbgrader course: source/<assignment>/)")
     exercises = {}
     for path in paths:
         nb = read_notebook(path)
@@ -93,11 +110,23 @@ def load_source(source: Path) -> dict[str, Exercise]:
                 for part_id in dict.fromkeys(check_calls(cell.source)):
                     if all(part_id != p for p, _ in ex.parts):
                         ex.parts.append((part_id, gid))
-        exercises[ex.name] = ex
+            graded = classify(cell)
+            if graded is not None and all(graded.grade_id != c.grade_id for c in ex.cells):
+                ex.cells.append(graded)
+        if ex.parts or ex.cells:
+            ex.checksums = released_checksums(nb)
+            exercises[ex.name] = ex
+    if not exercises:
+        raise NothingToGrade(f"{source}: none of its {len(paths)} notebook(s) has a graded "
+                             "cell; mark test cells, graded answers or tasks with nbgrader's "
+                             "metadata (grade: true, a grade_id and points) and grade again")
     return exercises
 
 
 # Tool folders that are never a student. Any other name is one, a leading dot or not.
+# An nbgrader course folder: submitted/ beside nbgrader's other folders (and nothing else).
+NBGRADER_FOLDERS = frozenset({"submitted", "source", "release", "autograded", "feedback",
+                              "downloaded", "outbound", "inbound"})
 IGNORED = frozenset({".ipynb_checkpoints", "__pycache__", ".git", ".hg", ".svn", ".DS_Store"})
 MAX_WALK = 10_000  # entries looked at in one student's folder
 MAX_DEPTH = 4  # folders below a student's
@@ -109,13 +138,14 @@ def collect(submissions: Path, exercises: dict[str, Exercise]) -> tuple[list[Job
     Every student gets a job per exercise (a missing notebook is graded as missing); a notebook
     that matches no exercise gets a row of its own. Nothing is followed: a student folder or a
     notebook that is a symbolic link, or not a regular file, is refused with a row that says so.
-    nbgrader's layout is taken only when ``submitted/`` is the one folder there, so a student
-    named "submitted" is still graded.
+    nbgrader's layout is taken only when ``submitted/`` sits among nbgrader's own folders alone
+    (source/, release/, autograded/, feedback/...), so a student named "submitted" is still
+    graded.
     """
     if not submissions.is_dir():
         raise NotebookError(f"{submissions}: not a folder of submissions")
-    folders = [e for e in _entries(submissions) if e.is_dir(follow_symlinks=False)]
-    nbgrader_layout = [e.name for e in folders] == ["submitted"]
+    folders = {e.name for e in _entries(submissions) if e.is_dir(follow_symlinks=False)}
+    nbgrader_layout = "submitted" in folders and folders <= NBGRADER_FOLDERS
     root = submissions / "submitted" if nbgrader_layout else submissions
     jobs: list[Job] = []
     extra: list[Row] = []
@@ -138,8 +168,43 @@ def collect(submissions: Path, exercises: dict[str, Exercise]) -> tuple[list[Job
                                  f"({', '.join(exercises)}); not graded"))
         for name, ex in exercises.items():
             hit = found.get(name)
-            jobs.append(Job(entry.name, ex, *hit) if hit else Job(entry.name, ex, None, name))
+            job = Job(entry.name, ex, *hit) if hit else Job(entry.name, ex, None, name)
+            if hit:
+                job.timestamp = read_timestamp(hit[0].parent) or read_timestamp(Path(entry.path))
+            jobs.append(job)
+    if not jobs:
+        top = [e.name for e in _entries(root) if e.name.endswith(".ipynb")]
+        raise NothingToGrade(
+            f"{submissions}: no student folders here"
+            + (f" (only {len(top)} notebook(s) at the top level)" if top else "")
+            + "; expected <student>/<notebook>.ipynb or nbgrader's "
+            "submitted/<student>/<assignment>/<notebook>.ipynb")
     return jobs, extra
+
+
+def scope(jobs: list[Job], exercises: dict[str, Exercise], chosen: list[str] | None,
+          roster: dict[str, Any] | None = None) -> list[Job]:
+    """The jobs that are due: of the chosen exercises (default: every exercise at least one
+    student submitted), for every student found and every student on the roster."""
+    if chosen:
+        unknown = [name for name in chosen if name not in exercises]
+        if unknown:
+            raise NothingToGrade(f"--exercise {', '.join(unknown)}: no such source notebook "
+                                 f"with graded cells (the source has: {', '.join(exercises)})")
+        due = set(chosen)
+    else:
+        due = {j.exercise.name for j in jobs if j.path is not None or j.refused}
+        if not due:
+            students = len({j.student for j in jobs})
+            raise NothingToGrade(
+                f"none of the {students} student folder(s) holds a notebook named like a source "
+                f"notebook ({', '.join(list(exercises)[:8])}); check that --source is the "
+                "assignment's source, or name the exercises that are due with --exercise")
+    kept = [j for j in jobs if j.exercise.name in due]
+    present = {j.student for j in kept}
+    for student in sorted(set(roster or ()) - present):
+        kept += [Job(student, exercises[name], None, name) for name in exercises if name in due]
+    return kept
 
 
 def _entries(folder: Path) -> list[os.DirEntry[str]]:
@@ -214,7 +279,7 @@ def restore(submitted: Notebook, source: Notebook) -> tuple[Notebook, list[str]]
         gid = grade_id(cell)
         if gid in locked:
             original = locked[gid]
-            if cell.get("source") != original.source.split("### BEGIN HIDDEN")[0].rstrip() and \
+            if cell.get("source") != original.source.split(BEGIN_HIDDEN)[0].rstrip() and \
                     cell.get("source") != original.source:
                 notes.append(f"cell {gid!r} was edited; restored from the source")
             cell = _copy_cell(original)
@@ -269,17 +334,9 @@ def grade_one(job: Job, out: Path, settings: Settings, hide: list[Path],
 
 
 def _rows(job: Job, status: str, message: str, isolation: str = "") -> list[Row]:
-    return [Row(job.student, job.exercise.name, part_id, 0.0, _points(part_id), status, message,
-                isolation or _isolation()) for part_id, _ in job.exercise.parts]
-
-
-def _points(part_id: str) -> float:
-    from .parts import get
-
-    try:
-        return float(get(part_id).points)
-    except KeyError:
-        return 0.0
+    return [Row(job.student, job.exercise.name, name, 0.0, points, status, message,
+                isolation or _isolation(), judged)
+            for name, points, judged in job.exercise.items()]
 
 
 def _isolation() -> str:
@@ -288,6 +345,48 @@ def _isolation() -> str:
 
 def _grade_one(job: Job, out: Path, settings: Settings, hide: list[Path],
                data: bytes | None) -> list[Row]:
+    """prepare, run, judge: the three steps of one submission."""
+    prepared = prepare(job, out, settings, data)
+    if isinstance(prepared, list):  # nothing to run: these rows say why
+        return prepared
+    ran = run(prepared, settings, hide)
+    try:
+        return judge_run(job, prepared, ran, settings)
+    finally:
+        if not prepared.boxed:  # the unisolated run's files; run.json stays
+            for name in ("grading", "work", "tmp"):
+                shutil.rmtree(prepared.work / name, ignore_errors=True)
+
+
+@dataclass
+class Prepared:
+    """A submission ready to run: the restored notebook, the files handed to the sandbox, and
+    the inputs drawn for each part (kept here, on the trusted side, to judge against)."""
+
+    notebook: Notebook  # restored: every locked cell from the source, hidden tests included
+    notes: list[str]  # what restoring changed ("cell 'x' was edited; restored ...")
+    work: Path  # the grader's own folder for this submission (run.json)
+    autograded: Path  # where the (executed) restored notebook is saved
+    seed: int
+    parts: dict[str, Part]
+    cases: dict[str, list[tuple[Any, ...]]]
+    files: dict[str, bytes]  # path inside the sandbox -> bytes, all read-only
+    root: str  # the sandbox's folder for work/ and grading/
+    boxed: bool  # False: no bwrap, the same run unisolated in ``work``
+
+
+@dataclass
+class Ran:
+    """What came back from the sandbox, read with every bound."""
+
+    done: sandbox.Result
+    returned: RunResult
+    isolation: str
+
+
+def prepare(job: Job, out: Path, settings: Settings, data: bytes | None) -> Prepared | list[Row]:
+    """Read, parse and restore the submission, draw fresh inputs; rows instead when there is
+    nothing to run (missing, refused, unreadable, another exercise's notebook)."""
     from .parts import get
 
     if job.refused:
@@ -317,68 +416,155 @@ def _grade_one(job: Job, out: Path, settings: Settings, hide: list[Path],
     # Fresh inputs from a secret seed: what a student saw while working tells nothing.
     seed = secrets.randbits(63)
     rng = np.random.default_rng(seed)
-    cases: dict[str, list[tuple[Any, ...]]] = {}
-    parts: dict[str, Part] = {}
     boxed = not sandbox.bwrap_problem()  # else: the same run in the work folder, unisolated
     root = "/tmp" if boxed else str(work)
-    files = {f"{root}/work/notebook.ipynb": restored}
+    prepared = Prepared(nb, notes, work, autograded, seed, {}, {},
+                        {f"{root}/work/notebook.ipynb": restored}, root, boxed)
     for part_id, _ in job.exercise.parts:
-        parts[part_id] = part = get(part_id)
+        prepared.parts[part_id] = part = get(part_id)
         drawn = [*part.cases(rng, False), *part.cases(rng, True)]
-        files[f"{root}/grading/inputs/{part_id}.npz"] = encode_inputs(drawn)
-        cases[part_id] = roundtrip(drawn)  # exactly what the student's function receives
+        prepared.files[protocol.inputs_path(f"{root}/grading", part_id)] = encode_inputs(drawn)
+        prepared.cases[part_id] = roundtrip(drawn)  # exactly what the student's function gets
+    return prepared
+
+
+def run(prepared: Prepared, settings: Settings, hide: list[Path]) -> Ran:
+    """Execute the restored notebook in a sandbox; read back its result with every bound, and
+    save the executed notebook (outputs included) over the restored one."""
+    root, boxed = prepared.root, prepared.boxed
     argv = [sandbox.python(), "-m", "edu_dl.grading.runner", f"{root}/work/notebook.ipynb",
             f"{root}/grading", "--timeout", f"{settings.timeout_s:g}",
             "--budget", f"{settings.runner_budget():g}", "--output-cap", str(settings.output_cap)]
     done = sandbox.run(
-        argv, limits=settings.limits(), hide=hide, env=sandbox_env(f"{root}/tmp" if not boxed
-                                                                   else "/tmp"),
-        files=files, cwd=f"{root}/work", fallback_dir=work, output_limit=settings.file_mb * MB,
+        argv, limits=settings.limits(), hide=hide,
+        env=sandbox_env(f"{root}/tmp" if not boxed else "/tmp"),
+        files=prepared.files, cwd=f"{root}/work", fallback_dir=prepared.work,
+        output_limit=settings.file_mb * MB,
         tmpfs=[("/tmp/grading", GRADING_TMP_MB)] if boxed else (),
     )
-    isolation = "bwrap" if done.isolated else "rlimits only"
     returned = read_run(done.output, done.output_size, settings.file_mb * MB,
                         settings.notebook_mb * MB + 2 * settings.output_cap)
-    record, outputs, problem = returned.record, returned.outputs, returned.problem
     if returned.executed:  # the notebook with its outputs replaces the unexecuted copy
         try:
             executed = notebook_bytes(parse_notebook(returned.executed, "executed notebook"))
-            write_atomic(autograded, executed)
+            write_atomic(prepared.autograded, executed)
         except (NotebookError, RecursionError):
             pass  # a forged or broken one: the restored notebook stays
-    (work / "run.json").write_text(json.dumps(
-        {"seed": seed, "record": record, "sandbox": asdict(done) | {
+    (prepared.work / "run.json").write_text(json.dumps(
+        {"seed": prepared.seed, "record": returned.record, "sandbox": asdict(done) | {
             "log": done.log[-4000:], "output": f"{done.output_size} bytes",
             "uids_seen": sorted(done.uids_seen)}}, indent=1, default=str))
+    return Ran(done, returned, "bwrap" if done.isolated else "rlimits only")
+
+
+def judge_run(job: Job, prepared: Prepared, ran: Ran, settings: Settings) -> list[Row]:
+    """One row per part: the student's raw results judged here, or why there are none."""
+    returned = ran.returned
     rows = []
     for part_id, test_id in job.exercise.parts:
-        status, message, got = _outcome(part_id, test_id, record, outputs, done, problem,
-                                        settings)
+        part = prepared.parts[part_id]
+        status, message, got = _outcome(part_id, test_id, returned.record, returned.outputs,
+                                        ran.done, returned.problem, settings)
         points = 0.0
         if got is not None:
-            source = find_source(nb, part_id) if parts[part_id].source_check else None
-            status, message = judge(parts[part_id], cases[part_id], got, source)
-            points = float(parts[part_id].points) if status == "passed" else 0.0
-        note = "; ".join(n for n in notes if f"'{test_id}'" in n)
+            source = find_source(prepared.notebook, part_id) if part.source_check else None
+            status, message = judge(part, prepared.cases[part_id], got, source)
+            points = float(part.points) if status == "passed" else 0.0
+        note = "; ".join(n for n in prepared.notes if f"'{test_id}'" in n)
         if note and status != "passed":
             message = f"{message} ({note})"
-        rows.append(Row(job.student, job.exercise.name, part_id, points,
-                        float(parts[part_id].points), status, message, isolation))
-    if boxed:
-        return rows
-    for name in ("grading", "work", "tmp"):  # the unisolated run's files; run.json stays
-        shutil.rmtree(work / name, ignore_errors=True)
+        rows.append(Row(job.student, job.exercise.name, part_id, points, float(part.points),
+                        status, message, ran.isolation, OUTSIDE))
+    return rows + judge_cells(job, prepared, ran, settings)
+
+
+def judge_cells(job: Job, prepared: Prepared, ran: Ran, settings: Settings) -> list[Row]:
+    """Rows of the graded cells no Part judges: nbgrader test cells scored from the executed
+    notebook as nbgrader's determine_grade scores them, and what a person must grade."""
+    returned = ran.returned
+    executed = None
+    if returned.executed:
+        try:
+            executed = parse_notebook(returned.executed, "executed notebook")
+        except (NotebookError, RecursionError):
+            executed = None
+    ran_cells = {grade_id(c): c for c in executed.cells} if executed is not None else {}
+    restored = {grade_id(c): c for c in prepared.notebook.cells if grade_id(c)}
+    source = {grade_id(c): c for c in job.exercise.notebook.cells if grade_id(c)}
+    rows = []
+    for graded in job.exercise.cells:
+        gid, max_points = graded.grade_id, graded.points
+        row = Row(job.student, job.exercise.name, gid, 0.0, max_points, "", "", ran.isolation,
+                  graded.judged)
+        rows.append(row)
+        if graded.kind == "task":
+            row.status, row.message = "needs manual grading", "a task: graded by hand"
+            continue
+        if graded.kind == "answer":
+            cell = _as_source(restored.get(gid), source[gid])
+            score = determine_grade(cell, max_points, job.exercise.checksums.get(gid)) \
+                if cell is not None else 0.0
+            if score is None:
+                row.status, row.message = "needs manual grading", "an answer: graded by hand"
+            else:
+                row.status, row.message = "not answered", "the answer cell was left as released"
+            continue
+        status, message, _ = _outcome(f"test cell {gid!r}", gid, returned.record, {},
+                                      ran.done, returned.problem, settings)
+        if status not in ("no result", "error"):  # never ran, timed out, killed, crashed
+            row.status, row.message = status, message
+            continue
+        cell = ran_cells.get(gid)
+        if cell is None or cell.get("cell_type") != "code":
+            row.status, row.message = "no result", f"test cell {gid!r} is not in the " \
+                "executed notebook"
+            continue
+        cell = _as_source(cell, source[gid])
+        try:
+            score = determine_grade(cell, max_points, None)
+        except PartialCreditError as exc:
+            row.status, row.message = "error", f"test cell {gid!r}: {exc}"
+            continue
+        row.points = float(score or 0.0)
+        row.status = ("passed" if row.points == max_points else
+                      "partial" if row.points > 0 else "failed")
+        row.message = _test_cell_message(gid, cell, row.points, max_points)
+    for row in rows:
+        note = "; ".join(n for n in prepared.notes if f"'{row.part}'" in n)
+        if note and row.status != "passed":
+            row.message = cap_text(f"{row.message} ({note})")
     return rows
 
 
-def encode_inputs(cases: list[tuple[Any, ...]]) -> bytes:
-    """The npz file of a part's inputs, as bytes: handed to the sandbox read-only."""
-    import io
+def _as_source(cell: Any, original: Any) -> Any:
+    """The cell with the source's nbgrader metadata (points, flags, grade_id): what is judged
+    never rests on metadata the student could edit."""
+    if cell is None:
+        return None
+    cell = _copy_cell(cell) if cell.get("cell_type") != "code" else _with_outputs(cell)
+    cell.metadata["nbgrader"] = json.loads(json.dumps(nbgrader(original)))
+    return cell
 
-    buffer = io.BytesIO()
-    savez: Any = np.savez  # its stub cannot type **arrays next to allow_pickle
-    savez(buffer, allow_pickle=False, **encode_cases(cases))
-    return buffer.getvalue()
+
+def _with_outputs(cell: Any) -> Any:
+    import nbformat
+
+    return nbformat.from_dict(json.loads(json.dumps(cell)))
+
+
+def _test_cell_message(gid: str, cell: Any, points: float, max_points: float) -> str:
+    """What decided an nbgrader test cell's score, in one line."""
+    for output in cell.get("outputs", []):
+        kind = output.get("output_type")
+        if kind == "error":
+            error = f"{output.get('ename', '')}: {output.get('evalue', '')}".rstrip(": ")
+            return cap_text(f"test cell {gid!r} failed: {error}")
+        if kind == "stream" and output.get("name") == "stderr":
+            return cap_text(f"test cell {gid!r} wrote to stderr (nbgrader scores that 0): "
+                            f"{str(output.get('text', ''))[:300].strip()}")
+        if kind == "execute_result":
+            return f"test cell {gid!r}: partial credit {points:g} of {max_points:g}"
+    return f"test cell {gid!r} passed"
 
 
 def sandbox_env(tmp: str = "/tmp") -> dict[str, str]:
@@ -500,18 +686,24 @@ def load_parts(exercises: dict[str, Exercise]) -> None:
 
     for ex in exercises.values():
         for part_id, _ in ex.parts:
-            get(part_id)
+            ex.points[part_id] = float(get(part_id).points)
 
 
 def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | None = None,
           jobs: int = 1, force: bool = False, progress: bool = True,
-          log: Callable[[str], None] = print) -> Summary:
-    """Grade every submission; write grades.csv, feedback/ and the nbgrader export into ``out``."""
+          log: Callable[[str], None] = print, exercises_due: list[str] | None = None,
+          dates: Dates | None = None, roster: dict[str, Any] | None = None) -> Summary:
+    """Grade every submission; write grades.csv, feedback/ and the nbgrader export into ``out``.
+
+    Raises NothingToGrade (one sentence: why, and what to do) when the batch could not grade
+    anything: no graded cell in the source, no student folder, nothing due submitted."""
     settings = settings or Settings()
+    dates = dates or Dates()
     start = time.monotonic()
     exercises = load_source(source)
     load_parts(exercises)
     all_jobs, extra = collect(submissions, exercises)
+    all_jobs = scope(all_jobs, exercises, exercises_due, roster)
     out.mkdir(parents=True, exist_ok=True)
     problem = sandbox.bwrap_problem()
     if problem:
@@ -548,8 +740,9 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
         for _ in pool.map(work, todo):
             bar.update(1)
     rows = [r for job in all_jobs for r in rows_by_job[(job.student, job.exercise.name)]]
+    rows += dates.late_rows(rows, all_jobs)
     rows += extra
-    write_outputs(out, rows, all_jobs)
+    write_outputs(out, rows, all_jobs, dates=dates, roster=roster)
     summary = Summary(rows, len(todo), len(all_jobs) - len(todo), time.monotonic() - start,
                       not problem, problem)
     return summary

@@ -38,6 +38,17 @@ def add_grade(subparsers: Any) -> None:
     p.add_argument("--out", type=Path, required=True, help="where grades.csv and feedback go")
     p.add_argument("--jobs", type=_positive(int), default=1, help="submissions graded at once")
     p.add_argument("--force", action="store_true", help="regrade everything, changed or not")
+    p.add_argument("--exercise", action="append", dest="exercises", metavar="NAME",
+                   help="a source notebook (without .ipynb) that is due; repeat for more "
+                   "(default: every source notebook at least one student submitted)")
+    p.add_argument("--due", metavar="DATETIME", help="the due date, ISO (e.g. "
+                   "2026-03-01T23:59; UTC unless it names an offset); a later timestamp.txt "
+                   "is late")
+    p.add_argument("--late", default="none", metavar="POLICY",
+                   help="late policy: none (default), zero, or per-hour:POINTS (points off per "
+                   "started hour, as nbgrader's 'subtract')")
+    p.add_argument("--roster", type=Path, metavar="CSV", help="students (nbgrader's columns: "
+                   "id, first_name, last_name, email): all are due; names fill the export")
     # Defaults (None) come from grade.Settings, so `edu-dl --help` need not import the grader.
     for flag, kind, dest, text in (
         ("--timeout", float, "timeout_s", "seconds per cell (default 60)"),
@@ -60,6 +71,7 @@ def add_grade(subparsers: Any) -> None:
 def run_grade(args: argparse.Namespace) -> int:
     from .grade import Settings, grade
     from .notebooks import NotebookError
+    from .policy import Dates, LatePolicy, PolicyError, parse_time, read_roster
     from .report import summary_text
 
     chosen = {k: getattr(args, k) for k in ("timeout_s", "budget_s", "memory_mb", "cpu_s",
@@ -67,10 +79,18 @@ def run_grade(args: argparse.Namespace) -> int:
               if getattr(args, k) is not None}
     settings = Settings(**chosen)
     try:
+        try:
+            due = parse_time(args.due) if args.due else None
+        except ValueError:
+            raise PolicyError(f"--due {args.due!r}: not a date and time; write it as ISO, "
+                              "e.g. 2026-03-01T23:59 or 2026-03-01T23:59+01:00") from None
+        dates = Dates(due, LatePolicy.parse(args.late))
+        roster = read_roster(args.roster) if args.roster else None
         summary = grade(args.submissions, args.source, args.out, settings=settings,
                         jobs=args.jobs, force=args.force,
-                        log=lambda text: print(text, file=sys.stderr))
-    except NotebookError as exc:
+                        log=lambda text: print(text, file=sys.stderr),
+                        exercises_due=args.exercises, dates=dates, roster=roster)
+    except (NotebookError, PolicyError) as exc:
         print(f"edu-dl grade: {exc}", file=sys.stderr)
         return 2
     print(summary_text(summary))

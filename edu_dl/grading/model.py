@@ -9,11 +9,17 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from .notebooks import Notebook
 
 MESSAGE_CAP = 2000  # characters of a gradebook message: a student's exception can be megabytes
+# Where a row was judged (the gradebook's "judged" column). Only the first is covered by the
+# sandbox's tamper guarantees: an assert cell's outcome is observed inside the student's process.
+OUTSIDE = "outside the sandbox (check/Part)"
+INSIDE = "inside the sandbox (assert cell)"
+BY_HAND = "by hand"
 
 
 @dataclass
@@ -26,6 +32,7 @@ class Row:
     status: str
     message: str
     sandbox: str = "bwrap"
+    judged: str = OUTSIDE
 
     def __post_init__(self) -> None:
         self.message = cap_text(self.message)
@@ -39,14 +46,37 @@ def cap_text(text: str, limit: int = MESSAGE_CAP) -> str:
     return f"{text[:limit]} [... {len(text) - limit} more characters cut]"
 
 
+@dataclass(frozen=True)
+class GradedCell:
+    """A graded cell that no Part judges: an nbgrader test cell ("tests": its asserts run in the
+    sandbox and the cell is scored as nbgrader scores it), a graded answer ("answer": a graded
+    solution cell, code or Markdown) or a task ("task"); the last two are graded by hand."""
+
+    grade_id: str
+    points: float
+    kind: str
+
+    @property
+    def judged(self) -> str:
+        return INSIDE if self.kind == "tests" else BY_HAND
+
+
 @dataclass
 class Exercise:
-    """One source notebook: its cells by grade_id and the parts its graded cells check."""
+    """One source notebook: its cells by grade_id and what its graded cells grade."""
 
     name: str
     notebook: Notebook
     digest: str
     parts: list[tuple[str, str]] = field(default_factory=list)  # (part id, test cell grade_id)
+    cells: list[GradedCell] = field(default_factory=list)  # graded cells without a check()
+    points: dict[str, float] = field(default_factory=dict)  # max points by part id (load_parts)
+    checksums: dict[str, str] = field(default_factory=dict)  # grade_id -> released cell's
+
+    def items(self) -> list[tuple[str, float, str]]:
+        """(row name, max points, judged) of every gradebook row this exercise has."""
+        return ([(p, self.points.get(p, 0.0), OUTSIDE) for p, _ in self.parts]
+                + [(c.grade_id, c.points, c.judged) for c in self.cells])
 
 
 @dataclass
@@ -56,6 +86,7 @@ class Job:
     path: Path | None  # None: nothing submitted
     assignment: str  # nbgrader's assignment folder (the exercise name in the flat layout)
     refused: str = ""  # why the submission is not read at all (a link, not a regular file)
+    timestamp: datetime | None = None  # nbgrader's timestamp.txt beside it, in UTC
 
 
 @dataclass

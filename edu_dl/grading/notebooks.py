@@ -121,6 +121,13 @@ def check_calls(source: str) -> list[str]:
     return [m.group("part") for m in CHECK_CALL.finditer(source)]
 
 
+def uses_check(nb: Notebook) -> bool:
+    """Does the notebook use edu_dl's check() (an import of edu_dl.grading or a check call in a
+    test cell)? If not, it is an nbgrader assignment graded by its cells' outputs."""
+    return any(cell.cell_type == "code" and ("edu_dl.grading" in cell.source or (
+        is_grade(cell) and check_calls(cell.source))) for cell in nb.cells)
+
+
 def checksum(cell: Cell) -> str:
     """nbgrader's utils.compute_checksum: md5 of source, type, flags, grade_id and points."""
     m = hashlib.md5()

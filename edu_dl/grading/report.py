@@ -14,13 +14,20 @@ from typing import Any
 from .model import Job, Row, Summary, safe_file_name
 from .notebooks import write_atomic
 
-COLUMNS = ("student", "exercise", "part", "points", "max_points", "status", "message", "sandbox")
+COLUMNS = ("student", "exercise", "part", "points", "max_points", "status", "message", "sandbox",
+           "judged")
 NBGRADER_COLUMNS = ("assignment", "duedate", "timestamp", "student_id", "last_name", "first_name",
                     "email", "raw_score", "late_submission_penalty", "score", "max_score")
 
 
-def write_outputs(out: Path, rows: list[Row], jobs: list[Job]) -> None:
-    """grades.csv, feedback/<student>.md and nbgrader_grades.csv, each written atomically."""
+def write_outputs(out: Path, rows: list[Row], jobs: list[Job], *, dates: Any = None,
+                  roster: dict[str, Any] | None = None) -> None:
+    """grades.csv, feedback/<student>.md and nbgrader_grades.csv, each written atomically.
+
+    ``dates`` (policy.Dates) and ``roster`` (id -> policy.Person) fill nbgrader's duedate,
+    timestamp, late penalty and name columns."""
+    from .policy import LATE
+
     table = ([getattr(r, c) for c in COLUMNS] for r in rows)
     write_atomic(out / "grades.csv", _csv(COLUMNS, table))
     by_student: dict[str, list[Row]] = {}
@@ -29,16 +36,30 @@ def write_outputs(out: Path, rows: list[Row], jobs: list[Job]) -> None:
     for student, mine in by_student.items():
         write_atomic(out / "feedback" / f"{safe_file_name(student)}.md",
                      feedback(student, mine).encode())
-    assignment = {(j.student, j.exercise.name): j.assignment for j in jobs}
+    by_job = {(j.student, j.exercise.name): j for j in jobs}
     totals: dict[tuple[str, str], list[float]] = {}
     for row in rows:
         if row.part:
-            t = totals.setdefault((row.student, row.exercise), [0.0, 0.0])
-            t[0] += row.points
-            t[1] += row.max_points
-    write_atomic(out / "nbgrader_grades.csv", _csv(NBGRADER_COLUMNS, (
-        [assignment.get(k, k[1]), "", "", k[0], "", "", "", f"{p:g}", "0.0", f"{p:g}", f"{m:g}"]
-        for k, (p, m) in totals.items())))
+            t = totals.setdefault((row.student, row.exercise), [0.0, 0.0, 0.0])
+            if row.part == LATE:
+                t[2] -= row.points
+            else:
+                t[0] += row.points
+                t[1] += row.max_points
+    due = getattr(dates, "due", None)
+    table2 = []
+    for (student, exercise), (raw, most, penalty) in totals.items():
+        job = by_job.get((student, exercise))
+        person = (roster or {}).get(student)
+        stamp = job.timestamp if job is not None else None
+        table2.append([
+            job.assignment if job is not None else exercise,
+            f"{due:%Y-%m-%d %H:%M:%S} UTC" if due else "",
+            f"{stamp:%Y-%m-%d %H:%M:%S} UTC" if stamp else "", student,
+            getattr(person, "last_name", ""), getattr(person, "first_name", ""),
+            getattr(person, "email", ""), f"{raw:g}", f"{penalty:g}" if penalty else "0.0",
+            f"{raw - penalty:g}", f"{most:g}"])
+    write_atomic(out / "nbgrader_grades.csv", _csv(NBGRADER_COLUMNS, table2))
 
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")

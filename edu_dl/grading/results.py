@@ -20,20 +20,17 @@ from __future__ import annotations
 
 import io
 import json
-import re
 import zipfile
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from .checking import read_outputs
+from .protocol import EXECUTED, OUTPUT_MEMBER, RUN_RECORD, read_outputs
 
 MAX_ENTRIES = 1000  # members of one result zip (and of one npz inside it)
 MAX_ARRAY_BYTES = 64 << 20
 MAX_RECORD_BYTES = 1 << 20  # run.json
-EXECUTED = "executed.ipynb"  # runner.EXECUTED: the notebook with its outputs
-OUTPUT_NAME = re.compile(r"^outputs/(ex\d\d[a-z]?\.[A-Za-z_][A-Za-z0-9_]*)\.(\d{1,9})\.npz$")
 
 
 class Refused(ValueError):
@@ -75,10 +72,10 @@ def read_result(data: bytes, size: int, max_bytes: int
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as zf:
             infos = _stored_members(zf, max_bytes)
-            record = json.loads(_read(zf, "run.json", MAX_RECORD_BYTES) or b"{}")
+            record = json.loads(_read(zf, RUN_RECORD, MAX_RECORD_BYTES) or b"{}")
             best: dict[str, tuple[tuple[bool, int], list[Any]]] = {}
             for info in infos:
-                match = OUTPUT_NAME.match(info.filename)
+                match = OUTPUT_MEMBER.match(info.filename)
                 if match is None or info.file_size > MAX_ARRAY_BYTES:
                     continue
                 parsed = _outputs(zf.read(info))
@@ -126,7 +123,7 @@ def _outputs(data: bytes) -> tuple[bool, list[Any]] | None:
     if not safe_npz(data):
         return None
     try:
-        return read_outputs(io.BytesIO(data))  # type: ignore[arg-type]
+        return read_outputs(io.BytesIO(data))
     except Exception:
         return None
 

@@ -26,8 +26,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-GRADING_VAR = "EDU_DL_GRADING_DIR"
-RESULT_FD_VAR = "EDU_DL_RESULT_FD"  # sandbox.RESULT_FD_VAR (this module imports nothing of ours)
+from .protocol import EXECUTED, GRADING_ENV, OUTPUTS, RESULT_FD_VAR, RUN_RECORD
+
 TEXT_CAP = 2000  # characters of an error message kept per cell
 FLOOD = 16  # a cell printing more than FLOOD x the output cap is interrupted
 
@@ -76,9 +76,6 @@ def _short(text: Any) -> str:
     return text if len(text) <= TEXT_CAP else text[:TEXT_CAP] + " [...]"
 
 
-EXECUTED = "executed.ipynb"  # the notebook with its outputs, in the result zip
-
-
 def execute(notebook: Path, grading_dir: Path, *, timeout: float, output_cap: int,
             budget: float = float("inf"), startup_timeout: float = 60.0
             ) -> tuple[dict[str, Any], Any]:
@@ -96,9 +93,9 @@ def execute(notebook: Path, grading_dir: Path, *, timeout: float, output_cap: in
     except Exception as exc:  # the grader validated it, but be safe: record, never crash
         record.update(kernel="unreadable", message=_short(f"{type(exc).__name__}: {exc}"))
         return record, None
-    (grading_dir / "outputs").mkdir(parents=True, exist_ok=True)
+    (grading_dir / OUTPUTS).mkdir(parents=True, exist_ok=True)
     Path(os.environ.setdefault("HOME", "/tmp/home")).mkdir(parents=True, exist_ok=True)
-    os.environ[GRADING_VAR] = str(grading_dir)
+    os.environ[GRADING_ENV] = str(grading_dir)
     client = _client_class()(
         nb, timeout=math.ceil(timeout), startup_timeout=math.ceil(min(startup_timeout, budget)),
         kernel_name="python3",
@@ -194,22 +191,22 @@ def pack(record: dict[str, Any], grading_dir: Path, result: io.RawIOBase,
     sandbox's only way out)."""
     import nbformat
 
-    outputs = sorted((grading_dir / "outputs").glob("*.npz"))
+    outputs = sorted((grading_dir / OUTPUTS).glob("*.npz"))
     buffer = io.BytesIO()  # built here first: a write cut short must not leave half a zip
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as zf:
-        zf.writestr("run.json", json.dumps(record))
+        zf.writestr(RUN_RECORD, json.dumps(record))
         if executed is not None:
             zf.writestr(EXECUTED, nbformat.writes(executed))
         for path in outputs:
             if path.is_file() and not path.is_symlink():
-                zf.write(path, f"outputs/{path.name}")
+                zf.write(path, f"{OUTPUTS}/{path.name}")
     try:
         _write_all(result, buffer.getvalue())
     except OSError as exc:  # over the file-size limit: keep the record, drop the outputs
         record["message"] = _short(f"results too large to return ({exc}); {record['message']}")
         small = io.BytesIO()
         with zipfile.ZipFile(small, "w", zipfile.ZIP_STORED) as zf:
-            zf.writestr("run.json", json.dumps(record))
+            zf.writestr(RUN_RECORD, json.dumps(record))
         result.seek(0)
         result.truncate()
         _write_all(result, small.getvalue())

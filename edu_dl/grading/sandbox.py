@@ -47,11 +47,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from .protocol import RESULT_FD_VAR  # the descriptor the sandbox writes its result to
+
 MB = 1 << 20
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TREE_MEMORY = 1.25  # the tree may hold a quarter more than one process's RLIMIT_DATA
 TAG_VAR = "EDU_DL_SANDBOX_TAG"  # marks every process of one sandbox (fallback cleanup)
-RESULT_FD_VAR = "EDU_DL_RESULT_FD"  # the descriptor the sandbox writes its result to
 # Tasks the pids cgroup and RLIMIT_NPROC allow beyond Limits.processes: bwrap's own two processes
 # and room for the watchdog to see the count pass the limit and name the cause.
 CGROUP_MARGIN = 8

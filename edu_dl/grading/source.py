@@ -23,7 +23,7 @@ import types
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from .checking import Part, Verdict, global_names
+from .spec import Part, Verdict, global_names
 
 if TYPE_CHECKING:
     from .notebooks import Notebook

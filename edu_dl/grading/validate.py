@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import notebooks as nbs
-from .checking import GRADING_ENV
+from .protocol import GRADING_ENV
 
 PASS, FAIL = "✓", "✗"
 MAX_MESSAGE_LINES = 6

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-import re
 
-from ..checking import Part
-
-PART_ID = re.compile(r"^(ex\d\d[a-z]?)\.[A-Za-z_][A-Za-z0-9_]*$")
+from ..protocol import PART_ID
+from ..spec import Part
 
 
 def get(part_id: str) -> Part:

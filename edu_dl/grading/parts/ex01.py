@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..checking import Part, tolerance
+from ..spec import Part, tolerance
 
 Case = tuple[Any, ...]
 EXACT = tolerance(rtol=1e-9, atol=0.0)

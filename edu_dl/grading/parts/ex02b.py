@@ -26,8 +26,8 @@ import numpy as np
 
 from ...cuda import launch, mistakes
 from ...cuda.simulator import fill_shared_with_nan, simulator_active
-from ..checking import CheckFailure, Part, Verdict, tolerance
 from ..source import all_checks, decorator_names, names_check
+from ..spec import CheckFailure, Part, Verdict, tolerance
 
 Array = np.ndarray
 Case = tuple[Any, ...]

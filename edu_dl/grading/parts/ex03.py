@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from ..checking import CheckFailure, Part, Verdict, tolerance
 from ..source import code_names, definition_node
+from ..spec import CheckFailure, Part, Verdict, tolerance
 
 Case = tuple[Any, ...]
 EXACT = tolerance(rtol=1e-9, atol=0.0)

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ..checking import CheckFailure, Part, Verdict, global_names, tolerance
 from ..source import names_check
+from ..spec import CheckFailure, Part, Verdict, global_names, tolerance
 
 Array = np.ndarray
 Case = tuple[Any, ...]

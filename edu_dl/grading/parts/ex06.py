@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from ..checking import CheckFailure, Part, tolerance
 from ..source import names_check
+from ..spec import CheckFailure, Part, tolerance
 
 Array = np.ndarray
 Case = tuple[Any, ...]

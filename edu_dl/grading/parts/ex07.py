@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from ..checking import CheckFailure, Part, Verdict, tolerance
 from ..source import all_checks, definition_node, names_check
+from ..spec import CheckFailure, Part, Verdict, tolerance
 from .ex06 import loss_hints
 
 Array = np.ndarray

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from ..checking import CheckFailure, Part, Verdict, tolerance
 from ..source import names_check
+from ..spec import CheckFailure, Part, Verdict, tolerance
 
 Array = np.ndarray
 Case = tuple[Any, ...]

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..checking import Part, tolerance
+from ..spec import Part, tolerance
 
 Array = np.ndarray
 Case = tuple[Any, ...]

@@ -1,0 +1,172 @@
+"""The grading protocol: every name, path and file layout the grader, the sandbox's runner and
+``check()`` share, and the wire format of what crosses the sandbox's wall.
+
+Inside the sandbox, ``$EDU_DL_GRADING_DIR`` (:data:`GRADING_ENV`) names a folder holding
+``inputs/<part>.npz`` (the grader's cases, read-only); each ``check()`` call writes
+``outputs/<part>.<k>.npz``. The runner packs :data:`RUN_RECORD`, :data:`EXECUTED` and
+``outputs/`` into one STORED zip written to the descriptor in ``$EDU_DL_RESULT_FD``
+(:data:`RESULT_FD_VAR`): the one thing the grader reads back (``results.read_run``). Every file is
+plain NumPy data written with ``allow_pickle=False``: nothing that crosses is ever a pickle.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# --------------------------------------------------------------------------- names
+
+GRADING_ENV = "EDU_DL_GRADING_DIR"  # set inside the sandbox: check() records, compares nothing
+RESULT_FD_VAR = "EDU_DL_RESULT_FD"  # the descriptor the sandbox writes its result zip to
+# A part id: '<exercise>.<name>', e.g. 'ex05.relu_backward'; the exercise names the module of
+# Part specs that defines it, the name is a Python identifier.
+EXERCISE_ID = r"ex\d\d[a-z]?"
+PART_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+PART_ID = re.compile(rf"^({EXERCISE_ID})\.{PART_NAME}$")
+
+# --------------------------------------------------------------------------- layouts
+
+INPUTS = "inputs"  # <grading dir>/inputs/<part>.npz: the grader's cases
+OUTPUTS = "outputs"  # <grading dir>/outputs/<part>.<k>.npz: one per check() call
+RUN_RECORD = "run.json"  # in the result zip: one entry per code cell
+EXECUTED = "executed.ipynb"  # in the result zip: the notebook with its outputs
+# A member of the result zip that holds one check() call's results: (part id, call number).
+OUTPUT_MEMBER = re.compile(rf"^{OUTPUTS}/({EXERCISE_ID}\.{PART_NAME})\.(\d{{1,9}})\.npz$")
+
+
+def inputs_path(grading_dir: str | Path, part_id: str) -> str:
+    """Where a part's inputs lie inside the grading folder."""
+    return f"{grading_dir}/{INPUTS}/{part_id}.npz"
+
+
+def output_name(part_id: str, k: int) -> str:
+    """The file name of the k-th check() call's results for a part (k counts from 1)."""
+    return f"{part_id}.{k}.npz"
+
+
+def output_number(part_id: str, name: str) -> int | None:
+    """k of an output file name written for ``part_id``, or None for any other name."""
+    stem = name[len(part_id) + 1:-4]
+    ok = name.startswith(f"{part_id}.") and name.endswith(".npz") and stem.isdigit()
+    return int(stem) if ok else None
+
+
+# --------------------------------------------------------------------------- the wire format
+
+
+class ErrorText(str):
+    """The text of an exception the student's function raised on a case (grading mode)."""
+
+
+def as_array(value: Any) -> np.ndarray:
+    """NumPy view of a result: CuPy and torch tensors are copied to the host first."""
+    import numpy as np
+
+    if hasattr(value, "get") and type(value).__module__.split(".")[0] == "cupy":
+        value = value.get()
+    if type(value).__module__.split(".")[0] == "torch":
+        value = value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def savez(file: Any, arrays: dict[str, np.ndarray]) -> None:
+    """np.savez refusing object arrays: nothing in these files is ever a pickle."""
+    import numpy as np
+
+    save: Any = np.savez  # its stub cannot type **arrays next to allow_pickle
+    save(file, allow_pickle=False, **arrays)
+
+
+def from_array(a: np.ndarray) -> Any:
+    """A 0-d array back to a Python number or string; anything else stays an array."""
+    return a.item() if a.ndim == 0 else a
+
+
+def encode_cases(cases: Sequence[tuple[Any, ...]]) -> dict[str, np.ndarray]:
+    """Cases -> npz arrays: case{i}_arg{j}, n_cases, n_args (per case). No pickles."""
+    import numpy as np
+
+    arrays: dict[str, np.ndarray] = {"n_cases": np.array(len(cases)),
+                                     "n_args": np.array([len(c) for c in cases], dtype=np.int64)}
+    for i, args in enumerate(cases):
+        for j, arg in enumerate(args):
+            a = np.asarray(arg)
+            if a.dtype.kind == "O":
+                raise TypeError(f"case {i} argument {j}: {type(arg).__name__} cannot be saved "
+                                "without pickle; use arrays, numbers or strings")
+            arrays[f"case{i}_arg{j}"] = a
+    return arrays
+
+
+def decode_cases(arrays: Any) -> list[tuple[Any, ...]]:
+    import numpy as np
+
+    n_cases = int(arrays["n_cases"])
+    n_args = np.broadcast_to(np.asarray(arrays["n_args"]), (n_cases,))
+    return [tuple(from_array(np.asarray(arrays[f"case{i}_arg{j}"])) for j in range(int(n_args[i])))
+            for i in range(n_cases)]
+
+
+def encode_inputs(cases: Sequence[tuple[Any, ...]]) -> bytes:
+    """The npz file of a part's inputs, as bytes: handed to the sandbox read-only."""
+    buffer = io.BytesIO()
+    savez(buffer, encode_cases(cases))
+    return buffer.getvalue()
+
+
+def roundtrip(cases: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """The cases exactly as the grader's npz file delivers them, so both modes see the same."""
+    import numpy as np
+
+    with np.load(io.BytesIO(encode_inputs(cases)), allow_pickle=False) as data:
+        return decode_cases(data)
+
+
+def write_inputs(path: str | Path, cases: Sequence[tuple[Any, ...]]) -> None:
+    """The grader's side: <dir>/inputs/<part_id>.npz."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(encode_inputs(cases))
+
+
+def encode_result(i: int, result: Any) -> dict[str, np.ndarray]:
+    """One case's result as npz arrays (a tuple output by output); ValueError for an object."""
+    import numpy as np
+
+    outputs = tuple(result) if isinstance(result, tuple | list) else (result,)
+    arrays = {f"case{i}_tuple": np.array(isinstance(result, tuple | list)),
+              f"case{i}_n_out": np.array(len(outputs))}
+    for j, out in enumerate(outputs):
+        a = as_array(out)
+        if a.dtype.kind == "O":
+            raise NotPlainData(f"output {j} is a {type(out).__name__}, not an array or a number")
+        arrays[f"case{i}_out{j}"] = a
+    return arrays
+
+
+class NotPlainData(ValueError):
+    """A result that cannot cross the wall without pickle."""
+
+
+def read_outputs(path: Any) -> tuple[bool, list[Any]]:
+    """The grader's side: (hidden, per case: the result (tuples rebuilt) or an error string)."""
+    import numpy as np
+
+    with np.load(path, allow_pickle=False) as data:
+        hidden = bool(data["hidden"])
+        results: list[Any] = []
+        for i in range(int(data["n_cases"])):
+            if f"case{i}_error" in data:
+                results.append(ErrorText(str(data[f"case{i}_error"])))
+            elif bool(data[f"case{i}_tuple"]):
+                n = int(data[f"case{i}_n_out"])
+                results.append(tuple(from_array(data[f"case{i}_out{j}"]) for j in range(n)))
+            else:
+                results.append(from_array(data[f"case{i}_out0"]))
+    return hidden, results
