@@ -180,3 +180,22 @@ def _cmdline(pid: int) -> str:
         return ""
     # zombies keep no command line; a live process that matches is a leak
     return text
+
+
+def test_a_mirror_keeps_a_venvs_packages_and_leaves_out_only_the_base_pythons(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Software the sandbox's uid cannot reach is mirrored; a virtual environment's packages
+    come along, only the base Python's own site-packages and test suite stay behind."""
+    venv, base = tmp_path / "venv", tmp_path / "base"
+    (venv / "lib" / "python3.11" / "site-packages" / "pkg").mkdir(parents=True)
+    (venv / "lib" / "python3.11" / "site-packages" / "pkg" / "__init__.py").write_text("x = 1")
+    for folder in ("site-packages/junk", "test"):
+        (base / "lib" / "python3.11" / folder).mkdir(parents=True)
+    (base / "lib" / "python3.11" / "os.py").write_text("")
+    monkeypatch.setattr(sys, "prefix", str(venv))
+    monkeypatch.setattr(sys, "base_prefix", str(base))
+    mirrored = sandbox._mirror(venv) / "lib" / "python3.11"
+    assert (mirrored / "site-packages" / "pkg" / "__init__.py").read_text() == "x = 1"
+    mirrored = sandbox._mirror(base) / "lib" / "python3.11"
+    assert (mirrored / "os.py").exists()
+    assert not (mirrored / "site-packages").exists() and not (mirrored / "test").exists()

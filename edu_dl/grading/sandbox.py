@@ -192,8 +192,11 @@ def _reachable(path: Path, uid: int, gid: int) -> bool:
 
 
 _MIRRORS: dict[Path, Path] = {}
-# A Python's own site-packages and test suite: a virtual environment never uses them.
-_MIRROR_SKIP = ("site-packages", "test")
+
+
+def _base_python_only(path: Path) -> bool:
+    """Is path the base Python under a virtual environment (whose own packages it never uses)?"""
+    return sys.prefix != sys.base_prefix and path == Path(sys.base_prefix).resolve()
 
 
 def _mirror(path: Path) -> Path:
@@ -201,7 +204,8 @@ def _mirror(path: Path) -> Path:
 
     A root grader's Python often lives under /root (mode 0700), where the sandbox's uid cannot
     look, and bwrap resolves a mount's source as that uid. The copy sits in a root-owned 0755
-    folder and is shown inside at the original path.
+    folder and is shown inside at the original path. Of a base Python under a virtual
+    environment, its own site-packages and test suite are left out: the environment uses neither.
     """
     if path in _MIRRORS:
         return _MIRRORS[path]
@@ -215,9 +219,12 @@ def _mirror(path: Path) -> Path:
         except OSError:
             shutil.copy2(src, dst, follow_symlinks=False)
 
-    shutil.copytree(path, target, symlinks=True, copy_function=link,
-                    ignore=lambda folder, names: [n for n in names if n in _MIRROR_SKIP
-                                                  and Path(folder).name.startswith("python")])
+    def unused(folder: str, names: list[str]) -> list[str]:
+        if not (_base_python_only(path) and Path(folder).name.startswith("python")):
+            return []
+        return [n for n in names if n in ("site-packages", "test")]
+
+    shutil.copytree(path, target, symlinks=True, copy_function=link, ignore=unused)
     for folder, dirs, _ in os.walk(target):
         for name in dirs:
             (Path(folder) / name).chmod(0o755)
