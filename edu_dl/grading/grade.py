@@ -101,9 +101,11 @@ def load_source(source: Path) -> dict[str, Exercise]:
                              "that holds the assignment's source notebooks as --source (for "
                              "an nbgrader course: source/<assignment>/)")
     exercises = {}
+    beside = read_beside(source if source.is_dir() else source.parent)
     for path in paths:
         nb = read_notebook(path)
         ex = Exercise(path.stem, nb, hashlib.sha256(path.read_bytes()).hexdigest())
+        ex.files = beside
         for cell in nb.cells:
             gid = grade_id(cell)
             if gid is not None and cell.cell_type == "code":
@@ -121,6 +123,55 @@ def load_source(source: Path) -> dict[str, Exercise]:
                              "cell; mark test cells, graded answers or tasks with nbgrader's "
                              "metadata (grade: true, a grade_id and points) and grade again")
     return exercises
+
+
+# Files beside the source notebooks (data, images) reach each submission's sandbox read-only, next
+# to the notebook; what nbgrader's CourseDirectory.ignore skips does not, nor notebooks (other
+# exercises' sources), nor the instructor's part specs (parts/), nor links or special files.
+NBGRADER_IGNORE = (".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback")
+PARTS_FOLDER = "parts"
+MAX_BESIDE_FILES = 256
+MAX_BESIDE_MB = 64
+MAX_BESIDE_DEPTH = 8
+
+
+def read_beside(folder: Path) -> dict[str, bytes]:
+    """The files beside the source notebooks, by path relative to ``folder``, read bounded and
+    never through a link; NothingToGrade when there are more or larger than the limits."""
+    import fnmatch
+
+    found: dict[str, bytes] = {}
+    total, todo = 0, [(folder, 0)]
+    while todo:
+        here, depth = todo.pop()
+        with os.scandir(here) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        for entry in entries:
+            if any(fnmatch.fnmatch(entry.name, pattern) for pattern in NBGRADER_IGNORE) or \
+                    entry.is_symlink() or entry.name.endswith(".ipynb") or \
+                    (depth == 0 and entry.name == PARTS_FOLDER):
+                continue
+            path = Path(entry.path)
+            if entry.is_dir(follow_symlinks=False):
+                if depth < MAX_BESIDE_DEPTH:
+                    todo.append((path, depth + 1))
+                continue
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            if len(found) >= MAX_BESIDE_FILES:
+                raise NothingToGrade(f"{folder}: over {MAX_BESIDE_FILES} files beside the "
+                                     "source notebooks (each reaches every sandbox); move "
+                                     "what the notebooks do not read out of the source folder")
+            left = MAX_BESIDE_MB * MB - total
+            try:
+                data = read_submission(path, left, f"left of the {MAX_BESIDE_MB} MB that the "
+                                       "files beside the source notebooks may hold in all")
+            except Refused as exc:
+                raise NothingToGrade(f"{folder}: {exc}; move what the notebooks do not read "
+                                     "out of the source folder") from None
+            total += len(data)
+            found[path.relative_to(folder).as_posix()] = data
+    return found
 
 
 # Tool folders that are never a student. Any other name is one, a leading dot or not.
@@ -234,7 +285,8 @@ def _notebooks(student: Path) -> list[tuple[Path, str]]:
     return sorted(found)
 
 
-def read_submission(path: Path, max_bytes: int) -> bytes:
+def read_submission(path: Path, max_bytes: int,
+                    limit: str = "for one notebook (--max-notebook-mb)") -> bytes:
     """The notebook's bytes, never through a link, never from anything but a regular file.
 
     O_NOFOLLOW refuses a link planted after collecting; O_NONBLOCK keeps a FIFO from hanging the
@@ -251,7 +303,7 @@ def read_submission(path: Path, max_bytes: int) -> bytes:
             raise Refused(f"{path.name}: not a regular file; not read")
         if st.st_size > max_bytes:
             raise Refused(f"{path.name} is {st.st_size / MB:.1f} MB, over the limit of "
-                          f"{max_bytes / MB:g} MB for one notebook (--max-notebook-mb); not read")
+                          f"{max_bytes / MB:g} MB {limit}; not read")
         data = f.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise Refused(f"{path.name} grew past the limit of {max_bytes / MB:g} MB while read")
@@ -418,8 +470,9 @@ def prepare(job: Job, out: Path, settings: Settings, data: bytes | None) -> Prep
     rng = np.random.default_rng(seed)
     boxed = not sandbox.bwrap_problem()  # else: the same run in the work folder, unisolated
     root = "/tmp" if boxed else str(work)
-    prepared = Prepared(nb, notes, work, autograded, seed, {}, {},
-                        {f"{root}/work/notebook.ipynb": restored}, root, boxed)
+    files = {f"{root}/work/{name}": data for name, data in job.exercise.files.items()}
+    files[f"{root}/work/notebook.ipynb"] = restored
+    prepared = Prepared(nb, notes, work, autograded, seed, {}, {}, files, root, boxed)
     for part_id, _ in job.exercise.parts:
         prepared.parts[part_id] = part = get(part_id)
         drawn = [*part.cases(rng, False), *part.cases(rng, True)]
@@ -657,6 +710,8 @@ def job_key(job: Job, settings: Settings, data: bytes | None) -> str:
     h.update(job.exercise.digest.encode())
     h.update(json.dumps(asdict(settings), sort_keys=True).encode())
     h.update(job.refused.encode())
+    for name, beside in sorted(job.exercise.files.items()):
+        h.update(hashlib.sha256(name.encode() + b"\0" + beside).digest())
     if data is not None:
         h.update(data)
     parts_dir = Path(__file__).resolve().parent / "parts"

@@ -72,6 +72,7 @@ class Exercise:
     cells: list[GradedCell] = field(default_factory=list)  # graded cells without a check()
     points: dict[str, float] = field(default_factory=dict)  # max points by part id (load_parts)
     checksums: dict[str, str] = field(default_factory=dict)  # grade_id -> released cell's
+    files: dict[str, bytes] = field(default_factory=dict)  # beside the source, read-only inside
 
     def items(self) -> list[tuple[str, float, str]]:
         """(row name, max points, judged) of every gradebook row this exercise has."""

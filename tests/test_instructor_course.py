@@ -1,0 +1,130 @@
+"""An instructor's own course outside the repository: files beside the source notebooks reach the
+sandbox read-only, and nothing else of the source folder does (no part spec, no notebook)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbgrader_course import _code
+
+from edu_dl.grading import grade as G
+from edu_dl.grading import notebooks as nbs
+from edu_dl.grading import sandbox
+
+FAST = G.Settings(timeout_s=30, memory_mb=2048)
+
+# The student's code lists everything it can see under /tmp and reads every file there: the
+# test then asserts which names reached the sandbox.
+LISTING = """
+import json, os
+seen = {}
+for top in ("/tmp",):
+    for folder, dirs, files in os.walk(top):
+        for name in files:
+            path = os.path.join(folder, name)
+            try:
+                with open(path, "rb") as f:
+                    seen[path] = f.read(64).decode("latin-1")
+            except OSError as exc:
+                seen[path] = f"unreadable: {exc}"
+print("LISTING " + json.dumps(seen))
+"""
+
+
+@pytest.fixture(autouse=True)
+def _own_sandbox_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(sandbox.GROUP_VAR, f"pytest{os.getpid()}-")
+
+
+def _source(folder: Path) -> None:
+    """source/hw1/: one notebook, its data, a second notebook, part specs, ignored files."""
+    folder.mkdir(parents=True)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        _code("def mean(path):\n    ### BEGIN SOLUTION\n    import csv\n"
+              "    rows = list(csv.reader(open(path)))\n"
+              "    return sum(float(r[0]) for r in rows) / len(rows)\n    ### END SOLUTION",
+              gid="mean", solution=True),
+        _code("assert mean('data/values.csv') == 2.0\n"
+              "assert open('notes.txt').read() == 'beside the notebook\\n'",
+              gid="test_mean", grade=True, locked=True, points=1),
+        _code("with open('notes.txt', 'a') as f:\n    f.write('student was here')",
+              gid="write_attempt", grade=True, locked=True, points=1),
+    ]
+    nbformat.write(nb, folder / "hw1.ipynb")
+    other = nbformat.v4.new_notebook()
+    other.cells = [nbformat.v4.new_code_cell("SECRET_OTHER_NOTEBOOK = 1")]
+    nbformat.write(other, folder / "answers_key.ipynb")
+    (folder / "data").mkdir()
+    (folder / "data" / "values.csv").write_text("1\n2\n3\n")
+    (folder / "notes.txt").write_text("beside the notebook\n")
+    (folder / "parts").mkdir()
+    (folder / "parts" / "hw1.py").write_text("PARTS = []  # PUBLIC_PART_FILE\n")
+    (folder / "parts" / "hw1.private.py").write_text("PARTS = []  # PRIVATE_PART_FILE\n")
+    for ignored in (".ipynb_checkpoints/hw1-checkpoint.ipynb", "__pycache__/x.cpython-311.pyc",
+                    "feedback/old.html", "stale.pyc"):
+        (folder / ignored).parent.mkdir(exist_ok=True)
+        (folder / ignored).write_text("IGNORED_FILE")
+    os.symlink("/etc/hostname", folder / "link.txt")
+
+
+def _listing(out: Path, student: str) -> dict[str, str]:
+    nb = nbs.read_notebook(out / "autograded" / student / "hw1" / "hw1.ipynb")
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            text = str(output.get("text", ""))
+            if text.startswith("LISTING "):
+                return dict(json.loads(text[len("LISTING "):]))
+    raise AssertionError("the student's listing did not run")
+
+
+def test_read_beside_skips_notebooks_parts_ignored_and_links(tmp_path: Path) -> None:
+    _source(tmp_path / "hw1")
+    assert sorted(G.read_beside(tmp_path / "hw1")) == ["data/values.csv", "notes.txt"]
+
+
+def test_read_beside_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _source(tmp_path / "hw1")
+    monkeypatch.setattr(G, "MAX_BESIDE_FILES", 1)
+    with pytest.raises(G.NothingToGrade, match="over 1 files beside"):
+        G.read_beside(tmp_path / "hw1")
+    monkeypatch.setattr(G, "MAX_BESIDE_FILES", 10)
+    monkeypatch.setattr(G, "MAX_BESIDE_MB", 1e-5)  # about 10 bytes
+    with pytest.raises(G.NothingToGrade, match="files beside the source notebooks"):
+        G.read_beside(tmp_path / "hw1")
+
+
+def test_files_beside_the_notebook_reach_the_sandbox_read_only_and_nothing_else(
+        tmp_path: Path) -> None:
+    src = tmp_path / "course" / "source" / "hw1"
+    _source(src)
+    student = tmp_path / "course" / "submitted" / "ann" / "hw1"
+    student.mkdir(parents=True)
+    nb = nbs.read_notebook(src / "hw1.ipynb")
+    nb.cells.append(nbformat.v4.new_code_cell(LISTING))
+    nbformat.write(nb, student / "hw1.ipynb")
+    out = tmp_path / "grades"
+    G.grade(tmp_path / "course", src, out, settings=FAST, progress=False, log=lambda s: None)
+    with open(out / "grades.csv", newline="") as f:
+        got = {r["part"]: r for r in csv.DictReader(f)}
+    assert got["test_mean"]["status"] == "passed", got["test_mean"]["message"]
+    seen = _listing(out, "ann")
+    names = {Path(p).name for p in seen}
+    assert {"values.csv", "notes.txt", "notebook.ipynb"} <= names
+    if not sandbox.bwrap_problem():  # in the sandbox: at /tmp/work, read-only
+        assert got["write_attempt"]["status"] == "failed"
+        assert "Errno" in got["write_attempt"]["message"]
+        assert seen["/tmp/work/notes.txt"] == "beside the notebook\n"
+        assert seen["/tmp/work/data/values.csv"] == "1\n2\n3\n"
+    text = json.dumps(seen)
+    for never in ("hw1.py", "hw1.private.py", "answers_key.ipynb", "hw1-checkpoint.ipynb",
+                  "stale.pyc", "old.html", "link.txt"):
+        assert never not in names, never
+    for marker in ("PUBLIC_PART_FILE", "PRIVATE_PART_FILE", "SECRET_OTHER_NOTEBOOK",
+                   "IGNORED_FILE"):
+        assert marker not in text, marker
