@@ -73,8 +73,8 @@ def _source(folder: Path) -> None:
     os.symlink("/etc/hostname", folder / "link.txt")
 
 
-def _listing(out: Path, student: str) -> dict[str, str]:
-    nb = nbs.read_notebook(out / "autograded" / student / "hw1" / "hw1.ipynb")
+def _listing(out: Path, student: str, name: str = "hw1") -> dict[str, str]:
+    nb = nbs.read_notebook(out / "autograded" / student / name / f"{name}.ipynb")
     for cell in nb.cells:
         for output in cell.get("outputs", []):
             text = str(output.get("text", ""))
@@ -128,3 +128,103 @@ def test_files_beside_the_notebook_reach_the_sandbox_read_only_and_nothing_else(
     for marker in ("PUBLIC_PART_FILE", "PRIVATE_PART_FILE", "SECRET_OTHER_NOTEBOOK",
                    "IGNORED_FILE"):
         assert marker not in text, marker
+
+
+# --------------------------------------------------------------------------- private exercises
+
+PUBLIC_PARTS = '''
+import numpy as np
+from edu_dl.grading import Part
+
+# The public half: ships with the student version, so check() answers at once.
+PARTS = [Part(id="hw2.squares", points=2, cases=lambda rng, hidden: [(3,)],
+              expected=lambda n: np.arange(1, n + 1) ** 2)]
+'''
+PRIVATE_PARTS = '''
+import numpy as np
+from edu_dl.grading import Part
+
+# PRIVATE_PART_FILE: hidden cases and the real oracle; never leaves the instructor's folder.
+PARTS = [Part(id="hw2.squares", points=2,
+              cases=lambda rng, hidden: [(3,)] if not hidden else [(int(rng.integers(4, 9)),)],
+              expected=lambda n: np.arange(1, n + 1) ** 2)]
+'''
+HONEST = "def squares(n):\n    return [i * i for i in range(1, n + 1)]"
+CHEAT = "def squares(n):\n    return [1, 4, 9]  # what the public case wants"
+
+
+def _private_course(root: Path) -> Path:
+    src = root / "source" / "hw2"
+    (src / "parts").mkdir(parents=True)
+    (src / "parts" / "hw2.py").write_text(PUBLIC_PARTS)
+    (src / "parts" / "hw2.private.py").write_text(PRIVATE_PARTS)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        _code("from edu_dl.grading import check", gid="setup", locked=True),
+        _code("def squares(n):\n    ### BEGIN SOLUTION\n"
+              "    return [i * i for i in range(1, n + 1)]\n    ### END SOLUTION",
+              gid="squares", solution=True),
+        _code('check("hw2.squares", squares)\n### BEGIN HIDDEN TESTS\n'
+              'check("hw2.squares", squares, hidden=True)\n### END HIDDEN TESTS',
+              gid="squares_tests", grade=True, locked=True, points=2),
+    ]
+    nbformat.write(nb, src / "hw2.ipynb")
+    return src
+
+
+def test_a_private_exercise_is_graded_from_a_source_outside_the_repository(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    from edu_dl.cli import main
+    from edu_dl.grading import checking
+
+    src = _private_course(tmp_path / "course")
+    release = tmp_path / "release" / "hw2"
+    assert main(["assign", str(src), str(release)]) == 0
+    assert (release / "parts" / "hw2.py").read_text() == PUBLIC_PARTS
+    assert not (release / "parts" / "hw2.private.py").exists()
+    # The student's check(): the public half, found beside the notebook, answers at once; it
+    # cannot tell the hard-coded answer from the real one.
+    monkeypatch.chdir(release)
+    namespace: dict[str, object] = {}
+    exec(CHEAT, namespace)
+    assert checking.check("hw2.squares", namespace["squares"]) is True
+    assert "✓ hw2.squares" in capsys.readouterr().out
+    monkeypatch.chdir(tmp_path)
+    for student, code in (("honest", HONEST), ("cheat", CHEAT)):
+        nb = nbs.read_notebook(release / "hw2.ipynb")
+        next(c for c in nb.cells if nbs.grade_id(c) == "squares").source = code
+        nb.cells.append(nbformat.v4.new_code_cell(LISTING))
+        folder = tmp_path / "course" / "submitted" / student / "hw2"
+        folder.mkdir(parents=True)
+        nbformat.write(nb, folder / "hw2.ipynb")
+    out = tmp_path / "grades"
+    summary = G.grade(tmp_path / "course", src, out, settings=FAST, jobs=2, progress=False,
+                      log=lambda s: None)
+    got = {(r.student, r.part): r for r in summary.rows}
+    assert (got[("honest", "hw2.squares")].status, got[("honest", "hw2.squares")].points) == \
+        ("passed", 2.0), got
+    assert (got[("cheat", "hw2.squares")].status, got[("cheat", "hw2.squares")].points) == \
+        ("failed", 0.0), got
+    for student in ("honest", "cheat"):  # no part file, public or private, reached a sandbox
+        seen = _listing(out, student, "hw2")
+        assert not {"hw2.py", "hw2.private.py"} & {Path(p).name for p in seen}
+        assert "PRIVATE_PART_FILE" not in json.dumps(seen)
+    # The private half is in the resume key: changing it regrades everyone.
+    assert G.grade(tmp_path / "course", src, out, settings=FAST, progress=False,
+                   log=lambda s: None).graded == 0
+    (src / "parts" / "hw2.private.py").write_text(PRIVATE_PARTS + "\n# harder\n")
+    assert G.grade(tmp_path / "course", src, out, settings=FAST, progress=False,
+                   log=lambda s: None).graded == 2
+
+
+def test_a_part_file_with_a_foreign_id_or_no_parts_stops_the_batch(tmp_path: Path) -> None:
+    src = _private_course(tmp_path / "course")
+    (src / "parts" / "hw2.private.py").write_text(PRIVATE_PARTS.replace('"hw2.', '"ex05.'))
+    (tmp_path / "course" / "submitted" / "ann" / "hw2").mkdir(parents=True)
+    with pytest.raises(G.NothingToGrade, match=r"must read 'hw2\.<name>'"):
+        G.grade(tmp_path / "course", src, tmp_path / "out", settings=FAST, progress=False)
+    (src / "parts" / "hw2.private.py").unlink()
+    (src / "parts" / "hw2.py").unlink()
+    with pytest.raises(G.NothingToGrade, match="no exercise 'hw2'"):
+        G.grade(tmp_path / "course", src, tmp_path / "out", settings=FAST, progress=False)

@@ -474,7 +474,7 @@ def prepare(job: Job, out: Path, settings: Settings, data: bytes | None) -> Prep
     files[f"{root}/work/notebook.ipynb"] = restored
     prepared = Prepared(nb, notes, work, autograded, seed, {}, {}, files, root, boxed)
     for part_id, _ in job.exercise.parts:
-        prepared.parts[part_id] = part = get(part_id)
+        prepared.parts[part_id] = part = job.exercise.specs.get(part_id) or get(part_id)
         drawn = [*part.cases(rng, False), *part.cases(rng, True)]
         prepared.files[protocol.inputs_path(f"{root}/grading", part_id)] = encode_inputs(drawn)
         prepared.cases[part_id] = roundtrip(drawn)  # exactly what the student's function gets
@@ -714,10 +714,7 @@ def job_key(job: Job, settings: Settings, data: bytes | None) -> str:
         h.update(hashlib.sha256(name.encode() + b"\0" + beside).digest())
     if data is not None:
         h.update(data)
-    parts_dir = Path(__file__).resolve().parent / "parts"
-    for module in sorted({p.split(".")[0] for p, _ in job.exercise.parts}):
-        spec = parts_dir / f"{module}.py"
-        h.update(spec.read_bytes() if spec.exists() else b"")
+    h.update(job.exercise.specs_digest.encode())
     return h.hexdigest()
 
 
@@ -732,16 +729,37 @@ def _submission_bytes(job: Job, settings: Settings) -> bytes | None:
         return None
 
 
-def load_parts(exercises: dict[str, Exercise]) -> None:
+def load_parts(exercises: dict[str, Exercise], source: Path | None = None) -> None:
     """Import every part the source checks, before any submission runs: the grader trusts only
-    code it loaded while no sandbox had yet run (a missing part fails here, loudly)."""
+    code it loaded while no sandbox had yet run (a missing part fails here, loudly). The
+    instructor's parts beside ``source`` (parts/<exercise>.py and its private half
+    parts/<exercise>.private.py) come first; the package's parts/exNN.py after them."""
     import IPython.core.inputtransformer2  # noqa: F401  (source.py reads cells with it)
 
-    from .parts import get
+    from . import parts as package
 
+    folder = source if source is None or source.is_dir() else source.parent
+    try:
+        course = package.course_parts(folder) if folder is not None else {}
+    except KeyError as exc:
+        raise NothingToGrade(str(exc.args[0]) if exc.args else str(exc)) from None
+    files = package.part_files(folder) if folder is not None else {}
+    own = Path(package.__file__).resolve().parent
     for ex in exercises.values():
+        h = hashlib.sha256()
         for part_id, _ in ex.parts:
-            ex.points[part_id] = float(get(part_id).points)
+            try:
+                ex.specs[part_id] = part = package.get(part_id, course)
+            except KeyError as exc:
+                raise NothingToGrade(f"{ex.name}: {exc.args[0]}; define the part in "
+                                     f"{package.FOLDER}/<exercise>.py beside the source "
+                                     "notebook") from None
+            ex.points[part_id] = float(part.points)
+            exercise = part_id.split(".")[0]
+            for path in [*files.get(exercise, []), own / f"{exercise}.py"]:
+                if path.is_file():
+                    h.update(path.name.encode() + b"\0" + path.read_bytes())
+        ex.specs_digest = h.hexdigest()
 
 
 def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | None = None,
@@ -756,7 +774,7 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     dates = dates or Dates()
     start = time.monotonic()
     exercises = load_source(source)
-    load_parts(exercises)
+    load_parts(exercises, source)
     all_jobs, extra = collect(submissions, exercises)
     all_jobs = scope(all_jobs, exercises, exercises_due, roster)
     out.mkdir(parents=True, exist_ok=True)
