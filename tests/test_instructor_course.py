@@ -158,6 +158,8 @@ def _private_course(root: Path) -> Path:
     (src / "parts").mkdir(parents=True)
     (src / "parts" / "hw2.py").write_text(PUBLIC_PARTS)
     (src / "parts" / "hw2.private.py").write_text(PRIVATE_PARTS)
+    (src / "img").mkdir()
+    (src / "img" / "figure.png").write_bytes(b"\x89PNG figure")
     nb = nbformat.v4.new_notebook()
     nb.cells = [
         _code("from edu_dl.grading import check", gid="setup", locked=True),
@@ -183,6 +185,7 @@ def test_a_private_exercise_is_graded_from_a_source_outside_the_repository(
     assert main(["assign", str(src), str(release)]) == 0
     assert (release / "parts" / "hw2.py").read_text() == PUBLIC_PARTS
     assert not (release / "parts" / "hw2.private.py").exists()
+    assert (release / "img" / "figure.png").read_bytes() == b"\x89PNG figure"  # as nbgrader
     # The student's check(): the public half, found beside the notebook, answers at once; it
     # cannot tell the hard-coded answer from the real one.
     monkeypatch.chdir(release)
@@ -228,3 +231,80 @@ def test_a_part_file_with_a_foreign_id_or_no_parts_stops_the_batch(tmp_path: Pat
     (src / "parts" / "hw2.py").unlink()
     with pytest.raises(G.NothingToGrade, match="no exercise 'hw2'"):
         G.grade(tmp_path / "course", src, tmp_path / "out", settings=FAST, progress=False)
+
+
+# --------------------------------------------------------------------------- grading by hand
+
+
+def _csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_manual_sheet_merges_into_both_gradebooks_and_html_feedback_is_escaped(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    import nbgrader_course as course
+
+    from edu_dl.cli import main
+
+    src, root = course.build(tmp_path / "course")
+    for student in ("bob", "carol"):
+        shutil.rmtree(root / "submitted" / student)
+    dave = root / "submitted" / "dave" / course.ASSIGNMENT / f"{course.NOTEBOOK}.ipynb"
+    nb = nbs.read_notebook(dave)
+    next(c for c in nb.cells if nbs.grade_id(c) == "why").source = \
+        "=HYPERLINK(1) <script>alert('why')</script>"
+    nb.cells.append(nbformat.v4.new_code_cell("print('<img src=x onerror=alert(1)>')"))
+    nbformat.write(nb, dave)
+    out = tmp_path / "grades"
+    args = ["grade", str(root), "--source", str(src), "--out", str(out), "--timeout", "30",
+            "--memory", "2048", "--jobs", "2"]
+    assert main(args) == 0
+    sheet = _csv(out / "manual.csv")
+    assert {(r["student"], r["cell"]) for r in sheet} == {
+        (s, c) for s in ("alice", "dave") for c in ("explain", "why", "plot_task")}
+    why = {r["student"]: r for r in sheet if r["cell"] == "why"}
+    assert why["alice"]["answer"] == "One multiplication for each of the n elements."
+    assert why["dave"]["answer"].startswith("'=HYPERLINK")  # spreadsheet_safe
+    assert why["alice"]["max_points"] == "2" and why["alice"]["points"] == ""
+    # The HTML feedback: scores per graded cell, every bit of the student's text escaped.
+    page = (out / "feedback" / "dave.html").read_text()
+    assert "<script>" not in page and "<img" not in page
+    assert "&lt;script&gt;alert(&#x27;why&#x27;)&lt;/script&gt;" in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page  # the executed output, escaped
+    assert "test_squares: 2 / 2" in (out / "feedback" / "alice.html").read_text()
+
+    def fill(lines: dict[tuple[str, str], tuple[str, str]]) -> Path:
+        path = tmp_path / "filled.csv"
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(sheet[0]))
+            writer.writeheader()
+            for r in sheet:
+                points, comment = lines.get((r["student"], r["cell"]), ("", ""))
+                writer.writerow({**r, "points": points, "comment": comment})
+            for (student, cell), (points, comment) in lines.items():
+                if (student, cell) not in {(r["student"], r["cell"]) for r in sheet}:
+                    writer.writerow({"student": student, "exercise": course.NOTEBOOK,
+                                     "cell": cell, "points": points, "comment": comment})
+        return path
+
+    good = fill({("alice", "why"): ("2", "exactly"), ("alice", "explain"): ("1.5", ""),
+                 ("alice", "plot_task"): ("1", "nice plot")})
+    capsys.readouterr()
+    assert main([*args, "--manual", str(good)]) == 0
+    grades = {(r["student"], r["part"]): r for r in _csv(out / "grades.csv")}
+    assert (grades[("alice", "why")]["points"], grades[("alice", "why")]["status"],
+            grades[("alice", "why")]["message"]) == ("2.0", "graded by hand", "exactly")
+    assert grades[("dave", "why")]["status"] == "needs manual grading"
+    export = {r["student_id"]: r for r in _csv(out / "nbgrader_grades.csv")}
+    assert (export["alice"]["score"], export["alice"]["max_score"]) == ("11.5", "12")
+    kept = {(r["student"], r["cell"]): r for r in _csv(out / "manual.csv")}
+    assert (kept[("alice", "why")]["points"], kept[("alice", "why")]["comment"]) == \
+        ("2", "exactly")  # the next sheet keeps what was graded
+    for lines, error in (({("alice", "why"): ("3", "")}, "outside 0..2"),
+                         ({("bob", "why"): ("1", "")}, "name no cell this run grades by hand"),
+                         ({("alice", "why"): ("two", "")}, "is not a number")):
+        assert main([*args, "--manual", str(fill(lines))]) == 2
+        assert error in capsys.readouterr().err

@@ -28,6 +28,8 @@ import numpy as np
 
 from . import protocol, sandbox
 from .cells import PartialCreditError, classify, determine_grade, released_checksums
+from .manual import merge as merge_sheet
+from .manual import read_sheet
 from .model import OUTSIDE, Exercise, Job, Row, Summary, cap_text, safe_file_name
 from .notebooks import (
     BEGIN_HIDDEN,
@@ -552,9 +554,11 @@ def judge_cells(job: Job, prepared: Prepared, ran: Ran, settings: Settings) -> l
         rows.append(row)
         if graded.kind == "task":
             row.status, row.message = "needs manual grading", "a task: graded by hand"
+            row.answer = cap_text(f"(the task) {source[gid].get('source', '')}", 8000)
             continue
         if graded.kind == "answer":
             cell = _as_source(restored.get(gid), source[gid])
+            row.answer = cap_text(str(cell.get("source", "")) if cell is not None else "", 8000)
             score = determine_grade(cell, max_points, job.exercise.checksums.get(gid)) \
                 if cell is not None else 0.0
             if score is None:
@@ -765,7 +769,8 @@ def load_parts(exercises: dict[str, Exercise], source: Path | None = None) -> No
 def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | None = None,
           jobs: int = 1, force: bool = False, progress: bool = True,
           log: Callable[[str], None] = print, exercises_due: list[str] | None = None,
-          dates: Dates | None = None, roster: dict[str, Any] | None = None) -> Summary:
+          dates: Dates | None = None, roster: dict[str, Any] | None = None,
+          manual: Path | None = None) -> Summary:
     """Grade every submission; write grades.csv, feedback/ and the nbgrader export into ``out``.
 
     Raises NothingToGrade (one sentence: why, and what to do) when the batch could not grade
@@ -773,6 +778,7 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     settings = settings or Settings()
     dates = dates or Dates()
     start = time.monotonic()
+    filled = read_sheet(manual) if manual is not None else {}  # a broken sheet: before grading
     exercises = load_source(source)
     load_parts(exercises, source)
     all_jobs, extra = collect(submissions, exercises)
@@ -813,12 +819,29 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
         for _ in pool.map(work, todo):
             bar.update(1)
     rows = [r for job in all_jobs for r in rows_by_job[(job.student, job.exercise.name)]]
+    if manual is not None:
+        merge_sheet(rows, filled, manual)
     rows += dates.late_rows(rows, all_jobs)
     rows += extra
-    write_outputs(out, rows, all_jobs, dates=dates, roster=roster)
+    write_outputs(out, rows, all_jobs, dates=dates, roster=roster, filled=filled,
+                  executed=lambda job: executed_notebook(out, job, settings))
     summary = Summary(rows, len(todo), len(all_jobs) - len(todo), time.monotonic() - start,
                       not problem, problem)
     return summary
+
+
+def executed_notebook(out: Path, job: Job, settings: Settings) -> Notebook | None:
+    """The executed, restored notebook saved in autograded/ (read bounded, never through a
+    link), or None when there is none."""
+    if job.path is None or job.refused:
+        return None
+    path = (out / "autograded" / safe_file_name(job.student) / safe_file_name(job.assignment)
+            / f"{job.exercise.name}.ipynb")
+    try:
+        data = read_submission(path, settings.notebook_mb * MB + 4 * settings.output_cap)
+        return parse_notebook(data, path.name)
+    except (Refused, NotebookError, RecursionError):
+        return None
 
 
 def _hidden_paths(*paths: Path) -> list[Path]:

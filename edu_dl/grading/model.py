@@ -34,9 +34,11 @@ class Row:
     message: str
     sandbox: str = "bwrap"
     judged: str = OUTSIDE
+    answer: str = ""  # a row graded by hand: the student's answer (the task's text), for the sheet
 
     def __post_init__(self) -> None:
         self.message = cap_text(self.message)
+        self.answer = cap_text(self.answer, 4 * MESSAGE_CAP)
 
 
 def cap_text(text: str, limit: int = MESSAGE_CAP) -> str:
