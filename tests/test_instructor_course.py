@@ -213,6 +213,12 @@ def test_a_private_exercise_is_graded_from_a_source_outside_the_repository(
         seen = _listing(out, student, "hw2")
         assert not {"hw2.py", "hw2.private.py"} & {Path(p).name for p in seen}
         assert "PRIVATE_PART_FILE" not in json.dumps(seen)
+    # validate is the grader: against the source, the cheat fails as in the gradebook.
+    from edu_dl.grading.validate import validate
+
+    cheat = tmp_path / "course" / "submitted" / "cheat" / "hw2" / "hw2.ipynb"
+    report = validate(cheat, timeout=30, progress=False, source=src, log=lambda s: None)
+    assert [(p.part_id, p.points, p.ok) for p in report.parts] == [("hw2.squares", 0.0, False)]
     # The private half is in the resume key: changing it regrades everyone.
     assert G.grade(tmp_path / "course", src, out, settings=FAST, progress=False,
                    log=lambda s: None).graded == 0
@@ -308,3 +314,32 @@ def test_manual_sheet_merges_into_both_gradebooks_and_html_feedback_is_escaped(
                          ({("alice", "why"): ("two", "")}, "is not a number")):
         assert main([*args, "--manual", str(fill(lines))]) == 2
         assert error in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- validate is the grader
+
+
+def test_validate_agrees_with_grade_on_the_nbgrader_course(tmp_path: Path) -> None:
+    import nbgrader_course as course
+
+    from edu_dl.grading.validate import validate
+
+    src, root = course.build(tmp_path / "course")
+    summary = G.grade(root, src, tmp_path / "grades", settings=FAST, jobs=2, progress=False,
+                      log=lambda s: None)
+    graded = {(r.student, r.part): (r.points, r.status) for r in summary.rows}
+    for student in course.STUDENTS:
+        notebook = root / "submitted" / student / course.ASSIGNMENT / f"{course.NOTEBOOK}.ipynb"
+        report = validate(notebook, timeout=30, progress=False, source=src, log=lambda s: None)
+        got = {p.part_id: (p.points, p.ok) for p in report.parts}
+        want = {part: (points, status in ("passed", "needs manual grading"))
+                for (s, part), (points, status) in graded.items() if s == student}
+        assert got == want, student
+        assert report.sandbox == ("bwrap" if not sandbox.bwrap_problem() else
+                                  f"NOT isolated: {sandbox.bwrap_problem()}")
+    # The instructor's own source passes (nbgrader validate says so too); people grade the rest.
+    report = validate(src / f"{course.NOTEBOOK}.ipynb", timeout=30, progress=False,
+                      log=lambda s: None)
+    assert report.ok and report.errors == [], str(report)
+    assert report.score == (7.0, 12.0)
+    assert sum("needs manual grading" in p.message for p in report.parts) == 3
