@@ -343,3 +343,27 @@ def test_validate_agrees_with_grade_on_the_nbgrader_course(tmp_path: Path) -> No
     assert report.ok and report.errors == [], str(report)
     assert report.score == (7.0, 12.0)
     assert sum("needs manual grading" in p.message for p in report.parts) == 3
+
+
+def test_stderr_dropped_by_the_output_cap_still_scores_zero_as_nbgrader(tmp_path: Path) -> None:
+    src = tmp_path / "source" / "hw3"
+    src.mkdir(parents=True)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        _code("print('x' * 5000)  # over the output cap: later output is dropped", gid="noise",
+              locked=True),
+        _code("assert 1 + 1 == 2", gid="test_quiet", grade=True, locked=True, points=1),
+        _code("import sys\nprint('careful', file=sys.stderr)\nassert 1 + 1 == 2",
+              gid="test_warns", grade=True, locked=True, points=1),
+    ]
+    nbformat.write(nb, src / "hw3.ipynb")
+    (tmp_path / "subs" / "ann").mkdir(parents=True)
+    nbformat.write(nb, tmp_path / "subs" / "ann" / "hw3.ipynb")
+    summary = G.grade(tmp_path / "subs", src, tmp_path / "out", progress=False,
+                      settings=G.Settings(timeout_s=30, memory_mb=2048, output_cap=1000),
+                      log=lambda s: None)
+    got = {r.part: (r.points, r.status) for r in summary.rows}
+    assert got == {"test_quiet": (1.0, "passed"), "test_warns": (0.0, "failed")}
+    executed = nbs.read_notebook(tmp_path / "out" / "autograded" / "ann" / "hw3" / "hw3.ipynb")
+    warns = next(c for c in executed.cells if nbs.grade_id(c) == "test_warns")
+    assert warns.outputs == []  # the stderr output itself was cut

@@ -586,11 +586,25 @@ def judge_cells(job: Job, prepared: Prepared, ran: Ran, settings: Settings) -> l
         row.status = ("passed" if row.points == max_points else
                       "partial" if row.points > 0 else "failed")
         row.message = _test_cell_message(gid, cell, row.points, max_points)
+        if row.points > 0 and _wrote_stderr(returned.record, gid):
+            # the runner's output cap dropped the stderr output nbgrader would have seen
+            row.points, row.status = 0.0, "failed"
+            row.message = (f"test cell {gid!r} wrote to stderr (nbgrader scores that 0; the "
+                           "output itself was cut by the output cap)")
     for row in rows:
         note = "; ".join(n for n in prepared.notes if f"'{row.part}'" in n)
         if note and row.status != "passed":
             row.message = cap_text(f"{row.message} ({note})")
     return rows
+
+
+def _wrote_stderr(record: dict[str, Any], gid: str) -> bool:
+    """Whether the runner saw the test cell write to stderr (the record is the sandbox's: as
+    with every assert cell, the student's process could forge it)."""
+    cells = record.get("cells")
+    return isinstance(cells, list) and any(
+        isinstance(c, dict) and c.get("grade_id") == gid and c.get("stderr") is True
+        for c in cells)
 
 
 def _as_source(cell: Any, original: Any) -> Any:
