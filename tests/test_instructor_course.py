@@ -276,11 +276,11 @@ def test_manual_sheet_merges_into_both_gradebooks_and_html_feedback_is_escaped(
     assert why["dave"]["answer"].startswith("'=HYPERLINK")  # spreadsheet_safe
     assert why["alice"]["max_points"] == "2" and why["alice"]["points"] == ""
     # The HTML feedback: scores per graded cell, every bit of the student's text escaped.
-    page = (out / "feedback" / "dave.html").read_text()
+    page = (out / "feedback_html" / "dave.html").read_text()
     assert "<script>" not in page and "<img" not in page
     assert "&lt;script&gt;alert(&#x27;why&#x27;)&lt;/script&gt;" in page
     assert "&lt;img src=x onerror=alert(1)&gt;" in page  # the executed output, escaped
-    assert "test_squares: 2 / 2" in (out / "feedback" / "alice.html").read_text()
+    assert "test_squares: 2 / 2" in (out / "feedback_html" / "alice.html").read_text()
 
     def fill(lines: dict[tuple[str, str], tuple[str, str]]) -> Path:
         path = tmp_path / "filled.csv"

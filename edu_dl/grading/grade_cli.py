@@ -98,7 +98,8 @@ def run_grade(args: argparse.Namespace) -> int:
         return 2
     print(summary_text(summary))
     print(f"wrote {args.out / 'grades.csv'}, {args.out / 'manual.csv'}, "
-          f"{args.out / 'feedback'}/, {args.out / 'nbgrader_grades.csv'}")
+          f"{args.out / 'feedback'}/, {args.out / 'feedback_html'}/, "
+          f"{args.out / 'nbgrader_grades.csv'}")
     return 0
 
 

@@ -16,6 +16,7 @@ from .notebooks import write_atomic
 
 COLUMNS = ("student", "exercise", "part", "points", "max_points", "status", "message", "sandbox",
            "judged")
+HTML_FEEDBACK = "feedback_html"  # <student>.html; feedback/ holds one <student>.md each
 NBGRADER_COLUMNS = ("assignment", "duedate", "timestamp", "student_id", "last_name", "first_name",
                     "email", "raw_score", "late_submission_penalty", "score", "max_score")
 
@@ -23,8 +24,8 @@ NBGRADER_COLUMNS = ("assignment", "duedate", "timestamp", "student_id", "last_na
 def write_outputs(out: Path, rows: list[Row], jobs: list[Job], *, dates: Any = None,
                   roster: dict[str, Any] | None = None, filled: dict[Any, Any] | None = None,
                   executed: Callable[[Job], Any] | None = None) -> None:
-    """grades.csv, manual.csv, feedback/<student>.md and .html and nbgrader_grades.csv, each
-    written atomically.
+    """grades.csv, manual.csv, feedback/<student>.md, feedback_html/<student>.html and
+    nbgrader_grades.csv, each written atomically.
 
     ``dates`` (policy.Dates) and ``roster`` (id -> policy.Person) fill nbgrader's duedate,
     timestamp, late penalty and name columns; ``filled`` (a merged manual sheet) keeps its points
@@ -44,7 +45,7 @@ def write_outputs(out: Path, rows: list[Row], jobs: list[Job], *, dates: Any = N
                      feedback(student, mine).encode())
         notebooks = {j.exercise.name: (j, executed(j) if executed else None) for j in jobs
                      if j.student == student}
-        write_atomic(out / "feedback" / f"{safe_file_name(student)}.html",
+        write_atomic(out / HTML_FEEDBACK / f"{safe_file_name(student)}.html",
                      feedback_html(student, mine, notebooks).encode())
     by_job = {(j.student, j.exercise.name): j for j in jobs}
     totals: dict[tuple[str, str], list[float]] = {}
