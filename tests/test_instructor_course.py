@@ -367,3 +367,22 @@ def test_stderr_dropped_by_the_output_cap_still_scores_zero_as_nbgrader(tmp_path
     executed = nbs.read_notebook(tmp_path / "out" / "autograded" / "ann" / "hw3" / "hw3.ipynb")
     warns = next(c for c in executed.cells if nbs.grade_id(c) == "test_warns")
     assert warns.outputs == []  # the stderr output itself was cut
+
+
+def test_submissions_and_grades_inside_the_source_folder_never_reach_a_sandbox(
+        tmp_path: Path) -> None:
+    src = tmp_path / "hw1"
+    _source(src)
+    for student in ("ann", "bob"):
+        (src / "subs" / student).mkdir(parents=True)
+        nb = nbs.read_notebook(src / "hw1.ipynb")
+        nb.cells.append(nbformat.v4.new_code_cell(LISTING))
+        nbformat.write(nb, src / "subs" / student / "hw1.ipynb")
+    (src / "subs" / "bob" / "bobs_secret.txt").write_text("BOB ONLY")
+    for _ in range(2):  # the second run finds the first one's grades.csv in the source folder
+        G.grade(src / "subs", src, src / "grades", settings=FAST, progress=False, force=True,
+                log=lambda s: None)
+    seen = _listing(src / "grades", "ann")
+    names = {Path(p).name for p in seen}
+    assert "notes.txt" in names
+    assert not names & {"bobs_secret.txt", "grades.csv", "manual.csv", "run.json"}, names

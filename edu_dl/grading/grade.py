@@ -89,7 +89,7 @@ class NothingToGrade(NotebookError):
     """The batch cannot produce a single grade; the message says why and what to do."""
 
 
-def load_source(source: Path) -> dict[str, Exercise]:
+def load_source(source: Path, exclude: tuple[Path, ...] = ()) -> dict[str, Exercise]:
     """The exercises of the source folder, by notebook name (e.g. '05_autograd_from_scratch'):
     every notebook with at least one graded cell (a check() test, an nbgrader test cell, a
     graded answer or a task)."""
@@ -103,7 +103,7 @@ def load_source(source: Path) -> dict[str, Exercise]:
                              "that holds the assignment's source notebooks as --source (for "
                              "an nbgrader course: source/<assignment>/)")
     exercises = {}
-    beside = read_beside(source if source.is_dir() else source.parent)
+    beside = read_beside(source if source.is_dir() else source.parent, exclude)
     for path in paths:
         nb = read_notebook(path)
         ex = Exercise(path.stem, nb, hashlib.sha256(path.read_bytes()).hexdigest())
@@ -137,11 +137,13 @@ MAX_BESIDE_MB = 64
 MAX_BESIDE_DEPTH = 8
 
 
-def read_beside(folder: Path) -> dict[str, bytes]:
+def read_beside(folder: Path, exclude: tuple[Path, ...] = ()) -> dict[str, bytes]:
     """The files beside the source notebooks, by path relative to ``folder``, read bounded and
-    never through a link; NothingToGrade when there are more or larger than the limits."""
+    never through a link; NothingToGrade when there are more or larger than the limits.
+    ``exclude``: folders never read, wherever they lie (the submissions, the grades)."""
     import fnmatch
 
+    skip = {p.resolve() for p in exclude}
     found: dict[str, bytes] = {}
     total, todo = 0, [(folder, 0)]
     while todo:
@@ -155,7 +157,7 @@ def read_beside(folder: Path) -> dict[str, bytes]:
                 continue
             path = Path(entry.path)
             if entry.is_dir(follow_symlinks=False):
-                if depth < MAX_BESIDE_DEPTH:
+                if depth < MAX_BESIDE_DEPTH and path.resolve() not in skip:
                     todo.append((path, depth + 1))
                 continue
             if not entry.is_file(follow_symlinks=False):
@@ -793,7 +795,7 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     dates = dates or Dates()
     start = time.monotonic()
     filled = read_sheet(manual) if manual is not None else {}  # a broken sheet: before grading
-    exercises = load_source(source)
+    exercises = load_source(source, exclude=(submissions, out))
     load_parts(exercises, source)
     all_jobs, extra = collect(submissions, exercises)
     all_jobs = scope(all_jobs, exercises, exercises_due, roster)
