@@ -227,7 +227,8 @@ def test_a_private_exercise_is_graded_from_a_source_outside_the_repository(
                    log=lambda s: None).graded == 2
 
 
-def test_a_part_file_with_a_foreign_id_or_no_parts_stops_the_batch(tmp_path: Path) -> None:
+def test_a_part_file_with_a_foreign_id_or_no_parts_stops_the_batch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     src = _private_course(tmp_path / "course")
     (src / "parts" / "hw2.private.py").write_text(PRIVATE_PARTS.replace('"hw2.', '"ex05.'))
     (tmp_path / "course" / "submitted" / "ann" / "hw2").mkdir(parents=True)
@@ -235,6 +236,11 @@ def test_a_part_file_with_a_foreign_id_or_no_parts_stops_the_batch(tmp_path: Pat
         G.grade(tmp_path / "course", src, tmp_path / "out", settings=FAST, progress=False)
     (src / "parts" / "hw2.private.py").unlink()
     (src / "parts" / "hw2.py").unlink()
+    # The grader never takes parts from its working folder (a student folder named "parts"
+    # there would otherwise run on the trusted side).
+    (tmp_path / "parts").mkdir()
+    (tmp_path / "parts" / "hw2.py").write_text("raise SystemExit('student code ran')")
+    monkeypatch.chdir(tmp_path)
     with pytest.raises(G.NothingToGrade, match="no exercise 'hw2'"):
         G.grade(tmp_path / "course", src, tmp_path / "out", settings=FAST, progress=False)
 

@@ -25,10 +25,12 @@ FOLDER = "parts"  # beside the source notebooks, and beside the student's
 PRIVATE = ".private.py"
 
 
-def get(part_id: str, course: Mapping[str, Part] | None = None) -> Part:
+def get(part_id: str, course: Mapping[str, Part] | None = None, *, local: bool = False
+        ) -> Part:
     """The Part with this id: from ``course`` (the instructor's, loaded by the grader), else the
-    package's module, else ``./parts/<exercise>.py`` (and its private half, where present) in
-    the working folder (a student's check(): the notebook's folder). KeyError naming the known
+    package's module, else, with ``local`` only (a student's check(): the working folder is the
+    notebook's), ``./parts/<exercise>.py`` and its private half where present. The grader and
+    assign never look in the working folder: it may be anyone's. KeyError naming the known
     parts when there is none."""
     if course is not None and part_id in course:
         return course[part_id]
@@ -44,9 +46,9 @@ def get(part_id: str, course: Mapping[str, Part] | None = None) -> Part:
     except ModuleNotFoundError as exc:
         if exc.name != module_name:
             raise
-        local = Path.cwd() / FOLDER
-        found = list(_folder_parts(local, exercise).values())
-        where = f"{local}/{exercise}.py"
+        here = Path.cwd() / FOLDER
+        found = list(_folder_parts(here, exercise).values()) if local else []
+        where = f"{here}/{exercise}.py"
         if not found:
             raise KeyError(f"no exercise {exercise!r}: no module {module_name} and no "
                            f"{FOLDER}/{exercise}.py beside the notebook") from None
