@@ -1,4 +1,4 @@
-"""edu-dl validate: a fresh kernel, top to bottom, in a temporary directory; says what would fail.
+"""edu-dl validate: the grader on one notebook, in a temporary batch; says what would fail.
 
 Each run starts a Jupyter kernel (a few seconds), so the kernel runs are marked slow.
 """
@@ -47,7 +47,8 @@ def test_wrong_answer_error_cell_and_temp_directory(tmp_path: Path, capsys):
 
     assert main(["validate", str(path)]) == 1
     out = capsys.readouterr().out
-    assert "✗ ex02.gflops            0/1  case 1 of 2 (n=1000, seconds=0.05): expected 40, got 20" \
+    # validate is the grader: the visible and the hidden cases are drawn (6 in all)
+    assert "✗ ex02.gflops            0/1  case 1 of 6 (n=1000, seconds=0.05): expected 40, got 20" \
         in out
     assert "hint: half the expected rate" in out
     assert "✓ ex02.peak_bandwidth    1/1" in out

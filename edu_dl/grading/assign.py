@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 
 from . import notebooks as nbs
+from . import parts
 from .notebooks import Notebook, NotebookError
+from .spec import Part
 
 # Output-related cell metadata: nbconvert's ClearOutput drops the first two; "execution" holds
 # nbclient's timestamps, which would make the generated file differ on every run.
@@ -58,7 +61,8 @@ def _lock(cell: nbs.Cell) -> None:
         cell.metadata["editable"] = False
 
 
-def lint(nb: Notebook, where: str = "notebook") -> list[str]:
+def lint(nb: Notebook, where: str = "notebook", course: Mapping[str, Part] | None = None
+         ) -> list[str]:
     """Authoring mistakes that nbgrader would accept but that break our grading; [] if none.
 
     The check() rules apply to notebooks that use check(); an nbgrader assignment without it is
@@ -89,11 +93,12 @@ def lint(nb: Notebook, where: str = "notebook") -> list[str]:
                                 "inside a function body, so the unsolved notebook still runs")
         if nbs.is_grade(cell) and not nbs.is_solution(cell) and cell.cell_type == "code" and \
                 (uses_check or nbs.check_calls(cell.source)):
-            problems += _lint_test_cell(cell, at)
+            problems += _lint_test_cell(cell, at, course)
     return problems
 
 
-def _lint_test_cell(cell: nbs.Cell, at: str) -> list[str]:
+def _lint_test_cell(cell: nbs.Cell, at: str, course: Mapping[str, Part] | None = None
+                    ) -> list[str]:
     """A graded test cell checks exactly one part, which exists and is worth the cell's points."""
     from .parts import get as get_part
 
@@ -103,7 +108,7 @@ def _lint_test_cell(cell: nbs.Cell, at: str) -> list[str]:
                 f"(found {sorted(parts) or 'none'})"]
     part_id = parts.pop()
     try:
-        part = get_part(part_id)
+        part = get_part(part_id, course)
     except KeyError as exc:
         return [f"{at}: {exc.args[0]}"]
     if float(part.points) != nbs.points(cell):
@@ -133,9 +138,28 @@ def assign(source: str | Path, dest: str | Path, write: bool = True) -> list[Pat
         raise AssignError(f"{source}: no .ipynb notebooks")
     outputs: dict[Path, bytes] = {}
     problems: list[str] = []
+    folder = source if source.is_dir() else source.parent
+    try:
+        course = parts.course_parts(folder)
+    except KeyError as exc:
+        raise AssignError(str(exc.args[0]) if exc.args else str(exc)) from None
+    # The public half of the instructor's parts goes with the student version (check() answers
+    # at once); the private half (parts/<exercise>.private.py) stays beside the source.
+    for files in parts.part_files(folder).values():
+        for path in files:
+            if not path.name.endswith(parts.PRIVATE):
+                outputs[dest / parts.FOLDER / path.name] = path.read_bytes()
+    if source.is_dir():  # the files beside the notebooks (data, images), as nbgrader copies them
+        from .grade import read_beside
+
+        inside = dest.resolve().relative_to(folder.resolve()).as_posix() \
+            if dest.resolve().is_relative_to(folder.resolve()) else None
+        for name, data in read_beside(folder).items():
+            if inside is None or not (name + "/").startswith(inside + "/"):
+                outputs[dest / name] = data
     for path in paths:
         nb = nbs.read_notebook(path)
-        found = lint(nb, str(path))
+        found = lint(nb, str(path), course)
         problems += found
         if not found:
             outputs[dest / path.name] = nbs.notebook_bytes(student_version(nb, str(path)))

@@ -36,6 +36,7 @@ from .spec import (  # noqa: F401  (re-exported: the spec's names, as before the
     Hint,
     Part,
     Verdict,
+    _call,
     compare_arrays,
     default_compare,
     describe_case,
@@ -97,7 +98,7 @@ def _get(part_id: str) -> Part:
     from .parts import get
 
     try:
-        return get(part_id)
+        return get(part_id, local=not os.environ.get(GRADING_ENV))  # the sandbox: never
     except KeyError as exc:
         raise UnknownPart(exc.args[0] if exc.args else part_id) from None
 
@@ -144,14 +145,20 @@ def _encode_result(i: int, result: Any) -> dict[str, np.ndarray]:
 
 
 def _record(root: Path, part_id: str, fn: Callable[..., Any], hidden: bool) -> bool:
-    """Grading mode: results for the grader's inputs, written to outputs/<part_id>.<k>.npz."""
-    part = _get(part_id)
+    """Grading mode: results for the grader's inputs, written to outputs/<part_id>.<k>.npz.
+
+    An instructor's part (parts/ beside the source) never reaches the sandbox: its function is
+    called plainly, fn(*args), and judged outside with the part the grader loaded."""
+    try:
+        call = _get(part_id).call
+    except UnknownPart:
+        call = _call
     with np.load(protocol.inputs_path(root, part_id), allow_pickle=False) as data:
         cases = decode_cases(data)
     arrays: dict[str, np.ndarray] = {"hidden": np.array(hidden), "n_cases": np.array(len(cases))}
     for i, args in enumerate(cases):
         try:
-            arrays.update(_encode_result(i, part.call(fn, args)))
+            arrays.update(_encode_result(i, call(fn, args)))
         except NotImplementedError:
             arrays[f"case{i}_error"] = np.array("not implemented yet")
         except Exception as exc:

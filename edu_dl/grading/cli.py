@@ -51,10 +51,14 @@ def add_validate(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "validate",
         help="run an exercise notebook as the grader will and say what would fail",
-        description="Run the notebook in a fresh kernel, top to bottom, in a temporary "
-        "directory, and report each graded part. Exit status 1 if anything would fail.",
+        description="Grade the notebook exactly as `edu-dl grade` does (restored from the "
+        "source, run in the sandbox on fresh inputs, judged outside) and report each graded "
+        "row. Exit status 1 if anything would fail.",
     )
     parser.add_argument("notebook", type=Path, nargs="+", metavar="NOTEBOOK.ipynb")
+    parser.add_argument("--source", type=Path, default=None, metavar="PATH",
+                        help="the instructor's source notebook or folder to restore and judge "
+                        "against (default: the notebook itself)")
     parser.add_argument("--timeout", type=float, default=120.0, metavar="S",
                         help="seconds per cell before it counts as hanging (default: 120)")
     parser.set_defaults(handler=run_validate)
@@ -65,7 +69,7 @@ def run_validate(args: argparse.Namespace) -> int:
 
     status = 0
     for path in args.notebook:
-        report = validate(path, timeout=args.timeout)
+        report = validate(path, timeout=args.timeout, source=args.source)
         print(report)
         status = status or (0 if report.ok else 1)
     return status

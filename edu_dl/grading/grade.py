@@ -28,6 +28,8 @@ import numpy as np
 
 from . import protocol, sandbox
 from .cells import PartialCreditError, classify, determine_grade, released_checksums
+from .manual import merge as merge_sheet
+from .manual import read_sheet
 from .model import OUTSIDE, Exercise, Job, Row, Summary, cap_text, safe_file_name
 from .notebooks import (
     BEGIN_HIDDEN,
@@ -87,7 +89,7 @@ class NothingToGrade(NotebookError):
     """The batch cannot produce a single grade; the message says why and what to do."""
 
 
-def load_source(source: Path) -> dict[str, Exercise]:
+def load_source(source: Path, exclude: tuple[Path, ...] = ()) -> dict[str, Exercise]:
     """The exercises of the source folder, by notebook name (e.g. '05_autograd_from_scratch'):
     every notebook with at least one graded cell (a check() test, an nbgrader test cell, a
     graded answer or a task)."""
@@ -101,9 +103,11 @@ def load_source(source: Path) -> dict[str, Exercise]:
                              "that holds the assignment's source notebooks as --source (for "
                              "an nbgrader course: source/<assignment>/)")
     exercises = {}
+    beside = read_beside(source if source.is_dir() else source.parent, exclude)
     for path in paths:
         nb = read_notebook(path)
         ex = Exercise(path.stem, nb, hashlib.sha256(path.read_bytes()).hexdigest())
+        ex.files = beside
         for cell in nb.cells:
             gid = grade_id(cell)
             if gid is not None and cell.cell_type == "code":
@@ -121,6 +125,57 @@ def load_source(source: Path) -> dict[str, Exercise]:
                              "cell; mark test cells, graded answers or tasks with nbgrader's "
                              "metadata (grade: true, a grade_id and points) and grade again")
     return exercises
+
+
+# Files beside the source notebooks (data, images) reach each submission's sandbox read-only, next
+# to the notebook; what nbgrader's CourseDirectory.ignore skips does not, nor notebooks (other
+# exercises' sources), nor the instructor's part specs (parts/), nor links or special files.
+NBGRADER_IGNORE = (".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback")
+PARTS_FOLDER = "parts"
+MAX_BESIDE_FILES = 256
+MAX_BESIDE_MB = 64
+MAX_BESIDE_DEPTH = 8
+
+
+def read_beside(folder: Path, exclude: tuple[Path, ...] = ()) -> dict[str, bytes]:
+    """The files beside the source notebooks, by path relative to ``folder``, read bounded and
+    never through a link; NothingToGrade when there are more or larger than the limits.
+    ``exclude``: folders never read, wherever they lie (the submissions, the grades)."""
+    import fnmatch
+
+    skip = {p.resolve() for p in exclude}
+    found: dict[str, bytes] = {}
+    total, todo = 0, [(folder, 0)]
+    while todo:
+        here, depth = todo.pop()
+        with os.scandir(here) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        for entry in entries:
+            if any(fnmatch.fnmatch(entry.name, pattern) for pattern in NBGRADER_IGNORE) or \
+                    entry.is_symlink() or entry.name.endswith(".ipynb") or \
+                    (depth == 0 and entry.name == PARTS_FOLDER):
+                continue
+            path = Path(entry.path)
+            if entry.is_dir(follow_symlinks=False):
+                if depth < MAX_BESIDE_DEPTH and path.resolve() not in skip:
+                    todo.append((path, depth + 1))
+                continue
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            if len(found) >= MAX_BESIDE_FILES:
+                raise NothingToGrade(f"{folder}: over {MAX_BESIDE_FILES} files beside the "
+                                     "source notebooks (each reaches every sandbox); move "
+                                     "what the notebooks do not read out of the source folder")
+            left = MAX_BESIDE_MB * MB - total
+            try:
+                data = read_submission(path, left, f"left of the {MAX_BESIDE_MB} MB that the "
+                                       "files beside the source notebooks may hold in all")
+            except Refused as exc:
+                raise NothingToGrade(f"{folder}: {exc}; move what the notebooks do not read "
+                                     "out of the source folder") from None
+            total += len(data)
+            found[path.relative_to(folder).as_posix()] = data
+    return found
 
 
 # Tool folders that are never a student. Any other name is one, a leading dot or not.
@@ -234,7 +289,8 @@ def _notebooks(student: Path) -> list[tuple[Path, str]]:
     return sorted(found)
 
 
-def read_submission(path: Path, max_bytes: int) -> bytes:
+def read_submission(path: Path, max_bytes: int,
+                    limit: str = "for one notebook (--max-notebook-mb)") -> bytes:
     """The notebook's bytes, never through a link, never from anything but a regular file.
 
     O_NOFOLLOW refuses a link planted after collecting; O_NONBLOCK keeps a FIFO from hanging the
@@ -251,7 +307,7 @@ def read_submission(path: Path, max_bytes: int) -> bytes:
             raise Refused(f"{path.name}: not a regular file; not read")
         if st.st_size > max_bytes:
             raise Refused(f"{path.name} is {st.st_size / MB:.1f} MB, over the limit of "
-                          f"{max_bytes / MB:g} MB for one notebook (--max-notebook-mb); not read")
+                          f"{max_bytes / MB:g} MB {limit}; not read")
         data = f.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise Refused(f"{path.name} grew past the limit of {max_bytes / MB:g} MB while read")
@@ -418,10 +474,11 @@ def prepare(job: Job, out: Path, settings: Settings, data: bytes | None) -> Prep
     rng = np.random.default_rng(seed)
     boxed = not sandbox.bwrap_problem()  # else: the same run in the work folder, unisolated
     root = "/tmp" if boxed else str(work)
-    prepared = Prepared(nb, notes, work, autograded, seed, {}, {},
-                        {f"{root}/work/notebook.ipynb": restored}, root, boxed)
+    files = {f"{root}/work/{name}": data for name, data in job.exercise.files.items()}
+    files[f"{root}/work/notebook.ipynb"] = restored
+    prepared = Prepared(nb, notes, work, autograded, seed, {}, {}, files, root, boxed)
     for part_id, _ in job.exercise.parts:
-        prepared.parts[part_id] = part = get(part_id)
+        prepared.parts[part_id] = part = job.exercise.specs.get(part_id) or get(part_id)
         drawn = [*part.cases(rng, False), *part.cases(rng, True)]
         prepared.files[protocol.inputs_path(f"{root}/grading", part_id)] = encode_inputs(drawn)
         prepared.cases[part_id] = roundtrip(drawn)  # exactly what the student's function gets
@@ -499,9 +556,11 @@ def judge_cells(job: Job, prepared: Prepared, ran: Ran, settings: Settings) -> l
         rows.append(row)
         if graded.kind == "task":
             row.status, row.message = "needs manual grading", "a task: graded by hand"
+            row.answer = cap_text(f"(the task) {source[gid].get('source', '')}", 8000)
             continue
         if graded.kind == "answer":
             cell = _as_source(restored.get(gid), source[gid])
+            row.answer = cap_text(str(cell.get("source", "")) if cell is not None else "", 8000)
             score = determine_grade(cell, max_points, job.exercise.checksums.get(gid)) \
                 if cell is not None else 0.0
             if score is None:
@@ -529,11 +588,25 @@ def judge_cells(job: Job, prepared: Prepared, ran: Ran, settings: Settings) -> l
         row.status = ("passed" if row.points == max_points else
                       "partial" if row.points > 0 else "failed")
         row.message = _test_cell_message(gid, cell, row.points, max_points)
+        if row.points > 0 and _wrote_stderr(returned.record, gid):
+            # the runner's output cap dropped the stderr output nbgrader would have seen
+            row.points, row.status = 0.0, "failed"
+            row.message = (f"test cell {gid!r} wrote to stderr (nbgrader scores that 0; the "
+                           "output itself was cut by the output cap)")
     for row in rows:
         note = "; ".join(n for n in prepared.notes if f"'{row.part}'" in n)
         if note and row.status != "passed":
             row.message = cap_text(f"{row.message} ({note})")
     return rows
+
+
+def _wrote_stderr(record: dict[str, Any], gid: str) -> bool:
+    """Whether the runner saw the test cell write to stderr (the record is the sandbox's: as
+    with every assert cell, the student's process could forge it)."""
+    cells = record.get("cells")
+    return isinstance(cells, list) and any(
+        isinstance(c, dict) and c.get("grade_id") == gid and c.get("stderr") is True
+        for c in cells)
 
 
 def _as_source(cell: Any, original: Any) -> Any:
@@ -657,12 +730,11 @@ def job_key(job: Job, settings: Settings, data: bytes | None) -> str:
     h.update(job.exercise.digest.encode())
     h.update(json.dumps(asdict(settings), sort_keys=True).encode())
     h.update(job.refused.encode())
+    for name, beside in sorted(job.exercise.files.items()):
+        h.update(hashlib.sha256(name.encode() + b"\0" + beside).digest())
     if data is not None:
         h.update(data)
-    parts_dir = Path(__file__).resolve().parent / "parts"
-    for module in sorted({p.split(".")[0] for p, _ in job.exercise.parts}):
-        spec = parts_dir / f"{module}.py"
-        h.update(spec.read_bytes() if spec.exists() else b"")
+    h.update(job.exercise.specs_digest.encode())
     return h.hexdigest()
 
 
@@ -677,22 +749,44 @@ def _submission_bytes(job: Job, settings: Settings) -> bytes | None:
         return None
 
 
-def load_parts(exercises: dict[str, Exercise]) -> None:
+def load_parts(exercises: dict[str, Exercise], source: Path | None = None) -> None:
     """Import every part the source checks, before any submission runs: the grader trusts only
-    code it loaded while no sandbox had yet run (a missing part fails here, loudly)."""
+    code it loaded while no sandbox had yet run (a missing part fails here, loudly). The
+    instructor's parts beside ``source`` (parts/<exercise>.py and its private half
+    parts/<exercise>.private.py) come first; the package's parts/exNN.py after them."""
     import IPython.core.inputtransformer2  # noqa: F401  (source.py reads cells with it)
 
-    from .parts import get
+    from . import parts as package
 
+    folder = source if source is None or source.is_dir() else source.parent
+    try:
+        course = package.course_parts(folder) if folder is not None else {}
+    except KeyError as exc:
+        raise NothingToGrade(str(exc.args[0]) if exc.args else str(exc)) from None
+    files = package.part_files(folder) if folder is not None else {}
+    own = Path(package.__file__).resolve().parent
     for ex in exercises.values():
+        h = hashlib.sha256()
         for part_id, _ in ex.parts:
-            ex.points[part_id] = float(get(part_id).points)
+            try:
+                ex.specs[part_id] = part = package.get(part_id, course)
+            except KeyError as exc:
+                raise NothingToGrade(f"{ex.name}: {exc.args[0]}; define the part in "
+                                     f"{package.FOLDER}/<exercise>.py beside the source "
+                                     "notebook") from None
+            ex.points[part_id] = float(part.points)
+            exercise = part_id.split(".")[0]
+            for path in [*files.get(exercise, []), own / f"{exercise}.py"]:
+                if path.is_file():
+                    h.update(path.name.encode() + b"\0" + path.read_bytes())
+        ex.specs_digest = h.hexdigest()
 
 
 def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | None = None,
           jobs: int = 1, force: bool = False, progress: bool = True,
           log: Callable[[str], None] = print, exercises_due: list[str] | None = None,
-          dates: Dates | None = None, roster: dict[str, Any] | None = None) -> Summary:
+          dates: Dates | None = None, roster: dict[str, Any] | None = None,
+          manual: Path | None = None) -> Summary:
     """Grade every submission; write grades.csv, feedback/ and the nbgrader export into ``out``.
 
     Raises NothingToGrade (one sentence: why, and what to do) when the batch could not grade
@@ -700,8 +794,9 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     settings = settings or Settings()
     dates = dates or Dates()
     start = time.monotonic()
-    exercises = load_source(source)
-    load_parts(exercises)
+    filled = read_sheet(manual) if manual is not None else {}  # a broken sheet: before grading
+    exercises = load_source(source, exclude=(submissions, out))
+    load_parts(exercises, source)
     all_jobs, extra = collect(submissions, exercises)
     all_jobs = scope(all_jobs, exercises, exercises_due, roster)
     out.mkdir(parents=True, exist_ok=True)
@@ -740,12 +835,29 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
         for _ in pool.map(work, todo):
             bar.update(1)
     rows = [r for job in all_jobs for r in rows_by_job[(job.student, job.exercise.name)]]
+    if manual is not None:
+        merge_sheet(rows, filled, manual)
     rows += dates.late_rows(rows, all_jobs)
     rows += extra
-    write_outputs(out, rows, all_jobs, dates=dates, roster=roster)
+    write_outputs(out, rows, all_jobs, dates=dates, roster=roster, filled=filled,
+                  executed=lambda job: executed_notebook(out, job, settings))
     summary = Summary(rows, len(todo), len(all_jobs) - len(todo), time.monotonic() - start,
                       not problem, problem)
     return summary
+
+
+def executed_notebook(out: Path, job: Job, settings: Settings) -> Notebook | None:
+    """The executed, restored notebook saved in autograded/ (read bounded, never through a
+    link), or None when there is none."""
+    if job.path is None or job.refused:
+        return None
+    path = (out / "autograded" / safe_file_name(job.student) / safe_file_name(job.assignment)
+            / f"{job.exercise.name}.ipynb")
+    try:
+        data = read_submission(path, settings.notebook_mb * MB + 4 * settings.output_cap)
+        return parse_notebook(data, path.name)
+    except (Refused, NotebookError, RecursionError):
+        return None
 
 
 def _hidden_paths(*paths: Path) -> list[Path]:

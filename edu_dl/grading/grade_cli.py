@@ -49,6 +49,8 @@ def add_grade(subparsers: Any) -> None:
                    "started hour, as nbgrader's 'subtract')")
     p.add_argument("--roster", type=Path, metavar="CSV", help="students (nbgrader's columns: "
                    "id, first_name, last_name, email): all are due; names fill the export")
+    p.add_argument("--manual", type=Path, metavar="CSV", help="a filled-in manual.csv (points "
+                   "and comments for what a person grades) to merge into the gradebooks")
     # Defaults (None) come from grade.Settings, so `edu-dl --help` need not import the grader.
     for flag, kind, dest, text in (
         ("--timeout", float, "timeout_s", "seconds per cell (default 60)"),
@@ -89,12 +91,14 @@ def run_grade(args: argparse.Namespace) -> int:
         summary = grade(args.submissions, args.source, args.out, settings=settings,
                         jobs=args.jobs, force=args.force,
                         log=lambda text: print(text, file=sys.stderr),
-                        exercises_due=args.exercises, dates=dates, roster=roster)
+                        exercises_due=args.exercises, dates=dates, roster=roster,
+                        manual=args.manual)
     except (NotebookError, PolicyError) as exc:
         print(f"edu-dl grade: {exc}", file=sys.stderr)
         return 2
     print(summary_text(summary))
-    print(f"wrote {args.out / 'grades.csv'}, {args.out / 'feedback'}/, "
+    print(f"wrote {args.out / 'grades.csv'}, {args.out / 'manual.csv'}, "
+          f"{args.out / 'feedback'}/, {args.out / 'feedback_html'}/, "
           f"{args.out / 'nbgrader_grades.csv'}")
     return 0
 

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from .notebooks import Notebook
 
@@ -33,9 +34,11 @@ class Row:
     message: str
     sandbox: str = "bwrap"
     judged: str = OUTSIDE
+    answer: str = ""  # a row graded by hand: the student's answer (the task's text), for the sheet
 
     def __post_init__(self) -> None:
         self.message = cap_text(self.message)
+        self.answer = cap_text(self.answer, 4 * MESSAGE_CAP)
 
 
 def cap_text(text: str, limit: int = MESSAGE_CAP) -> str:
@@ -72,6 +75,9 @@ class Exercise:
     cells: list[GradedCell] = field(default_factory=list)  # graded cells without a check()
     points: dict[str, float] = field(default_factory=dict)  # max points by part id (load_parts)
     checksums: dict[str, str] = field(default_factory=dict)  # grade_id -> released cell's
+    files: dict[str, bytes] = field(default_factory=dict)  # beside the source, read-only inside
+    specs: dict[str, Any] = field(default_factory=dict)  # part id -> Part (load_parts)
+    specs_digest: str = ""  # of the part files the specs came from: in the resume key
 
     def items(self) -> list[tuple[str, float, str]]:
         """(row name, max points, judged) of every gradebook row this exercise has."""

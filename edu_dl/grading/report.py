@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv
 import io
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -16,26 +16,37 @@ from .notebooks import write_atomic
 
 COLUMNS = ("student", "exercise", "part", "points", "max_points", "status", "message", "sandbox",
            "judged")
+HTML_FEEDBACK = "feedback_html"  # <student>.html; feedback/ holds one <student>.md each
 NBGRADER_COLUMNS = ("assignment", "duedate", "timestamp", "student_id", "last_name", "first_name",
                     "email", "raw_score", "late_submission_penalty", "score", "max_score")
 
 
 def write_outputs(out: Path, rows: list[Row], jobs: list[Job], *, dates: Any = None,
-                  roster: dict[str, Any] | None = None) -> None:
-    """grades.csv, feedback/<student>.md and nbgrader_grades.csv, each written atomically.
+                  roster: dict[str, Any] | None = None, filled: dict[Any, Any] | None = None,
+                  executed: Callable[[Job], Any] | None = None) -> None:
+    """grades.csv, manual.csv, feedback/<student>.md, feedback_html/<student>.html and
+    nbgrader_grades.csv, each written atomically.
 
     ``dates`` (policy.Dates) and ``roster`` (id -> policy.Person) fill nbgrader's duedate,
-    timestamp, late penalty and name columns."""
+    timestamp, late penalty and name columns; ``filled`` (a merged manual sheet) keeps its points
+    and comments in the new manual.csv; ``executed(job)`` gives the executed notebook of a job
+    (or None) for the HTML feedback."""
+    from . import manual
     from .policy import LATE
 
     table = ([getattr(r, c) for c in COLUMNS] for r in rows)
     write_atomic(out / "grades.csv", _csv(COLUMNS, table))
+    write_atomic(out / "manual.csv", _csv(manual.COLUMNS, manual.sheet(rows, filled or {})))
     by_student: dict[str, list[Row]] = {}
     for row in rows:
         by_student.setdefault(row.student, []).append(row)
     for student, mine in by_student.items():
         write_atomic(out / "feedback" / f"{safe_file_name(student)}.md",
                      feedback(student, mine).encode())
+        notebooks = {j.exercise.name: (j, executed(j) if executed else None) for j in jobs
+                     if j.student == student}
+        write_atomic(out / HTML_FEEDBACK / f"{safe_file_name(student)}.html",
+                     feedback_html(student, mine, notebooks).encode())
     by_job = {(j.student, j.exercise.name): j for j in jobs}
     totals: dict[tuple[str, str], list[float]] = {}
     for row in rows:
@@ -95,6 +106,79 @@ def feedback(student: str, rows: list[Row]) -> str:
                          f"{message} |")
         lines.append("")
     return "\n".join(lines)
+
+
+HTML_STYLE = ("body{font-family:sans-serif;max-width:60em;margin:auto}pre{background:#f6f6f6;"
+              "padding:.5em;white-space:pre-wrap}.out{background:#fff;border-left:3px solid #ccc}"
+              ".grade{border:2px solid #48a;padding:.3em;margin:.3em 0}.passed{border-color:#2a2}"
+              ".failed,.error,.missing{border-color:#c22}td,th{padding:.2em .5em;"
+              "border-bottom:1px solid #ddd;text-align:left}")
+HTML_OUTPUT_CAP = 20_000  # characters of one cell output shown
+
+def _plain(text: Any) -> str:
+    """Output text without terminal colours, capped."""
+    import re
+
+    text = "".join(text) if isinstance(text, list) else str(text)
+    return re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", text)[:HTML_OUTPUT_CAP]
+
+
+def _output_html(output: Any) -> str:
+    from html import escape
+
+    kind = output.get("output_type")
+    if kind == "stream":
+        text = output.get("text", "")
+    elif kind == "error":
+        text = "\n".join(_plain(t) for t in output.get("traceback", [])[:50]) or \
+            f"{output.get('ename', '')}: {output.get('evalue', '')}"
+    else:
+        data = output.get("data", {})
+        text = data.get("text/plain", "[non-text output]") if isinstance(data, dict) else ""
+    return f'<pre class="out">{escape(_plain(text))}</pre>'
+
+
+def feedback_html(student: str, rows: list[Row], notebooks: dict[str, Any]) -> str:
+    """A student's feedback as one HTML page, as nbgrader's: per exercise the table of rows,
+    then the executed, restored notebook with each graded cell's score and comment above it.
+    Everything that comes from a notebook or a message is escaped; no HTML or script of the
+    student's is ever emitted as markup (Markdown is shown as its text)."""
+    from html import escape
+
+    from .notebooks import grade_id
+
+    parts = [f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>Feedback for "
+             f"{escape(student)}</title><style>{HTML_STYLE}</style></head><body>",
+             f"<h1>Feedback for {escape(student)}</h1>"]
+    for exercise in dict.fromkeys(r.exercise for r in rows):
+        mine = [r for r in rows if r.exercise == exercise]
+        got, total = sum(r.points for r in mine), sum(r.max_points for r in mine)
+        parts.append(f"<h2>{escape(exercise)}: {got:g} / {total:g}</h2><table><tr><th>part"
+                     "</th><th>points</th><th>status</th><th>message</th></tr>")
+        parts += [f"<tr><td>{escape(r.part or '-')}</td><td>{r.points:g} / {r.max_points:g}"
+                  f"</td><td>{escape(r.status)}</td><td>{escape(r.message)}</td></tr>"
+                  for r in mine]
+        parts.append("</table>")
+        job, nb = notebooks.get(exercise, (None, None))
+        if nb is None:
+            continue
+        by_cell: dict[str, list[Row]] = {}
+        for r in mine:
+            by_cell.setdefault(r.part, []).append(r)
+        tests = dict(job.exercise.parts) if job is not None else {}
+        for part_id, test_id in tests.items():
+            by_cell.setdefault(test_id, []).extend(by_cell.get(part_id, []))
+        parts.append("<h3>Your notebook, as graded</h3>")
+        for cell in nb.cells:
+            for r in by_cell.get(grade_id(cell) or "", []):
+                parts.append(f'<div class="grade {escape(r.status.split()[0])}"><b>'
+                             f"{escape(r.part)}: {r.points:g} / {r.max_points:g}</b> "
+                             f"({escape(r.status)}) {escape(r.message)}</div>")
+            parts.append(f"<pre>{escape(_plain(cell.get('source', '')))}</pre>")
+            if cell.get("cell_type") == "code":
+                parts += [_output_html(o) for o in cell.get("outputs", [])[:100]]
+    parts.append("</body></html>")
+    return "\n".join(parts)
 
 
 def summary_text(summary: Summary) -> str:

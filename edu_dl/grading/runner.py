@@ -44,6 +44,7 @@ def _client_class() -> Any:
         output_cut = False
         timed_out = False
         flooded = False  # this cell printed over FLOOD x output_cap: interrupted
+        cell_stderr = False  # this cell wrote to stderr (kept or dropped): nbgrader scores 0
 
         async def _async_handle_timeout(self, timeout: int, cell: Any = None) -> Any:
             self.timed_out = True  # the kernel's reply may then be a plain KeyboardInterrupt
@@ -52,6 +53,8 @@ def _client_class() -> Any:
         def output(self, outs: list[Any], msg: dict[str, Any], display_id: Any,
                    cell_index: int) -> Any:
             content = msg.get("content", {})
+            if msg.get("msg_type") == "stream" and content.get("name") == "stderr":
+                self.cell_stderr = True  # recorded even when the output itself is dropped
             text = content.get("text") if isinstance(content.get("text"), str) else None
             size = len(text) if text is not None else len(json.dumps(content, default=str))
             self.output_bytes += size
@@ -152,7 +155,7 @@ def _run_cell(client: Any, cell: Any, index: int,
               timeout_error: type[BaseException]) -> dict[str, Any]:
     start = time.monotonic()
     entry = {"index": index, "grade_id": _grade_id(cell), "status": "ok", "error": ""}
-    client.timed_out = client.flooded = False
+    client.timed_out = client.flooded = client.cell_stderr = False
     client.cell_bytes = 0
     try:
         client.execute_cell(cell, index)
@@ -167,6 +170,7 @@ def _run_cell(client: Any, cell: Any, index: int,
     elif reply:
         entry.update(status="error",
                      error=_short(f"{reply[-1].get('ename', '')}: {reply[-1].get('evalue', '')}"))
+    entry["stderr"] = client.cell_stderr
     entry["seconds"] = round(time.monotonic() - start, 3)
     return entry
 

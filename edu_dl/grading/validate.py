@@ -1,22 +1,24 @@
-"""``edu-dl validate``: run a notebook as the grader will and say which parts would fail.
+"""``edu-dl validate``: grade one notebook exactly as ``edu-dl grade`` does, and say what fails.
 
-A fresh kernel (nbclient), top to bottom, in a temporary directory, with ``check`` in its normal
-mode: a graded test cell passes when every check in it printed a pass and nothing raised.
+It is the grader: the notebook is put in a temporary batch of one and graded by
+:func:`edu_dl.grading.grade.grade` (restore, the runner in a bwrap sandbox, or the labelled
+rlimits-only fallback where bwrap does not work, such as macOS; fresh inputs; judging outside),
+against ``--source`` when given (the instructor's source: its hidden tests and private parts),
+else against the notebook itself. Each gradebook row becomes a line of the report; errors in
+cells that no row grades are listed too (the notebook did not run cleanly to the end).
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
+import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import notebooks as nbs
-from .protocol import GRADING_ENV
 
 PASS, FAIL = "✓", "✗"
 MAX_MESSAGE_LINES = 6
@@ -41,6 +43,7 @@ class ValidationReport:
     path: Path
     parts: list[PartResult] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    sandbox: str = "bwrap"  # or "rlimits only": bwrap does not work here
 
     @property
     def ok(self) -> bool:
@@ -51,10 +54,10 @@ class ValidationReport:
         return sum(p.points for p in self.parts), sum(p.max_points for p in self.parts)
 
     def __str__(self) -> str:
-        lines = [f"validate {self.path.name} (fresh kernel, top to bottom, as the grader runs it)"]
+        lines = [f"validate {self.path.name} (graded as edu-dl grade grades it: {self.sandbox})"]
         width = max((len(p.part_id) for p in self.parts), default=0)
         for p in self.parts:
-            first, *rest = (p.message or "").split("\n") if not p.ok else [""]
+            first, *rest = (p.message or "").split("\n")
             mark = PASS if p.ok else FAIL
             lines.append(f"  {mark} {p.part_id:<{width}}  {p.points:g}/{p.max_points:g}"
                          + (f"  {first}" if first else ""))
@@ -69,102 +72,74 @@ class ValidationReport:
         return "\n".join(lines)
 
 
-@contextlib.contextmanager
-def _grader_environment() -> Iterator[None]:
-    """The kernel inherits this: normal check mode, no progress bars, a non-GUI plot backend."""
-    saved = dict(os.environ)
-    os.environ.pop(GRADING_ENV, None)
-    os.environ.update(TQDM_DISABLE="1", MPLBACKEND="Agg")
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+VALIDATOR = "validate"  # the one student of the batch
 
 
 def _text(output: Any) -> str:
-    if output.get("output_type") == "stream":
-        return str(output.get("text", ""))
     if output.get("output_type") == "error":
         return f"{output.get('ename')}: {output.get('evalue')}"
-    return str(output.get("data", {}).get("text/plain", ""))
+    return ""
 
 
-def _cell_error(cell: nbs.Cell) -> str | None:
-    for output in cell.get("outputs", []):
-        if output.get("output_type") == "error":
-            return f"{output.get('ename')}: {output.get('evalue')}"
-    return None
-
-
-def _judge_test_cell(cell: nbs.Cell) -> PartResult:
-    parts = nbs.check_calls(cell.source)
-    part_id = parts[0] if parts else str(nbs.grade_id(cell))
-    max_points = nbs.points(cell)
-    # check() prints; its True/False return value (Out[n]) is not part of the message
-    text = "".join(_text(o) for o in cell.get("outputs", []) if o.get("output_type") == "stream")
-    error = _cell_error(cell)
-    failures = [line[len(FAIL):].strip() for line in text.splitlines()
-                if line.startswith(FAIL)]
-    if error:
-        message = f"the test cell raised {error}"
-    elif failures:
-        # keep the failure's own detail lines (indented under the ✗ line)
-        start = text.index(FAIL)
-        lines = [line.strip() for line in text[start + 1:].strip().splitlines()]
-        lines[0] = lines[0].removeprefix(f"{part_id}:").strip()
-        message = "\n".join(lines)
-    elif execution_missing(cell):
-        message = "the test cell did not run"
-    elif PASS not in text:
-        message = "the test cell printed no result (was check() removed?)"
-    else:
-        return PartResult(str(nbs.grade_id(cell)), part_id, max_points, max_points, True, "")
-    return PartResult(str(nbs.grade_id(cell)), part_id, 0.0, max_points, False, message)
-
-
-def execution_missing(cell: nbs.Cell) -> bool:
-    return cell.get("execution_count") is None
-
-
-def validate(path: str | Path, timeout: float = 120.0, progress: bool = True) -> ValidationReport:
-    """Run ``path`` in a fresh kernel in a temporary directory and judge its graded cells."""
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
-    from tqdm.auto import tqdm
-
-    path = Path(path)
-    report = ValidationReport(path)
-    try:
-        nb = nbs.read_notebook(path)
-    except nbs.NotebookError as exc:
-        report.errors.append(str(exc))
-        return report
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            cell.outputs, cell.execution_count = [], None
-    n_code = sum(c.cell_type == "code" for c in nb.cells)
-    with tempfile.TemporaryDirectory(prefix="edu-dl-validate-") as tmp, _grader_environment(), \
-            tqdm(total=n_code, desc=f"running {path.name}", unit="cell",
-                 disable=not progress) as bar:
-        shutil.copy(path, Path(tmp) / path.name)  # relative paths resolve as in the grader
-        client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
-                                record_timing=False, resources={"metadata": {"path": tmp}},
-                                on_cell_executed=lambda **_: bar.update())
-        try:
-            client.execute()
-        except CellTimeoutError:
-            report.errors.append(f"a cell ran longer than {timeout:g} s: the grader would stop "
-                                 "there (an endless loop?)")
-        except DeadKernelError as exc:
-            report.errors.append(f"the kernel died ({exc}): the grader would stop there")
-    code_index = 0
+def _errors_outside_graded_cells(nb: Any) -> list[str]:
+    errors, code_index = [], 0
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
         code_index += 1
         if nbs.is_grade(cell) and not nbs.is_solution(cell):
-            report.parts.append(_judge_test_cell(cell))
-        elif (error := _cell_error(cell)) is not None:
-            report.errors.append(f"code cell {code_index} raised {error}")
+            continue
+        error = next((_text(o) for o in cell.get("outputs", [])
+                      if o.get("output_type") == "error"), None)
+        if error is not None:
+            errors.append(f"code cell {code_index} raised {error}")
+    return errors
+
+
+def validate(path: str | Path, timeout: float = 120.0, progress: bool = True,
+             source: str | Path | None = None,
+             log: Callable[[str], None] | None = None) -> ValidationReport:
+    """Grade ``path`` as ``edu-dl grade`` would (against ``source``, else itself)."""
+    from . import grade as G
+    from .model import BY_HAND
+
+    path = Path(path)
+    report = ValidationReport(path)
+    log = log or (lambda text: print(text, file=sys.stderr))
+    settings = G.Settings(timeout_s=timeout)
+    # Graded as the source notebook it answers: the one given, or the one named like it.
+    name = Path(source).stem if source and Path(source).suffix == ".ipynb" else path.stem
+    try:
+        nbs.read_notebook(path)
+        with tempfile.TemporaryDirectory(prefix="edu-dl-validate-") as tmp:
+            batch = Path(tmp) / "submissions" / VALIDATOR
+            batch.mkdir(parents=True)
+            shutil.copyfile(path, batch / f"{name}.ipynb")
+            out = Path(tmp) / "grades"
+            summary = G.grade(batch.parent, Path(source) if source else path, out,
+                              settings=settings, progress=progress, log=log,
+                              exercises_due=[name])
+            jobs = [(row.exercise, row) for row in summary.rows if row.student == VALIDATOR]
+            executed = G.executed_notebook(out, _job(batch / f"{name}.ipynb"), settings)
+    except nbs.NotebookError as exc:
+        report.errors.append(str(exc))
+        return report
+    report.sandbox = "bwrap" if summary.isolated else f"NOT isolated: {summary.problem}"
+    for _, row in jobs:
+        manual = row.judged == BY_HAND and row.status == "needs manual grading"
+        ok = row.status == "passed" or manual
+        message = ("needs manual grading (a person grades it)" if manual
+                   else "" if row.status == "passed" else row.message)
+        report.parts.append(PartResult(row.part, row.part, row.points, row.max_points, ok,
+                                       message))
+    if executed is not None:
+        report.errors += _errors_outside_graded_cells(executed)
     return report
+
+
+def _job(path: Path) -> Any:
+    """The job grade made of the notebook: where its executed copy lies in autograded/."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(student=VALIDATOR, assignment=path.stem, path=path, refused="",
+                           exercise=SimpleNamespace(name=path.stem))

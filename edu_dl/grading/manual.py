@@ -1,0 +1,104 @@
+"""Grading by hand: the sheet of what a person must grade (``manual.csv``) and merging it back.
+
+The grader writes one line per "needs manual grading" row (graded answers, tasks): student,
+exercise, cell, max points, the answer (capped), points and comment left blank. The instructor
+fills in points (and a comment) and passes the sheet with ``--manual sheet.csv`` on the next run;
+its points replace the row's, checked to lie within 0..max, and a line that names no cell this
+run grades by hand stops the batch with one sentence (a typo must not lose a grade silently).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+
+from .model import BY_HAND, Row, cap_text
+from .notebooks import NotebookError
+
+COLUMNS = ("student", "exercise", "cell", "max_points", "answer", "points", "comment")
+NEEDS = "needs manual grading"
+GRADED = "graded by hand"
+MAX_SHEET_BYTES = 32 << 20
+ANSWER_CAP = 4000  # characters of an answer in the sheet
+Key = tuple[str, str, str]
+
+
+class ManualSheetError(NotebookError):
+    """A filled-in sheet the grader will not merge; the message says which line and why."""
+
+
+def is_manual(row: Row) -> bool:
+    return row.judged == BY_HAND and row.status in (NEEDS, GRADED)
+
+
+def sheet(rows: list[Row], filled: dict[Key, tuple[float, str]]) -> list[list[object]]:
+    """The lines of manual.csv: every row a person grades, with what the sheet already holds."""
+    lines: list[list[object]] = []
+    for row in rows:
+        if is_manual(row):
+            points, comment = filled.get((row.student, row.exercise, row.part), (None, ""))
+            lines.append([row.student, row.exercise, row.part, f"{row.max_points:g}",
+                          cap_text(row.answer, ANSWER_CAP),
+                          "" if points is None else f"{points:g}", comment])
+    return lines
+
+
+def _unquote(value: str) -> str:
+    """A key cell as the grader wrote it: report.spreadsheet_safe's apostrophe taken off."""
+    return value[1:] if value.startswith("'") and value[1:2] in ("=", "+", "-", "@", "\t",
+                                                                  "\r") else value
+
+
+def read_sheet(path: Path) -> dict[Key, tuple[float, str]]:
+    """(student, exercise, cell) -> (points, comment) of every line with points filled in."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_SHEET_BYTES + 1)
+    except OSError as exc:
+        raise ManualSheetError(f"--manual {path}: cannot read it ({exc.strerror})") from None
+    if len(data) > MAX_SHEET_BYTES:
+        raise ManualSheetError(f"--manual {path}: over {MAX_SHEET_BYTES >> 20} MB")
+    reader = csv.DictReader(io.StringIO(data.decode("utf-8-sig", "replace")))
+    missing = [c for c in ("student", "exercise", "cell", "points") if c not in
+               (reader.fieldnames or [])]
+    if missing:
+        raise ManualSheetError(f"--manual {path}: no column {', '.join(missing)}; fill in the "
+                               "manual.csv the grader wrote")
+    filled: dict[Key, tuple[float, str]] = {}
+    for number, line in enumerate(reader, start=2):
+        text = (line.get("points") or "").strip()
+        if not text:
+            continue
+        student, exercise, cell = (_unquote((line.get(c) or "").strip())
+                                   for c in ("student", "exercise", "cell"))
+        key = (student, exercise, cell)
+        try:
+            points = float(text)
+        except ValueError:
+            points = math.nan
+        if not math.isfinite(points):
+            raise ManualSheetError(f"--manual {path}, line {number}: points {text!r} is not a "
+                                   "number")
+        filled[key] = (points, cap_text((line.get("comment") or "").strip()))
+    return filled
+
+
+def merge(rows: list[Row], filled: dict[Key, tuple[float, str]], path: Path) -> int:
+    """Put the sheet's points into the rows a person grades; returns how many were merged."""
+    manual = {(r.student, r.exercise, r.part): r for r in rows if is_manual(r)}
+    unknown = [key for key in filled if key not in manual]
+    if unknown:
+        shown = "; ".join("/".join(key) for key in unknown[:5])
+        raise ManualSheetError(f"--manual {path}: {len(unknown)} line(s) name no cell this run "
+                               f"grades by hand ({shown}); keep student, exercise and cell as "
+                               "manual.csv has them")
+    for key, (points, comment) in filled.items():
+        row = manual[key]
+        if not 0 <= points <= row.max_points:
+            raise ManualSheetError(f"--manual {path}: {'/'.join(key)} has {points:g} points, "
+                                   f"outside 0..{row.max_points:g}")
+        row.points, row.status = points, GRADED
+        row.message = cap_text(comment or "graded by hand")
+    return len(filled)
