@@ -39,7 +39,7 @@ print("tmp ok", sorted(p.name for p in pathlib.Path("/tmp").iterdir()))
     assert "refused" in done.log and "WROTE" not in done.log
     # A fresh, empty /tmp, but for a Python or checkout that lives there (shown read-only).
     shown = sorted({"mine.txt"} | {p.relative_to("/tmp").parts[0]
-                                   for p in sandbox.software_under_tmp()})
+                                   for p in sandbox.software() if p.is_relative_to("/tmp")})
     assert f"tmp ok {shown}" in done.log
     assert not target.exists()
 

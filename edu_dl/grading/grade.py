@@ -30,7 +30,7 @@ from . import protocol, sandbox
 from .cells import PartialCreditError, classify, determine_grade, released_checksums
 from .manual import merge as merge_sheet
 from .manual import read_sheet
-from .model import OUTSIDE, Exercise, Job, Row, Summary, cap_text, safe_file_name
+from .model import OUTSIDE, Exercise, Job, Refused, Row, Summary, cap_text, safe_file_name
 from .notebooks import (
     BEGIN_HIDDEN,
     Notebook,
@@ -312,10 +312,6 @@ def read_submission(path: Path, max_bytes: int,
     if len(data) > max_bytes:
         raise Refused(f"{path.name} grew past the limit of {max_bytes / MB:g} MB while read")
     return data
-
-
-class Refused(Exception):
-    """A submission the grader will not read; the message says why."""
 
 
 # --------------------------------------------------------------------------- restoring

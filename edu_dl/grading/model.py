@@ -15,6 +15,12 @@ from typing import Any
 
 from .notebooks import Notebook
 
+
+class Refused(ValueError):
+    """Input the grader will not read or use (a link, an oversized notebook or result, a
+    compressed result member); the message says which bound it broke."""
+
+
 MESSAGE_CAP = 2000  # characters of a gradebook message: a student's exception can be megabytes
 # Where a row was judged (the gradebook's "judged" column). Only the first is covered by the
 # sandbox's tamper guarantees: an assert cell's outcome is observed inside the student's process.

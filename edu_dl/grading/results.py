@@ -26,15 +26,12 @@ from typing import Any
 
 import numpy as np
 
+from .model import Refused
 from .protocol import EXECUTED, OUTPUT_MEMBER, RUN_RECORD, read_outputs
 
 MAX_ENTRIES = 1000  # members of one result zip (and of one npz inside it)
 MAX_ARRAY_BYTES = 64 << 20
 MAX_RECORD_BYTES = 1 << 20  # run.json
-
-
-class Refused(ValueError):
-    """The result breaks one of the bounds above; the message says which."""
 
 
 @dataclass

@@ -168,11 +168,6 @@ def software() -> list[Path]:
     return [r for r in found if not any(r != o and r.is_relative_to(o) for o in found)]
 
 
-def software_under_tmp() -> list[Path]:
-    """The software that lives under /tmp (a CI clone): shown inside the private /tmp."""
-    return [p for p in software() if p.is_relative_to("/tmp")]
-
-
 def _reachable(path: Path, uid: int, gid: int) -> bool:
     """Can uid/gid walk down to path (search permission on every folder above it)?"""
     for folder in [*reversed(path.parents), path]:
