@@ -24,7 +24,8 @@ def toposort(roots: Iterable[N], parents: Callable[[N], Iterable[N]]) -> list[N]
     """Every node reachable from ``roots``, each after all of its parents (inputs first).
 
     A depth-first search with an explicit stack: a recursive one hits Python's recursion limit
-    on a long unrolled graph.
+    on a long unrolled graph. A node without parents (an empty ``parents(node)``) is placed as
+    soon as it is seen, without a stack entry of its own.
     """
     order: list[N] = []
     seen: set[N] = set()
@@ -38,8 +39,11 @@ def toposort(roots: Iterable[N], parents: Callable[[N], Iterable[N]]) -> list[N]
             for parent in todo:
                 if parent not in seen:
                     seen.add(parent)
-                    stack.append((parent, iter(parents(parent))))
-                    break
+                    grandparents = parents(parent)
+                    if grandparents:
+                        stack.append((parent, iter(grandparents)))
+                        break
+                    order.append(parent)  # a leaf: nothing goes before it
             else:  # every parent is placed: so is node
                 stack.pop()
                 order.append(node)

@@ -83,13 +83,18 @@ class Op:
         The engine is the first input's that has one (``Operators._apply_op``): Tensors and
         Nodes carry theirs, so this file needs neither engine.
         """
-        for x in inputs:
-            engine = getattr(x, "_apply_op", None)
-            if engine is not None:
-                return engine(cls, inputs, attrs)
-        kinds = ", ".join(type(x).__name__ for x in inputs)
-        raise TypeError(f"{cls.name}: needs a Tensor or a graph node among its inputs, got "
-                        f"{kinds}; make one with edu_dl.tensor(...)")
+        try:  # the usual case, without a loop: the first input is a Tensor or a Node
+            engine = inputs[0]._apply_op
+        except AttributeError:  # a number or an array first, as in 2 * x
+            for x in inputs[1:]:
+                engine = getattr(x, "_apply_op", None)
+                if engine is not None:
+                    break
+            else:
+                kinds = ", ".join(type(x).__name__ for x in inputs)
+                raise TypeError(f"{cls.name}: needs a Tensor or a graph node among its inputs, "
+                                f"got {kinds}; make one with edu_dl.tensor(...)") from None
+        return engine(cls, inputs, attrs)
 
 
 # --------------------------------------------------------------------------- elementwise

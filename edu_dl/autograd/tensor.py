@@ -73,8 +73,45 @@ def _check_can_require_grad(data: Any) -> None:
 def apply(op_cls: type[Op], inputs: tuple[Any, ...], attrs: dict[str, Any]) -> Tensor:
     """Run ``op_cls`` now; if a gradient may flow back through it, record it in the output.
 
-    Every op applied to a Tensor comes here through ``Op.apply`` (by way of ``apply_fast``).
+    Every op applied to a Tensor comes here, through ``Op.apply``. At tiny sizes this function
+    is most of an op's cost, so the operators' usual case, one or two Tensors of NumPy arrays,
+    runs without the lists and loops that any other needs (``_run``); benchmarks/RESULTS.md
+    measures it.
     """
+    op = op_cls(**attrs) if attrs else op_cls()
+    needs: tuple[bool, ...]
+    if len(inputs) == 2:
+        x, y = inputs
+        if isinstance(x, Tensor) and isinstance(y, Tensor) and (
+                x.data.__class__ is np.ndarray and y.data.__class__ is np.ndarray):
+            try:
+                out = op.forward(np, x.data, y.data)
+            except (ValueError, TypeError, IndexError) as exc:
+                raise core.op_error(exc, op.name, [x.data, y.data]) from exc
+            needs = (x.requires_grad, y.requires_grad)
+        else:
+            out, inputs, needs = _run(op, inputs)
+    elif len(inputs) == 1 and inputs[0].data.__class__ is np.ndarray:
+        x = inputs[0]
+        try:
+            out = op.forward(np, x.data)
+        except (ValueError, TypeError, IndexError) as exc:
+            raise core.op_error(exc, op.name, [x.data]) from exc
+        needs = (x.requires_grad,)
+    else:
+        out, inputs, needs = _run(op, inputs)
+    t = _new(Tensor)
+    t.data, t.grad = out, None
+    if True in needs and _GradMode.enabled:
+        op.inputs, op.needs = inputs, needs
+        t._op, t.requires_grad = op, True
+    else:
+        t._op, t.requires_grad = None, False
+    return t
+
+
+def _run(op: Op, inputs: tuple[Any, ...]) -> tuple[Any, tuple[Tensor, ...], tuple[bool, ...]]:
+    """``op`` on any inputs: numbers and arrays become constant Tensors, any array library."""
     tensors = inputs
     for x in inputs:
         if not isinstance(x, Tensor):
@@ -86,51 +123,11 @@ def apply(op_cls: type[Op], inputs: tuple[Any, ...], attrs: dict[str, Any]) -> T
         if a.__class__ is not np.ndarray:  # NumPy only is the common case, checked cheaply
             xp = backend.get_xp(*arrays)
             break
-    op = op_cls(**attrs)
     try:
         out = op.forward(xp, *arrays)
     except (ValueError, TypeError, IndexError) as exc:
         raise core.op_error(exc, op.name, arrays) from exc
-    return _output(out, op, tensors, tuple([x.requires_grad for x in tensors]))
-
-
-def _output(out: Any, op: Op, inputs: tuple[Tensor, ...], needs: tuple[bool, ...]) -> Tensor:
-    """A Tensor of ``out``, made by ``op`` if a gradient may flow back through it."""
-    t = _new(Tensor)
-    t.data, t.grad = out, None
-    if True in needs and _GradMode.enabled:
-        op.inputs, op.needs = inputs, needs
-        t._op, t.requires_grad = op, True
-    else:
-        t._op, t.requires_grad = None, False
-    return t
-
-
-def apply_fast(op_cls: type[Op], inputs: tuple[Any, ...], attrs: dict[str, Any]) -> Tensor:
-    """Fast path of ``apply`` for one or two Tensors of NumPy arrays, the operators' usual case:
-    the same steps, without the lists and loops that any number of inputs needs. A tiny
-    training step's 7 ops run here (benchmarks/RESULTS.md measures the gain); anything else
-    goes to ``apply``."""
-    if len(inputs) == 2:
-        x, y = inputs
-        if isinstance(x, Tensor) and isinstance(y, Tensor) and (
-                x.data.__class__ is np.ndarray and y.data.__class__ is np.ndarray):
-            op = op_cls(**attrs) if attrs else op_cls()
-            try:
-                out = op.forward(np, x.data, y.data)
-            except (ValueError, TypeError, IndexError) as exc:
-                raise core.op_error(exc, op.name, [x.data, y.data]) from exc
-            return _output(out, op, inputs, (x.requires_grad, y.requires_grad))
-    elif len(inputs) == 1:
-        (x,) = inputs
-        if x.data.__class__ is np.ndarray:
-            op = op_cls(**attrs) if attrs else op_cls()
-            try:
-                out = op.forward(np, x.data)
-            except (ValueError, TypeError, IndexError) as exc:
-                raise core.op_error(exc, op.name, [x.data]) from exc
-            return _output(out, op, inputs, (x.requires_grad,))
-    return apply(op_cls, inputs, attrs)
+    return out, tensors, tuple([x.requires_grad for x in tensors])
 
 
 def _as_tensors(inputs: tuple[Any, ...]) -> tuple[Tensor, ...]:
@@ -188,7 +185,7 @@ class Tensor(Operators):
         return t
 
     # The eager engine runs every op applied to a Tensor (see Op.apply).
-    _apply_op = staticmethod(apply_fast)
+    _apply_op = staticmethod(apply)
 
     def _index_value(self) -> Any:
         return self.data
