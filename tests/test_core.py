@@ -160,6 +160,9 @@ def test_random_float64_programs_match_torch(program):
     out = run_program(ts, steps, picked)
     out.backward()
     np.testing.assert_allclose(value, out.detach().numpy(), rtol=1e-12, atol=1e-12)
+    # Past an infinity the frameworks' formulae legitimately differ (torch's relu backward
+    # selects where edu_dl multiplies by a mask: 0 * inf is nan): compare finite gradients.
+    assume(all(t.grad is None or torch.isfinite(t.grad).all() for t in ts))
     for g, t in zip(grads, ts):
         expected = t.grad.numpy() if t.grad is not None else None
         if g is None:
