@@ -44,8 +44,9 @@ lab: install
 
 # The whole suite: lint, types, unit tests (the slow ones included), then the notebooks.
 test: install system-deps
-	$(BIN)/ruff check edu_dl tests
+	$(BIN)/ruff check edu_dl tests solutions/parts
 	$(BIN)/mypy
+	$(BIN)/mypy solutions/parts  # the course's part files: beside the source, not in the package
 	$(TEST_ENV) $(BIN)/python -m pytest -n 2 tests
 	$(MAKE) --no-print-directory test-unprivileged
 	$(MAKE) --no-print-directory test-notebooks
@@ -109,10 +110,11 @@ system-deps:
 	fi
 
 lint: install
-	$(BIN)/ruff check edu_dl tests
+	$(BIN)/ruff check edu_dl tests solutions/parts
 
 typecheck: install
 	$(BIN)/mypy
+	$(BIN)/mypy solutions/parts  # the course's part files: beside the source, not in the package
 
 # As benchmarks/RESULTS.md was made: one thread per worker keeps a 2-core machine's timings honest;
 # 25 interleaved repeats in 5 rounds of fresh processes keep results steady on a noisy shared VM.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -20,6 +21,15 @@ settings.register_profile(
 )
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+@pytest.fixture
+def in_solutions(monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The working folder of a student's notebook in ``solutions/``: check() finds the course's
+    parts in ./parts, as it does in the notebook."""
+    folder = Path(__file__).resolve().parents[1] / "solutions"
+    monkeypatch.chdir(folder)
+    return folder
 
 
 @pytest.fixture(autouse=True)

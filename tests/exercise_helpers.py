@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import nbformat
 import numpy as np
 import pytest
 
-from edu_dl.grading import check, checking
+from edu_dl.grading import check, checking, parts
 
 SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions"
 # A child process's first lines: the CUDA simulator switched on before numba.cuda is imported, then
@@ -26,6 +28,26 @@ for cell in nbformat.read(sys.argv[1], as_version=4).cells:
     if cell.cell_type == "code" and (meta.get("solution") or meta.get("grade_id") == "setup"):
         exec(compile(cell.source, "<" + meta["grade_id"] + ">", "exec"), ns)
 '''
+
+
+def course_module(exercise: str) -> ModuleType:
+    """The course's part file ``solutions/parts/<exercise>.py`` (its oracles, hints, PARTS)."""
+    return parts.module(SOLUTIONS / parts.FOLDER, exercise)
+
+
+@functools.cache
+def _course() -> dict[str, checking.Part]:
+    return parts.course_parts(SOLUTIONS)
+
+
+def course_part(part_id: str) -> checking.Part:
+    """The course's part with this id, as the grader loads it from beside ``solutions/``."""
+    return parts.get(part_id, _course())
+
+
+def all_course_parts() -> list[checking.Part]:
+    """Every part of the course, in exercise order."""
+    return list(_course().values())
 
 
 @functools.cache
@@ -47,7 +69,8 @@ def solution_namespace(notebook: str, also: str = "") -> dict[str, Any]:
 def run_check(capsys: pytest.CaptureFixture[str], part_id: str, fn: Any,
               hidden: bool = False) -> tuple[bool, str]:
     """check()'s result and what it printed; it must never print a traceback."""
-    ok = check(part_id, fn, hidden=hidden)
+    with contextlib.chdir(SOLUTIONS):  # check() finds parts/ beside the notebook, as a student's
+        ok = check(part_id, fn, hidden=hidden)
     out = capsys.readouterr().out
     assert "Traceback" not in out
     return ok, out

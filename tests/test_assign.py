@@ -7,23 +7,27 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from exercise_helpers import all_course_parts
 from nbformat.v4 import new_code_cell, new_notebook
 
 from edu_dl.cli import main
 from edu_dl.grading import notebooks as nbs
 from edu_dl.grading.assign import AssignError, assign, lint, student_version
-from edu_dl.grading.parts import all_parts
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS, EXERCISES = ROOT / "solutions", ROOT / "exercises"
+COURSE = {p.id: p for p in all_course_parts()}  # the course's parts, as lint gets them
 
 
 def test_exercises_are_exactly_what_assign_generates(tmp_path: Path):
     written = assign(SOLUTIONS, tmp_path)
-    expected = {p.name: p.read_bytes() for p in written}
-    committed = {p.name: p.read_bytes() for p in EXERCISES.glob("*.ipynb")}
-    assert sorted(committed) == sorted(p.name for p in SOLUTIONS.glob("*.ipynb")) == \
-        sorted(expected)
+    expected = {p.relative_to(tmp_path).as_posix(): p.read_bytes() for p in written}
+    committed = {p.relative_to(EXERCISES).as_posix(): p.read_bytes()
+                 for p in [*EXERCISES.glob("*.ipynb"), *EXERCISES.glob("parts/*.py")]}
+    # the notebooks, and the public half of every part: check() answers from exercises/parts
+    assert sorted(committed) == sorted(
+        [p.name for p in SOLUTIONS.glob("*.ipynb")]
+        + [f"parts/{p.name}" for p in SOLUTIONS.glob("parts/*.py")]) == sorted(expected)
     stale = [name for name in expected if committed[name] != expected[name]]
     assert not stale, f"out of date: {stale}; run: edu-dl assign solutions/ exercises/"
 
@@ -70,7 +74,7 @@ def test_student_version_cell_by_cell():
     # nbgrader's metadata is kept, with its checksum of the student version added
     assert test.metadata.nbgrader.points == 1 and test.metadata.nbgrader.cell_type == "code"
     assert test.metadata.nbgrader.checksum == nbs.checksum(test)
-    assert lint(nb) == []
+    assert lint(nb, "notebook", COURSE) == []
 
 
 @pytest.mark.parametrize(("edit", "message"), [
@@ -92,7 +96,7 @@ def test_student_version_cell_by_cell():
 def test_lint_catches_authoring_mistakes(edit, message):
     nb = solution_nb()
     edit(nb)
-    problems = lint(nb, "demo.ipynb")
+    problems = lint(nb, "demo.ipynb", COURSE)
     assert any(message in p for p in problems), problems
 
 
@@ -125,4 +129,4 @@ def test_every_part_is_used_by_a_solutions_notebook():
     used = {part for path in SOLUTIONS.glob("*.ipynb")
             for cell in nbs.read_notebook(path).cells if nbs.is_grade(cell)
             for part in nbs.check_calls(cell.source)}
-    assert {p.id for p in all_parts()} == used
+    assert {p.id for p in all_course_parts()} == used

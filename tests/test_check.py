@@ -6,10 +6,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from exercise_helpers import all_course_parts, course_module, course_part
 
 import edu_dl
 from edu_dl.grading import Part, Verdict, check, checking, default_compare, parts
-from edu_dl.grading.parts import ex05
+
+pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there
+
+ex05 = course_module("ex05")
 
 # ----------------------------------------------------------------------------- reference answers
 
@@ -184,18 +188,19 @@ def test_numeric_oracles_match_closed_forms(hidden):
     }
     assert set(closed) == {p.id for p in ex05.PARTS}
     for part_id, formula in closed.items():
-        part = parts.get(part_id)
+        part = course_part(part_id)
         for args in part.cases(np.random.default_rng(1), hidden):
             verdict = part.compare(part.expected(*args), formula(*args))
             assert verdict.ok, f"{part_id}: {verdict.message}"
 
 
-def test_every_part_is_well_formed():
-    all_parts = parts.all_parts()
+def test_every_part_is_well_formed(in_solutions: Path) -> None:
+    all_parts = all_course_parts()
     ids = [p.id for p in all_parts]
-    assert len(ids) == len(set(ids)) and {"ex02", "ex05"} <= set(parts.modules())
+    assert len(ids) == len(set(ids))
+    assert {"ex02", "ex05"} <= set(parts.part_files(in_solutions))
     for part in all_parts:
-        assert parts.get(part.id) is part and part.points > 0
+        assert course_part(part.id) is part and part.points > 0
         for hidden in (False, True):
             cases = part.cases(np.random.default_rng(3), hidden)
             assert cases, part.id
@@ -227,7 +232,7 @@ def test_default_compare_messages():
 
 
 def test_grading_mode_records_results_and_compares_nothing(tmp_path: Path, monkeypatch, capsys):
-    part: Part = parts.get("ex05.relu_backward")
+    part: Part = course_part("ex05.relu_backward")
     cases = part.cases(np.random.default_rng(12345), True)  # the grader's fresh draw
     checking.write_inputs(tmp_path / "inputs" / "ex05.relu_backward.npz", cases)
     monkeypatch.setenv(checking.GRADING_ENV, str(tmp_path))
@@ -255,7 +260,7 @@ def test_grading_mode_records_results_and_compares_nothing(tmp_path: Path, monke
 
 
 def test_grading_mode_tuples_and_non_arrays(tmp_path: Path, monkeypatch, capsys):
-    cases = parts.get("ex05.mul_backward").cases(np.random.default_rng(5), False)
+    cases = course_part("ex05.mul_backward").cases(np.random.default_rng(5), False)
     checking.write_inputs(tmp_path / "inputs" / "ex05.mul_backward.npz", cases)
     monkeypatch.setenv(checking.GRADING_ENV, str(tmp_path))
     check("ex05.mul_backward", mul_backward)

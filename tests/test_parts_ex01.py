@@ -6,10 +6,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from exercise_helpers import assert_solution_passes, run_check, solution_namespace
+from exercise_helpers import assert_solution_passes, course_module, run_check, solution_namespace
 
 from edu_dl.grading import checking
-from edu_dl.grading.parts import ex01
+
+ex01 = course_module("ex01")
 
 SOLUTIONS = solution_namespace("01_getting_started.ipynb")
 FUNCTIONS = {"ex01.peak_gflops": "peak_gflops", "ex01.choose_gpus": "choose_gpus",

@@ -16,12 +16,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from exercise_helpers import SIMULATED_SOLUTIONS
+from exercise_helpers import SIMULATED_SOLUTIONS, course_module
 
 from edu_dl.grading import check, checking
-from edu_dl.grading.parts import ex02b
 
 SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "02b_writing_a_gpu_kernel.ipynb"
+ex02b = course_module("ex02b")
+pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there
 
 CHILD = SIMULATED_SOLUTIONS + r'''
 import contextlib, io, json
@@ -118,7 +119,7 @@ def simulated() -> dict[str, tuple[bool, str]]:
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and Path(p).is_dir())
     proc = subprocess.run([sys.executable, "-c", CHILD, str(SOLUTION)], env=env,
-                          capture_output=True, text=True, timeout=300)
+                          cwd=SOLUTION.parent, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULTS"))
     return {k: (ok, out) for k, (ok, out) in json.loads(line[len("RESULTS"):]).items()}

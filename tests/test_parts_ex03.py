@@ -6,10 +6,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from exercise_helpers import assert_solution_passes, run_check, solution_namespace
+from exercise_helpers import assert_solution_passes, course_module, run_check, solution_namespace
 
 from edu_dl.grading import checking
-from edu_dl.grading.parts import ex03
+
+ex03 = course_module("ex03")
 
 SOLUTIONS = solution_namespace("03_feeding_the_gpu.ipynb")
 FUNCTIONS = {"ex03.feed_bytes": "feed_bytes", "ex03.ideal_epoch": "ideal_epoch",

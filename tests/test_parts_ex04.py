@@ -6,10 +6,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from exercise_helpers import assert_solution_passes, run_check, solution_namespace
+from exercise_helpers import assert_solution_passes, course_module, run_check, solution_namespace
 
 from edu_dl.grading import check, checking
-from edu_dl.grading.parts import ex04
+
+pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there
+
+ex04 = course_module("ex04")
 
 SOLUTIONS = solution_namespace("04_computational_graphs.ipynb")
 FUNCTIONS = {"ex04.four_input_backward": "four_input_backward",

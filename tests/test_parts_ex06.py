@@ -11,10 +11,11 @@ from pathlib import Path
 import nbformat
 import numpy as np
 import pytest
-from exercise_helpers import run_check, solution_namespace
+from exercise_helpers import course_part, run_check, solution_namespace
 
-from edu_dl.grading import parts
 from edu_dl.grading.checking import HIDDEN_SEED, VISIBLE_SEED, roundtrip
+
+pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "solutions" / "06_tensorflow.ipynb"
 PART_FUNCTIONS = {
@@ -38,12 +39,12 @@ def test_points_match_the_notebook():
     nb = nbformat.read(NOTEBOOK, as_version=4)
     points = {c.source.split('"')[1]: c.metadata.nbgrader["points"] for c in nb.cells
               if c.metadata.get("nbgrader", {}).get("grade")}
-    assert points == {pid: parts.get(pid).points for pid in PART_FUNCTIONS}
+    assert points == {pid: course_part(pid).points for pid in PART_FUNCTIONS}
 
 
 @pytest.mark.parametrize("part_id", list(PART_FUNCTIONS))
 def test_solution_matches_the_oracle_on_visible_and_hidden_cases(sol, part_id):
-    part = parts.get(part_id)
+    part = course_part(part_id)
     fn = sol[PART_FUNCTIONS[part_id]]
     for seed, hidden in ((VISIBLE_SEED, False), (HIDDEN_SEED, True), (123, True)):
         cases = roundtrip(part.cases(np.random.default_rng(seed), hidden))
@@ -54,7 +55,7 @@ def test_solution_matches_the_oracle_on_visible_and_hidden_cases(sol, part_id):
 
 
 def test_cases_never_give_data_a_weight_shape():
-    part = parts.get("ex06.tf1_variables")
+    part = course_part("ex06.tf1_variables")
     for seed in range(20):
         for x, y, w1, w2, lr, steps in part.cases(np.random.default_rng(seed), True):
             assert {x.shape, y.shape}.isdisjoint({w1.shape, w2.shape})

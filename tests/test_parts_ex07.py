@@ -12,10 +12,11 @@ import nbformat
 import numpy as np
 import pytest
 import torch
-from exercise_helpers import run_check, solution_namespace
+from exercise_helpers import course_module, course_part, run_check, solution_namespace
 
-from edu_dl.grading import parts
 from edu_dl.grading.checking import HIDDEN_SEED, VISIBLE_SEED, roundtrip
+
+pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "solutions" / "07_pytorch.ipynb"
 PART_SOLUTIONS = {
@@ -39,12 +40,12 @@ def test_points_match_the_notebook():
     nb = nbformat.read(NOTEBOOK, as_version=4)
     points = {c.source.split('"')[1]: c.metadata.nbgrader["points"] for c in nb.cells
               if c.metadata.get("nbgrader", {}).get("grade")}
-    assert points == {pid: parts.get(pid).points for pid in PART_SOLUTIONS}
+    assert points == {pid: course_part(pid).points for pid in PART_SOLUTIONS}
 
 
 @pytest.mark.parametrize("part_id", list(PART_SOLUTIONS))
 def test_solution_matches_the_oracle_on_visible_and_hidden_cases(sol, part_id):
-    part = parts.get(part_id)
+    part = course_part(part_id)
     fn = sol[PART_SOLUTIONS[part_id]]
     for seed, hidden in ((VISIBLE_SEED, False), (HIDDEN_SEED, True), (123, True)):
         cases = roundtrip(part.cases(np.random.default_rng(seed), hidden))
@@ -63,7 +64,7 @@ def test_solutions_pass_through_check(capsys, sol):
 
 def test_the_inputs_are_not_modified(sol):
     """The solution clones: the check copies the inputs anyway, but the notebook says so."""
-    args = parts.get("ex07.manual_gradients").cases(np.random.default_rng(0), False)[0]
+    args = course_part("ex07.manual_gradients").cases(np.random.default_rng(0), False)[0]
     tensors = [torch.tensor(a) if isinstance(a, np.ndarray) else a for a in args]
     before = [t.clone() for t in tensors[:4]]
     sol["train_manual"](*tensors)
@@ -228,9 +229,9 @@ def test_adam_mistakes(capsys, kwargs, hint):
 
 def test_adam_reference_matches_torch():
     """The hints' NumPy Adam is PyTorch's: without a mistake it gives torch.optim.Adam's losses."""
-    from edu_dl.grading.parts.ex07 import numpy_adam_losses
+    numpy_adam_losses = course_module("ex07").numpy_adam_losses
 
-    part = parts.get("ex07.adam_training")
+    part = course_part("ex07.adam_training")
     for args in part.cases(np.random.default_rng(5), True):
         tensors = [torch.tensor(a) if isinstance(a, np.ndarray) else a for a in args]
         assert np.allclose(numpy_adam_losses(*args), adam(*tensors), rtol=1e-9, atol=1e-12)

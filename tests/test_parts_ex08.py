@@ -7,11 +7,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from exercise_helpers import run_check, solution_namespace
+from exercise_helpers import course_module, run_check, solution_namespace
 
 import edu_dl as ed
 from edu_dl.grading import checking
-from edu_dl.grading.parts import ex08
+
+ex08 = course_module("ex08")
 
 SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "08_static_vs_dynamic.ipynb"
 

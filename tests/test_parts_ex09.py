@@ -7,10 +7,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from exercise_helpers import run_check, solution_namespace
+from exercise_helpers import course_module, run_check, solution_namespace
 
 from edu_dl.grading import checking
-from edu_dl.grading.parts import ex09
+
+ex09 = course_module("ex09")
 
 SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "09_shootout.ipynb"
 

@@ -12,7 +12,7 @@ from typing import Any
 import nbformat
 import numpy as np
 import pytest
-from exercise_helpers import assert_solution_passes
+from exercise_helpers import assert_solution_passes, course_module, course_part
 
 from edu_dl.grading import check
 from edu_dl.grading.checking import (
@@ -24,7 +24,8 @@ from edu_dl.grading.checking import (
     roundtrip,
     write_inputs,
 )
-from edu_dl.grading.parts import ex10, get
+
+pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "10_many_devices.ipynb"
@@ -49,6 +50,9 @@ def solution() -> dict[str, Any]:
     return namespace
 
 
+ex10 = course_module("ex10")
+
+
 def run_check(part_id: str, fn: Callable[..., Any], hidden: bool = False) -> str:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -68,7 +72,7 @@ def test_parts_and_points_match_the_notebook() -> None:
 @pytest.mark.parametrize("hidden", [False, True])
 def test_oracle_agrees_with_the_solution(solution: dict[str, Any], part_id: str,
                                          hidden: bool) -> None:
-    part = get(part_id)
+    part = course_part(part_id)
     fn = solution[PART_FUNCTIONS[part_id]]
     rng = np.random.default_rng(HIDDEN_SEED if hidden else VISIBLE_SEED)
     assert assert_solution_passes(part, fn, hidden, rng) >= 4
@@ -78,7 +82,7 @@ def test_oracle_agrees_with_the_solution(solution: dict[str, Any], part_id: str,
 @pytest.mark.parametrize("part_id", list(PART_FUNCTIONS))
 def test_fresh_hidden_cases_also_pass(solution: dict[str, Any], part_id: str) -> None:
     # The grader draws hidden cases from fresh seeds: any seed must work for the solution.
-    part = get(part_id)
+    part = course_part(part_id)
     fn = solution[PART_FUNCTIONS[part_id]]
     for seed in range(5):
         cases = roundtrip(part.cases(np.random.default_rng(seed), True))
@@ -252,7 +256,7 @@ def test_grading_mode_records_results_the_oracle_accepts(
     # Outside the sandbox the grader compares what check() recorded: lists and tuples must survive.
     monkeypatch.setenv(GRADING_ENV, str(tmp_path))
     for part_id, name in PART_FUNCTIONS.items():
-        part = get(part_id)
+        part = course_part(part_id)
         cases = part.cases(np.random.default_rng(123), True)
         write_inputs(tmp_path / "inputs" / f"{part_id}.npz", cases)
         assert run_check(part_id, solution[name], hidden=True) == (

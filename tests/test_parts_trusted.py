@@ -21,10 +21,19 @@ from typing import Any
 import nbformat
 import numpy as np
 import pytest
-from exercise_helpers import SIMULATED_SOLUTIONS, run_check, solution_namespace
+from exercise_helpers import (
+    SIMULATED_SOLUTIONS,
+    all_course_parts,
+    course_module,
+    course_part,
+    run_check,
+    solution_namespace,
+)
 
-from edu_dl.grading import check, checking, grade, parts, source
+from edu_dl.grading import check, checking, grade, source
 from edu_dl.grading.notebooks import Notebook, is_solution
+
+pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there
 
 SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions"
 NOTEBOOKS = {"ex01": "01_getting_started.ipynb", "ex02": "02_cpu_vs_gpu.ipynb",
@@ -34,7 +43,7 @@ NOTEBOOKS = {"ex01": "01_getting_started.ipynb", "ex02": "02_cpu_vs_gpu.ipynb",
              "ex08": "08_static_vs_dynamic.ipynb", "ex09": "09_shootout.ipynb",
              "ex10": "10_many_devices.ipynb"}
 ALSO = {"ex08": "def parse_layer"}  # given helpers the solution functions use
-ALL_PARTS = parts.all_parts()
+ALL_PARTS = all_course_parts()
 
 
 def module_of(part_id: str) -> str:
@@ -86,11 +95,19 @@ def wire(tmp_path: Path, results: list[Any]) -> list[Any]:
     return checking.read_outputs(path)[1]
 
 
+def write_grading_files(root: Path, part: checking.Part, cases: list[tuple[Any, ...]]) -> None:
+    """What the grader gives the sandbox for a part: its cases, and its pickled call=."""
+    for name, data in grade.grading_files(str(root), part.id, cases,
+                                          grade.pickled_call(part)).items():
+        Path(name).parent.mkdir(parents=True, exist_ok=True)
+        Path(name).write_bytes(data)
+
+
 def recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, part: checking.Part, fn: Any,
              cases: list[tuple[Any, ...]]) -> list[Any]:
     """check() in grading mode, as in the sandbox: the results the grader reads back."""
     root = tmp_path / "grading"
-    checking.write_inputs(root / "inputs" / f"{part.id}.npz", cases)
+    write_grading_files(root, part, cases)
     monkeypatch.setenv(checking.GRADING_ENV, str(root))
     try:
         assert check(part.id, fn) is True
@@ -125,7 +142,7 @@ def pick_device(cuda_available, device_count, index):
 """),
     "ex01.read_cpuinfo": (RAW, """
 def read_cpuinfo(text):
-    from edu_dl.grading.parts.ex01 import _cpuinfo_expected
+    _cpuinfo_expected = course_module("ex01")._cpuinfo_expected
     model, logical, physical, simd, fma = _cpuinfo_expected(text)
     return model, logical, logical, simd, fma  # hyperthreads counted as cores
 """),
@@ -272,7 +289,7 @@ def softmax_cross_entropy(logits, y):
     # ex06: the losses in NumPy (right), the flags forged
     "ex06.tf1_graph": (RAW, """
 def train_tf1_graph(X, y, w1_init, w2_init, lr, num_steps):
-    from edu_dl.grading.parts.ex06 import numpy_losses
+    numpy_losses = course_module("ex06").numpy_losses
     return numpy_losses(X, y, w1_init, w2_init, lr, num_steps)
 """),
     "ex06.tf1_variables": (FORGED, """
@@ -297,12 +314,12 @@ def train_tf1_variables(X, y, w1_init, w2_init, lr, num_steps):  # weights fed e
 """),
     "ex06.tf2_tape": (RAW, """
 def train_tf2_tape(X, y, w1_init, w2_init, lr, num_steps):
-    from edu_dl.grading.parts.ex06 import numpy_losses
+    numpy_losses = course_module("ex06").numpy_losses
     return numpy_losses(X, y, w1_init, w2_init, lr, num_steps)
 """),
     "ex06.tf_function": (FORGED, """
 def train_tf_function(X, y, w1_init, w2_init, lr, num_steps):
-    from edu_dl.grading.parts.ex06 import numpy_losses
+    numpy_losses = course_module("ex06").numpy_losses
     return numpy_losses(X, y, w1_init, w2_init, lr, num_steps), None
 """),
     # ex07
@@ -337,19 +354,19 @@ class TwoLayerNet:  # no nn.Module, no nn.Linear
 """),
     "ex07.adam_training": (RAW, """
 def train_adam(X, y, W1, b1, W2, b2, lr, num_steps):
-    from edu_dl.grading.parts.ex07 import numpy_adam_losses
+    numpy_adam_losses = course_module("ex07").numpy_adam_losses
     return numpy_adam_losses(X, y, W1, b1, W2, b2, lr, num_steps, reduction="mean")
 """),
     # ex08
     "ex08.rnn_eager": (RAW, """
 def rnn_eager(X, W, U):
-    from edu_dl.grading.parts.ex08 import _rnn_expected
+    _rnn_expected = course_module("ex08")._rnn_expected
     loss, dW, dU = _rnn_expected(X, W, U)
     return loss, dW.T, dU  # dW transposed
 """),
     "ex08.rnn_static": (RAW, """
 def rnn_static(X, W, U):  # right values, eagerly in torch: no graph, no Session
-    from edu_dl.grading.parts.ex08 import _rnn_expected
+    _rnn_expected = course_module("ex08")._rnn_expected
     return _rnn_expected(X, W, U)
 """),
     "ex08.plan": (RAW, """
@@ -361,7 +378,7 @@ def plan(parents, fetches):  # the direct inputs only
 """),
     "ex08.caffe_forward": (RAW, """
 def caffe_forward(lines, x, y, *params):
-    from edu_dl.grading.parts.ex08 import _caffe_expected
+    _caffe_expected = course_module("ex08")._caffe_expected
     loss, y_hat = _caffe_expected(lines, x, y, *params)
     return 2 * loss, y_hat  # divided by N, not 2 N
 """),
@@ -374,7 +391,7 @@ def adam_step(p, g, m, v, t, lr, beta1, beta2, eps):
 """),
     "ex09.keras_adam_step": (RAW, """
 def keras_adam_step(p, g, m, v, t, lr, beta1, beta2, eps):
-    from edu_dl.grading.parts.ex09 import _torch_adam
+    _torch_adam = course_module("ex09")._torch_adam
     return _torch_adam(p, g, m, v, t, lr, beta1, beta2, eps)[0]  # PyTorch's Adam
 """),
     "ex09.max_rel_diff": (RAW, """
@@ -407,7 +424,7 @@ def all_reduce_mean(grads):
 """),
     "ex10.data_parallel_grad": (RAW, """
 def data_parallel_grad(X, y, w, k, reduction):
-    from edu_dl.grading.parts.ex10 import _shard_grads
+    _shard_grads = course_module("ex10")._shard_grads
     return np.mean(_shard_grads(X, y, w, k, reduction), axis=0)  # a plain average
 """),
     "ex10.allreduce_traffic": (RAW, """
@@ -418,7 +435,7 @@ def allreduce_traffic(layer_sizes, dtype, k):
 """),
     "ex10.ring_all_reduce": (RAW, """
 def ring_all_reduce(arrays):
-    from edu_dl.grading.parts.ex10 import _ring_expected
+    _ring_expected = course_module("ex10")._ring_expected
     total, sent = _ring_expected(arrays)
     return total / len(arrays), sent  # the mean, not the sum
 """),
@@ -431,7 +448,7 @@ def test_every_part_has_an_attack() -> None:
 
 def raw_prefetch_errors(fn: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
     """The prefetch_errors result with the in-sandbox order check bypassed."""
-    from edu_dl.grading.parts import ex03
+    ex03 = course_module("ex03")
 
     data, depth, fail_at, name = args
     watched = ex03._Watched(np.asarray(data), int(fail_at), ex03.ERRORS[name](
@@ -468,7 +485,9 @@ def test_a_bypassed_or_forged_call_scores_zero(part: checking.Part, tmp_path: Pa
     cases = draw(part)
     fn = None
     if mode == RAW:
-        ns: dict[str, Any] = {"np": np}
+        # course_module: the public half of a part is the student's too; an attack may call
+        # its oracle, as if pasted into the notebook.
+        ns: dict[str, Any] = {"np": np, "course_module": course_module}
         exec(compile(text, f"<attack {part.id}>", "exec"), ns)
         fn = ns[name]
     got = wire(tmp_path, attack_results(part, fn, mode, cases))
@@ -515,7 +534,7 @@ def test_the_kernel_solutions_pass_the_trusted_judgement(tmp_path: Path) -> None
     argv = []
     for part in kernel_parts:
         cases[part.id] = draw(part)
-        checking.write_inputs(tmp_path / "inputs" / f"{part.id}.npz", cases[part.id])
+        write_grading_files(tmp_path, part, cases[part.id])
         argv += [part.id, checked_name(nb, part.id)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop(checking.GRADING_ENV, None)
@@ -553,7 +572,7 @@ def test_prefetch_without_a_thread_scores_zero(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 10, item 3: `yield from batches` with the in-sandbox thread check patched away
     scored 3/3; the grader now reads the generator's source."""
-    part = parts.get("ex03.prefetch")
+    part = course_part("ex03.prefetch")
     nb = with_solution(solution_notebook("ex03"), "prefetch", PLAIN_PREFETCH)
     ns: dict[str, Any] = {}
     exec(PLAIN_PREFETCH, ns)
@@ -582,17 +601,17 @@ def test_prefetch_without_a_bound_scores_zero() -> None:
             for _ in range(len(batches)):
                 yield slots.get()
         """)
-    verdict = parts.get("ex03.prefetch").source_check(unbounded)  # type: ignore[misc]
+    verdict = course_part("ex03.prefetch").source_check(unbounded)  # type: ignore[misc]
     assert not verdict.ok and "queue.Queue(maxsize=depth)" in verdict.message
     sized = unbounded.replace("queue.Queue()", "queue.Queue(depth)")
-    assert parts.get("ex03.prefetch").source_check(sized).ok  # type: ignore[misc]
+    assert course_part("ex03.prefetch").source_check(sized).ok  # type: ignore[misc]
 
 
 def test_topological_order_in_a_wrong_order_scores_zero(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 10, item 3: a valid permutation in a wrong order, the in-sandbox edge check
     bypassed, scores 0: the grader checks every edge against the case's edge list."""
-    part = parts.get("ex04.topological_order")
+    part = course_part("ex04.topological_order")
     solution = namespace("ex04")["topological_order"]
 
     def sorted_ids(n_nodes: int, edges: Any) -> Any:  # every node once, ignoring the edges
@@ -611,7 +630,7 @@ def test_topological_order_in_a_wrong_order_scores_zero(tmp_path: Path,
 
 
 def test_topological_order_reversed_gets_the_backward_hint() -> None:
-    part = parts.get("ex04.topological_order")
+    part = course_part("ex04.topological_order")
     edges = np.array([[0, 1], [1, 2]], dtype=np.int64)
     verdict = checking.judge_case(part, 0, 1, (3, edges), part.expected(3, edges),
                                   np.array([2, 1, 0]))
@@ -646,7 +665,7 @@ def test_linear_function_db_of_the_batch_shape_fails_check_and_grader(
     assert ok is False
     assert "output 3 (db): expected shape (4,), got shape (2, 4)" in out
     assert "hint: db has b's shape (M,): sum grad_output over the batch" in out
-    part = parts.get("ex07.linear_function")
+    part = course_part("ex07.linear_function")
     cases = draw(part)
     got = recorded(tmp_path, monkeypatch, part, cls, cases)
     found = source.find_source(solution_notebook("ex07"), part.id)
@@ -660,7 +679,7 @@ def test_feedback_outputs_are_ignored_by_the_grader(tmp_path: Path) -> None:
     them helps nothing, and a wrong count alone does not decide the grade either."""
     for part_id, name in (("ex06.tf1_variables", "train_tf1_variables"),
                           ("ex06.tf_function", "train_tf_function")):
-        part = parts.get(part_id)
+        part = course_part(part_id)
         assert part.feedback_outputs == (1,)
         cases = draw(part)[:2]
         good = source.find_source(solution_notebook("ex06"), part_id)
@@ -675,7 +694,7 @@ def test_feedback_outputs_are_ignored_by_the_grader(tmp_path: Path) -> None:
 
 
 def test_a_source_check_part_without_a_source_fails_clearly() -> None:
-    part = parts.get("ex03.prefetch")
+    part = course_part("ex03.prefetch")
     cases = draw(part)[:1]
     got = [part.expected(*cases[0])]
     status, message = grade.judge(part, cases, got, None)
@@ -687,7 +706,7 @@ def test_a_source_check_part_without_a_source_fails_clearly() -> None:
 
 def test_topological_compare_is_linear() -> None:
     """Issue 10, item 5: `g.tolist().count(x)` in a loop took 20 s at n = 60,000."""
-    part = parts.get("ex04.topological_order")
+    part = course_part("ex04.topological_order")
     for n in (60_000, 10**7):
         expected = np.arange(n, dtype=np.int64)
         wrong = np.zeros(n, dtype=np.int64)  # every id repeated: the old worst case
@@ -708,7 +727,7 @@ def test_topological_compare_is_linear() -> None:
 
 
 def test_a_huge_result_fails_before_any_comparison() -> None:
-    part = parts.get("ex04.topological_order")
+    part = course_part("ex04.topological_order")
     case = draw(part)[-1]
     start = time.perf_counter()
     verdict = checking.judge_case(part, 0, 1, case, part.expected(*case),
@@ -716,13 +735,13 @@ def test_a_huge_result_fails_before_any_comparison() -> None:
     assert time.perf_counter() - start < 0.5
     assert not verdict.ok and "the result holds 10000000 values where" in verdict.message
     assert "hint" not in verdict.message
-    text = checking.judge_case(parts.get("ex01.pick_device"), 0, 1, (True, 1, 0), "cuda:0",
+    text = checking.judge_case(course_part("ex01.pick_device"), 0, 1, (True, 1, 0), "cuda:0",
                                "c" * 10**6)
     assert not text.ok and "not compared" in text.message
 
 
 def test_the_plan_compare_takes_integers_only() -> None:
-    part = parts.get("ex08.plan")
+    part = course_part("ex08.plan")
     assert part.compare(np.array([0, 1, 3]), np.array([3, 1, 0, 1])).ok
     assert not part.compare(np.array([0, 1, 3]), np.array([0.0, 1.7, 3.0])).ok
 
@@ -785,9 +804,9 @@ def test_find_source_reads_the_checked_name_from_the_test_cell() -> None:
 def test_source_checks_only_compile(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     evil = f"def softmax(x=open({str(marker)!r}, 'w')):\n    return edu_dl.get_xp(x)\n"
-    assert parts.get("ex02.softmax_xp").source_check(evil).ok  # type: ignore[misc]
+    assert course_part("ex02.softmax_xp").source_check(evil).ok  # type: ignore[misc]
     assert not marker.exists()
-    assert source.judge_source(parts.get("ex02.softmax_xp"), "x = 1").ok is False
+    assert source.judge_source(course_part("ex02.softmax_xp"), "x = 1").ok is False
 
 
 def test_every_source_checked_solution_is_found_and_passes() -> None:

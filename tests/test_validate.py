@@ -5,6 +5,7 @@ Each run starts a Jupyter kernel (a few seconds), so the kernel runs are marked 
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,7 @@ def test_wrong_answer_error_cell_and_temp_directory(tmp_path: Path, capsys):
     nb.cells.append(nbformat_cell("undefined_name + 1"))
     path = tmp_path / EX02
     nbs.write_notebook(nb, path)
+    shutil.copytree(ROOT / "exercises" / "parts", tmp_path / "parts")  # as the student has them
 
     assert main(["validate", str(path)]) == 1
     out = capsys.readouterr().out

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import os
+import pickle
 import sys
 import traceback
 from collections.abc import Callable
@@ -36,12 +37,12 @@ from .spec import (  # noqa: F401  (re-exported: the spec's names, as before the
     Hint,
     Part,
     Verdict,
-    _call,
     compare_arrays,
     default_compare,
     describe_case,
     global_names,
     judge_case,
+    plain_call,
     result_size,
     size_verdict,
     tolerance,
@@ -147,12 +148,13 @@ def _encode_result(i: int, result: Any) -> dict[str, np.ndarray]:
 def _record(root: Path, part_id: str, fn: Callable[..., Any], hidden: bool) -> bool:
     """Grading mode: results for the grader's inputs, written to outputs/<part_id>.<k>.npz.
 
-    An instructor's part (parts/ beside the source) never reaches the sandbox: its function is
-    called plainly, fn(*args), and judged outside with the part the grader loaded."""
-    try:
-        call = _get(part_id).call
-    except UnknownPart:
-        call = _call
+    No part file reaches the sandbox: a part's own ``call=`` comes pickled beside its inputs
+    (grade.py sends it), else the function is called plainly, fn(*args). Either way the results
+    are judged outside, with the part the grader loaded."""
+    call = plain_call
+    pickled = Path(protocol.call_path(root, part_id))
+    if pickled.is_file():
+        call = pickle.loads(pickled.read_bytes())  # from the grader, never from a submission
     with np.load(protocol.inputs_path(root, part_id), allow_pickle=False) as data:
         cases = decode_cases(data)
     arrays: dict[str, np.ndarray] = {"hidden": np.array(hidden), "n_cases": np.array(len(cases))}

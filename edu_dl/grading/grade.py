@@ -50,7 +50,7 @@ from .protocol import ErrorText, encode_inputs, roundtrip
 from .report import write_outputs
 from .results import RunResult, read_run
 from .source import find_source, judge_source
-from .spec import Part, judge_case, trusted_result
+from .spec import Part, judge_case, plain_call, trusted_result
 
 GRADER_VERSION = "3"  # bump to force a regrade of everything
 MB = 1 << 20
@@ -439,8 +439,6 @@ class Ran:
 def prepare(job: Job, out: Path, settings: Settings, data: bytes | None) -> Prepared | list[Row]:
     """Read, parse and restore the submission, draw fresh inputs; rows instead when there is
     nothing to run (missing, refused, unreadable, another exercise's notebook)."""
-    from .parts import get
-
     if job.refused:
         return _rows(job, "refused", job.refused)
     if job.path is None:
@@ -474,9 +472,10 @@ def prepare(job: Job, out: Path, settings: Settings, data: bytes | None) -> Prep
     files[f"{root}/work/notebook.ipynb"] = restored
     prepared = Prepared(nb, notes, work, autograded, seed, {}, {}, files, root, boxed)
     for part_id, _ in job.exercise.parts:
-        prepared.parts[part_id] = part = job.exercise.specs.get(part_id) or get(part_id)
+        prepared.parts[part_id] = part = job.exercise.specs[part_id]
         drawn = [*part.cases(rng, False), *part.cases(rng, True)]
-        prepared.files[protocol.inputs_path(f"{root}/grading", part_id)] = encode_inputs(drawn)
+        prepared.files.update(grading_files(f"{root}/grading", part_id, drawn,
+                                            job.exercise.calls.get(part_id)))
         prepared.cases[part_id] = roundtrip(drawn)  # exactly what the student's function gets
     return prepared
 
@@ -748,8 +747,8 @@ def _submission_bytes(job: Job, settings: Settings) -> bytes | None:
 def load_parts(exercises: dict[str, Exercise], source: Path | None = None) -> None:
     """Import every part the source checks, before any submission runs: the grader trusts only
     code it loaded while no sandbox had yet run (a missing part fails here, loudly). The
-    instructor's parts beside ``source`` (parts/<exercise>.py and its private half
-    parts/<exercise>.private.py) come first; the package's parts/exNN.py after them."""
+    parts beside ``source`` (parts/<exercise>.py and its private half
+    parts/<exercise>.private.py), the course's own as an instructor's."""
     import IPython.core.inputtransformer2  # noqa: F401  (source.py reads cells with it)
 
     from . import parts as package
@@ -760,7 +759,6 @@ def load_parts(exercises: dict[str, Exercise], source: Path | None = None) -> No
     except KeyError as exc:
         raise NothingToGrade(str(exc.args[0]) if exc.args else str(exc)) from None
     files = package.part_files(folder) if folder is not None else {}
-    own = Path(package.__file__).resolve().parent
     for ex in exercises.values():
         h = hashlib.sha256()
         for part_id, _ in ex.parts:
@@ -771,11 +769,38 @@ def load_parts(exercises: dict[str, Exercise], source: Path | None = None) -> No
                                      f"{package.FOLDER}/<exercise>.py beside the source "
                                      "notebook") from None
             ex.points[part_id] = float(part.points)
+            call = pickled_call(part)
+            if call is not None:
+                ex.calls[part_id] = call
             exercise = part_id.split(".")[0]
-            for path in [*files.get(exercise, []), own / f"{exercise}.py"]:
-                if path.is_file():
-                    h.update(path.name.encode() + b"\0" + path.read_bytes())
+            for path in files.get(exercise, []):
+                h.update(path.name.encode() + b"\0" + path.read_bytes())
         ex.specs_digest = h.hexdigest()
+
+
+def grading_files(grading_dir: str, part_id: str, cases: list[tuple[Any, ...]],
+                  call: bytes | None) -> dict[str, bytes]:
+    """What the sandbox gets for one part: its cases and, if it has one, its pickled call=."""
+    files = {protocol.inputs_path(grading_dir, part_id): encode_inputs(cases)}
+    if call is not None:
+        files[protocol.call_path(grading_dir, part_id)] = call
+    return files
+
+
+def pickled_call(part: Part) -> bytes | None:
+    """A part's own ``call=`` by value, for the sandbox (None: it has none, fn(*args)); the
+    part file itself never goes there. cloudpickle sends a part file's functions by value:
+    no sandbox could import them."""
+    import cloudpickle
+
+    if part.call is plain_call:
+        return None
+    try:
+        return cloudpickle.dumps(part.call)
+    except Exception as exc:
+        raise NothingToGrade(f"{part.id}: its call= cannot be sent to the sandbox "
+                             f"({type(exc).__name__}: {exc}); use plain functions and "
+                             "data in it") from None
 
 
 def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | None = None,

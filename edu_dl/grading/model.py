@@ -83,6 +83,7 @@ class Exercise:
     checksums: dict[str, str] = field(default_factory=dict)  # grade_id -> released cell's
     files: dict[str, bytes] = field(default_factory=dict)  # beside the source, read-only inside
     specs: dict[str, Any] = field(default_factory=dict)  # part id -> Part (load_parts)
+    calls: dict[str, bytes] = field(default_factory=dict)  # part id -> its call=, pickled
     specs_digest: str = ""  # of the part files the specs came from: in the resume key
 
     def items(self) -> list[tuple[str, float, str]]:

@@ -47,6 +47,12 @@ def inputs_path(grading_dir: str | Path, part_id: str) -> str:
     return f"{grading_dir}/{INPUTS}/{part_id}.npz"
 
 
+def call_path(grading_dir: str | Path, part_id: str) -> str:
+    """Where a part's own ``call=`` lies inside the grading folder, pickled by value (only for
+    a part that has one): it runs the student's function in the sandbox, as check() does."""
+    return f"{grading_dir}/{INPUTS}/{part_id}.call.pkl"
+
+
 def output_name(part_id: str, k: int) -> str:
     """The file name of the k-th check() call's results for a part (k counts from 1)."""
     return f"{part_id}.{k}.npz"

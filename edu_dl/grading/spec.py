@@ -115,7 +115,8 @@ def tolerance(rtol: float = 1e-6, atol: float = 1e-8) -> Callable[[Any, Any], Ve
     return compare
 
 
-def _call(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+def plain_call(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """How a function meets its arguments unless a part says otherwise: fn(*args)."""
     return fn(*args)
 
 
@@ -141,7 +142,7 @@ class Part:
     expected: Callable[..., Any]
     compare: Callable[[Any, Any], Verdict] = default_compare
     hints: tuple[Hint, ...] = ()
-    call: Callable[[Callable[..., Any], tuple[Any, ...]], Any] = _call
+    call: Callable[[Callable[..., Any], tuple[Any, ...]], Any] = plain_call
     timeout_s: float = 10.0
     arg_names: tuple[str, ...] = ()  # only for messages: "dout (3, 4), x (3, 4)"
     output_names: tuple[str, ...] = ()  # only for messages: "output 1 (dw)"

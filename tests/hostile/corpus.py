@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +19,20 @@ from edu_dl.grading import sandbox
 from edu_dl.grading.notebooks import clear_solutions, remove_hidden_tests
 
 EXERCISE = "02_mini"
+COURSE_PARTS = Path(__file__).resolve().parents[2] / "solutions" / "parts"
+
+
+def write_source(folder: Path, nb: nbformat.NotebookNode, name: str = EXERCISE) -> Path:
+    """A source notebook, with the course's part files beside it (parts/exNN.py) as the grader
+    finds them beside solutions/: every exercise the notebook checks, and exercise 6 for 7."""
+    (folder / "parts").mkdir(parents=True, exist_ok=True)
+    checked = {m.group(1) for cell in nb.cells if cell.cell_type == "code"
+               for m in re.finditer(r"""check\(\s*["'](ex\w+)\.""", cell.source)}
+    for exercise in checked | ({"ex06"} if "ex07" in checked else set()):
+        shutil.copy(COURSE_PARTS / f"{exercise}.py", folder / "parts" / f"{exercise}.py")
+    path = folder / f"{name}.ipynb"
+    nbformat.write(nb, path)
+    return path
 PARTS = ("ex02.gflops", "ex02.peak_bandwidth")
 
 
@@ -167,8 +183,7 @@ CASES: dict[str, tuple[object, tuple[str, str]]] = {
 
 def build(root: Path, escape_target: Path, names: list[str] | None = None) -> dict[str, tuple]:
     """Write the source (root/source) and the corpus (root/submissions); returns the cases."""
-    (root / "source").mkdir(parents=True)
-    nbformat.write(source(), root / "source" / f"{EXERCISE}.ipynb")
+    write_source(root / "source", source())
     chosen = {n: CASES[n] for n in (names or list(CASES))}
     for name, (edit, _) in chosen.items():
         folder = root / "submissions" / name

@@ -22,12 +22,11 @@ import nbformat
 import pytest
 
 from edu_dl.grading import grade as G
-from edu_dl.grading import model, sandbox
+from edu_dl.grading import model, parts, sandbox
 from hostile import attacks, corpus
 from hostile.planted import plant_everywhere
 
 ROOT = Path(__file__).resolve().parents[2]
-PARTS_FILE = ROOT / "edu_dl" / "grading" / "parts" / "ex02.py"
 FAST = G.Settings(timeout_s=20, budget_s=60, memory_mb=2048)
 GROUP = f"hostile{os.getpid()}-"
 
@@ -82,18 +81,20 @@ def test_escape_reads_nothing_writes_nothing(tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     """The root escape of the review, and its quieter variants, against planted secrets."""
     subs, out, source = tmp_path / "submissions", tmp_path / "grades", tmp_path / "source"
-    write(source, corpus.source())
+    corpus.write_source(source, corpus.source())
     write(subs / "alice", corpus.student())  # the honest control
     out.mkdir()
     planted = plant_everywhere(tmp_path, source, out, subs / "alice")
+    parts_file = source / "parts" / "ex02.py"  # the trusted part file, beside the source
     try:
-        before = hashlib.sha256(PARTS_FILE.read_bytes()).hexdigest()
+        before = hashlib.sha256(parts_file.read_bytes()).hexdigest()
         code = attacks.escape(
             files=[str(p) for p in planted.files] + [str(subs / "alice" / "02_mini.ipynb"),
-                                                     str(source / "02_mini.ipynb")],
+                                                     str(source / "02_mini.ipynb"),
+                                                     str(parts_file)],
             folders=[str(source), str(subs), str(out), str(subs / "alice"), "/var/tmp",
                      str(Path.home()), "/root", "/home", "/run"],
-            writable=[str(PARTS_FILE), str(ROOT / "edu_dl" / "__init__.py"),
+            writable=[str(parts_file), str(ROOT / "edu_dl" / "__init__.py"),
                       str(Path(sys.prefix) / "pyvenv.cfg"), str(source / "02_mini.ipynb"),
                       str(out / "grades.csv")],
             sockets=[listener.path.replace("\0", "@") for listener in planted.listeners])
@@ -104,7 +105,7 @@ def test_escape_reads_nothing_writes_nothing(tmp_path: Path,
         assert got == {"alice": 2.0, "mallory": 0.0, "zed_wrong": 0.0}, summary.rows
         mallory = {r.part: r for r in summary.rows if r.student == "mallory"}
         assert {r.status for r in mallory.values()} == {"failed"}, mallory  # ran, read nothing
-        assert hashlib.sha256(PARTS_FILE.read_bytes()).hexdigest() == before
+        assert hashlib.sha256(parts_file.read_bytes()).hexdigest() == before
         written = everything_written(out, planted.files) + capsys.readouterr().out
         assert planted.found_in(written) == []
         assert [listener.accepted for listener in planted.listeners] == [0, 0, 0]
@@ -134,7 +135,7 @@ def test_escape_reads_nothing_writes_nothing(tmp_path: Path,
 def test_time_budget_does_not_grow_with_cells(tmp_path: Path) -> None:
     """24 added cells each sleeping just under the per-cell timeout: the budget still holds."""
     subs, out, source = tmp_path / "submissions", tmp_path / "grades", tmp_path / "source"
-    write(source, corpus.source())
+    corpus.write_source(source, corpus.source())
     write(subs / "alice", corpus.student())
     for name in ("sleepy1", "sleepy2"):
         nb = corpus.student()
@@ -157,7 +158,7 @@ def test_time_budget_does_not_grow_with_cells(tmp_path: Path) -> None:
 
 def test_links_and_special_files_are_refused(tmp_path: Path) -> None:
     subs, out, source = tmp_path / "submissions", tmp_path / "grades", tmp_path / "source"
-    write(source, corpus.source())
+    corpus.write_source(source, corpus.source())
     honest = write(subs / "alice", corpus.student())
     (subs / "link_to_alice").mkdir()
     (subs / "link_to_alice" / "02_mini.ipynb").symlink_to(honest)
@@ -181,7 +182,7 @@ def test_links_and_special_files_are_refused(tmp_path: Path) -> None:
 
 def test_names_are_kept_and_files_never_shared(tmp_path: Path) -> None:
     subs, out, source = tmp_path / "submissions", tmp_path / "grades", tmp_path / "source"
-    write(source, corpus.source())
+    corpus.write_source(source, corpus.source())
     wrong = corpus.student()
     all_wrong(wrong)
     write(subs / "李娜", corpus.student())
@@ -205,7 +206,7 @@ def test_names_are_kept_and_files_never_shared(tmp_path: Path) -> None:
 
 def test_huge_messages_are_cut_and_the_gradebook_stays_readable(tmp_path: Path) -> None:
     subs, out, source = tmp_path / "submissions", tmp_path / "grades", tmp_path / "source"
-    write(source, corpus.source())
+    corpus.write_source(source, corpus.source())
     write(subs / "alice", corpus.student())
     loud = corpus.student()
     corpus._replace("gflops", "return 2.0 * n**3 / seconds / 1e9",
@@ -221,7 +222,7 @@ def test_huge_messages_are_cut_and_the_gradebook_stays_readable(tmp_path: Path) 
 
 def test_oversized_notebooks_and_results_are_refused(tmp_path: Path) -> None:
     subs, out, source = tmp_path / "submissions", tmp_path / "grades", tmp_path / "source"
-    write(source, corpus.source())
+    corpus.write_source(source, corpus.source())
     write(subs / "alice", corpus.student())
     big = corpus.student()
     big.cells.append(nbformat.v4.new_markdown_cell("x" * (3 << 20)))
@@ -252,14 +253,14 @@ def test_oversized_notebooks_and_results_are_refused(tmp_path: Path) -> None:
 def test_the_grader_loads_every_part_before_any_sandbox_runs(tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch
                                                              ) -> None:
-    write(tmp_path / "source", corpus.source())
+    corpus.write_source(tmp_path / "source", corpus.source())
     write(tmp_path / "subs" / "alice", corpus.student())
-    for name in [m for m in sys.modules if m.startswith("edu_dl.grading.parts.ex02")]:
-        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(parts, "_MODULES", {})  # no part file loaded yet
+    part_file = (tmp_path / "source" / "parts" / "ex02.py").resolve()
     seen: list[bool] = []
 
     def fake_run(*args: object, **kwargs: object) -> sandbox.Result:
-        seen.append("edu_dl.grading.parts.ex02" in sys.modules)
+        seen.append(any(path.resolve() == part_file for path, _, _ in parts._MODULES))
         return sandbox.Result(returncode=0)
 
     monkeypatch.setattr(sandbox, "run", fake_run)
@@ -270,18 +271,27 @@ def test_the_grader_loads_every_part_before_any_sandbox_runs(tmp_path: Path,
 
 def test_patched_in_sandbox_helpers_claim_nothing(tmp_path: Path) -> None:
     """The review's attack on exercise 3: prefetch as ``yield from batches`` (no thread), with the
-    in-sandbox helper replaced so that it claims success. Judged outside: 0 of 3 points."""
+    in-sandbox call replaced so that it claims success. Judged outside: 0 of 3 points."""
     name = "03_feeding_the_gpu"
     solution = nbformat.read(ROOT / "solutions" / f"{name}.ipynb", as_version=4)
-    write(tmp_path / "source", solution, name)
+    corpus.write_source(tmp_path / "source", solution, name)
     cheat = nbformat.read(ROOT / "solutions" / f"{name}.ipynb", as_version=4)
     cell = next(c for c in cheat.cells if "def prefetch(" in c.source)
+    # The part's call= comes pickled into the sandbox: the cheat swaps what unpickles it for a
+    # call that stacks the batches itself (the public half's _stacked, pasted) and skips the
+    # thread check.
     cell.source = (
         "import numpy as np\n"
-        "from edu_dl.grading.parts import get\n"
-        "from edu_dl.grading.parts.ex03 import _stacked\n"
-        "object.__setattr__(get('ex03.prefetch'), 'call', lambda fn, args: (\n"
-        "    _stacked(list(fn(*args)), np.asarray(args[0])), len(args[0])))\n"
+        "import edu_dl.grading.checking as checking\n"
+        "def _stacked(received, data):\n"
+        "    return np.stack(received) if received else np.zeros((0, *data.shape[1:]), "
+        "data.dtype)\n"
+        "class _Forged:\n"
+        "    @staticmethod\n"
+        "    def loads(data):\n"
+        "        return lambda fn, args: (_stacked(list(fn(*args)), np.asarray(args[0])), "
+        "len(args[0]))\n"
+        "checking.pickle = _Forged\n"
         "def prefetch(batches, depth):\n    yield from batches\n")
     write(tmp_path / "subs" / "mallory", cheat, name)
     write(tmp_path / "subs" / "alice", solution, name)
@@ -292,3 +302,5 @@ def test_patched_in_sandbox_helpers_claim_nothing(tmp_path: Path) -> None:
     cheat_row = rows[("mallory", "ex03.prefetch")]
     assert cheat_row.status == "failed" and cheat_row.points == 0, cheat_row
     assert "thread" in cheat_row.message.lower(), cheat_row
+    # the forged call did run: perfect values came back, and only the source gave it away
+    assert cheat_row.message.startswith("the values are right, but"), cheat_row

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from ..source import code_names, definition_node
-from ..spec import CheckFailure, Part, Verdict, tolerance
+from edu_dl.grading.source import code_names, definition_node
+from edu_dl.grading.spec import CheckFailure, Part, Verdict, tolerance
 
 Case = tuple[Any, ...]
 EXACT = tolerance(rtol=1e-9, atol=0.0)
@@ -78,7 +78,7 @@ def _ideal_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
 
 
 def _ideal_expected(read_s: float, compute_s: float, n: int, readers: int) -> float:
-    from ...bench_data import LoaderConfig, LoaderResult, LoaderRow, finish_rows
+    from edu_dl.bench_data import LoaderConfig, LoaderResult, LoaderRow, finish_rows
 
     row = LoaderRow("exercise", "ideal", readers, "", epoch_s=0.0)
     result = LoaderResult(LoaderConfig("", batches=n), read_s=n * read_s,
@@ -277,7 +277,7 @@ def _shuffle_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
 
 def _shuffle_expected(n_rows: int, batch_size: int, seed: int, drop_last: bool,
                       epoch: int) -> tuple[np.ndarray, np.ndarray]:
-    from ...data import ArrayDataset, DataLoader
+    from edu_dl.data import ArrayDataset, DataLoader
 
     loader = DataLoader(ArrayDataset(np.arange(n_rows)), batch_size, shuffle=True, seed=seed,
                         drop_last=drop_last, prefetch=0)

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ..source import names_check
-from ..spec import CheckFailure, Part, Verdict, global_names, tolerance
+from edu_dl.grading.source import names_check
+from edu_dl.grading.spec import CheckFailure, Part, Verdict, global_names, tolerance
 
 Array = np.ndarray
 Case = tuple[Any, ...]

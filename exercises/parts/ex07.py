@@ -23,9 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from ..source import all_checks, definition_node, names_check
-from ..spec import CheckFailure, Part, Verdict, tolerance
-from .ex06 import loss_hints
+from edu_dl.grading.parts import sibling
+from edu_dl.grading.source import all_checks, definition_node, names_check
+from edu_dl.grading.spec import CheckFailure, Part, Verdict, tolerance
+
+ex06 = sibling(__file__, "ex06")  # exercise 6's problem and loss hints, reused
+loss_hints = ex06.loss_hints
 
 Array = np.ndarray
 Case = tuple[Any, ...]
@@ -63,8 +66,7 @@ def _close(a: Any, b: Any) -> bool:
 
 def _manual_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     """The lecture's net with the SUMMED squared error: lr as exercise 6's, divided by N."""
-    from .ex06 import two_layer_case, two_layer_sizes
-
+    two_layer_case, two_layer_sizes = ex06.two_layer_case, ex06.two_layer_sizes
     cases = []
     for size in two_layer_sizes(rng, hidden):
         x, y, w1, w2, lr, steps = two_layer_case(rng, *size)

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from ..source import names_check
-from ..spec import CheckFailure, Part, global_names, tolerance
+from edu_dl.grading.source import names_check
+from edu_dl.grading.spec import CheckFailure, Part, global_names, tolerance
 
 Case = tuple[Any, ...]
 EXACT = tolerance(rtol=1e-9, atol=0.0)

@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from ..source import names_check
-from ..spec import CheckFailure, Part, tolerance
+from edu_dl.grading.source import names_check
+from edu_dl.grading.spec import CheckFailure, Part, tolerance
 
 Array = np.ndarray
 Case = tuple[Any, ...]

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from ..source import names_check
-from ..spec import CheckFailure, Part, Verdict, tolerance
+from edu_dl.grading.source import names_check
+from edu_dl.grading.spec import CheckFailure, Part, Verdict, tolerance
 
 Array = np.ndarray
 Case = tuple[Any, ...]
@@ -106,7 +106,7 @@ RNN_HINTS = (
 
 def _call_static(fn: Callable[..., Any], args: Case) -> Any:
     """Run fn, then check that an edu_dl.graph Session computed the result."""
-    from ...autograd import graph
+    from edu_dl.autograd import graph
 
     runs = 0
     original = graph.Session.run
@@ -318,7 +318,7 @@ def _caffe_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
 
 def _caffe_expected(lines: Array, x: Array, y: Array, *params: Array) -> tuple[float, Array]:
     """edu_dl.caffe itself: the layers behind an HDF5Data layer serving x and y, these weights."""
-    from ...caffe import Net, read_net
+    from edu_dl.caffe import Net, read_net
 
     with tempfile.TemporaryDirectory(prefix="edu_dl_ex08_") as tmp:
         folder = Path(tmp)
@@ -341,7 +341,7 @@ def _np_forward(lines: Array, x: Array, y: Array, params: tuple[Array, ...],
     """A NumPy reading of the same layers with one thing changed, for hints."""
     from google.protobuf import text_format
 
-    from ...caffe import caffe_subset_pb2 as pb
+    from edu_dl.caffe import caffe_subset_pb2 as pb
 
     blobs = {"x": x, "y": y}
     it = iter(params)

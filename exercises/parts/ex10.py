@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..spec import Part, tolerance
+from edu_dl.grading.spec import Part, tolerance
 
 Array = np.ndarray
 Case = tuple[Any, ...]

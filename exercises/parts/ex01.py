@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..spec import Part, tolerance
+from edu_dl.grading.spec import Part, tolerance
 
 Case = tuple[Any, ...]
 EXACT = tolerance(rtol=1e-9, atol=0.0)
@@ -34,7 +34,7 @@ def _peak_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
 
 
 def _peak_expected(cores: int, clock_mhz: float, simd_bits: int, fma_units: int) -> float:
-    from ...hardware import flops_per_cycle, peak_flops
+    from edu_dl.hardware import flops_per_cycle, peak_flops
 
     per_cycle = flops_per_cycle(simd_bits=simd_bits, fma=True, fma_units=fma_units)
     return peak_flops(cores=cores, clock_hz=clock_mhz * 1e6, per_cycle=per_cycle) / 1e9
@@ -178,7 +178,7 @@ def _cpuinfo_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
 
 
 def _cpuinfo_expected(text: str) -> tuple[str, int, int, int, bool]:
-    from ...hardware import cpu_from_cpuinfo
+    from edu_dl.hardware import cpu_from_cpuinfo
 
     cpu = cpu_from_cpuinfo(text, architecture="x86_64")
     return (str(cpu.model.value), int(cpu.logical_cores.value), int(cpu.physical_cores.value),

@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from ...cuda import launch, mistakes
-from ...cuda.simulator import fill_shared_with_nan, simulator_active
-from ..source import all_checks, decorator_names, names_check
-from ..spec import CheckFailure, Part, Verdict, tolerance
+from edu_dl.cuda import launch, mistakes
+from edu_dl.cuda.simulator import fill_shared_with_nan, simulator_active
+from edu_dl.grading.source import all_checks, decorator_names, names_check
+from edu_dl.grading.spec import CheckFailure, Part, Verdict, tolerance
 
 Array = np.ndarray
 Case = tuple[Any, ...]
