@@ -415,3 +415,55 @@ def test_validate_without_bwrap_runs_the_labelled_fallback(tmp_path: Path,
     assert "NOT isolated" in str(report).splitlines()[0]
     assert {p.part_id: p.points for p in report.parts if not p.message.startswith("needs")} == {
         k: v for k, v in course.EXPECTED["carol"].items() if v is not None}
+
+
+CALL_PARTS = '''
+import numpy as np
+
+from edu_dl.grading import Part
+
+
+def _as_record(n):  # a helper of the part file: it travels by value with the call
+    return {"n": int(n), "unit": "squares"}
+
+
+PARTS = [Part(id="hw4.squares", points=1,
+              cases=lambda rng, hidden: [(3,)] if not hidden else [(int(rng.integers(4, 9)),)],
+              expected=lambda n: np.arange(1, n + 1) ** 2,
+              call=lambda fn, args: fn(_as_record(*args)))]
+'''
+
+
+def test_a_parts_own_call_runs_in_the_sandbox_without_its_file(tmp_path: Path) -> None:
+    """An instructor's call= (here: the student's function takes a record, not n) is how the
+    sandbox calls the function too: a plain fn(*args) would fail every case. The part file
+    stays outside; the call and its helper go in pickled."""
+    src = tmp_path / "source" / "hw4"
+    (src / "parts").mkdir(parents=True)
+    (src / "parts" / "hw4.py").write_text(CALL_PARTS)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        _code("from edu_dl.grading import check", gid="setup", locked=True),
+        _code("def squares(record):\n    ### BEGIN SOLUTION\n"
+              "    return [i * i for i in range(1, record['n'] + 1)]\n    ### END SOLUTION",
+              gid="squares", solution=True),
+        _code('check("hw4.squares", squares)\n### BEGIN HIDDEN TESTS\n'
+              'check("hw4.squares", squares, hidden=True)\n### END HIDDEN TESTS',
+              gid="squares_tests", grade=True, locked=True, points=1),
+        _code(LISTING, gid="listing", locked=True),
+    ]
+    nbformat.write(nb, src / "hw4.ipynb")
+    student = tmp_path / "submitted" / "ann" / "hw4"
+    student.mkdir(parents=True)
+    nbformat.write(nb, student / "hw4.ipynb")
+    summary = G.grade(tmp_path / "submitted", src, tmp_path / "grades", settings=FAST,
+                      progress=False, log=lambda s: None)
+    (row,) = [r for r in summary.rows if r.part == "hw4.squares"]
+    assert (row.status, row.points) == ("passed", 1.0), row
+    assert row.sandbox == "bwrap", row
+    executed = nbs.read_notebook(tmp_path / "grades" / "autograded" / "ann" / "hw4" / "hw4.ipynb")
+    listing = next(o.get("text", "") for c in executed.cells if nbs.grade_id(c) == "listing"
+                   for o in c.get("outputs", []) if "LISTING" in o.get("text", ""))
+    seen = json.loads(listing.split("LISTING ", 1)[1])
+    assert not [p for p in seen if p.endswith("hw4.py") or "/parts/" in p], seen
+    assert any(p.endswith("hw4.squares.call.pkl") for p in seen), seen  # the call alone
