@@ -91,15 +91,23 @@ def test_read_beside_skips_notebooks_parts_ignored_and_links(tmp_path: Path) -> 
     assert sorted(G.read_beside(tmp_path / "hw1")) == ["data/values.csv", "notes.txt"]
 
 
-def test_read_beside_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_read_beside_is_bounded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from edu_dl.cli import main
+
     _source(tmp_path / "hw1")
-    monkeypatch.setattr(G, "MAX_BESIDE_FILES", 1)
     with pytest.raises(G.NothingToGrade, match="over 1 files beside"):
-        G.read_beside(tmp_path / "hw1")
-    monkeypatch.setattr(G, "MAX_BESIDE_FILES", 10)
-    monkeypatch.setattr(G, "MAX_BESIDE_MB", 1e-5)  # about 10 bytes
+        G.read_beside(tmp_path / "hw1", max_files=1)
     with pytest.raises(G.NothingToGrade, match="files beside the source notebooks"):
-        G.read_beside(tmp_path / "hw1")
+        G.read_beside(tmp_path / "hw1", max_files=10, max_mb=1e-5)  # about 10 bytes
+    assert len(G.read_beside(tmp_path / "hw1", max_files=2)) == 2
+    # The instructor sets both bounds on the command line.
+    (tmp_path / "subs").mkdir()
+    argv = ["grade", str(tmp_path / "subs"), "--source", str(tmp_path / "hw1"), "--out",
+            str(tmp_path / "out")]
+    assert main([*argv, "--max-beside-files", "1"]) == 2
+    assert "over 1 files beside" in capsys.readouterr().err
+    assert main([*argv, "--max-beside-mb", "0.00001"]) == 2
+    assert "--max-beside-mb" in capsys.readouterr().err
 
 
 def test_files_beside_the_notebook_reach_the_sandbox_read_only_and_nothing_else(

@@ -71,6 +71,8 @@ class Settings:
     tmp_mb: int = 512
     output_cap: int = 1 << 20  # bytes of cell output the runner keeps
     notebook_mb: int = 16  # a larger submission is refused unread
+    beside_files: int = 256  # files beside the source notebooks: each reaches every sandbox
+    beside_mb: float = 64  # ... and their size in all
 
     def limits(self) -> sandbox.Limits:
         # The runner stops running cells a little before the budget, to pack what it has; the
@@ -89,7 +91,8 @@ class NothingToGrade(NotebookError):
     """The batch cannot produce a single grade; the message says why and what to do."""
 
 
-def load_source(source: Path, exclude: tuple[Path, ...] = ()) -> dict[str, Exercise]:
+def load_source(source: Path, exclude: tuple[Path, ...] = (), settings: Settings | None = None
+                ) -> dict[str, Exercise]:
     """The exercises of the source folder, by notebook name (e.g. '05_autograd_from_scratch'):
     every notebook with at least one graded cell (a check() test, an nbgrader test cell, a
     graded answer or a task)."""
@@ -103,7 +106,9 @@ def load_source(source: Path, exclude: tuple[Path, ...] = ()) -> dict[str, Exerc
                              "that holds the assignment's source notebooks as --source (for "
                              "an nbgrader course: source/<assignment>/)")
     exercises = {}
-    beside = read_beside(source if source.is_dir() else source.parent, exclude)
+    settings = settings or Settings()
+    beside = read_beside(source if source.is_dir() else source.parent, exclude,
+                         settings.beside_files, settings.beside_mb)
     for path in paths:
         nb = read_notebook(path)
         ex = Exercise(path.stem, nb, hashlib.sha256(path.read_bytes()).hexdigest())
@@ -132,15 +137,16 @@ def load_source(source: Path, exclude: tuple[Path, ...] = ()) -> dict[str, Exerc
 # exercises' sources), nor the instructor's part specs (parts/), nor links or special files.
 NBGRADER_IGNORE = (".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback")
 PARTS_FOLDER = "parts"
-MAX_BESIDE_FILES = 256
-MAX_BESIDE_MB = 64
 MAX_BESIDE_DEPTH = 8
 
 
-def read_beside(folder: Path, exclude: tuple[Path, ...] = ()) -> dict[str, bytes]:
+def read_beside(folder: Path, exclude: tuple[Path, ...] = (),
+                max_files: int = Settings.beside_files, max_mb: float = Settings.beside_mb
+                ) -> dict[str, bytes]:
     """The files beside the source notebooks, by path relative to ``folder``, read bounded and
-    never through a link; NothingToGrade when there are more or larger than the limits.
-    ``exclude``: folders never read, wherever they lie (the submissions, the grades)."""
+    never through a link; NothingToGrade when there are more than ``max_files`` or more than
+    ``max_mb`` in all (``--max-beside-files``, ``--max-beside-mb``). ``exclude``: folders never
+    read, wherever they lie (the submissions, the grades)."""
     import fnmatch
 
     skip = {p.resolve() for p in exclude}
@@ -162,14 +168,16 @@ def read_beside(folder: Path, exclude: tuple[Path, ...] = ()) -> dict[str, bytes
                 continue
             if not entry.is_file(follow_symlinks=False):
                 continue
-            if len(found) >= MAX_BESIDE_FILES:
-                raise NothingToGrade(f"{folder}: over {MAX_BESIDE_FILES} files beside the "
+            if len(found) >= max_files:
+                raise NothingToGrade(f"{folder}: over {max_files} files beside the "
                                      "source notebooks (each reaches every sandbox); move "
-                                     "what the notebooks do not read out of the source folder")
-            left = MAX_BESIDE_MB * MB - total
+                                     "what the notebooks do not read out of the source folder, "
+                                     "or raise --max-beside-files")
+            left = int(max_mb * MB) - total
             try:
-                data = read_submission(path, left, f"left of the {MAX_BESIDE_MB} MB that the "
-                                       "files beside the source notebooks may hold in all")
+                data = read_submission(path, left, f"left of the {max_mb:g} MB that the "
+                                       "files beside the source notebooks may hold in all "
+                                       "(--max-beside-mb)")
             except Refused as exc:
                 raise NothingToGrade(f"{folder}: {exc}; move what the notebooks do not read "
                                      "out of the source folder") from None
@@ -816,7 +824,7 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     dates = dates or Dates()
     start = time.monotonic()
     filled = read_sheet(manual) if manual is not None else {}  # a broken sheet: before grading
-    exercises = load_source(source, exclude=(submissions, out))
+    exercises = load_source(source, exclude=(submissions, out), settings=settings)
     load_parts(exercises, source)
     all_jobs, extra = collect(submissions, exercises)
     all_jobs = scope(all_jobs, exercises, exercises_due, roster)

@@ -64,6 +64,9 @@ def add_grade(subparsers: Any) -> None:
         ("--processes", int, "processes", "processes+threads per submission (default 512)"),
         ("--file-size", int, "file_mb", "MB per written file (default 64)"),
         ("--tmp-size", int, "tmp_mb", "MB of the sandbox's private /tmp (default 512)"),
+        ("--max-beside-files", int, "beside_files", "files beside the source notebooks, each "
+                                                    "copied into every sandbox (default 256)"),
+        ("--max-beside-mb", float, "beside_mb", "MB those files may hold in all (default 64)"),
     ):
         p.add_argument(flag, type=_positive(kind), dest=dest, default=None, help=text,
                        metavar="S" if kind is float else "N")
@@ -77,7 +80,8 @@ def run_grade(args: argparse.Namespace) -> int:
     from .report import summary_text
 
     chosen = {k: getattr(args, k) for k in ("timeout_s", "budget_s", "memory_mb", "cpu_s",
-                                            "processes", "file_mb", "tmp_mb", "notebook_mb")
+                                            "processes", "file_mb", "tmp_mb", "notebook_mb",
+                                            "beside_files", "beside_mb")
               if getattr(args, k) is not None}
     settings = Settings(**chosen)
     try:
