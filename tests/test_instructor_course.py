@@ -300,7 +300,7 @@ def test_manual_sheet_merges_into_both_gradebooks_and_html_feedback_is_escaped(
     assert "test_squares: 2 / 2" in (out / "feedback_html" / "alice.html").read_text()
 
     def fill(lines: dict[tuple[str, str], tuple[str, str]]) -> Path:
-        path = tmp_path / "filled.csv"
+        path = tmp_path / f"filled{len(list(tmp_path.glob('filled*.csv')))}.csv"
         with open(path, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(sheet[0]))
             writer.writeheader()
@@ -331,6 +331,22 @@ def test_manual_sheet_merges_into_both_gradebooks_and_html_feedback_is_escaped(
                          ({("alice", "why"): ("two", "")}, "is not a number")):
         assert main([*args, "--manual", str(fill(lines))]) == 2
         assert error in capsys.readouterr().err
+    # Alice resubmits another answer: the points given to the old one are not merged.
+    assert why["alice"]["answer_id"].startswith("id-")
+    alice = root / "submitted" / "alice" / course.ASSIGNMENT / f"{course.NOTEBOOK}.ipynb"
+    nb = nbs.read_notebook(alice)
+    next(c for c in nb.cells if nbs.grade_id(c) == "why").source = "Because GPUs."
+    nbformat.write(nb, alice)
+    assert main([*args, "--manual", str(good)]) == 0
+    grades = {(r["student"], r["part"]): r for r in _csv(out / "grades.csv")}
+    changed = grades[("alice", "why")]
+    assert (changed["points"], changed["status"]) == ("0.0", "needs manual grading"), changed
+    assert "the answer changed since it was graded by hand" in changed["message"]
+    assert grades[("alice", "explain")]["status"] == "graded by hand"  # unchanged answers keep
+    again = {(r["student"], r["cell"]): r for r in _csv(out / "manual.csv")}
+    assert (again[("alice", "why")]["answer"], again[("alice", "why")]["points"]) == \
+        ("Because GPUs.", "")
+    assert again[("alice", "why")]["answer_id"] != why["alice"]["answer_id"]
 
 
 # --------------------------------------------------------------------------- validate is the grader

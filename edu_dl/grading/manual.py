@@ -5,11 +5,14 @@ exercise, cell, max points, the answer (capped), points and comment left blank. 
 fills in points (and a comment) and passes the sheet with ``--manual sheet.csv`` on the next run;
 its points replace the row's, checked to lie within 0..max, and a line that names no cell this
 run grades by hand stops the batch with one sentence (a typo must not lose a grade silently).
+Each line carries ``answer_id``, a digest of the whole answer: points given to an answer that
+has since changed (a resubmission) are not merged, and the row asks to be graded again.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import math
 from pathlib import Path
@@ -17,12 +20,20 @@ from pathlib import Path
 from .model import BY_HAND, Row, cap_text
 from .notebooks import NotebookError
 
-COLUMNS = ("student", "exercise", "cell", "max_points", "answer", "points", "comment")
+COLUMNS = ("student", "exercise", "cell", "max_points", "answer", "answer_id", "points",
+           "comment")
 NEEDS = "needs manual grading"
 GRADED = "graded by hand"
 MAX_SHEET_BYTES = 32 << 20
 ANSWER_CAP = 4000  # characters of an answer in the sheet
 Key = tuple[str, str, str]
+Filled = tuple[float, str, str]  # points, comment, answer_id ("" on a sheet without the column)
+
+
+def answer_id(answer: str) -> str:
+    """A short digest of the whole answer (the sheet shows it capped). "id-" keeps spreadsheets
+    from reading the hex digits as a number."""
+    return "id-" + hashlib.sha256(answer.encode()).hexdigest()[:16]
 
 
 class ManualSheetError(NotebookError):
@@ -33,14 +44,18 @@ def is_manual(row: Row) -> bool:
     return row.judged == BY_HAND and row.status in (NEEDS, GRADED)
 
 
-def sheet(rows: list[Row], filled: dict[Key, tuple[float, str]]) -> list[list[object]]:
-    """The lines of manual.csv: every row a person grades, with what the sheet already holds."""
+def sheet(rows: list[Row], filled: dict[Key, Filled]) -> list[list[object]]:
+    """The lines of manual.csv: every row a person grades, with what the sheet already holds
+    for the answer as it is now."""
     lines: list[list[object]] = []
     for row in rows:
         if is_manual(row):
-            points, comment = filled.get((row.student, row.exercise, row.part), (None, ""))
+            points, comment = None, ""
+            kept = filled.get((row.student, row.exercise, row.part))
+            if kept is not None and row.status == GRADED:
+                points, comment = kept[0], kept[1]
             lines.append([row.student, row.exercise, row.part, f"{row.max_points:g}",
-                          cap_text(row.answer, ANSWER_CAP),
+                          cap_text(row.answer, ANSWER_CAP), answer_id(row.answer),
                           "" if points is None else f"{points:g}", comment])
     return lines
 
@@ -51,8 +66,9 @@ def _unquote(value: str) -> str:
                                                                   "\r") else value
 
 
-def read_sheet(path: Path) -> dict[Key, tuple[float, str]]:
-    """(student, exercise, cell) -> (points, comment) of every line with points filled in."""
+def read_sheet(path: Path) -> dict[Key, Filled]:
+    """(student, exercise, cell) -> (points, comment, answer_id) of every line with points
+    filled in."""
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_SHEET_BYTES + 1)
@@ -66,7 +82,7 @@ def read_sheet(path: Path) -> dict[Key, tuple[float, str]]:
     if missing:
         raise ManualSheetError(f"--manual {path}: no column {', '.join(missing)}; fill in the "
                                "manual.csv the grader wrote")
-    filled: dict[Key, tuple[float, str]] = {}
+    filled: dict[Key, Filled] = {}
     for number, line in enumerate(reader, start=2):
         text = (line.get("points") or "").strip()
         if not text:
@@ -81,12 +97,15 @@ def read_sheet(path: Path) -> dict[Key, tuple[float, str]]:
         if not math.isfinite(points):
             raise ManualSheetError(f"--manual {path}, line {number}: points {text!r} is not a "
                                    "number")
-        filled[key] = (points, cap_text((line.get("comment") or "").strip()))
+        filled[key] = (points, cap_text((line.get("comment") or "").strip()),
+                       (line.get("answer_id") or "").strip())
     return filled
 
 
-def merge(rows: list[Row], filled: dict[Key, tuple[float, str]], path: Path) -> int:
-    """Put the sheet's points into the rows a person grades; returns how many were merged."""
+def merge(rows: list[Row], filled: dict[Key, Filled], path: Path) -> int:
+    """Put the sheet's points into the rows a person grades; returns how many were merged.
+    Points given to another answer than the row's (it changed since) are left out: the row
+    says so and waits to be graded again."""
     manual = {(r.student, r.exercise, r.part): r for r in rows if is_manual(r)}
     unknown = [key for key in filled if key not in manual]
     if unknown:
@@ -94,11 +113,17 @@ def merge(rows: list[Row], filled: dict[Key, tuple[float, str]], path: Path) -> 
         raise ManualSheetError(f"--manual {path}: {len(unknown)} line(s) name no cell this run "
                                f"grades by hand ({shown}); keep student, exercise and cell as "
                                "manual.csv has them")
-    for key, (points, comment) in filled.items():
+    merged = 0
+    for key, (points, comment, graded_answer) in filled.items():
         row = manual[key]
         if not 0 <= points <= row.max_points:
             raise ManualSheetError(f"--manual {path}: {'/'.join(key)} has {points:g} points, "
                                    f"outside 0..{row.max_points:g}")
+        if graded_answer and graded_answer != answer_id(row.answer):
+            row.message = (f"the answer changed since it was graded by hand ({points:g} "
+                           "points for the earlier one): grade it again")
+            continue
         row.points, row.status = points, GRADED
         row.message = cap_text(comment or "graded by hand")
-    return len(filled)
+        merged += 1
+    return merged
