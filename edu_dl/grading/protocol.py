@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import re
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -178,3 +179,12 @@ def read_outputs(path: Any) -> tuple[bool, list[Any]]:
             else:
                 results.append(from_array(data[f"case{i}_out0"]))
     return hidden, results
+
+
+def skip_slow_optional_imports() -> None:
+    """Keep jsonschema (under nbformat's validator) from importing rfc3987_syntax, which
+    Jupyter's format checks install: it compiles ~40 grammars at import, 1-4 s for every
+    process that reads a notebook (each sandbox's runner, each ``edu-dl`` command), for IRI
+    formats no notebook uses. jsonschema skips that checker on ImportError, as when it is
+    not installed."""
+    sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]

@@ -26,7 +26,14 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from .protocol import EXECUTED, GRADING_ENV, OUTPUTS, RESULT_FD_VAR, RUN_RECORD
+from .protocol import (
+    EXECUTED,
+    GRADING_ENV,
+    OUTPUTS,
+    RESULT_FD_VAR,
+    RUN_RECORD,
+    skip_slow_optional_imports,
+)
 
 TEXT_CAP = 2000  # characters of an error message kept per cell
 FLOOD = 16  # a cell printing more than FLOOD x the output cap is interrupted
@@ -233,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds for the whole notebook")
     parser.add_argument("--output-cap", type=int, default=1 << 20, help="bytes of output kept")
     args = parser.parse_args(argv)
+    skip_slow_optional_imports()  # before nbformat: seconds of every sandbox's start
     # Over RLIMIT_FSIZE a write fails with EFBIG instead of killing the runner.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     record: dict[str, Any] = {"cells": [], "kernel": "failed", "message": "runner crashed"}
