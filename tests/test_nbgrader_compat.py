@@ -17,32 +17,16 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
 from edu_dl.grading.assign import assign
+from edu_dl.grading.nbgrader_course import nbgrader_venv
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "solutions" / "05_autograd_from_scratch.ipynb"
-NBGRADER = "nbgrader>=0.9,<0.10"
-
-
-def nbgrader_venv(cache_dir: Path) -> Path:
-    """A venv with nbgrader 0.9 (created once), returned as its bin folder."""
-    bin_dir = cache_dir / "bin"
-    if (bin_dir / "nbgrader").exists():
-        return bin_dir
-    shutil.rmtree(cache_dir, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "venv", str(cache_dir)], check=True, timeout=300)
-    install = subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", NBGRADER],
-                             capture_output=True, text=True, timeout=900, check=False)
-    assert install.returncode == 0, f"could not install {NBGRADER}:\n{install.stderr[-3000:]}"
-    return bin_dir
-
-
 def cell_differences(ours: Path, theirs: Path) -> list[str]:
     a, b = nbformat.read(ours, as_version=4), nbformat.read(theirs, as_version=4)
     problems = [] if a.metadata == b.metadata else ["notebook metadata differs"]

@@ -11,12 +11,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import nbformat
-import nbgrader_course as course
 import pytest
 
 from edu_dl.cli import main
 from edu_dl.grading import cells, model, policy
 from edu_dl.grading import grade as G
+from edu_dl.grading import nbgrader_course as course
 from edu_dl.grading import notebooks as nbs
 from edu_dl.grading.assign import assign, lint
 
@@ -132,19 +132,10 @@ def test_nbgrader_autograde_gives_the_same_points(request: pytest.FixtureRequest
                                                  tmp_path: Path) -> None:
     """nbgrader 0.9 itself (its own venv, as test_nbgrader_compat) on the same course: per cell
     the auto_score equals the fixture's expectation, which the edu-dl test above checks."""
-    from test_nbgrader_compat import nbgrader_venv
-
-    bin_dir = nbgrader_venv(Path(request.config.cache.mkdir("nbgrader-0.9-venv")))
+    bin_dir = course.nbgrader_venv(Path(request.config.cache.mkdir("nbgrader-0.9-venv")))
     _, root = course.build(tmp_path / "course")
+    course.autograde(bin_dir, root)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON"))}
-    env["PATH"] = f"{bin_dir}:{env.get('PATH', '')}"  # it creates its gradebook with alembic
-    for argv in (["generate_assignment", course.ASSIGNMENT, "--force"],
-                 # edu-dl always restores deleted test cells; nbgrader does with this option
-                 ["autograde", course.ASSIGNMENT, "--force",
-                  "--OverwriteCells.add_missing_cells=True"]):
-        done = subprocess.run([str(bin_dir / "nbgrader"), *argv], cwd=root, env=env,
-                              capture_output=True, text=True, timeout=600, check=False)
-        assert done.returncode == 0, done.stdout + done.stderr
     script = SCORES.replace("{notebook}", course.NOTEBOOK).replace("{assignment}",
                                                                   course.ASSIGNMENT)
     done = subprocess.run([str(bin_dir / "python"), "-c", script], cwd=root, env=env,

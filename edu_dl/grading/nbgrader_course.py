@@ -1,5 +1,6 @@
-"""An nbgrader course as an instructor writes it (schema 3, no edu_dl anywhere), and four
-students' submissions of it: the fixtures that prove edu-dl grades such a course as nbgrader does.
+"""An nbgrader course as an instructor writes it (schema 3, no edu_dl anywhere), four students'
+submissions of it, and nbgrader 0.9 itself to grade it: what proves (tests) and measures
+(``edu-dl bench grading --nbgrader``) that edu-dl grades such a course as nbgrader does.
 
 The source has assert-style test cells (one with hidden tests), a solution cell with BEGIN/END
 SOLUTION and one without, a partial-credit test cell, a graded code answer, a Markdown answer
@@ -11,6 +12,11 @@ cell and gets ``double`` wrong.
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -134,3 +140,48 @@ EXPECTED: dict[str, dict[str, float | None]] = {
     "dave": {"test_squares": 2, "test_double": 0, "test_double_more": 0, "test_partial": 1.5,
              "explain": None, "why": None},
 }
+
+
+# --------------------------------------------------------------------------- nbgrader itself
+
+NBGRADER = "nbgrader>=0.9,<0.10"
+
+
+class NbgraderUnavailable(RuntimeError):
+    """nbgrader could not be installed into its own environment (no registry, say)."""
+
+
+def nbgrader_venv(cache_dir: Path) -> Path:
+    """A virtual environment with nbgrader 0.9 (created once, from the package registry: it is
+    never installed beside the course), returned as its bin folder."""
+    bin_dir = cache_dir / "bin"
+    if (bin_dir / "nbgrader").exists():
+        return bin_dir
+    shutil.rmtree(cache_dir, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "venv", str(cache_dir)], check=True, timeout=300)
+    install = subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", NBGRADER],
+                             capture_output=True, text=True, timeout=900, check=False)
+    if install.returncode != 0:
+        raise NbgraderUnavailable(f"could not install {NBGRADER}:\n{install.stderr[-3000:]}")
+    return bin_dir
+
+
+def run_nbgrader(bin_dir: Path, root: Path, *argv: str) -> float:
+    """``nbgrader ARGV`` in the course folder ``root``; returns its wall time in seconds."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON"))}
+    env["PATH"] = f"{bin_dir}:{env.get('PATH', '')}"  # it creates its gradebook with alembic
+    start = time.perf_counter()
+    done = subprocess.run([str(bin_dir / "nbgrader"), *argv], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=1800, check=False)
+    if done.returncode != 0:
+        tail = (done.stdout + done.stderr)[-3000:]
+        raise RuntimeError(f"nbgrader {' '.join(argv)} failed:\n{tail}")
+    return time.perf_counter() - start
+
+
+def autograde(bin_dir: Path, root: Path) -> float:
+    """nbgrader's generate_assignment, then its autograde of every submission of the course at
+    ``root``; returns autograde's seconds. Deleted test cells are restored, as edu-dl does."""
+    run_nbgrader(bin_dir, root, "generate_assignment", ASSIGNMENT, "--force")
+    return run_nbgrader(bin_dir, root, "autograde", ASSIGNMENT, "--force",
+                        "--OverwriteCells.add_missing_cells=True")
