@@ -154,35 +154,42 @@ def seconds_per_call(fn: Callable[[], Any], number: int) -> float:
 
 def run(rounds: int = 15, min_block_s: float = 0.02, threads: int = 1, seed: int = 0
         ) -> list[Row]:
-    """Median microseconds per call, over ``rounds`` rounds in which every implementation runs
-    one block of calls in turn (interleaved, so a noisy moment hits them all alike)."""
+    """Median microseconds per call, for every size and implementation, in ``threads`` threads
+    (BLAS and PyTorch; PyTorch's own setting is restored after)."""
     import torch
     from threadpoolctl import threadpool_limits
 
-    torch.set_num_threads(threads)
-    rows = []
     rng = np.random.default_rng(seed)
-    with threadpool_limits(limits=threads):
-        for name, shape, out_channels in SIZES:
-            x = rng.standard_normal(shape).astype(np.float32)
-            w = rng.standard_normal((out_channels, shape[1], KERNEL, KERNEL)).astype(np.float32)
-            b = rng.standard_normal(out_channels).astype(np.float32)
-            grad = rng.standard_normal((shape[0], out_channels, *shape[2:])).astype(np.float32)
-            check(x, w, b, grad)
-            contenders = cases(x, w, b, grad)
-            fns = {(impl, k): fn for impl, pair in contenders.items() for k, fn in enumerate(pair)}
-            numbers = {}
-            for key, fn in fns.items():  # warm up, and size a block to last min_block_s
-                fn()
-                numbers[key] = max(1, int(min_block_s / max(seconds_per_call(fn, 3), 1e-7)))
-            times: dict[Any, list[float]] = {key: [] for key in fns}
-            for _ in range(rounds):
-                for key, fn in fns.items():
-                    times[key].append(seconds_per_call(fn, numbers[key]))
-            for impl in IMPLEMENTATIONS:
-                fwd, both = (statistics.median(times[(impl, k)]) * 1e6 for k in (0, 1))
-                rows.append(Row(name, impl, fwd, both))
-    return rows
+    torch_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with threadpool_limits(limits=threads):
+            return [row for size in SIZES for row in time_size(*size, rng, rounds, min_block_s)]
+    finally:
+        torch.set_num_threads(torch_threads)
+
+
+def time_size(name: str, shape: tuple[int, int, int, int], out_channels: int,
+              rng: np.random.Generator, rounds: int, min_block_s: float) -> list[Row]:
+    """One size, ``rounds`` rounds in which every implementation runs one block of calls in
+    turn (interleaved, so a noisy moment hits them all alike)."""
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((out_channels, shape[1], KERNEL, KERNEL)).astype(np.float32)
+    b = rng.standard_normal(out_channels).astype(np.float32)
+    grad = rng.standard_normal((shape[0], out_channels, *shape[2:])).astype(np.float32)
+    check(x, w, b, grad)
+    fns = {(impl, k): fn for impl, pair in cases(x, w, b, grad).items()
+           for k, fn in enumerate(pair)}
+    numbers = {}
+    for key, fn in fns.items():  # warm up, and size a block to last min_block_s
+        fn()
+        numbers[key] = max(1, int(min_block_s / max(seconds_per_call(fn, 3), 1e-7)))
+    times: dict[Any, list[float]] = {key: [] for key in fns}
+    for _ in range(rounds):
+        for key, fn in fns.items():
+            times[key].append(seconds_per_call(fn, numbers[key]))
+    medians = {key: statistics.median(t) * 1e6 for key, t in times.items()}
+    return [Row(name, impl, medians[(impl, 0)], medians[(impl, 1)]) for impl in IMPLEMENTATIONS]
 
 
 def table(rows: list[Row]) -> str:
