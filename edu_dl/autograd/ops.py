@@ -493,7 +493,8 @@ class MaxPool2d(Op):
         (kh, kw), (sh, sw), (ph, pw) = self.kernel, self.stride, self.padding
         out = (_out_size(h, kh, sh, ph, self.ceil_mode), _out_size(w, kw, sw, pw, self.ceil_mode))
         _check_geometry(self.name, x, self.kernel, self.padding, out)
-        # Ceil mode's last window may reach past the padding: pad that part too.
+        # Ceil mode's last window may reach past the padding: pad that part too. (builtins.max:
+        # this module's own max is the op.)
         extra_h = builtins.max((out[0] - 1) * sh + kh - h - 2 * ph, 0)
         extra_w = builtins.max((out[1] - 1) * sw + kw - w - 2 * pw, 0)
         padded = x
