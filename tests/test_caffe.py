@@ -180,7 +180,15 @@ CAFFE_NUMBERS = {
     "NetParameter": {"name": 1, "state": 6, "layer": 100},
     "LayerParameter": {"name": 1, "type": 2, "bottom": 3, "top": 4, "loss_weight": 5,
                        "param": 6, "include": 8, "exclude": 9, "phase": 10, "loss_param": 101,
-                       "hdf5_data_param": 112, "inner_product_param": 117, "relu_param": 123},
+                       "convolution_param": 106, "hdf5_data_param": 112,
+                       "inner_product_param": 117, "pooling_param": 121, "relu_param": 123},
+    "ConvolutionParameter": {"num_output": 1, "bias_term": 2, "pad": 3, "kernel_size": 4,
+                             "group": 5, "stride": 6, "weight_filler": 7, "bias_filler": 8,
+                             "pad_h": 9, "pad_w": 10, "kernel_h": 11, "kernel_w": 12,
+                             "stride_h": 13, "stride_w": 14},
+    "PoolingParameter": {"pool": 1, "kernel_size": 2, "stride": 3, "pad": 4, "kernel_h": 5,
+                         "kernel_w": 6, "stride_h": 7, "stride_w": 8, "pad_h": 9, "pad_w": 10,
+                         "global_pooling": 12},
     "InnerProductParameter": {"num_output": 1, "bias_term": 2, "weight_filler": 3,
                               "bias_filler": 4, "axis": 5, "transpose": 6},
     "FillerParameter": {"type": 1, "value": 2, "min": 3, "max": 4, "mean": 5, "std": 6,
@@ -200,6 +208,10 @@ CAFFE_NUMBERS = {
 def test_field_numbers_are_caffes(message: str) -> None:
     fields = getattr(pb, message).DESCRIPTOR.fields_by_name
     assert {name: fields[name].number for name in CAFFE_NUMBERS[message]} == CAFFE_NUMBERS[message]
+
+
+def test_pooling_methods_are_caffes() -> None:
+    assert dict(pb.PoolingParameter.PoolMethod.items()) == {"MAX": 0, "AVE": 1, "STOCHASTIC": 2}
 
 
 def test_caffe_binary_round_trip() -> None:
@@ -310,9 +322,9 @@ def test_syntax_error_names_the_line(tmp_path: Path) -> None:
 
 
 def test_unknown_layer_type_names_the_line_of_its_type(tmp_path: Path) -> None:
-    bad = NET.replace('name: "fc2"\n  type: "InnerProduct"', 'name: "fc2"\n  type: "Convolution"')
+    bad = NET.replace('name: "fc2"\n  type: "InnerProduct"', 'name: "fc2"\n  type: "LRN"')
     message = _error(tmp_path, bad)
-    assert "net.prototxt:35:" in message and "'Convolution'" in message
+    assert "net.prototxt:35:" in message and "'LRN'" in message
     assert "InnerProduct" in message  # says what is supported
 
 

@@ -141,7 +141,20 @@ def _sparse_softmax_cross_entropy_with_logits(*, labels: Any, logits: Any) -> An
     return ops.softmax_cross_entropy(logits, labels, reduction="none")
 
 
+def _conv2d(input: Any, filters: Any, strides: Any = 1, padding: Any = 0) -> Any:
+    """tf.nn.conv2d's names on edu_dl's layout: ``input`` NCHW (TensorFlow's
+    ``data_format="NCHW"``), ``filters`` (out, in, kh, kw) as in PyTorch and Caffe, ``strides``
+    and ``padding`` integers (or (h, w) pairs) rather than TensorFlow's 4-lists and 'SAME'."""
+    return ops.conv2d(input, filters, stride=strides, padding=padding)
+
+
+def _max_pool2d(input: Any, ksize: Any, strides: Any = None, padding: Any = 0) -> Any:
+    """tf.nn.max_pool2d's names on NCHW ``input``; ``strides`` defaults to ``ksize``."""
+    return ops.max_pool2d(input, ksize, stride=strides, padding=padding)
+
+
 nn = SimpleNamespace(relu=ops.relu, sigmoid=ops.sigmoid, tanh=ops.tanh,
+                     conv2d=_conv2d, max_pool2d=_max_pool2d,
                      sparse_softmax_cross_entropy_with_logits=(
                          _sparse_softmax_cross_entropy_with_logits))
 

@@ -169,7 +169,7 @@ class ParamSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., lr_mult: _Optional[float] = ..., decay_mult: _Optional[float] = ...) -> None: ...
 
 class LayerParameter(_message.Message):
-    __slots__ = ("name", "type", "bottom", "top", "phase", "loss_weight", "param", "include", "exclude", "loss_param", "hdf5_data_param", "inner_product_param", "relu_param")
+    __slots__ = ("name", "type", "bottom", "top", "phase", "loss_weight", "param", "include", "exclude", "loss_param", "convolution_param", "hdf5_data_param", "inner_product_param", "pooling_param", "relu_param")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     BOTTOM_FIELD_NUMBER: _ClassVar[int]
@@ -180,8 +180,10 @@ class LayerParameter(_message.Message):
     INCLUDE_FIELD_NUMBER: _ClassVar[int]
     EXCLUDE_FIELD_NUMBER: _ClassVar[int]
     LOSS_PARAM_FIELD_NUMBER: _ClassVar[int]
+    CONVOLUTION_PARAM_FIELD_NUMBER: _ClassVar[int]
     HDF5_DATA_PARAM_FIELD_NUMBER: _ClassVar[int]
     INNER_PRODUCT_PARAM_FIELD_NUMBER: _ClassVar[int]
+    POOLING_PARAM_FIELD_NUMBER: _ClassVar[int]
     RELU_PARAM_FIELD_NUMBER: _ClassVar[int]
     name: str
     type: str
@@ -193,10 +195,12 @@ class LayerParameter(_message.Message):
     include: _containers.RepeatedCompositeFieldContainer[NetStateRule]
     exclude: _containers.RepeatedCompositeFieldContainer[NetStateRule]
     loss_param: LossParameter
+    convolution_param: ConvolutionParameter
     hdf5_data_param: HDF5DataParameter
     inner_product_param: InnerProductParameter
+    pooling_param: PoolingParameter
     relu_param: ReLUParameter
-    def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., bottom: _Optional[_Iterable[str]] = ..., top: _Optional[_Iterable[str]] = ..., phase: _Optional[_Union[Phase, str]] = ..., loss_weight: _Optional[_Iterable[float]] = ..., param: _Optional[_Iterable[_Union[ParamSpec, _Mapping]]] = ..., include: _Optional[_Iterable[_Union[NetStateRule, _Mapping]]] = ..., exclude: _Optional[_Iterable[_Union[NetStateRule, _Mapping]]] = ..., loss_param: _Optional[_Union[LossParameter, _Mapping]] = ..., hdf5_data_param: _Optional[_Union[HDF5DataParameter, _Mapping]] = ..., inner_product_param: _Optional[_Union[InnerProductParameter, _Mapping]] = ..., relu_param: _Optional[_Union[ReLUParameter, _Mapping]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., bottom: _Optional[_Iterable[str]] = ..., top: _Optional[_Iterable[str]] = ..., phase: _Optional[_Union[Phase, str]] = ..., loss_weight: _Optional[_Iterable[float]] = ..., param: _Optional[_Iterable[_Union[ParamSpec, _Mapping]]] = ..., include: _Optional[_Iterable[_Union[NetStateRule, _Mapping]]] = ..., exclude: _Optional[_Iterable[_Union[NetStateRule, _Mapping]]] = ..., loss_param: _Optional[_Union[LossParameter, _Mapping]] = ..., convolution_param: _Optional[_Union[ConvolutionParameter, _Mapping]] = ..., hdf5_data_param: _Optional[_Union[HDF5DataParameter, _Mapping]] = ..., inner_product_param: _Optional[_Union[InnerProductParameter, _Mapping]] = ..., pooling_param: _Optional[_Union[PoolingParameter, _Mapping]] = ..., relu_param: _Optional[_Union[ReLUParameter, _Mapping]] = ...) -> None: ...
 
 class LossParameter(_message.Message):
     __slots__ = ("ignore_label", "normalization", "normalize")
@@ -217,6 +221,38 @@ class LossParameter(_message.Message):
     normalization: LossParameter.NormalizationMode
     normalize: bool
     def __init__(self, ignore_label: _Optional[int] = ..., normalization: _Optional[_Union[LossParameter.NormalizationMode, str]] = ..., normalize: _Optional[bool] = ...) -> None: ...
+
+class ConvolutionParameter(_message.Message):
+    __slots__ = ("num_output", "bias_term", "pad", "kernel_size", "stride", "pad_h", "pad_w", "kernel_h", "kernel_w", "stride_h", "stride_w", "group", "weight_filler", "bias_filler")
+    NUM_OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    BIAS_TERM_FIELD_NUMBER: _ClassVar[int]
+    PAD_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_SIZE_FIELD_NUMBER: _ClassVar[int]
+    STRIDE_FIELD_NUMBER: _ClassVar[int]
+    PAD_H_FIELD_NUMBER: _ClassVar[int]
+    PAD_W_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_H_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_W_FIELD_NUMBER: _ClassVar[int]
+    STRIDE_H_FIELD_NUMBER: _ClassVar[int]
+    STRIDE_W_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FILLER_FIELD_NUMBER: _ClassVar[int]
+    BIAS_FILLER_FIELD_NUMBER: _ClassVar[int]
+    num_output: int
+    bias_term: bool
+    pad: _containers.RepeatedScalarFieldContainer[int]
+    kernel_size: _containers.RepeatedScalarFieldContainer[int]
+    stride: _containers.RepeatedScalarFieldContainer[int]
+    pad_h: int
+    pad_w: int
+    kernel_h: int
+    kernel_w: int
+    stride_h: int
+    stride_w: int
+    group: int
+    weight_filler: FillerParameter
+    bias_filler: FillerParameter
+    def __init__(self, num_output: _Optional[int] = ..., bias_term: _Optional[bool] = ..., pad: _Optional[_Iterable[int]] = ..., kernel_size: _Optional[_Iterable[int]] = ..., stride: _Optional[_Iterable[int]] = ..., pad_h: _Optional[int] = ..., pad_w: _Optional[int] = ..., kernel_h: _Optional[int] = ..., kernel_w: _Optional[int] = ..., stride_h: _Optional[int] = ..., stride_w: _Optional[int] = ..., group: _Optional[int] = ..., weight_filler: _Optional[_Union[FillerParameter, _Mapping]] = ..., bias_filler: _Optional[_Union[FillerParameter, _Mapping]] = ...) -> None: ...
 
 class HDF5DataParameter(_message.Message):
     __slots__ = ("source", "batch_size", "shuffle")
@@ -243,6 +279,40 @@ class InnerProductParameter(_message.Message):
     axis: int
     transpose: bool
     def __init__(self, num_output: _Optional[int] = ..., bias_term: _Optional[bool] = ..., weight_filler: _Optional[_Union[FillerParameter, _Mapping]] = ..., bias_filler: _Optional[_Union[FillerParameter, _Mapping]] = ..., axis: _Optional[int] = ..., transpose: _Optional[bool] = ...) -> None: ...
+
+class PoolingParameter(_message.Message):
+    __slots__ = ("pool", "pad", "pad_h", "pad_w", "kernel_size", "kernel_h", "kernel_w", "stride", "stride_h", "stride_w", "global_pooling")
+    class PoolMethod(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        MAX: _ClassVar[PoolingParameter.PoolMethod]
+        AVE: _ClassVar[PoolingParameter.PoolMethod]
+        STOCHASTIC: _ClassVar[PoolingParameter.PoolMethod]
+    MAX: PoolingParameter.PoolMethod
+    AVE: PoolingParameter.PoolMethod
+    STOCHASTIC: PoolingParameter.PoolMethod
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    PAD_FIELD_NUMBER: _ClassVar[int]
+    PAD_H_FIELD_NUMBER: _ClassVar[int]
+    PAD_W_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_SIZE_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_H_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_W_FIELD_NUMBER: _ClassVar[int]
+    STRIDE_FIELD_NUMBER: _ClassVar[int]
+    STRIDE_H_FIELD_NUMBER: _ClassVar[int]
+    STRIDE_W_FIELD_NUMBER: _ClassVar[int]
+    GLOBAL_POOLING_FIELD_NUMBER: _ClassVar[int]
+    pool: PoolingParameter.PoolMethod
+    pad: int
+    pad_h: int
+    pad_w: int
+    kernel_size: int
+    kernel_h: int
+    kernel_w: int
+    stride: int
+    stride_h: int
+    stride_w: int
+    global_pooling: bool
+    def __init__(self, pool: _Optional[_Union[PoolingParameter.PoolMethod, str]] = ..., pad: _Optional[int] = ..., pad_h: _Optional[int] = ..., pad_w: _Optional[int] = ..., kernel_size: _Optional[int] = ..., kernel_h: _Optional[int] = ..., kernel_w: _Optional[int] = ..., stride: _Optional[int] = ..., stride_h: _Optional[int] = ..., stride_w: _Optional[int] = ..., global_pooling: _Optional[bool] = ...) -> None: ...
 
 class ReLUParameter(_message.Message):
     __slots__ = ("negative_slope", "engine")

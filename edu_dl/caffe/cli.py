@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 Subparsers = Any  # argparse's _SubParsersAction is private
+# The keys of examples.EXAMPLES, written out: importing edu_dl.caffe here would slow every command.
+EXAMPLE_NAMES = ("lenet", "two_layer")
 
 
 def add_train(subparsers: Subparsers) -> None:
@@ -16,15 +18,17 @@ def add_train(subparsers: Subparsers) -> None:
         help="train a network described in a Caffe .prototxt, with no code",
         description="Train the TRAIN phase of a Caffe net (.prototxt) with a Caffe solver file, "
         "as `caffe train --solver=...` does. Supported: layers HDF5Data (HDF5 or .npz source), "
-        "InnerProduct, ReLU, EuclideanLoss, SoftmaxWithLoss; solvers SGD and Adam. Prints the "
+        "Convolution, Pooling (MAX), InnerProduct, ReLU, EuclideanLoss, SoftmaxWithLoss; "
+        "solvers SGD and Adam. Prints the "
         "loss every `display` iterations and writes the final weights as .npz "
         "(<layer>/0 = weight, <layer>/1 = bias).",
     )
     parser.add_argument("net", nargs="?", type=Path,
                         help="the net .prototxt (default: the solver's `net:`)")
     parser.add_argument("--solver", type=Path, help="the solver .prototxt")
-    parser.add_argument("--example", action="store_true",
-                        help="train the shipped example: the lecture's two-layer ReLU net")
+    parser.add_argument("--example", nargs="?", const="two_layer", choices=EXAMPLE_NAMES,
+                        help="train a shipped example: two_layer (the default), the lecture's "
+                        "two-layer ReLU net, or lenet, Caffe's LeNet on 8x8 digits")
     parser.add_argument("--weights", type=Path, metavar="NPZ",
                         help="initial weights, as Caffe's -weights (keys <layer>/0, <layer>/1)")
     parser.add_argument("--weights-out", type=Path, metavar="NPZ",
@@ -48,7 +52,7 @@ def _default_out(net: Path | None, solver_path: Path) -> Path:
 
 def run_train(args: argparse.Namespace) -> int:
     from ..backend import DeviceError
-    from .examples import TWO_LAYER_NET, TWO_LAYER_SOLVER
+    from .examples import EXAMPLES
     from .prototxt import CaffeFormatError
     from .solver import train
 
@@ -58,7 +62,7 @@ def run_train(args: argparse.Namespace) -> int:
             print("edu-dl train: --example trains the shipped files; give no NET or --solver",
                   file=sys.stderr)
             return 2
-        net, solver = TWO_LAYER_NET, TWO_LAYER_SOLVER
+        net, solver = EXAMPLES[args.example]
     if solver is None:
         print("edu-dl train: give --solver SOLVER.prototxt (or --example)", file=sys.stderr)
         return 2

@@ -8,6 +8,11 @@ Supported layer types (Caffe's semantics, Caffe's parameter names):
   rows are served ``batch_size`` at a time, in order, wrapping around at the end.
 - ``InnerProduct``: ``y = x W^T + b`` with W of Caffe's shape (num_output, K) (``transpose: true``
   stores it (K, num_output)); fillers constant, uniform, gaussian, xavier, msra.
+- ``Convolution``: ``ops.conv2d`` of an (N, C, H, W) bottom with a weight (num_output, C, kh,
+  kw) and a bias (num_output,); ``kernel_size``/``pad``/``stride`` (one value, or h and w) or
+  their ``_h``/``_w`` forms, as Caffe. Only ``group: 1``.
+- ``Pooling``: ``pool: MAX`` only, with Caffe's output size (rounded up: ``ceil_mode``) and
+  stride 1 unless given; ``global_pooling`` pools the whole image.
 - ``ReLU``: ``y = max(x, 0) + negative_slope * min(x, 0)``; in place when bottom == top.
 - ``EuclideanLoss``: ``sum((a - b)^2) / (2N)`` with N the batch size.
 - ``SoftmaxWithLoss``: cross-entropy of softmax(logits) with integer labels, normalized as
@@ -36,7 +41,7 @@ from .prototxt import CaffeFormatError, LayerSource
 
 DATA_TYPES = ("HDF5Data",)
 LOSS_TYPES = ("EuclideanLoss", "SoftmaxWithLoss")
-LAYER_TYPES = (*DATA_TYPES, "InnerProduct", "ReLU", *LOSS_TYPES)
+LAYER_TYPES = (*DATA_TYPES, "Convolution", "Pooling", "InnerProduct", "ReLU", *LOSS_TYPES)
 
 
 @dataclass
@@ -196,6 +201,107 @@ def _inner_product(layer: pb.LayerParameter, shapes: list[tuple[int, ...]], wher
     return forward, [(*shape[:axis], out)]
 
 
+Pair = tuple[int, int]
+_PARAM_FIELDS = {"ConvolutionParameter": "convolution_param", "PoolingParameter": "pooling_param"}
+
+
+def _hw(param: Any, name: str, where: str, default: int | None) -> Pair:
+    """A 2-D size given Caffe's two ways: ``name`` (one value for both axes, or one per axis),
+    or the pair ``pad_h``/``pad_w`` (``kernel_h``/``kernel_w`` for ``kernel_size``); ``default``
+    when neither is given (None: required)."""
+    value = getattr(param, name)
+    if isinstance(value, int):  # PoolingParameter's fields are single values
+        given = [value] if param.HasField(name) else []
+    else:  # ConvolutionParameter's are repeated
+        given = list(value)
+    field = _PARAM_FIELDS[type(param).__name__]
+    h, w = (f"{name.removesuffix('_size')}_{axis}" for axis in "hw")
+    if param.HasField(h) or param.HasField(w):
+        if given:
+            raise CaffeFormatError(f"{where}: {field}: give {name} or {h} and {w}, not both")
+        return getattr(param, h), getattr(param, w)
+    if len(given) > 2:
+        raise CaffeFormatError(f"{where}: {field}.{name} has {len(given)} values; a 2-D layer "
+                               f"takes one, or two (height and width)")
+    if not given:
+        if default is None:
+            raise CaffeFormatError(f"{where}: {field} needs {name} (or {h} and {w})")
+        return default, default
+    return (given[0], given[0]) if len(given) == 1 else (given[0], given[1])
+
+
+def _positive(pair: Pair, name: str, field: str, where: str) -> Pair:
+    if min(pair) < 1:
+        raise CaffeFormatError(f"{where}: {field}.{name} must be positive, got {pair}")
+    return pair
+
+
+def _top_shape(run: Callable[[Tensor], Tensor], shape: tuple[int, ...], where: str
+               ) -> tuple[int, ...]:
+    """The layer's top shape, found by running it on one zero image; the op's own message
+    explains a geometry that does not fit."""
+    if len(shape) != 4:
+        raise CaffeFormatError(f"{where}: needs a bottom of shape (N, C, H, W), got {shape}")
+    try:
+        top = run(Tensor(np.zeros((1, *shape[1:]))))
+    except ValueError as exc:
+        raise CaffeFormatError(f"{where}: {exc}") from None
+    return (shape[0], *top.shape[1:])
+
+
+def _convolution(layer: pb.LayerParameter, shapes: list[tuple[int, ...]], where: str,
+                 make: Callable[[str, tuple[int, ...], pb.FillerParameter], Tensor]
+                 ) -> tuple[Forward, list[tuple[int, ...]]]:
+    param, field = layer.convolution_param, "convolution_param"
+    if not param.num_output:
+        raise CaffeFormatError(f"{where}: Convolution needs {field} {{ num_output: N }}")
+    if param.group != 1:
+        raise CaffeFormatError(f"{where}: {field}.group: {param.group} (grouped convolution) is "
+                               f"not supported; edu_dl supports group: 1")
+    kernel = _positive(_hw(param, "kernel_size", where, None), "kernel_size", field, where)
+    stride = _positive(_hw(param, "stride", where, 1), "stride", field, where)
+    pad = _hw(param, "pad", where, 0)
+    (shape,) = shapes
+    out, channels = int(param.num_output), shape[1] if len(shape) > 1 else 0
+    w_shape = (out, channels, *kernel)
+    top = _top_shape(lambda x: ops.conv2d(x, Tensor(np.zeros(w_shape)), stride=stride,
+                                          padding=pad), shape, where)
+    weight = make("0", w_shape, param.weight_filler)
+    bias = make("1", (out,), param.bias_filler) if param.bias_term else None
+
+    def forward(bottoms: list[Tensor]) -> list[Tensor]:
+        return [ops.conv2d(bottoms[0], weight, bias, stride=stride, padding=pad)]
+
+    return forward, [top]
+
+
+def _pooling(layer: pb.LayerParameter, shapes: list[tuple[int, ...]], where: str
+             ) -> tuple[Forward, list[tuple[int, ...]]]:
+    param, field = layer.pooling_param, "pooling_param"
+    if param.pool != pb.PoolingParameter.MAX:
+        name = pb.PoolingParameter.PoolMethod.Name(param.pool)
+        raise CaffeFormatError(f"{where}: {field}.pool: {name} is not supported; edu_dl "
+                               f"supports pool: MAX")
+    (shape,) = shapes
+    if param.global_pooling:
+        if any(param.HasField(f) for f in ("kernel_size", "kernel_h", "kernel_w")):
+            raise CaffeFormatError(f"{where}: {field}: global_pooling takes the whole image; "
+                                   f"give no kernel size")
+        kernel = (shape[2], shape[3]) if len(shape) == 4 else (1, 1)
+    else:
+        kernel = _positive(_hw(param, "kernel_size", where, None), "kernel_size", field, where)
+    stride = _positive(_hw(param, "stride", where, 1), "stride", field, where)
+    pad = _hw(param, "pad", where, 0)
+    if param.global_pooling and (stride != (1, 1) or pad != (0, 0)):
+        raise CaffeFormatError(f"{where}: {field}: global_pooling needs stride 1 and pad 0")
+
+    def forward(bottoms: list[Tensor]) -> list[Tensor]:
+        # Caffe rounds the number of windows up: PyTorch's ceil_mode.
+        return [ops.max_pool2d(bottoms[0], kernel, stride, pad, ceil_mode=True)]
+
+    return forward, [_top_shape(lambda x: forward([x])[0], shape, where)]
+
+
 def _relu(layer: pb.LayerParameter, shapes: list[tuple[int, ...]]
           ) -> tuple[Forward, list[tuple[int, ...]]]:
     slope = layer.relu_param.negative_slope
@@ -309,7 +415,8 @@ class Net:
 
     def _add(self, spec: pb.LayerParameter, where: str, bottoms: list[tuple[int, ...]],
              shapes: dict[str, tuple[int, ...]], rng: np.random.Generator) -> None:
-        want = {"InnerProduct": 1, "ReLU": 1, "EuclideanLoss": 2, "SoftmaxWithLoss": 2}[spec.type]
+        want = {"Convolution": 1, "Pooling": 1, "InnerProduct": 1, "ReLU": 1, "EuclideanLoss": 2,
+                "SoftmaxWithLoss": 2}[spec.type]
         if len(bottoms) != want or len(spec.top) != 1:
             raise CaffeFormatError(f"{where}: {spec.type} takes {want} bottom(s) and 1 top, got "
                                    f"{len(bottoms)} and {len(spec.top)}")
@@ -326,7 +433,11 @@ class Net:
                                      spec_i.decay_mult))
             return t
 
-        if spec.type == "InnerProduct":
+        if spec.type == "Convolution":
+            forward, tops = _convolution(spec, bottoms, where, make)
+        elif spec.type == "Pooling":
+            forward, tops = _pooling(spec, bottoms, where)
+        elif spec.type == "InnerProduct":
             forward, tops = _inner_product(spec, bottoms, where, make)
         elif spec.type == "ReLU":
             forward, tops = _relu(spec, bottoms)
