@@ -173,9 +173,10 @@ def align(rows: Sequence[Sequence[str]]) -> list[str]:
 # --------------------------------------------------------------------------- timing
 
 
-def median_seconds(fn: Callable[[], Any], repeats: int, batch_s: float,
-                   sync: Callable[[], None] = lambda: None) -> float:
-    """Median seconds per call over ``repeats`` batches lasting about ``batch_s`` each.
+def batch_seconds(fn: Callable[[], Any], repeats: int, batch_s: float,
+                  sync: Callable[[], None] = lambda: None,
+                  max_calls: int = 1_000_000) -> list[float]:
+    """Seconds per call, one figure per timed batch of calls lasting about ``batch_s``.
 
     Each batch ends with ``sync()`` inside the timed span: on a GPU, the queued work counts.
     """
@@ -186,7 +187,7 @@ def median_seconds(fn: Callable[[], Any], repeats: int, batch_s: float,
         fn()
         calls += 1
     sync()
-    n = max(1, round(batch_s / ((time.perf_counter() - start) / calls)))
+    n = max(1, min(max_calls, round(batch_s / ((time.perf_counter() - start) / calls))))
     samples = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -194,7 +195,13 @@ def median_seconds(fn: Callable[[], Any], repeats: int, batch_s: float,
             fn()
         sync()
         samples.append((time.perf_counter() - start) / n)
-    return statistics.median(samples)
+    return samples
+
+
+def median_seconds(fn: Callable[[], Any], repeats: int, batch_s: float,
+                   sync: Callable[[], None] = lambda: None) -> float:
+    """The median of ``batch_seconds``."""
+    return statistics.median(batch_seconds(fn, repeats, batch_s, sync))
 
 
 def load_average() -> float:

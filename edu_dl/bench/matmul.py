@@ -19,7 +19,6 @@ import math
 import os
 import statistics
 import sys
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,7 +30,7 @@ from .. import gpu_probes as gp
 from .. import hardware as hw
 from ..hardware import Fact
 from .args import comma_list, int_list, positive_int
-from .common import add_flags, device_of, finish, load_average, progress
+from .common import add_flags, batch_seconds, device_of, finish, load_average, progress
 from .worker import DEFAULT_TIMEOUT_S, Worker, WorkerError
 
 Subparsers = Any  # argparse's _SubParsersAction is private
@@ -114,21 +113,7 @@ def time_matmul(
     run: Callable[[], Any], sync: Callable[[], None], repeats: int, batch_s: float
 ) -> list[float]:
     """Seconds per call, one figure per timed batch; each batch ends with a device sync."""
-    run()
-    sync()  # warm-up: thread pools, kernels, caches
-    start = time.perf_counter()
-    run()
-    sync()
-    one = time.perf_counter() - start
-    calls = max(1, min(MAX_CALLS, int(batch_s / max(one, 1e-9))))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            run()
-        sync()
-        times.append((time.perf_counter() - start) / calls)
-    return times
+    return batch_seconds(run, repeats, batch_s, sync, MAX_CALLS)
 
 
 def library_version(library: str) -> str:
@@ -360,8 +345,7 @@ def render(result: MatmulResult) -> str:
                      else f"{TITLES[target]} never beats the best CPU target at the sizes run")
     if not info["crossover_n"]:
         lines.append("GPU crossover: not measured (no GPU target ran)")
-    else:
-        lines.append(f"timing: {SYNCED}")
+    lines.append(f"timing: {SYNCED}")
     lines += [f"checks: {c}" for c in result.checks]
     cores = os.cpu_count() or 1
     if result.load and max(result.load) > cores:
