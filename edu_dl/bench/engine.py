@@ -65,7 +65,6 @@ TITLES: dict[str, dict[str, str]] = {
             "static": "edu_dl static (CuPy)", "torch": "PyTorch CUDA",
             "tf_function": "TF tf.function (GPU)", "host": "NumPy by hand, host CPU"},
 }
-FRAMEWORK_TITLES = TITLES["cpu"]
 BASELINE = "numpy"
 
 DEFAULT_REPEATS = 11
