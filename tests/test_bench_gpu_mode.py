@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import edu_dl
 from edu_dl.bench import kernels, record
 from edu_dl.bench.common import TIMES
 from edu_dl.bench.device import FAKE_GPU_ENV, Device, get_device, gpu_missing
@@ -154,3 +155,26 @@ def test_results_md_is_up_to_date() -> None:
     assert f"eager ≤ 1.2{TIMES} PyTorch CUDA at large | not measured |" in text
     assert (ROOT / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8") == text, (
         "benchmarks/RESULTS.md is stale: run `edu-dl bench results`")
+
+
+# --------------------------------------------------------------------------- on a real GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not edu_dl.gpu_available(), reason="no CUDA GPU here")
+def test_engine_and_kernels_run_on_the_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv(FAKE_GPU_ENV, raising=False)
+    assert main(["bench", "engine", "--device", "gpu", "--sizes", "tiny,lecture", "--frameworks",
+                 "numpy,eager,static,host", "--quick", "--no-plan", "--no-progress", "--out",
+                 str(tmp_path / "engine")]) == 0
+    data = json.loads((tmp_path / "engine" / "engine.json").read_text())
+    assert data["device"] == "gpu" and not data["fake"] and not data["errors"]
+    first = {(r["size"], r["framework"]): r["first_loss"] for r in data["rows"]}
+    for size in ("tiny", "lecture"):  # CuPy and the host start from the same weights
+        assert first[size, "eager"] == pytest.approx(first[size, "host"], rel=1e-4)
+    assert main(["bench", "kernels", "--quick", "--out", str(tmp_path / "kernels")]) == 0
+    rows = json.loads((tmp_path / "kernels" / "kernels.json").read_text())["rows"]
+    assert {r["kernel"] for r in rows} == set(kernels.KERNELS)
+    assert all(r["max_rel_error"] < 1e-4 for r in rows)
+    assert "synchronize" in capsys.readouterr().out
