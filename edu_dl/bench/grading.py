@@ -20,7 +20,8 @@ SOLUTIONS = Path(__file__).resolve().parents[2] / "solutions"
 
 
 def bench(submissions: int = 8, jobs: int = 2, out: Path | None = None,
-          source: Path | None = None, timeout_s: float = 60.0) -> dict[str, float]:
+          source: Path | None = None, timeout_s: float = 60.0,
+          progress: bool = True) -> dict[str, float]:
     """Throughput: grade ``submissions`` copies of every solution notebook; submissions/minute."""
     from ..grading.grade import Settings, grade
 
@@ -33,7 +34,8 @@ def bench(submissions: int = 8, jobs: int = 2, out: Path | None = None,
             for nb in sorted(source.glob("*.ipynb")):
                 shutil.copy(nb, student / nb.name)
         result = grade(root / "submissions", source, root / "grades", jobs=jobs,
-                       settings=Settings(timeout_s=timeout_s), log=lambda s: None)
+                       settings=Settings(timeout_s=timeout_s), progress=progress,
+                       log=lambda s: None)
     n = result.graded
     return {"submissions": n, "jobs": jobs, "seconds": result.seconds,
             "per_minute": 60.0 * n / result.seconds if result.seconds else 0.0,
@@ -58,7 +60,7 @@ def add_bench_grading(kinds: Any) -> None:
 
 def run_bench_grading(args: argparse.Namespace) -> int:
     submissions = args.submissions or (2 if args.quick else 8)
-    result = bench(submissions, args.jobs, source=args.source)
+    result = bench(submissions, args.jobs, source=args.source, progress=not args.no_progress)
     text = (f"# Grading throughput\n\n{int(result['submissions'])} submissions, --jobs "
             f"{args.jobs}, {usable_cores()} cores: {result['seconds']:.1f} s, "
             f"**{result['per_minute']:.1f} submissions/minute** "
