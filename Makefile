@@ -20,8 +20,8 @@ CHROMIUM := /usr/bin/chromium
 NOTEBOOK_DIRS := $(foreach d,lectures solutions,$(if $(shell find $(d) -name '*.ipynb' \
 	-not -path '*/.ipynb_checkpoints/*' 2>/dev/null | head -n 1),$(d)/))
 
-.PHONY: install lab test test-fast test-notebooks notebooks lint typecheck bench constraints clean \
-	system-deps test-unprivileged
+.PHONY: install lab test test-fast test-notebooks notebooks lint typecheck bench bench-gpu \
+	constraints clean system-deps test-unprivileged
 
 install: $(STAMP)
 
@@ -116,11 +116,20 @@ typecheck: install
 	$(BIN)/mypy
 	$(BIN)/mypy solutions/parts  # the course's part files: beside the source, not in the package
 
-# As benchmarks/RESULTS.md was made: one thread per worker keeps a 2-core machine's timings honest;
-# 25 interleaved repeats in 5 rounds of fresh processes keep results steady on a noisy shared VM.
+# As benchmarks/cpu/engine.md was made: one thread per worker keeps a 2-core machine's timings
+# honest; 25 interleaved repeats in 5 rounds of fresh processes keep results steady on a noisy
+# shared VM. Then benchmarks/RESULTS.md is written from the CPU and the recorded GPU results.
 bench: install
-	$(BIN)/edu-dl bench engine --threads 1 --repeats 25 --processes 5 --out benchmarks/RESULTS.md \
-		--plot benchmarks/engine.png
+	$(BIN)/edu-dl bench engine --threads 1 --repeats 25 --processes 5 --out benchmarks/cpu
+	$(BIN)/edu-dl bench results
+
+# Every GPU benchmark, in under 8 minutes, into benchmarks/gpu/<device>/ with its PROVENANCE; on a
+# machine without a GPU it says so in one sentence and fails. It uses the environment as installed
+# (`make install GPU=1`): depending on `install` would switch a GPU environment back to the CPU's.
+bench-gpu:
+	@test -x $(BIN)/edu-dl || { echo "error: no environment yet: run make install GPU=1" >&2; exit 1; }
+	$(BIN)/edu-dl bench gpu --out benchmarks/gpu
+	$(BIN)/edu-dl bench results
 
 # Re-record the pinned versions after an upgrade (see README). Local labels such as torch's
 # `+cpu` are dropped (`torch==2.13.0` still matches the CPU build, and lets a GPU build in);

@@ -18,6 +18,7 @@ from typing import Any
 
 from . import gpu_probes as gp
 from . import hardware as hw
+from .bench.args import positive
 from .hardware import Fact
 
 Subparsers = Any  # argparse's _SubParsersAction is private
@@ -29,33 +30,18 @@ BANDWIDTH_INPUTS = "check --memory-mts, --channels and the bus width"
 # --------------------------------------------------------------------------- flags
 
 
-def positive_number(kind: type[int] | type[float]) -> Any:
-    def parse(text: str) -> int | float:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected a {'whole ' if kind is int else ''}number, got {text!r}"
-            ) from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-        return value
-
-    return parse
-
-
 def add_machine_flags(parser: argparse.ArgumentParser) -> None:
     """Flags for what the machine does not reveal (shared with ``bench matmul``)."""
     group = parser.add_argument_group("what the machine does not reveal")
-    group.add_argument("--fma-units", type=positive_number(int), metavar="N",
+    group.add_argument("--fma-units", type=positive(int), metavar="N",
                        help="vector FMA units per core (2 on most recent x86 cores)")
-    group.add_argument("--clock-mhz", type=positive_number(float), metavar="MHZ",
+    group.add_argument("--clock-mhz", type=positive(float), metavar="MHZ",
                        help="core clock for the peak (default: from sysfs or /proc/cpuinfo)")
-    group.add_argument("--memory-mts", type=positive_number(float), metavar="MTS",
+    group.add_argument("--memory-mts", type=positive(float), metavar="MTS",
                        help="memory transfers per second in millions (DDR4-2933: 2933)")
-    group.add_argument("--channels", type=positive_number(int), metavar="N",
+    group.add_argument("--channels", type=positive(int), metavar="N",
                        help="populated memory channels")
-    group.add_argument("--bus-bytes", type=positive_number(int), default=8, metavar="B",
+    group.add_argument("--bus-bytes", type=positive(int), default=8, metavar="B",
                        help="bytes per transfer per channel (default: 8, a 64-bit DDR channel)")
 
 
@@ -237,7 +223,7 @@ def add_doctor(subparsers: Subparsers) -> None:
         help=f"comma-separated frameworks to probe (default: {','.join(gp.FRAMEWORKS)})",
     )
     parser.add_argument(
-        "--timeout", type=positive_number(float), default=gp.PROBE_TIMEOUT_S, metavar="S",
+        "--timeout", type=positive(float), default=gp.PROBE_TIMEOUT_S, metavar="S",
         help=f"seconds each framework probe may take (default: {gp.PROBE_TIMEOUT_S:g})",
     )
     add_machine_flags(parser)

@@ -1,7 +1,7 @@
 """Which GPUs NumPy/CuPy, PyTorch and TensorFlow each see, the NVIDIA driver, and what to check.
 
-Each framework is probed in its own process (``python -m edu_dl.gpu_probes --probe NAME``), never
-two in one process: each framework loads its own CUDA and cuDNN libraries, and in one process the
+Each framework is probed in a worker process of its own (``edu_dl.bench.worker``), never two in
+one process: each framework loads its own CUDA and cuDNN libraries, and in one process the
 first one loaded wins, so a second framework can fail or crash only because of the first; a
 broken CUDA install can also crash the process outright or hang on import. In a process of its own
 a probe sees what that framework alone would see, a crash or hang becomes a status with a reason
@@ -13,12 +13,10 @@ The CPU and memory facts (:class:`~edu_dl.hardware.Fact`, the formulas, the meas
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,10 +26,11 @@ from typing import Any
 
 import numpy as np
 
+from .bench.worker import Worker, WorkerError
+
 # --------------------------------------------------------------------------- GPUs and frameworks
 
 FRAMEWORKS: tuple[str, ...] = ("numpy", "cupy", "torch", "tensorflow")
-PROBE_MARK = "EDU_DL_PROBE "
 PROBE_TIMEOUT_S = 120.0  # importing TensorFlow on a busy 2-core machine can take 30 s
 
 
@@ -117,16 +116,14 @@ _PROBES = {
 }
 
 
-def _probe_main(name: str) -> int:
-    """In the probe's own process: print one marked JSON line, whatever happens."""
+def probe(name: str) -> dict[str, Any]:
+    """In the probe's own process: what framework ``name`` sees, whatever happens."""
     try:
-        info = {"status": "ok", **_PROBES[name]()}
+        return {"status": "ok", **_PROBES[name]()}
     except ImportError as exc:
-        info = {"status": "not installed", "detail": str(exc), "gpus": []}
+        return {"status": "not installed", "detail": str(exc), "gpus": []}
     except Exception as exc:  # a CUDA error, a broken install: reported, not raised
-        info = {"status": "error", "detail": f"{type(exc).__name__}: {exc}", "gpus": []}
-    print(PROBE_MARK + json.dumps(info, default=str), flush=True)
-    return 0
+        return {"status": "error", "detail": f"{type(exc).__name__}: {exc}", "gpus": []}
 
 
 @dataclass
@@ -134,41 +131,34 @@ class ProbeRun:
     """A probe process started in the background."""
 
     name: str
-    proc: subprocess.Popen[str]
+    worker: Worker
     started: float = field(default_factory=time.monotonic)
 
 
 def start_probe(name: str, argv: Sequence[str] | None = None) -> ProbeRun:
-    """Start ``python -m edu_dl.gpu_probes --probe NAME`` (or ``argv``) in its own process."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    cmd = list(argv) if argv else [sys.executable, "-m", "edu_dl.gpu_probes", "--probe", name]
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-    )
-    return ProbeRun(name, proc)
+    """Start the probe of ``name`` in a worker process (``argv``: another program, for tests)."""
+    worker = Worker(f"{name} probe", argv=argv)
+    worker.send(f"{__name__}:probe", name=name)
+    return ProbeRun(name, worker)
 
 
 def finish_probe(run: ProbeRun, timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
     """The probe's report; a crash, a hang or garbage becomes a status with a reason."""
     left = max(0.1, timeout - (time.monotonic() - run.started))
     try:
-        out, err = run.proc.communicate(timeout=left)
-    except subprocess.TimeoutExpired:
-        run.proc.kill()
-        run.proc.communicate()
-        return {"name": run.name, "status": "timed out",
-                "detail": f"no answer within {timeout:g} s", "gpus": []}
-    for line in reversed(out.splitlines()):
-        if line.startswith(PROBE_MARK):
-            try:
-                return {"name": run.name, **json.loads(line[len(PROBE_MARK):])}
-            except json.JSONDecodeError:
-                break
-    tail = (err.strip().splitlines() or ["no output"])[-1]
-    how = f"exit status {run.proc.returncode}" if run.proc.returncode else "no report"
-    return {"name": run.name, "status": "crashed", "detail": f"{how}: {tail}", "gpus": []}
+        report = run.worker.receive(left)
+        if not isinstance(report, dict):
+            raise WorkerError(f"a {type(report).__name__}, not a report", "died", 0)
+        return {"name": run.name, **report}
+    except WorkerError as exc:
+        if exc.kind == "timeout":
+            return {"name": run.name, "status": "timed out",
+                    "detail": f"no answer within {timeout:g} s", "gpus": []}
+        how = f"exit status {exc.returncode}" if exc.returncode else "no report"
+        return {"name": run.name, "status": "crashed", "detail": f"{how}: {exc.tail or exc}",
+                "gpus": []}
+    finally:
+        run.worker.close()
 
 
 def probe_frameworks(
@@ -293,11 +283,3 @@ def _framework_advice(name: str, report: dict[str, Any], driver: dict[str, Any])
             "or newer, and those CUDA/cuDNN libraries must be found (LD_LIBRARY_PATH)."
         )
     return f"{name} {version} is {built} but there is no NVIDIA driver for it to use."
-
-
-# --------------------------------------------------------------------------- probe entry point
-
-if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--probe" and sys.argv[2] in _PROBES:
-        sys.exit(_probe_main(sys.argv[2]))
-    sys.exit(f"usage: python -m edu_dl.gpu_probes --probe {{{','.join(_PROBES)}}}")

@@ -84,6 +84,10 @@ class ModelSpec:
     seed: int = 0
     # Learning rates per optimizer; None: SGD_RATE scaled by the loss, and ADAM_RATE.
     learning_rates: dict[str, float] | None = field(default=None, compare=False)
+    # False: data and weights each from a stream of their own (the weights then do not change
+    # when the data's size does). True: data, then weights, from ONE stream default_rng(seed),
+    # as the data-parallel lecture's problem was drawn (its printed numbers depend on it).
+    one_stream: bool = False
 
     def __post_init__(self) -> None:
         for name in ("N", "D_in", "H", "D_out"):
@@ -101,14 +105,25 @@ class ModelSpec:
 
     def init_weights(self, dtype: Any = np.float64) -> dict[str, np.ndarray]:
         """{'w1': (D_in, H), 'w2': (H, D_out)}, drawn in float64 and then cast to ``dtype``."""
-        # A stream of its own, so the weights do not change when the data's size does.
-        rng = np.random.default_rng([self.seed, 1])
+        rng = self._stream(1)
         w1 = rng.standard_normal((self.D_in, self.H)) * math.sqrt(2.0 / self.D_in)
         w2 = rng.standard_normal((self.H, self.D_out)) * math.sqrt(2.0 / self.H)
         return {"w1": w1.astype(dtype), "w2": w2.astype(dtype)}
 
     def make_data(self, dtype: Any = np.float64) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
+
+    def _stream(self, which: int) -> np.random.Generator:
+        """The generator of the data (0) or of the weights (1)."""
+        if not self.one_stream:
+            return np.random.default_rng([self.seed, which])
+        rng = np.random.default_rng(self.seed)
+        if which == 1:  # the weights come after the data in the one stream: draw past it
+            self._draw_data(rng)
+        return rng
+
+    def _draw_data(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError(f"{type(self).__name__} draws no random data")
 
     def lr(self, optimizer: str) -> float:
         """The learning rate that trains this model with ``optimizer``."""
@@ -129,10 +144,11 @@ class TwoLayerNet(ModelSpec):
         if self.classifier:
             raise ValueError("TwoLayerNet: random data is for squared-error losses; use "
                              "DigitsClassifier for cross_entropy")
-        rng = np.random.default_rng([self.seed, 0])
-        X = rng.standard_normal((self.N, self.D_in))
-        Y = rng.standard_normal((self.N, self.D_out))
+        X, Y = self._draw_data(self._stream(0))
         return X.astype(dtype), Y.astype(dtype)
+
+    def _draw_data(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        return rng.standard_normal((self.N, self.D_in)), rng.standard_normal((self.N, self.D_out))
 
 
 @dataclass(frozen=True)
@@ -178,6 +194,30 @@ LECTURE_TORCH = TwoLayerNet(64, 1000, 100, 10, "sum", learning_rates={"sgd": 1e-
 CAFFE_EUCLIDEAN = TwoLayerNet(64, 1000, 100, 10, "euclidean",
                               learning_rates={"sgd": 1e-1, "adam": 1e-3})
 DIGITS = DigitsClassifier()
+
+# Named sizes (N, D_in, H, D_out) of the two-layer net, one meaning each for every benchmark.
+SIZES: dict[str, tuple[int, int, int, int]] = {
+    "tiny": (8, 16, 16, 10),  # Python overhead per op is nearly all of a step
+    "lecture": (64, 1000, 100, 10),  # the lecture's PyTorch program
+    "lecture_tf": (64, 1000, 100, 1000),  # the lecture's TF 1.x program
+    "large": (512, 4096, 1024, 10),
+    "xl": (4096, 8192, 4096, 1000),  # a GPU's size: one float32 step is ~0.4 TFLOP
+}
+# SGD rates of the timed runs: the weights are put back before every timed batch, so a rate
+# need only keep one batch (thousands of steps at tiny) from blowing up.
+BENCH_RATES: dict[str, float] = {
+    "tiny": 1e-3, "lecture": 1e-4, "lecture_tf": 1e-4, "large": 1e-5, "xl": 1e-5,
+}
+
+
+def sized(size: str, loss: Loss = "mean_row_sum", seed: int = 0) -> TwoLayerNet:
+    """The two-layer net of a named size, with the benchmarks' SGD rate for that size."""
+    if size not in SIZES:
+        raise KeyError(f"unknown size {size!r} (choose from {', '.join(SIZES)})")
+    n, d_in, hidden, d_out = SIZES[size]
+    rate = BENCH_RATES[size] / (n * loss_scale(loss, n))  # lr * c is what moves the weights
+    return TwoLayerNet(n, d_in, hidden, d_out, loss, seed,
+                       learning_rates={"sgd": rate, "adam": ADAM_RATE})
 
 
 def check_optimizer(optimizer: str) -> str:

@@ -11,13 +11,16 @@ import csv
 import io
 import json
 import math
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import edu_dl
-from edu_dl import bench_data
+from edu_dl.bench import loader, transfer
+from edu_dl.bench.common import format_time
+from edu_dl.bench.worker import WorkerError, run_in_worker
 from edu_dl.cli import main
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -88,13 +91,13 @@ def test_bench_loader_writes_plausible_results(loader_run: tuple[str, Path]) -> 
 
 
 def test_finish_rows_formulas() -> None:
-    config = bench_data.LoaderConfig("unused", batches=10)
-    result = bench_data.LoaderResult(config, read_s=0.2, compute_s=0.1)  # 20 ms + 10 ms a batch
-    result.rows = [bench_data.LoaderRow("x", "serial", 0, "0", 0.31),
-                   bench_data.LoaderRow("x", "one", 1, "2", 0.21),
-                   bench_data.LoaderRow("x", "four", 4, "8", 0.12),
-                   bench_data.LoaderRow("x", "autotune", -1, "AUTOTUNE", 0.2)]
-    bench_data.finish_rows(result)
+    config = loader.LoaderConfig("unused", batches=10)
+    result = loader.LoaderResult(config, read_s=0.2, compute_s=0.1)  # 20 ms + 10 ms a batch
+    result.rows = [loader.LoaderRow("x", "serial", 0, "0", 0.31),
+                   loader.LoaderRow("x", "one", 1, "2", 0.21),
+                   loader.LoaderRow("x", "four", 4, "8", 0.12),
+                   loader.LoaderRow("x", "autotune", -1, "AUTOTUNE", 0.2)]
+    loader.finish_rows(result)
     ideal = [r.ideal_s for r in result.rows]
     # 1 reader: 20 + 10 + 9 * max(20, 10) ms; 4 readers: 20 + 10 + 9 * max(5, 10) ms.
     assert ideal == pytest.approx([0.3, 0.21, 0.12, 0.12])
@@ -105,10 +108,10 @@ def test_finish_rows_formulas() -> None:
 
 
 def test_batch_reader_reads_batch_k(tmp_path: Path) -> None:
-    config = bench_data.LoaderConfig(str(tmp_path / "d"), batches=3, batch_size=5, features=4,
+    config = loader.LoaderConfig(str(tmp_path / "d"), batches=3, batch_size=5, features=4,
                                      outputs=2, delay_s=0.0)
-    bench_data.make_loader_data(tmp_path / "d", config)
-    reader = bench_data.BatchReader(config)
+    loader.make_loader_data(tmp_path / "d", config)
+    reader = loader.BatchReader(config)
     X, y = reader[2]
     rng = np.random.default_rng(0)
     X_all = rng.standard_normal((15, 4)).astype(np.float32)
@@ -119,9 +122,9 @@ def test_batch_reader_reads_batch_k(tmp_path: Path) -> None:
 
 
 def test_compute_is_a_real_training_step() -> None:
-    config = bench_data.LoaderConfig("unused", batch_size=8, features=6, hidden=5, outputs=3,
+    config = loader.LoaderConfig("unused", batch_size=8, features=6, hidden=5, outputs=3,
                                      compute_steps=20)
-    compute = bench_data.make_compute(config)
+    compute = loader.make_compute(config)
     rng = np.random.default_rng(0)
     X = rng.standard_normal((8, 6)).astype(np.float32)
     y = rng.standard_normal((8, 3)).astype(np.float32)
@@ -130,8 +133,9 @@ def test_compute_is_a_real_training_step() -> None:
 
 
 def test_worker_failure_is_a_clear_error() -> None:
-    with pytest.raises(bench_data.WorkerFailed, match="unknown task 'nope'"):
-        bench_data.run_worker("nope", {})
+    config = asdict(loader.LoaderConfig("unused", compute_steps=1))
+    with pytest.raises(WorkerError, match="KeyError: 'nope'"):
+        run_in_worker("edu_dl.bench.loader:loader_task", framework="nope", config=config)
 
 
 # --------------------------------------------------------------------------- transfer
@@ -153,7 +157,7 @@ def test_bench_transfer_writes_plausible_results(transfer_run: tuple[str, Path])
     data = json.loads((out / "transfer.json").read_text())
     assert data["errors"] == {}
     host = [r for r in data["bandwidth"] if r["library"] == "numpy"]
-    assert [r["nbytes"] for r in host] == bench_data.QUICK_HOST_SIZES
+    assert [r["nbytes"] for r in host] == transfer.QUICK_HOST_SIZES
     for r in data["bandwidth"]:
         assert positive_finite(r["seconds"]) and positive_finite(r["gb_per_s"])
         assert r["gb_per_s"] == pytest.approx(r["nbytes"] / r["seconds"] / 1e9)
@@ -187,7 +191,7 @@ def test_bench_transfer_writes_plausible_results(transfer_run: tuple[str, Path])
 
 def test_edu_dl_feed_bytes_per_step() -> None:
     """In process: the bytes fed and fetched per step are exactly the lecture's arrays."""
-    rows = bench_data.edu_dl_feed_rows(repeats=1, batch_s=0.001)
+    rows = transfer.edu_dl_feed_rows(repeats=1, batch_s=0.001)
     assert [(r.variant, r.bytes_in, r.bytes_out) for r in rows] == [
         ("feed", FEED_IN, FEED_OUT), ("variables", VARIABLES_IN, VARIABLES_OUT)]
     assert all(positive_finite(r.step_s) for r in rows)
@@ -195,33 +199,33 @@ def test_edu_dl_feed_bytes_per_step() -> None:
 
 @pytest.mark.skipif(not edu_dl.gpu_available(), reason="no CUDA GPU here")
 def test_cupy_transfers_measured() -> None:
-    rows = bench_data.cupy_rows([2**16, 2**20], repeats=1, batch_s=0.001)
+    rows = transfer.cupy_rows([2**16, 2**20], repeats=1, batch_s=0.001)
     assert {(r.direction, r.memory) for r in rows} == {
         (d, m) for d in ("H2D", "D2H") for m in ("pageable", "pinned")}
     assert all(positive_finite(r.gb_per_s) for r in rows)
-    (row,) = bench_data.copy_compute_rows("cupy", [256], repeats=1, batch_s=0.001)
+    (row,) = transfer.copy_compute_rows("cupy", [256], repeats=1, batch_s=0.001)
     assert row.nbytes == 3 * 256 * 256 * 4 and positive_finite(row.matmul_s)
 
 
 def test_feed_cost_at_measured_gpu_bandwidth() -> None:
     """With H2D/D2H rows (made up here, as a GPU run would measure them), the fed step's copies
     are priced at that bandwidth; without them the sentence says no bus was crossed."""
-    feed = bench_data.FeedRow("edu_dl.graph", "feed", "gpu", 1e-3, FEED_IN, FEED_OUT)
-    variables = bench_data.FeedRow("edu_dl.graph", "variables", "gpu", 1e-3, VARIABLES_IN,
+    feed = transfer.FeedRow("edu_dl.graph", "feed", "gpu", 1e-3, FEED_IN, FEED_OUT)
+    variables = transfer.FeedRow("edu_dl.graph", "variables", "gpu", 1e-3, VARIABLES_IN,
                                    VARIABLES_OUT)
-    result = bench_data.TransferResult(gpu=None, no_gpu_reason="none", feed=[feed, variables])
-    assert "crossed no bus" in bench_data.feed_cost_sentence(result)
+    result = transfer.TransferResult(gpu=None, no_gpu_reason="none", feed=[feed, variables])
+    assert "crossed no bus" in transfer.feed_cost_sentence(result)
     assert f"{FEED_IN + FEED_OUT - VARIABLES_IN - VARIABLES_OUT:,} more bytes" in (
-        bench_data.feed_cost_sentence(result))
+        transfer.feed_cost_sentence(result))
     # 2**19 bytes in 52.4288 µs: 10 GB/s H2D; D2H twice as slow (5 GB/s).
     result.bandwidth = [
-        bench_data.BandwidthRow("cupy", "H2D", "pageable", 2**19, 2**19 / 10e9),
-        bench_data.BandwidthRow("cupy", "D2H", "pageable", 2**19, 2**19 / 5e9),
-        bench_data.BandwidthRow("cupy", "H2D", "pageable", 2**28, 2**28 / 1e9),  # not nearest
+        transfer.BandwidthRow("cupy", "H2D", "pageable", 2**19, 2**19 / 10e9),
+        transfer.BandwidthRow("cupy", "D2H", "pageable", 2**19, 2**19 / 5e9),
+        transfer.BandwidthRow("cupy", "H2D", "pageable", 2**28, 2**28 / 1e9),  # not nearest
     ]
     expected_s = FEED_IN / 10e9 + FEED_OUT / 5e9  # 131.2 µs + 160.0008 µs
-    assert f"about {bench_data.format_time(expected_s)} per step" in (
-        bench_data.feed_cost_sentence(result))
+    assert f"about {format_time(expected_s)} per step" in (
+        transfer.feed_cost_sentence(result))
 
 
 def test_bad_loader_arguments_are_clear(capsys: pytest.CaptureFixture[str]) -> None:

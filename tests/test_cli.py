@@ -73,3 +73,26 @@ def test_threads_option() -> None:
     args = build_parser().parse_args(["bench", "engine", "--threads", "1"])
     assert args.threads == 1
     assert build_parser().parse_args(["bench", "engine"]).threads is None
+
+
+def test_out_is_a_folder_for_every_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
+    for benchmark in ("engine", "plan", "matmul", "loader", "transfer", "twins", "parallel",
+                      "kernels", "grading"):
+        code, _, err = run_cli(["bench", benchmark, "--out", "RESULTS.md"], capsys)
+        assert code == 2 and "--out takes a folder" in err, benchmark
+    args = build_parser().parse_args(["bench", "matmul", "--out", "results/matmul"])
+    assert str(args.out) == "results/matmul"
+
+
+def test_the_argparse_types_module_imports_nothing_of_the_package() -> None:
+    import ast
+    from pathlib import Path
+
+    from edu_dl.bench import args
+
+    tree = ast.parse(Path(args.__file__).read_text())
+    imported = [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+    imported += [a.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                 for a in node.names]
+    assert all(not name.startswith("edu_dl") for name in imported)
+    assert not any(isinstance(node, ast.ImportFrom) and node.level for node in ast.walk(tree))

@@ -159,3 +159,31 @@ def test_default_rates_train(spec, optimizer):
     h = get_twin("numpy")(spec, X, Y, 30, spec.lr(optimizer), optimizer)
     assert all(np.isfinite(h.losses))
     assert h.losses[-1] < 0.3 * h.losses[0]
+
+
+def test_named_sizes_have_one_meaning_and_the_benchmark_rates() -> None:
+    spec = models.sized("tiny")
+    assert (spec.N, spec.D_in, spec.H, spec.D_out) == models.SIZES["tiny"] == (8, 16, 16, 10)
+    assert spec.loss == "mean_row_sum" and spec.lr("sgd") == models.BENCH_RATES["tiny"]
+    # lr * c is what moves the weights: the 'sum' loss (c = 1) gets the rate divided by N.
+    assert models.sized("lecture", "sum").lr("sgd") == pytest.approx(
+        models.BENCH_RATES["lecture"] / 64)
+    with pytest.raises(KeyError, match="unknown size 'huge'"):
+        models.sized("huge")
+
+
+def test_one_stream_draws_data_then_weights_from_one_generator() -> None:
+    """The data-parallel lecture's problem: X, Y, w1, w2 in that order from default_rng(seed)."""
+    spec = models.TwoLayerNet(6, 5, 4, 3, "mean_row_sum", seed=7, one_stream=True)
+    rng = np.random.default_rng(7)
+    X, Y = rng.standard_normal((6, 5)), rng.standard_normal((6, 3))
+    w1 = rng.standard_normal((5, 4)) * np.sqrt(2.0 / 5)
+    w2 = rng.standard_normal((4, 3)) * np.sqrt(2.0 / 4)
+    got_X, got_Y = spec.make_data()
+    weights = spec.init_weights()
+    for got, want in ((got_X, X), (got_Y, Y), (weights["w1"], w1), (weights["w2"], w2)):
+        np.testing.assert_array_equal(got, want)
+    # The default: a stream each, so the weights do not change with the data's size.
+    a = models.TwoLayerNet(6, 5, 4, 3, "mean_row_sum").init_weights()
+    b = models.TwoLayerNet(60, 5, 4, 3, "mean_row_sum").init_weights()
+    np.testing.assert_array_equal(a["w1"], b["w1"])

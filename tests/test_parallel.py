@@ -201,7 +201,7 @@ def test_bench_parallel_command_is_registered_and_refuses_an_uneven_split(capsys
 
 
 def test_bench_parallel_table_and_outputs(tmp_path):
-    from edu_dl.parallel.cli import Row, table, write_outputs
+    from edu_dl.bench.parallel import Row, table, write_outputs
 
     rows = [
         Row("single", 1, 64, 2.5, 0.1, 0.5, 0.0, [3.0, 1.0, 0.5]),

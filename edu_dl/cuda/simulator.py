@@ -3,8 +3,8 @@
 The simulator (``NUMBA_ENABLE_CUDASIM=1``) runs every CUDA thread as a Python thread: exact, slow.
 The trap: Numba reads the variable when ``numba.cuda`` is FIRST imported, and a process cannot
 switch afterwards. ``run_in_simulator`` therefore starts a fresh Python process with the variable
-set, runs a function there on NumPy arguments and returns its results (or the error it raised),
-so the calling process keeps its real ``numba.cuda``.
+set (a worker of ``edu_dl.bench.worker``), runs a function there on NumPy arguments and returns its
+results (or the error it raised), so the calling process keeps its real ``numba.cuda``.
 
 Shared memory is filled with NaN when allocated and again before every block: a kernel that reads
 a shared slot before the thread owning it wrote it (a missing ``cuda.syncthreads()``) then gives
@@ -18,7 +18,6 @@ import importlib
 import importlib.util
 import inspect
 import os
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -63,20 +62,11 @@ def gpu_present() -> bool:
         return False
 
 
-_PROBE = """
-import numpy as np
-from numba import cuda
+def _numba_probe() -> bool:
+    """In a worker with the real CUDA target: compile and launch one kernel; True if it ran."""
+    from .kernels import relu  # imports numba.cuda: this process's real CUDA
 
-@cuda.jit
-def add_one(x):
-    i = cuda.grid(1)
-    if i < x.shape[0]:
-        x[i] += 1
-
-x = cuda.to_device(np.zeros(4, dtype=np.float32))
-add_one[1, 4](x)
-assert (x.copy_to_host() == 1).all()
-"""
+    return bool((relu(np.array([-1.0, 2.0], dtype=np.float32)) == [0.0, 2.0]).all())
 
 
 def numba_gpu_works(timeout_s: float = 120.0) -> bool:
@@ -88,13 +78,14 @@ def numba_gpu_works(timeout_s: float = 120.0) -> bool:
     """
     if not gpu_present():
         return False
-    env = {k: v for k, v in os.environ.items() if k != ENV_VAR}
+    from ..bench.worker import WorkerError, run_in_worker
+
     try:
-        proc = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True,
-                              timeout=timeout_s)
-    except subprocess.TimeoutExpired:
+        works: bool = run_in_worker(f"{__name__}:_numba_probe", name="Numba CUDA probe",
+                                    timeout_s=timeout_s, env={ENV_VAR: "0"})
+    except WorkerError:
         return False
-    return proc.returncode == 0
+    return works
 
 
 def simulator_active() -> bool:
@@ -261,9 +252,8 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def worker_main(argv: Sequence[str]) -> int:
-    """Child process: run TARGET on every case in IN.npz under the simulator, write OUT.npz."""
-    target, inp, out = argv
+def simulate_cases(target: str, inp: str, out: str) -> None:
+    """In the worker: run TARGET on every case in IN.npz under the simulator, write OUT.npz."""
     enable_simulator(nan_shared=True)
     arrays: dict[str, np.ndarray] = {}
     cases = _load_cases(Path(inp))
@@ -286,7 +276,6 @@ def worker_main(argv: Sequence[str]) -> int:
         for j, v in enumerate(values):
             arrays[f"case{i}_out{j}"] = np.asarray(v)
     np.savez(out, **arrays)  # type: ignore[arg-type]
-    return 0
 
 
 def _load_outcomes(path: Path, n_cases: int) -> list[Outcome]:
@@ -312,26 +301,26 @@ def run_in_simulator(
     ``fn`` is a module-level function (or 'module:qualname' / 'file.py:qualname'); arguments and
     results are NumPy arrays or numbers. Exceptions raised by a case come back as Outcome.error.
     """
+    from ..bench.worker import WorkerError, run_in_worker
+
     target = _target_of(fn)
     # The child sees what this process imports from: the project, the tests folder, site-packages.
-    env = dict(os.environ, **{ENV_VAR: "1"})
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and Path(p).is_dir())
-    code = ("import sys; from edu_dl.cuda.simulator import worker_main; "
-            "sys.exit(worker_main(sys.argv[1:]))")
+    path = [p for p in sys.path if p and Path(p).is_dir()]
     with tempfile.TemporaryDirectory(prefix="edu_dl_cudasim_") as tmp:
         inp, out = Path(tmp) / "in.npz", Path(tmp) / "out.npz"
         _save_cases(inp, cases)
         try:
-            proc = subprocess.run([sys.executable, "-c", code, target, str(inp), str(out)],
-                                  env=env, capture_output=True, text=True, timeout=timeout_s)
-        except subprocess.TimeoutExpired as exc:
-            raise SimulatorError(f"TimeoutError: {target} did not finish under the CUDA simulator "
-                                 f"within {timeout_s:g} s (it runs one Python thread per CUDA "
-                                 f"thread: use small sizes)") from exc
-        if proc.returncode != 0 or not out.is_file():
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+            run_in_worker(f"{__name__}:simulate_cases", name=f"CUDA simulator for {target}",
+                          timeout_s=timeout_s, env={ENV_VAR: "1"}, pythonpath=path,
+                          target=target, inp=str(inp), out=str(out))
+        except WorkerError as exc:
+            if exc.kind == "timeout":
+                raise SimulatorError(
+                    f"TimeoutError: {target} did not finish under the CUDA simulator within "
+                    f"{timeout_s:g} s (it runs one Python thread per CUDA thread: use small "
+                    "sizes)") from exc
             raise SimulatorError(f"the simulator process for {target} failed (exit code "
-                                 f"{proc.returncode}): " + " | ".join(tail))
+                                 f"{exc.returncode}): {exc.tail or exc}") from exc
         return _load_outcomes(out, len(cases))
 
 

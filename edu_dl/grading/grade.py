@@ -904,30 +904,3 @@ def _load_state(path: Path) -> dict[str, Any]:
         return data if isinstance(data, dict) and "rows" in data else {}
     except (OSError, ValueError):
         return {}
-
-
-def bench(submissions: int = 8, jobs: int = 2, out: Path | None = None,
-          source: Path | None = None, timeout_s: float = 60.0) -> dict[str, float]:
-    """Throughput: grade ``submissions`` copies of every solution notebook; submissions/minute."""
-    import tempfile
-
-    source = source or Path(__file__).resolve().parents[2] / "solutions"
-    with tempfile.TemporaryDirectory(prefix="edu-dl-bench-", dir=out) as tmp:
-        root = Path(tmp)
-        for i in range(submissions):
-            student = root / "submissions" / f"student{i:03d}"
-            student.mkdir(parents=True)
-            for nb in sorted(source.glob("*.ipynb")):
-                shutil.copy(nb, student / nb.name)
-        result = grade(root / "submissions", source, root / "grades", jobs=jobs,
-                       settings=Settings(timeout_s=timeout_s), log=lambda s: None)
-    n = result.graded
-    return {"submissions": n, "jobs": jobs, "seconds": result.seconds,
-            "per_minute": 60.0 * n / result.seconds if result.seconds else 0.0,
-            "seconds_per_submission_per_job": result.seconds * jobs / max(1, n),
-            "passed_fraction": sum(r.status == "passed" for r in result.rows)
-            / max(1, len(result.rows))}
-
-
-def cpu_count() -> int:
-    return len(os.sched_getaffinity(0))

@@ -1,4 +1,4 @@
-"""``edu-dl grade`` and ``edu-dl bench grading``: argparse wiring; the work is in grade.py."""
+"""``edu-dl grade``: argparse wiring; the work is in grade.py."""
 
 from __future__ import annotations
 
@@ -7,18 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-
-def _positive(kind: type) -> Any:
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-        return value
-
-    return parse
+from ..bench.args import positive
 
 
 def add_grade(subparsers: Any) -> None:
@@ -36,7 +25,7 @@ def add_grade(subparsers: Any) -> None:
     p.add_argument("--source", type=Path, required=True,
                    help="the solutions folder (may be a private copy; hidden from the sandbox)")
     p.add_argument("--out", type=Path, required=True, help="where grades.csv and feedback go")
-    p.add_argument("--jobs", type=_positive(int), default=1, help="submissions graded at once")
+    p.add_argument("--jobs", type=positive(int), default=1, help="submissions graded at once")
     p.add_argument("--force", action="store_true", help="regrade everything, changed or not")
     p.add_argument("--exercise", action="append", dest="exercises", metavar="NAME",
                    help="a source notebook (without .ipynb) that is due; repeat for more "
@@ -68,7 +57,7 @@ def add_grade(subparsers: Any) -> None:
                                                     "copied into every sandbox (default 256)"),
         ("--max-beside-mb", float, "beside_mb", "MB those files may hold in all (default 64)"),
     ):
-        p.add_argument(flag, type=_positive(kind), dest=dest, default=None, help=text,
+        p.add_argument(flag, type=positive(kind), dest=dest, default=None, help=text,
                        metavar="S" if kind is float else "N")
     p.set_defaults(handler=run_grade)
 
@@ -104,33 +93,4 @@ def run_grade(args: argparse.Namespace) -> int:
     print(f"wrote {args.out / 'grades.csv'}, {args.out / 'manual.csv'}, "
           f"{args.out / 'feedback'}/, {args.out / 'feedback_html'}/, "
           f"{args.out / 'nbgrader_grades.csv'}")
-    return 0
-
-
-def add_bench_grading(kinds: Any) -> None:
-    """Register ``edu-dl bench grading``: submissions per minute."""
-    p = kinds.add_parser(
-        "grading", help="grading throughput: submissions per minute",
-        description="Grade N copies of every solution notebook with --jobs workers and report "
-        "submissions per minute (each submission: a fresh sandbox, kernel and comparison).")
-    p.add_argument("--submissions", type=_positive(int), default=8)
-    p.add_argument("--jobs", type=_positive(int), default=2)
-    p.add_argument("--source", type=Path, default=None, help="default: the repo's solutions/")
-    p.add_argument("--out", type=Path, metavar="FILE", help="also write the report here")
-    p.set_defaults(handler=run_bench_grading)
-
-
-def run_bench_grading(args: argparse.Namespace) -> int:
-    from .grade import bench, cpu_count
-
-    result = bench(args.submissions, args.jobs, source=args.source)
-    text = (f"# Grading throughput\n\n{int(result['submissions'])} submissions, --jobs "
-            f"{args.jobs}, {cpu_count()} cores: {result['seconds']:.1f} s, "
-            f"**{result['per_minute']:.1f} submissions/minute** "
-            f"({result['seconds_per_submission_per_job']:.1f} s per submission per worker); "
-            f"{100 * result['passed_fraction']:.0f} % of parts passed.\n")
-    sys.stdout.write(text)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text, encoding="utf-8")
     return 0

@@ -7,16 +7,15 @@ applies the same update. sum_r grad(loss_r) = grad(full-batch mean), so the copi
 device trained on the whole batch.
 
 Logical devices must be configured before TensorFlow initialises its devices, i.e. before any
-other TensorFlow call in the process; so the demo runs in a fresh subprocess
-(``python -m edu_dl.parallel.mirrored TASK_DIR``) and never disturbs the caller's TensorFlow.
+other TensorFlow call in the process; so the demo runs in a fresh worker process
+(``edu_dl.bench.worker``; the arrays travel through .npz files) and never disturbs the caller's
+TensorFlow.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -25,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from ..bench.worker import WorkerError as BenchWorkerError
+from ..bench.worker import run_in_worker
 from .launch import WorkerError
 from .problem import LR, TwoLayerProblem, make_problem
 
@@ -68,33 +69,16 @@ def mirrored_strategy_demo(
         (task / "task.json").write_text(
             json.dumps({"replicas": replicas, "steps": steps, "lr": lr})
         )
-        package_root = str(Path(__file__).resolve().parents[2])
-        env = {
-            **os.environ,
-            "TF_CPP_MIN_LOG_LEVEL": "3",
-            "PYTHONPATH": os.pathsep.join(
-                filter(None, [package_root, os.environ.get("PYTHONPATH")])
-            ),
-        }
         try:
-            done = subprocess.run(
-                [sys.executable, "-m", "edu_dl.parallel.mirrored", task_dir],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:  # subprocess.run has already killed the child
-            raise TimeoutError(
-                f"the MirroredStrategy subprocess did not finish within {timeout_s:g} s; "
-                "it was killed"
-            ) from None
-        if done.returncode != 0:
-            tail = "\n".join(done.stderr.strip().splitlines()[-25:])
-            raise WorkerError(
-                f"the MirroredStrategy subprocess failed (exit code {done.returncode}):\n{tail}"
-            )
+            run_in_worker(f"{__name__}:train_in_dir", name="MirroredStrategy",
+                          timeout_s=timeout_s, folder=task_dir)
+        except BenchWorkerError as exc:
+            if exc.kind == "timeout":
+                raise TimeoutError(
+                    f"the MirroredStrategy subprocess did not finish within {timeout_s:g} s; "
+                    "it was killed"
+                ) from None
+            raise WorkerError(f"the MirroredStrategy subprocess failed: {exc}") from None
         meta = json.loads((task / "output.json").read_text())
         with np.load(task / "output.npz") as out:
             arrays = {name: out[name] for name in out.files}
@@ -111,8 +95,9 @@ def mirrored_strategy_demo(
 # --------------------------------------------------------------------------- the subprocess
 
 
-def _train(task_dir: Path) -> None:
-    """Child side: configure R logical CPUs first, then train both ways and save the results."""
+def train_in_dir(folder: str) -> None:
+    """Worker side: configure R logical CPUs first, then train both ways and save the results."""
+    task_dir = Path(folder)
     task = json.loads((task_dir / "task.json").read_text())
     with np.load(task_dir / "input.npz") as data:
         X, Y, w1_0, w2_0 = (data[name] for name in ARRAYS)
@@ -215,7 +200,3 @@ def _train(task_dir: Path) -> None:
             }
         )
     )
-
-
-if __name__ == "__main__":
-    _train(Path(sys.argv[1]))

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .. import models
+
 # The lecture's PyTorch program: N, D_in, H, D_out = 64, 1000, 100, 10.
-N, D_IN, HIDDEN, D_OUT = 64, 1000, 100, 10
+N, D_IN, HIDDEN, D_OUT = models.SIZES["lecture"]
 LR = 1e-2  # trains these shapes from the He-initialised weights below without diverging
 
 
@@ -62,13 +64,15 @@ def make_problem(
     seed: int = 0,
     dtype: type = np.float64,
 ) -> TwoLayerProblem:
-    """Random data (as in the lecture) and He-initialised weights w ~ N(0, 2 / fan_in), one seed."""
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((n, d_in))
-    Y = rng.standard_normal((n, d_out))
-    w1 = rng.standard_normal((d_in, hidden)) * np.sqrt(2.0 / d_in)
-    w2 = rng.standard_normal((hidden, d_out)) * np.sqrt(2.0 / hidden)
-    return TwoLayerProblem(*(a.astype(dtype) for a in (X, Y, w1, w2)))
+    """Random data (as in the lecture) and He-initialised weights w ~ N(0, 2 / fan_in), one seed.
+
+    Built by ``edu_dl.models`` (the one place the two-layer problem is drawn), from one stream:
+    data first, then weights, as this lecture's printed numbers were made.
+    """
+    spec = models.TwoLayerNet(n, d_in, hidden, d_out, "mean_row_sum", seed, one_stream=True)
+    X, Y = spec.make_data(dtype)
+    weights = spec.init_weights(dtype)
+    return TwoLayerProblem(X, Y, weights["w1"], weights["w2"])
 
 
 class TwoLayerNet(torch.nn.Module):

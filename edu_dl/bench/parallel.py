@@ -1,4 +1,11 @@
-"""``edu-dl bench parallel``: one process vs 2 workers (all_reduce, DDP) vs MirroredStrategy."""
+"""``edu-dl bench parallel``: one process vs R workers (all_reduce, DDP) vs MirroredStrategy.
+
+On the CPU the workers talk through gloo; with ``--device gpu`` each worker gets its own GPU and
+they talk through NCCL (one rank per GPU: a one-GPU machine runs one rank, which still goes
+through NCCL's collectives), and the one-process reference trains on the GPU too. Every step's
+loss is copied to the host (``.item()``), which waits for the step: the loop times are
+synchronized. MirroredStrategy runs on logical CPU devices, so the GPU mode leaves it out.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from .args import positive_int
+from .common import add_flags, device_of, finish, pyplot
+from .device import Device
+
+SYNCED = ("each step's loss is copied to the host (.item()), which waits for the step, so the "
+          "loop times count the GPU's work")
 
 
 @dataclass
@@ -26,8 +40,6 @@ class Row:
 
 def add_parallel(kinds: Any) -> None:
     """``edu-dl bench parallel``."""
-    from ..cli import positive_int
-
     p = kinds.add_parser(
         "parallel",
         help="data parallelism: torch.distributed workers and MirroredStrategy vs one process",
@@ -36,25 +48,26 @@ def add_parallel(kinds: Any) -> None:
         "with all_reduce, then by DistributedDataParallel), and with TensorFlow's "
         "MirroredStrategy on R logical CPUs; show that the weights agree and what it cost.",
     )
-    p.add_argument("--world-size", type=positive_int, default=2, help="workers (default 2)")
+    p.add_argument("--world-size", type=positive_int, default=None,
+                   help="workers (default 2; with --device gpu one per GPU, at most 2)")
     p.add_argument("--steps", type=positive_int, default=None, help="SGD steps (default 20)")
-    p.add_argument(
-        "--backend",
-        choices=("gloo", "nccl"),
-        default=None,
-        help="default: nccl with one GPU per worker, else gloo",
-    )
+    p.add_argument("--backend", choices=("gloo", "nccl"), default=None,
+                   help="default: nccl with one GPU per worker, else gloo")
     p.add_argument("--no-tf", action="store_true", help="skip MirroredStrategy")
-    p.add_argument("--out", type=Path, metavar="DIR", help="write parallel.json and parallel.png")
-    p.add_argument("--quick", action="store_true", help="5 steps: checks that it runs")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_flags(p, files="parallel.md, parallel.json and parallel.png",
+              quick="5 steps: checks that it runs",
+              device_help="cpu: gloo workers (default); gpu: one GPU per worker over NCCL, or "
+              "one sentence and status 1 without a GPU")
     p.set_defaults(handler=run_parallel_command)
 
 
 def run_parallel_command(args: argparse.Namespace) -> int:
+    device = device_of(args, "parallel")
+    if device is None:
+        return 1
     from tqdm.auto import tqdm
 
-    from . import (
+    from ..parallel import (
         make_problem,
         max_rel_diff,
         mirrored_strategy_demo,
@@ -63,67 +76,56 @@ def run_parallel_command(args: argparse.Namespace) -> int:
         train_single,
     )
 
+    on_gpu = device.runs_on == "gpu"
+    world_size = args.world_size or (_gpus_for_ranks() if on_gpu else 2)
+    backend = args.backend or ("nccl" if on_gpu else None)
     steps = args.steps or (5 if args.quick else 20)
     problem = make_problem()
-    if problem.batch_size % args.world_size:
-        print(
-            f"error: the batch of {problem.batch_size} rows does not split over "
-            f"{args.world_size} workers; choose a divisor of it",
-            file=sys.stderr,
-        )
+    if problem.batch_size % world_size:
+        print(f"error: the batch of {problem.batch_size} rows does not split over "
+              f"{world_size} workers; choose a divisor of it", file=sys.stderr)
         return 2
-    names = ["single", "all_reduce", "ddp"] + ([] if args.no_tf else ["mirrored"])
+    names = ["single", "all_reduce", "ddp"] + ([] if args.no_tf or device.kind == "gpu"
+                                               else ["mirrored"])
     rows: list[Row] = []
     single = parallel = None
     for name in tqdm(names, desc="bench parallel", disable=args.no_progress, file=sys.stderr):
         if name == "mirrored":
-            m = mirrored_strategy_demo(problem, replicas=args.world_size, steps=steps)
+            m = mirrored_strategy_demo(problem, replicas=world_size, steps=steps)
             workers, rows_each, losses = m.num_replicas_in_sync, m.rows_per_replica[0], m.losses
             seconds, wall, weights = m.seconds, m.wall_seconds, m.weights
         else:
             if name == "single":
-                result = single = train_single(problem, steps=steps)
+                result = single = train_single(problem, steps=steps, device=device.torch)
             else:
-                result = train_data_parallel(
-                    problem,
-                    world_size=args.world_size,
-                    steps=steps,
-                    mode=name,
-                    backend=args.backend,
-                )
+                result = train_data_parallel(problem, world_size=world_size, steps=steps,
+                                             mode=name, backend=backend)
                 parallel = parallel or result
-            workers, rows_each, losses = (
-                result.world_size,
-                result.rows_per_rank[0],
-                result.global_losses,
-            )
+            workers, rows_each, losses = (result.world_size, result.rows_per_rank[0],
+                                          result.global_losses)
             seconds, wall, weights = result.seconds, result.wall_seconds, result.weights
         assert single is not None  # "single" runs first: everything is compared with it
-        diff = max_rel_diff(weights, single.weights)
-        rows.append(
-            Row(
-                name,
-                workers,
-                rows_each,
-                seconds / steps * 1e3,
-                wall,
-                float(losses[-1]),
-                diff,
-                [float(v) for v in losses],
-            )
-        )
-    sys.stdout.write(table(rows, steps) + "\n" + pitfalls(parallel, single) + "\n")
-    if args.out is not None:
-        for path in write_outputs(rows, args.out):
-            print(f"wrote {path}", file=sys.stderr)
+        rows.append(Row(name, workers, rows_each, seconds / steps * 1e3, wall, float(losses[-1]),
+                        max_rel_diff(weights, single.weights), [float(v) for v in losses]))
+    text = table(rows, steps, device) + "\n" + pitfalls(parallel, single) + "\n"
+    finish("parallel", text, args.out, [lambda out: write_outputs(rows, out)])
     return 0
 
 
-def table(rows: list[Row], steps: int) -> str:
-    """A Markdown table: one line per way of training."""
-    out = [
-        f"Data parallelism, {steps} SGD steps, float64 (times from this machine):",
-        "",
+def _gpus_for_ranks() -> int:
+    """One rank per GPU, at most 2 (the lecture's R)."""
+    import torch
+
+    return max(1, min(2, torch.cuda.device_count()))
+
+
+def table(rows: list[Row], steps: int, device: Device | None = None) -> str:
+    """A Markdown table: one line per way of training (and the device, when known)."""
+    out = [f"Data parallelism, {steps} SGD steps, float64 (times from this machine):", ""]
+    if device is not None:
+        timing = SYNCED if device.runs_on == "gpu" else device.synced
+        out += [f"Device: {device.label}; {timing}.", ""]
+    out += [
         "| run | workers | rows each | ms/step (loop) | total s (with start-up) | final loss "
         "| weights vs one process |",
         "|---|---:|---:|---:|---:|---:|---:|",
@@ -138,11 +140,7 @@ def table(rows: list[Row], steps: int) -> str:
 
 def write_outputs(rows: list[Row], out: Path) -> list[Path]:
     """parallel.json (the rows) and parallel.png (loss curves and the cost of each run)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "parallel.json", out / "parallel.png"]
     paths[0].write_text(json.dumps([vars(r) for r in rows], indent=2) + "\n")
@@ -156,12 +154,8 @@ def write_outputs(rows: list[Row], out: Path) -> list[Path]:
     left.legend()
     names = [r.run for r in rows]
     right.bar(names, [r.total_s for r in rows], color="tab:gray", label="total (with start-up)")
-    right.bar(
-        names,
-        [r.ms_per_step * len(r.losses) / 1e3 for r in rows],
-        color="tab:blue",
-        label="training loop",
-    )
+    right.bar(names, [r.ms_per_step * len(r.losses) / 1e3 for r in rows], color="tab:blue",
+              label="training loop")
     right.set_ylabel("seconds")
     right.set_title("What the extra processes cost")
     right.legend()
