@@ -1,7 +1,7 @@
 """Exercise 3, feeding the GPU: bytes per step, the ideal pipeline, a prefetching loader, shuffling.
 
 The oracles: the bytes of real arrays of the shapes fed and fetched (``ndarray.nbytes``, as
-``edu_dl.bench_data`` counts them), ``bench_data.finish_rows`` (the benchmark's own ideal), and
+``edu_dl.bench.transfer`` counts them), ``bench.loader.finish_rows`` (the benchmark's ideal), and
 ``edu_dl.data.DataLoader.batch_indices`` (the course's loader). The prefetching generator is run by
 a call wrapper that feeds it a source it can watch: which thread reads, how far ahead, in which
 order.
@@ -78,7 +78,7 @@ def _ideal_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
 
 
 def _ideal_expected(read_s: float, compute_s: float, n: int, readers: int) -> float:
-    from edu_dl.bench_data import LoaderConfig, LoaderResult, LoaderRow, finish_rows
+    from edu_dl.bench.loader import LoaderConfig, LoaderResult, LoaderRow, finish_rows
 
     row = LoaderRow("exercise", "ideal", readers, "", epoch_s=0.0)
     result = LoaderResult(LoaderConfig("", batches=n), read_s=n * read_s,

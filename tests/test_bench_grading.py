@@ -1,0 +1,31 @@
+"""``edu-dl bench grading --nbgrader``: edu-dl and nbgrader 0.9 timed on the same sample course."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edu_dl.bench import grading
+from edu_dl.bench.common import TIMES as X
+
+
+def test_the_table_says_whether_the_goal_is_met() -> None:
+    result = {"notebooks": 8, "seconds": {"nbgrader": 16.0, "edu-dl --jobs 1": 12.0,
+                                          "edu-dl --jobs 2": 7.0}}
+    result["per_notebook"] = {k: v / 8 for k, v in result["seconds"].items()}
+    text = grading.versus_nbgrader_markdown(result)
+    assert f"| edu-dl --jobs 1 | 12.0 s | 1.50 s | 0.75{X} |" in text
+    assert f"| nbgrader | 16.0 s | 2.00 s | 1.00{X} |" in text
+    assert f"0.75{X}, met." in text
+    result["per_notebook"]["edu-dl --jobs 1"] = 2.5
+    assert f"1.25{X}, **not met**." in grading.versus_nbgrader_markdown(result)
+
+
+@pytest.mark.slow
+def test_nbgrader_and_edu_dl_grade_the_same_notebooks(request: pytest.FixtureRequest) -> None:
+    venv = Path(request.config.cache.mkdir("nbgrader-0.9-venv"))  # shared with the nbgrader tests
+    result = grading.versus_nbgrader(copies=1, jobs=2, venv=venv, progress=False)
+    assert result["notebooks"] == 4
+    assert set(result["seconds"]) == {"nbgrader", "edu-dl --jobs 1", "edu-dl --jobs 2"}
+    assert all(s > 0 for s in result["seconds"].values())
