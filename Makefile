@@ -12,7 +12,7 @@ BIN := $(VENV)/bin
 CUDA ?= $(if $(GPU),$(shell nvidia-smi 2>/dev/null | sed -n -E 's/.*CUDA Version: *([0-9]+)\..*/\1/p' | head -n 1))
 # A newer driver runs older CUDA programs: CUDA 14 and later get the cuda13 extra.
 CUDA_EXTRA := $(if $(GPU),$(if $(filter 12,$(CUDA)),cuda12,$(if $(CUDA),$(if $(shell [ "$(CUDA)" -ge 13 ] 2>/dev/null && echo y),cuda13,unsupported),unknown)),cpu)
-EXTRAS := $(CUDA_EXTRA),dev
+EXTRAS := $(CUDA_EXTRA),dev,site
 STAMP := $(VENV)/.installed-$(CUDA_EXTRA)
 # The variants install the same `tensorflow` module and CuPy twice: remove the others' on a switch.
 OTHER_PACKAGES.cpu := tensorflow cupy-cuda12x cupy-cuda13x
@@ -34,7 +34,7 @@ NOTEBOOK_DIRS := $(foreach d,lectures solutions,$(if $(shell find $(d) -name '*.
 	-not -path '*/.ipynb_checkpoints/*' 2>/dev/null | head -n 1),$(d)/))
 
 .PHONY: install lab test test-fast test-notebooks notebooks lint typecheck bench constraints clean \
-	system-deps test-unprivileged
+	site system-deps test-unprivileged
 
 install: $(STAMP)
 
@@ -71,7 +71,7 @@ lab: install $(LAB_OVERRIDES)
 
 # The whole suite: lint, types, unit tests (the slow ones included), then the notebooks.
 test: install system-deps
-	$(BIN)/ruff check edu_dl tests
+	$(BIN)/ruff check edu_dl tests site lab
 	$(BIN)/mypy
 	$(TEST_ENV) $(BIN)/python -m pytest -n 2 tests
 	$(MAKE) --no-print-directory test-unprivileged
@@ -118,6 +118,12 @@ notebooks: install
 		--ExecutePreprocessor.record_timing=False --ExecutePreprocessor.store_widget_state=False \
 		$(NB)
 
+# The course website: the executed lectures and the exercises as static HTML in site/_build/html
+# (site/build.py, Sphinx with MyST-NB: the committed outputs, nothing executed or fetched).
+# .github/workflows/site.yml publishes the same build to GitHub Pages.
+site: install
+	$(BIN)/python site/build.py
+
 # System packages the tests use: Debian's Chromium (tests/test_browser.py, driven by Playwright;
 # nothing downloads a browser), bubblewrap (the grading sandbox) and acl (setfacl, for the run as
 # an ordinary user). Installed with apt-get when
@@ -136,7 +142,7 @@ system-deps:
 	fi
 
 lint: install
-	$(BIN)/ruff check edu_dl tests
+	$(BIN)/ruff check edu_dl tests site lab
 
 typecheck: install
 	$(BIN)/mypy
@@ -164,4 +170,4 @@ constraints:
 	rm -f constraints.txt.new constraints.txt.gpu
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis site/_build

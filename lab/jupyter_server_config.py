@@ -5,7 +5,5 @@ from pathlib import Path
 # Terminals run bash with lab/terminal.bashrc, which reads the user's ~/.bashrc and then puts the
 # course's virtual environment first on PATH: `edu-dl validate`, as every exercise asks, works
 # there. (Left to itself, Jupyter starts a login shell, whose /etc/profile resets PATH.)
-c.ServerApp.terminado_settings = {  # noqa: F821
-    "shell_command": ["bash", "--rcfile", str(Path(__file__).resolve().with_name("terminal.bashrc")),
-                      "-i"],
-}
+RCFILE = Path(__file__).resolve().with_name("terminal.bashrc")
+c.ServerApp.terminado_settings = {"shell_command": ["bash", "--rcfile", str(RCFILE), "-i"]}  # noqa: F821
