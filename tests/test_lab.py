@@ -34,7 +34,9 @@ def jupyter_env(tmp_path: Path) -> dict[str, str]:
     """No user configuration, settings or workspaces; the virtual environment off PATH."""
     path = [p for p in os.environ.get("PATH", "").split(os.pathsep)
             if p and Path(p).resolve() != (VENV / "bin").resolve()]
-    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    # Nor an outer make's variables (`make test GPU=1` would hand GPU=1 to `make lab`).
+    dropped = ("VIRTUAL_ENV", "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "GPU", "CUDA", "PYTHON")
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     return env | {"PATH": os.pathsep.join(path),
                   "JUPYTER_CONFIG_DIR": str(tmp_path / "jupyter-config"),
                   "JUPYTER_DATA_DIR": str(tmp_path / "jupyter-data"),

@@ -42,7 +42,7 @@ def test_wrong_answer_error_cell_and_temp_directory(tmp_path: Path, capsys):
                                           "    open('written.txt', 'w').write('x')\n"
                                           "    return m * b * c")
     nb.cells.append(nbformat_cell("undefined_name + 1"))
-    last = sum(c.cell_type == "code" for c in nb.cells) - 1  # nbval's count, from 0
+    last = sum(c.cell_type == "code" for c in nb.cells)  # validate counts code cells from 1
     path = tmp_path / EX02
     nbs.write_notebook(nb, path)
 
