@@ -1,13 +1,26 @@
 # The two commands of the course: `make lab` and `make test`. Everything else is a helper.
-PYTHON ?= python3.11
+# The Python of the virtual environment: PYTHON=... when given; else python3.11 (the one CI tests);
+# else the newest supported one on PATH (3.12 is reported working, see README).
+SUPPORTED_PYTHONS := python3.11 python3.13 python3.12
+ifeq ($(origin PYTHON),undefined)
+PYTHON := $(or $(firstword $(foreach p,$(SUPPORTED_PYTHONS),$(shell command -v $(p) 2>/dev/null))),python3.11)
+endif
 VENV ?= .venv
 BIN := $(VENV)/bin
-# GPU=1 swaps tensorflow-cpu for tensorflow[and-cuda] and adds CuPy.
-EXTRAS := $(if $(GPU),gpu,cpu),dev
-STAMP := $(VENV)/.installed-$(if $(GPU),gpu,cpu)
-OTHER_STAMP := $(VENV)/.installed-$(if $(GPU),cpu,gpu)
-# Both TensorFlow variants install the same `tensorflow` module: remove the other one on a switch.
-OTHER_PACKAGES := $(if $(GPU),tensorflow-cpu,tensorflow cupy-cuda12x)
+# GPU=1 swaps tensorflow-cpu for tensorflow[and-cuda] and adds CuPy and numba-cuda's CUDA libraries
+# for the driver's CUDA version (nvidia-smi's "CUDA Version: 13.0"), or for CUDA=12 / CUDA=13.
+CUDA ?= $(if $(GPU),$(shell nvidia-smi 2>/dev/null | sed -n -E 's/.*CUDA Version: *([0-9]+)\..*/\1/p' | head -n 1))
+# A newer driver runs older CUDA programs: CUDA 14 and later get the cuda13 extra.
+CUDA_EXTRA := $(if $(GPU),$(if $(filter 12,$(CUDA)),cuda12,$(if $(CUDA),$(if $(shell [ "$(CUDA)" -ge 13 ] 2>/dev/null && echo y),cuda13,unsupported),unknown)),cpu)
+EXTRAS := $(CUDA_EXTRA),dev,site
+STAMP := $(VENV)/.installed-$(CUDA_EXTRA)
+# The variants install the same `tensorflow` module and CuPy twice: remove the others' on a switch.
+OTHER_PACKAGES.cpu := tensorflow cupy-cuda12x cupy-cuda13x
+OTHER_PACKAGES.cuda12 := tensorflow-cpu cupy-cuda13x
+OTHER_PACKAGES.cuda13 := tensorflow-cpu cupy-cuda12x
+# constraints.txt pins numba-cuda's CUDA 13 bindings (cuda-bindings 13 needs a CUDA 13 driver); for
+# CUDA 12 the same pins without that line, so numba-cuda[cu12] brings cuda-bindings 12.
+CONSTRAINTS := $(if $(filter cuda12,$(CUDA_EXTRA)),$(VENV)/constraints-cuda12.txt,constraints.txt)
 # Jupyter refuses to start as root without this flag.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # Two pytest workers on two cores: one BLAS/OpenMP thread each, or their thread pools oversubscribe
@@ -21,30 +34,44 @@ NOTEBOOK_DIRS := $(foreach d,lectures solutions,$(if $(shell find $(d) -name '*.
 	-not -path '*/.ipynb_checkpoints/*' 2>/dev/null | head -n 1),$(d)/))
 
 .PHONY: install lab test test-fast test-notebooks notebooks lint typecheck bench bench-gpu \
-	constraints clean system-deps test-unprivileged
+	constraints clean site system-deps test-unprivileged
 
 install: $(STAMP)
 
 # Reinstalls whenever pyproject.toml or constraints.txt is newer than the stamp.
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; the course needs \
-	Python 3.11 (or run: make $(MAKECMDGOALS) PYTHON=/path/to/python3.11)" >&2; exit 1; }
+	Python 3.11, 3.12 or 3.13 (or run: make $(MAKECMDGOALS) PYTHON=/path/to/python3.x)" >&2; exit 1; }
+	@case "$(CUDA_EXTRA)" in unknown) echo "error: GPU=1 but nvidia-smi reports no CUDA version; \
+	give it: make $(MAKECMDGOALS) GPU=1 CUDA=12 (or CUDA=13)" >&2; exit 1;; unsupported) echo \
+	"error: CUDA=$(CUDA): the course's GPU extras are for CUDA 12 and 13" >&2; exit 1;; esac
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	@if [ -e $(OTHER_STAMP) ]; then \
-		echo "$(BIN)/python -m pip uninstall --quiet --yes $(OTHER_PACKAGES)"; \
-		$(BIN)/python -m pip uninstall --quiet --yes $(OTHER_PACKAGES); fi
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[$(EXTRAS)]"
+	@if [ -n "$$(ls $(VENV)/.installed-* 2>/dev/null | grep -v -x -F '$(STAMP)')" ]; then \
+		echo "$(BIN)/python -m pip uninstall --quiet --yes $(OTHER_PACKAGES.$(CUDA_EXTRA))"; \
+		$(BIN)/python -m pip uninstall --quiet --yes $(OTHER_PACKAGES.$(CUDA_EXTRA)); fi
+	$(if $(filter cuda12,$(CUDA_EXTRA)),grep -v -i -E '^cuda[-_]bindings==' constraints.txt > $(CONSTRAINTS))
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[$(EXTRAS)]"
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-lab: install
+# JupyterLab as the course sets it up in lab/: its settings (lab/overrides.json: no announcements,
+# no update checks), copied where JupyterLab reads overrides; the virtual environment first on PATH
+# for the server, its kernels and its terminals (lab/jupyter_server_config.py), so that
+# `edu-dl validate` works in a terminal. LAB_ARGS=... passes more options to JupyterLab.
+LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.json
+$(LAB_OVERRIDES): lab/overrides.json
+	mkdir -p $(dir $@)
+	cp lab/overrides.json $@
+
+lab: install $(LAB_OVERRIDES)
 	mkdir -p lectures
-	$(BIN)/jupyter lab lectures/ $(ROOT_FLAG)
+	PATH="$(abspath $(BIN)):$$PATH" VIRTUAL_ENV="$(abspath $(VENV))" $(BIN)/jupyter lab lectures/ \
+		--config=lab/jupyter_server_config.py $(ROOT_FLAG) $(LAB_ARGS)
 
 # The whole suite: lint, types, unit tests (the slow ones included), then the notebooks.
 test: install system-deps
-	$(BIN)/ruff check edu_dl tests solutions/parts
+	$(BIN)/ruff check edu_dl tests solutions/parts site lab
 	$(BIN)/mypy
 	$(BIN)/mypy solutions/parts  # the course's part files: beside the source, not in the package
 	$(TEST_ENV) $(BIN)/python -m pytest -n 2 tests
@@ -92,6 +119,12 @@ notebooks: install
 		--ExecutePreprocessor.record_timing=False --ExecutePreprocessor.store_widget_state=False \
 		$(NB)
 
+# The course website: the executed lectures and the exercises as static HTML in site/_build/html
+# (site/build.py, Sphinx with MyST-NB: the committed outputs, nothing executed or fetched).
+# .github/workflows/site.yml publishes the same build to GitHub Pages.
+site: install
+	$(BIN)/python site/build.py
+
 # System packages the tests use: Debian's Chromium (tests/test_browser.py, driven by Playwright;
 # nothing downloads a browser), bubblewrap (the grading sandbox) and acl (setfacl, for the run as
 # an ordinary user). Installed with apt-get when
@@ -110,7 +143,7 @@ system-deps:
 	fi
 
 lint: install
-	$(BIN)/ruff check edu_dl tests solutions/parts
+	$(BIN)/ruff check edu_dl tests solutions/parts site lab
 
 typecheck: install
 	$(BIN)/mypy
@@ -148,4 +181,4 @@ constraints:
 	rm -f constraints.txt.new constraints.txt.gpu
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis site/_build

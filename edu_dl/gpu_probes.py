@@ -257,7 +257,9 @@ def gpu_explanation(frameworks: dict[str, dict[str, Any]], driver: dict[str, Any
 def _framework_advice(name: str, report: dict[str, Any], driver: dict[str, Any]) -> str:
     status, version = report.get("status"), report.get("version", "")
     if status == "not installed":
-        hint = {"cupy": "pip install cupy-cuda12x", "torch": "pip install torch",
+        cupy = "cupy-cuda12x" if str(driver.get("max_cuda") or "").startswith("12.") else \
+            "cupy-cuda13x"
+        hint = {"cupy": f"`make lab GPU=1`, or pip install {cupy}", "torch": "pip install torch",
                 "tensorflow": "pip install 'tensorflow[and-cuda]'"}.get(name, "")
         return f"{name} is not installed{f' ({hint} on a CUDA machine)' if hint else ''}."
     if status != "ok":

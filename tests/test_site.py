@@ -1,0 +1,214 @@
+"""The course website: built offline, every page read in Chromium.
+
+`site/build.py` (what `make site` runs) builds the site into tmp_path with the network off: in a
+new network namespace (`unshare -rn`) where one can be made, else with Python's sockets refusing
+to connect. Then Debian's Chromium, driven by Playwright, opens every page from file:// with every
+request other than file:// refused and recorded, and the test asserts for each page: no console
+error, no uncaught exception, no failed or outside request, every image decoded (naturalWidth > 0),
+as many output images as the notebook holds PNG outputs, MathJax typeset where the notebook has
+math, and the links to open the notebook (Colab, the .ipynb itself, GitHub). A control page with a
+missing image, a script error and an outside script proves that the check sees each of them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+import pytest
+from test_browser import CHROMIUM_ARGS, chromium
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDERS = ("lectures", "exercises")
+REPOSITORY = "https://github.com/edu-dl/edu-dl"
+MATH = re.compile(r"\$[^$\n]+\$")
+
+# Python's sockets refuse every connection (where no network namespace can be made).
+NO_NETWORK = """\
+import socket
+def _refuse(*args, **kwargs):
+    raise OSError("network is off for this build")
+socket.socket.connect = socket.socket.connect_ex = _refuse
+socket.create_connection = socket.getaddrinfo = _refuse
+"""
+
+
+def notebooks() -> list[Path]:
+    return sorted(p for folder in FOLDERS for p in (ROOT / folder).glob("*.ipynb"))
+
+
+def network_off_prefix() -> list[str]:
+    unshare = shutil.which("unshare")
+    if unshare and subprocess.run([unshare, "-rn", "true"], capture_output=True).returncode == 0:
+        return [unshare, "-rn"]
+    return []
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("site")
+    out = tmp / "html"
+    env = dict(os.environ)
+    prefix = network_off_prefix()
+    if not prefix:
+        guard = tmp / "guard"
+        guard.mkdir()
+        (guard / "sitecustomize.py").write_text(NO_NETWORK)
+        env["PYTHONPATH"] = os.pathsep.join([str(guard), env.get("PYTHONPATH", "")])
+    cmd = [*prefix, sys.executable, str(ROOT / "site" / "build.py"), "--out", str(out),
+           "--work", str(tmp), "--quiet"]
+    done = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, (
+        f"the site did not build:\n{done.stdout[-4000:]}{done.stderr[-4000:]}")
+    return out
+
+
+@dataclass
+class Page:
+    problems: list[str] = field(default_factory=list)
+    images: int = 0  # decoded images in notebook outputs
+    math: int = 0  # formulas MathJax typeset
+    links: dict[str, str] = field(default_factory=dict)  # text -> href of the open-notebook links
+
+
+def refuse_outside(problems: list[str]):
+    """A route handler: file:// goes through; anything else is refused and recorded."""
+    def route(r) -> None:
+        if r.request.url.startswith("file://"):
+            r.continue_()
+        else:
+            problems.append(f"request outside the site: {r.request.url}")
+            r.abort()
+    return route
+
+
+def read_pages(paths: list[Path]) -> dict[Path, Page]:
+    """Open each page in Chromium from file://; refuse and record anything not from file://."""
+    from playwright.sync_api import sync_playwright  # the dev extra installs it
+
+    pages: dict[Path, Page] = {}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium(), headless=True, args=CHROMIUM_ARGS)
+        try:
+            for path in paths:
+                page_info = pages[path] = Page()
+                problems = page_info.problems
+                tab = browser.new_page(viewport={"width": 1300, "height": 1000})
+
+                tab.route("**/*", refuse_outside(problems))
+                tab.on("console", lambda m, p=problems: p.append(f"console {m.type}: {m.text}")
+                       if m.type == "error" else None)
+                tab.on("pageerror", lambda e, p=problems: p.append(f"uncaught: {e}"))
+                tab.on("requestfailed", lambda r, p=problems: p.append(
+                    f"failed to load {r.url}") if r.url.startswith("file://") else None)
+                tab.goto(path.as_uri(), wait_until="load")
+                tab.evaluate("() => window.MathJax?.startup?.promise")
+                broken = tab.evaluate("() => [...document.images].filter(i => !i.complete || "
+                                      "i.naturalWidth === 0).map(i => i.getAttribute('src'))")
+                problems += [f"image not decoded: {src}" for src in broken]
+                page_info.images = tab.evaluate(
+                    "() => [...document.querySelectorAll('.cell_output img')]"
+                    ".filter(i => i.naturalWidth > 0).length")
+                page_info.math = tab.evaluate("() => document.querySelectorAll('mjx-container')"
+                                              ".length")
+                page_info.links = dict(tab.evaluate(
+                    "() => [...document.querySelectorAll('.edu-dl-open-notebook a')]"
+                    ".map(a => [a.textContent, a.getAttribute('href')])"))
+                tab.close()
+        finally:
+            browser.close()
+    return pages
+
+
+def png_outputs(nb: nbformat.NotebookNode) -> int:
+    return sum("image/png" in out.get("data", {})
+               for cell in nb.cells if cell.cell_type == "code"
+               and "remove-cell" not in cell.metadata.get("tags", [])
+               for out in cell.get("outputs", []))
+
+
+@pytest.mark.slow
+def test_every_notebook_page_renders_offline_with_images_math_and_links(site: Path) -> None:
+    sources = notebooks()
+    assert len(sources) >= 2 * 10, f"expected the lectures and exercises, found {len(sources)}"
+    paths = [site / "index.html"] + [site / p.parent.name / f"{p.stem}.html" for p in sources]
+    missing = [str(p.relative_to(site)) for p in paths if not p.exists()]
+    assert not missing, f"pages missing: {missing}"
+    pages = read_pages(paths)
+
+    problems = [f"{path.relative_to(site)}: {problem}"
+                for path, page in pages.items() for problem in page.problems]
+    assert not problems, "\n".join(problems)
+
+    index_links = (site / "index.html").read_text()
+    for source in sources:
+        rel = f"{source.parent.name}/{source.name}"
+        page = pages[site / source.parent.name / f"{source.stem}.html"]
+        nb = nbformat.read(source, as_version=4)
+        assert f'href="{source.parent.name}/{source.stem}.html"' in index_links, f"{rel} not listed"
+        assert page.images == png_outputs(nb), (
+            f"{rel}: {page.images} decoded output images, the notebook has {png_outputs(nb)}")
+        if any(MATH.search(c.source) for c in nb.cells if c.cell_type == "markdown"):
+            assert page.math > 0, f"{rel}: math in the notebook, none typeset on the page"
+        assert page.links.get("Open in Colab") == (
+            f"https://colab.research.google.com/github/edu-dl/edu-dl/blob/main/{rel}"), page.links
+        assert page.links.get("See it on GitHub") == f"{REPOSITORY}/blob/main/{rel}", page.links
+        download = (site / source.parent.name / page.links["Download the notebook"]).resolve()
+        assert download.suffix == ".ipynb", page.links
+        assert json.loads(download.read_text()) == json.loads(source.read_text()), (
+            f"{rel}: the download is not the notebook")
+        html = (site / source.parent.name / f"{source.stem}.html").read_text()
+        assert "Hosted notebooks (Colab" not in html, f"{rel}: the install cell is shown"
+
+
+@pytest.mark.slow
+def test_the_page_check_sees_broken_images_script_errors_and_outside_requests(
+    tmp_path: Path,
+) -> None:
+    page = tmp_path / "broken.html"
+    page.write_text('<html><body><img src="missing.png">'
+                    '<script>undefined_function()</script>'
+                    '<script src="https://cdn.example.org/lib.js"></script></body></html>')
+    problems = read_pages([page])[page].problems
+    assert any("image not decoded: missing.png" in p for p in problems), problems
+    assert any("uncaught" in p and "undefined_function" in p for p in problems), problems
+    assert any("request outside the site: https://cdn.example.org/lib.js" in p
+               for p in problems), problems
+
+
+def test_the_pages_workflow_builds_with_site_build_py_and_deploys_its_output() -> None:
+    """.github/workflows/site.yml (not run here): the `site` extra at constraints.txt's
+    versions, site/build.py into the folder it uploads, and GitHub's Pages deployment."""
+    import tomllib
+
+    import yaml
+
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "site.yml").read_text())
+    triggers = workflow[True]  # YAML 1.1 reads the key `on` as True
+    assert triggers["push"]["branches"] == ["main"]
+    assert workflow["permissions"]["pages"] == "write"
+    build = workflow["jobs"]["build"]["steps"]
+    runs = [step.get("run", "") for step in build]
+    install = next(r for r in runs if "pip install" in r)
+    assert "-c constraints.txt" in install
+    listing = install.splitlines()[0].split(">", 1)[0].strip()  # python -c "...print(site extra)"
+    printed = subprocess.run(listing, shell=True, cwd=ROOT, capture_output=True, text=True,
+                             env=dict(os.environ, PATH=f"{Path(sys.executable).parent}"
+                                                       f"{os.pathsep}{os.environ['PATH']}"))
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        site_extra = tomllib.load(f)["project"]["optional-dependencies"]["site"]
+    assert printed.stdout.split() == site_extra, printed.stderr
+    built = next(r for r in runs if "site/build.py" in r)
+    out = built.split("--out", 1)[1].split()[0]
+    upload = next(s for s in build if s.get("uses", "").startswith("actions/upload-pages-artifact"))
+    assert upload["with"]["path"] == out
+    deploy = workflow["jobs"]["deploy"]
+    assert deploy["needs"] == "build"
+    assert any(s.get("uses", "").startswith("actions/deploy-pages") for s in deploy["steps"])
