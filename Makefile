@@ -3,7 +3,7 @@ PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 # GPU=1 swaps tensorflow-cpu for tensorflow[and-cuda] and adds CuPy.
-EXTRAS := $(if $(GPU),gpu,cpu),dev
+EXTRAS := $(if $(GPU),gpu,cpu),dev,cluster
 STAMP := $(VENV)/.installed-$(if $(GPU),gpu,cpu)
 OTHER_STAMP := $(VENV)/.installed-$(if $(GPU),cpu,gpu)
 # Both TensorFlow variants install the same `tensorflow` module: remove the other one on a switch.
