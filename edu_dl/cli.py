@@ -20,6 +20,7 @@ from .bench_matmul import add_bench_matmul
 from .caffe.cli import add_train
 from .doctor import add_doctor
 from .grading.cli import add_assign, add_validate
+from .grading.cluster_bench import add_bench_cluster
 from .grading.grade_cli import add_bench_grading, add_grade
 from .parallel.cli import add_parallel
 from .twins.bench import add_twins
@@ -206,7 +207,8 @@ def _plan_or_reason(repeats: int, quick: bool) -> Any:
 COMMANDS: list[Callable[[Subparsers], None]] = [add_bench, add_train, add_doctor, add_assign,
                                                  add_validate, add_grade]
 BENCH_COMMANDS: list[Callable[[Subparsers], None]] = [
-    add_bench_matmul, add_loader, add_transfer, add_twins, add_parallel, add_bench_grading]
+    add_bench_matmul, add_loader, add_transfer, add_twins, add_parallel, add_bench_grading,
+    add_bench_cluster]
 
 
 def build_parser() -> argparse.ArgumentParser:

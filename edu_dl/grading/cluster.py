@@ -69,6 +69,9 @@ class ClusterOptions:
     tls_key: Path | None = None
     timeout_s: float = 30.0  # to reach the scheduler, and for a first worker to be there
     client: Any = None  # an open distributed.Client to use as it is (benchmarks, tests)
+    # Appended for each task that came back: (seconds from submit to result, of them in the
+    # sandbox as the worker's watchdog timed it). For the benchmark.
+    timings: list[tuple[float, float]] | None = None
 
 
 # --------------------------------------------------------------------------- addresses
@@ -166,18 +169,12 @@ def connect(options: ClusterOptions, log: Callable[[str], None]) -> Iterator[Any
         yield options.client
         return
     import dask
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     # A local cluster's scheduler lives in this process and reads this configuration.
     with dask.config.set({"distributed.scheduler.allowed-failures": ALLOWED_FAILURES}):
         if options.local_workers:
-            from distributed.security import Security
-
-            security = Security.temporary()
-            with LocalCluster(n_workers=options.local_workers, threads_per_worker=1,
-                              processes=True, host="127.0.0.1", protocol="tls://",
-                              security=security, dashboard_address=None) as local, \
-                    Client(local, security=security) as client:
+            with local_cluster(options.local_workers) as client:
                 log(f"grading on a local Dask cluster of {options.local_workers} workers")
                 yield client
             return
@@ -190,6 +187,20 @@ def connect(options: ClusterOptions, log: Callable[[str], None]) -> Iterator[Any
                                f"within {options.timeout_s:g} s ({exc})") from None
         with client:
             yield client
+
+
+@contextmanager
+def local_cluster(workers: int) -> Iterator[Any]:
+    """A client of a new cluster on this machine: ``workers`` one-thread worker processes, on
+    loopback, with TLS from a throwaway in-memory certificate (no other user gets in)."""
+    from distributed import Client, LocalCluster
+    from distributed.security import Security
+
+    security = Security.temporary()
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                      host="127.0.0.1", protocol="tls://", security=security,
+                      dashboard_address=None) as local, Client(local, security=security) as client:
+        yield client
 
 
 def software_digest() -> str:
@@ -238,7 +249,7 @@ def check_cluster(client: Any, log: Callable[[str], None], timeout_s: float) -> 
         dask_scheduler.allowed_failures = ALLOWED_FAILURES
         return int(before)
 
-    scheduler = client.scheduler.address
+    scheduler = client.scheduler_info()["address"]  # where it listens, not how we reached it
     if not is_safe_listener(scheduler):
         raise ClusterError(f"the scheduler listens at {scheduler}: plain tcp:// off the "
                            "loopback address, where anyone can send it code; use tls://")
@@ -291,6 +302,8 @@ def grade_on_cluster(options: ClusterOptions, todo: list[Item], out: Path, setti
                      hide: list[Path], log: Callable[[str], None]
                      ) -> Iterator[tuple[Item, bytes | None, list[Row]]]:
     """(item, the bytes graded, rows) for every item, in the order results come back."""
+    import time
+
     from distributed import as_completed
 
     from .grade import _rows, _submission_bytes, prepare
@@ -299,10 +312,12 @@ def grade_on_cluster(options: ClusterOptions, todo: list[Item], out: Path, setti
         software = check_cluster(client, log, options.timeout_s)
         hidden = tuple(str(p) for p in hide)
         finished = as_completed()
-        running: dict[Any, tuple[Item, bytes | None, Prepared]] = {}
+        running: dict[Any, tuple[Item, bytes | None, Prepared, float]] = {}
         queue = iter(todo)
-        while True:
-            # Backpressure: no more in flight than threads (workers may come and go).
+
+        def fill() -> Iterator[tuple[Item, bytes | None, list[Row]]]:
+            """Submit until every thread has a task (workers may come and go): never more in
+            flight, so a dying worker holds no task it was not running."""
             slots = max(1, sum(client.nthreads().values()))
             while len(running) < slots and (item := next(queue, None)) is not None:
                 data = _submission_bytes(item[0], settings)
@@ -315,13 +330,16 @@ def grade_on_cluster(options: ClusterOptions, todo: list[Item], out: Path, setti
                     continue
                 task = Task(prepared.files, settings, hidden, software)
                 future = client.submit(run_task, task, pure=False, key=_key(item[0]))
-                running[future] = (item, data, prepared)
+                running[future] = (item, data, prepared, time.perf_counter())
                 finished.add(future)
-            if not running:
-                return
+
+        yield from fill()
+        while running:
             future = next(finished)
-            item, data, prepared = running.pop(future)
-            yield item, data, _finish(future, item[0], prepared, settings)
+            item, data, prepared, sent = running.pop(future)
+            yield from fill()  # the next task starts while this one is judged
+            rows = _finish(future, item[0], prepared, settings, sent, options.timings)
+            yield item, data, rows
 
 
 def _key(job: Job) -> str:
@@ -331,8 +349,11 @@ def _key(job: Job) -> str:
     return f"grade-{safe_file_name(job.student)}-{job.exercise.name}-{secrets.token_hex(4)}"
 
 
-def _finish(future: Any, job: Job, prepared: Prepared, settings: Settings) -> list[Row]:
+def _finish(future: Any, job: Job, prepared: Prepared, settings: Settings, sent: float,
+            timings: list[tuple[float, float]] | None) -> list[Row]:
     """The rows of one task that came back: judged here, or why there is nothing to judge."""
+    import time
+
     from distributed import KilledWorker
 
     from .grade import _rows, judge_run, received
@@ -350,6 +371,8 @@ def _finish(future: Any, job: Job, prepared: Prepared, settings: Settings) -> li
         return _rows(job, "grader error", f"on a worker: {type(exc).__name__}: {exc}")
     finally:
         future.release()
+    if timings is not None:
+        timings.append((time.perf_counter() - sent, done.seconds))
     try:
         return judge_run(job, prepared, received(prepared, done, settings), settings)
     except Exception as exc:  # a grader bug must not stop the batch
