@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,21 +144,22 @@ def _tls_files(folder: Path) -> tuple[list[str], Any]:
     return tls, security
 
 
-@pytest.fixture
-def start(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
-    started: list[Cluster] = []
-    logs: list[Any] = []
+class _Clusters:
+    """Clusters started for a test (or a module), all killed at the end."""
 
-    def start_cluster(workers: int, tls: bool = False) -> Cluster:
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.started, self.logs = folder, list[Cluster](), list[Any]()
+
+    def __call__(self, workers: int, tls: bool = False) -> Cluster:
         env = {**os.environ, "OMP_NUM_THREADS": "1", sandbox.GROUP_VAR: GROUP}
-        folder = tmp_path / f"cluster{len(started)}"
-        folder.mkdir()
+        folder = self.folder / f"cluster{len(self.started)}"
+        folder.mkdir(parents=True)
         tls_files, security = _tls_files(folder / "tls") if tls else ([], None)
         flags = [a for flag, path in zip(("--tls-ca-file", "--tls-cert", "--tls-key"),
                                          tls_files) for a in (flag, path)]
         file = folder / "scheduler.json"
         log = open(folder / "dask.log", "wb")  # closed after the processes
-        logs.append(log)
+        self.logs.append(log)
         proc = subprocess.Popen(
             [DASK, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
              "--scheduler-file", str(file), *(["--protocol", "tls"] if tls else []), *flags],
@@ -169,7 +170,7 @@ def start(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
         time.sleep(0.2)  # the file is written whole, but give it a moment
         address = json.loads(file.read_text())["address"]
         found = Cluster(address, security, {"scheduler": proc}, flags)
-        started.append(found)
+        self.started.append(found)
         for i in range(workers):
             found.processes[f"w{i}"] = subprocess.Popen(
                 [DASK, "worker", address, "--nthreads", "1", "--no-nanny", "--no-dashboard",
@@ -179,17 +180,32 @@ def start(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
             client.wait_for_workers(workers, timeout=120)
         return found
 
-    yield start_cluster
-    for found in started:  # nothing of theirs needs a clean shutdown
-        for proc in found.processes.values():
-            proc.kill()
-            proc.wait()
-    for log in logs:
-        log.close()
-    deadline = time.monotonic() + 10  # a killed worker's sandbox dies with it (bwrap's
-    while corpus.sandbox_processes(GROUP) and time.monotonic() < deadline:  # die-with-parent)
-        time.sleep(0.1)
-    assert not corpus.sandbox_processes(GROUP)
+    def close(self) -> None:
+        for found in self.started:  # nothing of theirs needs a clean shutdown
+            for proc in found.processes.values():
+                proc.kill()
+                proc.wait()
+        for log in self.logs:
+            log.close()
+        deadline = time.monotonic() + 10  # a killed worker's sandbox dies with it (bwrap's
+        while corpus.sandbox_processes(GROUP) and time.monotonic() < deadline:  # die-with-parent)
+            time.sleep(0.1)
+        assert not corpus.sandbox_processes(GROUP)
+
+
+@pytest.fixture
+def start(tmp_path: Path) -> Iterator[_Clusters]:
+    clusters = _Clusters(tmp_path / "clusters")
+    yield clusters
+    clusters.close()
+
+
+@pytest.fixture(scope="module")
+def tls_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Two workers behind TLS, shared by the tests that do not kill any."""
+    clusters = _Clusters(tmp_path_factory.mktemp("tls"))
+    yield clusters(2, tls=True)
+    clusters.close()
 
 
 def _csv(path: Path) -> list[dict[str, str]]:
@@ -218,7 +234,7 @@ def _worker_running(monitor: Any, names: dict[str, str], wanted: str = "") -> st
 
 @pytest.mark.slow
 def test_cluster_gradebooks_equal_a_local_run_even_with_a_worker_killed(
-        tmp_path: Path, start: Callable[..., Cluster]) -> None:
+        tmp_path: Path, start: _Clusters) -> None:
     _corpus(tmp_path, CASES, copies=2)
     subs, source = tmp_path / "submissions", tmp_path / "source"
     local = G.grade(subs, source, tmp_path / "local", settings=FAST, jobs=2, progress=False,
@@ -263,7 +279,7 @@ def test_cluster_gradebooks_equal_a_local_run_even_with_a_worker_killed(
 
 @pytest.mark.slow
 def test_a_submission_whose_worker_dies_twice_gets_a_worker_lost_row(
-        tmp_path: Path, start: Callable[..., Cluster]) -> None:
+        tmp_path: Path, start: _Clusters) -> None:
     _corpus(tmp_path, ["good", "wrong"])
     shutil.copytree(tmp_path / "submissions" / "good", tmp_path / "submissions" / "killer")
     found = start(3)
@@ -298,10 +314,9 @@ def test_a_submission_whose_worker_dies_twice_gets_a_worker_lost_row(
 
 @pytest.mark.slow
 def test_a_tls_cluster_grades_and_refuses_a_stranger(
-        tmp_path: Path, start: Callable[..., Cluster],
-        capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, tls_cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
     _corpus(tmp_path, ["good", "wrong"])
-    found = start(2, tls=True)
+    found = tls_cluster
     assert found.address.startswith("tls://127.0.0.1:")
     argv = ["grade", str(tmp_path / "submissions"), "--source", str(tmp_path / "source"),
             "--out", str(tmp_path / "grades"), "--timeout", "15", "--memory", "2048"]
@@ -338,8 +353,8 @@ class _Recording:
 
 
 @pytest.mark.slow
-def test_the_private_source_never_travels_to_a_worker(
-        tmp_path: Path, start: Callable[..., Cluster]) -> None:
+def test_the_private_source_never_travels_to_a_worker(tmp_path: Path,
+                                                     tls_cluster: Cluster) -> None:
     import nbformat
     from test_instructor_course import CHEAT, _private_course
 
@@ -351,8 +366,7 @@ def test_the_private_source_never_travels_to_a_worker(
     folder = tmp_path / "course" / "submitted" / "cheat" / "hw2"
     folder.mkdir(parents=True)
     nbformat.write(nb, folder / "hw2.ipynb")
-    found = start(1)
-    with found.client() as client:
+    with tls_cluster.client() as client:
         recording = _Recording(client)
         summary = G.grade(tmp_path / "course", src, tmp_path / "grades", settings=FAST,
                           progress=False, log=lambda s: None,
@@ -372,7 +386,7 @@ def test_local_cluster_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     _corpus(tmp_path, ["good", "stub"])
     argv = ["grade", str(tmp_path / "submissions"), "--source", str(tmp_path / "source"),
             "--out", str(tmp_path / "grades"), "--timeout", "15", "--memory", "2048",
-            "--local-cluster", "2"]
+            "--local-cluster", "1"]
     assert main(argv) == 0
     assert "graded 2 submissions" in capsys.readouterr().out
     got = {(r["student"], r["part"]): r["status"] for r in _csv(tmp_path / "grades" /
