@@ -444,9 +444,12 @@ class Ran:
     isolation: str
 
 
-def prepare(job: Job, out: Path, settings: Settings, data: bytes | None) -> Prepared | list[Row]:
+def prepare(job: Job, out: Path, settings: Settings, data: bytes | None,
+            boxed: bool | None = None) -> Prepared | list[Row]:
     """Read, parse and restore the submission, draw fresh inputs; rows instead when there is
-    nothing to run (missing, refused, unreadable, another exercise's notebook)."""
+    nothing to run (missing, refused, unreadable, another exercise's notebook). ``boxed``: will
+    it run in bwrap (default: whether bwrap works here; a cluster's workers say for
+    themselves)."""
     if job.refused:
         return _rows(job, "refused", job.refused)
     if job.path is None:
@@ -474,7 +477,8 @@ def prepare(job: Job, out: Path, settings: Settings, data: bytes | None) -> Prep
     # Fresh inputs from a secret seed: what a student saw while working tells nothing.
     seed = secrets.randbits(63)
     rng = np.random.default_rng(seed)
-    boxed = not sandbox.bwrap_problem()  # else: the same run in the work folder, unisolated
+    if boxed is None:  # else: the same run in the work folder, unisolated
+        boxed = not sandbox.bwrap_problem()
     root = "/tmp" if boxed else str(work)
     files = {f"{root}/work/{name}": data for name, data in job.exercise.files.items()}
     files[f"{root}/work/notebook.ipynb"] = restored
@@ -491,17 +495,31 @@ def prepare(job: Job, out: Path, settings: Settings, data: bytes | None) -> Prep
 def run(prepared: Prepared, settings: Settings, hide: list[Path]) -> Ran:
     """Execute the restored notebook in a sandbox; read back its result with every bound, and
     save the executed notebook (outputs included) over the restored one."""
-    root, boxed = prepared.root, prepared.boxed
+    done = run_sandboxed(prepared.files, settings, hide, prepared.root, prepared.boxed,
+                         prepared.work)
+    return received(prepared, done, settings)
+
+
+def run_sandboxed(files: dict[str, bytes], settings: Settings, hide: list[Path],
+                  root: str = "/tmp", boxed: bool = True,
+                  fallback_dir: Path | None = None) -> sandbox.Result:
+    """The runner on ``files`` in a sandbox of this machine (its Python, its environment): the
+    one step a cluster worker does (``edu_dl.grading.cluster``)."""
     argv = [sandbox.python(), "-m", "edu_dl.grading.runner", f"{root}/work/notebook.ipynb",
             f"{root}/grading", "--timeout", f"{settings.timeout_s:g}",
             "--budget", f"{settings.runner_budget():g}", "--output-cap", str(settings.output_cap)]
-    done = sandbox.run(
+    return sandbox.run(
         argv, limits=settings.limits(), hide=hide,
         env=sandbox_env(f"{root}/tmp" if not boxed else "/tmp"),
-        files=prepared.files, cwd=f"{root}/work", fallback_dir=prepared.work,
+        files=files, cwd=f"{root}/work", fallback_dir=fallback_dir,
         output_limit=settings.file_mb * MB,
         tmpfs=[("/tmp/grading", GRADING_TMP_MB)] if boxed else (),
     )
+
+
+def received(prepared: Prepared, done: sandbox.Result, settings: Settings) -> Ran:
+    """The sandbox's result read back with every bound; the executed notebook and run.json
+    saved beside the submission's other files."""
     returned = read_run(done.output, done.output_size, settings.file_mb * MB,
                         settings.notebook_mb * MB + 2 * settings.output_cap)
     if returned.executed:  # the notebook with its outputs replaces the unexecuted copy
@@ -815,11 +833,13 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
           jobs: int = 1, force: bool = False, progress: bool = True,
           log: Callable[[str], None] = print, exercises_due: list[str] | None = None,
           dates: Dates | None = None, roster: dict[str, Any] | None = None,
-          manual: Path | None = None) -> Summary:
+          manual: Path | None = None, cluster: Any = None) -> Summary:
     """Grade every submission; write grades.csv, feedback/ and the nbgrader export into ``out``.
 
-    Raises NothingToGrade (one sentence: why, and what to do) when the batch could not grade
-    anything: no graded cell in the source, no student folder, nothing due submitted."""
+    ``cluster`` (cluster.ClusterOptions): run the sandboxes on Dask workers instead of
+    ``jobs`` threads here. Raises NothingToGrade (one sentence: why, and what to do) when the
+    batch could not grade anything: no graded cell in the source, no student folder, nothing
+    due submitted."""
     settings = settings or Settings()
     dates = dates or Dates()
     start = time.monotonic()
@@ -829,7 +849,8 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     all_jobs, extra = collect(submissions, exercises)
     all_jobs = scope(all_jobs, exercises, exercises_due, roster)
     out.mkdir(parents=True, exist_ok=True)
-    problem = sandbox.bwrap_problem()
+    # On a cluster every worker must have the sandbox (cluster.py refuses one without it).
+    problem = "" if cluster is not None else sandbox.bwrap_problem()
     if problem:
         log(f"WARNING: grading WITHOUT a sandbox: {problem}. Submissions run with resource "
             "limits only and can read and write what the grading user can; the gradebook "
@@ -846,23 +867,31 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
         else:
             todo.append((job, state))
 
-    def work(item: tuple[Job, Path]) -> None:
+    def record(item: tuple[Job, Path], data: bytes | None, rows: list[Row]) -> None:
         job, state = item
-        # Read again and grade exactly these bytes; the key stored is theirs.
-        data = _submission_bytes(job, settings)
-        rows = grade_one(job, out, settings, hide, data)
         rows_by_job[(job.student, job.exercise.name)] = rows
         write_atomic(state, json.dumps({"key": job_key(job, settings, data),
                                         "rows": [asdict(r) for r in rows]}, indent=1).encode())
 
+    def work(item: tuple[Job, Path]) -> None:
+        # Read again and grade exactly these bytes; the key stored is theirs.
+        data = _submission_bytes(item[0], settings)
+        record(item, data, grade_one(item[0], out, settings, hide, data))
+
     from tqdm import tqdm
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool, tqdm(
-        total=len(todo), desc="grading", unit="submission", disable=not progress or not todo,
-        file=sys.stderr,
-    ) as bar:
-        for _ in pool.map(work, todo):
-            bar.update(1)
+    with tqdm(total=len(todo), desc="grading", unit="submission",
+              disable=not progress or not todo, file=sys.stderr) as bar:
+        if cluster is not None and todo:
+            from .cluster import grade_on_cluster
+
+            for item, data, graded in grade_on_cluster(cluster, todo, out, settings, hide, log):
+                record(item, data, graded)
+                bar.update(1)
+        else:
+            with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+                for _ in pool.map(work, todo):
+                    bar.update(1)
     rows = [r for job in all_jobs for r in rows_by_job[(job.student, job.exercise.name)]]
     if manual is not None:
         merge_sheet(rows, filled, manual)

@@ -59,10 +59,14 @@ def add_grade(subparsers: Any) -> None:
     ):
         p.add_argument(flag, type=positive(kind), dest=dest, default=None, help=text,
                        metavar="S" if kind is float else "N")
+    from .cluster import add_arguments as add_cluster_arguments  # no Dask import: stays fast
+
+    add_cluster_arguments(p)
     p.set_defaults(handler=run_grade)
 
 
 def run_grade(args: argparse.Namespace) -> int:
+    from .cluster import ClusterError, options_from
     from .grade import Settings, grade
     from .notebooks import NotebookError
     from .policy import Dates, LatePolicy, PolicyError, parse_time, read_roster
@@ -85,8 +89,8 @@ def run_grade(args: argparse.Namespace) -> int:
                         jobs=args.jobs, force=args.force,
                         log=lambda text: print(text, file=sys.stderr),
                         exercises_due=args.exercises, dates=dates, roster=roster,
-                        manual=args.manual)
-    except (NotebookError, PolicyError) as exc:
+                        manual=args.manual, cluster=options_from(args))
+    except (NotebookError, PolicyError, ClusterError) as exc:
         print(f"edu-dl grade: {exc}", file=sys.stderr)
         return 2
     print(summary_text(summary))
