@@ -154,7 +154,7 @@ class NbgraderUnavailable(RuntimeError):
 def nbgrader_venv(cache_dir: Path) -> Path:
     """A virtual environment with nbgrader 0.9 (created once, from the package registry: it is
     never installed beside the course), returned as its bin folder."""
-    bin_dir = cache_dir / "bin"
+    bin_dir = cache_dir.resolve() / "bin"  # absolute: nbgrader runs in the course folder
     if (bin_dir / "nbgrader").exists():
         return bin_dir
     shutil.rmtree(cache_dir, ignore_errors=True)
