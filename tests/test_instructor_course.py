@@ -164,6 +164,22 @@ HONEST = "def squares(n):\n    return [i * i for i in range(1, n + 1)]"
 CHEAT = "def squares(n):\n    return [1, 4, 9]  # what the public case wants"
 
 
+def _squares_notebook(exercise: str, arg: str, n: str, points: int) -> nbformat.NotebookNode:
+    """A source notebook whose one graded part, <exercise>.squares, is checked by check():
+    ``squares(arg)`` returns the squares of 1..n (``n``: how the function reads n from arg)."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        _code("from edu_dl.grading import check", gid="setup", locked=True),
+        _code(f"def squares({arg}):\n    ### BEGIN SOLUTION\n"
+              f"    return [i * i for i in range(1, {n} + 1)]\n    ### END SOLUTION",
+              gid="squares", solution=True),
+        _code(f'check("{exercise}.squares", squares)\n### BEGIN HIDDEN TESTS\n'
+              f'check("{exercise}.squares", squares, hidden=True)\n### END HIDDEN TESTS',
+              gid="squares_tests", grade=True, locked=True, points=points),
+    ]
+    return nb
+
+
 def _private_course(root: Path) -> Path:
     src = root / "source" / "hw2"
     (src / "parts").mkdir(parents=True)
@@ -171,16 +187,7 @@ def _private_course(root: Path) -> Path:
     (src / "parts" / "hw2.private.py").write_text(PRIVATE_PARTS)
     (src / "img").mkdir()
     (src / "img" / "figure.png").write_bytes(b"\x89PNG figure")
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [
-        _code("from edu_dl.grading import check", gid="setup", locked=True),
-        _code("def squares(n):\n    ### BEGIN SOLUTION\n"
-              "    return [i * i for i in range(1, n + 1)]\n    ### END SOLUTION",
-              gid="squares", solution=True),
-        _code('check("hw2.squares", squares)\n### BEGIN HIDDEN TESTS\n'
-              'check("hw2.squares", squares, hidden=True)\n### END HIDDEN TESTS',
-              gid="squares_tests", grade=True, locked=True, points=2),
-    ]
+    nb = _squares_notebook("hw2", "n", "n", points=2)
     nbformat.write(nb, src / "hw2.ipynb")
     return src
 
@@ -462,17 +469,8 @@ def test_a_parts_own_call_runs_in_the_sandbox_without_its_file(tmp_path: Path) -
     src = tmp_path / "source" / "hw4"
     (src / "parts").mkdir(parents=True)
     (src / "parts" / "hw4.py").write_text(CALL_PARTS)
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [
-        _code("from edu_dl.grading import check", gid="setup", locked=True),
-        _code("def squares(record):\n    ### BEGIN SOLUTION\n"
-              "    return [i * i for i in range(1, record['n'] + 1)]\n    ### END SOLUTION",
-              gid="squares", solution=True),
-        _code('check("hw4.squares", squares)\n### BEGIN HIDDEN TESTS\n'
-              'check("hw4.squares", squares, hidden=True)\n### END HIDDEN TESTS',
-              gid="squares_tests", grade=True, locked=True, points=1),
-        _code(LISTING, gid="listing", locked=True),
-    ]
+    nb = _squares_notebook("hw4", "record", "record['n']", points=1)
+    nb.cells.append(_code(LISTING, gid="listing", locked=True))
     nbformat.write(nb, src / "hw4.ipynb")
     student = tmp_path / "submitted" / "ann" / "hw4"
     student.mkdir(parents=True)
