@@ -65,8 +65,8 @@ def module(folder: Path, exercise: str) -> ModuleType:
 
 
 def _module(path: Path, exercise: str) -> ModuleType:
-    """The part file at ``path``, executed once per process (a part file is trusted code: it
-    lives beside the instructor's source, never in a submission)."""
+    """The part file at ``path``, executed once per version of it (a part file is trusted code:
+    it lives beside the instructor's source, never in a submission)."""
     private = path.name.endswith(PRIVATE)
     name = f"edu_dl_course_parts.{exercise}{'_private' if private else ''}"
     stat = path.stat()
@@ -77,10 +77,10 @@ def _module(path: Path, exercise: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise KeyError(f"{path}: cannot be loaded as Python")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    _MODULES[key] = module
-    return module
+    fresh = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fresh)
+    _MODULES[key] = fresh
+    return fresh
 
 
 # Part files loaded, by path and version. Kept out of sys.modules: a part file is not a module
@@ -90,8 +90,7 @@ _MODULES: dict[tuple[Path, int, int], ModuleType] = {}
 
 def _load(path: Path, exercise: str) -> list[Part]:
     """PARTS of one part file, each checked to be a Part of ``exercise``."""
-    module = _module(path, exercise)
-    parts = getattr(module, "PARTS", None)
+    parts = getattr(_module(path, exercise), "PARTS", None)
     if not isinstance(parts, list | tuple) or not all(isinstance(p, Part) for p in parts):
         raise KeyError(f"{path}: must define PARTS, a list of edu_dl.grading.Part")
     wrong = [p.id for p in parts if PART_ID.match(p.id) is None
