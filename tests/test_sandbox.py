@@ -98,11 +98,14 @@ def test_memory_limit_raises_memory_error() -> None:
 
 def test_wall_time_kills_everything() -> None:
     limits = sandbox.Limits(wall_s=2, memory_mb=512, processes=64)
-    done = sandbox.run(["/bin/sh", "-c", "(sleep 300 &); setsid sleep 301 & sleep 302"],
+    # Durations no other process on the machine has (a plain `sleep 300` elsewhere is not ours).
+    done = sandbox.run(["/bin/sh", "-c",
+                        "(sleep 300.713 &); setsid sleep 301.713 & sleep 302.713"],
                        limits=limits, env={"PATH": "/usr/bin:/bin"})
     assert done.killed == "timeout"
     assert done.seconds < 15
-    assert not any("sleep 30" in _cmdline(pid) for pid in _all_pids())
+    assert not any(".713" in _cmdline(pid) and "sleep 30" in _cmdline(pid)
+                   for pid in _all_pids())
 
 
 @pytest.mark.slow
