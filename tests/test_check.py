@@ -65,7 +65,7 @@ def run(capsys, part_id, fn, hidden=False):
 def test_right_answers_pass(capsys, part_id, fn, hidden):
     ok, out = run(capsys, part_id, fn, hidden)
     kind = "hidden cases" if hidden else "cases"
-    assert ok is True
+    assert ok
     assert out.startswith(f"✓ {part_id}: ") and f"{kind} passed" in out
 
 
@@ -74,7 +74,7 @@ def test_right_answers_pass(capsys, part_id, fn, hidden):
 
 def test_transposed_matmul_gradient_says_shapes_and_hint(capsys):
     ok, out = run(capsys, "ex05.matmul_backward", lambda d, x, w: (w @ d.T, x.T @ d))
-    assert ok is False
+    assert not ok
     assert "case 1 of 3 (dout (2, 4), x (2, 3), w (3, 4))" in out
     assert "output 0 (dx): expected shape (2, 3), got shape (3, 2)" in out
     assert "hint: looks transposed" in out
@@ -82,7 +82,7 @@ def test_transposed_matmul_gradient_says_shapes_and_hint(capsys):
 
 def test_relu_prime_of_zero_shows_first_differing_entries_and_hint(capsys):
     ok, out = run(capsys, "ex05.relu_backward", lambda d, x: d * (x >= 0))
-    assert ok is False
+    assert not ok
     assert "entries differ" in out and "max abs error" in out
     # the differing entries are exactly where x == 0: expected 0 there
     assert "first differing entries: [0, 0] expected 0, got" in out
@@ -95,7 +95,7 @@ def test_softmax_without_mean_and_without_max_shift(capsys):
         return loss, d * len(y)
 
     ok, out = run(capsys, "ex05.softmax_cross_entropy", no_mean)
-    assert ok is False and "output 1 (dlogits)" in out and "divide the gradient by N" in out
+    assert not ok and "output 1 (dlogits)" in out and "divide the gradient by N" in out
 
     def naive(logits, y):
         with np.errstate(over="ignore", invalid="ignore"):
@@ -105,13 +105,13 @@ def test_softmax_without_mean_and_without_max_shift(capsys):
             return -np.log(p[np.arange(len(y)), y]).mean(), d / len(y)
 
     ok, out = run(capsys, "ex05.softmax_cross_entropy", naive)
-    assert ok is False
+    assert not ok
     assert "case 4 of 4" in out and "got nan" in out and "subtract each row's maximum" in out
 
 
 def test_scalar_answers_show_expected_and_got(capsys):
     ok, out = run(capsys, "ex02.gflops", lambda n, s: n**3 / s / 1e9)
-    assert ok is False
+    assert not ok
     assert "case 1 of 2 (n=1000, seconds=0.05): expected 40, got 20" in out
     assert "2 FLOPs" in out
     ok, out = run(capsys, "ex02.peak_bandwidth", lambda m, b, c: m * b * c * 8)
@@ -120,7 +120,7 @@ def test_scalar_answers_show_expected_and_got(capsys):
 
 def test_mean_without_dividing(capsys):
     ok, out = run(capsys, "ex05.mean_backward", lambda d, x: d * np.ones_like(x))
-    assert ok is False and "dout * ones_like(x) / x.size" in out
+    assert not ok and "dout * ones_like(x) / x.size" in out
 
 
 def test_device_agnostic_part_rejects_numpy_by_name(capsys):
@@ -129,7 +129,7 @@ def test_device_agnostic_part_rejects_numpy_by_name(capsys):
         return e / e.sum(axis=-1, keepdims=True)
 
     ok, out = run(capsys, "ex02.softmax_xp", softmax_np)
-    assert ok is False and "still names NumPy" in out and "get_xp" in out
+    assert not ok and "still names NumPy" in out and "get_xp" in out
 
 
 def test_not_implemented_yet(capsys):
@@ -138,7 +138,7 @@ def test_not_implemented_yet(capsys):
         raise NotImplementedError()
 
     ok, out = run(capsys, "ex05.relu_backward", stub)
-    assert ok is False
+    assert not ok
     assert out == "✗ ex05.relu_backward: not implemented yet\n"
 
 
@@ -147,16 +147,16 @@ def test_other_exceptions_name_type_message_and_student_line(capsys):
         return dout @ x  # a (2, 3) @ (2, 3) product
 
     ok, out = run(capsys, "ex05.relu_backward", broken)
-    assert ok is False
+    assert not ok
     assert "raised: ValueError: matmul" in out
     assert "in broken: return dout @ x" in out
 
 
 def test_unknown_part_does_not_raise(capsys):
     ok, out = run(capsys, "ex05.nope", relu_backward)
-    assert ok is False and "unknown part" in out and "ex05.relu_backward" in out
+    assert not ok and "unknown part" in out and "ex05.relu_backward" in out
     ok, out = run(capsys, "ex99.x", relu_backward)
-    assert ok is False and "no exercise 'ex99'" in out
+    assert not ok and "no exercise 'ex99'" in out
 
 
 def test_student_cannot_change_the_inputs_the_oracle_sees(capsys):
@@ -166,7 +166,7 @@ def test_student_cannot_change_the_inputs_the_oracle_sees(capsys):
         dout[...] = 0.0
         return result
 
-    assert run(capsys, "ex05.relu_backward", overwrite)[0] is True
+    assert run(capsys, "ex05.relu_backward", overwrite)[0]
 
 
 # ----------------------------------------------------------------------------- the oracles
@@ -242,8 +242,8 @@ def test_grading_mode_records_results_and_compares_nothing(tmp_path: Path, monke
             raise RuntimeError("boom")
         return dout * (x >= 0)  # wrong at x == 0: still only recorded, never judged here
 
-    assert check("ex05.relu_backward", wrong_on_second) is True
-    assert check("ex05.relu_backward", relu_backward, hidden=True) is True
+    assert check("ex05.relu_backward", wrong_on_second)
+    assert check("ex05.relu_backward", relu_backward, hidden=True)
     out = capsys.readouterr().out
     assert out == "ex05.relu_backward: results recorded for grading\n" * 2
     files = sorted(p.name for p in (tmp_path / "outputs").iterdir())
@@ -271,3 +271,15 @@ def test_grading_mode_tuples_and_non_arrays(tmp_path: Path, monkeypatch, capsys)
     np.testing.assert_array_equal(results[0][0], cases[0][0] * cases[0][2])
     _, results = checking.read_outputs(tmp_path / "outputs" / "ex05.mul_backward.2.npz")
     assert all(isinstance(r, checking.ErrorText) and "NoneType" in r for r in results)
+
+
+def test_a_notebook_shows_only_the_verdict(capsys):
+    """check()'s answer is true or false, but IPython displays nothing for it: no bare `True`
+    printed under the ✓ line in a student's notebook."""
+    from IPython.core.formatters import DisplayFormatter
+
+    passed, out = run(capsys, "ex05.mul_backward", mul_backward)
+    failed, _ = run(capsys, "ex05.mul_backward", lambda *a: None)
+    assert passed and not failed and out.startswith("✓")
+    assert DisplayFormatter().format(passed) == ({}, {})
+    assert DisplayFormatter().format(failed) == ({}, {})

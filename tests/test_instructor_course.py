@@ -209,7 +209,7 @@ def test_a_private_exercise_is_graded_from_a_source_outside_the_repository(
     monkeypatch.chdir(release)
     namespace: dict[str, object] = {}
     exec(CHEAT, namespace)
-    assert checking.check("hw2.squares", namespace["squares"]) is True
+    assert checking.check("hw2.squares", namespace["squares"])
     assert "✓ hw2.squares" in capsys.readouterr().out
     monkeypatch.chdir(tmp_path)
     for student, code in (("honest", HONEST), ("cheat", CHEAT)):

@@ -1,7 +1,7 @@
 """The notebook checks bite: break one op of the engine, and nbval fails on a lecture that uses it.
 
 `make test-notebooks` runs the lectures with nbval and compares the outputs of the cells marked
-`# NBVAL_CHECK_OUTPUT` with the committed ones. That is only worth something if a wrong engine
+tagged `nbval-check-output` with the committed ones. That is only worth something if a wrong engine
 changes those outputs. Here relu's backward (edu_dl.autograd.ops.ReLU.backward) is broken inside the
 notebook's kernel, the classic bug: it forgets relu's mask and lets every gradient through. The same
 nbval run that passes on the intact engine must then fail, with "Cell outputs differ" in a checked
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # The lecture on edu_dl's engine: it trains a two-layer ReLU network with edu_dl.nn and checks the
 # losses at chosen steps. (07_pytorch.ipynb would do too, edu_dl against PyTorch, but runs longer.)
 LECTURE = ROOT / "lectures" / "05_autograd_from_scratch.ipynb"
-CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
+CHECK_TAG = "nbval-check-output"
 BREAK_VAR = "EDU_DL_BREAK_RELU_BACKWARD"
 
 SITECUSTOMIZE = f'''\
@@ -108,5 +108,5 @@ def test_nbval_catches_a_broken_relu_backward(broken: bool, tmp_path: Path) -> N
     for name, text in failures.items():
         index = int(name.removeprefix("Cell "))  # nbval counts code cells from 0
         assert "Cell outputs differ" in text, f"{name} failed otherwise than by a mismatch:\n{text}"
-        assert cells[index].source.startswith(CHECK_MARK), f"{name} is not checked, yet it failed"
+        assert CHECK_TAG in cells[index].metadata.get("tags", []), f"{name} is not checked, yet it failed"
         assert index >= uses_relu[0], f"{name} fails before any cell uses relu:\n{text}"

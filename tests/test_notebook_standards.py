@@ -2,8 +2,10 @@
 
 These read the committed .ipynb files only (no kernel runs; nbval does that in `make
 test-notebooks`). nbval compares outputs only for cells that were executed and only where a cell is
-marked `# NBVAL_CHECK_OUTPUT`, so a notebook committed unexecuted, or with too few checked cells,
-would pass nbval while checking nothing: these tests close that gap.
+tagged `nbval-check-output`, so a notebook committed unexecuted, or with too few checked cells,
+would pass nbval while checking nothing: these tests close that gap. Others keep the harness out of
+the students' sight (tags, not `# NBVAL_...` comments; no printed `True` for a check) and keep the
+notebooks alike (one title style).
 
 One test item per (notebook, standard), so a failure names both. To check another folder, add it to
 FOLDERS with the standards that apply there.
@@ -20,7 +22,19 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
+CHECK_TAG = "nbval-check-output"
+IGNORE_TAG = "nbval-ignore-output"
+HARNESS_COMMENT = re.compile(r"^\s*#\s*NBVAL_\w*", re.MULTILINE)
+# "01_x.ipynb" -> "1", "02b_x.ipynb" -> "2b": the number a notebook's title carries.
+NUMBER = re.compile(r"^0*(\d+[a-z]?)_")
+# A printed check: a line ending in True/False after a comparison ("losses agree: True"), two or
+# more booleans in a row (a table of checks), or a boolean alone. A fact ("CUDA available: False")
+# passes: it has no comparison before its boolean.
+COMPARISON = (r"==|\s=\s|≈|<|>|\b(?:equal|equals|agree|agrees|same|match|matches|pass|passes|passed|fail|"
+              r"fails|identical|below|above|fell|moved|removed|freed|arrive)\b")
+PRINTED_CHECK = re.compile(rf"(?:{COMPARISON}).*\b(?:True|False)\s*$"
+                           r"|(?:\b(?:True|False)\s+){1,}(?:True|False)\s*$|^\s*(?:True|False)\s*$")
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 # A printed duration or rate: "0.52 s", "12 ms", "3.1 µs", "1.5e+03 ns", "2 seconds", "7.3 it/s".
 TIMING = re.compile(
     r"\d\s*(?:ns|us|µs|μs|ms|s|sec|secs|seconds?|min|minutes?)\b(?!/)|it/s|s/it", re.IGNORECASE
@@ -32,6 +46,10 @@ EXPECTED_TIME = re.compile(r"\btime\b[^\n]*?\d+\s*(?:min|minutes?|h|hours?)\b", 
 
 Notebook = nbformat.NotebookNode
 Check = Callable[[Path, Notebook], list[str]]
+
+
+def checked(cell: Notebook) -> bool:
+    return CHECK_TAG in cell.metadata.get("tags", [])
 
 
 def code_cells(nb: Notebook) -> list[Notebook]:
@@ -97,11 +115,11 @@ def no_tracebacks(path: Path, nb: Notebook) -> list[str]:
 
 def a_third_checked(path: Path, nb: Notebook) -> list[str]:
     cells = code_cells(nb)
-    checked = sum(c.source.startswith(CHECK_MARK) for c in cells)
-    if 3 * checked >= len(cells):
+    count = sum(checked(c) for c in cells)
+    if 3 * count >= len(cells):
         return []
-    return [f"only {checked} of {len(cells)} code cells start with {CHECK_MARK!r}; "
-            f"at least {-(-len(cells) // 3)} must"]
+    return [f"only {count} of {len(cells)} code cells are tagged {CHECK_TAG!r}; "
+            f"at least {-(-len(cells) // 3)} must be"]
 
 
 def no_disabled_eager(path: Path, nb: Notebook) -> list[str]:
@@ -127,16 +145,16 @@ def setup_before_tensorflow(path: Path, nb: Notebook) -> list[str]:
 
 
 def timing_cells_not_checked(path: Path, nb: Notebook) -> list[str]:
-    """Durations and rates differ on every run: such a cell must be NBVAL_IGNORE_OUTPUT."""
+    """Durations and rates differ on every run: such a cell must not be checked."""
     problems = []
     for c in code_cells(nb):
-        if not c.source.startswith(CHECK_MARK):
+        if not checked(c):
             continue
         for o in c.get("outputs", []):
             match = TIMING.search(output_text(o))
             if match:
-                problems.append(f"{label(nb, c)} is marked {CHECK_MARK} but prints a timing or a "
-                                f"rate ({match.group()!r}): mark it # NBVAL_IGNORE_OUTPUT")
+                problems.append(f"{label(nb, c)} is tagged {CHECK_TAG} but prints a timing or a "
+                                f"rate ({match.group()!r}): tag it {IGNORE_TAG} instead")
                 break
     return problems
 
@@ -173,9 +191,55 @@ def no_run_metadata(path: Path, nb: Notebook) -> list[str]:
     return problems
 
 
+def no_harness_comments(path: Path, nb: Notebook) -> list[str]:
+    """nbval's markers are cell tags, out of the students' sight, never comments in the code."""
+    problems = []
+    for c in code_cells(nb):
+        match = HARNESS_COMMENT.search(c.source)
+        if match:
+            tag = match.group().strip("# ").lower().replace("_", "-")
+            problems.append(f"{label(nb, c)} has the comment {match.group().strip()!r}: "
+                            f"use the cell tag {tag!r}")
+    return problems
+
+
+def title_style(path: Path, nb: Notebook) -> list[str]:
+    """One title style: '# 3. Feeding the GPU' for a lecture, '# Exercise 3. ...' for the rest."""
+    md = markdown_cells(nb)
+    number = NUMBER.match(path.name)
+    if not md or number is None:
+        return [f"{path.name}: no markdown cell, or no number in the file name"]
+    prefix = "# " if path.parent.name == "lectures" else "# Exercise "
+    want = f"{prefix}{number.group(1)}. "
+    first = md[0].source.partition("\n")[0]
+    return [] if first.startswith(want) else [f"the title {first!r} does not start with {want!r}"]
+
+
+def no_widget_outputs(path: Path, nb: Notebook) -> list[str]:
+    """A committed progress widget shows frozen ("0/500"): progress bars are text or nothing."""
+    return [f"{label(nb, c)} keeps a widget output (a frozen progress bar?): execute with "
+            "`make notebooks NB=...`, which sets TQDM_DISABLE=1"
+            for c in code_cells(nb)
+            if any(WIDGET_VIEW in o.get("data", {}) for o in c.get("outputs", []))]
+
+
+def no_printed_checks(path: Path, nb: Notebook) -> list[str]:
+    """'FLOPs = 2n³: True' teaches nothing: show the values (after asking for a prediction)."""
+    problems = []
+    for c in code_cells(nb):
+        for o in c.get("outputs", []):
+            line = next((ln for ln in output_text(o).splitlines() if PRINTED_CHECK.search(ln)),
+                        None)
+            if line is not None:
+                problems.append(f"{label(nb, c)} prints a check's bare boolean: {line.strip()!r}")
+                break
+    return problems
+
+
 COMMON: list[Check] = [valid_nbformat, executed_in_order, no_error_outputs, no_tracebacks,
                        a_third_checked, no_disabled_eager, setup_before_tensorflow,
-                       timing_cells_not_checked, no_run_metadata]
+                       timing_cells_not_checked, no_run_metadata, no_harness_comments,
+                       title_style, no_widget_outputs, no_printed_checks]
 LECTURE: list[Check] = [*COMMON, opens_with_objectives, ends_with_exercise]
 
 # folder -> the standards its notebooks must meet.
@@ -183,7 +247,8 @@ FOLDERS: dict[str, list[Check]] = {
     "lectures": LECTURE,
     # Solutions are graded by their check() cells, not by a share of checked outputs.
     "solutions": [valid_nbformat, executed_in_order, no_error_outputs, no_tracebacks,
-                  no_disabled_eager, setup_before_tensorflow, no_run_metadata],
+                  no_disabled_eager, setup_before_tensorflow, no_run_metadata,
+                  no_harness_comments, title_style, no_widget_outputs, no_printed_checks],
 }
 
 
@@ -209,11 +274,11 @@ def test_notebook_standard(path: Path, check: Check) -> None:
 def make_notebook() -> Notebook:
     v4 = nbformat.v4
     cells = [
-        v4.new_markdown_cell("# 9. Demo\n\n**Learning objectives.** x\n\n**Prerequisites.** y\n\n"
+        v4.new_markdown_cell("# 99. Demo\n\n**Learning objectives.** x\n\n**Prerequisites.** y\n\n"
                              "**Expected time.** 20 minutes."),
         v4.new_code_cell("from edu_dl.lecture import setup\nrng = setup()\nimport tensorflow"),
-        v4.new_code_cell(f"{CHECK_MARK}\nprint(1 + 1)"),
-        v4.new_code_cell("# NBVAL_IGNORE_OUTPUT\nprint('took 0.3 s')"),
+        v4.new_code_cell("print(1 + 1)", metadata={"tags": [CHECK_TAG]}),
+        v4.new_code_cell("print('took 0.3 s')", metadata={"tags": [IGNORE_TAG]}),
         v4.new_markdown_cell("Practise in `exercises/99_demo.ipynb`."),
     ]
     cells[1].outputs = []
@@ -288,6 +353,8 @@ def test_checks_catch_a_checked_timing_cell(text: str) -> None:
     cell = code_cells(nb)[1]
     cell.outputs = [nbformat.v4.new_output("stream", name="stderr", text=text)]
     assert timing_cells_not_checked(DEMO, nb)
+    cell.metadata["tags"] = [IGNORE_TAG]
+    assert not timing_cells_not_checked(DEMO, nb)
 
 
 @pytest.mark.parametrize("text", ["loss at step 10: 2.5\n", "shapes (64, 10) float32\n",
@@ -323,3 +390,50 @@ def test_quiet_tensorflow_counts_as_set_up() -> None:
     code_cells(nb)[0].source = (
         "from edu_dl.lecture import quiet_tensorflow\nquiet_tensorflow()\nimport tensorflow")
     assert setup_before_tensorflow(DEMO, nb) == []
+
+
+def test_checks_catch_an_nbval_comment() -> None:
+    nb = make_notebook()
+    code_cells(nb)[1].source = "# NBVAL_CHECK_OUTPUT\nprint(1 + 1)"
+    problems = no_harness_comments(DEMO, nb)
+    assert problems and "'nbval-check-output'" in problems[0]
+
+
+@pytest.mark.parametrize(("name", "title", "ok"), [
+    ("lectures/03_x.ipynb", "# 3. Feeding the GPU", True),
+    ("lectures/02b_x.ipynb", "# 2b. Writing a GPU kernel", True),
+    ("lectures/11_x.ipynb", "# 11. Convolutions", True),
+    ("lectures/03_x.ipynb", "# 03 · Feeding the GPU", False),
+    ("lectures/08_x.ipynb", "# Lecture 8 — Static vs dynamic", False),
+    ("lectures/03_x.ipynb", "# 4. Wrong number", False),
+    ("solutions/03_x.ipynb", "# Exercise 3. Feeding the GPU", True),
+    ("solutions/03_x.ipynb", "# 3. Feeding the GPU", False),
+])
+def test_checks_catch_another_title_style(name: str, title: str, ok: bool) -> None:
+    nb = make_notebook()
+    nb.cells[0].source = title + "\n\nmore"
+    assert (title_style(Path(name), nb) == []) is ok
+
+
+def test_checks_catch_a_frozen_widget() -> None:
+    nb = make_notebook()
+    code_cells(nb)[2].outputs.append(nbformat.v4.new_output(
+        "display_data", data={WIDGET_VIEW: {"model_id": "abc"}, "text/plain": "0/500"}))
+    assert no_widget_outputs(DEMO, nb)
+
+
+@pytest.mark.parametrize("text", ["FLOPs = 2n³:  True", "losses agree: True", "True",
+                                  "edu_dl eager   True    True    True", "passed: False",
+                                  "a == b: False | c == d: True", "below 1e-5: True"])
+def test_checks_catch_a_printed_check(text: str) -> None:
+    nb = make_notebook()
+    code_cells(nb)[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
+    assert no_printed_checks(DEMO, nb)
+
+
+@pytest.mark.parametrize("text", ["torch.cuda.is_available(): False", "CUDA available: True",
+                                  "max rel. error 2e-16", "loss 0.25 (PyTorch 0.25)"])
+def test_printed_facts_are_not_checks(text: str) -> None:
+    nb = make_notebook()
+    code_cells(nb)[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
+    assert not no_printed_checks(DEMO, nb)

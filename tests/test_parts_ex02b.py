@@ -109,7 +109,7 @@ for name, (part_id, fn, hidden) in runs.items():
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
         ok = check(part_id, ns[fn], hidden=hidden)
-    results[name] = [ok, buffer.getvalue()]
+    results[name] = [bool(ok), buffer.getvalue()]
 print("RESULTS" + json.dumps(results))
 '''
 
@@ -191,11 +191,11 @@ def test_global_index_oracle(seed: int | None) -> None:
 
 
 def test_global_index_hints(capsys: pytest.CaptureFixture[str]) -> None:
-    assert check("ex02b.global_index", lambda b, d, t: b * t + t) is False
+    assert not check("ex02b.global_index", lambda b, d, t: b * t + t)
     out = capsys.readouterr().out
     assert "case 2 of 4 (block_idx=2, block_dim=128, thread_idx=5): expected 261, got 15" in out
     assert "by the block's SIZE" in out
-    assert check("ex02b.global_index", lambda b, d, t: b + t) is False
+    assert not check("ex02b.global_index", lambda b, d, t: b + t)
     assert "blockIdx.x counts blocks" in capsys.readouterr().out
 
 
@@ -206,10 +206,10 @@ def test_stub_without_a_kernel_process(capsys: pytest.CaptureFixture[str],
         raise NotImplementedError()
 
     if part.id == "ex02b.global_index" or part.id == "ex02b.matmul_tiled":
-        assert check(part.id, stub) is False  # plain functions: the stub raises when called
+        assert not check(part.id, stub)  # plain functions: the stub raises when called
         assert capsys.readouterr().out.strip() == f"✗ {part.id}: not implemented yet"
     else:  # not a @cuda.jit kernel: a clear message, no launch
-        assert check(part.id, stub) is False
+        assert not check(part.id, stub)
         assert "decorate the function with @cuda.jit" in capsys.readouterr().out
 
 

@@ -98,23 +98,23 @@ def tf1_program(X, y, w1_init, w2_init, lr, num_steps, reduce="batch_mean"):
 
 def test_summed_or_averaged_loss_gets_the_reduction_hint(capsys):
     ok, out = run(capsys, "ex06.tf1_graph", lambda *a: tf1_program(*a, reduce="sum"))
-    assert ok is False
+    assert not ok
     assert "case 1 of 3 (X (4, 6), y (4, 3), w1 (6, 5), w2 (5, 3), lr=" in out
     assert "5 of 5 entries differ" in out and "first differing entries: [0] expected" in out
     assert "hint: you summed over the whole batch" in out
     ok, out = run(capsys, "ex06.tf1_graph", lambda *a: tf1_program(*a, reduce="mean"))
-    assert ok is False and "hint: you averaged over every entry" in out
+    assert not ok and "hint: you averaged over every entry" in out
 
 
 def test_eager_code_is_not_a_tf1_program(capsys, sol):
     ok, out = run(capsys, "ex06.tf1_graph", sol["train_tf2_tape"])
-    assert ok is False
+    assert not ok
     assert "failed: your function never ran a tf.compat.v1.Session" in out
 
 
 def test_fed_weights_are_counted_in_the_variables_part(capsys, sol):
     ok, out = run(capsys, "ex06.tf1_variables", sol["train_tf1_graph"])
-    assert ok is False
+    assert not ok
     # case 1: w1 (6, 5) and w2 (5, 3) fed and both gradients fetched, 5 steps: 2 * 45 * 5 values
     assert "output 1 (weight values fed or fetched in the training steps): expected 0, got 450" \
         in out
@@ -141,7 +141,7 @@ def test_fetching_gradients_next_to_minimize_is_counted(capsys):
                         for _ in range(num_steps)]
 
     ok, out = run(capsys, "ex06.tf1_variables", fetches_grads)
-    assert ok is False and "expected 0, got 225" in out and "fetch only the loss" in out
+    assert not ok and "expected 0, got 225" in out and "fetch only the loss" in out
 
 
 def test_float32_learning_rate_gets_its_own_hint(capsys):
@@ -161,7 +161,7 @@ def test_float32_learning_rate_gets_its_own_hint(capsys):
                 return [sess.run([loss, update], {x_ph: X, y_ph: y})[0] for _ in range(num_steps)]
 
     ok, out = run(capsys, "ex06.tf1_variables", minimize_float32_lr)
-    assert ok is False
+    assert not ok
     assert "output 0 (losses)" in out and "hint: your learning rate became float32" in out
 
 
@@ -195,12 +195,12 @@ def tape_program(X, y, w1_init, w2_init, lr, num_steps, relu=True, after=False,
 ])
 def test_tape_mistakes(capsys, kwargs, hint):
     ok, out = run(capsys, "ex06.tf2_tape", lambda *a: tape_program(*a, **kwargs))
-    assert ok is False and hint in out
+    assert not ok and hint in out
 
 
 def test_tf1_code_is_not_a_tape(capsys, sol):
     ok, out = run(capsys, "ex06.tf2_tape", sol["train_tf1_variables"])
-    assert ok is False and "never called tape.gradient" in out
+    assert not ok and "never called tape.gradient" in out
 
 
 def test_retracing_tf_function_is_caught(capsys):
@@ -223,16 +223,16 @@ def test_retracing_tf_function_is_caught(capsys):
         return losses, step
 
     ok, out = run(capsys, "ex06.tf_function", retraces)
-    assert ok is False
+    assert not ok
     assert "output 1 (tracing count): expected 1, got 5" in out
     assert "hint: traced more than once" in out
 
 
 def test_tf_function_must_return_the_function(capsys, sol):
     ok, out = run(capsys, "ex06.tf_function", sol["train_tf2_tape"])
-    assert ok is False and "return two things: (losses, train_step)" in out
+    assert not ok and "return two things: (losses, train_step)" in out
     ok, out = run(capsys, "ex06.tf_function", lambda *a: (sol["train_tf2_tape"](*a), None))
-    assert ok is False and "not a tf.function" in out
+    assert not ok and "not a tf.function" in out
 
 
 @pytest.mark.parametrize("part_id", list(PART_FUNCTIONS))
@@ -242,4 +242,4 @@ def test_stub_is_not_implemented_yet(capsys, part_id):
         raise NotImplementedError()
 
     ok, out = run(capsys, part_id, stub)
-    assert ok is False and out == f"✗ {part_id}: not implemented yet\n"
+    assert not ok and out == f"✗ {part_id}: not implemented yet\n"

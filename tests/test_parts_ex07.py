@@ -92,7 +92,7 @@ def manual(X, y, w1_init, w2_init, lr, num_steps, mean=False):
 
 def test_batch_mean_instead_of_sum(capsys):
     ok, out = run(capsys, "ex07.manual_gradients", lambda *a: manual(*a, mean=True))
-    assert ok is False
+    assert not ok
     assert "case 1 of 3 (X (4, 6), y (4, 3), w1 (6, 5), w2 (5, 3), lr=" in out
     assert "hint: you averaged over the batch: the lecture's PyTorch loss is the SUM" in out
 
@@ -105,7 +105,7 @@ def test_autograd_is_switched_off_in_the_manual_part(capsys):
         return [loss.item()]
 
     ok, out = run(capsys, "ex07.manual_gradients", with_autograd)
-    assert ok is False
+    assert not ok
     assert "case 1 of 3" in out and "RuntimeError: element 0 of tensors does not require grad" \
         in out
     assert "this part runs with autograd switched off" in out
@@ -128,7 +128,7 @@ def test_bias_gradient_averaged(capsys):
         return g @ w.t(), x.t() @ g, g.mean(0)
 
     ok, out = run(capsys, "ex07.linear_function", linear_function(mean_db))
-    assert ok is False
+    assert not ok
     assert "case 1 of 3 (x (2, 3), w (3, 4), b (4,), grad_output (2, 4)): output 3 (db)" in out
     assert "hint: db SUMS grad_output over the batch" in out
 
@@ -140,7 +140,7 @@ def test_missing_transpose_shows_in_the_square_case(capsys):
         return dx, x.t() @ g, g.sum(0)
 
     ok, out = run(capsys, "ex07.linear_function", linear_function(no_transpose))
-    assert ok is False
+    assert not ok
     assert "case 3 of 3" in out and "output 1 (dx)" in out and "dx = grad_output @ w.T" in out
 
 
@@ -150,7 +150,7 @@ def test_wrong_number_or_shape_of_gradients(capsys):
         return g @ w.t(), x.t() @ g
 
     ok, out = run(capsys, "ex07.linear_function", linear_function(two_grads))
-    assert ok is False
+    assert not ok
     assert "incorrect number of gradients" in out and "hint: backward returns one gradient" in out
 
     def transposed_dw(ctx, g):
@@ -158,13 +158,13 @@ def test_wrong_number_or_shape_of_gradients(capsys):
         return g @ w.t(), g.t() @ x, g.sum(0)
 
     ok, out = run(capsys, "ex07.linear_function", linear_function(transposed_dw))
-    assert ok is False
+    assert not ok
     assert "invalid gradient at index 1" in out and "dw (D, M)" in out
 
 
 def test_not_a_function_subclass(capsys):
     ok, out = run(capsys, "ex07.linear_function", torch.nn.Linear)
-    assert ok is False and "must be a subclass of torch.autograd.Function" in out
+    assert not ok and "must be a subclass of torch.autograd.Function" in out
 
 
 def test_module_without_relu_and_with_wrong_layers(capsys):
@@ -178,7 +178,7 @@ def test_module_without_relu_and_with_wrong_layers(capsys):
             return self.linear2(self.linear1(x))
 
     ok, out = run(capsys, "ex07.two_layer_module", NoReLU)
-    assert ok is False
+    assert not ok
     assert "case 1 of 3 (x (3, 4), W1 (5, 4), b1 (5,), W2 (2, 5), b2 (2,))" in out
     assert "hint: apply the ReLU between the layers" in out
 
@@ -189,7 +189,7 @@ def test_module_without_relu_and_with_wrong_layers(capsys):
             self.linear2 = torch.nn.Linear(h, d_out)
 
     ok, out = run(capsys, "ex07.two_layer_module", NoBias)
-    assert ok is False
+    assert not ok
     assert "should hold two layers, nn.Linear(4, 5) and nn.Linear(5, 2), with biases; found: " \
            "Linear(4, 5, bias=False), Linear(5, 2, bias=True)" in out
 
@@ -223,7 +223,7 @@ def adam(X, y, W1, b1, W2, b2, lr, num_steps, reduction="sum", zero_grad=True, t
 ])
 def test_adam_mistakes(capsys, kwargs, hint):
     ok, out = run(capsys, "ex07.adam_training", lambda *a: adam(*a, **kwargs))
-    assert ok is False
+    assert not ok
     assert "case 1 of 2 (X (8, 6), y (8, 3), W1 (5, 6)" in out and hint in out
 
 
@@ -260,4 +260,4 @@ def test_stub_is_not_implemented_yet(capsys, part_id):
     fn = {"ex07.linear_function": StubFunction, "ex07.two_layer_module": StubModule}.get(
         part_id, stub)
     ok, out = run(capsys, part_id, fn)
-    assert ok is False and out == f"✗ {part_id}: not implemented yet\n"
+    assert not ok and out == f"✗ {part_id}: not implemented yet\n"

@@ -109,7 +109,7 @@ def recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, part: checking.Par
     write_grading_files(root, part, cases)
     monkeypatch.setenv(checking.GRADING_ENV, str(root))
     try:
-        assert check(part.id, fn) is True
+        assert check(part.id, fn)
     finally:
         monkeypatch.delenv(checking.GRADING_ENV)
     (path,) = sorted((root / "outputs").glob(f"{part.id}.*.npz"))[-1:]
@@ -520,7 +520,7 @@ from edu_dl.grading import check, checking
 
 os.environ[checking.GRADING_ENV] = sys.argv[2]
 for part_id, name in zip(sys.argv[3::2], sys.argv[4::2]):
-    assert check(part_id, ns[name]) is True
+    assert check(part_id, ns[name])
 '''
 
 
@@ -661,7 +661,7 @@ def test_linear_function_db_of_the_batch_shape_fails_check_and_grader(
     so check(), gradcheck and the grader passed it; the raw gradient is recorded now."""
     cls = db_without_the_batch_sum()
     ok, out = run_check(capsys, "ex07.linear_function", cls)
-    assert ok is False
+    assert not ok
     assert "output 3 (db): expected shape (4,), got shape (2, 4)" in out
     assert "hint: db has b's shape (M,): sum grad_output over the batch" in out
     part = course_part("ex07.linear_function")
@@ -872,7 +872,7 @@ def test_check_gives_the_graders_source_feedback(capsys: pytest.CaptureFixture[s
     assert source.own_source(ns["make_layers"]) == textwrap.dedent(path.read_text()).split(
         "\n\n\n")[0].split("\n\n", 1)[1] + "\n"
     ok, out = run_check(capsys, "ex07.two_layer_module", ns["TwoLayerNet"])
-    assert ok is False
+    assert not ok
     assert out == ("✗ ex07.two_layer_module: the values are right, but TwoLayerNet builds no "
                    "torch.nn.Linear layers: self.linear1 = torch.nn.Linear(D_in, H), ...\n")
     assert source.own_source(lambda x: x) is None

@@ -77,18 +77,37 @@ def student_error(exc: BaseException) -> str:
 # --------------------------------------------------------------------------- check()
 
 
-def check(part_id: str, fn: Callable[..., Any], hidden: bool = False) -> bool:
+class Outcome:
+    """What check() returns: true when the part passed. A notebook shows nothing for it, since
+    check() has printed the verdict already (a bare `True` under it would only be noise)."""
+
+    __slots__ = ("passed",)
+
+    def __init__(self, passed: bool) -> None:
+        self.passed = passed
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __repr__(self) -> str:
+        return f"Outcome(passed={self.passed})"
+
+    def _ipython_display_(self) -> None:
+        """IPython calls this instead of printing the repr: display nothing."""
+
+
+def check(part_id: str, fn: Callable[..., Any], hidden: bool = False) -> Outcome:
     """Check ``fn`` against part ``part_id``; print a pass or a specific failure; never raise."""
     try:
         if os.environ.get(GRADING_ENV):
-            return _record(Path(os.environ[GRADING_ENV]), part_id, fn, hidden)
-        return _check(part_id, fn, hidden)
+            return Outcome(_record(Path(os.environ[GRADING_ENV]), part_id, fn, hidden))
+        return Outcome(_check(part_id, fn, hidden))
     except UnknownPart as exc:
         print(f"✗ {part_id}: unknown part ({exc})")
-        return False
+        return Outcome(False)
     except Exception as exc:  # a broken part spec must not crash the student's notebook
         print(f"✗ {part_id}: internal error in the checker ({type(exc).__name__}: {exc})")
-        return False
+        return Outcome(False)
 
 
 class UnknownPart(Exception):
