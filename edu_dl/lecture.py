@@ -137,3 +137,55 @@ def rounded(value: Any, digits: int = 6) -> Any:
     if isinstance(value, np.ndarray):
         return np.array([float(f"{v:.{digits}g}") for v in value.ravel()]).reshape(value.shape)
     return value
+
+
+# --------------------------------------------------------------------------- missing frameworks
+
+# The import name of each framework a lecture may lack, and what installs it.
+_FRAMEWORKS = {"tensorflow": "pip install tensorflow-cpu", "torch": "pip install torch",
+               "cupy": "make lab GPU=1", "numba": "pip install numba"}
+
+
+def framework_missing(name: str) -> str | None:
+    """Why ``name`` (an import name: 'tensorflow', 'torch', ...) cannot be imported, or None."""
+    import importlib
+
+    try:
+        importlib.import_module(name)
+    except ImportError as exc:
+        return f"{name} is not installed ({type(exc).__name__}: {exc})"
+    return None
+
+
+def with_framework(name: str, fn: Callable[[], T], what: str = "this section") -> T | None:
+    """Run ``fn`` when ``name`` imports; otherwise print one sentence and return None.
+
+    Later cells must not depend on what ``fn`` defines unless they are guarded the same way:
+    check the returned value (None when skipped)."""
+    reason = framework_missing(name)
+    if reason is not None:
+        how = _FRAMEWORKS.get(name, f"pip install {name}")
+        print(f"{name} is missing here, so {what} is skipped (`{how}` brings it).")
+        return None
+    return fn()
+
+
+# --------------------------------------------------------------------------- recorded GPU results
+
+
+def recorded_gpu(benchmark: str, device: str | None = None) -> dict[str, Any] | None:
+    """A result recorded on a real GPU under benchmarks/gpu/ (see edu_dl.bench.record), with a
+    ``label`` naming device, date, versions and the command; None, after one sentence, if none."""
+    from .bench.record import recorded
+
+    try:
+        result = recorded(benchmark, device)
+    except (FileNotFoundError, OSError):
+        print(f"No GPU recording of {benchmark!r} exists yet: only this machine's results "
+              "are shown.")
+        return None
+    facts = result["provenance"]
+    command = facts.get(f"command {benchmark}", "see PROVENANCE")
+    result["label"] = (f"recorded on {facts.get('device', '?')} ({facts.get('date', '?')}; "
+                       f"{facts.get('versions', '?')}) by: {command}")
+    return result

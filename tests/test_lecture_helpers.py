@@ -54,3 +54,30 @@ def test_device_or_cpu_falls_back_with_one_sentence(capsys):
         assert device == "cpu"
         assert capsys.readouterr().out.startswith("No GPU here (")
     assert lecture.device_or_cpu("cpu") == "cpu"
+
+
+def test_with_framework_runs_or_says_one_sentence(capsys):
+    assert lecture.with_framework("numpy", lambda: 7, "the test") == 7
+    assert capsys.readouterr().out == ""
+    assert lecture.with_framework("no_such_framework_xyz", lambda: 7, "the test") is None
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "no_such_framework_xyz is missing here" in out
+    assert "the test is skipped" in out
+
+
+def test_recorded_gpu_is_labelled(tmp_path, monkeypatch, capsys):
+    from edu_dl.bench import record
+
+    folder = tmp_path / "gpu" / "some-gpu"
+    (folder / "matmul").mkdir(parents=True)
+    (folder / "matmul" / "matmul.json").write_text('{"x": 1}')
+    (folder / "PROVENANCE").write_text("device: Some GPU\ndate: 2026-11-24\n"
+                                       "versions: torch 9\ncommand matmul: edu-dl bench matmul\n")
+    monkeypatch.setattr(record, "BENCHMARKS", tmp_path)
+    monkeypatch.setattr(record.recorded, "__defaults__", (None, tmp_path))
+    result = lecture.recorded_gpu("matmul")
+    assert result["data"] == {"x": 1}
+    assert result["label"] == ("recorded on Some GPU (2026-11-24; torch 9) by: "
+                               "edu-dl bench matmul")
+    assert lecture.recorded_gpu("loader") is None
+    assert "No GPU recording of 'loader' exists yet" in capsys.readouterr().out
