@@ -111,13 +111,12 @@ else
 		$(NOTEBOOK_DIRS)
 endif
 
-# Execute notebooks in place, as they are committed (NB=... for some only). No per-cell timestamps
-# and no widget state: they differ on every run and would only add noise to the diffs.
+# Execute notebooks in place, as they are committed (NB=... for some only): no per-cell timestamps
+# and no widget state (they differ on every run), and in each notebook's metadata a digest of the
+# course code it ran, which tests/test_notebook_freshness.py compares with today's code.
 NB ?= lectures/*.ipynb solutions/*.ipynb
 notebooks: install
-	TQDM_DISABLE=1 $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
-		--ExecutePreprocessor.record_timing=False --ExecutePreprocessor.store_widget_state=False \
-		$(NB)
+	TQDM_DISABLE=1 $(BIN)/python -m edu_dl.notebook_run $(NB)
 
 # The course website: the executed lectures and the exercises as static HTML in site/_build/html
 # (site/build.py, Sphinx with MyST-NB: the committed outputs, nothing executed or fetched).

@@ -99,7 +99,7 @@ def executed_in_order(path: Path, nb: Notebook) -> list[str]:
     if counts == list(range(1, len(counts) + 1)):
         return []
     return [f"execution counts are {counts}, expected 1..{len(counts)} in order: execute the "
-            "notebook top to bottom in a fresh kernel (jupyter nbconvert --execute --inplace)"]
+            "notebook top to bottom in a fresh kernel (make notebooks NB=...)"]
 
 
 def no_error_outputs(path: Path, nb: Notebook) -> list[str]:
