@@ -1,11 +1,14 @@
 """The first cell of every notebook: install the course where it is missing (hosted notebooks).
 
 Colab, Kaggle and other hosted services open a notebook in an environment of their own, with their
-own PyTorch, TensorFlow and NumPy, and without edu_dl (the course is not on PyPI). The cell installs
-the course from its repository with pip, and hands pip the versions the service already has as
-constraints: pip keeps them, or stops with a conflict, but never replaces them. Without TensorFlow
-it adds the `cpu` extra (tensorflow-cpu), which the TensorFlow lecture needs. Where edu_dl is
-installed (`make lab`, nbval, the grader's sandbox) the cell does nothing and prints nothing.
+own PyTorch, TensorFlow and NumPy, and without edu_dl (the course is not on PyPI). The cell clones
+the course's repository (git, one commit deep), installs it from that clone with pip, and hands pip
+the versions the service already has as constraints: pip keeps them, or stops with a conflict, but
+never replaces them. Without TensorFlow it adds the `cpu` extra (tensorflow-cpu), which the
+TensorFlow lecture needs. An exercise's check() reads the course's part files from `parts/` beside
+the notebook, which a hosted service does not have: the cell copies the clone's `exercises/parts/`
+there (never over an existing `parts/`). Where edu_dl is installed (`make lab`, nbval, the
+grader's sandbox) the cell does nothing and prints nothing.
 
 The cell cannot import edu_dl (edu_dl is what is missing), so each notebook holds INSTALL_CELL
 whole. `python -m edu_dl.hosted NOTEBOOK...` puts it first in each notebook (or brings an older one
@@ -29,15 +32,17 @@ TAGS = ["nbval-ignore-output", "remove-cell"]
 
 INSTALL_CELL = f'''\
 {MARK}: install the course, keeping the service's own torch,
-# TensorFlow and NumPy (pip gets their versions as constraints). Where the course is installed,
-# this cell does nothing.
+# TensorFlow and NumPy (pip gets their versions as constraints), and bring the exercises' parts/
+# (what check() reads) beside the notebook. Where the course is installed, this does nothing.
 import importlib.util
 
 if importlib.util.find_spec("edu_dl") is None:
+    import shutil
     import subprocess
     import sys
     import tempfile
     from importlib.metadata import PackageNotFoundError, version
+    from pathlib import Path
 
     keep = []
     for name in ("torch", "tensorflow", "tensorflow-cpu", "numpy"):
@@ -47,9 +52,14 @@ if importlib.util.find_spec("edu_dl") is None:
             pass
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as pins:
         pins.writelines(keep)
+    course = Path(tempfile.mkdtemp()) / "edu-dl"
+    repository = "{REPOSITORY}"
+    subprocess.run(["git", "clone", "--quiet", "--depth", "1", repository, str(course)], check=True)
     extra = "" if importlib.util.find_spec("tensorflow") else "[cpu]"  # for lecture 6
-    subprocess.run([sys.executable, "-m", "pip", "install", "-c", pins.name,
-                    f"edu-dl{{extra}} @ git+{REPOSITORY}"], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-c", pins.name, f"{{course}}{{extra}}"],
+                   check=True)
+    if not Path("parts").exists():
+        shutil.copytree(course / "exercises" / "parts", "parts")
     importlib.invalidate_caches()'''
 
 
