@@ -1,0 +1,90 @@
+"""Timing asynchronous work: the fake device's launches return at once, synchronize and events
+measure the work, errors surface at the next synchronize; on CUDA when there is one."""
+
+from __future__ import annotations
+
+import pytest
+
+from edu_dl import gpu_timing
+from edu_dl.gpu_timing import FakeAsyncDevice
+
+KERNEL_S = 0.03  # a sleep never ends early: every lower bound below is exact
+
+
+@pytest.fixture
+def device():
+    with FakeAsyncDevice() as dev:
+        yield dev
+
+
+def test_a_launch_returns_before_the_work_is_done(device: FakeAsyncDevice) -> None:
+    times = gpu_timing.time_launch_only(lambda: device.launch(0.1), repeats=3)
+    assert max(times) < 0.1  # three launches return before the first kernel could end
+    assert device.pending() >= 2 and device.launches == 3
+    device.synchronize()
+    assert device.pending() == 0 and device.syncs == 1
+
+
+def test_synchronized_timer_measures_the_work(device: FakeAsyncDevice) -> None:
+    times = gpu_timing.time_synchronized(lambda: device.launch(KERNEL_S), device.synchronize,
+                                         warmup=1, repeats=3)
+    assert len(times) == 3 and min(times) >= KERNEL_S
+    assert device.launches == 4 and device.syncs == 6
+
+
+def test_events_measure_the_work_on_the_device_clock(device: FakeAsyncDevice) -> None:
+    times = gpu_timing.time_events(lambda: device.launch(KERNEL_S), device.event, repeats=3)
+    assert min(times) >= KERNEL_S
+
+
+def test_earlier_work_is_kept_out(device: FakeAsyncDevice) -> None:
+    device.launch(0.3)  # still running when the timer starts
+    (synced,) = gpu_timing.time_synchronized(lambda: device.launch(0.01), device.synchronize,
+                                             warmup=0, repeats=1)
+    assert 0.01 <= synced < 0.3
+
+
+def test_kernels_run_in_order_and_functions_too(device: FakeAsyncDevice) -> None:
+    order: list[int] = []
+    for k in range(5):
+        device.launch(lambda k=k: order.append(k))
+    device.synchronize()
+    assert order == [0, 1, 2, 3, 4]
+
+
+def test_an_error_surfaces_at_the_next_synchronize(device: FakeAsyncDevice) -> None:
+    ran: list[str] = []
+    device.launch(lambda: 1 / 0)
+    device.launch(lambda: ran.append("after the error"))  # skipped, as CUDA would
+    end = device.event()
+    end.record()  # an event still stamps: waiting on it cannot hang
+    end.synchronize()
+    with pytest.raises(ZeroDivisionError):
+        device.synchronize()
+    assert ran == []
+    device.launch(lambda: ran.append("fresh"))
+    device.synchronize()  # the error was reported once; the device works again
+    assert ran == ["fresh"]
+
+
+def test_close_finishes_the_queue() -> None:
+    dev = FakeAsyncDevice()
+    done: list[int] = []
+    dev.launch(0.01)
+    dev.launch(lambda: done.append(1))
+    dev.close()
+    assert done == [1] and not dev._thread.is_alive()
+
+
+@pytest.mark.skipif(not gpu_timing.cuda_available(), reason="No CUDA GPU")
+def test_cuda_timers() -> None:  # pragma: no cover - needs a GPU
+    import torch
+
+    a = torch.randn(4096, 4096, device="cuda")
+    result = gpu_timing.cuda_timers(lambda: a @ a, warmup=2, repeats=5)
+    assert result["launch_only"] < result["synchronize"]
+    assert result["cuda_events"] <= result["synchronize"] * 1.5
+
+
+def test_cuda_available_is_a_bool() -> None:
+    assert isinstance(gpu_timing.cuda_available(), bool)
