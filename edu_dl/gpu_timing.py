@@ -13,11 +13,14 @@ and :class:`FakeEvent` stamps the time when the device reaches it, as ``torch.cu
 
 from __future__ import annotations
 
+import contextlib
+import os
 import queue
 import statistics
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 Kernel = Callable[[], Any] | float  # a function the device runs, or seconds of "work"
@@ -203,3 +206,34 @@ def cuda_timers(fn: Callable[[], Any], warmup: int = 3, repeats: int = 10
     result["cuda_events"] = statistics.median(
         time_events(fn, lambda: torch.cuda.Event(enable_timing=True), 0, repeats))
     return result
+
+
+@contextlib.contextmanager
+def quiet_native_stderr() -> Iterator[None]:
+    """Silence what C++ code writes to file descriptor 2 (the profiler's start/stop log lines);
+    Python's own exceptions and warnings are untouched."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def profile_step(step: Callable[[], Any], cuda: bool | None = None) -> Any:
+    """One call of ``step`` under torch.profiler (CPU, and CUDA kernels when ``cuda`` or when a
+    GPU is there), synchronized at the end; returns the profiler (``.key_averages().table()``)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = cuda_available() if cuda is None else cuda
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
+    with quiet_native_stderr(), profile(activities=activities) as prof:
+        step()
+        if cuda:
+            import torch
+
+            torch.cuda.synchronize()
+    return prof

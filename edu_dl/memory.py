@@ -182,8 +182,8 @@ def fit_batch(step: Callable[[int], T], batch_size: int, min_batch: int = 1,
             if batch_size // 2 < min_batch:
                 raise
             if log is not None:
-                log(f"batch {batch_size}: out of memory ({str(exc).splitlines()[0][:80]}); "
-                    f"retrying with {batch_size // 2}")
+                log(f"batch {batch_size}: {type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
+                    f"; retrying with {batch_size // 2}")
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
             batch_size //= 2
@@ -198,9 +198,8 @@ def simulated_step(model: nn.Module, input_shape: tuple[int, ...], capacity_byte
         need = budget(model, input_shape, batch_size, optimizer, dtype)
         if need.total > capacity_bytes:
             raise torch.OutOfMemoryError(
-                f"(simulated) out of memory. Tried to run a step needing "
-                f"{format_bytes(need.total)}. The simulated GPU has a total capacity of "
-                f"{format_bytes(capacity_bytes)}.")
+                f"(simulated) a step at batch {batch_size} needs {format_bytes(need.total)}; "
+                f"the GPU holds {format_bytes(capacity_bytes)}")
         return need
 
     return step

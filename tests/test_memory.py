@@ -130,7 +130,8 @@ def test_fit_batch_halves_until_the_step_fits() -> None:
     lines: list[str] = []
     batch, result = memory.fit_batch(step, 512, log=lines.append)
     assert batch == 64 and result.batch_size == 64 and result.total <= capacity
-    assert len(lines) == 3 and lines[0].startswith("batch 512: out of memory ((simulated)")
+    assert len(lines) == 3 and lines[0].startswith(
+        "batch 512: OutOfMemoryError: (simulated) a step at batch 512 needs")
     with pytest.raises(torch.OutOfMemoryError):
         memory.fit_batch(memory.simulated_step(model, (4,), 10), 8, log=None)
 

@@ -1,0 +1,242 @@
+"""Exercise 12's parts: the solutions notebook passes every case; typical mistakes get their hint;
+a timer that forgets to synchronize measures the launch and fails."""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+from exercise_helpers import assert_solution_passes, course_module, run_check, solution_namespace
+
+from edu_dl.grading import checking
+
+ex12 = course_module("ex12")
+
+SOLUTIONS = solution_namespace("12_gpu_practice.ipynb")
+FUNCTIONS = {"ex12.memory_budget": "memory_budget", "ex12.max_batch": "max_batch",
+             "ex12.gpu_timer": "time_kernel"}
+run = run_check
+memory_budget = SOLUTIONS["memory_budget"]
+
+
+@pytest.mark.parametrize("part", ex12.PARTS, ids=lambda p: p.id)
+@pytest.mark.parametrize("hidden", [False, True])
+def test_oracle_agrees_with_the_solution(part: checking.Part, hidden: bool) -> None:
+    rng = np.random.default_rng(12345 if hidden else checking.VISIBLE_SEED)
+    assert_solution_passes(part, SOLUTIONS[FUNCTIONS[part.id]], hidden, rng)
+
+
+@pytest.mark.parametrize("part_id", FUNCTIONS)
+def test_stub_is_not_implemented_yet(capsys: pytest.CaptureFixture[str], part_id: str) -> None:
+    def stub(*args: Any) -> Any:
+        raise NotImplementedError()
+
+    ok, out = run(capsys, part_id, stub)
+    assert not ok and out.strip() == f"✗ {part_id}: not implemented yet"
+
+
+def test_the_solution_passes_check(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex12.memory_budget", memory_budget)
+    assert ok and out.strip() == "✓ ex12.memory_budget: 4 cases passed"
+
+
+# --------------------------------------------------------------------------- the budget
+
+
+def with_activations(extra):
+    def budget(sizes, batch_size, itemsize, optimizer):
+        p, g, s, a = memory_budget(sizes, batch_size, itemsize, optimizer)
+        return p, g, s, a + extra(sizes, batch_size) * itemsize
+    return budget
+
+
+@pytest.mark.parametrize(("mistake", "hint"), [
+    (lambda sizes, n: n * sum(sizes[1:-1]), "the Linear outputs before each ReLU are not saved"),
+    (lambda sizes, n: n * sizes[-1], "the network's output is not saved by the network"),
+    (lambda sizes, n: -n * sizes[0], "the input batch is saved too"),
+])
+def test_budget_activation_mistakes(capsys: pytest.CaptureFixture[str], mistake: Any,
+                                    hint: str) -> None:
+    ok, out = run(capsys, "ex12.memory_budget", with_activations(mistake))
+    assert not ok and "output 3 (activations)" in out and f"hint: {hint}" in out
+
+
+def test_budget_without_biases(capsys: pytest.CaptureFixture[str]) -> None:
+    def no_bias(sizes, batch_size, itemsize, optimizer):
+        _, _, _, a = memory_budget(sizes, batch_size, itemsize, optimizer)
+        p = sum(x * y for x, y in itertools.pairwise(sizes)) * itemsize
+        return p, p, {"sgd": 0, "sgd_momentum": 1, "adam": 2}[optimizer] * p, a
+
+    ok, out = run(capsys, "ex12.memory_budget", no_bias)
+    assert not ok and "case 1 of 4" in out and "output 0 (parameters): expected 172, got 140" in out
+    assert "hint: the biases are parameters too" in out
+
+
+def test_budget_in_values_not_bytes(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex12.memory_budget",
+                  lambda s, n, size, o: tuple(v // size for v in memory_budget(s, n, size, o)))
+    assert not ok and "hint: count bytes, not values" in out
+
+
+def test_budget_with_one_adam_buffer(capsys: pytest.CaptureFixture[str]) -> None:
+    def one_buffer(sizes, batch_size, itemsize, optimizer):
+        p, g, s, a = memory_budget(sizes, batch_size, itemsize, optimizer)
+        return p, g, (p if optimizer == "adam" else s), a
+
+    ok, out = run(capsys, "ex12.memory_budget", one_buffer)
+    assert not ok and "output 2 (optimizer_state): expected 344, got 172" in out
+    assert "hint: Adam keeps two buffers per parameter" in out
+
+
+def test_asking_the_oracle_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    namespace: dict[str, Any] = {}
+    exec(compile('''
+import torch
+from edu_dl import memory, models_zoo
+
+def memory_budget(sizes, batch_size, itemsize, optimizer):
+    dtype = {2: torch.float16, 4: torch.float32, 8: torch.float64}[itemsize]
+    b = memory.budget(models_zoo.mlp(sizes), (sizes[0],), batch_size, optimizer, dtype)
+    return b.params, b.grads, b.optimizer_state, b.activations
+''', "<cell>", "exec"), namespace)
+    fn = namespace["memory_budget"]
+    rng = np.random.default_rng(checking.VISIBLE_SEED)
+    part = next(p for p in ex12.PARTS if p.id == "ex12.memory_budget")
+    assert_solution_passes(part, fn, False, rng)  # right values ...
+    assert part.source_check is not None
+    verdict = part.source_check('''
+def memory_budget(sizes, batch_size, itemsize, optimizer):
+    b = memory.budget(models_zoo.mlp(sizes), (sizes[0],), batch_size, optimizer)
+    return b.params, b.grads, b.optimizer_state, b.activations
+''')
+    assert not verdict.ok and "asks edu_dl.memory" in verdict.message  # ... asked for
+    assert part.source_check('''
+def memory_budget(sizes, batch_size, itemsize, optimizer):
+    budget_bytes = sum(sizes) * itemsize
+    return budget_bytes, 0, 0, 0
+''').ok  # a local that happens to be called budget-something is fine
+
+
+# --------------------------------------------------------------------------- the largest batch
+
+
+max_batch = SOLUTIONS["max_batch"]
+
+
+@pytest.mark.parametrize(("wrong", "hint"), [
+    (lambda *a: max_batch(*a) + 1, "one too many"),
+    (lambda *a: max(0, max_batch(*a) - 1) if max_batch(*a) else 0, "one too few"),
+])
+def test_max_batch_off_by_one(capsys: pytest.CaptureFixture[str], wrong: Any, hint: str) -> None:
+    ok, out = run(capsys, "ex12.max_batch", wrong)
+    assert not ok and f"hint: {hint}" in out
+
+
+def test_max_batch_negative_and_without_the_fixed_part(capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    def raw(sizes, itemsize, optimizer, budget_bytes):
+        p, g, s, per = memory_budget(sizes, 1, itemsize, optimizer)
+        return (budget_bytes - p - g - s) // per
+
+    ok, out = run(capsys, "ex12.max_batch", raw)
+    assert not ok and "hint: when not even one example fits, return 0" in out
+
+    def no_fixed(sizes, itemsize, optimizer, budget_bytes):
+        return budget_bytes // memory_budget(sizes, 1, itemsize, optimizer)[3]
+
+    ok, out = run(capsys, "ex12.max_batch", no_fixed)
+    assert not ok and "hint: parameters, gradients and optimizer state take their share" in out
+
+
+# --------------------------------------------------------------------------- the timer
+
+
+def naive(launch, synchronize, warmup, repeats):
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        launch()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def test_a_timer_without_synchronize_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex12.gpu_timer", naive)
+    assert not ok and "never called synchronize()" in out
+
+
+def test_the_grader_fails_the_launch_time_too() -> None:
+    # Outside the sandbox only the returned number counts: the launch's microseconds fail it.
+    part = next(p for p in ex12.PARTS if p.id == "ex12.gpu_timer")
+    args = (0.04, 1, 3, 0.0, 0.0)
+    verdict = checking.judge_case(part, 0, 4, args, 0.04, 3e-6)
+    assert not verdict.ok and "measured 3e-06 s for a kernel that takes 0.04 s" in verdict.message
+    assert "hint: that is the time of the launch" in verdict.message
+    assert checking.judge_case(part, 0, 4, args, 0.04, 0.041).ok
+    # a sleep never ends early: less than the kernel is impossible for a correct timer
+    assert not checking.judge_case(part, 0, 4, args, 0.04, 0.035).ok
+
+
+def no_first_sync(launch, synchronize, warmup, repeats):
+    for _ in range(warmup):
+        launch()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        launch()
+        synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def test_a_timer_that_counts_earlier_work(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex12.gpu_timer", no_first_sync)
+    assert not ok and "case 2 of 4" in out
+    assert "hint: work launched before your timer started was still running" in out
+
+
+def test_a_timer_without_warmup(capsys: pytest.CaptureFixture[str]) -> None:
+    def cold(launch, synchronize, warmup, repeats):
+        synchronize()
+        times = []
+        for _ in range(warmup + repeats):  # the warm-up launches timed too
+            synchronize()
+            start = time.perf_counter()
+            launch()
+            synchronize()
+            times.append(time.perf_counter() - start)
+        return times[0] if repeats == 1 else statistics.median(times)
+
+    ok, out = run(capsys, "ex12.gpu_timer", cold)
+    assert not ok and "case 3 of 4" in out and "hint: the first launch pays a one-off cost" in out
+
+
+def test_a_timer_that_returns_the_total_or_milliseconds(capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    def total(launch, synchronize, warmup, repeats):
+        for _ in range(warmup):
+            launch()
+        synchronize()
+        start = time.perf_counter()
+        for _ in range(repeats):
+            launch()
+        synchronize()
+        return time.perf_counter() - start
+
+    ok, out = run(capsys, "ex12.gpu_timer", total)
+    assert not ok and "case 1 of 4" in out and "hint: return the time of ONE kernel" in out
+    ok, out = run(capsys, "ex12.gpu_timer", lambda *a: 1e3 * SOLUTIONS["time_kernel"](*a))
+    assert not ok and "hint: return seconds" in out
+
+
+def test_a_timer_that_launches_too_often(capsys: pytest.CaptureFixture[str]) -> None:
+    def twice(launch, synchronize, warmup, repeats):
+        launch()
+        return SOLUTIONS["time_kernel"](launch, synchronize, warmup, repeats)
+
+    ok, out = run(capsys, "ex12.gpu_timer", twice)
+    assert not ok and "launch() was called 5 times with warmup=1, repeats=3" in out
