@@ -240,3 +240,45 @@ def test_a_timer_that_launches_too_often(capsys: pytest.CaptureFixture[str]) -> 
 
     ok, out = run(capsys, "ex12.gpu_timer", twice)
     assert not ok and "launch() was called 5 times with warmup=1, repeats=3" in out
+
+
+def test_the_timer_source_must_synchronize_and_read_a_clock() -> None:
+    part = next(p for p in ex12.PARTS if p.id == "ex12.gpu_timer")
+    assert part.source_check is not None
+    naive_source = '''
+def time_kernel(launch, synchronize, warmup, repeats):
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        launch()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+'''
+    verdict = part.source_check(naive_source)
+    assert not verdict.ok and "never calls synchronize()" in verdict.message
+    renamed = '''
+def time_kernel(go, wait, warmup, repeats):
+    wait()
+    start = perf_counter()
+    go()
+    wait()
+    return perf_counter() - start
+'''
+    assert part.source_check(renamed).ok  # the parameters' own names count
+    no_clock = renamed.replace("perf_counter()", "0.0")
+    assert "reads no clock" in part.source_check(no_clock).message
+
+
+def test_the_grader_refuses_a_forged_timer_by_its_source() -> None:
+    from edu_dl.grading import grade
+
+    part = next(p for p in ex12.PARTS if p.id == "ex12.gpu_timer")
+    cases = checking.roundtrip(part.cases(np.random.default_rng(7), False))
+    forged = [part.expected(*args) for args in cases]  # perfect values from a hacked sandbox
+    status, message = grade.judge(part, cases, forged, '''
+def time_kernel(launch, synchronize, warmup, repeats):
+    start = time.perf_counter()
+    launch()
+    return time.perf_counter() - start
+''')
+    assert status != "passed" and message.startswith("the values are right, but")

@@ -10,19 +10,21 @@ first launch (a warm-up cost).
 
 Judged outside the sandbox: every byte count and batch size exactly; the timer's result against the
 kernel's duration (a sleep never ends early, so a correct timer never reports less; the upper bound
-leaves room for a loaded machine). How often the timer launched and synchronized is check()'s
-feedback only.
+leaves room for a loaded machine); from the submitted source, that the timer calls its
+``synchronize`` argument and reads a clock. How often it launched and synchronized in the sandbox
+is check()'s feedback only.
 """
 
 from __future__ import annotations
 
+import ast
 import itertools
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.source import names_check
+from edu_dl.grading.source import code_names, definition_node, names_check
 from edu_dl.grading.spec import CheckFailure, Part, Verdict, tolerance
 
 Case = tuple[Any, ...]
@@ -251,6 +253,25 @@ def _call_timer(fn: Callable[..., Any], args: Case) -> float:
                            f"{type(got).__name__}") from None
 
 
+CLOCKS = {"perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "time_ns"}
+
+
+def timer_source(source: str) -> Verdict:
+    """The timer calls its ``synchronize`` argument and reads a clock (time.perf_counter, ...)."""
+    node = definition_node(source)
+    args = getattr(node, "args", None)
+    params = [a.arg for a in args.args] if args is not None else []
+    sync = params[1] if len(params) > 1 else "synchronize"
+    calls = [n for n in ast.walk(node) if isinstance(n, ast.Call)
+             and isinstance(n.func, ast.Name) and n.func.id == sync]
+    if not calls:
+        return Verdict(False, f"the timer never calls {sync}(): launch() returns at once, so "
+                              "without it the clock stops before the kernel has run")
+    if not code_names(source) & CLOCKS:
+        return Verdict(False, "the timer reads no clock: use time.perf_counter()")
+    return Verdict(True)
+
+
 def _value(g: Any) -> float:
     return float(np.asarray(g).item())
 
@@ -296,6 +317,7 @@ PARTS = [
     Part(
         id="ex12.gpu_timer", points=3, cases=_timer_cases, expected=_timer_expected,
         compare=timer_compare, call=_call_timer, hints=TIMER_HINTS, timeout_s=30.0,
+        source_check=timer_source,
         arg_names=("kernel_s", "warmup", "repeats", "backlog_s", "first_extra_s"),
     ),
 ]
