@@ -172,11 +172,13 @@ def test_a_timer_without_synchronize_fails(capsys: pytest.CaptureFixture[str]) -
 def test_the_grader_fails_the_launch_time_too() -> None:
     # Outside the sandbox only the returned number counts: the launch's microseconds fail it.
     part = next(p for p in ex12.PARTS if p.id == "ex12.gpu_timer")
-    args = (0.04, 1, 3, 0.0, 0.0)
+    args = (0.04, 1, 5, 0.0, 0.0)
     verdict = checking.judge_case(part, 0, 4, args, 0.04, 3e-6)
     assert not verdict.ok and "measured 3e-06 s for a kernel that takes 0.04 s" in verdict.message
     assert "hint: that is the time of the launch" in verdict.message
     assert checking.judge_case(part, 0, 4, args, 0.04, 0.041).ok
+    assert checking.judge_case(part, 0, 4, args, 0.04, 0.15).ok  # a loaded machine
+    assert not checking.judge_case(part, 0, 4, args, 0.04, 0.2).ok  # the 5 repeats' total
     # a sleep never ends early: less than the kernel is impossible for a correct timer
     assert not checking.judge_case(part, 0, 4, args, 0.04, 0.035).ok
 
@@ -239,7 +241,7 @@ def test_a_timer_that_launches_too_often(capsys: pytest.CaptureFixture[str]) -> 
         return SOLUTIONS["time_kernel"](launch, synchronize, warmup, repeats)
 
     ok, out = run(capsys, "ex12.gpu_timer", twice)
-    assert not ok and "launch() was called 5 times with warmup=1, repeats=3" in out
+    assert not ok and "launch() was called 7 times with warmup=1, repeats=5" in out
 
 
 def test_the_timer_source_must_synchronize_and_read_a_clock() -> None:

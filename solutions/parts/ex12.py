@@ -189,11 +189,11 @@ def _timer_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     """(kernel_s, warmup, repeats, backlog_s, first_extra_s): the backlog is work launched before
     the timer is called and still running; the first launch costs first_extra_s more."""
     if not hidden:
-        return [(0.04, 1, 3, 0.0, 0.0), (0.03, 1, 1, 0.25, 0.0), (0.05, 2, 1, 0.0, 0.25),
+        return [(0.04, 1, 5, 0.0, 0.0), (0.03, 1, 1, 0.25, 0.0), (0.05, 2, 1, 0.0, 0.25),
                 (0.02, 1, 5, 0.1, 0.1)]
     cases: list[Case] = []
-    for backlog, first, repeats in ((0.3, 0.0, 1), (0.0, 0.3, 1), (0.15, 0.15, 3)):
-        cases.append((round(float(rng.uniform(0.02, 0.06)), 3), int(rng.integers(1, 3)),
+    for backlog, first, repeats in ((0.3, 0.0, 1), (0.0, 0.3, 1), (0.15, 0.15, 5)):
+        cases.append((round(float(rng.uniform(0.03, 0.06)), 3), int(rng.integers(1, 3)),
                       repeats, backlog, first))
     return cases
 
@@ -205,13 +205,14 @@ def _timer_expected(kernel_s: float, warmup: int, repeats: int, backlog_s: float
 
 def timer_compare(expected: Any, got: Any) -> Verdict:
     """At least the kernel's duration (a sleep never ends early, minus 5% for clock
-    granularity); at most 1.5 times it plus 30 ms (a loaded machine wakes threads late)."""
+    granularity); at most twice it plus 80 ms (a loaded machine wakes threads late). The cases
+    make every typical mistake cost more than that: 5 repeats, backlogs of 0.1 to 0.3 s."""
     try:
         value = float(np.asarray(got).item())
     except (TypeError, ValueError) as exc:
         return Verdict(False, f"return one number of seconds, got a {type(got).__name__} ({exc})")
     e = float(expected)
-    if 0.95 * e <= value <= 1.5 * e + 0.03:
+    if 0.95 * e <= value <= 2 * e + 0.08:
         return Verdict(True)
     return Verdict(False, f"measured {value:.6g} s for a kernel that takes {e:.6g} s")
 
