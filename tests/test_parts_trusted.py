@@ -40,7 +40,7 @@ NOTEBOOKS = {"ex01": "01_getting_started.ipynb", "ex02": "02_cpu_vs_gpu.ipynb",
              "ex04": "04_computational_graphs.ipynb", "ex05": "05_autograd_from_scratch.ipynb",
              "ex06": "06_tensorflow.ipynb", "ex07": "07_pytorch.ipynb",
              "ex08": "08_static_vs_dynamic.ipynb", "ex09": "09_shootout.ipynb",
-             "ex10": "10_many_devices.ipynb"}
+             "ex10": "10_many_devices.ipynb", "ex12": "12_gpu_practice.ipynb"}
 ALSO = {"ex08": "def parse_layer"}  # given helpers the solution functions use
 ALL_PARTS = all_course_parts()
 
@@ -437,6 +437,29 @@ def ring_all_reduce(arrays):
     _ring_expected = course_module("ex10")._ring_expected
     total, sent = _ring_expected(arrays)
     return total / len(arrays), sent  # the mean, not the sum
+"""),
+    # ex12
+    "ex12.memory_budget": (RAW, """
+def memory_budget(sizes, batch_size, itemsize, optimizer):
+    values = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
+    buffers = {"sgd": 0, "sgd_momentum": 1, "adam": 2}[optimizer]
+    saved = batch_size * (sum(sizes[:-1]) + sum(sizes[1:-1])) * itemsize  # pre-activations too
+    return values * itemsize, values * itemsize, buffers * values * itemsize, saved
+"""),
+    "ex12.max_batch": (RAW, """
+def max_batch(sizes, itemsize, optimizer, budget_bytes):
+    values = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
+    fixed = (2 + {"sgd": 0, "sgd_momentum": 1, "adam": 2}[optimizer]) * values * itemsize
+    return max(0, (budget_bytes - fixed) // (sum(sizes[:-1]) * itemsize) + 1)  # one too many
+"""),
+    "ex12.gpu_timer": (FORGED, """
+def time_kernel(launch, synchronize, warmup, repeats):
+    times = []
+    for _ in range(repeats):  # the launch only: no synchronize
+        start = time.perf_counter()
+        launch()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 """),
 }
 
