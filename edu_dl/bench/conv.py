@@ -315,8 +315,9 @@ def report(result: ConvResult, command: str = "edu-dl bench conv") -> str:
         "the NumPy reference. Benchmarks are measurements, never tests: nothing asserts a time.",
         "", table(result.rows), "", target_line(result.rows)]
     busy = busy_note(*result.load)
-    if busy:
-        lines += ["", f"Note: {busy}."]
+    lines += ["", f"Note: {busy}." if busy else
+              f"The 1-minute load average was {result.load[0]:.1f} before and "
+              f"{result.load[1]:.1f} after the run."]
     return "\n".join(lines) + "\n"
 
 
