@@ -153,6 +153,7 @@ typecheck: install
 # shared VM. Then benchmarks/RESULTS.md is written from the CPU and the recorded GPU results.
 bench: install
 	$(BIN)/edu-dl bench engine --threads 1 --repeats 25 --processes 5 --out benchmarks/cpu
+	$(BIN)/edu-dl bench conv --out benchmarks/cpu
 	$(BIN)/edu-dl bench results
 
 # Every GPU benchmark, in under 8 minutes, into benchmarks/gpu/<device>/ with its PROVENANCE; on a

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from edu_dl import conv_bench
+from edu_dl.bench import conv as conv_bench
+from edu_dl.cli import main
 
 
 def test_the_reference_is_pytorchs_conv2d() -> None:
@@ -30,3 +34,32 @@ def test_one_quick_round_gives_the_whole_table() -> None:
     assert all(r.forward_us > 0 and r.both_us > 0 for r in rows)
     text = conv_bench.table(rows)
     assert text.count("| numpy | ") == len(conv_bench.SIZES) and "| 1.00 |" in text
+
+
+def test_the_cli_writes_its_report_and_data_on_a_tiny_size(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "conv"
+    assert main(["bench", "conv", "--quick", "--batch", "1", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "| conv1 1->8, 8x8 | edu_dl |" in printed and "Target (issue 15)" in printed
+    assert "batch 1, float32" in printed and "Made by `edu-dl bench conv --quick`" in printed
+    assert sorted(p.name for p in out.iterdir()) == ["conv.csv", "conv.json", "conv.md",
+                                                      "conv.png"]
+    data = json.loads((out / "conv.json").read_text())
+    assert data["batch"] == 1 and data["rounds"] == 1 and data["device"] == "cpu"
+    result = conv_bench.ConvResult.from_json(data)
+    assert [(r.size, r.implementation) for r in result.rows] == [
+        (size, impl) for size, _, _ in conv_bench.SIZES for impl in conv_bench.IMPLEMENTATIONS]
+    assert (out / "conv.md").read_text() == printed
+
+
+def test_the_gpu_mode_runs_on_a_fake_gpu(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("EDU_DL_BENCH_FAKE_GPU", "1")
+    assert main(["bench", "conv", "--quick", "--batch", "1", "--device", "gpu"]) == 0
+    printed = capsys.readouterr().out
+    assert "fake GPU" in printed and "wall clock, every block of calls ending with a device " \
+        "synchronize" in printed
+
+
+def test_gpu_without_one_says_so(capsys, monkeypatch) -> None:
+    monkeypatch.setattr(conv_bench, "device_of", lambda args, name: None)
+    assert main(["bench", "conv", "--quick", "--device", "gpu"]) == 1

@@ -41,6 +41,7 @@ GPU_RUNS: dict[str, list[str]] = {
     "loader": ["loader", "--repeats", "2"],
     "twins": ["twins", "--model", "lecture_tf", "--steps", "10"],
     "parallel": ["parallel"],
+    "conv": ["conv", "--rounds", "10"],
 }
 PROVENANCE = "PROVENANCE"
 
@@ -159,7 +160,7 @@ def add_gpu(kinds: Any) -> None:
     p = kinds.add_parser(
         "gpu", help="record every GPU benchmark into benchmarks/gpu/<device>/ (make bench-gpu)",
         description="Run every benchmark's GPU mode (engine and plan, kernels, matmul, "
-        "transfer, loader, twins, parallel) within an 8-minute budget and record the results "
+        "transfer, loader, twins, parallel, conv) within an 8-minute budget and record the results "
         "with a PROVENANCE file in OUT/<device>/, replacing what was there.")
     p.add_argument("--only", type=_benchmark_list, default=None,
                    help=f"comma-separated, from {','.join(GPU_RUNS)} (default: all)")
