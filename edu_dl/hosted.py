@@ -56,8 +56,8 @@ if importlib.util.find_spec("edu_dl") is None:
     repository = "{REPOSITORY}"
     subprocess.run(["git", "clone", "--quiet", "--depth", "1", repository, str(course)], check=True)
     extra = "" if importlib.util.find_spec("tensorflow") else "[cpu]"  # for lecture 6
-    subprocess.run([sys.executable, "-m", "pip", "install", "-c", pins.name, f"{{course}}{{extra}}"],
-                   check=True)
+    pip = [sys.executable, "-m", "pip", "install", "-c", pins.name, f"{{course}}{{extra}}"]
+    subprocess.run(pip, check=True)
     if not Path("parts").exists():
         shutil.copytree(course / "exercises" / "parts", "parts")
     importlib.invalidate_caches()'''

@@ -108,5 +108,6 @@ def test_nbval_catches_a_broken_relu_backward(broken: bool, tmp_path: Path) -> N
     for name, text in failures.items():
         index = int(name.removeprefix("Cell "))  # nbval counts code cells from 0
         assert "Cell outputs differ" in text, f"{name} failed otherwise than by a mismatch:\n{text}"
-        assert CHECK_TAG in cells[index].metadata.get("tags", []), f"{name} is not checked, yet it failed"
+        tags = cells[index].metadata.get("tags", [])
+        assert CHECK_TAG in tags, f"{name} is not checked, yet it failed"
         assert index >= uses_relu[0], f"{name} fails before any cell uses relu:\n{text}"

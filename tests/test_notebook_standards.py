@@ -30,8 +30,8 @@ NUMBER = re.compile(r"^0*(\d+[a-z]?)_")
 # A printed check: a line ending in True/False after a comparison ("losses agree: True"), two or
 # more booleans in a row (a table of checks), or a boolean alone. A fact ("CUDA available: False")
 # passes: it has no comparison before its boolean.
-COMPARISON = (r"==|\s=\s|≈|<|>|\b(?:equal|equals|agree|agrees|same|match|matches|pass|passes|passed|fail|"
-              r"fails|identical|below|above|fell|moved|removed|freed|arrive)\b")
+COMPARISON = (r"==|\s=\s|≈|<|>|\b(?:equal|equals|agree|agrees|same|match|matches|pass|passes|"
+              r"passed|fail|fails|identical|below|above|fell|moved|removed|freed|arrive)\b")
 PRINTED_CHECK = re.compile(rf"(?:{COMPARISON}).*\b(?:True|False)\s*$"
                            r"|(?:\b(?:True|False)\s+){1,}(?:True|False)\s*$|^\s*(?:True|False)\s*$")
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"

@@ -40,7 +40,8 @@ NOTEBOOKS = {"ex01": "01_getting_started.ipynb", "ex02": "02_cpu_vs_gpu.ipynb",
              "ex04": "04_computational_graphs.ipynb", "ex05": "05_autograd_from_scratch.ipynb",
              "ex06": "06_tensorflow.ipynb", "ex07": "07_pytorch.ipynb",
              "ex08": "08_static_vs_dynamic.ipynb", "ex09": "09_shootout.ipynb",
-             "ex10": "10_many_devices.ipynb", "ex12": "12_gpu_practice.ipynb"}
+             "ex10": "10_many_devices.ipynb", "ex11": "11_convolutions.ipynb",
+             "ex12": "12_gpu_practice.ipynb"}
 ALSO = {"ex08": "def parse_layer"}  # given helpers the solution functions use
 ALL_PARTS = all_course_parts()
 
@@ -437,6 +438,28 @@ def ring_all_reduce(arrays):
     _ring_expected = course_module("ex10")._ring_expected
     total, sent = _ring_expected(arrays)
     return total / len(arrays), sent  # the mean, not the sum
+"""),
+    # ex11: values only
+    "ex11.im2col": (RAW, """
+def im2col(x, kh, kw, stride=1, pad=0):
+    return course_module("ex11").im2col_loops(x, kh, kw, stride, pad).T  # one ROW per window
+"""),
+    "ex11.conv_forward": (RAW, """
+def conv_forward(x, w, b, stride=1, pad=0):
+    return course_module("ex11")._torch_conv(x, w, None, stride, pad)  # no bias
+"""),
+    "ex11.conv_backward": (RAW, """
+def conv_backward(dout, x, w, stride=1, pad=0):
+    dx, dw, db = course_module("ex11")._backward_expected(dout, x, w, stride, pad)
+    return dx, dw, db / (dout.shape[0] * dout.shape[2] * dout.shape[3])  # a mean, not a sum
+"""),
+    "ex11.max_pool_forward": (RAW, """
+def max_pool_forward(x, k, stride):
+    return course_module("ex11")._pool_loops(x, k, stride, np.mean)  # average pooling
+"""),
+    "ex11.max_pool_backward": (RAW, """
+def max_pool_backward(dout, x, k, stride):
+    return course_module("ex11")._pool_spread(dout, x, k, stride)  # to every element
 """),
     # ex12
     "ex12.memory_budget": (RAW, """
