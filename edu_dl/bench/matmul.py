@@ -307,6 +307,28 @@ def run_matmul(args: argparse.Namespace) -> MatmulResult:
     return MatmulResult(machine, rows, failed, args.left_out, peak, bandwidth, checks, load)
 
 
+def sweep(
+    sizes: Sequence[int] = SIZES,
+    targets: Sequence[str] = ("numpy", "torch"),
+    *,
+    quick: bool = False,
+    threads: int | None = None,
+    repeats: int | None = None,
+    timeout: float = WORKER_TIMEOUT_S,
+    show_progress: bool = True,
+) -> MatmulResult:
+    """``edu-dl bench matmul`` from Python: the same run as the command, with keywords instead of
+    flags (a notebook calls this; the machine facts the CPU does not reveal stay unknown)."""
+    unknown = [t for t in targets if t not in TARGETS]
+    if unknown:
+        raise ValueError(f"sweep: unknown targets {unknown}; choose from {list(TARGETS)}")
+    args = argparse.Namespace(
+        sizes=sorted(set(sizes)), targets=list(targets), left_out={}, quick=quick,
+        threads=threads, repeats=repeats, timeout=timeout, no_progress=not show_progress,
+        fma_units=None, clock_mhz=None, memory_mts=None, channels=None, bus_bytes=8)
+    return run_matmul(args)
+
+
 # --------------------------------------------------------------------------- report
 
 
