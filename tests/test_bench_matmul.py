@@ -156,3 +156,15 @@ def test_sweep_is_the_command_called_from_python() -> None:
 def test_sweep_refuses_an_unknown_target() -> None:
     with pytest.raises(ValueError, match="unknown targets"):
         bm.sweep([16], ["numpy", "jax"])
+
+
+def test_a_busy_machine_warning_names_the_thread_cap_it_ran_with() -> None:
+    rows = [bm.make_row("numpy", 16, 1e-5, 1)]
+    facts = {"value": None, "unit": "", "source": "", "reason": "unknown"}
+    peak = {"theoretical": facts, "assumed": facts, "measured": facts}
+    busy = (99.0, 99.0)
+    capped = bm.MatmulResult("m", rows, {}, {}, peak, {"measured_copy": facts}, [], busy, 1)
+    assert "each library ran on 1 thread(s)" in bm.render(capped)
+    assert "try --threads 1" not in bm.render(capped)
+    free = bm.MatmulResult("m", rows, {}, {}, peak, {"measured_copy": facts}, [], busy)
+    assert "try --threads 1" in bm.render(free)
