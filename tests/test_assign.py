@@ -130,3 +130,16 @@ def test_every_part_is_used_by_a_solutions_notebook():
             for cell in nbs.read_notebook(path).cells if nbs.is_grade(cell)
             for part in nbs.check_calls(cell.source)}
     assert {p.id for p in all_course_parts()} == used
+
+
+def test_the_exercise_drops_the_solutions_execution_digest() -> None:
+    """metadata.edu_dl records the code that executed the solution (make notebooks); an exercise
+    is never executed, so it carries none, and re-running a solution leaves it unchanged."""
+    from edu_dl.grading.assign import student_version
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Exercise 1. x")])
+    nb.metadata["edu_dl"] = {"sources": {"edu_dl/lecture.py": "0" * 16}}
+    nb.metadata["kernelspec"] = {"name": "python3"}
+    out = student_version(nb)
+    assert "edu_dl" not in out.metadata and out.metadata["kernelspec"] == {"name": "python3"}
+    assert "edu_dl" in nb.metadata  # the solution itself is untouched

@@ -143,3 +143,28 @@ def test_quick_run_writes_well_formed_csv_json_and_plots(tmp_path: Path) -> None
         assert max(r["gflops"] for r in data["rows"]) <= peak
     for name in ("matmul_gflops.png", "matmul_roofline.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_sweep_is_the_command_called_from_python() -> None:
+    result = bm.sweep([64, 16, 16], ["numpy"], quick=True, threads=1, show_progress=False)
+    assert [(r.target, r.n) for r in result.rows] == [("numpy", 16), ("numpy", 64)]
+    assert all(r.flops == 2 * r.n**3 and r.gflops > 0 for r in result.rows)
+    assert result.failed == {} and result.bandwidth["measured_copy"]["value"] > 0
+    assert "NumPy" in bm.render(result)
+
+
+def test_sweep_refuses_an_unknown_target() -> None:
+    with pytest.raises(ValueError, match="unknown targets"):
+        bm.sweep([16], ["numpy", "jax"])
+
+
+def test_a_busy_machine_warning_names_the_thread_cap_it_ran_with() -> None:
+    rows = [bm.make_row("numpy", 16, 1e-5, 1)]
+    facts = {"value": None, "unit": "", "source": "", "reason": "unknown"}
+    peak = {"theoretical": facts, "assumed": facts, "measured": facts}
+    busy = (99.0, 99.0)
+    capped = bm.MatmulResult("m", rows, {}, {}, peak, {"measured_copy": facts}, [], busy, 1)
+    assert "each library ran on 1 thread(s)" in bm.render(capped)
+    assert "try --threads 1" not in bm.render(capped)
+    free = bm.MatmulResult("m", rows, {}, {}, peak, {"measured_copy": facts}, [], busy)
+    assert "try --threads 1" in bm.render(free)

@@ -12,7 +12,9 @@ from edu_dl.grading import checking
 
 ex03 = course_module("ex03")
 
-SOLUTIONS = solution_namespace("03_feeding_the_gpu.ipynb")
+# ex03.feed_bytes moved with the feed_dict lesson to exercise 6b and kept its id (gradebooks).
+SOLUTIONS = {**solution_namespace("03_feeding_the_gpu.ipynb"),
+             **solution_namespace("06b_feeding_a_graph.ipynb")}
 FUNCTIONS = {"ex03.feed_bytes": "feed_bytes", "ex03.ideal_epoch": "ideal_epoch",
              "ex03.prefetch": "prefetch", "ex03.prefetch_errors": "prefetch",
              "ex03.epoch_batches": "epoch_batches"}

@@ -14,11 +14,14 @@ from edu_dl.grading import checking
 
 ex08 = course_module("ex08")
 
-SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "08_static_vs_dynamic.ipynb"
+SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions"
 
 
 def solutions() -> dict[str, Any]:
-    return solution_namespace("08_static_vs_dynamic.ipynb", also="def parse_layer")
+    """The solution functions: the RNN and plan parts in exercise 8, the Caffe part (which kept its
+    id, ex08.caffe_forward) in exercise 8b."""
+    return {**solution_namespace("08_static_vs_dynamic.ipynb"),
+            **solution_namespace("08b_caffe_and_the_landscape.ipynb", also="def parse_layer")}
 
 
 FUNCTIONS = {"ex08.rnn_eager": "rnn_eager", "ex08.rnn_static": "rnn_static",

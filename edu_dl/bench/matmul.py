@@ -202,6 +202,7 @@ class MatmulResult:
     bandwidth: dict[str, Any]
     checks: list[str] = field(default_factory=list)
     load: tuple[float, float] | None = None  # 1-minute load average before and after
+    threads: int | None = None  # the cap on each library's thread pool, if any
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> MatmulResult:
@@ -209,7 +210,7 @@ class MatmulResult:
         load = data.get("load_average")
         return cls(data["machine"], [Row(**r) for r in data["rows"]], data["failed"],
                    data["left_out"], data["peak"], data["bandwidth"], data["checks"],
-                   tuple(load) if load else None)
+                   tuple(load) if load else None, data.get("threads"))
 
     def gflops(self, target: str, n: int) -> float | None:
         return next((r.gflops for r in self.rows if r.target == target and r.n == n), None)
@@ -304,7 +305,30 @@ def run_matmul(args: argparse.Namespace) -> MatmulResult:
     peak, bandwidth, checks, machine = machine_facts(args, best_cpu, args.quick)
     load_after = load_average()
     load = (load_before, load_after) if math.isfinite(load_before + load_after) else None
-    return MatmulResult(machine, rows, failed, args.left_out, peak, bandwidth, checks, load)
+    return MatmulResult(machine, rows, failed, args.left_out, peak, bandwidth, checks, load,
+                        args.threads)
+
+
+def sweep(
+    sizes: Sequence[int] = SIZES,
+    targets: Sequence[str] = ("numpy", "torch"),
+    *,
+    quick: bool = False,
+    threads: int | None = None,
+    repeats: int | None = None,
+    timeout: float = WORKER_TIMEOUT_S,
+    show_progress: bool = True,
+) -> MatmulResult:
+    """``edu-dl bench matmul`` from Python: the same run as the command, with keywords instead of
+    flags (a notebook calls this; the machine facts the CPU does not reveal stay unknown)."""
+    unknown = [t for t in targets if t not in TARGETS]
+    if unknown:
+        raise ValueError(f"sweep: unknown targets {unknown}; choose from {list(TARGETS)}")
+    args = argparse.Namespace(
+        sizes=sorted(set(sizes)), targets=list(targets), left_out={}, quick=quick,
+        threads=threads, repeats=repeats, timeout=timeout, no_progress=not show_progress,
+        fma_units=None, clock_mhz=None, memory_mts=None, channels=None, bus_bytes=8)
+    return run_matmul(args)
 
 
 # --------------------------------------------------------------------------- report
@@ -351,7 +375,8 @@ def render(result: MatmulResult) -> str:
     if result.load and max(result.load) > cores:
         lines.append(f"warning: the machine was busy (1-minute load average {result.load[0]:.1f} "
                      f"before, {result.load[1]:.1f} after, on {cores} CPUs): multi-threaded BLAS "
-                     "suffers most; try --threads 1")
+                     + (f"suffers most; each library ran on {result.threads} thread(s)"
+                        if result.threads else "suffers most; try --threads 1"))
     lines += [f"left out {TITLES[t]}: {why}" for t, why in result.left_out.items()]
     lines += [f"FAILED {TITLES[t]}: {why}" for t, why in result.failed.items()]
     return "\n".join(lines) + "\n"
@@ -376,7 +401,7 @@ def write_outputs(result: MatmulResult, out: Path) -> list[Path]:
     data = {"machine": result.machine, "rows": [asdict(r) for r in result.rows],
             "summary": summary(result), "peak": result.peak, "bandwidth": result.bandwidth,
             "checks": result.checks, "failed": result.failed, "left_out": result.left_out,
-            "load_average": result.load}
+            "load_average": result.load, "threads": result.threads}
     json_path.write_text(json.dumps(data, indent=2))
     return [csv_path, json_path, plot_gflops(result, out / "matmul_gflops.png"),
             plot_roofline(result, out / "matmul_roofline.png")]
