@@ -109,9 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from tqdm import tqdm
 
+    from .progress import progress_disabled
+
     failed = []
     for path in tqdm(args.notebooks, desc="notebooks", unit="nb", file=sys.stderr,
-                     disable=len(args.notebooks) < 2):
+                     disable=progress_disabled(len(args.notebooks) > 1)):
         try:
             sources = execute(path, args.timeout)
         except Exception as exc:  # report every notebook, then fail: one error must not hide more
