@@ -7,9 +7,11 @@ nbgrader means this test FAILS: the compatibility claim is then unproven.
 
 What is compared: the whole file, byte for byte (cell sources, cell ids, outputs, nbgrader's
 metadata with its checksums and `cell_type`, the lock flags `deletable`/`editable`). On a
-mismatch the message lists the differing cells and fields. The only known difference in kind:
+mismatch the message lists the differing cells and fields. The known differences in kind:
 `edu-dl assign` also drops nbclient's `execution` timing metadata, which our executed solutions do
-not carry (they are executed with record_timing=False).
+not carry (they are executed with record_timing=False), and the notebook's `edu_dl` metadata (the
+digest of the code that executed the solution, see edu_dl.notebook_run), which nbgrader keeps:
+the test removes that key from nbgrader's version, and only that key, before comparing.
 """
 
 from __future__ import annotations
@@ -52,6 +54,10 @@ def test_nbgrader_generate_assignment_gives_the_same_student_version(request, tm
                          env=env, check=False)
     assert run.returncode == 0, run.stdout + run.stderr
     theirs = course / "release" / "ps" / NOTEBOOK.name
+    released = nbformat.read(theirs, as_version=4)
+    assert "edu_dl" in released.metadata  # nbgrader keeps the execution digest ...
+    del released.metadata["edu_dl"]  # ... which an exercise does not carry
+    nbformat.write(released, theirs)
 
     ours_dir = tmp_path / "ours"
     assign(NOTEBOOK, ours_dir)
