@@ -67,7 +67,7 @@ def solution_namespace(notebook: str, also: str = "") -> dict[str, Any]:
 
 
 def run_check(capsys: pytest.CaptureFixture[str], part_id: str, fn: Any,
-              hidden: bool = False) -> tuple[bool, str]:
+              hidden: bool = False) -> tuple[checking.Outcome, str]:
     """check()'s result and what it printed; it must never print a traceback."""
     with contextlib.chdir(SOLUTIONS):  # check() finds parts/ beside the notebook, as a student's
         ok = check(part_id, fn, hidden=hidden)

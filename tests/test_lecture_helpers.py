@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from edu_dl import backend, lecture
@@ -73,8 +75,7 @@ def test_recorded_gpu_is_labelled(tmp_path, monkeypatch, capsys):
     (folder / "matmul" / "matmul.json").write_text('{"x": 1}')
     (folder / "PROVENANCE").write_text("device: Some GPU\ndate: 2026-11-24\n"
                                        "versions: torch 9\ncommand matmul: edu-dl bench matmul\n")
-    monkeypatch.setattr(record, "BENCHMARKS", tmp_path)
-    monkeypatch.setattr(record.recorded, "__defaults__", (None, tmp_path))
+    monkeypatch.setattr(record, "recorded", functools.partial(record.recorded, root=tmp_path))
     result = lecture.recorded_gpu("matmul")
     assert result["data"] == {"x": 1}
     assert result["label"] == ("recorded on Some GPU (2026-11-24; torch 9) by: "

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -63,9 +65,6 @@ def hidden_tensorflow(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str
 
 
 def test_the_block_works(hidden_tensorflow: dict[str, str]) -> None:
-    import subprocess
-    import sys
-
     code = ("import importlib.util\nassert importlib.util.find_spec('tensorflow') is None\n"
             "try:\n    import tensorflow\nexcept ModuleNotFoundError as e:\n    print(e)\n"
             "import numpy, torch\nprint('others fine')")
