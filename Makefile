@@ -102,7 +102,7 @@ test-fast: install
 
 # Progress bars print rates that differ on every run: TQDM_DISABLE=1 turns tqdm off.
 # Two workers, each notebook whole on one of them (nbval needs --dist loadscope: one kernel per
-# notebook); on 2 cores the 11 lectures took 98-107 s this way against 124-136 s in one process.
+# notebook); on 2 cores the 11 lectures then took 98-107 s this way against 124-136 s in one process.
 test-notebooks: install
 ifeq ($(strip $(NOTEBOOK_DIRS)),)
 	@echo "no notebooks yet"
