@@ -16,8 +16,7 @@ from . import __version__
 from .bench.cli import add_bench
 from .caffe.cli import add_train
 from .doctor import add_doctor
-from .grading.cli import add_assign, add_validate
-from .grading.grade_cli import add_grade
+from .grading.cli import add_assign, add_grade, add_validate
 
 Subparsers = Any  # argparse's _SubParsersAction is private
 

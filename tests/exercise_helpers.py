@@ -12,7 +12,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from edu_dl.grading import check, checking, parts
+from edu_dl.grading import check, checking, parts, protocol, spec
 
 SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions"
 # A child process's first lines: the CUDA simulator switched on before numba.cuda is imported, then
@@ -36,16 +36,16 @@ def course_module(exercise: str) -> ModuleType:
 
 
 @functools.cache
-def _course() -> dict[str, checking.Part]:
+def _course() -> dict[str, spec.Part]:
     return parts.course_parts(SOLUTIONS)
 
 
-def course_part(part_id: str) -> checking.Part:
+def course_part(part_id: str) -> spec.Part:
     """The course's part with this id, as the grader loads it from beside ``solutions/``."""
     return parts.get(part_id, _course())
 
 
-def all_course_parts() -> list[checking.Part]:
+def all_course_parts() -> list[spec.Part]:
     """Every part of the course, in exercise order."""
     return list(_course().values())
 
@@ -76,12 +76,12 @@ def run_check(capsys: pytest.CaptureFixture[str], part_id: str, fn: Any,
     return ok, out
 
 
-def assert_solution_passes(part: checking.Part, fn: Any, hidden: bool,
+def assert_solution_passes(part: spec.Part, fn: Any, hidden: bool,
                            rng: np.random.Generator) -> int:
     """Judge ``fn`` on every case ``part`` draws, as the grader does; returns how many cases."""
-    cases = checking.roundtrip(part.cases(rng, hidden))
+    cases = protocol.roundtrip(part.cases(rng, hidden))
     for i, args in enumerate(cases):
-        verdict = checking.judge_case(part, i, len(cases), args, part.expected(*args),
+        verdict = spec.judge_case(part, i, len(cases), args, part.expected(*args),
                                       part.call(fn, args))
         assert verdict.ok, verdict.message
     return len(cases)

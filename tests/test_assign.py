@@ -11,8 +11,10 @@ from exercise_helpers import all_course_parts
 from nbformat.v4 import new_code_cell, new_notebook
 
 from edu_dl.cli import main
+from edu_dl.grading import nbgrader
 from edu_dl.grading import notebooks as nbs
-from edu_dl.grading.assign import AssignError, assign, lint, student_version
+from edu_dl.grading.assign import assign, lint
+from edu_dl.grading.nbgrader import AssignError, student_version
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS, EXERCISES = ROOT / "solutions", ROOT / "exercises"
@@ -73,7 +75,7 @@ def test_student_version_cell_by_cell():
     assert "editable" not in code.metadata and "nbgrader" not in code.metadata
     # nbgrader's metadata is kept, with its checksum of the student version added
     assert test.metadata.nbgrader.points == 1 and test.metadata.nbgrader.cell_type == "code"
-    assert test.metadata.nbgrader.checksum == nbs.checksum(test)
+    assert test.metadata.nbgrader.checksum == nbgrader.checksum(test)
     assert lint(nb, "notebook", COURSE) == []
 
 
@@ -127,15 +129,15 @@ def test_assign_writes_nothing_when_any_notebook_is_broken(tmp_path: Path):
 
 def test_every_part_is_used_by_a_solutions_notebook():
     used = {part for path in SOLUTIONS.glob("*.ipynb")
-            for cell in nbs.read_notebook(path).cells if nbs.is_grade(cell)
-            for part in nbs.check_calls(cell.source)}
+            for cell in nbs.read_notebook(path).cells if nbgrader.is_grade(cell)
+            for part in nbgrader.check_calls(cell.source)}
     assert {p.id for p in all_course_parts()} == used
 
 
 def test_the_exercise_drops_the_solutions_execution_digest() -> None:
     """metadata.edu_dl records the code that executed the solution (make notebooks); an exercise
     is never executed, so it carries none, and re-running a solution leaves it unchanged."""
-    from edu_dl.grading.assign import student_version
+    from edu_dl.grading.nbgrader import student_version
 
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Exercise 1. x")])
     nb.metadata["edu_dl"] = {"sources": {"edu_dl/lecture.py": "0" * 16}}

@@ -9,7 +9,7 @@ import pytest
 from exercise_helpers import all_course_parts, course_module, course_part
 
 import edu_dl
-from edu_dl.grading import Part, Verdict, check, checking, default_compare, parts
+from edu_dl.grading import Part, Verdict, check, checking, default_compare, parts, protocol
 
 pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there
 
@@ -204,7 +204,7 @@ def test_every_part_is_well_formed(in_solutions: Path) -> None:
         for hidden in (False, True):
             cases = part.cases(np.random.default_rng(3), hidden)
             assert cases, part.id
-            checking.encode_cases(cases)  # serializable without pickle
+            protocol.encode_cases(cases)  # serializable without pickle
     visible = ex05.PARTS[0].cases(np.random.default_rng(checking.VISIBLE_SEED), False)
     hidden = ex05.PARTS[0].cases(np.random.default_rng(checking.HIDDEN_SEED), True)
     assert [a[0].shape for a in visible] != [a[0].shape for a in hidden]
@@ -234,8 +234,8 @@ def test_default_compare_messages():
 def test_grading_mode_records_results_and_compares_nothing(tmp_path: Path, monkeypatch, capsys):
     part: Part = course_part("ex05.relu_backward")
     cases = part.cases(np.random.default_rng(12345), True)  # the grader's fresh draw
-    checking.write_inputs(tmp_path / "inputs" / "ex05.relu_backward.npz", cases)
-    monkeypatch.setenv(checking.GRADING_ENV, str(tmp_path))
+    protocol.write_inputs(tmp_path / "inputs" / "ex05.relu_backward.npz", cases)
+    monkeypatch.setenv(protocol.GRADING_ENV, str(tmp_path))
 
     def wrong_on_second(dout, x):
         if dout.shape == cases[1][0].shape and np.array_equal(dout, cases[1][0]):
@@ -249,11 +249,11 @@ def test_grading_mode_records_results_and_compares_nothing(tmp_path: Path, monke
     files = sorted(p.name for p in (tmp_path / "outputs").iterdir())
     assert files == ["ex05.relu_backward.1.npz", "ex05.relu_backward.2.npz"]
 
-    hidden, results = checking.read_outputs(tmp_path / "outputs" / "ex05.relu_backward.1.npz")
+    hidden, results = protocol.read_outputs(tmp_path / "outputs" / "ex05.relu_backward.1.npz")
     assert hidden is False and len(results) == len(cases)
-    assert isinstance(results[1], checking.ErrorText) and "RuntimeError: boom" in results[1]
+    assert isinstance(results[1], protocol.ErrorText) and "RuntimeError: boom" in results[1]
     assert not part.compare(part.expected(*cases[0]), results[0]).ok  # the grader sees the bug
-    hidden, results = checking.read_outputs(tmp_path / "outputs" / "ex05.relu_backward.2.npz")
+    hidden, results = protocol.read_outputs(tmp_path / "outputs" / "ex05.relu_backward.2.npz")
     assert hidden is True
     for args, got in zip(cases, results):
         assert part.compare(part.expected(*args), got).ok
@@ -261,16 +261,16 @@ def test_grading_mode_records_results_and_compares_nothing(tmp_path: Path, monke
 
 def test_grading_mode_tuples_and_non_arrays(tmp_path: Path, monkeypatch, capsys):
     cases = course_part("ex05.mul_backward").cases(np.random.default_rng(5), False)
-    checking.write_inputs(tmp_path / "inputs" / "ex05.mul_backward.npz", cases)
-    monkeypatch.setenv(checking.GRADING_ENV, str(tmp_path))
+    protocol.write_inputs(tmp_path / "inputs" / "ex05.mul_backward.npz", cases)
+    monkeypatch.setenv(protocol.GRADING_ENV, str(tmp_path))
     check("ex05.mul_backward", mul_backward)
     check("ex05.mul_backward", lambda d, x, y: None)
     capsys.readouterr()
-    _, results = checking.read_outputs(tmp_path / "outputs" / "ex05.mul_backward.1.npz")
+    _, results = protocol.read_outputs(tmp_path / "outputs" / "ex05.mul_backward.1.npz")
     assert isinstance(results[0], tuple) and len(results[0]) == 2
     np.testing.assert_array_equal(results[0][0], cases[0][0] * cases[0][2])
-    _, results = checking.read_outputs(tmp_path / "outputs" / "ex05.mul_backward.2.npz")
-    assert all(isinstance(r, checking.ErrorText) and "NoneType" in r for r in results)
+    _, results = protocol.read_outputs(tmp_path / "outputs" / "ex05.mul_backward.2.npz")
+    assert all(isinstance(r, protocol.ErrorText) and "NoneType" in r for r in results)
 
 
 def test_a_notebook_shows_only_the_verdict(capsys):

@@ -23,13 +23,14 @@ import pytest
 from hostile import corpus
 
 from edu_dl.cli import main
+from edu_dl.grading import batch as G
 from edu_dl.grading import cluster as C
-from edu_dl.grading import grade as G
-from edu_dl.grading import sandbox
+from edu_dl.grading import model, sandbox
+from edu_dl.grading.settings import Settings
 
 distributed = pytest.importorskip("distributed")
 
-FAST = G.Settings(timeout_s=15, memory_mb=2048)
+FAST = Settings(timeout_s=15, memory_mb=2048)
 GROUP = f"pytest{os.getpid()}-cluster-"  # the workers' sandboxes carry it: none may linger
 DASK = str(Path(sys.executable).parent / "dask")
 # Deterministic outcomes only (no timeouts, no memory races), so two runs agree row for row.
@@ -253,7 +254,7 @@ def test_cluster_gradebooks_equal_a_local_run_even_with_a_worker_killed(
     assert again.graded == 0
 
     # The second batch regrades everything; a worker is killed while it grades.
-    done: list[G.Summary] = []
+    done: list[model.Summary] = []
     batch = threading.Thread(target=lambda: done.append(G.grade(
         subs, source, tmp_path / "grades", settings=FAST, progress=False, force=True,
         log=lambda s: None, cluster=found.options())))
@@ -284,7 +285,7 @@ def test_a_submission_whose_worker_dies_twice_gets_a_worker_lost_row(
     shutil.copytree(tmp_path / "submissions" / "good", tmp_path / "submissions" / "killer")
     found = start(3)
     killed: list[str] = []
-    done: list[G.Summary] = []
+    done: list[model.Summary] = []
     batch = threading.Thread(target=lambda: done.append(G.grade(
         tmp_path / "submissions", tmp_path / "source", tmp_path / "grades", settings=FAST,
         progress=False, log=lambda s: None, cluster=found.options())))
@@ -358,11 +359,12 @@ def test_the_private_source_never_travels_to_a_worker(tmp_path: Path,
     import nbformat
     from test_instructor_course import CHEAT, _private_course
 
+    from edu_dl.grading import nbgrader
     from edu_dl.grading import notebooks as nbs
 
     src = _private_course(tmp_path / "course")
     nb = nbs.read_notebook(src / "hw2.ipynb")
-    next(c for c in nb.cells if nbs.grade_id(c) == "squares").source = CHEAT
+    next(c for c in nb.cells if nbgrader.grade_id(c) == "squares").source = CHEAT
     folder = tmp_path / "course" / "submitted" / "cheat" / "hw2"
     folder.mkdir(parents=True)
     nbformat.write(nb, folder / "hw2.ipynb")

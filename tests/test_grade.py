@@ -15,12 +15,14 @@ import pytest
 from hostile import corpus
 
 from edu_dl.cli import main
-from edu_dl.grading import grade as G
-from edu_dl.grading import model, report, results, sandbox
-from edu_dl.grading.notebooks import grade_id
+from edu_dl.grading import batch as G
+from edu_dl.grading import collect, model, report, restore, sandbox
+from edu_dl.grading.nbgrader import grade_id
+from edu_dl.grading.settings import Settings
+from edu_dl.grading.trust import result as results
 
 ROOT = Path(__file__).resolve().parents[1]
-FAST = G.Settings(timeout_s=15, memory_mb=2048)
+FAST = Settings(timeout_s=15, memory_mb=2048)
 
 
 def rows(out: Path) -> list[dict[str, str]]:
@@ -54,7 +56,7 @@ def test_restore_puts_back_edited_and_deleted_tests() -> None:
     test_cell = next(c for c in student.cells if grade_id(c) == "gflops_tests")
     test_cell.source = "print('✓ passed')"
     student.cells = [c for c in student.cells if grade_id(c) != "peak_bandwidth_tests"]
-    nb, notes = G.restore(student, source)
+    nb, notes = restore.restore(student, source)
     restored = {grade_id(c): c.source for c in nb.cells}
     original = {grade_id(c): c.source for c in source.cells}
     assert restored["gflops_tests"] == original["gflops_tests"]  # hidden tests included
@@ -66,14 +68,14 @@ def test_restore_puts_back_edited_and_deleted_tests() -> None:
     # The student's own code is kept, never replaced by the solution.
     student_code = next(c for c in corpus.student(solved=False).cells
                         if grade_id(c) == "gflops").source
-    nb2, _ = G.restore(corpus.student(solved=False), source)
+    nb2, _ = restore.restore(corpus.student(solved=False), source)
     assert next(c for c in nb2.cells if grade_id(c) == "gflops").source == student_code
 
 
 def test_another_exercise_is_recognised() -> None:
     other = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
-    assert G.is_other_exercise(other, corpus.source())
-    assert not G.is_other_exercise(corpus.student(solved=False), corpus.source())
+    assert restore.is_other_exercise(other, corpus.source())
+    assert not restore.is_other_exercise(corpus.student(solved=False), corpus.source())
 
 
 # --------------------------------------------------------------------------- reading results
@@ -152,13 +154,13 @@ def test_collect_both_layouts(tmp_path: Path) -> None:
     (flat / "ann" / "02_mini.ipynb").write_text("{}")
     (flat / "ann" / "notes.ipynb").write_text("{}")
     (flat / "bob").mkdir()
-    jobs, extra = G.collect(flat, exercises)
+    jobs, extra = collect.collect(flat, exercises)
     assert [(j.student, j.path is not None) for j in jobs] == [("ann", True), ("bob", False)]
     assert [(r.student, r.status) for r in extra] == [("ann", "not an exercise")]
     nbg = tmp_path / "course"
     (nbg / "submitted" / "cy" / "week2").mkdir(parents=True)
     (nbg / "submitted" / "cy" / "week2" / "02_mini.ipynb").write_text("{}")
-    jobs, extra = G.collect(nbg, exercises)
+    jobs, extra = collect.collect(nbg, exercises)
     assert [(j.student, j.assignment) for j in jobs] == [("cy", "week2")] and not extra
 
 
@@ -231,7 +233,7 @@ def test_solutions_score_full_marks_and_exercises_zero(tmp_path: Path) -> None:
                 "edu-dl assign solutions/ exercises/"
             shutil.copy(ROOT / folder / nb.name, tmp_path / "subs" / student / nb.name)
     summary = G.grade(tmp_path / "subs", ROOT / "solutions", tmp_path / "grades", jobs=2,
-                      progress=False, settings=G.Settings(timeout_s=120))
+                      progress=False, settings=Settings(timeout_s=120))
     solved = [r for r in summary.rows if r.student == "solved"]
     unsolved = [r for r in summary.rows if r.student == "unsolved"]
     assert {r.exercise for r in solved} == {nb.stem for nb in sources}
@@ -249,7 +251,7 @@ def test_hostile_corpus(tmp_path: Path) -> None:
                       jobs=2, progress=False,
                       # a 64 MB /tmp: many_files fills it in a second, well inside the
                       # 10 s cell timeout even on a loaded machine ("error", not "timeout")
-                      settings=G.Settings(timeout_s=10, memory_mb=2048, tmp_mb=64))
+                      settings=Settings(timeout_s=10, memory_mb=2048, tmp_mb=64))
     got = {(r.student, r.part): r for r in summary.rows}
     for name, (_, statuses) in cases.items():
         for part, want in zip(corpus.PARTS, statuses):

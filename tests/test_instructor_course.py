@@ -11,12 +11,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from edu_dl.grading import grade as G
+from edu_dl.grading import batch as G
+from edu_dl.grading import load, model, nbgrader, sandbox
 from edu_dl.grading import notebooks as nbs
-from edu_dl.grading import sandbox
 from edu_dl.grading.nbgrader_course import _code
+from edu_dl.grading.settings import Settings
 
-FAST = G.Settings(timeout_s=30, memory_mb=2048)
+FAST = Settings(timeout_s=30, memory_mb=2048)
 
 # The student's code lists everything it can see under /tmp and reads every file there: the
 # test then asserts which names reached the sandbox. The software shown read-only (a CI clone
@@ -88,18 +89,18 @@ def _listing(out: Path, student: str, name: str = "hw1") -> dict[str, str]:
 
 def test_read_beside_skips_notebooks_parts_ignored_and_links(tmp_path: Path) -> None:
     _source(tmp_path / "hw1")
-    assert sorted(G.read_beside(tmp_path / "hw1")) == ["data/values.csv", "notes.txt"]
+    assert sorted(load.read_beside(tmp_path / "hw1")) == ["data/values.csv", "notes.txt"]
 
 
 def test_read_beside_is_bounded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from edu_dl.cli import main
 
     _source(tmp_path / "hw1")
-    with pytest.raises(G.NothingToGrade, match="over 1 files beside"):
-        G.read_beside(tmp_path / "hw1", max_files=1)
-    with pytest.raises(G.NothingToGrade, match="files beside the source notebooks"):
-        G.read_beside(tmp_path / "hw1", max_files=10, max_mb=1e-5)  # about 10 bytes
-    assert len(G.read_beside(tmp_path / "hw1", max_files=2)) == 2
+    with pytest.raises(model.NothingToGrade, match="over 1 files beside"):
+        load.read_beside(tmp_path / "hw1", max_files=1)
+    with pytest.raises(model.NothingToGrade, match="files beside the source notebooks"):
+        load.read_beside(tmp_path / "hw1", max_files=10, max_mb=1e-5)  # about 10 bytes
+    assert len(load.read_beside(tmp_path / "hw1", max_files=2)) == 2
     # The instructor sets both bounds on the command line.
     (tmp_path / "subs").mkdir()
     argv = ["grade", str(tmp_path / "subs"), "--source", str(tmp_path / "hw1"), "--out",
@@ -214,7 +215,7 @@ def test_a_private_exercise_is_graded_from_a_source_outside_the_repository(
     monkeypatch.chdir(tmp_path)
     for student, code in (("honest", HONEST), ("cheat", CHEAT)):
         nb = nbs.read_notebook(release / "hw2.ipynb")
-        next(c for c in nb.cells if nbs.grade_id(c) == "squares").source = code
+        next(c for c in nb.cells if nbgrader.grade_id(c) == "squares").source = code
         nb.cells.append(nbformat.v4.new_code_cell(LISTING))
         folder = tmp_path / "course" / "submitted" / student / "hw2"
         folder.mkdir(parents=True)
@@ -250,7 +251,7 @@ def test_a_part_file_with_a_foreign_id_or_no_parts_stops_the_batch(
     src = _private_course(tmp_path / "course")
     (src / "parts" / "hw2.private.py").write_text(PRIVATE_PARTS.replace('"hw2.', '"ex05.'))
     (tmp_path / "course" / "submitted" / "ann" / "hw2").mkdir(parents=True)
-    with pytest.raises(G.NothingToGrade, match=r"must read 'hw2\.<name>'"):
+    with pytest.raises(model.NothingToGrade, match=r"must read 'hw2\.<name>'"):
         G.grade(tmp_path / "course", src, tmp_path / "out", settings=FAST, progress=False)
     (src / "parts" / "hw2.private.py").unlink()
     (src / "parts" / "hw2.py").unlink()
@@ -259,7 +260,7 @@ def test_a_part_file_with_a_foreign_id_or_no_parts_stops_the_batch(
     (tmp_path / "parts").mkdir()
     (tmp_path / "parts" / "hw2.py").write_text("raise SystemExit('student code ran')")
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(G.NothingToGrade, match="no exercise 'hw2'"):
+    with pytest.raises(model.NothingToGrade, match="no exercise 'hw2'"):
         G.grade(tmp_path / "course", src, tmp_path / "out", settings=FAST, progress=False)
 
 
@@ -283,7 +284,7 @@ def test_manual_sheet_merges_into_both_gradebooks_and_html_feedback_is_escaped(
         shutil.rmtree(root / "submitted" / student)
     dave = root / "submitted" / "dave" / course.ASSIGNMENT / f"{course.NOTEBOOK}.ipynb"
     nb = nbs.read_notebook(dave)
-    next(c for c in nb.cells if nbs.grade_id(c) == "why").source = \
+    next(c for c in nb.cells if nbgrader.grade_id(c) == "why").source = \
         "=HYPERLINK(1) <script>alert('why')</script>"
     nb.cells.append(nbformat.v4.new_code_cell("print('<img src=x onerror=alert(1)>')"))
     nbformat.write(nb, dave)
@@ -341,7 +342,7 @@ def test_manual_sheet_merges_into_both_gradebooks_and_html_feedback_is_escaped(
     assert why["alice"]["answer_id"].startswith("id-")
     alice = root / "submitted" / "alice" / course.ASSIGNMENT / f"{course.NOTEBOOK}.ipynb"
     nb = nbs.read_notebook(alice)
-    next(c for c in nb.cells if nbs.grade_id(c) == "why").source = "Because GPUs."
+    next(c for c in nb.cells if nbgrader.grade_id(c) == "why").source = "Because GPUs."
     nbformat.write(nb, alice)
     assert main([*args, "--manual", str(good)]) == 0
     grades = {(r["student"], r["part"]): r for r in _csv(out / "grades.csv")}
@@ -398,12 +399,12 @@ def test_stderr_dropped_by_the_output_cap_still_scores_zero_as_nbgrader(tmp_path
     (tmp_path / "subs" / "ann").mkdir(parents=True)
     nbformat.write(nb, tmp_path / "subs" / "ann" / "hw3.ipynb")
     summary = G.grade(tmp_path / "subs", src, tmp_path / "out", progress=False,
-                      settings=G.Settings(timeout_s=30, memory_mb=2048, output_cap=1000),
+                      settings=Settings(timeout_s=30, memory_mb=2048, output_cap=1000),
                       log=lambda s: None)
     got = {r.part: (r.points, r.status) for r in summary.rows}
     assert got == {"test_quiet": (1.0, "passed"), "test_warns": (0.0, "failed")}
     executed = nbs.read_notebook(tmp_path / "out" / "autograded" / "ann" / "hw3" / "hw3.ipynb")
-    warns = next(c for c in executed.cells if nbs.grade_id(c) == "test_warns")
+    warns = next(c for c in executed.cells if nbgrader.grade_id(c) == "test_warns")
     assert warns.outputs == []  # the stderr output itself was cut
 
 
@@ -481,7 +482,7 @@ def test_a_parts_own_call_runs_in_the_sandbox_without_its_file(tmp_path: Path) -
     assert (row.status, row.points) == ("passed", 1.0), row
     assert row.sandbox == "bwrap", row
     executed = nbs.read_notebook(tmp_path / "grades" / "autograded" / "ann" / "hw4" / "hw4.ipynb")
-    listing = next(o.get("text", "") for c in executed.cells if nbs.grade_id(c) == "listing"
+    listing = next(o.get("text", "") for c in executed.cells if nbgrader.grade_id(c) == "listing"
                    for o in c.get("outputs", []) if "LISTING" in o.get("text", ""))
     seen = json.loads(listing.split("LISTING ", 1)[1])
     assert not [p for p in seen if p.endswith("hw4.py") or "/parts/" in p], seen

@@ -14,13 +14,14 @@ import nbformat
 import pytest
 
 from edu_dl.cli import main
-from edu_dl.grading import cells, model, policy
-from edu_dl.grading import grade as G
+from edu_dl.grading import model, nbgrader, policy
 from edu_dl.grading import nbgrader_course as course
 from edu_dl.grading import notebooks as nbs
 from edu_dl.grading.assign import assign, lint
+from edu_dl.grading.settings import Settings
+from edu_dl.grading.trust import files
 
-FAST = G.Settings(timeout_s=30, memory_mb=2048)
+FAST = Settings(timeout_s=30, memory_mb=2048)
 
 
 def csv_rows(path: Path) -> list[dict[str, str]]:
@@ -44,28 +45,28 @@ def _result(text: str) -> nbformat.NotebookNode:
 
 def test_determine_grade_follows_nbgrader_rule_for_rule() -> None:
     stream = nbformat.v4.new_output
-    assert cells.determine_grade(_test_cell(), 2, None) == 2  # nothing: full credit
-    assert cells.determine_grade(_test_cell(stream("stream", name="stdout", text="hi")), 2,
+    assert nbgrader.determine_grade(_test_cell(), 2, None) == 2  # nothing: full credit
+    assert nbgrader.determine_grade(_test_cell(stream("stream", name="stdout", text="hi")), 2,
                                  None) == 2
-    assert cells.determine_grade(_test_cell(stream("stream", name="stderr", text="w")), 2,
+    assert nbgrader.determine_grade(_test_cell(stream("stream", name="stderr", text="w")), 2,
                                  None) == 0
-    assert cells.determine_grade(_test_cell(stream("error", ename="E", evalue="", traceback=[])),
+    assert nbgrader.determine_grade(_test_cell(stream("error", ename="E", evalue="", traceback=[])),
                                  2, None) == 0
-    assert cells.determine_grade(_test_cell(_result("0.5")), 2, None) == 0.5
+    assert nbgrader.determine_grade(_test_cell(_result("0.5")), 2, None) == 0.5
     # the first decisive output wins: a result before a warning is partial credit
-    assert cells.determine_grade(_test_cell(_result("1.5"), stream("stream", name="stderr",
+    assert nbgrader.determine_grade(_test_cell(_result("1.5"), stream("stream", name="stderr",
                                                                    text="w")), 2, None) == 1.5
-    assert cells.determine_grade(_test_cell(_result("'text'")), 2, None) == 2  # not a number
-    assert cells.determine_grade(_test_cell(_result("-1")), 2, None) == 2  # negative: full
-    assert cells.determine_grade(_test_cell(_result("nan")), 2, None) == 2
-    with pytest.raises(cells.PartialCreditError):
-        cells.determine_grade(_test_cell(_result("3")), 2, None)  # nbgrader raises too
+    assert nbgrader.determine_grade(_test_cell(_result("'text'")), 2, None) == 2  # not a number
+    assert nbgrader.determine_grade(_test_cell(_result("-1")), 2, None) == 2  # negative: full
+    assert nbgrader.determine_grade(_test_cell(_result("nan")), 2, None) == 2
+    with pytest.raises(nbgrader.PartialCreditError):
+        nbgrader.determine_grade(_test_cell(_result("3")), 2, None)  # nbgrader raises too
     released = course.released()
-    answer = next(c for c in released.cells if nbs.grade_id(c) == "explain")
+    answer = next(c for c in released.cells if nbgrader.grade_id(c) == "explain")
     checksum = answer.metadata.nbgrader["checksum"]
-    assert cells.determine_grade(answer, 2, checksum) == 0  # untouched
+    assert nbgrader.determine_grade(answer, 2, checksum) == 0  # untouched
     answer.source += "\n# my answer"
-    assert cells.determine_grade(answer, 2, checksum) is None  # a person grades it
+    assert nbgrader.determine_grade(answer, 2, checksum) is None  # a person grades it
 
 
 def test_assign_takes_an_nbgrader_assignment_as_it_is(tmp_path: Path) -> None:
@@ -74,8 +75,8 @@ def test_assign_takes_an_nbgrader_assignment_as_it_is(tmp_path: Path) -> None:
     assign(src, tmp_path / "release")
     ours = nbs.read_notebook(tmp_path / "release" / f"{course.NOTEBOOK}.ipynb")
     assert [c.source for c in ours.cells] == [c.source for c in course.released().cells]
-    double = next(c for c in ours.cells if nbs.grade_id(c) == "double")
-    assert double.source == nbs.CODE_STUB  # a solution cell without markers: replaced whole
+    double = next(c for c in ours.cells if nbgrader.grade_id(c) == "double")
+    assert double.source == nbgrader.CODE_STUB  # a solution cell without markers: replaced whole
 
 
 # --------------------------------------------------------------------------- end to end
@@ -200,17 +201,17 @@ def test_late_policy_and_timestamps() -> None:
 def test_timestamp_is_read_bounded_and_never_through_a_link(tmp_path: Path) -> None:
     (tmp_path / "ok").mkdir()
     (tmp_path / "ok" / "timestamp.txt").write_text("2026-03-01 12:00:00.000000 UTC\n")
-    assert policy.read_timestamp(tmp_path / "ok") == datetime(2026, 3, 1, 12,
+    assert files.read_timestamp(tmp_path / "ok") == datetime(2026, 3, 1, 12,
                                                               tzinfo=UTC)
     (tmp_path / "link").mkdir()
     (tmp_path / "link" / "timestamp.txt").symlink_to(tmp_path / "ok" / "timestamp.txt")
-    assert policy.read_timestamp(tmp_path / "link") is None
+    assert files.read_timestamp(tmp_path / "link") is None
     (tmp_path / "fifo").mkdir()
     os.mkfifo(tmp_path / "fifo" / "timestamp.txt")
-    assert policy.read_timestamp(tmp_path / "fifo") is None
+    assert files.read_timestamp(tmp_path / "fifo") is None
     (tmp_path / "big").mkdir()
     (tmp_path / "big" / "timestamp.txt").write_text("2026-03-01" + " " * 10**6)
-    assert policy.read_timestamp(tmp_path / "big") is None
+    assert files.read_timestamp(tmp_path / "big") is None
 
 
 @pytest.mark.slow

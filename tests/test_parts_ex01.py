@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from exercise_helpers import assert_solution_passes, course_module, run_check, solution_namespace
 
-from edu_dl.grading import checking
+from edu_dl.grading import checking, spec
 
 ex01 = course_module("ex01")
 
@@ -22,7 +22,7 @@ run = run_check
 
 @pytest.mark.parametrize("part", ex01.PARTS, ids=lambda p: p.id)
 @pytest.mark.parametrize("hidden", [False, True])
-def test_oracle_agrees_with_the_solution(part: checking.Part, hidden: bool) -> None:
+def test_oracle_agrees_with_the_solution(part: spec.Part, hidden: bool) -> None:
     rng = np.random.default_rng(12345 if hidden else checking.VISIBLE_SEED)
     assert_solution_passes(part, SOLUTIONS[FUNCTIONS[part.id]], hidden, rng)
 

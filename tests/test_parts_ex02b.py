@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from exercise_helpers import SIMULATED_SOLUTIONS, course_module
 
-from edu_dl.grading import check, checking
+from edu_dl.grading import check, protocol, spec
 
 SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "02b_writing_a_gpu_kernel.ipynb"
 ex02b = course_module("ex02b")
@@ -186,7 +186,7 @@ def _global_index(block_idx: int, block_dim: int, thread_idx: int) -> int:
 @pytest.mark.parametrize("seed", [None, 0, 1])
 def test_global_index_oracle(seed: int | None) -> None:
     part = next(p for p in ex02b.PARTS if p.id == "ex02b.global_index")
-    for args in checking.roundtrip(part.cases(np.random.default_rng(seed or 0), seed is not None)):
+    for args in protocol.roundtrip(part.cases(np.random.default_rng(seed or 0), seed is not None)):
         assert part.compare(part.expected(*args), _global_index(*args)).ok
 
 
@@ -201,7 +201,7 @@ def test_global_index_hints(capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.parametrize("part", ex02b.PARTS, ids=lambda p: p.id)
 def test_stub_without_a_kernel_process(capsys: pytest.CaptureFixture[str],
-                                       part: checking.Part) -> None:
+                                       part: spec.Part) -> None:
     def stub(*args: Any) -> Any:
         raise NotImplementedError()
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from exercise_helpers import assert_solution_passes, course_module, run_check, solution_namespace
 
-from edu_dl.grading import check, checking
+from edu_dl.grading import check, checking, spec
 
 pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there
 
@@ -25,7 +25,7 @@ run = run_check
 
 @pytest.mark.parametrize("part", ex04.PARTS, ids=lambda p: p.id)
 @pytest.mark.parametrize("hidden", [False, True])
-def test_oracle_agrees_with_the_solution(part: checking.Part, hidden: bool) -> None:
+def test_oracle_agrees_with_the_solution(part: spec.Part, hidden: bool) -> None:
     rng = np.random.default_rng(12345 if hidden else checking.VISIBLE_SEED)
     assert_solution_passes(part, SOLUTIONS[FUNCTIONS[part.id]], hidden, rng)
 
@@ -101,5 +101,5 @@ def test_topological_order_any_valid_order_passes() -> None:
         got = part.call(lambda n, e, order=order: np.array(order), (6, edges))
         assert part.compare(part.expected(6, edges), got).ok
     assert list(TopologicalSorter({1: {0}}).static_order()) == [0, 1]
-    with pytest.raises(checking.CheckFailure, match="edge 3 -> 4: node 4 comes before"):
+    with pytest.raises(spec.CheckFailure, match="edge 3 -> 4: node 4 comes before"):
         part.call(lambda n, e: np.array([0, 1, 2, 4, 3, 5]), (6, edges))

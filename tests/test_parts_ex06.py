@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from exercise_helpers import course_part, run_check, solution_namespace
 
-from edu_dl.grading.checking import HIDDEN_SEED, VISIBLE_SEED, roundtrip
+from edu_dl.grading.checking import HIDDEN_SEED, VISIBLE_SEED
+from edu_dl.grading.protocol import roundtrip
 
 pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there
 

@@ -14,7 +14,8 @@ import pytest
 import torch
 from exercise_helpers import course_module, course_part, run_check, solution_namespace
 
-from edu_dl.grading.checking import HIDDEN_SEED, VISIBLE_SEED, roundtrip
+from edu_dl.grading.checking import HIDDEN_SEED, VISIBLE_SEED
+from edu_dl.grading.protocol import roundtrip
 
 pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there
 

@@ -10,7 +10,7 @@ import pytest
 from exercise_helpers import course_module, run_check, solution_namespace
 
 import edu_dl as ed
-from edu_dl.grading import checking
+from edu_dl.grading import checking, protocol, spec
 
 ex08 = course_module("ex08")
 
@@ -37,9 +37,9 @@ def test_every_part_has_a_solution() -> None:
 
 @pytest.mark.parametrize("part", ex08.PARTS, ids=lambda p: p.id)
 @pytest.mark.parametrize("seed", [None, 0, 1])
-def test_oracle_agrees_with_the_solution(part: checking.Part, seed: int | None) -> None:
+def test_oracle_agrees_with_the_solution(part: spec.Part, seed: int | None) -> None:
     fn = solutions()[FUNCTIONS[part.id]]
-    cases = checking.roundtrip(part.cases(np.random.default_rng(seed or 0), seed is not None))
+    cases = protocol.roundtrip(part.cases(np.random.default_rng(seed or 0), seed is not None))
     for i, args in enumerate(cases):
         got = part.call(fn, args)
         checking._encode_result(i, got)

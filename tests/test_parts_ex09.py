@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from exercise_helpers import course_module, run_check, solution_namespace
 
-from edu_dl.grading import checking
+from edu_dl.grading import checking, protocol, spec
 
 ex09 = course_module("ex09")
 
@@ -39,10 +39,10 @@ def test_every_part_has_a_solution() -> None:
 
 @pytest.mark.parametrize("part", ex09.PARTS, ids=lambda p: p.id)
 @pytest.mark.parametrize("seed", [None, 0, 1, 2])
-def test_oracle_agrees_with_the_solution(part: checking.Part, seed: int | None) -> None:
+def test_oracle_agrees_with_the_solution(part: spec.Part, seed: int | None) -> None:
     fn = solutions()[FUNCTIONS[part.id]]
     hidden = seed is not None
-    cases = checking.roundtrip(part.cases(np.random.default_rng(seed or 0), hidden))
+    cases = protocol.roundtrip(part.cases(np.random.default_rng(seed or 0), hidden))
     assert cases
     for i, args in enumerate(cases):
         expected = part.expected(*args)

@@ -15,15 +15,9 @@ import pytest
 from exercise_helpers import assert_solution_passes, course_module, course_part
 
 from edu_dl.grading import check
-from edu_dl.grading.checking import (
-    GRADING_ENV,
-    HIDDEN_SEED,
-    VISIBLE_SEED,
-    judge_case,
-    read_outputs,
-    roundtrip,
-    write_inputs,
-)
+from edu_dl.grading.checking import HIDDEN_SEED, VISIBLE_SEED
+from edu_dl.grading.protocol import GRADING_ENV, read_outputs, roundtrip, write_inputs
+from edu_dl.grading.spec import judge_case
 
 pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there
 

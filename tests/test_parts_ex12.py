@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from exercise_helpers import assert_solution_passes, course_module, run_check, solution_namespace
 
-from edu_dl.grading import checking
+from edu_dl.grading import checking, protocol, spec
 
 ex12 = course_module("ex12")
 
@@ -25,7 +25,7 @@ memory_budget = SOLUTIONS["memory_budget"]
 
 @pytest.mark.parametrize("part", ex12.PARTS, ids=lambda p: p.id)
 @pytest.mark.parametrize("hidden", [False, True])
-def test_oracle_agrees_with_the_solution(part: checking.Part, hidden: bool) -> None:
+def test_oracle_agrees_with_the_solution(part: spec.Part, hidden: bool) -> None:
     rng = np.random.default_rng(12345 if hidden else checking.VISIBLE_SEED)
     assert_solution_passes(part, SOLUTIONS[FUNCTIONS[part.id]], hidden, rng)
 
@@ -173,14 +173,14 @@ def test_the_grader_fails_the_launch_time_too() -> None:
     # Outside the sandbox only the returned number counts: the launch's microseconds fail it.
     part = next(p for p in ex12.PARTS if p.id == "ex12.gpu_timer")
     args = (0.04, 1, 5, 0.0, 0.0)
-    verdict = checking.judge_case(part, 0, 4, args, 0.04, 3e-6)
+    verdict = spec.judge_case(part, 0, 4, args, 0.04, 3e-6)
     assert not verdict.ok and "measured 3e-06 s for a kernel that takes 0.04 s" in verdict.message
     assert "hint: that is the time of the launch" in verdict.message
-    assert checking.judge_case(part, 0, 4, args, 0.04, 0.041).ok
-    assert checking.judge_case(part, 0, 4, args, 0.04, 0.15).ok  # a loaded machine
-    assert not checking.judge_case(part, 0, 4, args, 0.04, 0.2).ok  # the 5 repeats' total
+    assert spec.judge_case(part, 0, 4, args, 0.04, 0.041).ok
+    assert spec.judge_case(part, 0, 4, args, 0.04, 0.15).ok  # a loaded machine
+    assert not spec.judge_case(part, 0, 4, args, 0.04, 0.2).ok  # the 5 repeats' total
     # a sleep never ends early: less than the kernel is impossible for a correct timer
-    assert not checking.judge_case(part, 0, 4, args, 0.04, 0.035).ok
+    assert not spec.judge_case(part, 0, 4, args, 0.04, 0.035).ok
 
 
 def no_first_sync(launch, synchronize, warmup, repeats):
@@ -272,12 +272,12 @@ def time_kernel(go, wait, warmup, repeats):
 
 
 def test_the_grader_refuses_a_forged_timer_by_its_source() -> None:
-    from edu_dl.grading import grade
+    from edu_dl.grading import judge
 
     part = next(p for p in ex12.PARTS if p.id == "ex12.gpu_timer")
-    cases = checking.roundtrip(part.cases(np.random.default_rng(7), False))
+    cases = protocol.roundtrip(part.cases(np.random.default_rng(7), False))
     forged = [part.expected(*args) for args in cases]  # perfect values from a hacked sandbox
-    status, message = grade.judge(part, cases, forged, '''
+    status, message = judge.judge(part, cases, forged, '''
 def time_kernel(launch, synchronize, warmup, repeats):
     start = time.perf_counter()
     launch()

@@ -3,8 +3,9 @@
 For every part of every exercise: a submission whose function breaks what the part grades, with
 the in-sandbox ``call`` bypassed (the recorded result is the raw return of the function, or
 values and flags forged to look perfect, as a notebook that patches ``Part.call`` records them),
-scores 0 in ``grade.judge`` with the source ``source.find_source`` reads from the notebook; the
-solution notebook's function, recorded the honest way, passes. Plus the named cases of the issue.
+scores 0 in ``judge.judge`` with the source ``trust.source.find_source`` reads from the notebook;
+the solution notebook's function, recorded the honest way, passes. Plus the named cases of the
+issue.
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ from exercise_helpers import (
     solution_namespace,
 )
 
-from edu_dl.grading import check, checking, grade, source
-from edu_dl.grading.notebooks import Notebook, is_solution
+from edu_dl.grading import check, checking, judge, load, prepare, protocol, source, spec
+from edu_dl.grading.nbgrader import is_solution
+from edu_dl.grading.notebooks import Notebook
+from edu_dl.grading.trust import source as trusted_source
 
 pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there
 
@@ -75,7 +78,8 @@ def part_namespace(part_id: str) -> dict[str, Any]:
 
 def checked_name(nb: Notebook, part_id: str) -> str:
     for cell in nb.cells:
-        name = source.checked_name(cell.source, part_id) if cell.cell_type == "code" else None
+        name = (trusted_source.checked_name(cell.source, part_id) if cell.cell_type == "code"
+                else None)
         if name:
             return name
     raise AssertionError(f"no test cell checks {part_id}")
@@ -86,16 +90,16 @@ def with_solution(nb: Notebook, name: str, text: str) -> Notebook:
     nb = copy.deepcopy(nb)
     for cell in nb.cells:
         if cell.cell_type == "code" and is_solution(cell) and \
-                source.definition([cell], name) is not None:
+                trusted_source.definition([cell], name) is not None:
             cell.source = text
             return nb
     raise AssertionError(f"no solution cell defines {name}")
 
 
-def draw(part: checking.Part, seed: int = 7) -> list[tuple[Any, ...]]:
+def draw(part: spec.Part, seed: int = 7) -> list[tuple[Any, ...]]:
     """The grader's draw: visible and hidden cases from one secret seed, as the npz delivers."""
     rng = np.random.default_rng(seed)
-    return checking.roundtrip([*part.cases(rng, False), *part.cases(rng, True)])
+    return protocol.roundtrip([*part.cases(rng, False), *part.cases(rng, True)])
 
 
 def wire(tmp_path: Path, results: list[Any]) -> list[Any]:
@@ -106,30 +110,30 @@ def wire(tmp_path: Path, results: list[Any]) -> list[Any]:
         arrays.update(checking._encode_result(i, result))
     path = tmp_path / f"outputs-{len(list(tmp_path.glob('outputs-*')))}.npz"
     with open(path, "wb") as f:
-        checking._savez(f, arrays)
-    return checking.read_outputs(path)[1]
+        protocol.savez(f, arrays)
+    return protocol.read_outputs(path)[1]
 
 
-def write_grading_files(root: Path, part: checking.Part, cases: list[tuple[Any, ...]]) -> None:
+def write_grading_files(root: Path, part: spec.Part, cases: list[tuple[Any, ...]]) -> None:
     """What the grader gives the sandbox for a part: its cases, and its pickled call=."""
-    for name, data in grade.grading_files(str(root), part.id, cases,
-                                          grade.pickled_call(part)).items():
+    for name, data in prepare.grading_files(str(root), part.id, cases,
+                                          load.pickled_call(part)).items():
         Path(name).parent.mkdir(parents=True, exist_ok=True)
         Path(name).write_bytes(data)
 
 
-def recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, part: checking.Part, fn: Any,
+def recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, part: spec.Part, fn: Any,
              cases: list[tuple[Any, ...]]) -> list[Any]:
     """check() in grading mode, as in the sandbox: the results the grader reads back."""
     root = tmp_path / "grading"
     write_grading_files(root, part, cases)
-    monkeypatch.setenv(checking.GRADING_ENV, str(root))
+    monkeypatch.setenv(protocol.GRADING_ENV, str(root))
     try:
         assert check(part.id, fn)
     finally:
-        monkeypatch.delenv(checking.GRADING_ENV)
+        monkeypatch.delenv(protocol.GRADING_ENV)
     (path,) = sorted((root / "outputs").glob(f"{part.id}.*.npz"))[-1:]
-    results = checking.read_outputs(path)[1]
+    results = protocol.read_outputs(path)[1]
     path.unlink()
     return results
 
@@ -524,7 +528,7 @@ def raw_prefetch_errors(fn: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
         stacked, type(error).__name__, str(error))
 
 
-def attack_results(part: checking.Part, fn: Any, mode: str,
+def attack_results(part: spec.Part, fn: Any, mode: str,
                    cases: list[tuple[Any, ...]]) -> list[Any]:
     if mode == FORGED:
         return [part.expected(*copy.deepcopy(args)) for args in cases]
@@ -534,12 +538,12 @@ def attack_results(part: checking.Part, fn: Any, mode: str,
 
 
 @pytest.mark.parametrize("part", ALL_PARTS, ids=lambda p: p.id)
-def test_a_bypassed_or_forged_call_scores_zero(part: checking.Part, tmp_path: Path) -> None:
+def test_a_bypassed_or_forged_call_scores_zero(part: spec.Part, tmp_path: Path) -> None:
     mode, text = ATTACKS[part.id]
     nb = part_notebook(part.id)
     name = checked_name(nb, part.id)
     attacked = with_solution(nb, name, text.strip() + "\n")
-    found = source.find_source(attacked, part.id)
+    found = trusted_source.find_source(attacked, part.id)
     assert found is not None and found.strip() == text.strip()
     cases = draw(part)
     fn = None
@@ -550,14 +554,14 @@ def test_a_bypassed_or_forged_call_scores_zero(part: checking.Part, tmp_path: Pa
         exec(compile(text, f"<attack {part.id}>", "exec"), ns)
         fn = ns[name]
     got = wire(tmp_path, attack_results(part, fn, mode, cases))
-    status, message = grade.judge(part, cases, got, found)
+    status, message = judge.judge(part, cases, got, found)
     assert status != "passed", (part.id, message)
     if mode == FORGED:  # perfect values: only the source can tell
         assert part.source_check is not None, part.id
         assert message.startswith("the values are right, but"), message
 
 
-def honest_results(part: checking.Part, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def honest_results(part: spec.Part, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                    cases: list[tuple[Any, ...]]) -> list[Any]:
     fn = part_namespace(part.id)[checked_name(part_notebook(part.id), part.id)]
     return recorded(tmp_path, monkeypatch, part, fn, cases)
@@ -565,19 +569,19 @@ def honest_results(part: checking.Part, tmp_path: Path, monkeypatch: pytest.Monk
 
 @pytest.mark.parametrize("part", [p for p in ALL_PARTS if module_of(p.id) != "ex02b"],
                          ids=lambda p: p.id)
-def test_the_solution_passes_the_trusted_judgement(part: checking.Part, tmp_path: Path,
+def test_the_solution_passes_the_trusted_judgement(part: spec.Part, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     cases = draw(part)
     got = honest_results(part, tmp_path, monkeypatch, cases)
-    found = source.find_source(part_notebook(part.id), part.id)
+    found = trusted_source.find_source(part_notebook(part.id), part.id)
     assert found is not None or part.source_check is None
-    assert grade.judge(part, cases, got, found) == ("passed", f"{len(cases)} fresh cases passed")
+    assert judge.judge(part, cases, got, found) == ("passed", f"{len(cases)} fresh cases passed")
 
 
 KERNEL_CHILD = SIMULATED_SOLUTIONS + r'''
-from edu_dl.grading import check, checking
+from edu_dl.grading import check, protocol
 
-os.environ[checking.GRADING_ENV] = sys.argv[2]
+os.environ[protocol.GRADING_ENV] = sys.argv[2]
 for part_id, name in zip(sys.argv[3::2], sys.argv[4::2]):
     assert check(part_id, ns[name])
 '''
@@ -595,14 +599,14 @@ def test_the_kernel_solutions_pass_the_trusted_judgement(tmp_path: Path) -> None
         write_grading_files(tmp_path, part, cases[part.id])
         argv += [part.id, checked_name(nb, part.id)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    env.pop(checking.GRADING_ENV, None)
+    env.pop(protocol.GRADING_ENV, None)
     subprocess.run([sys.executable, "-c", KERNEL_CHILD, str(SOLUTIONS / NOTEBOOKS["ex02b"]),
                     str(tmp_path), *argv], check=True, env=env, timeout=600,
                    capture_output=True)
     for part in kernel_parts:
-        got = checking.read_outputs(tmp_path / "outputs" / f"{part.id}.1.npz")[1]
-        found = source.find_source(nb, part.id)
-        assert grade.judge(part, cases[part.id], got, found)[0] == "passed", part.id
+        got = protocol.read_outputs(tmp_path / "outputs" / f"{part.id}.1.npz")[1]
+        found = trusted_source.find_source(nb, part.id)
+        assert judge.judge(part, cases[part.id], got, found)[0] == "passed", part.id
 
 
 # --------------------------------------------------------------------------- named cases
@@ -611,7 +615,7 @@ def test_the_kernel_solutions_pass_the_trusted_judgement(tmp_path: Path) -> None
 class patched_call:
     """What a hostile notebook does in the sandbox: replace a part's call (a frozen field)."""
 
-    def __init__(self, part: checking.Part, call: Any) -> None:
+    def __init__(self, part: spec.Part, call: Any) -> None:
         self.part, self.call, self.saved = part, call, part.call
 
     def __enter__(self) -> None:
@@ -643,12 +647,12 @@ def test_prefetch_without_a_thread_scores_zero(tmp_path: Path,
     with patched_call(part, consume_only):
         got = recorded(tmp_path, monkeypatch, part, ns["prefetch"], cases)
     assert [np.asarray(g[0]).shape for g in got] == [np.shape(a[0]) for a in cases]
-    status, message = grade.judge(part, cases, got, source.find_source(nb, part.id))
+    status, message = judge.judge(part, cases, got, trusted_source.find_source(nb, part.id))
     assert status == "failed" and part.points > 0
     assert "the values are right, but the generator starts no thread" in message
     # the solution's generator, judged the same way, passes
-    good = source.find_source(solution_notebook("ex03"), part.id)
-    assert grade.judge(part, cases, got, good)[0] == "passed"
+    good = trusted_source.find_source(solution_notebook("ex03"), part.id)
+    assert judge.judge(part, cases, got, good)[0] == "passed"
 
 
 def test_prefetch_without_a_bound_scores_zero() -> None:
@@ -679,18 +683,18 @@ def test_topological_order_in_a_wrong_order_scores_zero(tmp_path: Path,
     with patched_call(part, lambda fn, args: fn(*args)):
         got = recorded(tmp_path, monkeypatch, part, sorted_ids, cases)
     nb = solution_notebook("ex04")
-    status, message = grade.judge(part, cases, got, source.find_source(nb, part.id))
+    status, message = judge.judge(part, cases, got, trusted_source.find_source(nb, part.id))
     assert status == "failed"
     assert "edge " in message and "comes before its input" in message
     with patched_call(part, lambda fn, args: fn(*args)):
         got = recorded(tmp_path, monkeypatch, part, solution, cases)
-    assert grade.judge(part, cases, got, None)[0] == "passed"  # no source check here
+    assert judge.judge(part, cases, got, None)[0] == "passed"  # no source check here
 
 
 def test_topological_order_reversed_gets_the_backward_hint() -> None:
     part = course_part("ex04.topological_order")
     edges = np.array([[0, 1], [1, 2]], dtype=np.int64)
-    verdict = checking.judge_case(part, 0, 1, (3, edges), part.expected(3, edges),
+    verdict = spec.judge_case(part, 0, 1, (3, edges), part.expected(3, edges),
                                   np.array([2, 1, 0]))
     assert not verdict.ok and "edge 0 -> 1: node 1 comes before its input 0" in verdict.message
     assert "exactly reversed: that is the order of the BACKWARD pass" in verdict.message
@@ -726,8 +730,8 @@ def test_linear_function_db_of_the_batch_shape_fails_check_and_grader(
     part = course_part("ex07.linear_function")
     cases = draw(part)
     got = recorded(tmp_path, monkeypatch, part, cls, cases)
-    found = source.find_source(solution_notebook("ex07"), part.id)
-    status, message = grade.judge(part, cases, got, found)
+    found = trusted_source.find_source(solution_notebook("ex07"), part.id)
+    status, message = judge.judge(part, cases, got, found)
     assert status == "failed" and "output 3 (db): expected shape" in message
     capsys.readouterr()
 
@@ -740,22 +744,22 @@ def test_feedback_outputs_are_ignored_by_the_grader(tmp_path: Path) -> None:
         part = course_part(part_id)
         assert part.feedback_outputs == (1,)
         cases = draw(part)[:2]
-        good = source.find_source(solution_notebook("ex06"), part_id)
+        good = trusted_source.find_source(solution_notebook("ex06"), part_id)
         honest_losses = [part.expected(*args)[0] for args in cases]
         forged_count = wire(tmp_path, [(losses, 7) for losses in honest_losses])
-        assert grade.judge(part, cases, forged_count, good)[0] == "passed"
-        assert not checking.judge_case(part, 0, 1, cases[0], part.expected(*cases[0]),
+        assert judge.judge(part, cases, forged_count, good)[0] == "passed"
+        assert not spec.judge_case(part, 0, 1, cases[0], part.expected(*cases[0]),
                                        (honest_losses[0], 7)).ok  # check() still says so
         wrong = wire(tmp_path, [(losses * 1.01, 0 if name.endswith("variables") else 1)
                                 for losses in honest_losses])
-        assert grade.judge(part, cases, wrong, good)[0] == "failed"
+        assert judge.judge(part, cases, wrong, good)[0] == "failed"
 
 
 def test_a_source_check_part_without_a_source_fails_clearly() -> None:
     part = course_part("ex03.prefetch")
     cases = draw(part)[:1]
     got = [part.expected(*cases[0])]
-    status, message = grade.judge(part, cases, got, None)
+    status, message = judge.judge(part, cases, got, None)
     assert status == "failed" and source.NOT_FOUND in message
 
 
@@ -812,14 +816,14 @@ def test_a_huge_result_fails_before_any_comparison() -> None:
     part = course_part("ex04.topological_order")
     case = draw(part)[-1]
     expected = part.expected(*case)
-    verdict, lines = python_lines(checking.judge_case, part, 0, 1, case, expected,
+    verdict, lines = python_lines(spec.judge_case, part, 0, 1, case, expected,
                                   np.zeros(10**7, dtype=np.int64))
-    _, small = python_lines(checking.judge_case, part, 0, 1, case, expected,
+    _, small = python_lines(spec.judge_case, part, 0, 1, case, expected,
                             np.zeros(10, dtype=np.int64))
     assert lines <= small + 20, (lines, small)  # refused on its size, never walked
     assert not verdict.ok and "the result holds 10000000 values where" in verdict.message
     assert "hint" not in verdict.message
-    text = checking.judge_case(course_part("ex01.pick_device"), 0, 1, (True, 1, 0), "cuda:0",
+    text = spec.judge_case(course_part("ex01.pick_device"), 0, 1, (True, 1, 0), "cuda:0",
                                "c" * 10**6)
     assert not text.ok and "not compared" in text.message
 
@@ -870,19 +874,19 @@ GOOD = "def prefetch(batches, depth):\n    return threading.Thread\n"
     (("%%bash\necho def prefetch",), None),
 ])
 def test_find_source(cells: tuple[str, ...], found: str | None) -> None:
-    assert source.find_source(nb_of(*cells), "ex03.prefetch") == found
+    assert trusted_source.find_source(nb_of(*cells), "ex03.prefetch") == found
 
 
 def test_find_source_reads_the_checked_name_from_the_test_cell() -> None:
     nb = nb_of(GOOD.replace("prefetch", "my_loader"),
                check_line='check("ex03.prefetch", my_loader)\ncheck("ex03.x", other)')
-    assert source.find_source(nb, "ex03.prefetch") == GOOD.replace("prefetch", "my_loader")
-    assert source.find_source(nb, "ex03.epoch_batches") is None
+    assert trusted_source.find_source(nb, "ex03.prefetch") == GOOD.replace("prefetch", "my_loader")
+    assert trusted_source.find_source(nb, "ex03.epoch_batches") is None
     nb = nb_of(GOOD, check_line='check("ex03.prefetch", lambda b, d: b)')
-    assert source.find_source(nb, "ex03.prefetch") is None
+    assert trusted_source.find_source(nb, "ex03.prefetch") is None
     ungraded = nb_of(GOOD)
     ungraded.cells[1].metadata = {}
-    assert source.find_source(ungraded, "ex03.prefetch") is None
+    assert trusted_source.find_source(ungraded, "ex03.prefetch") is None
 
 
 def test_source_checks_only_compile(tmp_path: Path) -> None:
@@ -897,7 +901,7 @@ def test_every_source_checked_solution_is_found_and_passes() -> None:
     for part in ALL_PARTS:
         if part.source_check is None:
             continue
-        found = source.find_source(part_notebook(part.id), part.id)
+        found = trusted_source.find_source(part_notebook(part.id), part.id)
         assert found is not None, part.id
         assert source.judge_source(part, found).ok, part.id
 

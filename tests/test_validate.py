@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from edu_dl.cli import main
+from edu_dl.grading import nbgrader
 from edu_dl.grading import notebooks as nbs
 from edu_dl.grading.validate import validate
 
@@ -37,7 +38,7 @@ def test_unsolved_exercise_runs_top_to_bottom_and_scores_zero():
 @pytest.mark.slow
 def test_wrong_answer_error_cell_and_temp_directory(tmp_path: Path, capsys):
     nb = nbs.read_notebook(ROOT / "exercises" / EX02)
-    solutions = {nbs.grade_id(c): c for c in nb.cells if nbs.is_solution(c)}
+    solutions = {nbgrader.grade_id(c): c for c in nb.cells if nbgrader.is_solution(c)}
     solutions["gflops"].source = "def gflops(n, seconds):\n    return n**3 / seconds / 1e9"
     solutions["peak_bandwidth"].source = ("def peak_bandwidth(m, b, c):\n"
                                           "    open('written.txt', 'w').write('x')\n"

@@ -25,7 +25,8 @@ def bench(submissions: int = 8, jobs: int = 2, out: Path | None = None,
           source: Path | None = None, timeout_s: float = 60.0,
           progress: bool = True) -> dict[str, float]:
     """Throughput: grade ``submissions`` copies of every solution notebook; submissions/minute."""
-    from ..grading.grade import Settings, grade
+    from ..grading.batch import grade
+    from ..grading.settings import Settings
 
     source = source or SOLUTIONS
     with tempfile.TemporaryDirectory(prefix="edu-dl-bench-", dir=out) as tmp:
@@ -55,7 +56,8 @@ def versus_nbgrader(copies: int, jobs: int, venv: Path = NBGRADER_VENV,
     nbgrader's autograde (serial: it has no parallel mode), then edu-dl with one worker and with
     ``jobs``, each on a fresh copy of the course, in this one process."""
     from ..grading import nbgrader_course as course
-    from ..grading.grade import Settings, grade
+    from ..grading.batch import grade
+    from ..grading.settings import Settings
 
     bin_dir = course.nbgrader_venv(venv)
     seconds: dict[str, float] = {}

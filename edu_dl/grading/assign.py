@@ -1,67 +1,21 @@
 """solutions/ -> exercises/: the student version of every notebook, as nbgrader would release it.
 
-Per cell, in nbgrader's order (LockCells, ClearSolutions, ClearOutput, ClearHiddenTests,
-ComputeChecksums): lock test and read-only cells, replace solution regions by ``raise
-NotImplementedError()``, clear outputs, drop hidden tests, record nbgrader's checksums.
+The release itself is nbgrader's (``nbgrader.student_version``); here: the authoring mistakes
+that nbgrader would accept but our grading would not (``lint``), and the files written.
 """
 
 from __future__ import annotations
 
-import copy
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 
-from . import notebooks as nbs
+from . import nbgrader as nbg
 from . import parts
-from .notebooks import Notebook, NotebookError
+from .load import read_beside
+from .nbgrader import AssignError, student_version
+from .notebooks import Cell, Notebook, notebook_bytes, read_notebook, write_atomic
 from .spec import Part
-
-# Output-related cell metadata: nbconvert's ClearOutput drops the first two; "execution" holds
-# nbclient's timestamps, which would make the generated file differ on every run.
-OUTPUT_METADATA = ("collapsed", "scrolled", "execution")
-
-
-class AssignError(NotebookError):
-    """A solutions notebook that would make a broken or ungradable exercise."""
-
-
-def student_version(nb: Notebook, where: str = "notebook") -> Notebook:
-    """The exercise notebook for one solutions notebook (a new object; ``nb`` is untouched)."""
-    nb = copy.deepcopy(nb)
-    # The digest of the course code that executed the solution (edu_dl.notebook_run): an
-    # exercise is never executed, and would only change whenever its solution is re-run.
-    nb.metadata.pop("edu_dl", None)
-    for index, cell in enumerate(nb.cells):
-        at = f"{where}: cell {index}"
-        _lock(cell)
-        new, regions = nbs.clear_solutions(cell.source, at)
-        if regions and not nbs.is_solution(cell):
-            raise AssignError(f"{at}: a solution region in a cell not marked as a solution cell")
-        if nbs.is_solution(cell) and not regions:
-            new = nbs.CODE_STUB if cell.cell_type == "code" else nbs.TEXT_STUB
-        cell.source = new
-        if cell.cell_type == "code":
-            cell.outputs = []
-            cell.execution_count = None
-            for field in OUTPUT_METADATA:
-                cell.metadata.pop(field, None)
-        cell.source, hidden = nbs.remove_hidden_tests(cell.source, at)
-        if hidden and not nbs.is_grade(cell):
-            raise AssignError(f"{at}: hidden tests in a cell that is not a graded test cell")
-        if nbs.is_grade(cell) or nbs.is_solution(cell) or nbs.is_locked(cell):
-            cell.metadata.nbgrader["checksum"] = nbs.checksum(cell)
-            cell.metadata.nbgrader["cell_type"] = cell.cell_type
-    return nb
-
-
-def _lock(cell: nbs.Cell) -> None:
-    """nbgrader's LockCells: test and read-only cells cannot be edited, none of them deleted."""
-    if nbs.is_solution(cell):
-        cell.metadata["deletable"] = False
-    elif nbs.is_grade(cell) or nbs.is_locked(cell):
-        cell.metadata["deletable"] = False
-        cell.metadata["editable"] = False
 
 
 def lint(nb: Notebook, where: str = "notebook", course: Mapping[str, Part] | None = None
@@ -74,48 +28,46 @@ def lint(nb: Notebook, where: str = "notebook", course: Mapping[str, Part] | Non
     # A notebook that uses check() follows the course's rules (a test cell checks one Part; a
     # solution region sits inside a function). Any other is an nbgrader assignment as nbgrader
     # takes it: assert-style test cells, whole-cell solutions.
-    uses_check = nbs.uses_check(nb)
-    ids = Counter(nbs.grade_id(c) for c in nb.cells if nbs.nbgrader(c))
+    uses_check = nbg.uses_check(nb)
+    ids = Counter(nbg.grade_id(c) for c in nb.cells if nbg.nbgrader(c))
     for index, cell in enumerate(nb.cells):
-        meta = nbs.nbgrader(cell)
+        meta = nbg.nbgrader(cell)
         if not meta:
             continue
-        at = f"{where}: cell {index} ({nbs.grade_id(cell)})"
-        if meta.get("schema_version") != nbs.SCHEMA_VERSION:
-            problems.append(f"{at}: nbgrader schema_version must be {nbs.SCHEMA_VERSION}")
-        if not nbs.grade_id(cell):
+        at = f"{where}: cell {index} ({nbg.grade_id(cell)})"
+        if meta.get("schema_version") != nbg.SCHEMA_VERSION:
+            problems.append(f"{at}: nbgrader schema_version must be {nbg.SCHEMA_VERSION}")
+        if not nbg.grade_id(cell):
             problems.append(f"{where}: cell {index}: nbgrader cell without a grade_id")
-        elif ids[nbs.grade_id(cell)] > 1:
-            problems.append(f"{at}: grade_id used by {ids[nbs.grade_id(cell)]} cells")
-        if nbs.is_solution(cell) and cell.cell_type == "code" and uses_check:
-            _, indents = nbs.clear_solutions(cell.source, at)
+        elif ids[nbg.grade_id(cell)] > 1:
+            problems.append(f"{at}: grade_id used by {ids[nbg.grade_id(cell)]} cells")
+        if nbg.is_solution(cell) and cell.cell_type == "code" and uses_check:
+            _, indents = nbg.clear_solutions(cell.source, at)
             if not indents:
-                problems.append(f"{at}: solution cell without a {nbs.BEGIN_SOLUTION!r} region")
+                problems.append(f"{at}: solution cell without a {nbg.BEGIN_SOLUTION!r} region")
             elif "" in indents:
                 problems.append(f"{at}: a solution region at the top level of the cell: put it "
                                 "inside a function body, so the unsolved notebook still runs")
-        if nbs.is_grade(cell) and not nbs.is_solution(cell) and cell.cell_type == "code" and \
-                (uses_check or nbs.check_calls(cell.source)):
+        if nbg.is_grade(cell) and not nbg.is_solution(cell) and cell.cell_type == "code" and \
+                (uses_check or nbg.check_calls(cell.source)):
             problems += _lint_test_cell(cell, at, course)
     return problems
 
 
-def _lint_test_cell(cell: nbs.Cell, at: str, course: Mapping[str, Part] | None = None
+def _lint_test_cell(cell: Cell, at: str, course: Mapping[str, Part] | None = None
                     ) -> list[str]:
     """A graded test cell checks exactly one part, which exists and is worth the cell's points."""
-    from .parts import get as get_part
-
-    parts = set(nbs.check_calls(cell.source))
-    if len(parts) != 1:
+    checked = set(nbg.check_calls(cell.source))
+    if len(checked) != 1:
         return [f"{at}: a graded test cell must call check() for exactly one part "
-                f"(found {sorted(parts) or 'none'})"]
-    part_id = parts.pop()
+                f"(found {sorted(checked) or 'none'})"]
+    part_id = checked.pop()
     try:
-        part = get_part(part_id, course)
+        part = parts.get(part_id, course)
     except KeyError as exc:
         return [f"{at}: {exc.args[0]}"]
-    if float(part.points) != nbs.points(cell):
-        return [f"{at}: the cell is worth {nbs.points(cell):g} points but part {part_id} "
+    if float(part.points) != nbg.points(cell):
+        return [f"{at}: the cell is worth {nbg.points(cell):g} points but part {part_id} "
                 f"has points={part.points:g}"]
     return []
 
@@ -153,23 +105,21 @@ def assign(source: str | Path, dest: str | Path, write: bool = True) -> list[Pat
             if not path.name.endswith(parts.PRIVATE):
                 outputs[dest / parts.FOLDER / path.name] = path.read_bytes()
     if source.is_dir():  # the files beside the notebooks (data, images), as nbgrader copies them
-        from .grade import read_beside
-
         inside = dest.resolve().relative_to(folder.resolve()).as_posix() \
             if dest.resolve().is_relative_to(folder.resolve()) else None
         for name, data in read_beside(folder).items():
             if inside is None or not (name + "/").startswith(inside + "/"):
                 outputs[dest / name] = data
     for path in paths:
-        nb = nbs.read_notebook(path)
+        nb = read_notebook(path)
         found = lint(nb, str(path), course)
         problems += found
         if not found:
-            outputs[dest / path.name] = nbs.notebook_bytes(student_version(nb, str(path)))
+            outputs[dest / path.name] = notebook_bytes(student_version(nb, str(path)))
     if problems:
         raise AssignError("\n".join(problems))
     changed = [p for p, data in outputs.items() if not p.exists() or p.read_bytes() != data]
     if write:
         for path in changed:
-            nbs.write_atomic(path, outputs[path])
+            write_atomic(path, outputs[path])
     return changed

@@ -21,33 +21,10 @@ from typing import Any
 import numpy as np
 
 from . import protocol
-from .protocol import (  # noqa: F401  (re-exported: the names check() and its tests share)
-    GRADING_ENV,
-    ErrorText,
-    decode_cases,
-    encode_cases,
-    read_outputs,
-    roundtrip,
-    write_inputs,
-)
-from .protocol import savez as _savez  # noqa: F401
-from .spec import (  # noqa: F401  (re-exported: the spec's names, as before the split)
-    MAX_SHOWN,
-    CheckFailure,
-    Hint,
-    Part,
-    Verdict,
-    compare_arrays,
-    default_compare,
-    describe_case,
-    global_names,
-    judge_case,
-    plain_call,
-    result_size,
-    size_verdict,
-    tolerance,
-    trusted_result,
-)
+from .parts import get
+from .protocol import GRADING_ENV, decode_cases, roundtrip
+from .source import judge_source, own_source
+from .spec import CheckFailure, Part, Verdict, describe_case, judge_case, plain_call
 
 VISIBLE_SEED = 20170418  # CS231n 2017, lecture 8: "Deep Learning Software"
 HIDDEN_SEED = 8  # a different fixed seed: the instructor's hidden cells in normal mode
@@ -115,8 +92,6 @@ class UnknownPart(Exception):
 
 
 def _get(part_id: str) -> Part:
-    from .parts import get
-
     try:
         return get(part_id, local=not os.environ.get(GRADING_ENV))  # the sandbox: never
     except KeyError as exc:
@@ -144,8 +119,6 @@ def _check(part_id: str, fn: Callable[..., Any], hidden: bool) -> bool:
             print(f"✗ {part_id}: {verdict.message}")
             return False
     if part.source_check is not None:  # what the grader will judge from the notebook's source
-        from .source import judge_source, own_source
-
         text = own_source(fn)
         verdict = judge_source(part, text) if text is not None else Verdict(True)
         if not verdict.ok:
@@ -168,7 +141,7 @@ def _record(root: Path, part_id: str, fn: Callable[..., Any], hidden: bool) -> b
     """Grading mode: results for the grader's inputs, written to outputs/<part_id>.<k>.npz.
 
     No part file reaches the sandbox: a part's own ``call=`` comes pickled beside its inputs
-    (grade.py sends it), else the function is called plainly, fn(*args). Either way the results
+    (prepare.py sends it), else the function is called plainly, fn(*args). Either way the results
     are judged outside, with the part the grader loaded."""
     call = plain_call
     pickled = Path(protocol.call_path(root, part_id))

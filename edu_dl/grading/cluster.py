@@ -3,7 +3,7 @@
 One task per submission. The client (the instructor's machine) does what a local batch does up to
 the sandbox: it reads, restores and prepares each submission (fresh inputs drawn here), and it
 judges what comes back with the instructor's parts, which never leave it. A worker only runs the
-sandbox (``grade.run_sandboxed``) on the bytes its task carries and returns the
+sandbox (``run.run_sandboxed``) on the bytes its task carries and returns the
 ``sandbox.Result``, bounded as locally (``--file-size`` MB of output, a 20 kB log). So nothing of
 the instructor's source but the restored notebook (hidden tests included, as locally) reaches a
 worker, and that goes straight into the sandbox through unlinked files: it never lies in a folder
@@ -26,7 +26,6 @@ an innocent task queued behind a hostile one is not counted as a suspect.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import hashlib
 import ipaddress
@@ -37,16 +36,20 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
-if TYPE_CHECKING:  # the command line imports this module: nothing heavy at import time
-    from .grade import Prepared, Settings
-    from .model import Job, Row
+from . import sandbox
+from .judge import judge_run
+from .model import Job, Row, rows_for, safe_file_name
+from .prepare import Prepared, prepare, submission_bytes
+from .receive import received
+from .run import run_sandboxed
+from .settings import GRADER_VERSION, Settings
 
 ALLOWED_FAILURES = 1  # a task is tried on at most 1 + this many workers that die running it
 WORKER_LOST = "worker lost"
-Item = tuple["Job", Path]  # a job and its state file, as grade.grade hands them over
+Item = tuple[Job, Path]  # a job and its state file, as batch.grade hands them over
 
 
 class ClusterError(ValueError):
@@ -217,8 +220,6 @@ def software_digest() -> str:
 
 @functools.cache
 def _software_digest(package: Path) -> str:
-    from .grade import GRADER_VERSION
-
     h = hashlib.sha256(f"{GRADER_VERSION} {sys.version_info[:2]}".encode())
     for path in sorted(package.rglob("*.py")):
         h.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
@@ -227,8 +228,6 @@ def _software_digest(package: Path) -> str:
 
 def worker_unfit(software: str, address: str) -> str:
     """'' when the worker at ``address`` (this process) may grade, else why not."""
-    from . import sandbox
-
     problem = sandbox.bwrap_problem()
     if problem:
         return f"no sandbox ({problem}); a cluster grades in bwrap only"
@@ -291,8 +290,6 @@ def run_task(task: Task) -> Any:
     """On a worker: the runner in this machine's sandbox; returns the sandbox.Result."""
     from distributed import get_worker
 
-    from .grade import run_sandboxed
-
     worker = get_worker()
     unfit = worker_unfit(task.software, worker.address)
     if unfit:
@@ -310,8 +307,6 @@ def grade_on_cluster(options: ClusterOptions, todo: list[Item], out: Path, setti
 
     from distributed import as_completed
 
-    from .grade import _rows, _submission_bytes, prepare
-
     with connect(options, log) as client:
         software = check_cluster(client, log, options.timeout_s)
         hidden = tuple(str(p) for p in hide)
@@ -324,11 +319,12 @@ def grade_on_cluster(options: ClusterOptions, todo: list[Item], out: Path, setti
             flight, so a dying worker holds no task it was not running."""
             slots = max(1, sum(client.nthreads().values()))
             while len(running) < slots and (item := next(queue, None)) is not None:
-                data = _submission_bytes(item[0], settings)
+                data = submission_bytes(item[0], settings)
                 try:
                     prepared = prepare(item[0], out, settings, data, boxed=True)
                 except Exception as exc:  # a grader bug must not stop the batch
-                    prepared = _rows(item[0], "grader error", f"{type(exc).__name__}: {exc}")
+                    prepared = rows_for(item[0], "grader error", f"{type(exc).__name__}: {exc}",
+                                        sandbox.isolation())
                 if isinstance(prepared, list):  # nothing to run: these rows say why
                     yield item, data, prepared
                     continue
@@ -348,8 +344,6 @@ def grade_on_cluster(options: ClusterOptions, todo: list[Item], out: Path, setti
 
 def _key(job: Job) -> str:
     """A readable, unique task key: who and what, for the dashboard and the logs."""
-    from .model import safe_file_name
-
     return f"grade-{safe_file_name(job.student)}-{job.exercise.name}-{secrets.token_hex(4)}"
 
 
@@ -360,19 +354,18 @@ def _finish(future: Any, job: Job, prepared: Prepared, settings: Settings, sent:
 
     from distributed import KilledWorker
 
-    from .grade import _rows, judge_run, received
-
     try:
         done = future.result()
     except KilledWorker as exc:
-        return _rows(job, WORKER_LOST, (
+        return rows_for(job, WORKER_LOST, (
             f"the worker grading it died, and so did the next one ({exc.last_worker.address}); "
             "not run again, so that one notebook cannot take down every worker. Look at it, "
             "and grade it with --force to try again"), "bwrap")
     except WorkerUnfit as exc:
         raise ClusterError(str(exc)) from None
     except Exception as exc:
-        return _rows(job, "grader error", f"on a worker: {type(exc).__name__}: {exc}")
+        return rows_for(job, "grader error", f"on a worker: {type(exc).__name__}: {exc}",
+                        sandbox.isolation())
     finally:
         future.release()
     if timings is not None:
@@ -380,37 +373,5 @@ def _finish(future: Any, job: Job, prepared: Prepared, settings: Settings, sent:
     try:
         return judge_run(job, prepared, received(prepared, done, settings), settings)
     except Exception as exc:  # a grader bug must not stop the batch
-        return _rows(job, "grader error", f"{type(exc).__name__}: {exc}")
-
-
-# --------------------------------------------------------------------------- the command line
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--scheduler``, ``--local-cluster`` and the TLS files, on ``edu-dl grade``."""
-    where = parser.add_mutually_exclusive_group()
-    where.add_argument("--scheduler", metavar="ADDRESS",
-                       help="grade on this Dask cluster: tls://HOST:PORT (with the --tls-* "
-                       "files), or tcp://127.0.0.1:PORT on this machine; one task per "
-                       "submission, each in its worker's own sandbox")
-    where.add_argument("--local-cluster", type=int, metavar="N", dest="local_workers",
-                       help="start a Dask cluster of N one-thread workers on this machine "
-                       "(loopback, TLS with a throwaway certificate) and grade on it")
-    for flag, dest, text in (("--tls-ca-file", "tls_ca_file", "the CA's certificate (PEM)"),
-                             ("--tls-cert", "tls_cert", "this client's certificate (PEM)"),
-                             ("--tls-key", "tls_key", "this client's private key (PEM)")):
-        parser.add_argument(flag, type=Path, dest=dest, metavar="FILE",
-                            help=f"for tls://: {text}")
-
-
-def options_from(args: argparse.Namespace) -> ClusterOptions | None:
-    """The cluster chosen on the command line, or None to grade here."""
-    if args.local_workers is not None and args.local_workers < 1:
-        raise ClusterError(f"--local-cluster {args.local_workers}: needs at least one worker")
-    if not args.scheduler and not args.local_workers:
-        return None
-    if args.scheduler:
-        check_address(args.scheduler)  # refused before anything is read or graded
-    return ClusterOptions(scheduler=args.scheduler or "", local_workers=args.local_workers or 0,
-                          tls_ca_file=args.tls_ca_file, tls_cert=args.tls_cert,
-                          tls_key=args.tls_key)
+        return rows_for(job, "grader error", f"{type(exc).__name__}: {exc}",
+                        sandbox.isolation())

@@ -29,7 +29,7 @@ def _warm(dask_worker: Any = None) -> str:
     from . import sandbox
     from .cluster import software_digest
 
-    importlib.import_module("edu_dl.grading.grade")
+    importlib.import_module("edu_dl.grading.batch")
     return sandbox.bwrap_problem() or software_digest()
 
 
@@ -37,8 +37,9 @@ def bench(submissions: int = 4, workers: Sequence[int] = (1, 2, 3), jobs: Sequen
           source: Path | None = None, exercises: Sequence[str] = (),
           timeout_s: float = 120.0) -> list[dict[str, Any]]:
     """One row per configuration: local --jobs J, then a local cluster of W workers."""
+    from .batch import grade
     from .cluster import ClusterOptions, local_cluster
-    from .grade import Settings, grade
+    from .settings import Settings
 
     source = source or Path(__file__).resolve().parents[2] / "solutions"
     notebooks = [nb for nb in sorted(source.glob("*.ipynb"))

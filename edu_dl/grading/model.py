@@ -1,7 +1,7 @@
 """The grader's data: exercises, jobs, gradebook rows, the batch summary, safe file names.
 
-Shared by ``grade`` (which makes them) and ``report`` (which writes them out), so that ``report``
-needs nothing from ``grade`` and the two import no cycle.
+Every stage of the pipeline (collect, restore, prepare, run, receive, judge, report, batch)
+shares these; none of them imports another stage's module for its data.
 """
 
 from __future__ import annotations
@@ -13,7 +13,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .notebooks import Notebook
+from .notebooks import Notebook, NotebookError
+
+
+class NothingToGrade(NotebookError):
+    """The batch cannot produce a single grade; the message says why and what to do."""
 
 
 class Refused(ValueError):
@@ -100,6 +104,14 @@ class Job:
     assignment: str  # nbgrader's assignment folder (the exercise name in the flat layout)
     refused: str = ""  # why the submission is not read at all (a link, not a regular file)
     timestamp: datetime | None = None  # nbgrader's timestamp.txt beside it, in UTC
+
+
+def rows_for(job: Job, status: str, message: str, isolation: str) -> list[Row]:
+    """One row per gradebook item of the job's exercise, all with the same status: nothing of
+    the submission could be judged (missing, refused, a grader error, a worker lost)."""
+    return [Row(job.student, job.exercise.name, name, 0.0, points, status, message,
+                isolation, judged)
+            for name, points, judged in job.exercise.items()]
 
 
 @dataclass

@@ -2,35 +2,30 @@
 
 - Scope: only the source notebooks the instructor grades are due (``--exercise``, or else every
   source notebook that at least one student submitted); nothing else is ever "missing".
-- Dates: nbgrader's ``timestamp.txt`` beside a submission, a due date (``--due``) and a late
-  policy (``--late none|zero|per-hour:P``), applied as nbgrader's LateSubmissionPlugin applies
-  its ``none``/``zero``/``subtract`` methods: per started hour late, P points off, never more
-  than the score. A penalty is a row of its own in grades.csv (negative points), and fills
-  nbgrader_grades.csv's timestamp, duedate and late_submission_penalty.
+- Dates: nbgrader's ``timestamp.txt`` beside a submission (read by ``trust.files``), a due
+  date (``--due``) and a late policy (``--late none|zero|per-hour:P``), applied as nbgrader's
+  LateSubmissionPlugin applies its ``none``/``zero``/``subtract`` methods: per started hour
+  late, P points off, never more than the score. A penalty is a row of its own in grades.csv
+  (negative points), and fills nbgrader_grades.csv's timestamp, duedate and
+  late_submission_penalty.
 - Roster: a CSV with nbgrader's student columns (id, first_name, last_name, email): its students
   are due every graded exercise (so a student who submitted nothing has "missing" rows), and its
   names and e-mails fill nbgrader_grades.csv.
 
-Every file here is written by someone else: timestamp.txt by the student (read bounded, never
-through a link), the roster by the instructor.
+The roster is the instructor's; a student's timestamp.txt is read in ``trust.files``.
 """
 
 from __future__ import annotations
 
 import csv
-import errno
 import io
 import math
-import os
-import stat
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from .model import Job, Row
 
-TIMESTAMP = "timestamp.txt"  # nbgrader's, beside the submitted notebooks
-MAX_TIMESTAMP_BYTES = 256
 MAX_ROSTER_BYTES = 8 << 20
 LATE = "late penalty"  # the part name of a penalty row
 POLICY = "late policy"  # its "judged" column
@@ -85,28 +80,6 @@ class LatePolicy:
 
     def __str__(self) -> str:
         return f"per-hour:{self.per_hour:g}" if self.method == "per-hour" else self.method
-
-
-def read_timestamp(folder: Path) -> datetime | None:
-    """The submission time nbgrader recorded in ``folder/timestamp.txt``; None if there is
-    none or it cannot be read (bounded, never through a link, never a FIFO)."""
-    try:
-        fd = os.open(folder / TIMESTAMP, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
-                     | os.O_CLOEXEC)
-    except OSError as exc:
-        if exc.errno not in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR, errno.EACCES):
-            raise
-        return None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            return None
-        data = f.read(MAX_TIMESTAMP_BYTES + 1)
-    if len(data) > MAX_TIMESTAMP_BYTES:
-        return None
-    try:
-        return parse_time(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        return None
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from . import manual
 from .model import Job, Row, Summary, safe_file_name
+from .nbgrader import grade_id
 from .notebooks import write_atomic
+from .policy import LATE
 
 COLUMNS = ("student", "exercise", "part", "points", "max_points", "status", "message", "sandbox",
            "judged")
@@ -31,9 +34,6 @@ def write_outputs(out: Path, rows: list[Row], jobs: list[Job], *, dates: Any = N
     timestamp, late penalty and name columns; ``filled`` (a merged manual sheet) keeps its points
     and comments in the new manual.csv; ``executed(job)`` gives the executed notebook of a job
     (or None) for the HTML feedback."""
-    from . import manual
-    from .policy import LATE
-
     table = ([getattr(r, c) for c in COLUMNS] for r in rows)
     write_atomic(out / "grades.csv", _csv(COLUMNS, table))
     write_atomic(out / "manual.csv", _csv(manual.COLUMNS, manual.sheet(rows, filled or {})))
@@ -144,8 +144,6 @@ def feedback_html(student: str, rows: list[Row], notebooks: dict[str, Any]) -> s
     Everything that comes from a notebook or a message is escaped; no HTML or script of the
     student's is ever emitted as markup (Markdown is shown as its text)."""
     from html import escape
-
-    from .notebooks import grade_id
 
     parts = [f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>Feedback for "
              f"{escape(student)}</title><style>{HTML_STYLE}</style></head><body>",

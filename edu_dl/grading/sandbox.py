@@ -157,6 +157,11 @@ def bwrap_problem() -> str:
     return ""
 
 
+def isolation() -> str:
+    """The gradebook's sandbox column for a run on this machine: "bwrap" or "rlimits only"."""
+    return "rlimits only" if bwrap_problem() else "bwrap"
+
+
 def software() -> list[Path]:
     """What the sandbox runs, shown read-only at its own path: the Pythons, the package."""
     import edu_dl

@@ -127,7 +127,7 @@ Hint = tuple[Callable[[Any, Any, tuple[Any, ...]], bool], str]
 class Part:
     """One graded part: its cases, the oracle, how to compare, and hints for typical mistakes.
 
-    What decides the grade is judged outside the student's process (``grade.judge``), from data
+    What decides the grade is judged outside the student's process (``judge.judge``), from data
     only: ``compare`` (the raw result against the oracle), ``result_check`` (the raw result
     against the case's arguments, for answers an oracle value cannot pin down) and
     ``source_check`` (the submitted source of the checked function, for parts that judge *how*

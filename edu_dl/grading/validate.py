@@ -1,7 +1,7 @@
 """``edu-dl validate``: grade one notebook exactly as ``edu-dl grade`` does, and say what fails.
 
 It is the grader: the notebook is put in a temporary batch of one and graded by
-:func:`edu_dl.grading.grade.grade` (restore, the runner in a bwrap sandbox, or the labelled
+:func:`edu_dl.grading.batch.grade` (restore, the runner in a bwrap sandbox, or the labelled
 rlimits-only fallback where bwrap does not work, such as macOS; fresh inputs; judging outside),
 against ``--source`` when given (the instructor's source: its hidden tests and private parts),
 else against the notebook itself. Each gradebook row becomes a line of the report; errors in
@@ -18,7 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import notebooks as nbs
+from .batch import executed_notebook, grade
+from .model import BY_HAND
+from .nbgrader import is_grade, is_solution
+from .notebooks import NotebookError, read_notebook
+from .settings import Settings
 
 PASS, FAIL = "✓", "✗"
 MAX_MESSAGE_LINES = 6
@@ -87,7 +91,7 @@ def _errors_outside_graded_cells(nb: Any) -> list[str]:
         if cell.cell_type != "code":
             continue
         code_index += 1
-        if nbs.is_grade(cell) and not nbs.is_solution(cell):
+        if is_grade(cell) and not is_solution(cell):
             continue
         error = next((_text(o) for o in cell.get("outputs", [])
                       if o.get("output_type") == "error"), None)
@@ -100,28 +104,25 @@ def validate(path: str | Path, timeout: float = 120.0, progress: bool = True,
              source: str | Path | None = None,
              log: Callable[[str], None] | None = None) -> ValidationReport:
     """Grade ``path`` as ``edu-dl grade`` would (against ``source``, else itself)."""
-    from . import grade as G
-    from .model import BY_HAND
-
     path = Path(path)
     report = ValidationReport(path)
     log = log or (lambda text: print(text, file=sys.stderr))
-    settings = G.Settings(timeout_s=timeout)
+    settings = Settings(timeout_s=timeout)
     # Graded as the source notebook it answers: the one given, or the one named like it.
     name = Path(source).stem if source and Path(source).suffix == ".ipynb" else path.stem
     try:
-        nbs.read_notebook(path)
+        read_notebook(path)
         with tempfile.TemporaryDirectory(prefix="edu-dl-validate-") as tmp:
             batch = Path(tmp) / "submissions" / VALIDATOR
             batch.mkdir(parents=True)
             shutil.copyfile(path, batch / f"{name}.ipynb")
             out = Path(tmp) / "grades"
-            summary = G.grade(batch.parent, Path(source) if source else path, out,
+            summary = grade(batch.parent, Path(source) if source else path, out,
                               settings=settings, progress=progress, log=log,
                               exercises_due=[name])
             jobs = [(row.exercise, row) for row in summary.rows if row.student == VALIDATOR]
-            executed = G.executed_notebook(out, _job(batch / f"{name}.ipynb"), settings)
-    except nbs.NotebookError as exc:
+            executed = executed_notebook(out, _job(batch / f"{name}.ipynb"), settings)
+    except NotebookError as exc:
         report.errors.append(str(exc))
         return report
     report.sandbox = "bwrap" if summary.isolated else f"NOT isolated: {summary.problem}"

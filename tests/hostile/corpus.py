@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 
 from edu_dl.grading import sandbox
-from edu_dl.grading.notebooks import clear_solutions, remove_hidden_tests
+from edu_dl.grading.nbgrader import clear_solutions, remove_hidden_tests
 
 EXERCISE = "02_mini"
 COURSE_PARTS = Path(__file__).resolve().parents[2] / "solutions" / "parts"

@@ -21,13 +21,14 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from edu_dl.grading import grade as G
+from edu_dl.grading import batch as G
 from edu_dl.grading import model, parts, sandbox
+from edu_dl.grading.settings import Settings
 from hostile import attacks, corpus
 from hostile.planted import plant_everywhere
 
 ROOT = Path(__file__).resolve().parents[2]
-FAST = G.Settings(timeout_s=20, budget_s=60, memory_mb=2048)
+FAST = Settings(timeout_s=20, budget_s=60, memory_mb=2048)
 GROUP = f"hostile{os.getpid()}-"
 
 pytestmark = pytest.mark.slow
@@ -144,7 +145,7 @@ def test_time_budget_does_not_grow_with_cells(tmp_path: Path) -> None:
                          for _ in range(24)]
         write(subs / name, nb)
     # 24 cells x 9.5 s would hold a worker 228 s; the budget allows 30 s for everything.
-    settings = G.Settings(timeout_s=10, budget_s=30, memory_mb=2048)
+    settings = Settings(timeout_s=10, budget_s=30, memory_mb=2048)
     start = time.monotonic()
     summary = G.grade(subs, source, out, settings=settings, jobs=2, progress=False)
     wall = time.monotonic() - start
@@ -238,7 +239,7 @@ def test_oversized_notebooks_and_results_are_refused(tmp_path: Path) -> None:
         "                     zipfile.ZIP_BZIP2) as zf:\n"
         "    zf.writestr('hidden.npy', bytes(50 * 2**20))"))
     write(subs / "bomb", bomb)
-    settings = G.Settings(timeout_s=20, budget_s=60, memory_mb=2048, notebook_mb=2)
+    settings = Settings(timeout_s=20, budget_s=60, memory_mb=2048, notebook_mb=2)
     summary = G.grade(subs, source, out, settings=settings, jobs=2, progress=False)
     assert points(summary) == {"alice": 2.0, "big": 0.0, "bomb": 0.0}, summary.rows
     big_rows = [r for r in summary.rows if r.student == "big"]
@@ -296,7 +297,7 @@ def test_patched_in_sandbox_helpers_claim_nothing(tmp_path: Path) -> None:
     write(tmp_path / "subs" / "mallory", cheat, name)
     write(tmp_path / "subs" / "alice", solution, name)
     summary = G.grade(tmp_path / "subs", tmp_path / "source", tmp_path / "out",
-                      settings=G.Settings(timeout_s=60, budget_s=300), jobs=2, progress=False)
+                      settings=Settings(timeout_s=60, budget_s=300), jobs=2, progress=False)
     rows = {(r.student, r.part): r for r in summary.rows}
     assert all(r.status == "passed" for (s, _), r in rows.items() if s == "alice"), rows
     cheat_row = rows[("mallory", "ex03.prefetch")]

@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from .model import Refused
-from .protocol import EXECUTED, OUTPUT_MEMBER, RUN_RECORD, read_outputs
+from ..model import Refused
+from ..protocol import EXECUTED, OUTPUT_MEMBER, RUN_RECORD, read_outputs
 
 MAX_ENTRIES = 1000  # members of one result zip (and of one npz inside it)
 MAX_ARRAY_BYTES = 64 << 20

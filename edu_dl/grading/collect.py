@@ -1,0 +1,94 @@
+"""Collect: which notebook of which student answers which exercise, and what is due.
+
+Two layouts: ``<student>/<NN_name>.ipynb`` (flat) and nbgrader's
+``submitted/<student>/<assignment>/*.ipynb``. Every name and file here is the students': it is
+read through ``trust.files`` (bounded, never through a link).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .model import Exercise, Job, NothingToGrade, Row
+from .notebooks import NotebookError
+from .trust.files import entries, notebooks, read_timestamp
+
+# An nbgrader course folder: submitted/ beside nbgrader's other folders (and nothing else).
+NBGRADER_FOLDERS = frozenset({"submitted", "source", "release", "autograded", "feedback",
+                              "downloaded", "outbound", "inbound"})
+
+
+def collect(submissions: Path, exercises: dict[str, Exercise]) -> tuple[list[Job], list[Row]]:
+    """Jobs for ``<student>/<NN_name>.ipynb`` or ``submitted/<student>/<assignment>/*.ipynb``.
+
+    Every student gets a job per exercise (a missing notebook is graded as missing); a notebook
+    that matches no exercise gets a row of its own. Nothing is followed: a student folder or a
+    notebook that is a symbolic link, or not a regular file, is refused with a row that says so.
+    nbgrader's layout is taken only when ``submitted/`` sits among nbgrader's own folders alone
+    (source/, release/, autograded/, feedback/...), so a student named "submitted" is still
+    graded.
+    """
+    if not submissions.is_dir():
+        raise NotebookError(f"{submissions}: not a folder of submissions")
+    folders = {e.name for e in entries(submissions) if e.is_dir(follow_symlinks=False)}
+    nbgrader_layout = "submitted" in folders and folders <= NBGRADER_FOLDERS
+    root = submissions / "submitted" if nbgrader_layout else submissions
+    jobs: list[Job] = []
+    extra: list[Row] = []
+    for entry in entries(root):
+        if entry.is_symlink() or not entry.is_dir(follow_symlinks=False):
+            if entry.is_symlink() or entry.name.endswith(".ipynb"):
+                what = "a symbolic link" if entry.is_symlink() else "a file, not a folder"
+                extra.append(Row(entry.name, "", "", 0.0, 0.0, "refused",
+                                 f"{entry.name!r} is {what}; each student needs a folder of "
+                                 "their own, and links are never followed"))
+            continue
+        found: dict[str, tuple[Path, str, str]] = {}
+        for path, refused in notebooks(Path(entry.path)):
+            assignment = path.parent.name if path.parent != Path(entry.path) else path.stem
+            if path.stem in exercises and path.stem not in found:
+                found[path.stem] = (path, assignment, refused)
+            elif path.stem not in exercises:
+                extra.append(Row(entry.name, path.stem, "", 0.0, 0.0, "not an exercise",
+                                 f"{path.relative_to(root)} matches no source notebook "
+                                 f"({', '.join(exercises)}); not graded"))
+        for name, ex in exercises.items():
+            hit = found.get(name)
+            job = Job(entry.name, ex, *hit) if hit else Job(entry.name, ex, None, name)
+            if hit:
+                job.timestamp = read_timestamp(hit[0].parent) or read_timestamp(Path(entry.path))
+            jobs.append(job)
+    if not jobs:
+        top = [e.name for e in entries(root) if e.name.endswith(".ipynb")]
+        raise NothingToGrade(
+            f"{submissions}: no student folders here"
+            + (f" (only {len(top)} notebook(s) at the top level)" if top else "")
+            + "; expected <student>/<notebook>.ipynb or nbgrader's "
+            "submitted/<student>/<assignment>/<notebook>.ipynb")
+    return jobs, extra
+
+
+def scope(jobs: list[Job], exercises: dict[str, Exercise], chosen: list[str] | None,
+          roster: dict[str, Any] | None = None) -> list[Job]:
+    """The jobs that are due: of the chosen exercises (default: every exercise at least one
+    student submitted), for every student found and every student on the roster."""
+    if chosen:
+        unknown = [name for name in chosen if name not in exercises]
+        if unknown:
+            raise NothingToGrade(f"--exercise {', '.join(unknown)}: no such source notebook "
+                                 f"with graded cells (the source has: {', '.join(exercises)})")
+        due = set(chosen)
+    else:
+        due = {j.exercise.name for j in jobs if j.path is not None or j.refused}
+        if not due:
+            students = len({j.student for j in jobs})
+            raise NothingToGrade(
+                f"none of the {students} student folder(s) holds a notebook named like a source "
+                f"notebook ({', '.join(list(exercises)[:8])}); check that --source is the "
+                "assignment's source, or name the exercises that are due with --exercise")
+    kept = [j for j in jobs if j.exercise.name in due]
+    present = {j.student for j in kept}
+    for student in sorted(set(roster or ()) - present):
+        kept += [Job(student, exercises[name], None, name) for name in exercises if name in due]
+    return kept

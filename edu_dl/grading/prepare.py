@@ -1,0 +1,113 @@
+"""Prepare: read, parse and restore one submission, and draw fresh inputs for each part.
+
+What the sandbox will get is decided here, on the trusted side: the restored notebook, the files
+beside the source, each part's inputs (and its pickled ``call=``). The inputs stay here too, to
+judge against.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import protocol, sandbox
+from .model import Job, Refused, Row, rows_for, safe_file_name
+from .notebooks import Notebook, NotebookError, notebook_bytes, write_atomic
+from .protocol import encode_inputs, roundtrip
+from .restore import is_other_exercise, restore
+from .settings import MB, Settings
+from .spec import Part
+from .trust.files import read_bounded
+from .trust.notebook import parse_notebook
+
+
+@dataclass
+class Prepared:
+    """A submission ready to run: the restored notebook, the files handed to the sandbox, and
+    the inputs drawn for each part (kept here, on the trusted side, to judge against)."""
+
+    notebook: Notebook  # restored: every locked cell from the source, hidden tests included
+    notes: list[str]  # what restoring changed ("cell 'x' was edited; restored ...")
+    work: Path  # the grader's own folder for this submission (run.json)
+    autograded: Path  # where the (executed) restored notebook is saved
+    seed: int
+    parts: dict[str, Part]
+    cases: dict[str, list[tuple[Any, ...]]]
+    files: dict[str, bytes]  # path inside the sandbox -> bytes, all read-only
+    root: str  # the sandbox's folder for work/ and grading/
+    boxed: bool  # False: no bwrap, the same run unisolated in ``work``
+
+
+def prepare(job: Job, out: Path, settings: Settings, data: bytes | None,
+            boxed: bool | None = None) -> Prepared | list[Row]:
+    """Read, parse and restore the submission, draw fresh inputs; rows instead when there is
+    nothing to run (missing, refused, unreadable, another exercise's notebook). ``boxed``: will
+    it run in bwrap (default: whether bwrap works here; a cluster's workers say for
+    themselves)."""
+    if job.refused:
+        return rows_for(job, "refused", job.refused, sandbox.isolation())
+    if job.path is None:
+        return rows_for(job, "missing", f"no {job.exercise.name}.ipynb was submitted",
+                        sandbox.isolation())
+    try:
+        data = read_bounded(job.path, settings.notebook_mb * MB) if data is None else data
+        submitted = parse_notebook(data, job.path.name)
+    except Refused as exc:
+        return rows_for(job, "refused", str(exc), sandbox.isolation())
+    except NotebookError as exc:
+        return rows_for(job, "unreadable", str(exc), sandbox.isolation())
+    if is_other_exercise(submitted, job.exercise.notebook):
+        return rows_for(job, "wrong notebook", f"{job.path.name} holds none of the cells of "
+                        f"{job.exercise.name} (a notebook for another exercise?)",
+                        sandbox.isolation())
+    nb, notes = restore(submitted, job.exercise.notebook)
+    work = out / ".work" / safe_file_name(job.student) / job.exercise.name
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    restored = notebook_bytes(nb)
+    # nbgrader's layout: autograded/<student>/<assignment>/<notebook> (instructor-only: it
+    # holds the hidden tests).
+    autograded = (out / "autograded" / safe_file_name(job.student)
+                  / safe_file_name(job.assignment) / f"{job.exercise.name}.ipynb")
+    write_atomic(autograded, restored)
+    # Fresh inputs from a secret seed: what a student saw while working tells nothing.
+    seed = secrets.randbits(63)
+    rng = np.random.default_rng(seed)
+    if boxed is None:  # else: the same run in the work folder, unisolated
+        boxed = not sandbox.bwrap_problem()
+    root = "/tmp" if boxed else str(work)
+    files = {f"{root}/work/{name}": data for name, data in job.exercise.files.items()}
+    files[f"{root}/work/notebook.ipynb"] = restored
+    prepared = Prepared(nb, notes, work, autograded, seed, {}, {}, files, root, boxed)
+    for part_id, _ in job.exercise.parts:
+        prepared.parts[part_id] = part = job.exercise.specs[part_id]
+        drawn = [*part.cases(rng, False), *part.cases(rng, True)]
+        prepared.files.update(grading_files(f"{root}/grading", part_id, drawn,
+                                            job.exercise.calls.get(part_id)))
+        prepared.cases[part_id] = roundtrip(drawn)  # exactly what the student's function gets
+    return prepared
+
+
+def submission_bytes(job: Job, settings: Settings) -> bytes | None:
+    """The bytes to grade (None: nothing to read, or refused; grade_one says why)."""
+    if job.path is None or job.refused:
+        return None
+    try:
+        return read_bounded(job.path, settings.notebook_mb * MB)
+    except Refused as exc:
+        job.refused = str(exc)
+        return None
+
+
+def grading_files(grading_dir: str, part_id: str, cases: list[tuple[Any, ...]],
+                  call: bytes | None) -> dict[str, bytes]:
+    """What the sandbox gets for one part: its cases and, if it has one, its pickled call=."""
+    files = {protocol.inputs_path(grading_dir, part_id): encode_inputs(cases)}
+    if call is not None:
+        files[protocol.call_path(grading_dir, part_id)] = call
+    return files
