@@ -16,7 +16,6 @@ import nbformat
 from . import sandbox
 from .model import OUTSIDE, Job, Row, cap_text
 from .nbgrader import PartialCreditError, determine_grade, grade_id, nbgrader
-from .notebooks import NotebookError
 from .prepare import Prepared
 from .protocol import ErrorText
 from .receive import Ran
@@ -24,8 +23,8 @@ from .restore import copy_cell
 from .settings import Settings
 from .source import judge_source
 from .spec import Part, judge_case, trusted_result
-from .trust.notebook import parse_notebook
-from .trust.source import find_source
+from .trust.result import RunRecord
+from .trust.source import SourceReader
 
 STATUS_OF_KILL = {"timeout": "timeout", "memory": "memory", "processes": "processes"}
 
@@ -33,6 +32,7 @@ STATUS_OF_KILL = {"timeout": "timeout", "memory": "memory", "processes": "proces
 def judge_run(job: Job, prepared: Prepared, ran: Ran, settings: Settings) -> list[Row]:
     """One row per part: the student's raw results judged here, or why there are none."""
     returned = ran.returned
+    sources = SourceReader(prepared.notebook)  # parses each cell once, for this submission only
     rows = []
     for part_id, test_id in job.exercise.parts:
         part = prepared.parts[part_id]
@@ -40,8 +40,9 @@ def judge_run(job: Job, prepared: Prepared, ran: Ran, settings: Settings) -> lis
                                         ran.done, returned.problem, settings)
         points = 0.0
         if got is not None:
-            source = find_source(prepared.notebook, part_id) if part.source_check else None
-            status, message = judge(part, prepared.cases[part_id], got, source)
+            source = sources.find(part_id) if part.source_check else None
+            status, message = judge(part, prepared.cases[part_id], got, source,
+                                    sources.problems.get(part_id, ""))
             points = float(part.points) if status == "passed" else 0.0
         note = "; ".join(n for n in prepared.notes if f"'{test_id}'" in n)
         if note and status != "passed":
@@ -55,13 +56,7 @@ def judge_cells(job: Job, prepared: Prepared, ran: Ran, settings: Settings) -> l
     """Rows of the graded cells no Part judges: nbgrader test cells scored from the executed
     notebook as nbgrader's determine_grade scores them, and what a person must grade."""
     returned = ran.returned
-    executed = None
-    if returned.executed:
-        try:
-            executed = parse_notebook(returned.executed, "executed notebook")
-        except (NotebookError, RecursionError):
-            executed = None
-    ran_cells = {grade_id(c): c for c in executed.cells} if executed is not None else {}
+    ran_cells = {grade_id(c): c for c in ran.executed.cells} if ran.executed is not None else {}
     restored = {grade_id(c): c for c in prepared.notebook.cells if grade_id(c)}
     source = {grade_id(c): c for c in job.exercise.notebook.cells if grade_id(c)}
     rows = []
@@ -91,8 +86,9 @@ def judge_cells(job: Job, prepared: Prepared, ran: Ran, settings: Settings) -> l
             continue
         cell = ran_cells.get(gid)
         if cell is None or cell.get("cell_type") != "code":
+            why = f" ({ran.unused})" if ran.unused else ""
             row.status, row.message = "no result", f"test cell {gid!r} is not in the " \
-                "executed notebook"
+                f"executed notebook{why}"
             continue
         cell = _as_source(cell, source[gid])
         try:
@@ -116,13 +112,10 @@ def judge_cells(job: Job, prepared: Prepared, ran: Ran, settings: Settings) -> l
     return rows
 
 
-def _wrote_stderr(record: dict[str, Any], gid: str) -> bool:
+def _wrote_stderr(record: RunRecord, gid: str) -> bool:
     """Whether the runner saw the test cell write to stderr (the record is the sandbox's: as
     with every assert cell, the student's process could forge it)."""
-    cells = record.get("cells")
-    return isinstance(cells, list) and any(
-        isinstance(c, dict) and c.get("grade_id") == gid and c.get("stderr") is True
-        for c in cells)
+    return any(c.grade_id == gid and c.stderr for c in record.cells)
 
 
 def _as_source(cell: Any, original: Any) -> Any:
@@ -154,11 +147,11 @@ def _test_cell_message(gid: str, cell: Any, points: float, max_points: float) ->
     return f"test cell {gid!r} passed"
 
 
-def _outcome(part_id: str, test_id: str, record: dict[str, Any], outputs: dict[str, Any],
+def _outcome(part_id: str, test_id: str, record: RunRecord, outputs: dict[str, Any],
              done: sandbox.Result, problem: str, settings: Settings) -> tuple[str, str, Any]:
     """(status, message, results or None): the results when the student's process left some.
 
-    ``record`` was written inside the sandbox: every field is checked before it is used.
+    ``record`` was written inside the sandbox (read field by field in ``trust.result``).
     """
     if part_id in outputs:
         return "", "", outputs[part_id]
@@ -169,14 +162,11 @@ def _outcome(part_id: str, test_id: str, record: dict[str, Any], outputs: dict[s
         return STATUS_OF_KILL[done.killed], f"{what[done.killed]}; the sandbox was killed", None
     if problem:
         return ("refused" if problem.startswith("refused") else "crashed"), problem, None
-    cells = record.get("cells")
-    cell = next((c for c in cells if isinstance(c, dict) and c.get("grade_id") == test_id),
-                None) if isinstance(cells, list) else None
-    kernel = str(record.get("kernel", ""))
-    message = cap_text(str(record.get("message") or ""))
+    cell = record.cell(test_id)
+    kernel, message = record.kernel, record.message
     if cell is None:
         return "crashed", message or "the test cell never ran", None
-    status, error = str(cell.get("status", "")), cap_text(str(cell.get("error", "")))
+    status, error = cell.status, cell.error
     if status == "timeout":
         return "timeout", f"test cell {test_id!r}: {error}", None
     if status == "died" or (status == "not run" and kernel == "died"):
@@ -190,13 +180,14 @@ def _outcome(part_id: str, test_id: str, record: dict[str, Any], outputs: dict[s
 
 
 def judge(part: Part, cases: list[tuple[Any, ...]], got: list[Any],
-          source: str | None = None) -> tuple[str, str]:
+          source: str | None = None, missing: str = "") -> tuple[str, str]:
     """Judge the student's raw results outside the sandbox, from data only.
 
     Each result is compared with the oracle on the same inputs (and checked against the inputs
     where the part says so); outputs the student's process only observed (counts, flags) are
     ignored. Parts that grade how a result was computed judge ``source``, the checked function's
-    text found in the notebook (``source.find_source``), and fail without it.
+    text found in the notebook (``trust.source``), and fail without it (``missing``: why,
+    when the reader knows).
     """
     if len(got) != len(cases):
         return "failed", f"results for {len(got)} of {len(cases)} cases"
@@ -211,7 +202,7 @@ def judge(part: Part, cases: list[tuple[Any, ...]], got: list[Any],
                              trusted_result(part, expected, result))
         if not verdict.ok:
             return "failed", verdict.message
-    verdict = judge_source(part, source)
+    verdict = judge_source(part, source, missing)
     if not verdict.ok:
         return "failed", f"the values are right, but {verdict.message}"
     return "passed", f"{len(cases)} fresh cases passed"

@@ -2,20 +2,26 @@
 
 The result (``trust.result``) and the executed notebook (``trust.notebook``) were written by the
 student's process: nothing of them is trusted, and a broken or forged one can only cost that
-student points.
+student points. Of the executed notebook only the outputs are taken, checked and reduced; the
+notebook the instructor audits in ``autograded/`` is the restored one (its sources are the ones
+that ran) with those outputs, written compactly.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import asdict, dataclass
 
 from . import sandbox
-from .notebooks import NotebookError, notebook_bytes, write_atomic
+from .notebooks import Notebook, write_atomic
 from .prepare import Prepared
 from .settings import MB, Settings
-from .trust.notebook import parse_notebook
+from .trust.notebook import Untrusted, compact_bytes, executed_outputs
 from .trust.result import RunResult, read_run
+from .trust.text import visible
+
+LOG_TAIL = 4000  # characters of the sandbox's log kept in run.json
 
 
 @dataclass
@@ -25,6 +31,8 @@ class Ran:
     done: sandbox.Result
     returned: RunResult
     isolation: str
+    executed: Notebook | None = None  # the restored notebook with the run's outputs
+    unused: str = ""  # why the returned notebook's outputs were not used ("" when they were)
 
 
 def received(prepared: Prepared, done: sandbox.Result, settings: Settings) -> Ran:
@@ -32,14 +40,28 @@ def received(prepared: Prepared, done: sandbox.Result, settings: Settings) -> Ra
     saved beside the submission's other files."""
     returned = read_run(done.output, done.output_size, settings.file_mb * MB,
                         settings.notebook_mb * MB + 2 * settings.output_cap)
-    if returned.executed:  # the notebook with its outputs replaces the unexecuted copy
+    ran = Ran(done, returned, "bwrap" if done.isolated else "rlimits only")
+    if returned.executed:
         try:
-            executed = notebook_bytes(parse_notebook(returned.executed, "executed notebook"))
-            write_atomic(prepared.autograded, executed)
-        except (NotebookError, RecursionError):
-            pass  # a forged or broken one: the restored notebook stays
-    (prepared.work / "run.json").write_text(json.dumps(
-        {"seed": prepared.seed, "record": returned.record, "sandbox": asdict(done) | {
-            "log": done.log[-4000:], "output": f"{done.output_size} bytes",
-            "uids_seen": sorted(done.uids_seen)}}, indent=1, default=str))
-    return Ran(done, returned, "bwrap" if done.isolated else "rlimits only")
+            outputs = executed_outputs(returned.executed, prepared.notebook)
+        except Untrusted as exc:  # forged or broken: the restored notebook stays as it is
+            ran.unused = str(exc)
+        else:
+            ran.executed = with_outputs(prepared.notebook, outputs)
+            write_atomic(prepared.autograded, compact_bytes(ran.executed))
+    facts = asdict(done) | {"log": visible(done.log[-LOG_TAIL:]),
+                            "output": f"{done.output_size} bytes",
+                            "uids_seen": sorted(done.uids_seen)}
+    write_atomic(prepared.work / "run.json", json.dumps(
+        {"seed": prepared.seed, "record": asdict(returned.record), "sandbox": facts,
+         "executed notebook not used": ran.unused}, default=str).encode())
+    return ran
+
+
+def with_outputs(nb: Notebook, outputs: list[list[dict[str, object]]]) -> Notebook:
+    """A copy of ``nb`` whose code cells carry ``outputs`` (one list per cell)."""
+    executed = copy.deepcopy(nb)
+    for cell, cell_outputs in zip(executed.cells, outputs):
+        if cell.get("cell_type") == "code":
+            cell["outputs"] = cell_outputs
+    return executed

@@ -39,12 +39,13 @@ def segment(code: str, node: ast.AST) -> str:
     return textwrap.dedent("\n".join(lines[first - 1:last])) + "\n"
 
 
-def judge_source(part: Part, source: str | None) -> Verdict:
-    """The part's source check on the found source; a clear failure when there is none."""
+def judge_source(part: Part, source: str | None, missing: str = "") -> Verdict:
+    """The part's source check on the found source; a clear failure when there is none
+    (``missing``: why it could not be read, when the reader knows)."""
     if part.source_check is None:
         return Verdict(True)
     if source is None:
-        return Verdict(False, NOT_FOUND)
+        return Verdict(False, missing or NOT_FOUND)
     try:
         return part.source_check(source)
     except Exception as exc:  # a check that cannot read this source does not pass it

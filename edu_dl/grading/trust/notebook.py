@@ -1,17 +1,188 @@
-"""A notebook a student or a sandbox wrote, parsed as data."""
+"""A notebook a student or a sandbox wrote, parsed as data, strictly and within bounds.
+
+- :func:`parse_notebook`: a submitted notebook. JSON deeper than :data:`MAX_DEPTH` is refused
+  (a megabyte of lists nested hundreds deep would grow hundreds of times when written again),
+  and every cell must be a cell: a type, a text source, a metadata object. What the grader
+  keeps of a submission is its cells' sources and nbgrader metadata (``restore``).
+- :func:`executed_outputs`: the notebook the sandbox returns after running. It was written by
+  the student's process, so only its outputs are taken, each checked against nbformat's schema
+  and reduced to plain text, PNG/JPEG images and errors; its cells must line up with the
+  notebook that was run, whose sources (not the returned ones) are what the instructor sees.
+- :func:`compact_bytes`: how the grader writes what it built from student data: compact JSON,
+  ASCII only (a lone surrogate is written as an escape), so its size stays within a small
+  factor of what was read.
+"""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
+from typing import Any
+
 import nbformat
+from nbformat import versions
+from nbformat.reader import NotJSONError, get_version
 
 from ..notebooks import Notebook, NotebookError
 
+MAX_DEPTH = 64  # nbformat itself needs about 8; widget states and plots a few more
+CELL_TYPES = frozenset({"code", "markdown", "raw"})
+# What the feedback shows of an output: text, pictures and errors. HTML, JavaScript, SVG and
+# widget state are the student's markup and are never kept.
+KEPT_DATA = ("text/plain", "image/png", "image/jpeg")
+MAX_OUTPUTS = 200  # per cell
+MAX_TEXT = 100_000  # characters of one text output
+MAX_IMAGE = 4 << 20  # base64 characters of one image
+MAX_TRACEBACK = 100  # lines
+
+
+def too_deep(obj: Any, limit: int = MAX_DEPTH) -> bool:
+    """Does ``obj`` nest lists and objects deeper than ``limit``? (no recursion)"""
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    while stack:
+        value, depth = stack.pop()
+        children = value.values() if isinstance(value, dict) else \
+            value if isinstance(value, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def load_json(data: bytes, name: str, max_depth: int = MAX_DEPTH) -> Any:
+    """JSON from bytes: strict UTF-8, no deeper than ``max_depth``; NotebookError otherwise."""
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise NotebookError(f"{name}: not UTF-8 text (byte {exc.start})") from None
+    except RecursionError:
+        raise NotebookError(f"{name}: nested deeper than {max_depth} levels") from None
+    except ValueError as exc:
+        raise NotebookError(f"{name}: not JSON ({str(exc)[:200]})") from None
+    if too_deep(obj, max_depth):
+        raise NotebookError(f"{name}: nested deeper than {max_depth} levels")
+    return obj
+
 
 def parse_notebook(data: bytes, name: str) -> Notebook:
-    """A notebook from bytes already read (``name`` only for the message); NotebookError when
-    it is not one."""
+    """A submitted notebook as nbformat 4, every cell checked to be a cell; NotebookError
+    (the message names the notebook and what is wrong) when it is not one."""
+    obj = load_json(data, name)
     try:
-        return nbformat.reads(data.decode("utf-8"), as_version=4)
-    except Exception as exc:  # JSON errors, wrong nbformat, binary junk
+        major, minor = get_version(obj)
+        nb = nbformat.convert(versions[major].to_notebook_json(obj, minor=minor), 4)
+    except (KeyError, AttributeError, TypeError, ValueError, NotJSONError) as exc:
         raise NotebookError(f"{name}: not a readable Jupyter notebook ({type(exc).__name__}: "
-                            f"{str(exc)[:300]})") from None
+                            f"{str(exc)[:200]})") from None
+    if not isinstance(nb.get("cells"), list) or not isinstance(nb.get("metadata"), dict):
+        raise NotebookError(f"{name}: not a readable Jupyter notebook (no list of cells)")
+    for index, cell in enumerate(nb.cells):
+        problem = _cell_problem(cell)
+        if problem:
+            raise NotebookError(f"{name}: cell {index} {problem}")
+    return nb
+
+
+def _cell_problem(cell: Any) -> str:
+    if not isinstance(cell, dict):
+        return "is not a cell"
+    if cell.get("cell_type") not in CELL_TYPES:
+        return "has no cell type of code, markdown or raw"
+    if not isinstance(cell.get("source", ""), str):
+        return "has a source that is not text"
+    if not isinstance(cell.get("metadata", {}), dict):
+        return "has metadata that is not an object"
+    return ""
+
+
+def compact_bytes(nb: Any) -> bytes:
+    """The notebook as compact, ASCII-only JSON (nbformat reads it as any other)."""
+    return json.dumps(nb, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+
+
+# --------------------------------------------------------------------------- the executed notebook
+
+
+class Untrusted(ValueError):
+    """An executed notebook that is not what the runner writes; the message says why."""
+
+
+def executed_outputs(data: bytes, ran: Notebook) -> list[list[dict[str, Any]]]:
+    """The outputs of each cell of ``ran`` (the notebook the sandbox ran), taken from the
+    executed notebook it returned: checked, reduced to what the feedback shows, capped.
+
+    Untrusted when the returned notebook does not line up with ``ran`` cell for cell, or any
+    output is not one nbformat allows: then none of it is used.
+    """
+    try:
+        obj = load_json(data, "the executed notebook")
+    except NotebookError as exc:
+        raise Untrusted(str(exc)) from None
+    cells = obj.get("cells") if isinstance(obj, dict) else None
+    if not isinstance(cells, list) or len(cells) != len(ran.cells):
+        raise Untrusted("its cells do not match the notebook that was run")
+    found = []
+    for index, (cell, original) in enumerate(zip(cells, ran.cells)):
+        if not isinstance(cell, dict) or cell.get("cell_type") != original.get("cell_type"):
+            raise Untrusted(f"cell {index} is not the cell that was run")
+        outputs = cell.get("outputs", []) if original.get("cell_type") == "code" else []
+        if not isinstance(outputs, list):
+            raise Untrusted(f"cell {index}: its outputs are not a list")
+        found.append([_output(o, index) for o in outputs[:MAX_OUTPUTS]])
+    return found
+
+
+def _text(value: Any, where: str, cap: int = MAX_TEXT) -> str:
+    """nbformat's multiline string: a string or a list of strings; capped."""
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        value = "".join(value)
+    if not isinstance(value, str):
+        raise Untrusted(f"{where} is not text")
+    return value if len(value) <= cap else value[:cap] + f"\n[... {len(value) - cap} more " \
+        "characters cut]"
+
+
+def _output(output: Any, index: int) -> dict[str, Any]:
+    where = f"cell {index}: an output"
+    if not isinstance(output, dict):
+        raise Untrusted(f"{where} is not an object")
+    kind = output.get("output_type")
+    if kind == "stream":
+        name = output.get("name")
+        if name not in ("stdout", "stderr"):
+            raise Untrusted(f"{where} is a stream of neither stdout nor stderr")
+        return nbformat.v4.new_output("stream", name=name, text=_text(output.get("text"), where))
+    if kind == "error":
+        traceback = output.get("traceback", [])
+        if not isinstance(traceback, list):
+            raise Untrusted(f"{where}'s traceback is not a list")
+        return nbformat.v4.new_output(
+            "error", ename=_text(output.get("ename"), where, 1000),
+            evalue=_text(output.get("evalue"), where),
+            traceback=[_text(line, where, 10_000) for line in traceback[:MAX_TRACEBACK]])
+    if kind in ("execute_result", "display_data"):
+        bundle = output.get("data", {})
+        if not isinstance(bundle, dict):
+            raise Untrusted(f"{where}'s data is not an object")
+        data = {mime: _data(mime, bundle[mime], where) for mime in KEPT_DATA if mime in bundle}
+        if kind == "display_data":
+            return nbformat.v4.new_output("display_data", data=data)
+        count = output.get("execution_count")
+        if count is not None and (not isinstance(count, int) or isinstance(count, bool)):
+            raise Untrusted(f"{where}'s execution count is not a number")
+        return nbformat.v4.new_output("execute_result", data=data, execution_count=count)
+    raise Untrusted(f"{where} has the unknown type {str(kind)[:40]!r}")
+
+
+def _data(mime: str, value: Any, where: str) -> str:
+    if mime == "text/plain":
+        return _text(value, where)
+    text = _text(value, where, MAX_IMAGE)
+    try:
+        base64.b64decode(text, validate=False)
+    except (binascii.Error, ValueError):
+        raise Untrusted(f"{where}: its {mime} is not base64") from None
+    return text.replace("\n", "")

@@ -12,6 +12,10 @@ arrays that would unpickle (and so run code) here in the grader. So:
 - every member is read once, its size bounded, and no array is loaded with pickle or before its
   header has been checked against its bytes.
 
+- ``run.json`` is JSON no deeper than ``notebook.MAX_DEPTH`` and is read field by field into a
+  :class:`RunRecord`: an entry of the wrong type or an unknown status is dropped, every text
+  capped.
+
 What cannot be read counts as a result never written (or, for a broken zip, as a problem of the
 whole run): it can lose a student points, never gain them.
 """
@@ -28,17 +32,71 @@ import numpy as np
 
 from ..model import Refused
 from ..protocol import EXECUTED, OUTPUT_MEMBER, RUN_RECORD, read_outputs
+from .notebook import too_deep
 
 MAX_ENTRIES = 1000  # members of one result zip (and of one npz inside it)
 MAX_ARRAY_BYTES = 64 << 20
 MAX_RECORD_BYTES = 1 << 20  # run.json
+MAX_CELLS = 10_000  # entries of run.json
+RECORD_TEXT = 2000  # characters of a message in run.json (the runner keeps as many)
+# What the runner writes: a cell's status, and how the kernel ended.
+CELL_STATUSES = frozenset({"ok", "error", "timeout", "not run", "died"})
+KERNEL_STATES = frozenset({"ok", "budget", "stuck", "died", "failed", "unreadable"})
+
+
+@dataclass(frozen=True)
+class CellRecord:
+    """One code cell as the runner recorded it."""
+
+    index: int
+    grade_id: str
+    status: str  # one of CELL_STATUSES
+    error: str = ""
+    stderr: bool = False  # it wrote to stderr (nbgrader scores such a test cell 0)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """run.json, read field by field: what the runner says happened, cell by cell."""
+
+    cells: tuple[CellRecord, ...] = ()
+    kernel: str = ""  # one of KERNEL_STATES, or "" when the record said nothing usable
+    message: str = ""
+    output_cut: bool = False
+
+    def cell(self, grade_id: str) -> CellRecord | None:
+        return next((c for c in self.cells if c.grade_id == grade_id), None)
+
+
+def _capped(value: Any) -> str:
+    return value[:RECORD_TEXT] if isinstance(value, str) else ""
+
+
+def parse_record(raw: Any) -> RunRecord:
+    """The record from run.json's JSON, keeping only what has the runner's types."""
+    if not isinstance(raw, dict):
+        return RunRecord()
+    cells = raw.get("cells")
+    kept = []
+    for entry in cells[:MAX_CELLS] if isinstance(cells, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        index, gid, status = entry.get("index"), entry.get("grade_id"), entry.get("status")
+        if not isinstance(index, int) or isinstance(index, bool) or not isinstance(gid, str) \
+                or status not in CELL_STATUSES:
+            continue
+        kept.append(CellRecord(index, gid[:200], status, _capped(entry.get("error")),
+                               entry.get("stderr") is True))
+    kernel = raw.get("kernel")
+    return RunRecord(tuple(kept), kernel if kernel in KERNEL_STATES else "",
+                     _capped(raw.get("message")), raw.get("output_cut") is True)
 
 
 @dataclass
 class RunResult:
     """What a sandbox returned, read with every bound: all of it written by untrusted code."""
 
-    record: dict[str, Any] = field(default_factory=dict)  # run.json: one entry per cell
+    record: RunRecord = field(default_factory=RunRecord)  # run.json: one entry per cell
     outputs: dict[str, list[Any]] = field(default_factory=dict)  # part -> results
     problem: str = ""  # why nothing could be read ("" when the result was read)
     executed: bytes = b""  # the executed notebook (not parsed here; at most max_notebook bytes)
@@ -51,7 +109,7 @@ def read_run(data: bytes, size: int, max_bytes: int, max_notebook: int) -> RunRe
     if not problem:
         with zipfile.ZipFile(io.BytesIO(data)) as zf:
             executed = _read(zf, EXECUTED, max_notebook) or b""
-    return RunResult(record, outputs, problem, executed)
+    return RunResult(parse_record(record), outputs, problem, executed)
 
 
 def read_result(data: bytes, size: int, max_bytes: int
@@ -87,7 +145,7 @@ def read_result(data: bytes, size: int, max_bytes: int
     except (zipfile.BadZipFile, json.JSONDecodeError, OSError, ValueError, EOFError,
             NotImplementedError, RecursionError) as exc:
         return {}, {}, f"the result file is broken ({type(exc).__name__}: {str(exc)[:200]})"
-    if not isinstance(record, dict):
+    if not isinstance(record, dict) or too_deep(record):
         record = {}
     return record, {part: results for part, (_, results) in best.items()}, ""
 

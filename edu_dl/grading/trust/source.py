@@ -1,26 +1,27 @@
 """A student's cells as text: where is the function a part checks, and what does it say.
 
-:func:`find_source` finds, in the restored notebook, the test cell that checks the part, the name
-it passes to ``check("exNN.part", NAME)``, and the last module-level ``def``/``class`` of that
-name in the code cells before it; a later rebinding of the name (an assignment, an import, a
+:class:`SourceReader` finds, in the restored notebook, the test cell that checks the part, the
+name it passes to ``check("exNN.part", NAME)``, and the last module-level ``def``/``class`` of
+that name in the code cells before it; a later rebinding of the name (an assignment, an import, a
 ``global`` statement) or a definition the parser cannot see (``exec``, a lambda) gives None, and
 the part fails with ``source.NOT_FOUND``. Nothing is executed: cells are parsed with ``ast``
 after IPython's own text transformations of magics.
+
+Parsing is bounded: a cell that cannot bind the name (every mention of it is a call) is never
+parsed; a cell over :data:`MAX_CELL_CHARS` that might bind it is not parsed either, and the part
+says why. Parsed cells are kept for one submission only (one reader per submission).
 """
 
 from __future__ import annotations
 
 import ast
-import functools
+import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..nbgrader import grade_id
+from ..notebooks import Notebook
 from ..source import SCOPES, segment
-
-if TYPE_CHECKING:
-    from ..notebooks import Notebook
-
 
 # --------------------------------------------------------------------------- parsing cells
 
@@ -37,7 +38,10 @@ def _ipython_text(text: str) -> str:
         return text
 
 
-@functools.lru_cache(maxsize=64)
+MAX_CELL_CHARS = 100_000  # a cell the trusted side parses (a solution cell is a few thousand)
+IMPORT_STAR = re.compile(r"import[\s\\(]*\*")
+
+
 def parse_cell(text: str) -> tuple[ast.Module, str] | None:
     """(tree, the text it was parsed from), or None for a cell that is not Python (it runs
     nothing). A ``%%time`` or ``%%capture`` cell is its body."""
@@ -68,8 +72,10 @@ def _cell_magic_body(tree: ast.Module) -> str | None:
 def checked_name(text: str, part_id: str) -> str | None:
     """NAME in the cell's first ``check("<part_id>", NAME, ...)`` call, if NAME is a plain name."""
     parsed = parse_cell(text)
-    if parsed is None:
-        return None
+    return _checked_name(parsed, part_id) if parsed is not None else None
+
+
+def _checked_name(parsed: tuple[ast.Module, str], part_id: str) -> str | None:
     for node in ast.walk(parsed[0]):
         if isinstance(node, ast.Call) and _called_name(node.func) == "check" and \
                 len(node.args) >= 2 and isinstance(node.args[0], ast.Constant) and \
@@ -143,33 +149,77 @@ def _binds(node: ast.AST, name: str) -> bool:
 # --------------------------------------------------------------------------- finding the source
 
 
+def may_bind(text: str, name: str) -> bool:
+    """Could this cell bind ``name`` at module level? False only when it surely cannot: no
+    ``import *`` and every mention of the name is a call (``name(``), not a def or class."""
+    if IMPORT_STAR.search(text):
+        return True
+    for match in re.finditer(rf"(?<![\w.]){re.escape(name)}(?!\w)", text):
+        called = re.match(r"\s*\(", text[match.end():match.end() + 200])
+        defined = re.search(r"(def|class)[\s\\]*$", text[max(0, match.start() - 40):
+                                                         match.start()])
+        if not called or defined:
+            return True
+    return False
+
+
+class SourceReader:
+    """The checked functions' sources in one notebook; each cell is parsed at most once."""
+
+    def __init__(self, nb: Notebook) -> None:
+        self.cells = [c for c in nb.cells if c.get("cell_type") == "code"]
+        self._parsed: dict[int, tuple[ast.Module, str] | None] = {}
+        self.problems: dict[str, str] = {}  # part id -> why its source could not be read
+
+    def parsed(self, index: int) -> tuple[ast.Module, str] | None:
+        if index not in self._parsed:
+            self._parsed[index] = parse_cell(str(self.cells[index].get("source", "")))
+        return self._parsed[index]
+
+    def find(self, part_id: str) -> str | None:
+        """The source text of the function the graded test cell for ``part_id`` checks."""
+        for index, cell in enumerate(self.cells):
+            text = str(cell.get("source", ""))
+            if grade_id(cell) is None or part_id not in text or len(text) > MAX_CELL_CHARS:
+                continue
+            parsed = self.parsed(index)
+            name = _checked_name(parsed, part_id) if parsed is not None else None
+            if name is not None:
+                return self.definition(range(index), name, part_id)
+        return None
+
+    def definition(self, indices: Iterable[int], name: str, part_id: str = "") -> str | None:
+        """The last module-level def/class of ``name`` in these cells, unless rebound after."""
+        found: tuple[ast.AST, str] | None = None
+        for index in indices:
+            text = str(self.cells[index].get("source", ""))
+            if (name not in text and "*" not in text) or not may_bind(text, name):
+                continue  # it cannot bind the name: not parsed
+            if len(text) > MAX_CELL_CHARS:
+                self.problems[part_id] = (
+                    f"code cell {index + 1} holds {len(text)} characters and may define "
+                    f"{name}: the grader reads cells of at most {MAX_CELL_CHARS} characters, "
+                    "so split or shorten it")
+                return None
+            parsed = self.parsed(index)
+            if parsed is None:
+                continue
+            tree, code = parsed
+            try:
+                events = bindings(tree, name)
+            except RecursionError:
+                return None
+            for node in events:
+                found = (node, code) if node is not None else None
+        return segment(found[1], found[0]) if found is not None else None
+
+
 def find_source(nb: Notebook, part_id: str) -> str | None:
     """The source text of the function the graded test cell for ``part_id`` checks, or None."""
-    cells = [c for c in nb.cells if c.get("cell_type") == "code"]
-    for index, cell in enumerate(cells):
-        if grade_id(cell) is None:
-            continue
-        name = checked_name(str(cell.get("source", "")), part_id)
-        if name is not None:
-            return definition(cells[:index], name)
-    return None
+    return SourceReader(nb).find(part_id)
 
 
 def definition(cells: Iterable[Any], name: str) -> str | None:
-    """The last module-level def/class of ``name`` in these cells, unless rebound after it."""
-    found: tuple[ast.AST, str] | None = None
-    for cell in cells:
-        text = str(cell.get("source", ""))
-        if name not in text and "*" not in text:  # it cannot bind the name: skip parsing it
-            continue
-        parsed = parse_cell(text)
-        if parsed is None:
-            continue
-        tree, code = parsed
-        try:
-            events = bindings(tree, name)
-        except RecursionError:
-            return None
-        for node in events:
-            found = (node, code) if node is not None else None
-    return segment(found[1], found[0]) if found is not None else None
+    """The last module-level def/class of ``name`` in these code cells, unless rebound after."""
+    reader = SourceReader(Notebook(cells=list(cells)))
+    return reader.definition(range(len(reader.cells)), name)
