@@ -81,11 +81,14 @@ def source_notebooks(source: Path) -> list[Path]:
     return sorted(p for p in source.glob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
 
 
-def assign(source: str | Path, dest: str | Path, write: bool = True) -> list[Path]:
+def assign(source: str | Path, dest: str | Path, write: bool = True,
+           dotted: list[str] | None = None) -> list[Path]:
     """Write the student version of every notebook of ``source`` into ``dest``.
 
     Returns the paths whose content changed (with ``write=False``: that would change, i.e. the
     stale ones). Raises AssignError listing every authoring problem before writing anything.
+    ``dotted`` collects the names beside the source left out because they start with a dot
+    (.git, .env: never released).
     """
     source, dest = Path(source), Path(dest)
     paths = source_notebooks(source)
@@ -107,7 +110,7 @@ def assign(source: str | Path, dest: str | Path, write: bool = True) -> list[Pat
     if source.is_dir():  # the files beside the notebooks (data, images), as nbgrader copies them
         inside = dest.resolve().relative_to(folder.resolve()).as_posix() \
             if dest.resolve().is_relative_to(folder.resolve()) else None
-        for name, data in read_beside(folder).items():
+        for name, data in read_beside(folder, dotted=dotted).items():
             if inside is None or not (name + "/").startswith(inside + "/"):
                 outputs[dest / name] = data
     for path in paths:

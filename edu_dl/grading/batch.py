@@ -19,6 +19,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from . import sandbox
 from .cluster import grade_on_cluster
 from .collect import collect, scope
@@ -36,6 +38,7 @@ from .run import run
 from .settings import GRADER_VERSION, MB, Settings
 from .trust.files import read_bounded
 from .trust.notebook import parse_notebook
+from .trust.text import for_terminal
 
 
 def grade_one(job: Job, out: Path, settings: Settings, hide: list[Path],
@@ -83,7 +86,7 @@ def job_key(job: Job, settings: Settings, data: bytes | None) -> str:
 
 def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | None = None,
           jobs: int = 1, force: bool = False, progress: bool = True,
-          log: Callable[[str], None] = print, exercises_due: list[str] | None = None,
+          log: Callable[[str], None] | None = None, exercises_due: list[str] | None = None,
           dates: Dates | None = None, roster: dict[str, Any] | None = None,
           manual: Path | None = None, cluster: Any = None) -> Summary:
     """Grade every submission; write grades.csv, feedback/ and the nbgrader export into ``out``.
@@ -94,9 +97,10 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     due submitted."""
     settings = settings or Settings()
     dates = dates or Dates()
+    log = log or _say
     start = time.monotonic()
     filled = read_sheet(manual) if manual is not None else {}  # a broken sheet: before grading
-    exercises = load_source(source, exclude=(submissions, out), settings=settings)
+    exercises = load_source(source, exclude=(submissions, out), settings=settings, log=log)
     load_parts(exercises, source)
     all_jobs, extra = collect(submissions, exercises)
     all_jobs = scope(all_jobs, exercises, exercises_due, roster)
@@ -130,8 +134,6 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
         data = submission_bytes(item[0], settings)
         record(item, data, grade_one(item[0], out, settings, hide, data))
 
-    from tqdm import tqdm
-
     with tqdm(total=len(todo), desc="grading", unit="submission",
               disable=not progress or not todo, file=sys.stderr) as bar:
         if cluster is not None and todo:
@@ -148,10 +150,14 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     rows += dates.late_rows(rows, all_jobs)
     rows += extra
     write_outputs(out, rows, all_jobs, dates=dates, roster=roster, filled=filled,
-                  executed=lambda job: executed_notebook(out, job, settings))
+                  executed=lambda job: executed_notebook(out, job, settings), log=log)
     summary = Summary(rows, len(todo), len(all_jobs) - len(todo), time.monotonic() - start,
                       not problem, problem)
     return summary
+
+
+def _say(text: str) -> None:
+    print(for_terminal(text), file=sys.stderr)
 
 
 def executed_notebook(out: Path, job: Job, settings: Settings) -> Notebook | None:

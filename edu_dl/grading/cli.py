@@ -7,14 +7,21 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ..bench.args import positive
+from .trust.text import for_terminal
 
 if TYPE_CHECKING:
     from .cluster import ClusterOptions
 
 Subparsers = Any  # argparse's _SubParsersAction is private
+
+
+def say(text: object, file: TextIO | None = None) -> None:
+    """Print for a person at a terminal: whatever a student wrote into ``text`` (a name, an
+    exception) is shown with its control characters escaped, never obeyed."""
+    print(for_terminal(text), file=file or sys.stdout)
 
 
 def add_assign(subparsers: Subparsers) -> None:
@@ -38,19 +45,23 @@ def run_assign(args: argparse.Namespace) -> int:
     from .assign import assign
     from .notebooks import NotebookError
 
+    dotted: list[str] = []
     try:
-        changed = assign(args.source, args.dest, write=not args.check)
+        changed = assign(args.source, args.dest, write=not args.check, dotted=dotted)
     except NotebookError as exc:
-        print(f"edu-dl assign: {exc}", file=sys.stderr)
+        say(f"edu-dl assign: {exc}", sys.stderr)
         return 2
+    if dotted:
+        say(f"not released (names that start with a dot stay beside the source): "
+            f"{', '.join(dotted)}")
     if args.check:
         for path in changed:
-            print(f"out of date: {path} (run: edu-dl assign {args.source} {args.dest})")
+            say(f"out of date: {path} (run: edu-dl assign {args.source} {args.dest})")
         return 1 if changed else 0
     for path in changed:
-        print(f"wrote {path}")
+        say(f"wrote {path}")
     if not changed:
-        print(f"{args.dest} is up to date")
+        say(f"{args.dest} is up to date")
     return 0
 
 
@@ -77,7 +88,7 @@ def run_validate(args: argparse.Namespace) -> int:
     status = 0
     for path in args.notebook:
         report = validate(path, timeout=args.timeout, source=args.source)
-        print(report)
+        say(report)
         status = status or (0 if report.ok else 1)
     return status
 
@@ -158,14 +169,14 @@ def run_grade(args: argparse.Namespace) -> int:
         roster = read_roster(args.roster) if args.roster else None
         summary = grade(args.submissions, args.source, args.out, settings=settings,
                         jobs=args.jobs, force=args.force,
-                        log=lambda text: print(text, file=sys.stderr),
+                        log=lambda text: say(text, sys.stderr),
                         exercises_due=args.exercises, dates=dates, roster=roster,
                         manual=args.manual, cluster=cluster_options(args))
     except (NotebookError, PolicyError, ClusterError) as exc:
-        print(f"edu-dl grade: {exc}", file=sys.stderr)
+        say(f"edu-dl grade: {exc}", sys.stderr)
         return 2
-    print(summary_text(summary))
-    print(f"wrote {args.out / 'grades.csv'}, {args.out / 'manual.csv'}, "
+    say(summary_text(summary))
+    say(f"wrote {args.out / 'grades.csv'}, {args.out / 'manual.csv'}, "
           f"{args.out / 'feedback'}/, {args.out / 'feedback_html'}/, "
           f"{args.out / 'nbgrader_grades.csv'}")
     return 0

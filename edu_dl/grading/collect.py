@@ -12,7 +12,7 @@ from typing import Any
 
 from .model import Exercise, Job, NothingToGrade, Row
 from .notebooks import NotebookError
-from .trust.files import entries, notebooks, read_timestamp
+from .trust.files import entries, notebooks, timestamp_of
 
 # An nbgrader course folder: submitted/ beside nbgrader's other folders (and nothing else).
 NBGRADER_FOLDERS = frozenset({"submitted", "source", "release", "autograded", "feedback",
@@ -27,7 +27,11 @@ def collect(submissions: Path, exercises: dict[str, Exercise]) -> tuple[list[Job
     notebook that is a symbolic link, or not a regular file, is refused with a row that says so.
     nbgrader's layout is taken only when ``submitted/`` sits among nbgrader's own folders alone
     (source/, release/, autograded/, feedback/...), so a student named "submitted" is still
-    graded.
+    graded. It is taken literally: the notebook and its ``timestamp.txt`` come from
+    ``submitted/<student>/<assignment>/`` alone, and a notebook anywhere else in the student's
+    folder is ignored with a row that says so. In the flat layout the shallowest copy of a
+    notebook is graded (other copies get an "ignored" row), and ``timestamp.txt`` is whatever
+    the student's folder holds.
     """
     if not submissions.is_dir():
         raise NotebookError(f"{submissions}: not a folder of submissions")
@@ -44,20 +48,18 @@ def collect(submissions: Path, exercises: dict[str, Exercise]) -> tuple[list[Job
                                  f"{entry.name!r} is {what}; each student needs a folder of "
                                  "their own, and links are never followed"))
             continue
-        found: dict[str, tuple[Path, str, str]] = {}
-        for path, refused in notebooks(Path(entry.path)):
-            assignment = path.parent.name if path.parent != Path(entry.path) else path.stem
-            if path.stem in exercises and path.stem not in found:
-                found[path.stem] = (path, assignment, refused)
-            elif path.stem not in exercises:
-                extra.append(Row(entry.name, path.stem, "", 0.0, 0.0, "not an exercise",
-                                 f"{path.relative_to(root)} matches no source notebook "
-                                 f"({', '.join(exercises)}); not graded"))
+        folder = Path(entry.path)
+        found, ignored = _choose(folder, exercises, nbgrader_layout)
+        extra += [Row(entry.name, stem, "", 0.0, 0.0, status, message)
+                  for stem, status, message in ignored]
         for name, ex in exercises.items():
             hit = found.get(name)
             job = Job(entry.name, ex, *hit) if hit else Job(entry.name, ex, None, name)
             if hit:
-                job.timestamp = read_timestamp(hit[0].parent) or read_timestamp(Path(entry.path))
+                # nbgrader's collect writes it beside the notebook; the flat layout has one per
+                # student, written by whoever made the folder (the student, unless an LMS import)
+                job.timestamp, job.timestamp_problem = timestamp_of(
+                    hit[0].parent if nbgrader_layout else folder)
             jobs.append(job)
     if not jobs:
         top = [e.name for e in entries(root) if e.name.endswith(".ipynb")]
@@ -67,6 +69,34 @@ def collect(submissions: Path, exercises: dict[str, Exercise]) -> tuple[list[Job
             + "; expected <student>/<notebook>.ipynb or nbgrader's "
             "submitted/<student>/<assignment>/<notebook>.ipynb")
     return jobs, extra
+
+
+def _choose(folder: Path, exercises: dict[str, Exercise], nbgrader_layout: bool
+            ) -> tuple[dict[str, tuple[Path, str, str]], list[tuple[str, str, str]]]:
+    """(exercise -> (notebook, assignment, why refused), [(name, status, message)] of the
+    notebooks not graded) for one student's folder."""
+    found: dict[str, tuple[Path, str, str]] = {}
+    ignored: list[tuple[str, str, str]] = []
+    where = f"{folder.name}/"
+    # Shallowest first, so a copy in a subfolder (0/, say, which sorts first) never wins.
+    listed = sorted(notebooks(folder), key=lambda item: (len(item[0].parts), item[0]))
+    for path, refused in listed:
+        shown = where + path.relative_to(folder).as_posix()
+        depth = len(path.relative_to(folder).parts) - 1
+        if nbgrader_layout and depth != 1:
+            ignored.append((path.stem, "ignored", f"{shown} is not in nbgrader's "
+                            "submitted/<student>/<assignment>/ folder; not graded"))
+        elif path.stem not in exercises:
+            ignored.append((path.stem, "not an exercise", f"{shown} matches no source "
+                            f"notebook ({', '.join(exercises)}); not graded"))
+        elif path.stem in found:
+            ignored.append((path.stem, "ignored", f"{shown} is another copy of "
+                            f"{path.name}; the one graded is {where}"
+                            f"{found[path.stem][0].relative_to(folder).as_posix()}"))
+        else:
+            assignment = path.parent.name if path.parent != folder else path.stem
+            found[path.stem] = (path, assignment, refused)
+    return found, ignored
 
 
 def scope(jobs: list[Job], exercises: dict[str, Exercise], chosen: list[str] | None,

@@ -8,8 +8,16 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import io
 import os
+import types
+from collections import ChainMap
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import cloudpickle
+from cloudpickle.cloudpickle import _code_reduce  # the reducer the path-free one wraps
 
 from . import parts as package
 from .model import Exercise, NothingToGrade, Refused
@@ -20,11 +28,12 @@ from .spec import Part, plain_call
 from .trust.files import read_bounded
 
 
-def load_source(source: Path, exclude: tuple[Path, ...] = (), settings: Settings | None = None
-                ) -> dict[str, Exercise]:
+def load_source(source: Path, exclude: tuple[Path, ...] = (), settings: Settings | None = None,
+                log: Callable[[str], None] = print) -> dict[str, Exercise]:
     """The exercises of the source folder, by notebook name (e.g. '05_autograd_from_scratch'):
     every notebook with at least one graded cell (a check() test, an nbgrader test cell, a
-    graded answer or a task)."""
+    graded answer or a task). The names beside it that start with a dot (.git, .env, ...) are
+    listed in one line of ``log``: they never reach a sandbox."""
     if not source.exists():
         raise NothingToGrade(f"{source}: no such folder or notebook; pass the folder of "
                              "source notebooks (with their solutions and hidden tests) as "
@@ -36,8 +45,12 @@ def load_source(source: Path, exclude: tuple[Path, ...] = (), settings: Settings
                              "an nbgrader course: source/<assignment>/)")
     exercises = {}
     settings = settings or Settings()
+    dotted: list[str] = []
     beside = read_beside(source if source.is_dir() else source.parent, exclude,
-                         settings.beside_files, settings.beside_mb)
+                         settings.beside_files, settings.beside_mb, dotted)
+    if dotted:
+        log(f"not copied into the sandboxes (names that start with a dot stay beside the "
+            f"source): {', '.join(dotted)}")
     for path in paths:
         nb = read_notebook(path)
         ex = Exercise(path.stem, nb, hashlib.sha256(path.read_bytes()).hexdigest())
@@ -63,19 +76,21 @@ def load_source(source: Path, exclude: tuple[Path, ...] = (), settings: Settings
 
 # Files beside the source notebooks (data, images) reach each submission's sandbox read-only, next
 # to the notebook; what nbgrader's CourseDirectory.ignore skips does not, nor notebooks (other
-# exercises' sources), nor the instructor's part specs (parts/), nor links or special files.
+# exercises' sources), nor the instructor's part specs (parts/), nor links or special files, nor
+# any name that starts with a dot (.git with the whole history, .env, checkpoints).
 NBGRADER_IGNORE = (".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback")
 PARTS_FOLDER = "parts"
 MAX_BESIDE_DEPTH = 8
 
 
 def read_beside(folder: Path, exclude: tuple[Path, ...] = (),
-                max_files: int = Settings.beside_files, max_mb: float = Settings.beside_mb
-                ) -> dict[str, bytes]:
+                max_files: int = Settings.beside_files, max_mb: float = Settings.beside_mb,
+                dotted: list[str] | None = None) -> dict[str, bytes]:
     """The files beside the source notebooks, by path relative to ``folder``, read bounded and
     never through a link; NothingToGrade when there are more than ``max_files`` or more than
     ``max_mb`` in all (``--max-beside-files``, ``--max-beside-mb``). ``exclude``: folders never
-    read, wherever they lie (the submissions, the grades)."""
+    read, wherever they lie (the submissions, the grades). ``dotted`` collects the names left
+    out because they start with a dot (a folder with a trailing /)."""
     skip = {p.resolve() for p in exclude}
     found: dict[str, bytes] = {}
     total, todo = 0, [(folder, 0)]
@@ -84,6 +99,11 @@ def read_beside(folder: Path, exclude: tuple[Path, ...] = (),
         with os.scandir(here) as it:
             entries = sorted(it, key=lambda e: e.name)
         for entry in entries:
+            if entry.name.startswith("."):
+                if dotted is not None:
+                    relative = Path(entry.path).relative_to(folder).as_posix()
+                    dotted.append(relative + ("/" if entry.is_dir(follow_symlinks=False) else ""))
+                continue
             if any(fnmatch.fnmatch(entry.name, pattern) for pattern in NBGRADER_IGNORE) or \
                     entry.is_symlink() or entry.name.endswith(".ipynb") or \
                     (depth == 0 and entry.name == PARTS_FOLDER):
@@ -148,14 +168,36 @@ def load_parts(exercises: dict[str, Exercise], source: Path | None = None) -> No
 def pickled_call(part: Part) -> bytes | None:
     """A part's own ``call=`` by value, for the sandbox (None: it has none, fn(*args)); the
     part file itself never goes there. cloudpickle sends a part file's functions by value:
-    no sandbox could import them."""
-    import cloudpickle  # only here: grading without call= parts need not import it
-
+    no sandbox could import them. Their code carries no host path (a private part file's
+    folder is the instructor's business): every code object's file name is the part's id."""
     if part.call is plain_call:
         return None
+    buffer = io.BytesIO()
     try:
-        return cloudpickle.dumps(part.call)
+        _PathlessPickler(buffer, f"<part {part.id}>").dump(part.call)
     except Exception as exc:
         raise NothingToGrade(f"{part.id}: its call= cannot be sent to the sandbox "
                              f"({type(exc).__name__}: {exc}); use plain functions and "
                              "data in it") from None
+    return buffer.getvalue()
+
+
+class _PathlessPickler(cloudpickle.Pickler):
+    """cloudpickle, with each code object's co_filename replaced before it is written."""
+
+    def __init__(self, file: io.BytesIO, filename: str) -> None:
+        def without_path(code: types.CodeType) -> Any:
+            return _code_reduce(code.replace(co_filename=filename))
+
+        # Set before the pickler's __init__, which is when the C pickler reads it.
+        self.dispatch_table = ChainMap({types.CodeType: without_path},
+                                       cloudpickle.Pickler.dispatch_table)
+        super().__init__(file, protocol=cloudpickle.DEFAULT_PROTOCOL)
+        self.filename = filename
+
+    def _function_getnewargs(self, func: types.FunctionType) -> Any:
+        """cloudpickle's, with the module's ``__file__`` (kept for relative imports) replaced."""
+        code, base_globals, *rest = super()._function_getnewargs(func)
+        if "__file__" in base_globals:  # this pickler's own copy of the module's names
+            base_globals["__file__"] = self.filename
+        return (code, base_globals, *rest)

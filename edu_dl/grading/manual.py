@@ -19,6 +19,7 @@ from pathlib import Path
 
 from .model import BY_HAND, Row, cap_text
 from .notebooks import NotebookError
+from .trust.text import for_terminal
 
 COLUMNS = ("student", "exercise", "cell", "max_points", "answer", "answer_id", "points",
            "comment")
@@ -51,13 +52,19 @@ def sheet(rows: list[Row], filled: dict[Key, Filled]) -> list[list[object]]:
     for row in rows:
         if is_manual(row):
             points, comment = None, ""
-            kept = filled.get((row.student, row.exercise, row.part))
+            kept = filled.get(written_key(row))
             if kept is not None and row.status == GRADED:
                 points, comment = kept[0], kept[1]
             lines.append([row.student, row.exercise, row.part, f"{row.max_points:g}",
                           cap_text(row.answer, ANSWER_CAP), answer_id(row.answer),
                           "" if points is None else f"{points:g}", comment])
     return lines
+
+
+def written_key(row: Row) -> Key:
+    """(student, exercise, cell) as manual.csv holds them, its formula apostrophe taken off."""
+    return (for_terminal(row.student).strip(), for_terminal(row.exercise).strip(),
+            for_terminal(row.part).strip())
 
 
 def _unquote(value: str) -> str:
@@ -77,13 +84,18 @@ def read_sheet(path: Path) -> dict[Key, Filled]:
     if len(data) > MAX_SHEET_BYTES:
         raise ManualSheetError(f"--manual {path}: over {MAX_SHEET_BYTES >> 20} MB")
     reader = csv.DictReader(io.StringIO(data.decode("utf-8-sig", "replace")))
+    try:
+        lines = list(reader)
+    except csv.Error as exc:  # a NUL byte, a field over csv's size limit
+        raise ManualSheetError(f"--manual {path}, line {reader.line_num}: not CSV the grader "
+                               f"can read ({exc})") from None
     missing = [c for c in ("student", "exercise", "cell", "points") if c not in
                (reader.fieldnames or [])]
     if missing:
         raise ManualSheetError(f"--manual {path}: no column {', '.join(missing)}; fill in the "
                                "manual.csv the grader wrote")
     filled: dict[Key, Filled] = {}
-    for number, line in enumerate(reader, start=2):
+    for number, line in enumerate(lines, start=2):
         text = (line.get("points") or "").strip()
         if not text:
             continue
@@ -106,7 +118,8 @@ def merge(rows: list[Row], filled: dict[Key, Filled], path: Path) -> int:
     """Put the sheet's points into the rows a person grades; returns how many were merged.
     Points given to another answer than the row's (it changed since) are left out: the row
     says so and waits to be graded again."""
-    manual = {(r.student, r.exercise, r.part): r for r in rows if is_manual(r)}
+    # Keyed as the sheet shows them (control characters written as escapes by the writer).
+    manual = {written_key(r): r for r in rows if is_manual(r)}
     unknown = [key for key in filled if key not in manual]
     if unknown:
         shown = "; ".join("/".join(key) for key in unknown[:5])

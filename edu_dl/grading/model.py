@@ -104,6 +104,7 @@ class Job:
     assignment: str  # nbgrader's assignment folder (the exercise name in the flat layout)
     refused: str = ""  # why the submission is not read at all (a link, not a regular file)
     timestamp: datetime | None = None  # nbgrader's timestamp.txt beside it, in UTC
+    timestamp_problem: str = ""  # why a timestamp.txt there could not be read
 
 
 def rows_for(job: Job, status: str, message: str, isolation: str) -> list[Row]:

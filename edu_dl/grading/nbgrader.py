@@ -154,6 +154,24 @@ def remove_hidden_tests(source: str, where: str) -> tuple[str, int]:
     return new, len(indents)
 
 
+def strip_hidden_tests(source: str) -> str:
+    """The source with every hidden-test region gone, for anything a student reads: as
+    remove_hidden_tests, and on malformed markers everything from a BEGIN line to its END line
+    (or to the end) is dropped all the same."""
+    try:
+        return remove_hidden_tests(source, "feedback")[0]
+    except NotebookError:
+        kept, inside = [], False
+        for line in source.split("\n"):
+            if BEGIN_HIDDEN.lstrip("# ") in line:
+                inside = True
+            elif END_HIDDEN.lstrip("# ") in line:
+                inside = False
+            elif not inside:
+                kept.append(line)
+        return "\n".join(kept)
+
+
 # --------------------------------------------------------------------------- the release
 
 

@@ -45,7 +45,10 @@ def parse_time(text: str) -> datetime:
     moment = datetime.fromisoformat(text)
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC)
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:59:59-23:59 lies past the last UTC moment
+        raise ValueError(f"{text!r} is out of the range of dates") from None
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,10 @@ class Dates:
             scores[key] = scores.get(key, 0.0) + row.points
         extra = []
         for job in jobs:
+            if job.timestamp is None and job.timestamp_problem and job.path is not None:
+                extra.append(Row(job.student, job.exercise.name, LATE, 0.0, 0.0,
+                                 "timestamp unreadable", f"{job.timestamp_problem}; no late "
+                                 "penalty applied: check when it was submitted", "", POLICY))
             if job.timestamp is None or job.path is None:
                 continue
             seconds = (job.timestamp - self.due).total_seconds()

@@ -17,13 +17,13 @@ import numpy as np
 
 from . import protocol, sandbox
 from .model import Job, Refused, Row, rows_for, safe_file_name
-from .notebooks import Notebook, NotebookError, notebook_bytes, write_atomic
+from .notebooks import Notebook, NotebookError, write_atomic
 from .protocol import encode_inputs, roundtrip
 from .restore import is_other_exercise, restore
 from .settings import MB, Settings
 from .spec import Part
 from .trust.files import read_bounded
-from .trust.notebook import parse_notebook
+from .trust.notebook import compact_bytes, parse_notebook
 
 
 @dataclass
@@ -69,7 +69,7 @@ def prepare(job: Job, out: Path, settings: Settings, data: bytes | None,
     work = out / ".work" / safe_file_name(job.student) / job.exercise.name
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    restored = notebook_bytes(nb)
+    restored = compact_bytes(nb)  # student data: within a small factor of what was read
     # nbgrader's layout: autograded/<student>/<assignment>/<notebook> (instructor-only: it
     # holds the hidden tests).
     autograded = (out / "autograded" / safe_file_name(job.student)

@@ -1,21 +1,29 @@
 """What ``edu-dl grade`` writes and prints: grades.csv, feedback/<student>.md, the nbgrader export
 and the terminal summary.
+
+Every string a student could have written (a name, a file name, an exception, an output, a
+source) goes through ``trust.text`` on its way out: no writer can fail on it, no terminal obeys
+it, no page runs it. The gradebooks are written first and whole; a student's feedback is written
+apart, so a failure there costs only that student's page (and is logged).
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable
+from html import escape
 from pathlib import Path
 from typing import Any
 
 from . import manual
 from .model import Job, Row, Summary, safe_file_name
-from .nbgrader import grade_id
+from .nbgrader import BEGIN_HIDDEN, grade_id, strip_hidden_tests
 from .notebooks import write_atomic
 from .policy import LATE
+from .trust.text import for_markdown, for_terminal, visible
 
 COLUMNS = ("student", "exercise", "part", "points", "max_points", "status", "message", "sandbox",
            "judged")
@@ -26,27 +34,40 @@ NBGRADER_COLUMNS = ("assignment", "duedate", "timestamp", "student_id", "last_na
 
 def write_outputs(out: Path, rows: list[Row], jobs: list[Job], *, dates: Any = None,
                   roster: dict[str, Any] | None = None, filled: dict[Any, Any] | None = None,
-                  executed: Callable[[Job], Any] | None = None) -> None:
-    """grades.csv, manual.csv, feedback/<student>.md, feedback_html/<student>.html and
-    nbgrader_grades.csv, each written atomically.
+                  executed: Callable[[Job], Any] | None = None,
+                  log: Callable[[str], None] = print) -> None:
+    """grades.csv, manual.csv, nbgrader_grades.csv, then feedback/<student>.md and
+    feedback_html/<student>.html, each written atomically.
 
     ``dates`` (policy.Dates) and ``roster`` (id -> policy.Person) fill nbgrader's duedate,
     timestamp, late penalty and name columns; ``filled`` (a merged manual sheet) keeps its points
     and comments in the new manual.csv; ``executed(job)`` gives the executed notebook of a job
-    (or None) for the HTML feedback."""
+    (or None) for the HTML feedback. A student's feedback that cannot be written is logged and
+    skipped: it never stops the others'."""
     table = ([getattr(r, c) for c in COLUMNS] for r in rows)
     write_atomic(out / "grades.csv", _csv(COLUMNS, table))
     write_atomic(out / "manual.csv", _csv(manual.COLUMNS, manual.sheet(rows, filled or {})))
+    write_atomic(out / "nbgrader_grades.csv",
+                 _csv(NBGRADER_COLUMNS, _nbgrader_table(rows, jobs, dates, roster)))
     by_student: dict[str, list[Row]] = {}
     for row in rows:
         by_student.setdefault(row.student, []).append(row)
     for student, mine in by_student.items():
-        write_atomic(out / "feedback" / f"{safe_file_name(student)}.md",
-                     feedback(student, mine).encode())
-        notebooks = {j.exercise.name: (j, executed(j) if executed else None) for j in jobs
-                     if j.student == student}
-        write_atomic(out / HTML_FEEDBACK / f"{safe_file_name(student)}.html",
-                     feedback_html(student, mine, notebooks).encode())
+        try:
+            write_atomic(out / "feedback" / f"{safe_file_name(student)}.md",
+                         feedback(student, mine).encode())
+            notebooks = {j.exercise.name: (j, executed(j) if executed else None) for j in jobs
+                         if j.student == student}
+            write_atomic(out / HTML_FEEDBACK / f"{safe_file_name(student)}.html",
+                         feedback_html(student, mine, notebooks).encode())
+        except Exception as exc:  # one student's page must not cost the others theirs
+            log(for_terminal(f"feedback for {student!r} could not be written "
+                             f"({type(exc).__name__}: {exc}); the gradebooks are complete"))
+
+
+def _nbgrader_table(rows: list[Row], jobs: list[Job], dates: Any,
+                    roster: dict[str, Any] | None) -> list[list[Any]]:
+    """nbgrader_grades.csv's lines: one per (student, exercise), penalties apart."""
     by_job = {(j.student, j.exercise.name): j for j in jobs}
     totals: dict[tuple[str, str], list[float]] = {}
     for row in rows:
@@ -58,19 +79,19 @@ def write_outputs(out: Path, rows: list[Row], jobs: list[Job], *, dates: Any = N
                 t[0] += row.points
                 t[1] += row.max_points
     due = getattr(dates, "due", None)
-    table2 = []
+    table = []
     for (student, exercise), (raw, most, penalty) in totals.items():
         job = by_job.get((student, exercise))
         person = (roster or {}).get(student)
         stamp = job.timestamp if job is not None else None
-        table2.append([
+        table.append([
             job.assignment if job is not None else exercise,
             f"{due:%Y-%m-%d %H:%M:%S} UTC" if due else "",
             f"{stamp:%Y-%m-%d %H:%M:%S} UTC" if stamp else "", student,
             getattr(person, "last_name", ""), getattr(person, "first_name", ""),
             getattr(person, "email", ""), f"{raw:g}", f"{penalty:g}" if penalty else "0.0",
             f"{raw - penalty:g}", f"{most:g}"])
-    write_atomic(out / "nbgrader_grades.csv", _csv(NBGRADER_COLUMNS, table2))
+    return table
 
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -84,26 +105,31 @@ def spreadsheet_safe(value: Any) -> Any:
     return value
 
 
+def csv_cell(value: Any) -> Any:
+    """A value as a CSV cell: text with its control characters escaped, formula-safe."""
+    return spreadsheet_safe(for_terminal(value)) if isinstance(value, str) else value
+
+
 def _csv(header: Iterable[str], rows: Iterable[list[Any]]) -> bytes:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(header)
-    writer.writerows([spreadsheet_safe(v) for v in row] for row in rows)
+    writer.writerows([csv_cell(v) for v in row] for row in rows)
     return buffer.getvalue().encode("utf-8")
 
 
 def feedback(student: str, rows: list[Row]) -> str:
-    """A student's Markdown feedback: per exercise, each part with its points and message."""
-    lines = [f"# Feedback for {student}", ""]
+    """A student's Markdown feedback: per exercise, each part with its points and message.
+    Every text is escaped: a student's message is shown, never rendered."""
+    lines = [f"# Feedback for {for_markdown(student)}", ""]
     for exercise in dict.fromkeys(r.exercise for r in rows):
         mine = [r for r in rows if r.exercise == exercise]
         got, total = sum(r.points for r in mine), sum(r.max_points for r in mine)
-        lines += [f"## {exercise}: {got:g} / {total:g}", "",
+        lines += [f"## {for_markdown(exercise)}: {got:g} / {total:g}", "",
                   "| part | points | status | message |", "|---|---|---|---|"]
         for r in mine:
-            message = r.message.replace("|", "\\|").replace("\n", "<br>")
-            lines.append(f"| {r.part or '-'} | {r.points:g} / {r.max_points:g} | {r.status} | "
-                         f"{message} |")
+            lines.append(f"| {for_markdown(r.part or '-')} | {r.points:g} / {r.max_points:g} | "
+                         f"{for_markdown(r.status)} | {for_markdown(r.message)} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -114,69 +140,82 @@ HTML_STYLE = ("body{font-family:sans-serif;max-width:60em;margin:auto}pre{backgr
               ".failed,.error,.missing{border-color:#c22}td,th{padding:.2em .5em;"
               "border-bottom:1px solid #ddd;text-align:left}")
 HTML_OUTPUT_CAP = 20_000  # characters of one cell output shown
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def _h(text: Any) -> str:
+    """Text as HTML: escaped, control characters written out."""
+    return escape(for_terminal(text))
+
 
 def _plain(text: Any) -> str:
     """Output text without terminal colours, capped."""
-    import re
-
-    text = "".join(text) if isinstance(text, list) else str(text)
-    return re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", text)[:HTML_OUTPUT_CAP]
+    text = "".join(map(str, text)) if isinstance(text, list) else str(text)
+    return ANSI.sub("", text)[:HTML_OUTPUT_CAP]
 
 
-def _output_html(output: Any) -> str:
-    from html import escape
-
+def _output_html(output: Any, hidden: bool) -> str:
+    """One output as text; ``hidden``: the cell held hidden tests, whose lines a traceback
+    would show, so an error is its name and message alone."""
     kind = output.get("output_type")
     if kind == "stream":
         text = output.get("text", "")
     elif kind == "error":
-        text = "\n".join(_plain(t) for t in output.get("traceback", [])[:50]) or \
-            f"{output.get('ename', '')}: {output.get('evalue', '')}"
+        summary = f"{output.get('ename', '')}: {output.get('evalue', '')}"
+        text = summary if hidden else \
+            "\n".join(_plain(t) for t in output.get("traceback", [])[:50]) or summary
     else:
         data = output.get("data", {})
         text = data.get("text/plain", "[non-text output]") if isinstance(data, dict) else ""
-    return f'<pre class="out">{escape(_plain(text))}</pre>'
+    return f'<pre class="out">{_h(_plain(text))}</pre>'
 
 
 def feedback_html(student: str, rows: list[Row], notebooks: dict[str, Any]) -> str:
     """A student's feedback as one HTML page, as nbgrader's: per exercise the table of rows,
-    then the executed, restored notebook with each graded cell's score and comment above it.
-    Everything that comes from a notebook or a message is escaped; no HTML or script of the
-    student's is ever emitted as markup (Markdown is shown as its text)."""
-    from html import escape
-
+    then the executed, restored notebook with each graded cell's score and comment above it
+    (hidden tests left out). Everything that comes from a notebook or a message is escaped; no
+    HTML or script of the student's is ever emitted as markup (Markdown is shown as its text)."""
     parts = [f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>Feedback for "
-             f"{escape(student)}</title><style>{HTML_STYLE}</style></head><body>",
-             f"<h1>Feedback for {escape(student)}</h1>"]
+             f"{_h(student)}</title><style>{HTML_STYLE}</style></head><body>",
+             f"<h1>Feedback for {_h(student)}</h1>"]
     for exercise in dict.fromkeys(r.exercise for r in rows):
         mine = [r for r in rows if r.exercise == exercise]
         got, total = sum(r.points for r in mine), sum(r.max_points for r in mine)
-        parts.append(f"<h2>{escape(exercise)}: {got:g} / {total:g}</h2><table><tr><th>part"
+        parts.append(f"<h2>{_h(exercise)}: {got:g} / {total:g}</h2><table><tr><th>part"
                      "</th><th>points</th><th>status</th><th>message</th></tr>")
-        parts += [f"<tr><td>{escape(r.part or '-')}</td><td>{r.points:g} / {r.max_points:g}"
-                  f"</td><td>{escape(r.status)}</td><td>{escape(r.message)}</td></tr>"
-                  for r in mine]
+        parts += [f"<tr><td>{_h(r.part or '-')}</td><td>{r.points:g} / {r.max_points:g}"
+                  f"</td><td>{_h(r.status)}</td><td>{_h(r.message)}</td></tr>" for r in mine]
         parts.append("</table>")
         job, nb = notebooks.get(exercise, (None, None))
-        if nb is None:
-            continue
-        by_cell: dict[str, list[Row]] = {}
-        for r in mine:
-            by_cell.setdefault(r.part, []).append(r)
-        tests = dict(job.exercise.parts) if job is not None else {}
-        for part_id, test_id in tests.items():
-            by_cell.setdefault(test_id, []).extend(by_cell.get(part_id, []))
-        parts.append("<h3>Your notebook, as graded</h3>")
-        for cell in nb.cells:
-            for r in by_cell.get(grade_id(cell) or "", []):
-                parts.append(f'<div class="grade {escape(r.status.split()[0])}"><b>'
-                             f"{escape(r.part)}: {r.points:g} / {r.max_points:g}</b> "
-                             f"({escape(r.status)}) {escape(r.message)}</div>")
-            parts.append(f"<pre>{escape(_plain(cell.get('source', '')))}</pre>")
-            if cell.get("cell_type") == "code":
-                parts += [_output_html(o) for o in cell.get("outputs", [])[:100]]
+        if nb is not None:
+            try:
+                parts += _notebook_html(job, nb, mine)
+            except Exception as exc:  # shown without it rather than not at all
+                parts.append(f"<p>(the notebook could not be shown: {_h(type(exc).__name__)})"
+                             "</p>")
     parts.append("</body></html>")
-    return "\n".join(parts)
+    return visible("\n".join(parts))
+
+
+def _notebook_html(job: Any, nb: Any, mine: list[Row]) -> list[str]:
+    by_cell: dict[str, list[Row]] = {}
+    for r in mine:
+        by_cell.setdefault(r.part, []).append(r)
+    tests = dict(job.exercise.parts) if job is not None else {}
+    for part_id, test_id in tests.items():
+        by_cell.setdefault(test_id, []).extend(by_cell.get(part_id, []))
+    parts = ["<h3>Your notebook, as graded</h3>"]
+    for cell in nb.cells:
+        for r in by_cell.get(grade_id(cell) or "", []):
+            parts.append(f'<div class="grade {_h(r.status.split()[0])}"><b>'
+                         f"{_h(r.part)}: {r.points:g} / {r.max_points:g}</b> "
+                         f"({_h(r.status)}) {_h(r.message)}</div>")
+        source = str(cell.get("source", ""))
+        hidden = BEGIN_HIDDEN.lstrip("# ") in source
+        parts.append(f"<pre>{_h(_plain(strip_hidden_tests(source)))}</pre>")
+        if cell.get("cell_type") == "code":
+            parts += [_output_html(o, hidden) for o in cell.get("outputs", [])[:100]]
+    return parts
 
 
 def summary_text(summary: Summary) -> str:
@@ -197,4 +236,4 @@ def summary_text(summary: Summary) -> str:
         mean = sum(scores.values()) / max(1, len(students))
         statuses = ", ".join(f"{s} {n}" for s, n in Counter(r.status for r in rows).most_common())
         lines.append(f"{exercise:32} {len(students):>8} {mean:>7.2f} {total:>5g}  {statuses}")
-    return "\n".join(lines)
+    return for_terminal("\n".join(lines))

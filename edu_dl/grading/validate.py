@@ -11,7 +11,6 @@ cells that no row grades are listed too (the notebook did not run cleanly to the
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -106,7 +105,6 @@ def validate(path: str | Path, timeout: float = 120.0, progress: bool = True,
     """Grade ``path`` as ``edu-dl grade`` would (against ``source``, else itself)."""
     path = Path(path)
     report = ValidationReport(path)
-    log = log or (lambda text: print(text, file=sys.stderr))
     settings = Settings(timeout_s=timeout)
     # Graded as the source notebook it answers: the one given, or the one named like it.
     name = Path(source).stem if source and Path(source).suffix == ".ipynb" else path.stem

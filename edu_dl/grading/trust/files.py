@@ -41,34 +41,37 @@ def read_bounded(path: Path, max_bytes: int,
         if not stat.S_ISREG(st.st_mode):
             raise Refused(f"{path.name}: not a regular file; not read")
         if st.st_size > max_bytes:
-            raise Refused(f"{path.name} is {st.st_size / MB:.1f} MB, over the limit of "
-                          f"{max_bytes / MB:g} MB {limit}; not read")
+            raise Refused(f"{path.name} is {_size(st.st_size, '.1f')}, over the limit of "
+                          f"{_size(max_bytes)} {limit}; not read")
         data = f.read(max_bytes + 1)
     if len(data) > max_bytes:
-        raise Refused(f"{path.name} grew past the limit of {max_bytes / MB:g} MB while read")
+        raise Refused(f"{path.name} grew past the limit of {_size(max_bytes)} while read")
     return data
+
+
+def _size(n: int, spec: str = "g") -> str:
+    return f"{n / MB:{spec}} MB" if n >= MB else f"{n} bytes"
 
 
 def read_timestamp(folder: Path) -> datetime | None:
     """The submission time nbgrader recorded in ``folder/timestamp.txt``; None if there is
-    none or it cannot be read (bounded, never through a link, never a FIFO)."""
+    none or it cannot be read (:func:`timestamp_of` says why)."""
+    return timestamp_of(folder)[0]
+
+
+def timestamp_of(folder: Path) -> tuple[datetime | None, str]:
+    """(the time in ``folder/timestamp.txt``, in UTC, or None; why it could not be read, or
+    '' when there is none or it was read). Bounded, never through a link, never a FIFO."""
     try:
-        fd = os.open(folder / TIMESTAMP, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
-                     | os.O_CLOEXEC)
-    except OSError as exc:
-        if exc.errno not in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR, errno.EACCES):
-            raise
-        return None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            return None
-        data = f.read(MAX_TIMESTAMP_BYTES + 1)
-    if len(data) > MAX_TIMESTAMP_BYTES:
-        return None
+        data = read_bounded(folder / TIMESTAMP, MAX_TIMESTAMP_BYTES, "for a timestamp")
+    except Refused as exc:
+        if not (folder / TIMESTAMP).exists() and not (folder / TIMESTAMP).is_symlink():
+            return None, ""
+        return None, str(exc)
     try:
-        return parse_time(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        return None
+        return parse_time(data.decode("utf-8")), ""
+    except (UnicodeDecodeError, ValueError) as exc:
+        return None, f"{TIMESTAMP}: not a date and time ({str(exc)[:120]})"
 
 
 def entries(folder: Path) -> list[os.DirEntry[str]]:
