@@ -22,7 +22,7 @@ import numpy as np
 
 from . import protocol
 from .parts import get
-from .protocol import GRADING_ENV, decode_cases, roundtrip
+from .protocol import GRADING_ENV, roundtrip
 from .source import judge_source, own_source
 from .spec import CheckFailure, Part, Verdict, describe_case, judge_case, plain_call
 
@@ -137,6 +137,18 @@ def _encode_result(i: int, result: Any) -> dict[str, np.ndarray]:
         raise CheckFailure(str(exc)) from None
 
 
+def _call_case(call: Callable[..., Any], fn: Callable[..., Any], inputs: str, i: int) -> Any:
+    """``call(fn, case i)``, the case read from the inputs file straight into the call: while
+    the student's function runs, no frame of the grader's code holds a case (a part's own
+    ``call=`` keeps none either: see the threat model)."""
+    return call(fn, _read_case(inputs, i))
+
+
+def _read_case(inputs: str, i: int) -> tuple[Any, ...]:
+    with np.load(inputs, allow_pickle=False) as data:
+        return protocol.decode_case(data, i)
+
+
 def _record(root: Path, part_id: str, fn: Callable[..., Any], hidden: bool) -> bool:
     """Grading mode: results for the grader's inputs, written to outputs/<part_id>.<k>.npz.
 
@@ -147,12 +159,13 @@ def _record(root: Path, part_id: str, fn: Callable[..., Any], hidden: bool) -> b
     pickled = Path(protocol.call_path(root, part_id))
     if pickled.is_file():
         call = pickle.loads(pickled.read_bytes())  # from the grader, never from a submission
-    with np.load(protocol.inputs_path(root, part_id), allow_pickle=False) as data:
-        cases = decode_cases(data)
-    arrays: dict[str, np.ndarray] = {"hidden": np.array(hidden), "n_cases": np.array(len(cases))}
-    for i, args in enumerate(cases):
+    inputs = protocol.inputs_path(root, part_id)
+    with np.load(inputs, allow_pickle=False) as data:
+        count = int(data["n_cases"])
+    arrays: dict[str, np.ndarray] = {"hidden": np.array(hidden), "n_cases": np.array(count)}
+    for i in range(count):
         try:
-            arrays.update(_encode_result(i, call(fn, args)))
+            arrays.update(_encode_result(i, _call_case(call, fn, inputs, i)))
         except NotImplementedError:
             arrays[f"case{i}_error"] = np.array("not implemented yet")
         except Exception as exc:

@@ -114,12 +114,15 @@ def encode_cases(cases: Sequence[tuple[Any, ...]]) -> dict[str, np.ndarray]:
 
 
 def decode_cases(arrays: Any) -> list[tuple[Any, ...]]:
+    return [decode_case(arrays, i) for i in range(int(arrays["n_cases"]))]
+
+
+def decode_case(arrays: Any, i: int) -> tuple[Any, ...]:
+    """Case ``i`` of an inputs npz (a mapping of arrays, as np.load gives)."""
     import numpy as np
 
-    n_cases = int(arrays["n_cases"])
-    n_args = np.broadcast_to(np.asarray(arrays["n_args"]), (n_cases,))
-    return [tuple(from_array(np.asarray(arrays[f"case{i}_arg{j}"])) for j in range(int(n_args[i])))
-            for i in range(n_cases)]
+    n_args = np.broadcast_to(np.asarray(arrays["n_args"]), (int(arrays["n_cases"]),))
+    return tuple(from_array(np.asarray(arrays[f"case{i}_arg{j}"])) for j in range(int(n_args[i])))
 
 
 def encode_inputs(cases: Sequence[tuple[Any, ...]]) -> bytes:

@@ -6,10 +6,17 @@ rlimits-only fallback where bwrap does not work, such as macOS; fresh inputs; ju
 against ``--source`` when given (the instructor's source: its hidden tests and private parts),
 else against the notebook itself. Each gradebook row becomes a line of the report; errors in
 cells that no row grades are listed too (the notebook did not run cleanly to the end).
+
+Against the notebook itself, the checks come from the ``parts/`` folder beside it, which this
+process imports (it judges outside the sandbox): so it loads them only when they belong to the
+user running it, and says so. A TA reproducing a student's run passes ``--source`` (the
+instructor's source) instead of trusting what lies beside the student's notebook.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -17,10 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import parts, sandbox
 from .batch import executed_notebook, grade
-from .model import BY_HAND
-from .nbgrader import is_grade, is_solution
-from .notebooks import NotebookError, read_notebook
+from .model import BY_HAND, safe_file_name
+from .nbgrader import check_calls, is_grade, is_solution
+from .notebooks import Notebook, NotebookError, read_notebook
+from .protocol import PART_ID
+from .run import sandbox_env
 from .settings import Settings
 
 PASS, FAIL = "✓", "✗"
@@ -47,6 +57,7 @@ class ValidationReport:
     parts: list[PartResult] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     sandbox: str = "bwrap"  # or "rlimits only": bwrap does not work here
+    notes: list[str] = field(default_factory=list)  # where the checks came from
 
     @property
     def ok(self) -> bool:
@@ -58,6 +69,7 @@ class ValidationReport:
 
     def __str__(self) -> str:
         lines = [f"validate {self.path.name} (graded as edu-dl grade grades it: {self.sandbox})"]
+        lines += [f"  {note}" for note in self.notes]
         width = max((len(p.part_id) for p in self.parts), default=0)
         for p in self.parts:
             first, *rest = (p.message or "").split("\n")
@@ -66,7 +78,7 @@ class ValidationReport:
                          + (f"  {first}" if first else ""))
             lines += [f"      {line}" for line in rest[:MAX_MESSAGE_LINES]]
         lines += [f"  {FAIL} {error}" for error in self.errors]
-        if not self.parts:
+        if not self.parts and not self.errors:
             lines.append(f"  {FAIL} no graded test cells: is this an exercise notebook?")
         got, total = self.score
         failing = sum(not p.ok for p in self.parts) + len(self.errors)
@@ -109,7 +121,12 @@ def validate(path: str | Path, timeout: float = 120.0, progress: bool = True,
     # Graded as the source notebook it answers: the one given, or the one named like it.
     name = Path(source).stem if source and Path(source).suffix == ".ipynb" else path.stem
     try:
-        read_notebook(path)
+        nb = read_notebook(path)
+        if source is None:
+            problem = _own_parts_problem(path, nb, report.notes)
+            if problem:
+                report.errors.append(problem)
+                return report
         with tempfile.TemporaryDirectory(prefix="edu-dl-validate-") as tmp:
             batch = Path(tmp) / "submissions" / VALIDATOR
             batch.mkdir(parents=True)
@@ -120,6 +137,9 @@ def validate(path: str | Path, timeout: float = 120.0, progress: bool = True,
                               exercises_due=[name])
             jobs = [(row.exercise, row) for row in summary.rows if row.student == VALIDATOR]
             executed = executed_notebook(out, _job(batch / f"{name}.ipynb"), settings)
+            if any(row.status == "crashed" for _, row in jobs):
+                report.errors.append(_sandbox_log(out / ".work" / safe_file_name(VALIDATOR)
+                                                  / name / "run.json"))
     except NotebookError as exc:
         report.errors.append(str(exc))
         return report
@@ -134,6 +154,51 @@ def validate(path: str | Path, timeout: float = 120.0, progress: bool = True,
     if executed is not None:
         report.errors += _errors_outside_graded_cells(executed)
     return report
+
+
+def _own_parts_problem(path: Path, nb: Notebook, notes: list[str]) -> str:
+    """Why the part files beside the notebook cannot be used ('' when they can): one the
+    notebook needs is missing, or one that would be imported belongs to someone else. Notes
+    where the checks come from."""
+    needed = sorted({match.group(1) for cell in nb.cells if cell.get("cell_type") == "code"
+                     for part_id in check_calls(str(cell.get("source", "")))
+                     if (match := PART_ID.match(part_id))})
+    if not needed:
+        return ""
+    folder = path.parent / parts.FOLDER
+    files = parts.part_files(path.parent)
+    missing = [exercise for exercise in needed if exercise not in files]
+    if missing:
+        wanted = ", ".join(f"{parts.FOLDER}/{exercise}.py" for exercise in missing)
+        return (f"this notebook's checks are in {wanted}, which is not beside {path.name}: "
+                f"keep the notebook in the course's exercises/ folder (it holds "
+                f"{parts.FOLDER}/), or copy the exercises/{parts.FOLDER}/ folder next to it")
+    me = os.geteuid()
+    for item in [folder, *(f for group in files.values() for f in group)]:
+        owner = item.stat().st_uid
+        if owner != me:
+            return (f"{item.relative_to(path.parent)} beside the notebook belongs to another "
+                    f"user (uid {owner}): validate imports the checks as you, so it uses only "
+                    "part files that are yours; pass --source with the instructor's source "
+                    "notebook or folder instead")
+    loaded = ", ".join(f.name for group in files.values() for f in group)
+    notes.append(f"checks from {parts.FOLDER}/ beside the notebook (yours): {loaded}")
+    return ""
+
+
+def _sandbox_log(run_json: Path, lines: int = 12) -> str:
+    """The last lines the sandbox printed, and what it runs: why a notebook may not start."""
+    try:
+        log = str(json.loads(run_json.read_text())["sandbox"]["log"])
+    except (OSError, ValueError, KeyError, TypeError):
+        log = ""
+    tail = [line for line in log.splitlines() if line.strip()][-lines:]
+    env = sandbox_env()
+    return ("the sandbox could not run the notebook to the end; it runs "
+            f"{sandbox.python()} with PYTHONPATH={env['PYTHONPATH']} and sees, read-only, the "
+            "system's programs, that Python's environment and edu_dl, plus a private /tmp. "
+            + ("Its last lines of output:\n" + "\n".join(f"    {line}" for line in tail)
+               if tail else "It printed nothing."))
 
 
 def _job(path: Path) -> Any:

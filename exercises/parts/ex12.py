@@ -217,34 +217,42 @@ def timer_compare(expected: Any, got: Any) -> Verdict:
     return Verdict(False, f"measured {value:.6g} s for a kernel that takes {e:.6g} s")
 
 
+class _Launcher:
+    """launch() for the student's timer: queues one kernel of the case's duration on the fake
+    device (the first one slower) and returns at once. The durations live here and in the
+    device alone: no frame above the student's function holds the case."""
+
+    def __init__(self, device: Any, kernel_s: float, first_extra_s: float) -> None:
+        self._device, self._kernel_s, self._first_extra_s = device, kernel_s, first_extra_s
+        self.count = 0
+
+    def __call__(self) -> None:
+        self.count += 1
+        self._device.launch(self._kernel_s + (self._first_extra_s if self.count == 1 else 0.0))
+
+
 def _call_timer(fn: Callable[..., Any], args: Case) -> float:
     """The student's timer against a fake device: launch() queues one kernel of kernel_s
     (the first one slower) and returns at once; synchronize() waits for the queue."""
     from edu_dl.gpu_timing import FakeAsyncDevice
 
-    kernel_s, warmup, repeats, backlog_s, first_extra_s = args
-    warmup, repeats = int(warmup), int(repeats)
+    warmup, repeats = int(args[1]), int(args[2])
     with FakeAsyncDevice("check-gpu") as device:
-        launched = [0]
-
-        def launch() -> None:
-            launched[0] += 1
-            extra = float(first_extra_s) if launched[0] == 1 else 0.0
-            device.launch(float(kernel_s) + extra)
-
-        if backlog_s:
-            device.launch(float(backlog_s))  # launched earlier, still running
+        launch = _Launcher(device, float(args[0]), float(args[4]))
+        if args[3]:
+            device.launch(float(args[3]))  # launched earlier, still running
+        del args  # the case's durations stay in launch and the device
         before = device.syncs
         got = fn(launch, device.synchronize, warmup, repeats)
         syncs = device.syncs - before
-    if launched[0] == 0:
+    if launch.count == 0:
         raise CheckFailure("your timer never called launch(): call it once per kernel to time")
     if syncs == 0:
         raise CheckFailure("your timer never called synchronize(): launch() returns at once, "
                            "while the device is still working, so the clock stops before the "
                            "kernel has run")
-    if launched[0] != warmup + repeats:
-        raise CheckFailure(f"launch() was called {launched[0]} times with warmup={warmup}, "
+    if launch.count != warmup + repeats:
+        raise CheckFailure(f"launch() was called {launch.count} times with warmup={warmup}, "
                            f"repeats={repeats}: launch warmup times, then time repeats launches, "
                            "one at a time")
     try:
@@ -255,6 +263,13 @@ def _call_timer(fn: Callable[..., Any], args: Case) -> float:
 
 
 CLOCKS = {"perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "time_ns"}
+# Ways to read the case (or the grader's inputs) instead of timing: frames, closures, objects'
+# insides, the environment and files. A timer needs none of them.
+PEEKING = {"_getframe", "currentframe", "f_back", "f_locals", "f_globals", "tb_frame",
+           "getouterframes", "getframeinfo", "__closure__", "cell_contents", "gc",
+           "get_objects", "get_referrers", "__self__", "__dict__", "__globals__", "vars",
+           "globals", "locals", "getattr", "eval", "exec", "__import__", "import_module",
+           "environ", "getenv", "load", "open"}
 
 
 def timer_source(source: str) -> Verdict:
@@ -268,8 +283,12 @@ def timer_source(source: str) -> Verdict:
     if not calls:
         return Verdict(False, f"the timer never calls {sync}(): launch() returns at once, so "
                               "without it the clock stops before the kernel has run")
-    if not code_names(source) & CLOCKS:
+    names = code_names(source)
+    if not names & CLOCKS:
         return Verdict(False, "the timer reads no clock: use time.perf_counter()")
+    if names & PEEKING:
+        return Verdict(False, "the timer must measure the kernel, not look its duration up: it "
+                              f"uses {', '.join(sorted(names & PEEKING))}")
     return Verdict(True)
 
 
