@@ -117,6 +117,14 @@ def test_an_nbgrader_course_is_graded_cell_by_cell_as_nbgrader_does(tmp_path: Pa
                                  / f"{course.NOTEBOOK}.ipynb")
     assert any(o.get("name") == "stderr" for c in executed.cells if c.cell_type == "code"
                for o in c.get("outputs", []))  # saved executed, outputs included
+    # What students read holds no hidden test: not its source, not a traceback quoting it
+    # (carol's squares fails the visible assert, one line above the hidden region).
+    assert "assert squares(1) == [1]" in (src / f"{course.NOTEBOOK}.ipynb").read_text()
+    for page in [*(out / "feedback").iterdir(), *(out / "feedback_html").iterdir()]:
+        text = page.read_text()
+        assert "HIDDEN TESTS" not in text and "squares(1)" not in text, page
+    carol = (out / "feedback_html" / "carol.html").read_text()
+    assert "AssertionError" in carol and "assert squares(3) == [1, 4, 9]" in carol
 
 
 SCORES = """

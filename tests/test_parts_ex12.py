@@ -284,3 +284,50 @@ def time_kernel(launch, synchronize, warmup, repeats):
     return time.perf_counter() - start
 ''')
     assert status != "passed" and message.startswith("the values are right, but")
+
+
+PEEK = '''
+def time_kernel(launch, synchronize, warmup, repeats):
+    synchronize()
+    time.perf_counter()  # looks like a timer
+    return sys._getframe(1).f_locals["args"][0]
+'''
+
+
+def test_the_frame_peek_finds_no_case(tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The review's attack scored 3/3: a timer returning the caller's args[0], the kernel's own
+    duration. Run as the sandbox runs it (the pickled call=, the inputs file), no frame above
+    the student's function holds a case, and the grader refuses the source."""
+    import sys
+
+    from edu_dl.grading import check, judge, load
+
+    part = next(p for p in ex12.PARTS if p.id == "ex12.gpu_timer")
+    cases = protocol.roundtrip(part.cases(np.random.default_rng(3), False))
+    protocol.write_inputs(tmp_path / "inputs" / f"{part.id}.npz", cases)
+    (tmp_path / "inputs" / f"{part.id}.call.pkl").write_bytes(load.pickled_call(part))
+    monkeypatch.setenv(protocol.GRADING_ENV, str(tmp_path))
+    seen: list[Any] = []
+    this_test = sys._getframe(0).f_code  # in a notebook, check()'s caller is the cell
+
+    def peek(launch: Any, synchronize: Any, warmup: int, repeats: int) -> Any:
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code is not this_test:  # every frame up to check()
+            seen.extend(frame.f_locals.values())
+            frame = frame.f_back
+        synchronize()
+        return sys._getframe(1).f_locals["args"][0]
+
+    check(part.id, peek)
+    _, got = protocol.read_outputs(tmp_path / "outputs" / f"{part.id}.1.npz")
+    durations = {float(args[0]) for args in cases}
+    assert len(seen) > 10
+    held = seen + [x for value in seen if isinstance(value, tuple | list) for x in value]
+    assert not [v for v in held if isinstance(v, float) and v in durations]
+    assert not [v for v in held if isinstance(v, tuple) and v in cases]
+    status, message = judge.judge(part, cases, got, PEEK)
+    assert status == "failed" and "KeyError" in message, message
+    # Had the values been right, the source would still give it away.
+    status, message = judge.judge(part, cases, [part.expected(*a) for a in cases], PEEK)
+    assert status == "failed" and "look its duration up: it uses _getframe" in message

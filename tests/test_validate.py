@@ -75,3 +75,71 @@ def test_not_a_notebook(tmp_path: Path, capsys):
     assert main(["validate", str(bad)]) == 1
     out = capsys.readouterr().out
     assert "not a readable Jupyter notebook" in out and "score 0/0" in out
+
+
+def test_a_missing_part_file_is_named_in_a_students_words(tmp_path: Path, capsys):
+    shutil.copy(ROOT / "exercises" / EX02, tmp_path / EX02)  # no parts/ beside it
+    assert main(["validate", str(tmp_path / EX02)]) == 1
+    out = capsys.readouterr().out
+    assert "this notebook's checks are in parts/ex02.py, which is not beside " \
+           f"{EX02}" in out and "copy the exercises/parts/ folder next to it" in out
+    assert "is this an exercise notebook" not in out  # the one reason, not a second guess
+
+
+def test_part_files_of_another_user_are_never_imported(tmp_path: Path, capsys,
+                                                       monkeypatch: pytest.MonkeyPatch):
+    """A TA runs validate on a student's folder: parts/ there is the student's code, and
+    validate judges in the TA's own process, so it refuses (and imports nothing)."""
+    shutil.copy(ROOT / "exercises" / EX02, tmp_path / EX02)
+    shutil.copytree(ROOT / "exercises" / "parts", tmp_path / "parts")
+    marker = tmp_path / "imported.txt"
+    with open(tmp_path / "parts" / "ex02.py", "a") as f:
+        f.write(f"\nopen({str(marker)!r}, 'w').write('ran as the TA')\n")
+    import os
+
+    owner = (tmp_path / "parts").stat().st_uid
+    monkeypatch.setattr(os, "geteuid", lambda: owner + 1)  # the TA is not the owner
+    assert main(["validate", str(tmp_path / EX02)]) == 1
+    out = capsys.readouterr().out
+    assert "belongs to another user" in out and "--source" in out, out
+    assert not marker.exists()
+
+
+def test_own_part_files_are_used_and_said_so(tmp_path: Path):
+    shutil.copy(ROOT / "exercises" / EX02, tmp_path / EX02)
+    shutil.copytree(ROOT / "exercises" / "parts", tmp_path / "parts")
+    from edu_dl.grading import validate as V
+
+    nb = nbs.read_notebook(tmp_path / EX02)
+    notes: list[str] = []
+    assert V._own_parts_problem(tmp_path / EX02, nb, notes) == ""
+    assert notes and "parts/ beside the notebook (yours)" in notes[0] and "ex02.py" in notes[0]
+
+
+def test_a_sandbox_that_cannot_start_shows_its_last_lines(tmp_path: Path, capsys,
+                                                          monkeypatch: pytest.MonkeyPatch):
+    from edu_dl.grading import sandbox
+
+    shutil.copy(ROOT / "exercises" / EX02, tmp_path / EX02)
+    shutil.copytree(ROOT / "exercises" / "parts", tmp_path / "parts")
+    log = "Traceback (most recent call last):\nModuleNotFoundError: No module named 'nbclient'\n"
+    monkeypatch.setattr(sandbox, "run", lambda *a, **k: sandbox.Result(returncode=1, log=log))
+    assert main(["validate", str(tmp_path / EX02)]) == 1
+    out = capsys.readouterr().out
+    assert "the sandbox could not run the notebook to the end" in out
+    assert "    ModuleNotFoundError: No module named 'nbclient'" in out
+    assert "PYTHONPATH=" in out
+
+
+@pytest.mark.slow
+def test_what_the_notebook_raises_never_drives_the_terminal(tmp_path: Path, capsys):
+    nb = nbs.read_notebook(ROOT / "exercises" / EX02)
+    solution = next(c for c in nb.cells if nbgrader.grade_id(c) == "gflops")
+    solution.source = ("def gflops(n, seconds):\n"
+                       "    raise ValueError('\\x1b]52;c;cHduZWQ=\\x07\\x1b[2J ALL PASSED')")
+    nbs.write_notebook(nb, tmp_path / EX02)
+    shutil.copytree(ROOT / "exercises" / "parts", tmp_path / "parts")
+    assert main(["validate", str(tmp_path / EX02)]) == 1
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "\\x1b]52;c;cHduZWQ=\\x07" in out

@@ -83,12 +83,13 @@ def parse_record(raw: Any) -> RunRecord:
             continue
         index, gid, status = entry.get("index"), entry.get("grade_id"), entry.get("status")
         if not isinstance(index, int) or isinstance(index, bool) or not isinstance(gid, str) \
-                or status not in CELL_STATUSES:
+                or not isinstance(status, str) or status not in CELL_STATUSES:
             continue
         kept.append(CellRecord(index, gid[:200], status, _capped(entry.get("error")),
                                entry.get("stderr") is True))
     kernel = raw.get("kernel")
-    return RunRecord(tuple(kept), kernel if kernel in KERNEL_STATES else "",
+    known = isinstance(kernel, str) and kernel in KERNEL_STATES
+    return RunRecord(tuple(kept), kernel if known else "",
                      _capped(raw.get("message")), raw.get("output_cut") is True)
 
 
