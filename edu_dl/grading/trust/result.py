@@ -88,8 +88,9 @@ def parse_record(raw: Any) -> RunRecord:
         kept.append(CellRecord(index, gid[:200], status, _capped(entry.get("error")),
                                entry.get("stderr") is True))
     kernel = raw.get("kernel")
-    known = isinstance(kernel, str) and kernel in KERNEL_STATES
-    return RunRecord(tuple(kept), kernel if known else "",
+    if not isinstance(kernel, str) or kernel not in KERNEL_STATES:
+        kernel = ""
+    return RunRecord(tuple(kept), kernel,
                      _capped(raw.get("message")), raw.get("output_cut") is True)
 
 
