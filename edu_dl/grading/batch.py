@@ -117,17 +117,20 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     for job in all_jobs:
         key = job_key(job, settings, submission_bytes(job, settings))
         state = state_dir / safe_file_name(job.student) / f"{job.exercise.name}.json"
-        previous = _load_state(state)
-        if not force and previous.get("key") == key:
-            rows_by_job[(job.student, job.exercise.name)] = [Row(**r) for r in previous["rows"]]
+        kept = None if force else _kept_rows(state, key)
+        if kept is not None:
+            rows_by_job[(job.student, job.exercise.name)] = kept
         else:
             todo.append((job, state))
 
     def record(item: tuple[Job, Path], data: bytes | None, rows: list[Row]) -> None:
         job, state = item
         rows_by_job[(job.student, job.exercise.name)] = rows
-        write_atomic(state, json.dumps({"key": job_key(job, settings, data),
-                                        "rows": [asdict(r) for r in rows]}, indent=1).encode())
+        try:  # compact: the rows hold what the student's code printed and raised
+            write_atomic(state, json.dumps({"key": job_key(job, settings, data),
+                                            "rows": [asdict(r) for r in rows]}).encode())
+        except OSError as exc:  # graded all the same; the next run grades it again
+            log(f"could not keep the grade of {job.student!r} for the next run ({exc})")
 
     def work(item: tuple[Job, Path]) -> None:
         # Read again and grade exactly these bytes; the key stored is theirs.
@@ -183,9 +186,13 @@ def _hidden_paths(*paths: Path) -> list[Path]:
     return found
 
 
-def _load_state(path: Path) -> dict[str, Any]:
+def _kept_rows(path: Path, key: str) -> list[Row] | None:
+    """The rows a previous run kept for this key, or None (none, another key, or a state file
+    that is not what this grader writes: the submission is graded again)."""
     try:
         data = json.loads(path.read_text())
-        return data if isinstance(data, dict) and "rows" in data else {}
-    except (OSError, ValueError):
-        return {}
+        if not isinstance(data, dict) or data.get("key") != key:
+            return None
+        return [Row(**r) for r in data["rows"]]
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
