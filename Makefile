@@ -55,19 +55,20 @@ $(STAMP): pyproject.toml constraints.txt
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-# JupyterLab as the course sets it up in lab/: its settings (lab/overrides.json: no announcements,
-# no update checks), copied where JupyterLab reads overrides; the virtual environment first on PATH
-# for the server, its kernels and its terminals (lab/jupyter_server_config.py), so that
-# `edu-dl validate` works in a terminal. LAB_ARGS=... passes more options to JupyterLab.
+# JupyterLab as the course sets it up in lab/: on the repository root, so that the file browser
+# shows lectures/ and exercises/ side by side and terminals start there; its settings
+# (lab/overrides.json: no announcements, no update checks), copied where JupyterLab reads
+# overrides; the virtual environment first on PATH for the server, its kernels and its terminals
+# (lab/jupyter_server_config.py), so that `edu-dl validate` works in a terminal. LAB_ARGS=...
+# passes more options to JupyterLab.
 LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.json
 $(LAB_OVERRIDES): lab/overrides.json
 	mkdir -p $(dir $@)
 	cp lab/overrides.json $@
 
 lab: install $(LAB_OVERRIDES)
-	mkdir -p lectures
-	PATH="$(abspath $(BIN)):$$PATH" VIRTUAL_ENV="$(abspath $(VENV))" $(BIN)/jupyter lab lectures/ \
-		--config=lab/jupyter_server_config.py $(ROOT_FLAG) $(LAB_ARGS)
+	PATH="$(abspath $(BIN)):$$PATH" VIRTUAL_ENV="$(abspath $(VENV))" $(BIN)/jupyter lab \
+		--ServerApp.root_dir="$(CURDIR)" --config=lab/jupyter_server_config.py $(ROOT_FLAG) $(LAB_ARGS)
 
 # The whole suite: lint, types, unit tests (the slow ones included), then the notebooks.
 test: install system-deps
