@@ -12,7 +12,9 @@ BIN := $(VENV)/bin
 CUDA ?= $(if $(GPU),$(shell nvidia-smi 2>/dev/null | sed -n -E 's/.*CUDA Version: *([0-9]+)\..*/\1/p' | head -n 1))
 # A newer driver runs older CUDA programs: CUDA 14 and later get the cuda13 extra.
 CUDA_EXTRA := $(if $(GPU),$(if $(filter 12,$(CUDA)),cuda12,$(if $(CUDA),$(if $(shell [ "$(CUDA)" -ge 13 ] 2>/dev/null && echo y),cuda13,unsupported),unknown)),cpu)
-EXTRAS := $(CUDA_EXTRA),dev,site,cluster
+# The course's runtime, Caffe's protobuf, JupyterLab (make lab), the test tools (make test), the
+# website's tools (make site) and Dask (grading on a cluster).
+EXTRAS := $(CUDA_EXTRA),caffe,lab,dev,site,cluster
 STAMP := $(VENV)/.installed-$(CUDA_EXTRA)
 # The variants install the same `tensorflow` module and CuPy twice: remove the others' on a switch.
 OTHER_PACKAGES.cpu := tensorflow cupy-cuda12x cupy-cuda13x
