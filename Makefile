@@ -167,7 +167,7 @@ bench-gpu:
 	$(BIN)/edu-dl bench gpu --out benchmarks/gpu
 	$(BIN)/edu-dl bench results
 
-# Re-record the pinned versions after an upgrade (see README). Local labels such as torch's
+# Re-record the pinned versions after an upgrade (see site/developers.md). Local labels such as torch's
 # `+cpu` are dropped (`torch==2.13.0` still matches the CPU build, and lets a GPU build in);
 # `tensorflow` is pinned to the version of `tensorflow-cpu`, so GPU=1 gets the same TensorFlow.
 constraints:

@@ -265,12 +265,15 @@ def test_readme_opens_with_make_lab_and_make_test() -> None:
     assert readme_commands()[:2] == ["make lab", "make test"]
 
 
-def test_every_make_target_in_readme_exists() -> None:
-    text = (ROOT / "README.md").read_text()
-    used = set(re.findall(r"(?:^|`)make ([a-z][a-z0-9_-]*)", text, re.M))
-    assert {"lab", "test", "test-fast", "constraints"} <= used
-    missing = used - makefile_targets()
-    assert not missing, f"README.md names Makefile targets that do not exist: {sorted(missing)}"
+def test_every_make_target_in_the_docs_exists() -> None:
+    """The README and the website's pages for instructors and developers (site/*.md)."""
+    docs = [ROOT / "README.md", *sorted((ROOT / "site").glob("*.md"))]
+    used = {path.name: set(re.findall(r"(?:^|`)make ([a-z][a-z0-9_-]*)", path.read_text(), re.M))
+            for path in docs}
+    assert {"lab", "test", "site"} <= used["README.md"]
+    assert {"test-fast", "constraints", "notebooks"} <= used["developers.md"]
+    missing = set().union(*used.values()) - makefile_targets()
+    assert not missing, f"the docs name Makefile targets that do not exist: {sorted(missing)}"
 
 
 def test_makefile_keeps_its_targets() -> None:
