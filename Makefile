@@ -12,7 +12,9 @@ BIN := $(VENV)/bin
 CUDA ?= $(if $(GPU),$(shell nvidia-smi 2>/dev/null | sed -n -E 's/.*CUDA Version: *([0-9]+)\..*/\1/p' | head -n 1))
 # A newer driver runs older CUDA programs: CUDA 14 and later get the cuda13 extra.
 CUDA_EXTRA := $(if $(GPU),$(if $(filter 12,$(CUDA)),cuda12,$(if $(CUDA),$(if $(shell [ "$(CUDA)" -ge 13 ] 2>/dev/null && echo y),cuda13,unsupported),unknown)),cpu)
-EXTRAS := $(CUDA_EXTRA),dev,site,cluster
+# The course's runtime, Caffe's protobuf, JupyterLab (make lab), the test tools (make test), the
+# website's tools (make site) and Dask (grading on a cluster).
+EXTRAS := $(CUDA_EXTRA),caffe,lab,dev,site,cluster
 STAMP := $(VENV)/.installed-$(CUDA_EXTRA)
 # The variants install the same `tensorflow` module and CuPy twice: remove the others' on a switch.
 OTHER_PACKAGES.cpu := tensorflow cupy-cuda12x cupy-cuda13x
@@ -55,19 +57,20 @@ $(STAMP): pyproject.toml constraints.txt
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-# JupyterLab as the course sets it up in lab/: its settings (lab/overrides.json: no announcements,
-# no update checks), copied where JupyterLab reads overrides; the virtual environment first on PATH
-# for the server, its kernels and its terminals (lab/jupyter_server_config.py), so that
-# `edu-dl validate` works in a terminal. LAB_ARGS=... passes more options to JupyterLab.
+# JupyterLab as the course sets it up in lab/: on the repository root, so that the file browser
+# shows lectures/ and exercises/ side by side and terminals start there; its settings
+# (lab/overrides.json: no announcements, no update checks), copied where JupyterLab reads
+# overrides; the virtual environment first on PATH for the server, its kernels and its terminals
+# (lab/jupyter_server_config.py), so that `edu-dl validate` works in a terminal. LAB_ARGS=...
+# passes more options to JupyterLab.
 LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.json
 $(LAB_OVERRIDES): lab/overrides.json
 	mkdir -p $(dir $@)
 	cp lab/overrides.json $@
 
 lab: install $(LAB_OVERRIDES)
-	mkdir -p lectures
-	PATH="$(abspath $(BIN)):$$PATH" VIRTUAL_ENV="$(abspath $(VENV))" $(BIN)/jupyter lab lectures/ \
-		--config=lab/jupyter_server_config.py $(ROOT_FLAG) $(LAB_ARGS)
+	PATH="$(abspath $(BIN)):$$PATH" VIRTUAL_ENV="$(abspath $(VENV))" $(BIN)/jupyter lab \
+		--ServerApp.root_dir="$(CURDIR)" --config=lab/jupyter_server_config.py $(ROOT_FLAG) $(LAB_ARGS)
 
 # The whole suite: lint, types, unit tests (the slow ones included), then the notebooks.
 test: install system-deps
@@ -164,7 +167,7 @@ bench-gpu:
 	$(BIN)/edu-dl bench gpu --out benchmarks/gpu
 	$(BIN)/edu-dl bench results
 
-# Re-record the pinned versions after an upgrade (see README). Local labels such as torch's
+# Re-record the pinned versions after an upgrade (see site/developers.md). Local labels such as torch's
 # `+cpu` are dropped (`torch==2.13.0` still matches the CPU build, and lets a GPU build in);
 # `tensorflow` is pinned to the version of `tensorflow-cpu`, so GPU=1 gets the same TensorFlow.
 constraints:

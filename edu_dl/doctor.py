@@ -24,6 +24,11 @@ from .hardware import Fact
 Subparsers = Any  # argparse's _SubParsersAction is private
 
 PEAK_INPUTS = "the clock may be the base clock, not the turbo clock, or --fma-units is too low"
+# Where stdout is not a terminal (a notebook, a file), the page is this wide: a notebook's output
+# column (JupyterLab beside its file browser, the course website) shows 80 columns unwrapped.
+PAGE_WIDTH = 80
+# A terminal wider than this still gets lines short enough to read.
+MAX_WIDTH = 120
 BANDWIDTH_INPUTS = "check --memory-mts, --channels and the bus width"
 
 
@@ -103,12 +108,28 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
 # --------------------------------------------------------------------------- render
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A plain aligned text table with a rule under the header."""
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int | None = None,
+          wrap: int | None = None) -> str:
+    """A plain aligned text table with a rule under the header.
+
+    With ``width`` and ``wrap`` (a column's index), that column's cells are wrapped onto more
+    lines where the table would be wider than ``width``.
+    """
     widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+    cells = [[[str(c)] for c in r] for r in rows]
+    if width is not None and wrap is not None:
+        others = sum(w for i, w in enumerate(widths) if i != wrap) + 2 * (len(widths) - 1)
+        fit = max(len(str(headers[wrap])), width - others)
+        if widths[wrap] > fit:
+            widths[wrap] = fit
+            for row in cells:
+                row[wrap] = textwrap.wrap(row[wrap][0], fit, break_on_hyphens=False) or [""]
     lines = ["  ".join(str(h).ljust(w) for h, w in zip(headers, widths)).rstrip()]
     lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    for row in cells:
+        for k in range(max(len(c) for c in row)):
+            lines.append("  ".join((c[k] if k < len(c) else "").ljust(w)
+                                   for c, w in zip(row, widths)).rstrip())
     return "\n".join(lines)
 
 
@@ -131,27 +152,43 @@ def _key_values(title: str, pairs: list[tuple[str, str]], width: int) -> list[st
     return out
 
 
-def _framework_rows(frameworks: dict[str, dict[str, Any]]) -> list[list[str]]:
-    rows = []
+def _gpu_names(gpus: list[dict[str, Any]]) -> str:
+    """'2x NVIDIA H100 80GB HBM3' for two of the same, names in order otherwise."""
+    names = [g["name"] for g in gpus]
+    counts = {n: names.count(n) for n in dict.fromkeys(names)}
+    return ", ".join(n if k == 1 else f"{k}x {n}" for n, k in counts.items()) or "none"
+
+
+def _framework_rows(frameworks: dict[str, dict[str, Any]]
+                    ) -> tuple[list[list[str]], list[tuple[str, str]]]:
+    """The table's rows, and (framework, note) for the notes under it."""
+    rows, notes = [], []
     for name, f in frameworks.items():
-        gpus = ", ".join(g["name"] for g in f.get("gpus", [])) or "none"
-        if name == "numpy":
-            gpus = "(CPU only)"
-        notes = f.get("detail", "")
+        gpus = "(CPU only)" if name == "numpy" else _gpu_names(f.get("gpus", []))
+        note = f.get("detail", "")
         if name == "tensorflow" and f.get("status") == "ok":
-            notes = f"tf.test.gpu_device_name() = {f.get('gpu_device_name')!r}"
+            note = f"tf.test.gpu_device_name() = {f.get('gpu_device_name')!r}"
             pip = f.get("distributions", {})
-            notes += "; pip: " + ", ".join(f"{k} {v}" for k, v in pip.items())
+            note += "; pip: " + ", ".join(f"{k} {v}" for k, v in pip.items())
         if name == "torch" and f.get("status") == "ok" and not f.get("cuda_build"):
-            notes = "CPU-only build"
+            note = "CPU-only build"
         rows.append([name, str(f.get("status")), str(f.get("version") or "-"), gpus,
-                     str(f.get("cuda") or "-"), str(f.get("cudnn") or "-"), notes[:70]])
-    return rows
+                     str(f.get("cuda") or "-"), str(f.get("cudnn") or "-")])
+        if note:
+            notes.append((name, note[:300]))
+    return rows, notes
 
 
-def render(report: dict[str, Any]) -> str:
-    """The report as a readable terminal page."""
-    width = min(shutil.get_terminal_size((100, 24)).columns, 120)
+def page_width() -> int:
+    """The terminal's width (at most MAX_WIDTH) where stdout is one, else PAGE_WIDTH."""
+    if not sys.stdout.isatty():
+        return PAGE_WIDTH
+    return min(shutil.get_terminal_size((PAGE_WIDTH, 24)).columns, MAX_WIDTH)
+
+
+def render(report: dict[str, Any], width: int | None = None) -> str:
+    """The report as a page of at most ``width`` columns (default: ``page_width()``)."""
+    width = width or page_width()
     cpu, peak, bw = report["cpu"], report["peak"], report["bandwidth"]
     cores = (f"{cpu['physical_cores']['value']} physical, {cpu['logical_cores']['value']} "
              f"logical, {cpu['usable_cores']['value']} usable by this process")
@@ -176,12 +213,16 @@ def render(report: dict[str, Any]) -> str:
         ("measured copy", _fact(bw["measured_copy"], "{:.1f}")),
     ], width)
     lines += ["", "Checks (measured must never exceed theoretical)"]
-    lines += [f"  - {c}" for c in report["checks"]]
+    for check in report["checks"]:
+        lines += textwrap.wrap(check, width - 2, initial_indent="  - ", subsequent_indent="    ")
     lines += ["", "Frameworks and the GPUs they see"]
+    rows, notes = _framework_rows(report["frameworks"])
     lines.append(textwrap.indent(table(
-        ["framework", "status", "version", "GPUs seen", "CUDA", "cuDNN", "notes"],
-        _framework_rows(report["frameworks"]),
-    ), "  "))
+        ["framework", "status", "version", "GPUs seen", "CUDA", "cuDNN"], rows,
+        width=width - 2, wrap=3), "  "))
+    for name, note in notes:
+        lines += textwrap.wrap(f"{name}: {note}", width - 2, break_on_hyphens=False,
+                               initial_indent="  ", subsequent_indent="    ")
     driver = report["nvidia_driver"]
     lines += ["", "NVIDIA driver: " + (
         f"{driver['version']} (CUDA up to {driver['max_cuda']})" if driver["present"]

@@ -5,38 +5,68 @@ own PyTorch, TensorFlow and NumPy, and without edu_dl (the course is not on PyPI
 the course's repository (git, one commit deep), installs it from that clone with pip, and hands pip
 the versions the service already has as constraints: pip keeps them, or stops with a conflict, but
 never replaces them. Without TensorFlow it adds the `cpu` extra (tensorflow-cpu), which the
-TensorFlow lecture needs. An exercise's check() reads the course's part files from `parts/` beside
-the notebook, which a hosted service does not have: the cell copies the clone's `exercises/parts/`
-there (never over an existing `parts/`). Where edu_dl is installed (`make lab`, nbval, the
-grader's sandbox) the cell does nothing and prints nothing.
+TensorFlow lecture needs; the `caffe` extra (protobuf 7, for lecture 8b's Caffe reader) only where
+TensorFlow is absent or 2.20 or later, since an older TensorFlow refuses protobuf 7. An exercise's
+check() reads the course's part files from `parts/` beside the notebook, which a hosted service
+does not have: the cell copies the clone's `exercises/parts/` there (never over an existing
+`parts/`). Where edu_dl is installed (`make lab`, nbval, the grader's sandbox) the cell does nothing
+and prints nothing. Where the clone or the install fails, the cell ends with one sentence that
+names the repository and what to do (IPython shows an exception's `_render_traceback_` instead of
+its traceback), and Run All stops there instead of failing in every later cell.
 
-The cell cannot import edu_dl (edu_dl is what is missing), so each notebook holds INSTALL_CELL
-whole. `python -m edu_dl.hosted NOTEBOOK...` puts it first in each notebook (or brings an older one
-up to date) without executing anything: an executed notebook gets it as execution 1, with no
-output (what it prints where the course is installed), and every later count moves up by one, as a
-top-to-bottom run with the new cell would number them. Exercises get it from their solutions
-through `edu-dl assign`.
+The repository is pyproject.toml's `[project.urls] Source`, read from the installed package's
+metadata: a fork sets it there, reinstalls (`make install`) and regenerates the cells. The cell
+cannot import edu_dl (edu_dl is what is missing), so each notebook holds INSTALL_CELL whole.
+`python -m edu_dl.hosted NOTEBOOK...` puts it first in each notebook (or brings an older one up to
+date) without executing anything: an executed notebook gets it as execution 1, with no output (what
+it prints where the course is installed), and every later count moves up by one, as a top-to-bottom
+run with the new cell would number them; refreshing a cell already there changes no output.
+Exercises get it from their solutions through `edu-dl assign`. The cell is collapsed where the
+notebook is opened: JupyterLab hides its source (`jupyter.source_hidden`), Colab shows it as a form
+with its title (`#@title`, `cellView: form`).
 """
 
 from __future__ import annotations
 
 import argparse
+from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import nbformat
 
-REPOSITORY = "https://github.com/edu-dl/edu-dl"
-MARK = "# Hosted notebooks (Colab, Kaggle, ...)"
+DISTRIBUTION = "edu-dl"
+URL_LABEL = "Source"  # the [project.urls] key of the repository
+
+
+def repository() -> str:
+    """The course's repository: pyproject.toml's [project.urls] Source, as installed."""
+    for entry in metadata.metadata(DISTRIBUTION).get_all("Project-URL") or []:
+        label, _, url = entry.partition(",")
+        if label.strip() == URL_LABEL:
+            return url.strip()
+    raise LookupError(f"the installed {DISTRIBUTION} names no {URL_LABEL} URL: set [project.urls] "
+                      f"{URL_LABEL} in pyproject.toml and reinstall (make install)")
+
+
+REPOSITORY = repository()
+# The cell's first line: Colab's form title (the code stays folded under it).
+MARK = "#@title Install the course (hosted notebooks: Colab, Kaggle, ...)"
+FORMER_MARKS = ("# Hosted notebooks (Colab, Kaggle, ...)",)  # refreshed where found
 # nbval never compares its output; the course website leaves the cell out (MyST-NB's tag).
 TAGS = ["nbval-ignore-output", "remove-cell"]
+# Collapsed where the notebook opens: JupyterLab hides the source, Colab shows the form.
+METADATA: dict[str, Any] = {"tags": TAGS, "jupyter": {"source_hidden": True}, "cellView": "form"}
 
 INSTALL_CELL = f'''\
-{MARK}: install the course, keeping the service's own torch,
-# TensorFlow and NumPy (pip gets their versions as constraints), and bring the exercises' parts/
-# (what check() reads) beside the notebook. Where the course is installed, this does nothing.
+{MARK} {{ display-mode: "form" }}
+# Where edu_dl is missing, install the course from its repository, keeping the service's own
+# torch, TensorFlow and NumPy (pip gets their versions as constraints), and bring the exercises'
+# parts/ (what check() reads) beside the notebook. Where the course is installed, do nothing.
 import importlib.util
 
 if importlib.util.find_spec("edu_dl") is None:
+    import re
     import shutil
     import subprocess
     import sys
@@ -44,20 +74,43 @@ if importlib.util.find_spec("edu_dl") is None:
     from importlib.metadata import PackageNotFoundError, version
     from pathlib import Path
 
-    keep = []
+    REPOSITORY = "{REPOSITORY}"
+
+    class CourseNotInstalled(Exception):
+        def _render_traceback_(self):  # IPython shows this line instead of a traceback
+            return [f"CourseNotInstalled: {{self}}"]
+
+    keep = {{}}
     for name in ("torch", "tensorflow", "tensorflow-cpu", "numpy"):
         try:
-            keep.append(f"{{name}}=={{version(name)}}\\n")
+            keep[name] = version(name)
         except PackageNotFoundError:
             pass
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as pins:
-        pins.writelines(keep)
+        pins.writelines(f"{{name}}=={{v}}\\n" for name, v in keep.items())
+    tensorflow = keep.get("tensorflow") or keep.get("tensorflow-cpu")
+    if tensorflow is None:
+        extra = "[cpu,caffe]"  # TensorFlow for lecture 6, protobuf 7 for lecture 8b
+    elif tuple(int(n) for n in re.findall(r"\\d+", tensorflow)[:2]) >= (2, 20):
+        extra = "[caffe]"
+    else:
+        extra = ""  # TensorFlow before 2.20 refuses protobuf 7: lecture 8b's Caffe cells say so
     course = Path(tempfile.mkdtemp()) / "edu-dl"
-    repository = "{REPOSITORY}"
-    subprocess.run(["git", "clone", "--quiet", "--depth", "1", repository, str(course)], check=True)
-    extra = "" if importlib.util.find_spec("tensorflow") else "[cpu]"  # for lecture 6
+    clone = ["git", "clone", "--quiet", "--depth", "1", REPOSITORY, str(course)]
+    try:
+        subprocess.run(clone, check=True, capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        said = (getattr(exc, "stderr", None) or str(exc)).strip().splitlines() or ["git failed"]
+        raise CourseNotInstalled(
+            f"could not download the course from {{REPOSITORY}} ({{said[-1].strip()}}): check "
+            "that this notebook can reach the internet (on Kaggle, switch Internet on in the "
+            "notebook's settings), then run this cell again") from None
     pip = [sys.executable, "-m", "pip", "install", "-c", pins.name, f"{{course}}{{extra}}"]
-    subprocess.run(pip, check=True)
+    if subprocess.run(pip).returncode != 0:
+        raise CourseNotInstalled(
+            f"pip could not install the course from {{REPOSITORY}} (its messages are above): "
+            "restart the runtime and run this cell again, and if it fails again, report pip's "
+            f"last lines at {{REPOSITORY}}/issues")
     if not Path("parts").exists():
         shutil.copytree(course / "exercises" / "parts", "parts")
     importlib.invalidate_caches()'''
@@ -66,8 +119,21 @@ if importlib.util.find_spec("edu_dl") is None:
 CELL_ID = "install-the-course"
 
 
+def _collapsed(cell: nbformat.NotebookNode) -> bool:
+    meta = cell.metadata
+    return (meta.get("tags") == TAGS and meta.get("cellView") == METADATA["cellView"]
+            and meta.get("jupyter", {}).get("source_hidden") is True)
+
+
+def _collapse(cell: nbformat.NotebookNode) -> None:
+    cell.metadata["tags"] = list(TAGS)
+    cell.metadata["jupyter"] = {**cell.metadata.get("jupyter", {}), "source_hidden": True}
+    cell.metadata["cellView"] = METADATA["cellView"]
+
+
 def install_cell(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    cell = nbformat.v4.new_code_cell(INSTALL_CELL, metadata={"tags": list(TAGS)})
+    cell = nbformat.v4.new_code_cell(INSTALL_CELL)
+    _collapse(cell)
     if (nb.nbformat, nb.nbformat_minor) >= (4, 5):  # a fixed id: no noise in the diffs
         cell.id = CELL_ID
     else:
@@ -76,16 +142,17 @@ def install_cell(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
 
 def is_install_cell(cell: nbformat.NotebookNode) -> bool:
-    return cell.cell_type == "code" and cell.source.startswith(MARK)
+    return cell.cell_type == "code" and cell.source.startswith((MARK, *FORMER_MARKS))
 
 
 def add_install_cell(nb: nbformat.NotebookNode) -> bool:
     """Put INSTALL_CELL first (or refresh it there); True when the notebook changed."""
     if nb.cells and is_install_cell(nb.cells[0]):
         first = nb.cells[0]
-        if first.source == INSTALL_CELL and first.metadata.get("tags") == TAGS:
+        if first.source == INSTALL_CELL and _collapsed(first):
             return False
-        first.source, first.metadata["tags"] = INSTALL_CELL, list(TAGS)
+        first.source = INSTALL_CELL
+        _collapse(first)
         return True
     cell = install_cell(nb)
     code = [c for c in nb.cells if c.cell_type == "code"]

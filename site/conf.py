@@ -5,14 +5,12 @@ build needs no network, and neither do the pages: MathJax is served from the sit
 (sphinx-mathjax-offline), and the theme's files come with the theme.
 """
 
-import tomllib
+import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-with open(ROOT / "pyproject.toml", "rb") as f:
-    PROJECT = tomllib.load(f)["project"]
-REPOSITORY = PROJECT["urls"]["Source"]  # https://github.com/edu-dl/edu-dl
-BRANCH = "main"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from addresses import BRANCH, PROJECT, REPOSITORY  # pyproject.toml's, as read there
+
 COLAB = "https://colab.research.google.com"
 
 project = "edu-dl"
@@ -28,6 +26,8 @@ exclude_patterns = ["_build", "**/.ipynb_checkpoints"]
 nb_execution_mode = "off"
 # $x$ and $$x$$ as in Jupyter's Markdown cells.
 myst_enable_extensions = ["dollarmath", "amsmath"]
+# Links to a heading (`#python-versions`) work as on GitHub; one to a missing heading is an error.
+myst_heading_anchors = 3
 # Progress-bar widgets keep no state in the notebooks (`make notebooks` saves none), so MyST-NB
 # loads no widget script and they show nothing, rather than a bar stuck at 0%.
 # Notebook headings go from a title (#) to any level below.

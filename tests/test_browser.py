@@ -8,6 +8,14 @@ decoded <img> in an output area) and that no error output appeared: neither an o
 in the notebook the browser holds, nor a stderr output on the page showing a Traceback. A second
 test proves that the check sees an error. Screenshots are left in the tests' tmp directories.
 
+A third test is a student's first minutes in `make lab`'s own JupyterLab (the Makefile's target
+with the course's configuration, started as tests/test_lab.py starts it, on the repository): from
+the file browser it opens an exercise (its install cell collapsed), runs a check cell from the Run
+menu (unsolved: "not implemented yet"), types the answer and runs it again (a pass); then it opens
+lecture 1, which must not be marked modified, and whose `edu-dl doctor` page must fit its output
+column without wrapping (with a control: a line as wide as the old table would not). Nothing is
+saved: the repository's files are compared before and after.
+
 Nothing here downloads a browser: Playwright drives /usr/bin/chromium (`apt-get install chromium`;
 `make test` installs it when run as root). The test is skipped only when no Chromium can be found.
 """
@@ -277,3 +285,136 @@ def test_the_browser_check_sees_a_traceback(tmp_path: Path) -> None:
     assert run.ran == 2
     assert run.errors[0] == "NameError: name 'mask' is not defined", run.errors
     assert "Traceback" in run.errors[1]  # as the page shows it
+
+
+# ---------------------------------------------------------------------------------------------
+# A student in `make lab`'s JupyterLab
+
+EXERCISE = ROOT / "exercises" / "05_autograd_from_scratch.ipynb"
+FIRST_LECTURE = ROOT / "lectures" / "01_getting_started.ipynb"
+# The notebook on screen (the others' panels stay in the page, hidden).
+SHOWN = ".jp-NotebookPanel:not(.lm-mod-hidden)"
+# A laptop's window, with JupyterLab's file browser open beside the notebook.
+LAPTOP = {"width": 1280, "height": 800}
+# The width of the frameworks table `edu-dl doctor` printed before issue 26.
+OLD_TABLE_COLUMNS = 140
+# How wide an output's text would be unwrapped, and how wide its column is (a hidden copy of the
+# <pre>, or of one holding `text`, laid out on one line per line).
+UNWRAPPED_WIDTH = """(pre, text) => {
+    const copy = pre.cloneNode(true);
+    if (text !== null) copy.textContent = text;
+    Object.assign(copy.style, {whiteSpace: "pre", width: "max-content", position: "absolute",
+                               visibility: "hidden"});
+    pre.parentElement.appendChild(copy);
+    const needed = copy.getBoundingClientRect().width;
+    copy.remove();
+    return [needed, pre.clientWidth];
+}"""
+
+
+def use_menu(page, top: str, item: str) -> None:
+    page.locator(".lm-MenuBar-itemLabel", has_text=top).first.click()
+    page.locator(".lm-Menu-item:visible", has_text=item).first.click()
+
+
+def open_from_file_browser(page, *names: str) -> None:
+    """Double-click each name in turn in the file browser, from its top folder."""
+    page.locator(".jp-BreadCrumbs-home").first.click()
+    for name in names:
+        page.locator(".jp-DirListing-item", has_text=name).first.dblclick()
+
+
+def wait_for_kernels(base: str, token: str, count: int, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while (states := kernel_states(base, token)) != ["idle"] * count:
+        if time.monotonic() > deadline:
+            pytest.fail(f"not {count} idle kernels within {timeout} s: {states}")
+        time.sleep(0.5)
+
+
+def current_is_dirty(page) -> bool:
+    return page.evaluate("() => window.jupyterapp.shell.currentWidget.context.model.dirty")
+
+
+@pytest.mark.slow
+def test_a_student_in_make_labs_jupyterlab(tmp_path: Path) -> None:
+    from playwright.sync_api import sync_playwright
+    from test_lab import jupyter_env, make_lab, start
+
+    executable = chromium()
+    before = {path: path.read_bytes() for path in (EXERCISE, FIRST_LECTURE)}
+    env = jupyter_env(tmp_path)
+    for name, values in LAB_SETTINGS.items():  # every cell in the DOM, no autosave, no news
+        path = Path(env["JUPYTERLAB_SETTINGS_DIR"]) / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
+    port, token = free_port(), secrets.token_hex(16)
+    server, base = start(make_lab(port, token, "--LabApp.expose_app_in_browser=True"), env,
+                         tmp_path / "make-lab.log", port, token)
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=executable, headless=True,
+                                         args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport=LAPTOP)
+                page.set_default_timeout(120_000)
+                page.goto(f"{base}/lab?token={token}")
+
+                # The exercise, as every lecture's last cell names it.
+                open_from_file_browser(page, "exercises", EXERCISE.name)
+                cells = page.locator(f"{SHOWN} .jp-Cell")
+                cells.first.wait_for()
+                wait_for_kernels(base, token, 1)
+                page.locator(f"{SHOWN} .jp-Notebook-ExecutionIndicator[data-status='idle']"
+                             ).wait_for()
+                install = cells.first.locator(".jp-InputPlaceholder")
+                assert install.count() == 1, "the install cell is not collapsed"
+                assert "Install the course" in install.inner_text()
+
+                check = cells.filter(has_text='check("ex05.mul_backward", mul_backward)').first
+                check.locator(".jp-InputPrompt").click()
+                use_menu(page, "Run", "Run All Above Selected Cell")
+                use_menu(page, "Run", "Run Selected Cell and Do not Advance")
+                said = check.locator(".jp-OutputArea-output")
+                said.first.wait_for()
+                assert said.all_inner_texts() == ["✗ ex05.mul_backward: not implemented yet\n"]
+
+                stub = cells.filter(has_text="def mul_backward").first
+                stub.locator(".cm-content").click()
+                page.keyboard.press("Control+a")
+                page.keyboard.type("def mul_backward(dout, x, y):\nreturn dout * y, dout * x")
+                page.keyboard.press("Shift+Enter")
+                check.locator(".jp-InputPrompt").click()
+                use_menu(page, "Run", "Run Selected Cell and Do not Advance")
+                check.locator(".jp-OutputArea-output", has_text="✓").wait_for()
+                assert said.all_inner_texts() == ["✓ ex05.mul_backward: 3 cases passed\n"]
+                page.screenshot(path=tmp_path / "exercise.png")
+
+                # Lecture 1, opened as it is committed: not modified, its doctor page unwrapped.
+                open_from_file_browser(page, "lectures", FIRST_LECTURE.name)
+                page.locator(f"{SHOWN} .jp-Cell").first.wait_for()
+                assert FIRST_LECTURE.name.startswith(page.locator(
+                    ".lm-TabBar-tab.jp-mod-current").first.inner_text().strip()[:20])
+                wait_for_kernels(base, token, 2)
+                page.locator(f"{SHOWN} .jp-Notebook-ExecutionIndicator[data-status='idle']"
+                             ).wait_for()
+                page.wait_for_timeout(2000)  # JupyterLab writes kernel metadata after the start
+                assert not current_is_dirty(page), (
+                    "JupyterLab marks the lecture modified on opening (the kernelspec or the "
+                    "language_info it writes differs from the committed one)")
+                assert page.locator(".lm-TabBar-tab.jp-mod-current.jp-mod-dirty").count() == 0
+                doctor = page.locator(f"{SHOWN} .jp-OutputArea-output pre",
+                                      has_text="Frameworks and the GPUs they see").first
+                doctor.scroll_into_view_if_needed()
+                needed, column = doctor.evaluate(UNWRAPPED_WIDTH, None)
+                page.screenshot(path=tmp_path / "lecture-01-doctor.png")
+                assert needed <= column, (
+                    f"edu-dl doctor's page needs {needed:.0f} px, its column is {column} px")
+                wide, _ = doctor.evaluate(UNWRAPPED_WIDTH, "x" * OLD_TABLE_COLUMNS)
+                assert wide > column, "control: the old table's width should not fit"
+            finally:
+                browser.close()
+    finally:
+        stop_server(server, base, token)
+    for path, data in before.items():
+        assert path.read_bytes() == data, f"{path.name} was written"

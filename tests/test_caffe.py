@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import math
+import os
 import subprocess
 import sys
 import textwrap
@@ -551,3 +552,81 @@ def test_matches_the_shared_model_spec(tmp_path: Path) -> None:
     twin = numpy_twin.train(spec, X, Y, steps, f32(lr), "sgd", weights=init)
     assert edu_dl.rel_error(np.array(history.losses), np.array(twin.losses)) < 1e-10
     assert edu_dl.rel_error(history.weights["fc1/0"], twin.weights["w1"].T) < 1e-10
+
+
+# ---------------------------------------------------------------------------------------------
+# An older protobuf, as a hosted service's TensorFlow before 2.20 keeps it
+
+# Stand-ins first on PYTHONPATH: protobuf 5.29.4 (no runtime_version module: the generated code
+# could not even be imported) and a TensorFlow 2.19 that, like the real one, refuses protobuf 6+.
+OLD_PROTOBUF = '__version__ = "5.29.4"\n'
+OLD_TENSORFLOW = '''\
+import google.protobuf
+__version__ = "2.19.0"
+if int(google.protobuf.__version__.split(".")[0]) >= 6:
+    raise ImportError("TensorFlow 2.19 needs protobuf below 6")
+'''
+ON_AN_OLD_PROTOBUF = '''\
+import tensorflow
+import edu_dl
+import edu_dl.caffe as caffe
+from edu_dl.cli import main
+
+assert tensorflow.__version__ == "2.19.0"
+try:
+    main(["validate", "--help"])  # the command line, `train` included, still starts
+except SystemExit as done:
+    assert done.code == 0
+# The reader through the package, the generated module as exercise 8b imports it, a submodule.
+for use in ("caffe.build(caffe.TWO_LAYER_NET, caffe.TWO_LAYER_SOLVER)",
+            "from edu_dl.caffe import caffe_subset_pb2", "import edu_dl.caffe.net"):
+    try:
+        exec(use)
+    except caffe.ProtobufTooOld as exc:
+        print("SAID:", exc)
+    else:
+        print("NOTHING SAID:", use)
+'''
+
+
+def test_an_older_protobuf_leaves_the_course_working_and_the_reader_says_what_it_needs(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "google" / "protobuf").mkdir(parents=True)
+    (tmp_path / "google" / "__init__.py").write_text("")
+    (tmp_path / "google" / "protobuf" / "__init__.py").write_text(OLD_PROTOBUF)
+    (tmp_path / "tensorflow").mkdir()
+    (tmp_path / "tensorflow" / "__init__.py").write_text(OLD_TENSORFLOW)
+    done = subprocess.run([sys.executable, "-c", ON_AN_OLD_PROTOBUF], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = [line for line in done.stdout.splitlines() if "SAID:" in line]
+    assert len(said) == 3 and all(line.startswith("SAID: ") for line in said), done.stdout
+    message = said[0].removeprefix("SAID: ")
+    assert "protobuf 5.29.4" in message and "pip install 'protobuf>=7.35.1'" in message
+    assert message.count(". ") == 0, "one sentence"
+
+
+@pytest.mark.parametrize(("version", "enough"), [
+    ("7.35.1", True), ("7.36.2", True), ("8.0.0", True), ("7.35.0", False), ("5.29.4", False),
+    ("7.36.0rc1", True), ("4.25.3", False)])
+def test_the_protobuf_check_compares_releases(version: str, enough: bool) -> None:
+    if enough:
+        caffe.require_protobuf(version)
+    else:
+        with pytest.raises(caffe.ProtobufTooOld, match=f"protobuf {version}"):
+            caffe.require_protobuf(version)
+
+
+def test_the_lazy_names_are_the_packages_public_names() -> None:
+    assert sorted(caffe.__all__) == sorted(caffe._EXPORTS)
+    for name in caffe.__all__:
+        assert getattr(caffe, name) is not None
+
+
+def test_the_generated_code_asks_for_the_checked_protobuf() -> None:
+    """caffe_subset_pb2.py's header names the runtime it was generated for: the one checked."""
+    header = (PROTO.parent / "caffe_subset_pb2.py").read_text().splitlines()[:8]
+    line = next(x for x in header if x.startswith("# Protobuf Python Version:"))
+    assert line.split(":")[1].strip() == ".".join(map(str, caffe.PROTOBUF_NEEDED))

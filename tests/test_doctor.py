@@ -112,6 +112,49 @@ def test_the_table_shows_every_section(report: dict[str, Any]) -> None:
         assert "Why no GPU is seen" in text
 
 
+def _a_gpu_machine(report: dict[str, Any]) -> dict[str, Any]:
+    """This machine's report as a machine with two H100s and an A100 would fill its table."""
+    gpus = [{"name": "NVIDIA H100 80GB HBM3"}] * 2 + [{"name": "NVIDIA A100-SXM4-40GB"}]
+    frameworks = {
+        "numpy": {"status": "ok", "version": "2.4.6", "gpus": []},
+        "cupy": {"status": "ok", "version": "14.0.1", "gpus": gpus, "cuda": "13.0"},
+        "torch": {"status": "ok", "version": "2.13.0+cu130", "gpus": gpus, "cuda": "13.0",
+                  "cudnn": "91002", "cuda_build": True},
+        "tensorflow": {"status": "error", "gpus": [], "detail": "ImportError: libcudnn.so.9: "
+                       "cannot open shared object file: No such file or directory " * 3},
+    }
+    return {**report, "frameworks": frameworks, "gpu_explanation": None,
+            "nvidia_driver": {"present": True, "version": "580.65.06", "max_cuda": "13.0"}}
+
+
+@pytest.mark.parametrize("machine", ["this one", "three GPUs"])
+def test_the_page_fits_a_notebook_column(report: dict[str, Any], machine: str) -> None:
+    """Lecture 1 prints the page in a notebook, where a longer line wraps into a mess."""
+    report = report if machine == "this one" else _a_gpu_machine(report)
+    text = doctor.render(report, width=doctor.PAGE_WIDTH)
+    too_wide = [line for line in text.splitlines() if len(line) > doctor.PAGE_WIDTH]
+    assert not too_wide, "\n".join(too_wide)
+    if machine == "three GPUs":
+        assert "2x NVIDIA H100 80GB HBM3" in " ".join(text.split())
+        assert "libcudnn.so.9" in text  # the notes under the table keep the framework's reason
+
+
+def test_the_page_width_is_a_notebook_columns_off_a_terminal(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert not sys.stdout.isatty()  # pytest's capture, as in a notebook's kernel
+    assert doctor.page_width() == doctor.PAGE_WIDTH
+
+
+def test_a_table_wraps_its_widest_column_to_fit() -> None:
+    rows = [["torch", "NVIDIA H100 80GB HBM3, NVIDIA A100-SXM4-40GB", "13.0"]]
+    text = doctor.table(["name", "GPUs seen", "CUDA"], rows, width=40, wrap=1)
+    assert max(len(line) for line in text.splitlines()) <= 40
+    assert text.splitlines()[2].endswith("13.0")  # the row's other cells stay on its first line
+    assert " ".join(text.split()).count("NVIDIA") == 2
+    assert doctor.table(["name", "GPUs seen", "CUDA"], rows) == doctor.table(
+        ["name", "GPUs seen", "CUDA"], rows, width=200, wrap=1)
+
+
 def _args(**flags: Any) -> argparse.Namespace:
     base = {"fma_units": None, "clock_mhz": None, "memory_mts": None, "channels": None,
             "bus_bytes": 8}

@@ -56,11 +56,16 @@ def extras(project: dict) -> dict[str, dict[str, str]]:
     return {k: requirements(v) for k, v in project["optional-dependencies"].items()}
 
 
+# The extras `make install` adds to the runtime for the course on a CPU (beside the website's
+# and Dask's): TensorFlow, Caffe's protobuf, JupyterLab, the test tools.
+COURSE_EXTRAS = ("cpu", "caffe", "lab", "dev")
+
+
 @pytest.fixture(scope="module")
 def course_stack(project: dict, extras: dict[str, dict[str, str]]) -> dict[str, str]:
-    """What `make install` installs: dependencies + the cpu and dev extras."""
+    """What `make install` installs for the course: dependencies + COURSE_EXTRAS."""
     stack = requirements(project["dependencies"])
-    for extra in ("cpu", "dev"):
+    for extra in COURSE_EXTRAS:
         overlap = stack.keys() & extras[extra].keys()
         assert not overlap, f"extra {extra!r} repeats {sorted(overlap)}"
         stack |= extras[extra]
@@ -156,6 +161,29 @@ def test_the_issue_stack_is_named(course_stack: dict[str, str]) -> None:
     assert needed <= course_stack.keys(), f"missing: {sorted(needed - course_stack.keys())}"
 
 
+def test_the_runtime_is_what_a_notebook_needs(project: dict,
+                                              extras: dict[str, dict[str, str]]) -> None:
+    """A hosted service installs the dependencies alone: no JupyterLab, no test tools, and no
+    protobuf 7 over the service's TensorFlow (issue 26); `make` adds them as extras."""
+    runtime = requirements(project["dependencies"])
+    for tool in ("jupyterlab", "pytest", "nbval", "protobuf"):
+        assert tool not in runtime, f"{tool} is a hard dependency: it belongs in an extra"
+    assert "jupyterlab" in extras["lab"]
+    assert {"pytest", "nbval"} <= extras["dev"].keys()
+    assert extras["caffe"] == {"protobuf": ">=7.35.1"}
+    # What the course's own code imports at run time, hosted services included.
+    assert {"nbformat", "nbclient", "ipykernel"} <= runtime.keys()
+
+
+def test_make_installs_the_course_extras() -> None:
+    """`make lab` and `make test` still get JupyterLab, the test tools and protobuf 7."""
+    line = re.search(r"^EXTRAS := (.*)$", (ROOT / "Makefile").read_text(), re.M)
+    assert line, "the Makefile lost its EXTRAS"
+    installed = set(line[1].split(","))
+    assert set(COURSE_EXTRAS) - {"cpu"} <= installed, line[1]
+    assert "$(CUDA_EXTRA)" in installed  # cpu, or a GPU extra with GPU=1
+
+
 # ---------------------------------------------------------------------------------------------
 # environment.yml
 
@@ -237,12 +265,15 @@ def test_readme_opens_with_make_lab_and_make_test() -> None:
     assert readme_commands()[:2] == ["make lab", "make test"]
 
 
-def test_every_make_target_in_readme_exists() -> None:
-    text = (ROOT / "README.md").read_text()
-    used = set(re.findall(r"(?:^|`)make ([a-z][a-z0-9_-]*)", text, re.M))
-    assert {"lab", "test", "test-fast", "constraints"} <= used
-    missing = used - makefile_targets()
-    assert not missing, f"README.md names Makefile targets that do not exist: {sorted(missing)}"
+def test_every_make_target_in_the_docs_exists() -> None:
+    """The README and the website's pages for instructors and developers (site/*.md)."""
+    docs = [ROOT / "README.md", *sorted((ROOT / "site").glob("*.md"))]
+    used = {path.name: set(re.findall(r"(?:^|`)make ([a-z][a-z0-9_-]*)", path.read_text(), re.M))
+            for path in docs}
+    assert {"lab", "test", "site"} <= used["README.md"]
+    assert {"test-fast", "constraints", "notebooks"} <= used["developers.md"]
+    missing = set().union(*used.values()) - makefile_targets()
+    assert not missing, f"the docs name Makefile targets that do not exist: {sorted(missing)}"
 
 
 def test_makefile_keeps_its_targets() -> None:

@@ -208,6 +208,27 @@ def test_the_cpu_extra_keeps_an_installed_tensorflow_cpu(tmp_path: Path) -> None
     assert "tensorflow-cpu" not in would and "numpy" not in would, would
 
 
+# A hosted service with a TensorFlow older than 2.20 (Colab's 2.19 asks for protobuf below 6).
+OLD_TENSORFLOW = {"tensorflow": ("2.19.0", ["numpy>=1.26.0", "protobuf>=3.20.3,<6.0.0dev"]),
+                  "protobuf": ("5.29.5", []), "numpy": ("2.0.2", [])}
+
+
+@pytest.mark.parametrize("as_it_was", [False, True], ids=["as-is", "control-protobuf-required"])
+def test_a_tensorflow_before_2_20_keeps_its_protobuf(as_it_was: bool, tmp_path: Path) -> None:
+    """Beside such a TensorFlow the hosted cell installs the course without the `caffe` extra
+    (tests/test_hosted.py), and pip then leaves protobuf alone. The control: with protobuf 7 a
+    hard dependency, as it was, pip would install it over the one that TensorFlow accepts."""
+    project = pyproject()
+    if as_it_was:
+        project["dependencies"] += project["optional-dependencies"]["caffe"]
+    index = index_for(project, tmp_path / "index")
+    python = environment(tmp_path / "env", OLD_TENSORFLOW)
+    would = dry_run(python, index, project["name"], tmp_path)
+    assert canonicalize_name(project["name"]) in would, would
+    assert "tensorflow" not in would and "numpy" not in would, would
+    assert ("protobuf" in would) == as_it_was, would
+
+
 # ---------------------------------------------------------------------------------------------
 # GPU extras: CUDA 12 and CUDA 13, numpy capped below 2.5 while numba-cuda is below 0.31
 

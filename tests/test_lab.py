@@ -1,10 +1,12 @@
-"""`make lab` as a student meets it: a terminal finds `edu-dl`, and no announcements pop up.
+"""`make lab` as a student meets it: the lectures and the exercises side by side, a terminal that
+starts beside them and finds `edu-dl`, and no announcements popping up.
 
 The test runs `make lab` itself (without its install step, `-o install`), on a free port with a
 token, with Jupyter's own folders in tmp_path, and with the virtual environment taken off PATH
-first: whatever a terminal finds comes from what `make lab` sets up. It opens a terminal through
-Jupyter's REST API, types `command -v edu-dl` over the terminal's websocket, and reads the answer;
-it reads the notification settings through JupyterLab's settings API.
+first: whatever a terminal finds comes from what `make lab` sets up. It lists the file browser's
+top folder through Jupyter's contents API, opens a terminal through the REST API, types `pwd` and
+`command -v edu-dl` over the terminal's websocket, and reads the answers; it reads the notification
+settings through JupyterLab's settings API.
 
 A control starts the same JupyterLab without the course's server configuration: there, a terminal
 (a login shell whose /etc/profile resets PATH) does not find `edu-dl`, which is the bug this guards.
@@ -91,6 +93,12 @@ def notification_defaults(base: str, token: str) -> dict:
     return {k: v.get("default") for k, v in data["schema"]["properties"].items()}
 
 
+def top_folder(base: str, token: str) -> set[str]:
+    """What the file browser lists when JupyterLab opens (its root folder)."""
+    with urllib.request.urlopen(f"{base}/api/contents?token={token}", timeout=30) as reply:
+        return {item["name"] for item in json.load(reply)["content"]}
+
+
 def start(cmd: list[str], env: dict[str, str], log: Path, port: int, token: str):
     with open(log, "w") as log_file:
         server = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log_file,
@@ -100,14 +108,22 @@ def start(cmd: list[str], env: dict[str, str], log: Path, port: int, token: str)
     return server, base
 
 
+def make_lab(port: int, token: str, *more: str) -> list[str]:
+    """`make lab` as the course's README gives it, without its install step, on port and token."""
+    return ["make", "--no-print-directory", "-o", "install", "lab", f"VENV={VENV}",
+            "LAB_ARGS=" + " ".join([*server_args(port, token), *more])]
+
+
 @pytest.mark.slow
 def test_make_lab_terminals_find_edu_dl_and_no_announcements(tmp_path: Path) -> None:
     port, token = free_port(), secrets.token_hex(16)
     env = jupyter_env(tmp_path)
-    cmd = ["make", "--no-print-directory", "-o", "install", "lab", f"VENV={VENV}",
-           "LAB_ARGS=" + " ".join(server_args(port, token))]
-    server, base = start(cmd, env, tmp_path / "make-lab.log", port, token)
+    server, base = start(make_lab(port, token), env, tmp_path / "make-lab.log", port, token)
     try:
+        # Every lecture ends by sending the student to exercises/: both are in the file browser,
+        # and a terminal starts beside them (where `edu-dl validate exercises/...` works).
+        assert {"lectures", "exercises"} <= top_folder(base, token)
+        assert terminal_says(base, token, "pwd") == str(ROOT)
         found = terminal_says(base, token, "command -v edu-dl")
         assert found == str(VENV / "bin" / "edu-dl"), (
             f"a terminal of `make lab` finds {found!r} for edu-dl, not the course's")
@@ -121,8 +137,9 @@ def test_make_lab_terminals_find_edu_dl_and_no_announcements(tmp_path: Path) -> 
 
 @pytest.mark.slow
 def test_control_without_the_course_config_a_terminal_misses_edu_dl(tmp_path: Path) -> None:
-    """What `make lab` used to start: the terminal's login shell resets PATH (Debian's
-    /etc/profile does), and `edu-dl: command not found` follows."""
+    """What `make lab` used to start: JupyterLab on lectures/ alone (no exercises/ in sight), and
+    a terminal whose login shell resets PATH (Debian's /etc/profile does), so that
+    `edu-dl: command not found` follows."""
     profile = Path("/etc/profile")
     if not (profile.exists() and re.search(r"^\s*PATH=", profile.read_text(), re.M)):
         pytest.skip("this machine's /etc/profile does not reset PATH: nothing to show")
@@ -134,6 +151,7 @@ def test_control_without_the_course_config_a_terminal_misses_edu_dl(tmp_path: Pa
         cmd.append("--allow-root")
     server, base = start(cmd, env, tmp_path / "lab.log", port, token)
     try:
+        assert "exercises" not in top_folder(base, token)
         assert terminal_says(base, token, "command -v edu-dl || echo missing") == "missing"
     finally:
         stop_server(server, base, token)

@@ -13,6 +13,7 @@ FOLDERS with the standards that apply there.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -180,6 +181,36 @@ def ends_with_exercise(path: Path, nb: Notebook) -> list[str]:
     return [f"the last markdown cell does not point to its exercise {exercise!r}"]
 
 
+def ends_with_validate(path: Path, nb: Notebook) -> list[str]:
+    """Every exercise ends with the step that grades it before it is handed in."""
+    md = markdown_cells(nb)
+    step = f"edu-dl validate {path.name}"
+    if md and step in " ".join(md[-1].source.split()):
+        return []
+    return [f"the last markdown cell does not end with its validate step `{step}`"]
+
+
+@functools.cache
+def jupyterlab_kernelspec() -> dict[str, str]:
+    """The kernelspec JupyterLab writes into a notebook it opens with this environment's kernel
+    (ipykernel's own: its display name is "Python 3 (ipykernel)")."""
+    from ipykernel.kernelspec import KERNEL_NAME, get_kernel_dict
+
+    spec = get_kernel_dict()
+    return {"display_name": spec["display_name"], "language": spec["language"],
+            "name": KERNEL_NAME}
+
+
+def kernelspec_as_jupyterlab_writes_it(path: Path, nb: Notebook) -> list[str]:
+    """Any other kernelspec is rewritten when JupyterLab opens the notebook: it then shows as
+    modified, and once saved, `git status` is dirty before the student changed anything."""
+    want, got = jupyterlab_kernelspec(), dict(nb.metadata.get("kernelspec", {}))
+    if got == want:
+        return []
+    return [f"its kernelspec {got} is not the one JupyterLab writes, {want}: opening it in "
+            "JupyterLab would mark it modified"]
+
+
 def no_run_metadata(path: Path, nb: Notebook) -> list[str]:
     """Per-cell timestamps and widget state change on every run: noise in every diff."""
     problems = [f"{label(nb, c)} keeps execution timestamps in its metadata"
@@ -239,7 +270,8 @@ def no_printed_checks(path: Path, nb: Notebook) -> list[str]:
 COMMON: list[Check] = [valid_nbformat, executed_in_order, no_error_outputs, no_tracebacks,
                        a_third_checked, no_disabled_eager, setup_before_tensorflow,
                        timing_cells_not_checked, no_run_metadata, no_harness_comments,
-                       title_style, no_widget_outputs, no_printed_checks]
+                       title_style, no_widget_outputs, no_printed_checks,
+                       kernelspec_as_jupyterlab_writes_it]
 LECTURE: list[Check] = [*COMMON, opens_with_objectives, ends_with_exercise]
 
 # folder -> the standards its notebooks must meet.
@@ -248,7 +280,11 @@ FOLDERS: dict[str, list[Check]] = {
     # Solutions are graded by their check() cells, not by a share of checked outputs.
     "solutions": [valid_nbformat, executed_in_order, no_error_outputs, no_tracebacks,
                   no_disabled_eager, setup_before_tensorflow, no_run_metadata,
-                  no_harness_comments, title_style, no_widget_outputs, no_printed_checks],
+                  no_harness_comments, title_style, no_widget_outputs, no_printed_checks,
+                  kernelspec_as_jupyterlab_writes_it, ends_with_validate],
+    # Generated from the solutions and committed unexecuted: what a student opens.
+    "exercises": [valid_nbformat, no_harness_comments, title_style,
+                  kernelspec_as_jupyterlab_writes_it, ends_with_validate],
 }
 
 
@@ -285,6 +321,7 @@ def make_notebook() -> Notebook:
     cells[2].outputs = [v4.new_output("stream", name="stdout", text="2\n")]
     cells[3].outputs = [v4.new_output("stream", name="stdout", text="took 0.3 s\n")]
     nb = v4.new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = dict(jupyterlab_kernelspec())
     for n, cell in enumerate(code_cells(nb), start=1):
         cell.execution_count = n
     return nb
@@ -437,3 +474,23 @@ def test_printed_facts_are_not_checks(text: str) -> None:
     nb = make_notebook()
     code_cells(nb)[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
     assert not no_printed_checks(DEMO, nb)
+
+
+def test_checks_catch_a_kernelspec_jupyterlab_would_rewrite() -> None:
+    nb = make_notebook()
+    nb.metadata["kernelspec"]["display_name"] = "Python 3"  # what the notebooks used to say
+    assert kernelspec_as_jupyterlab_writes_it(DEMO, nb)
+    del nb.metadata["kernelspec"]
+    assert kernelspec_as_jupyterlab_writes_it(DEMO, nb)
+
+
+def test_checks_catch_an_exercise_without_its_validate_step() -> None:
+    exercise = Path("exercises/99_demo.ipynb")
+    nb = make_notebook()
+    nb.cells[-1].source = "Run `!edu-dl validate 99_demo.ipynb`\nbefore you submit."
+    assert ends_with_validate(exercise, nb) == []
+    nb.cells[-1].source = "Run `!edu-dl validate 98_other.ipynb` before you submit."
+    assert ends_with_validate(exercise, nb)
+    nb.cells.append(nbformat.v4.new_markdown_cell("Going further: ..."))
+    nb.cells[-2].source = "Run `!edu-dl validate 99_demo.ipynb` before you submit."
+    assert ends_with_validate(exercise, nb)

@@ -6,12 +6,16 @@ to connect. Then Debian's Chromium, driven by Playwright, opens every page from 
 request other than file:// refused and recorded, and the test asserts for each page: no console
 error, no uncaught exception, no failed or outside request, every image decoded (naturalWidth > 0),
 as many output images as the notebook holds PNG outputs, MathJax typeset where the notebook has
-math, and the links to open the notebook (Colab, the .ipynb itself, GitHub). A control page with a
-missing image, a script error and an outside script proves that the check sees each of them.
+math, and the links to open the notebook (Colab, the .ipynb itself, GitHub). The students' page
+(the README's part for them), the instructors' and the developers' pages are read the same way,
+with what each must hold. A control page with a missing image, a script error and an outside
+script proves that the check sees each of them. The addresses come from pyproject.toml, as the
+site takes them (site/addresses.py).
 """
 
 from __future__ import annotations
 
+import html as html_lib
 import json
 import os
 import re
@@ -25,10 +29,21 @@ import nbformat
 import pytest
 from test_browser import CHROMIUM_ARGS, chromium
 
+from edu_dl import hosted
+
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "site"))
+import addresses  # noqa: E402  (site/addresses.py: the site's addresses, from pyproject.toml)
+import build  # noqa: E402  (site/build.py)
+
 FOLDERS = ("lectures", "exercises")
-REPOSITORY = "https://github.com/edu-dl/edu-dl"
+REPOSITORY = addresses.REPOSITORY
+OWNER_NAME = REPOSITORY.removeprefix("https://github.com/")
 MATH = re.compile(r"\$[^$\n]+\$")
+# The pages besides the notebooks, and a heading or sentence each must hold.
+PAGES = {"students.html": "How an exercise works",
+         "instructors.html": "What the sandbox promises (the threat model)",
+         "developers.html": "Repository layout"}
 
 # Python's sockets refuse every connection (where no network namespace can be made).
 NO_NETWORK = """\
@@ -138,7 +153,8 @@ def png_outputs(nb: nbformat.NotebookNode) -> int:
 def test_every_notebook_page_renders_offline_with_images_math_and_links(site: Path) -> None:
     sources = notebooks()
     assert len(sources) >= 2 * 10, f"expected the lectures and exercises, found {len(sources)}"
-    paths = [site / "index.html"] + [site / p.parent.name / f"{p.stem}.html" for p in sources]
+    paths = [site / "index.html", *(site / page for page in PAGES)]
+    paths += [site / p.parent.name / f"{p.stem}.html" for p in sources]
     missing = [str(p.relative_to(site)) for p in paths if not p.exists()]
     assert not missing, f"pages missing: {missing}"
     pages = read_pages(paths)
@@ -158,14 +174,72 @@ def test_every_notebook_page_renders_offline_with_images_math_and_links(site: Pa
         if any(MATH.search(c.source) for c in nb.cells if c.cell_type == "markdown"):
             assert page.math > 0, f"{rel}: math in the notebook, none typeset on the page"
         assert page.links.get("Open in Colab") == (
-            f"https://colab.research.google.com/github/edu-dl/edu-dl/blob/main/{rel}"), page.links
+            f"https://colab.research.google.com/github/{OWNER_NAME}/blob/main/{rel}"), page.links
         assert page.links.get("See it on GitHub") == f"{REPOSITORY}/blob/main/{rel}", page.links
         download = (site / source.parent.name / page.links["Download the notebook"]).resolve()
         assert download.suffix == ".ipynb", page.links
         assert json.loads(download.read_text()) == json.loads(source.read_text()), (
             f"{rel}: the download is not the notebook")
         html = (site / source.parent.name / f"{source.stem}.html").read_text()
-        assert "Hosted notebooks (Colab" not in html, f"{rel}: the install cell is shown"
+        assert hosted.MARK.removeprefix("#@title ") not in html, f"{rel}: the install cell shows"
+
+
+def visible_text(path: Path) -> str:
+    """A page's text without its tags, whitespace collapsed (enough to find a sentence)."""
+    text = re.sub(r"<[^>]+>", " ", path.read_text())
+    return " ".join(html_lib.unescape(text).split())
+
+
+@pytest.mark.slow
+def test_the_students_instructors_and_developers_pages(site: Path) -> None:
+    """Listed on the index, each with what it is for; the students' page is the README's part."""
+    index = (site / "index.html").read_text()
+    for page, holds in PAGES.items():
+        assert f'href="{page}"' in index, f"{page} is not listed on the index"
+        assert holds in visible_text(site / page), f"{page} lacks {holds!r}"
+    students = visible_text(site / "students.html")
+    readme = (ROOT / "README.md").read_text()
+    part = readme[readme.index(build.STUDENTS_FROM):readme.index(build.STUDENTS_TO)]
+    for command in ("make lab", "make test", "edu-dl validate", "cp -r exercises my-exercises"):
+        assert command in part and command in students, command
+    assert "The engine in 10 lines" in students
+    assert f"git clone {REPOSITORY} edu-dl" in visible_text(site / "index.html")
+    # Links to the repository's other files go to GitHub, never to a page that does not exist.
+    developers = (site / "developers.html").read_text()
+    assert f'href="{REPOSITORY}/blob/main/benchmarks/RESULTS.md"' in developers
+
+
+def test_a_pages_links_are_the_sites_or_githubs() -> None:
+    """site/build.py turns relative links written for GitHub into the site's pages or GitHub."""
+    text = ("[a](../README.md#open-book) [b](instructors.md#grading) [c](../lectures/x.ipynb) "
+            "[d](../benchmarks/RESULTS.md) [e](https://example.org/x) [f](#here) "
+            "![g](../lab/shot.png)")
+    assert build.site_links(text, "site") == (
+        f"[a](students.md#open-book) [b](instructors.md#grading) [c](lectures/x.ipynb) "
+        f"[d]({REPOSITORY}/blob/main/benchmarks/RESULTS.md) [e](https://example.org/x) "
+        f"[f](#here) ![g]({REPOSITORY}/blob/main/lab/shot.png)")
+    assert build.site_links("[i](site/instructors.md) [l](LICENSE)", ".") == (
+        f"[i](instructors.md) [l]({REPOSITORY}/blob/main/LICENSE)")
+
+
+def test_the_readme_gives_the_addresses_pyproject_sets() -> None:
+    """The README cannot read pyproject.toml: a fork that sets its own address there is told here
+    which of the README's to change."""
+    readme = (ROOT / "README.md").read_text()
+    assert f"<{addresses.WEBSITE}>" in readme, "the README does not give the website's address"
+    websites = re.findall(r"https://[\w.-]+\.github\.io/[^\s>)]*", readme)
+    assert websites and all(w.startswith(addresses.WEBSITE) for w in websites), (
+        f"README.md names {websites}; pyproject.toml's repository has {addresses.WEBSITE}")
+    installs = re.findall(r"git\+(https://[^\s\"']+)", readme)
+    assert installs == [REPOSITORY], f"README.md installs from {installs}, not {REPOSITORY}"
+
+
+@pytest.mark.parametrize(("repository", "website"), [
+    ("https://github.com/edu-dl/edu-dl", "https://edu-dl.github.io/edu-dl/"),
+    ("https://github.com/Some-One/deep-course", "https://some-one.github.io/deep-course/"),
+    ("https://github.com/someone/someone.github.io", "https://someone.github.io/")])
+def test_the_website_is_where_github_pages_publishes_it(repository: str, website: str) -> None:
+    assert addresses.pages_address(repository) == website
 
 
 @pytest.mark.slow
