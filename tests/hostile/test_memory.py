@@ -91,8 +91,8 @@ def flood(code: str, mode: str) -> sandbox.Result:
 
 
 def held(log: str) -> int:
-    return max([int(line.split()[1]) for line in log.splitlines() if line.startswith("held ")],
-               default=0)
+    return max([int(line.split()[1]) for line in log.splitlines()
+                if line.startswith("held ") and line.split()[1].isdigit()], default=0)
 
 
 @pytest.mark.parametrize("code", [SHM, MEMFD], ids=["shm", "memfd"])
