@@ -172,6 +172,19 @@ def test_fallback_without_bwrap_says_so_and_reaps(monkeypatch: pytest.MonkeyPatc
     assert list(tmp_path.iterdir()) == []  # the log file is gone too
 
 
+def test_without_bwrap_the_result_and_log_are_pipes_too(monkeypatch: pytest.MonkeyPatch,
+                                                         tmp_path: Path) -> None:
+    monkeypatch.setattr(sandbox, "bwrap_problem", lambda: "bwrap is not installed")
+    done = sandbox.run([PY, "-c", "import os\n"
+                        "os.write(int(os.environ['EDU_DL_RESULT_FD']), b'result')\n"
+                        "for fd in (1, 2, int(os.environ['EDU_DL_RESULT_FD'])):\n"
+                        "    print(os.readlink(f'/proc/self/fd/{fd}').split(':')[0])"],
+                       limits=FAST, env={"PATH": "/usr/bin:/bin"}, fallback_dir=tmp_path,
+                       output_limit=100)
+    assert not done.isolated and done.output == b"result" and done.output_size == 6, done
+    assert done.log.split() == ["pipe"] * 3, done.log
+
+
 def _all_pids() -> list[int]:
     return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit()]
 
