@@ -49,3 +49,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     if os.environ.get("EDU_DL_FORBID_SKIPS") and report.skipped and not hasattr(report, "wasxfail"):
         report.outcome = "failed"
         report.longrepr = f"skipped, and EDU_DL_FORBID_SKIPS forbids it: {report.longrepr}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """root_only tests (a cgroup made around the grader, the sandbox's uid range) skip, saying
+    so, when an ordinary user runs the suite; `make test-unprivileged` deselects them instead,
+    since its skips fail."""
+    if os.geteuid() == 0:
+        return
+    skip = pytest.mark.skip(reason="root_only: needs root (run by make test as root)")
+    for item in items:
+        if item.get_closest_marker("root_only"):
+            item.add_marker(skip)

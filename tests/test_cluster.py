@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -383,13 +384,27 @@ def test_the_private_source_never_travels_to_a_worker(tmp_path: Path,
     assert b"figure.png" in sent  # what lies beside the notebook travels with the task
 
 
+def _mirrors() -> set[Path]:
+    return set(Path(tempfile.gettempdir()).glob(f"{sandbox.MIRROR_PREFIX}*"))
+
+
+def _owner_alive(mirror: Path) -> bool:
+    """Does the process a mirror's name holds (pid.start time) still run? Unnamed: unknown."""
+    owner = mirror.name[len(sandbox.MIRROR_PREFIX):].split("-", 1)[0]
+    return "." in owner and sandbox._process_id(int(owner.split(".")[0])) == owner
+
+
 @pytest.mark.slow
 def test_local_cluster_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _corpus(tmp_path, ["good", "stub"])
     argv = ["grade", str(tmp_path / "submissions"), "--source", str(tmp_path / "source"),
             "--out", str(tmp_path / "grades"), "--timeout", "15", "--memory", "2048",
             "--local-cluster", "1"]
+    before = _mirrors()
     assert main(argv) == 0
+    # The workers' software mirrors (made where the sandbox's uid cannot reach the Python, as
+    # root) are gone with them; another grader's, still running, may have come meanwhile.
+    assert not [m for m in _mirrors() - before if not _owner_alive(m)]
     assert "graded 2 submissions" in capsys.readouterr().out
     got = {(r["student"], r["part"]): r["status"] for r in _csv(tmp_path / "grades" /
                                                                 "grades.csv")}

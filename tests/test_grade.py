@@ -16,7 +16,7 @@ from hostile import corpus
 
 from edu_dl.cli import main
 from edu_dl.grading import batch as G
-from edu_dl.grading import collect, model, report, restore, sandbox
+from edu_dl.grading import cgroups, collect, model, report, restore, sandbox
 from edu_dl.grading.nbgrader import grade_id
 from edu_dl.grading.settings import Settings
 from edu_dl.grading.trust import result as results
@@ -223,7 +223,23 @@ def test_without_bwrap_the_gradebook_says_so(tmp_path: Path,
 
 
 @pytest.mark.slow
-def test_solutions_score_full_marks_and_exercises_zero(tmp_path: Path) -> None:
+@pytest.mark.parametrize("memory", ["as found", "fallback"])
+def test_solutions_score_full_marks_and_exercises_zero(tmp_path: Path, memory: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every solution passes, whatever counts its memory: a memory cgroup where one can be made
+    (root), or the watchdog's fallback (forced here), whose filter denies SysV shm and memfds
+    (torch's DataLoader workers, multiprocessing and numba must not need them)."""
+    if memory == "fallback":
+        monkeypatch.setenv(cgroups.DELEGATE_VAR, "off")
+    accounting: set[str] = set()
+    run = sandbox.run
+
+    def recorded(*args: object, **kwargs: object) -> sandbox.Result:
+        done = run(*args, **kwargs)  # type: ignore[arg-type]
+        accounting.add(done.memory_accounting)
+        return done
+
+    monkeypatch.setattr(sandbox, "run", recorded)
     sources = sorted((ROOT / "solutions").glob("*.ipynb"))
     assert sources, "solutions/ holds no notebooks"
     for student, folder in (("solved", "solutions"), ("unsolved", "exercises")):
@@ -239,6 +255,9 @@ def test_solutions_score_full_marks_and_exercises_zero(tmp_path: Path) -> None:
     assert {r.exercise for r in solved} == {nb.stem for nb in sources}
     assert all(r.status == "passed" and r.points == r.max_points > 0 for r in solved), solved
     assert all(r.status == "not implemented" and r.points == 0 for r in unsolved), unsolved
+    want = {"watchdog"} if memory == "fallback" or os.geteuid() != 0 else {"cgroup v1",
+                                                                           "cgroup v2"}
+    assert accounting and accounting <= want, accounting
 
 
 @pytest.mark.slow

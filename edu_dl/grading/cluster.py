@@ -202,12 +202,15 @@ def local_cluster(workers: int) -> Iterator[Any]:
     security = Security.temporary()
     # Their HTTP servers (metrics, task keys) start whatever the dashboard setting: on a free
     # loopback port, not 8787, which another cluster on this machine may hold.
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                      host="127.0.0.1", protocol="tls://", security=security,
-                      dashboard_address="127.0.0.1:0",
-                      worker_dashboard_address="127.0.0.1:0") as local, \
-            Client(local, security=security) as client:
-        yield client
+    try:
+        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                          host="127.0.0.1", protocol="tls://", security=security,
+                          dashboard_address="127.0.0.1:0",
+                          worker_dashboard_address="127.0.0.1:0") as local, \
+                Client(local, security=security) as client:
+            yield client
+    finally:  # Dask kills its workers before their atexit runs: their software mirrors stay
+        sandbox.sweep_mirrors()
 
 
 def software_digest() -> str:

@@ -8,8 +8,15 @@ client side, so a student printing gigabytes costs the sandbox, never the grader
 
 ``DIR`` holds ``inputs/`` (handed in by the grader); ``check`` writes ``DIR/outputs/``. At the end
 the runner packs ``run.json`` (one entry per cell) and the outputs into a zip written to the
-descriptor in ``$EDU_DL_RESULT_FD`` (or ``--result FILE``): the one thing the grader reads back.
-Nothing here decides a grade: the grader compares outside.
+descriptor in ``$EDU_DL_RESULT_FD`` (a pipe the grader drains; or ``--result FILE``): the one
+thing the grader reads back. Nothing here decides a grade: the grader compares outside.
+
+The kernel runs the student's code as this process's child, with the same uid, and learns the
+result descriptor's number from its environment. So the first thing the runner does is make
+itself non-dumpable: its ``/proc/<pid>/fd``, ``mem`` and ``environ`` then belong to root, and
+``pidfd_getfd`` and ``ptrace`` are refused (both are denied by the seccomp filter as well), so the
+student cannot take the descriptor and write a result of their own. They can still kill the
+runner: their own run then returns nothing.
 """
 
 from __future__ import annotations
@@ -197,9 +204,10 @@ def _responsive(client: Any, wait: float = 10.0) -> bool:
 
 
 def pack(record: dict[str, Any], grading_dir: Path, result: io.RawIOBase,
-         executed: Any = None) -> None:
+         executed: Any = None, limit: int | None = None) -> None:
     """Write run.json, the executed notebook and the outputs as a zip into ``result`` (the
-    sandbox's only way out)."""
+    sandbox's only way out). Over ``limit`` bytes (what the grader reads back), or where the
+    write fails (a file over RLIMIT_FSIZE), only the record goes, saying so."""
     import nbformat
 
     outputs = sorted((grading_dir / OUTPUTS).glob("*.npz"))
@@ -211,16 +219,36 @@ def pack(record: dict[str, Any], grading_dir: Path, result: io.RawIOBase,
         for path in outputs:
             if path.is_file() and not path.is_symlink():
                 zf.write(path, f"{OUTPUTS}/{path.name}")
+    data = buffer.getvalue()
+    if limit is not None and len(data) > limit:  # a pipe cannot be taken back: decide first
+        data = _record_only(record, f"{len(data)} bytes, over the limit of {limit}")
     try:
-        _write_all(result, buffer.getvalue())
-    except OSError as exc:  # over the file-size limit: keep the record, drop the outputs
-        record["message"] = _short(f"results too large to return ({exc}); {record['message']}")
-        small = io.BytesIO()
-        with zipfile.ZipFile(small, "w", zipfile.ZIP_STORED) as zf:
-            zf.writestr(RUN_RECORD, json.dumps(record))
+        _write_all(result, data)
+    except BrokenPipeError:  # the grader stopped reading: nothing more can reach it
+        return
+    except OSError as exc:  # a file over the file-size limit: keep the record, drop the outputs
+        if not result.seekable():
+            return
         result.seek(0)
         result.truncate()
-        _write_all(result, small.getvalue())
+        _write_all(result, _record_only(record, str(exc)))
+
+
+def _record_only(record: dict[str, Any], why: str) -> bytes:
+    record["message"] = _short(f"results too large to return ({why}); {record['message']}")
+    small = io.BytesIO()
+    with zipfile.ZipFile(small, "w", zipfile.ZIP_STORED) as zf:
+        zf.writestr(RUN_RECORD, json.dumps(record))
+    return small.getvalue()
+
+
+def undumpable() -> bool:
+    """prctl(PR_SET_DUMPABLE, 0): this process's /proc files, memory and descriptors out of
+    reach of its own children (the kernel, the student's code). True if it took."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.prctl(4, 0, 0, 0, 0) == 0  # PR_SET_DUMPABLE = 4
 
 
 def _write_all(out: io.RawIOBase, data: bytes) -> None:
@@ -230,6 +258,9 @@ def _write_all(out: io.RawIOBase, data: bytes) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # First: before the kernel (the student's code) exists, nothing of this process is its.
+    if not undumpable():
+        print("runner: prctl(PR_SET_DUMPABLE, 0) failed", file=sys.stderr)
     parser = argparse.ArgumentParser(prog="python -m edu_dl.grading.runner")
     parser.add_argument("notebook", type=Path)
     parser.add_argument("grading_dir", type=Path, help="holds inputs/; outputs/ is written here")
@@ -239,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=float("inf"),
                         help="seconds for the whole notebook")
     parser.add_argument("--output-cap", type=int, default=1 << 20, help="bytes of output kept")
+    parser.add_argument("--result-limit", type=int, default=None,
+                        help="bytes of result the grader reads back: over it, the record alone")
     args = parser.parse_args(argv)
     skip_slow_optional_imports()  # before nbformat: seconds of every sandbox's start
     # Over RLIMIT_FSIZE a write fails with EFBIG instead of killing the runner.
@@ -252,8 +285,12 @@ def main(argv: list[str] | None = None) -> int:
         fd = os.environ.get(RESULT_FD_VAR)
         target = args.result if args.result else int(fd or -1)
         with open(target, "wb", buffering=0) as out:
-            pack(record, args.grading_dir, out, executed)
-    print(f"runner: {len(record['cells'])} cells, kernel {record['kernel']}", file=sys.stderr)
+            pack(record, args.grading_dir, out, executed, args.result_limit)
+    try:
+        print(f"runner: {len(record['cells'])} cells, kernel {record['kernel']}",
+              file=sys.stderr)
+    except OSError:  # the grader closed the log (a flood): nothing is lost
+        pass
     return 0
 
 

@@ -2,51 +2,65 @@
 
 bubblewrap (``bwrap``, the sandbox Flatpak uses) gives the isolation; this module builds its
 arguments and adds what bwrap does not do: an unprivileged identity, a seccomp filter, rlimits, a
-wall-time limit and a memory/process watchdog.
+wall-time limit, cgroups and a memory/process watchdog.
 
 Who runs it: never root. A grader started as root drops, before bwrap starts, to a host uid/gid of
-its own from a range no account uses (one per run, so two sandboxes share nothing); an ordinary
-user's grader runs it as that user. bwrap then adds a user namespace with no capabilities
-(``--cap-drop ALL``), no further user namespaces (``--disable-userns``), ``no_new_privs``, and a
-seccomp filter (libseccomp) that refuses mount, namespace, tracing, keyring, BPF and kernel-module
-calls with EPERM.
+its own from a range no account uses (one per run, reserved with a lock file so that two threads
+or two graders never share one); an ordinary user's grader runs it as that user. bwrap then adds
+a user namespace with no capabilities (``--cap-drop ALL``), no further user namespaces
+(``--disable-userns``), ``no_new_privs``, and a seccomp filter (libseccomp) that refuses mount,
+namespace, tracing, pidfd, keyring, BPF and kernel-module calls with EPERM.
 
 What it sees: an empty root with, read-only, the system's programs and libraries (``/usr`` and its
 links), a few files of ``/etc``, the Python, the virtual environment and the ``edu_dl`` package;
-a synthetic ``/etc/passwd``; a private size-bounded ``/tmp``; the files the caller hands over as
-bytes. Nothing of ``/home``, ``/root``, ``/var``, ``/run``, other users' files or the caller's
-folders. No network (loopback works, so the notebook client and its kernel talk inside), its own
-PID namespace whose processes all die with the sandbox. Its arguments travel through ``--args FD``
-and every mounted folder through an open descriptor, so nothing inside learns a host path beyond
-the software it runs. The one way out is a file descriptor (``RESULT_FD_VAR``), read back here with
-a size bound; stdout and stderr go to another.
+a synthetic ``/etc/passwd``; a private size-bounded ``/tmp`` and ``/dev/shm``; a read-only
+``/dev``; the files the caller hands over as bytes. Nothing of ``/home``, ``/root``, ``/var``,
+``/run``, other users' files or the caller's folders. No network (loopback works, so the notebook
+client and its kernel talk inside), its own PID namespace whose processes all die with the
+sandbox. Its arguments travel through ``--args FD`` and every mounted folder through an open
+descriptor, so nothing inside learns a host path beyond the software it runs.
+
+What it can write: its tmpfs mounts (each of a bounded size) and two pipes, nothing on the host.
+The result goes to the descriptor in ``RESULT_FD_VAR``, stdout and stderr to another; a thread
+here drains both, keeps at most ``output_limit + 1`` bytes of the result and the tail of the log,
+and closes a pipe once it has read its cap, so a flood costs the grader nothing. fallocate fails
+with EOPNOTSUPP (it reserves space no size limit sees).
 
 Memory: RLIMIT_AS is useless with TensorFlow and PyTorch (they reserve gigabytes of address space
-they never touch), so each process gets RLIMIT_DATA (a malloc bomb gets MemoryError) and a watchdog
-sums the resident memory of the whole process tree. Processes: RLIMIT_NPROC binds for the
-unprivileged uid; where the kernel's pids cgroup controller can be written (as root), each sandbox
-also gets a pids cgroup of its own, which caps its processes and threads in the kernel.
+they never touch), so each process gets RLIMIT_DATA (a malloc bomb gets MemoryError), and the
+sandbox as a whole ``TREE_MEMORY`` times that, counted by the kernel where a memory cgroup can be
+made (``cgroups``: shm, memfds, tmpfs files and kernel memory included; an OOM kill there kills the
+sandbox and reads killed="memory"). Where none can be made (an ordinary user without a delegated
+cgroup v2) the watchdog counts instead: the resident memory of the process tree plus the bytes on
+the sandbox's tmpfs mounts, and it kills a sandbox that holds over ``Limits.tmp_inodes`` files
+there (each costs kernel memory no size limit sees); SysV shm and memfds, which it could not see,
+are then denied. Processes: RLIMIT_NPROC binds for the unprivileged uid; where a pids cgroup can
+be made (as root) it caps the sandbox's processes and threads in the kernel as well.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import functools
 import os
 import resource
 import secrets
+import select
 import shutil
 import signal
 import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
+from . import cgroups
 from .protocol import RESULT_FD_VAR  # the descriptor the sandbox writes its result to
 
 MB = 1 << 20
@@ -56,12 +70,14 @@ TAG_VAR = "EDU_DL_SANDBOX_TAG"  # marks every process of one sandbox (fallback c
 # Tasks the pids cgroup and RLIMIT_NPROC allow beyond Limits.processes: bwrap's own two processes
 # and room for the watchdog to see the count pass the limit and name the cause.
 CGROUP_MARGIN = 8
-PIDS_HIERARCHIES = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))  # cgroup v1, then v2
 GROUP_VAR = "EDU_DL_SANDBOX_GROUP"
 # Host uids/gids a root grader runs sandboxes as: one per run, from a range no account uses
 # (far above the 100000+ ranges of /etc/subuid). EDU_DL_SANDBOX_UID_BASE moves it.
 UID_BASE = int(os.environ.get("EDU_DL_SANDBOX_UID_BASE", "1900000000"))
 UID_SPAN = 1 << 16
+# One lock file per uid in use, flock'd for the run: threads and other graders skip it. Root's
+# alone (a folder another user could write would let them block or share uids).
+UID_LOCKS = Path("/run/edu-dl-sandbox-uids")
 INSIDE_UID = 1000  # the uid (and gid) the sandboxed process sees: "student"
 PASSWD = (b"root:x:0:0::/nonexistent:/usr/sbin/nologin\n"
           b"student:x:1000:1000:student:/tmp/home:/bin/sh\n"
@@ -74,16 +90,28 @@ ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "ns
        "host.conf", "hosts", "gai.conf", "mime.types", "fonts", "ssl", "ca-certificates",
        "alternatives", "os-release", "matplotlibrc", "protocols", "services")
 # Denied with EPERM inside, whatever the capabilities: mounting, namespaces, tracing another
-# process, the kernel keyring, BPF, perf, kernel modules, io_uring (which bypasses seccomp).
+# process or taking its descriptors or memory (pidfd_getfd would take the runner's result
+# descriptor), the kernel keyring, BPF, perf, kernel modules, io_uring (which bypasses seccomp).
 DENIED_SYSCALLS = (
     "mount", "umount2", "pivot_root", "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount",
     "fspick", "mount_setattr", "chroot", "unshare", "setns", "ptrace", "process_vm_readv",
-    "process_vm_writev", "keyctl", "add_key", "request_key", "bpf", "perf_event_open",
+    "process_vm_writev", "pidfd_open", "pidfd_getfd", "process_madvise", "keyctl", "add_key",
+    "request_key", "bpf", "perf_event_open",
     "userfaultfd", "kexec_load", "kexec_file_load", "init_module", "finit_module",
     "delete_module", "reboot", "swapon", "swapoff", "syslog", "acct", "quotactl",
     "open_by_handle_at", "name_to_handle_at", "io_uring_setup", "io_uring_enter",
     "io_uring_register",
 )
+# Fail with EOPNOTSUPP, as on a file system without it: fallocate reserves space without writing
+# (with KEEP_SIZE no size limit ever sees it); glibc's posix_fallocate then writes instead.
+UNSUPPORTED_SYSCALLS = ("fallocate",)
+# Memory in no process's resident size (SysV shm, memfds): denied with EPERM where no memory
+# cgroup counts it (the watchdog's fallback).
+UNCOUNTED_SYSCALLS = ("shmget", "memfd_create")
+# The fallback's count of a tmpfs file's kernel memory (an inode and a dentry: about 1.3 kB were
+# measured per empty file), added to the memory compared with the limit.
+INODE_BYTES = 1300
+LOG_CAP = 64 * MB  # log bytes read before the pipe is closed: a flood costs the grader nothing
 
 
 @dataclass(frozen=True)
@@ -91,11 +119,12 @@ class Limits:
     """Resource limits of one sandboxed run."""
 
     wall_s: float = 600.0  # the whole run; the sandbox is killed after it
-    memory_mb: int = 4096  # RLIMIT_DATA per process; the tree's resident total: TREE_MEMORY x
+    memory_mb: int = 4096  # RLIMIT_DATA per process; the whole sandbox: TREE_MEMORY x
     cpu_s: int = 900  # RLIMIT_CPU per process
     processes: int = 512  # processes + threads in the tree (the watchdog's count)
-    file_mb: int = 64  # RLIMIT_FSIZE: the largest file any process may write (the result too)
+    file_mb: int = 64  # RLIMIT_FSIZE: the largest file any process may write
     tmp_mb: int = 256  # size of the private /tmp (and /dev/shm) tmpfs
+    tmp_inodes: int = 50_000  # files and folders on its tmpfs mounts (enforced by the fallback)
 
 
 @dataclass
@@ -106,30 +135,42 @@ class Result:
     killed: str = ""  # "" or why the watchdog killed it: "timeout", "memory", "processes"
     isolated: bool = True  # False: bwrap missing, resource limits only
     log: str = ""  # the tail of stdout+stderr
-    peak_rss_mb: float = 0.0
+    peak_rss_mb: float = 0.0  # the resident total of its processes (the watchdog's samples)
     peak_tasks: int = 0
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     output: bytes = b""  # what the sandbox wrote to its result descriptor (at most output_limit)
-    output_size: int = 0  # how many bytes it wrote: more than len(output) when over the limit
+    # Bytes read back: more than len(output) (output_limit + 1) when it wrote over the limit;
+    # the rest was never read.
+    output_size: int = 0
     uid: int = -1  # the host uid the sandbox ran as
     uids_seen: set[int] = field(default_factory=set)  # host uids of its processes (watchdog)
+    # How its memory was counted against TREE_MEMORY x memory_mb: "cgroup v1", "cgroup v2"
+    # (by the kernel: shm, tmpfs and kernel memory included) or "watchdog" (resident memory plus
+    # tmpfs bytes and files, SysV shm and memfds denied).
+    memory_accounting: str = ""
+    peak_memory_mb: float = 0.0  # the peak of that count
+    cgroup: str = ""  # the sandbox's memory cgroup, if it had one (removed after the run)
 
 
 # --------------------------------------------------------------------------- what bwrap needs
 
 
 @functools.cache
-def seccomp_filter() -> bytes:
-    """The BPF program bwrap loads (``--seccomp``): DENIED_SYSCALLS fail with EPERM."""
+def seccomp_filter(uncounted: bool = False) -> bytes:
+    """The BPF program bwrap loads (``--seccomp``): DENIED_SYSCALLS fail with EPERM,
+    UNSUPPORTED_SYSCALLS with EOPNOTSUPP; with ``uncounted`` (no memory cgroup counts the
+    sandbox) UNCOUNTED_SYSCALLS with EPERM too."""
     import pyseccomp as seccomp  # libseccomp through ctypes
 
     rules = seccomp.SyscallFilter(seccomp.ALLOW)
-    for name in DENIED_SYSCALLS:
-        try:
-            rules.add_rule(seccomp.ERRNO(errno.EPERM), name)
-        except (RuntimeError, ValueError, OSError):  # unknown on this architecture or libseccomp
-            continue
+    denied = [*DENIED_SYSCALLS, *(UNCOUNTED_SYSCALLS if uncounted else ())]
+    for code, names in ((errno.EPERM, denied), (errno.EOPNOTSUPP, UNSUPPORTED_SYSCALLS)):
+        for name in names:
+            try:
+                rules.add_rule(seccomp.ERRNO(code), name)
+            except (RuntimeError, ValueError, OSError):  # unknown here (architecture, libseccomp)
+                continue
     with tempfile.TemporaryFile() as f:
         rules.export_bpf(f)
         f.seek(0)
@@ -192,6 +233,10 @@ def _reachable(path: Path, uid: int, gid: int) -> bool:
 
 
 _MIRRORS: dict[Path, Path] = {}
+# <temporary folder>/edu-dl-sandbox-software-<pid>.<start time>-<random>: the owner's pid and
+# start time in the name, so a mirror whose process is gone can be told and removed (Dask kills
+# its workers before atexit runs).
+MIRROR_PREFIX = "edu-dl-sandbox-software-"
 
 
 def _base_python_only(path: Path) -> bool:
@@ -209,7 +254,8 @@ def _mirror(path: Path) -> Path:
     """
     if path in _MIRRORS:
         return _MIRRORS[path]
-    base = Path(tempfile.mkdtemp(prefix="edu-dl-sandbox-software-"))
+    sweep_mirrors()
+    base = Path(tempfile.mkdtemp(prefix=f"{MIRROR_PREFIX}{_process_id(os.getpid())}-"))
     base.chmod(0o755)
     target = base / "root"
 
@@ -236,11 +282,47 @@ def _mirror(path: Path) -> Path:
     return target
 
 
+def _process_id(pid: int) -> str:
+    """'<pid>.<start time in clock ticks>': one process, never a later one that reuses the pid."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            start = f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        start = "gone"
+    return f"{pid}.{start}"
+
+
+def sweep_mirrors(folder: Path | None = None) -> list[Path]:
+    """Remove the mirrors (this user's) whose process is gone; returns what was removed."""
+    removed: list[Path] = []
+    folder = folder or Path(tempfile.gettempdir())
+    try:
+        entries = [p for p in folder.iterdir() if p.name.startswith(MIRROR_PREFIX)]
+    except OSError:
+        return removed
+    for path in entries:
+        owner = path.name[len(MIRROR_PREFIX):].split("-", 1)[0]
+        pid = owner.split(".", 1)[0]
+        if "." not in owner or not pid.isdigit():
+            continue  # a mirror from before names carried their owner: whose is unknown
+        try:
+            st = path.lstat()
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() \
+                and _process_id(int(pid)) != owner:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
 class _Fds:
-    """Descriptors handed to bwrap: opened here, inherited by the child, closed after."""
+    """Descriptors handed to bwrap: opened here, inherited by the child, closed after (``fds``
+    keep their numbers in the child; ``others``, e.g. the log pipe's end, are only closed)."""
 
     def __init__(self) -> None:
         self.fds: list[int] = []
+        self.others: list[int] = []
 
     def path(self, path: Path) -> str:
         fd = os.open(path, os.O_PATH | os.O_CLOEXEC | os.O_NOFOLLOW)
@@ -256,15 +338,15 @@ class _Fds:
         return str(fd)
 
     def close(self) -> None:
-        for fd in self.fds:
+        for fd in self.fds + self.others:
             os.close(fd)
-        self.fds = []
+        self.fds, self.others = [], []
 
 
 def bwrap_args(
     fds: _Fds, *, uid: int, gid: int, limits: Limits, env: Mapping[str, str], cwd: str,
     files: Mapping[str, bytes] = {}, tmpfs: Sequence[tuple[str, int]] = (),
-    hide: Iterable[Path] = (),
+    hide: Iterable[Path] = (), uncounted: bool = False,
 ) -> list[str]:
     """bwrap's options (passed through --args): the whole sandbox, built from descriptors."""
     tmp = str(limits.tmp_mb * MB)
@@ -274,7 +356,8 @@ def bwrap_args(
             "--unshare-cgroup-try", "--hostname", "sandbox",
             "--die-with-parent", "--new-session", "--clearenv",
             "--proc", "/proc", "--dev", "/dev", "--size", tmp, "--tmpfs", "/dev/shm",
-            "--size", tmp, "--tmpfs", "/tmp"]
+            # /dev is a tmpfs of no size limit: read-only once its nodes and /dev/shm are there
+            "--remount-ro", "/dev", "--size", tmp, "--tmpfs", "/tmp"]
     for name in SYSTEM:
         path = Path(name)
         if path.is_symlink():
@@ -296,7 +379,7 @@ def bwrap_args(
     # A private folder inside the software (an unusual --source or --out): hidden again.
     for path in (p.resolve() for p in hide):
         if path.is_dir() and any(path.is_relative_to(root) for root in shown):
-            args += ["--tmpfs", str(path)]
+            args += ["--tmpfs", str(path), "--remount-ro", str(path)]  # empty, and stays so
     for dest, mb in tmpfs:  # separate budgets: a full /tmp must not stop results being written
         args += ["--size", str(mb * MB), "--tmpfs", dest]
     for dest, data in files.items():
@@ -304,22 +387,69 @@ def bwrap_args(
     for key, value in env.items():
         args += ["--setenv", key, value]
     # The root bwrap builds is a tmpfs of no size limit: once everything is mounted, read-only.
-    args += ["--remount-ro", "/", "--seccomp", fds.data(seccomp_filter()), "--chdir", cwd]
+    args += ["--remount-ro", "/", "--seccomp", fds.data(seccomp_filter(uncounted)),
+             "--chdir", cwd]
     return args
 
 
 # --------------------------------------------------------------------------- identity and limits
 
 
-def sandbox_ids() -> tuple[int, int]:
-    """(uid, gid) for a new sandbox: a fresh unprivileged pair as root, else the caller's own."""
-    if os.geteuid() != 0:
-        return os.getuid(), os.getgid()
+@contextlib.contextmanager
+def sandbox_ids(isolated: bool = True) -> Iterator[tuple[int, int]]:
+    """(uid, gid) for a new sandbox, held until the block ends: as root a fresh unprivileged pair
+    no running process and no other sandbox (of this grader or another) has; else the caller's
+    own."""
+    if os.geteuid() != 0 or not isolated:
+        yield os.getuid(), os.getgid()
+        return
+    folder = _uid_lock_folder()
     busy = _uids_running()
-    while True:
-        uid = UID_BASE + secrets.randbelow(UID_SPAN)
-        if uid not in busy:
-            return uid, uid
+    first = secrets.randbelow(UID_SPAN)
+    for step in range(UID_SPAN):
+        uid = UID_BASE + (first + step) % UID_SPAN
+        if uid in busy:
+            continue
+        lock = _lock(folder / str(uid))
+        if lock is None:
+            continue
+        try:
+            yield uid, uid
+        finally:
+            os.unlink(folder / str(uid))  # while still locked: a waiter's check sees it gone
+            os.close(lock)
+        return
+    raise RuntimeError(f"no free sandbox uid in {UID_BASE}..{UID_BASE + UID_SPAN - 1}")
+
+
+def _uid_lock_folder() -> Path:
+    """UID_LOCKS (in /run, or the temporary folder where there is no /run), made root's alone."""
+    folder = UID_LOCKS
+    if not folder.parent.is_dir():
+        folder = Path(tempfile.gettempdir()) / folder.name
+    try:
+        folder.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    st = folder.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o077:
+        raise RuntimeError(f"{folder} must be a folder of root's alone (mode 0700): it holds "
+                           "the locks that keep two sandboxes from sharing a uid")
+    return folder
+
+
+def _lock(path: Path) -> int | None:
+    """An open, flock'd descriptor of ``path``, or None where another holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        # The holder unlinks before it unlocks: a lock won on an unlinked file is no lock.
+        if os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
 
 
 def _uids_running() -> set[int]:
@@ -333,10 +463,9 @@ def _uids_running() -> set[int]:
     return uids
 
 
-def _enter(limits: Limits, nproc: int, cgroup: Path | None, uid: int, gid: int) -> None:
-    """preexec_fn: the cgroup and rlimits, then (as root) the sandbox's own uid and gid."""
-    if cgroup is not None:
-        (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+def _enter(limits: Limits, nproc: int, group: cgroups.Group, uid: int, gid: int) -> None:
+    """preexec_fn: the cgroups and rlimits, then (as root) the sandbox's own uid and gid."""
+    group.enter(os.getpid())
 
     def cap(which: int, value: int) -> None:
         resource.setrlimit(which, (value, value))
@@ -373,53 +502,6 @@ def _nproc_cap(limits: Limits, uid: int) -> int:
     hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
     want = running + limits.processes
     return want if hard == resource.RLIM_INFINITY or hard > want else 0
-
-
-def make_pids_cgroup(name: str, max_tasks: int) -> Path | None:
-    """A new pids cgroup allowing ``max_tasks`` tasks, or None where none can be made here."""
-    for hierarchy in PIDS_HIERARCHIES:
-        controllers = hierarchy / "cgroup.controllers"  # cgroup v2 lists them; v1 has none
-        if controllers.exists() and "pids" not in controllers.read_text().split():
-            continue
-        if not (hierarchy / "cgroup.procs").exists():
-            continue
-        _remove_stale(hierarchy)
-        path = hierarchy / name
-        try:
-            path.mkdir()
-        except OSError:
-            continue
-        try:
-            (path / "pids.max").write_text(str(max_tasks))
-            return path
-        except OSError:
-            remove_cgroup(path)
-    return None
-
-
-def _remove_stale(hierarchy: Path, older_than_s: float = 600.0) -> None:
-    """Remove sandbox cgroups left by runs that could not (their tasks died slowly, or the
-    grader was killed). Only old ones: a new one may be waiting for its first task."""
-    now = time.time()
-    for path in hierarchy.glob("edu_dl_sandbox_*"):
-        try:
-            if now - path.stat().st_mtime > older_than_s:
-                path.rmdir()  # refused while any task is left in it
-        except OSError:
-            continue
-
-
-def remove_cgroup(path: Path, tries: int = 250) -> None:
-    """rmdir the cgroup once its last task is gone (the kernel refuses while any is left; the
-    tasks of a killed PID namespace can take a moment to go)."""
-    for _ in range(tries):
-        try:
-            path.rmdir()
-            return
-        except FileNotFoundError:
-            return
-        except OSError:
-            time.sleep(0.02)
 
 
 # --------------------------------------------------------------------------- the watchdog
@@ -482,6 +564,103 @@ def _kill(pids: Iterable[int]) -> None:
             pass
 
 
+class _Tmpfs:
+    """The fallback's view of the sandbox's tmpfs mounts: (bytes used, files and folders).
+
+    Seen through ``/proc/<pid>/root`` of a process inside the sandbox's mount namespace that the
+    grader may look at (any, as root; as its user, the processes started inside, which belong
+    to the user namespace the grader owns).
+    """
+
+    def __init__(self, mounts: Sequence[str]) -> None:
+        self.mounts = list(mounts)
+        self.pid = 0  # the process looked through last
+        st = os.stat("/")
+        self.host = (st.st_dev, st.st_ino)
+
+    def usage(self, pids: Iterable[int]) -> tuple[int, int] | None:
+        for pid in ([self.pid] if self.pid else []) + [p for p in pids if p != self.pid]:
+            seen = self._through(pid)
+            if seen is not None:
+                self.pid = pid
+                return seen
+        return None
+
+    def _through(self, pid: int) -> tuple[int, int] | None:
+        used = files = 0
+        try:
+            root = os.stat(f"/proc/{pid}/root")
+            if (root.st_dev, root.st_ino) == self.host:
+                return None  # bwrap's own process outside, or one not yet in the sandbox
+            for mount in self.mounts:  # mount points: the student can neither move nor replace
+                fd = os.open(f"/proc/{pid}/root{mount}", os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+                try:
+                    fs = os.fstatvfs(fd)
+                finally:
+                    os.close(fd)
+                used += (fs.f_blocks - fs.f_bfree) * fs.f_frsize
+                files += fs.f_files - fs.f_ffree
+        except OSError:
+            return None
+        return used, files
+
+
+class _Drain:
+    """A thread that reads the sandbox's two pipes: the result (at most ``limit`` + 1 bytes: one
+    more says it was over) and the log (its tail, and nothing after LOG_CAP bytes). A pipe is
+    closed once its cap is read, so that the writer's next write fails with EPIPE: a flood
+    costs the grader neither memory nor time."""
+
+    def __init__(self, output_fd: int, limit: int, log_fd: int, log_bytes: int) -> None:
+        self.output, self.limit = bytearray(), limit
+        self.log, self.log_bytes, self.log_total = bytearray(), log_bytes, 0
+        self._open = {output_fd: self._output, log_fd: self._log}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="sandbox-pipes", daemon=True)
+        self._thread.start()
+
+    def _output(self, data: bytes) -> bool:
+        self.output += data[: self.limit + 1 - len(self.output)]
+        return len(self.output) <= self.limit
+
+    def _log(self, data: bytes) -> bool:
+        self.log_total += len(data)
+        self.log += data
+        if len(self.log) > 2 * self.log_bytes:
+            del self.log[: -self.log_bytes]
+        return self.log_total < LOG_CAP
+
+    def _loop(self) -> None:
+        poller = select.poll()
+        for fd in self._open:
+            poller.register(fd, select.POLLIN)
+        while self._open and not self._stop.is_set():
+            for fd, _ in poller.poll(100):
+                try:
+                    data = os.read(fd, 1 << 16)
+                except OSError:
+                    data = b""
+                if not data or not self._open[fd](data):  # the end, or its cap
+                    poller.unregister(fd)
+                    os.close(fd)
+                    del self._open[fd]
+        for fd in self._open:  # stopped: writers that outlived the sandbox get EPIPE
+            os.close(fd)
+
+    def finish(self, result: Result, timeout_s: float = 5.0) -> None:
+        """Wait for both pipes to end (every writer gone), at most ``timeout_s``; fill result."""
+        self._thread.join(timeout_s)
+        self._stop.set()
+        self._thread.join()
+        result.output_size = len(self.output)
+        result.output = bytes(self.output[: self.limit])
+        text = self.log[-self.log_bytes:].decode("utf-8", "replace")
+        result.log = ("[... log cut ...]\n" if self.log_total > self.log_bytes else "") + text
+        if self.log_total >= LOG_CAP:
+            result.notes.append(f"it wrote over {LOG_CAP // MB} MB to stdout/stderr; the rest "
+                                "was not read")
+
+
 # --------------------------------------------------------------------------- one run
 
 
@@ -494,24 +673,38 @@ def run(
     """Run argv sandboxed; kill the whole tree on wall time, memory or process count.
 
     ``files`` (path inside -> bytes) are shown read-only inside. The sandbox may write up to
-    ``output_limit`` bytes to the descriptor named by ``$EDU_DL_RESULT_FD``; they come back as
-    ``Result.output``. Without bwrap (``bwrap_problem()`` says why) the command runs with the
-    rlimits alone as the caller, in ``fallback_dir``, ``files`` are written where they name, and
-    ``Result.isolated`` is False. ``require_bwrap`` skips that check (the probe itself).
+    ``output_limit`` bytes to the descriptor named by ``$EDU_DL_RESULT_FD`` (a pipe); they come
+    back as ``Result.output``. Without bwrap (``bwrap_problem()`` says why) the command runs with
+    the rlimits alone as the caller, in ``fallback_dir``, ``files`` are written where they name,
+    and ``Result.isolated`` is False. ``require_bwrap`` skips that check (the probe itself).
     """
     # EDU_DL_SANDBOX_GROUP prefixes the tag, so one caller can find its own sandboxes' processes
     # among others' (the tests check that nothing is left running while others grade).
     tag = os.environ.get(GROUP_VAR, "") + secrets.token_hex(8)
     problem = "" if require_bwrap else bwrap_problem()
-    uid, gid = sandbox_ids() if not problem else (os.getuid(), os.getgid())
-    result = Result(returncode=None, isolated=not problem, uid=uid)
+    result = Result(returncode=None, isolated=not problem)
     if problem:
         result.notes.append(f"NOT ISOLATED: {problem}; resource limits only")
-    fds = _Fds()
-    with tempfile.TemporaryFile() as log, tempfile.TemporaryFile() as output:
-        os.set_inheritable(output.fileno(), True)
-        env = {**(env or {}), TAG_VAR: tag, RESULT_FD_VAR: str(output.fileno())}
+    with sandbox_ids(isolated=not problem) as (uid, gid):
+        result.uid = uid
+        group = cgroups.create(f"{cgroups.PREFIX}{os.environ.get(GROUP_VAR, '')}"
+                               f"{secrets.token_hex(8)}",
+                               int(TREE_MEMORY * limits.memory_mb * MB),
+                               limits.processes + CGROUP_MARGIN)
+        result.memory_accounting = group.accounting
+        result.cgroup = str(group.memory or "")
+        result.notes += group.notes
+        if group.memory is None:
+            result.notes.append(f"memory counted by the watchdog: {group.why}")
+        fds = _Fds()
+        out_r, out_w = os.pipe()
+        log_r, log_w = os.pipe()
+        fds.fds.append(out_w)
+        fds.others.append(log_w)
+        drain = _Drain(out_r, output_limit, log_r, log_bytes)  # owns the read ends
         try:
+            env = {**(env or {}), TAG_VAR: tag, RESULT_FD_VAR: str(out_w)}
+            tmp = None
             if problem:
                 for dest, data in files.items():
                     Path(dest).parent.mkdir(parents=True, exist_ok=True)
@@ -519,38 +712,39 @@ def run(
                 command, run_env, run_cwd = list(argv), dict(env), str(fallback_dir or cwd)
             else:
                 options = bwrap_args(fds, uid=uid, gid=gid, limits=limits, env=env, cwd=cwd,
-                                     files=files, tmpfs=tmpfs, hide=hide)
+                                     files=files, tmpfs=tmpfs, hide=hide,
+                                     uncounted=group.memory is None)
                 arg_fd = fds.data(b"".join(a.encode() + b"\0" for a in options))
                 command = [shutil.which("bwrap") or "bwrap", "--args", arg_fd, "--", *argv]
                 run_env, run_cwd = {"PATH": os.environ.get("PATH", "")}, "/"
-            _watch(command, run_env, run_cwd, limits, result, log, output, fds, uid, gid,
-                   tag=tag, isolated=not problem, poll_s=poll_s)
+                if group.memory is None:
+                    tmp = _Tmpfs(["/tmp", "/dev/shm", *(dest for dest, _ in tmpfs)])
+            _watch(command, run_env, run_cwd, limits, result, fds, log_w, uid, gid, group,
+                   tmp, tag=tag, isolated=not problem, poll_s=poll_s)
         finally:
-            fds.close()
-        result.log = _tail(log, log_bytes)
-        output.seek(0, os.SEEK_END)
-        result.output_size = output.tell()
-        output.seek(0)
-        result.output = output.read(output_limit) if output_limit else b""
+            fds.close()  # the write ends too: the pipes end when the sandbox's copies do
+            try:
+                drain.finish(result)
+            finally:
+                group.remove()
     return result
 
 
 def _watch(command: list[str], env: dict[str, str], cwd: str, limits: Limits, result: Result,
-           log: IO[bytes], output: IO[bytes], fds: _Fds, uid: int, gid: int, *, tag: str,
-           isolated: bool, poll_s: float) -> None:
+           fds: _Fds, log: int, uid: int, gid: int, group: cgroups.Group, tmp: _Tmpfs | None,
+           *, tag: str, isolated: bool, poll_s: float) -> None:
     """Start the command and police it until it ends or is killed; fills ``result``."""
-    cgroup = make_pids_cgroup(f"edu_dl_sandbox_{os.environ.get(GROUP_VAR, '')}"
-                              f"{secrets.token_hex(8)}", limits.processes + CGROUP_MARGIN)
     scan_tag = "" if isolated else tag  # inside a PID namespace the tree is enough
+    cap_mb = TREE_MEMORY * limits.memory_mb
     start = time.monotonic()
     with open(os.devnull, "rb") as stdin:
         proc = subprocess.Popen(
             command, stdin=stdin, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-            start_new_session=True, pass_fds=[output.fileno(), *fds.fds],
-            preexec_fn=functools.partial(_enter, limits, _nproc_cap(limits, uid), cgroup,
+            start_new_session=True, pass_fds=fds.fds,
+            preexec_fn=functools.partial(_enter, limits, _nproc_cap(limits, uid), group,
                                          uid, gid),
         )
-    fds.close()  # the child holds its copies; ours would only keep the data alive
+    fds.close()  # the child holds its copies; ours would only keep the data (and pipes) alive
     try:
         while proc.poll() is None:
             if time.monotonic() - start > limits.wall_s:  # first: scans may be slow
@@ -558,13 +752,25 @@ def _watch(command: list[str], env: dict[str, str], cwd: str, limits: Limits, re
                 _kill([proc.pid])
             pids = _tree(proc.pid, scan_tag)
             rss, tasks, uids = _usage(pids)
+            files = 0
+            if group.memory is not None:  # the kernel counts, and kills in the group alone
+                memory, over = group.usage_bytes() / MB, group.oom_kills() > 0
+            else:  # the watchdog counts: resident memory plus what lies on its tmpfs mounts
+                used, files = (tmp.usage(pids) if tmp is not None else None) or (0, 0)
+                memory = rss + (used + files * INODE_BYTES) / MB
+                over = memory > cap_mb
             result.uids_seen |= uids
             result.peak_rss_mb = max(result.peak_rss_mb, rss)
+            result.peak_memory_mb = max(result.peak_memory_mb, memory)
             result.peak_tasks = max(result.peak_tasks, tasks)
             if result.killed:
                 pass
-            elif rss > TREE_MEMORY * limits.memory_mb:
+            elif over:
                 result.killed = "memory"
+            elif files > limits.tmp_inodes:
+                result.killed = "memory"
+                result.notes.append(f"{files} files and folders on its tmpfs mounts, over the "
+                                    f"cap of {limits.tmp_inodes}")
             elif tasks > limits.processes:
                 result.killed = "processes"
             if result.killed:
@@ -577,8 +783,13 @@ def _watch(command: list[str], env: dict[str, str], cwd: str, limits: Limits, re
             _kill([proc.pid])
         result.returncode = proc.wait()
         _reap(proc.pid, tag)  # the namespace dies with bwrap; make sure of it
-        if cgroup is not None:
-            remove_cgroup(cgroup)
+        if group.memory is not None:  # an OOM kill the runner outlived, and the kernel's peak
+            if group.oom_kills() and not result.killed:
+                result.killed = "memory"
+            result.peak_memory_mb = max(result.peak_memory_mb, group.peak_bytes() / MB)
+        if result.killed == "memory" and group.memory is not None:
+            result.notes.append(f"the kernel's OOM killer acted in its memory cgroup (limit "
+                                f"{cap_mb:.0f} MB)")
         result.seconds = time.monotonic() - start
 
 
@@ -590,14 +801,6 @@ def _reap(root: int, tag: str, tries: int = 50) -> None:
             return
         _kill(left)
         time.sleep(0.05)
-
-
-def _tail(f: IO[bytes], limit: int) -> str:
-    f.seek(0, os.SEEK_END)
-    size = f.tell()
-    f.seek(max(0, size - limit))
-    text = f.read().decode("utf-8", "replace")
-    return ("[... log cut ...]\n" if size > limit else "") + text
 
 
 def python() -> str:
