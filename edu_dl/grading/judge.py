@@ -157,7 +157,8 @@ def _outcome(part_id: str, test_id: str, record: RunRecord, outputs: dict[str, A
         return "", "", outputs[part_id]
     if done.killed:
         what = {"timeout": f"the notebook ran over its time budget of {settings.budget_s:g} s",
-                "memory": f"the notebook used over {done.peak_rss_mb:.0f} MB of memory",
+                "memory": f"the notebook used over {_peak(done):.0f} MB of memory "
+                          f"(counted by {done.memory_accounting or 'the watchdog'})",
                 "processes": f"the notebook started over {done.peak_tasks} processes/threads"}
         return STATUS_OF_KILL[done.killed], f"{what[done.killed]}; the sandbox was killed", None
     if problem:
@@ -177,6 +178,12 @@ def _outcome(part_id: str, test_id: str, record: RunRecord, outputs: dict[str, A
         return "error", f"test cell {test_id!r} failed: {error}", None
     return "no result", (f"test cell {test_id!r} ran but recorded no result for {part_id} "
                          "(was check replaced or the cell rewritten?)"), None
+
+
+def _peak(done: sandbox.Result) -> float:
+    """The most memory the sandbox was seen to hold: shm, tmpfs and kernel memory included
+    where they were counted, else its processes' resident memory."""
+    return max(done.peak_memory_mb, done.peak_rss_mb)
 
 
 def judge(part: Part, cases: list[tuple[Any, ...]], got: list[Any],

@@ -118,14 +118,15 @@ def read_result(data: bytes, size: int, max_bytes: int
                 ) -> tuple[dict[str, Any], dict[str, list[Any]], str]:
     """(run record, part -> results, problem) from the result the sandbox wrote.
 
-    ``data`` is what was read back (at most ``max_bytes``), ``size`` how much the sandbox wrote.
+    ``data`` is what was read back (at most ``max_bytes``); ``size`` how much of it the sandbox
+    wrote, one more than ``max_bytes`` when it wrote more (the rest is never read).
     Per part: the last file a hidden check call wrote, else the last visible one.
     """
     if size == 0:
         return {}, {}, "the sandbox returned no result (the runner was killed or crashed)"
     if size > max_bytes or len(data) != size:
-        return {}, {}, (f"refused: the result is {size} bytes, over the limit of {max_bytes} "
-                        "bytes; nothing of it was read")
+        return {}, {}, (f"refused: the result is over the limit of {max_bytes} bytes "
+                        "(--file-size); nothing of it was read")
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as zf:
             infos = _stored_members(zf, max_bytes)
