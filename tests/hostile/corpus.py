@@ -30,9 +30,17 @@ def write_source(folder: Path, nb: nbformat.NotebookNode, name: str = EXERCISE) 
                for m in re.finditer(r"""check\(\s*["'](ex\w+)\.""", cell.source)}
     for exercise in checked | ({"ex06"} if "ex07" in checked else set()):
         shutil.copy(COURSE_PARTS / f"{exercise}.py", folder / "parts" / f"{exercise}.py")
+    return write(folder, nb, name)
+
+
+def write(folder: Path, nb: nbformat.NotebookNode, name: str = EXERCISE) -> Path:
+    """A student's notebook ``<folder>/<name>.ipynb`` (the folder made as needed)."""
+    folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.ipynb"
     nbformat.write(nb, path)
     return path
+
+
 PARTS = ("ex02.gflops", "ex02.peak_bandwidth")
 
 

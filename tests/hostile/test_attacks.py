@@ -25,6 +25,7 @@ from edu_dl.grading import batch as G
 from edu_dl.grading import model, parts, sandbox
 from edu_dl.grading.settings import Settings
 from hostile import attacks, corpus
+from hostile.corpus import write
 from hostile.planted import plant_everywhere
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,13 +43,6 @@ def _own_sandbox_group(monkeypatch: pytest.MonkeyPatch) -> None:
 def all_wrong(nb: nbformat.NotebookNode) -> None:
     corpus.WRONG(nb)
     corpus._replace("peak_bandwidth", "* channels", "+ channels")(nb)
-
-
-def write(folder: Path, nb: nbformat.NotebookNode, name: str = corpus.EXERCISE) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.ipynb"
-    nbformat.write(nb, path)
-    return path
 
 
 def attacker(code: str) -> nbformat.NotebookNode:

@@ -23,6 +23,7 @@ from edu_dl.grading import batch as G
 from edu_dl.grading import model, sandbox
 from edu_dl.grading.settings import Settings
 from hostile import corpus
+from hostile.corpus import write
 
 FAST = Settings(timeout_s=20, budget_s=60, memory_mb=2048)
 GROUP = f"survives{os.getpid()}-"
@@ -35,13 +36,6 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(autouse=True)
 def _own_sandbox_group(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(sandbox.GROUP_VAR, GROUP)
-
-
-def write(folder: Path, nb: nbformat.NotebookNode, name: str = corpus.EXERCISE) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.ipynb"
-    nbformat.write(nb, path)
-    return path
 
 
 def raising(message: str) -> nbformat.NotebookNode:
