@@ -126,7 +126,9 @@ def test_the_fallback_counts_tmpfs_bytes(monkeypatch: pytest.MonkeyPatch) -> Non
     done = sandbox.run([sandbox.python(), "-c", (
         "import time\nfor i in range(7):\n"
         "    open(f'/dev/shm/f{i}', 'wb').write(b'1' * (32 << 20)); print('held', 32 * (i + 1),"
-        " flush=True)\nprint('held all', flush=True); time.sleep(5)")],
+        " flush=True)\n"
+        "    time.sleep(1)  # a poll of the watchdog's between writes, even on a loaded machine\n"
+        "print('held all', flush=True); time.sleep(5)")],
         limits=limits, env={"PATH": "/usr/bin:/bin"})
     assert done.memory_accounting == "watchdog"
     assert done.killed == "memory" and "held all" not in done.log, done
