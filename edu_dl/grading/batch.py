@@ -38,7 +38,7 @@ from .run import run
 from .settings import GRADER_VERSION, MB, Settings
 from .trust.files import read_bounded
 from .trust.notebook import parse_notebook
-from .trust.text import for_terminal
+from .trust.text import say_to_stderr
 
 
 def grade_one(job: Job, out: Path, settings: Settings, hide: list[Path],
@@ -97,7 +97,7 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     due submitted."""
     settings = settings or Settings()
     dates = dates or Dates()
-    log = log or _say
+    log = log or say_to_stderr
     start = time.monotonic()
     filled = read_sheet(manual) if manual is not None else {}  # a broken sheet: before grading
     exercises = load_source(source, exclude=(submissions, out), settings=settings, log=log)
@@ -157,10 +157,6 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     summary = Summary(rows, len(todo), len(all_jobs) - len(todo), time.monotonic() - start,
                       not problem, problem)
     return summary
-
-
-def _say(text: str) -> None:
-    print(for_terminal(text), file=sys.stderr)
 
 
 def executed_notebook(out: Path, job: Job, settings: Settings) -> Notebook | None:

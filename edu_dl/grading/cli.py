@@ -7,21 +7,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 from ..bench.args import positive
-from .trust.text import for_terminal
+from .trust.text import say, say_to_stderr
 
 if TYPE_CHECKING:
     from .cluster import ClusterOptions
 
 Subparsers = Any  # argparse's _SubParsersAction is private
-
-
-def say(text: object, file: TextIO | None = None) -> None:
-    """Print for a person at a terminal: whatever a student wrote into ``text`` (a name, an
-    exception) is shown with its control characters escaped, never obeyed."""
-    print(for_terminal(text), file=file or sys.stdout)
 
 
 def add_assign(subparsers: Subparsers) -> None:
@@ -169,7 +163,7 @@ def run_grade(args: argparse.Namespace) -> int:
         roster = read_roster(args.roster) if args.roster else None
         summary = grade(args.submissions, args.source, args.out, settings=settings,
                         jobs=args.jobs, force=args.force,
-                        log=lambda text: say(text, sys.stderr),
+                        log=say_to_stderr,
                         exercises_due=args.exercises, dates=dates, roster=roster,
                         manual=args.manual, cluster=cluster_options(args))
     except (NotebookError, PolicyError, ClusterError) as exc:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import html
 import re
+import sys
+from typing import TextIO
 
 SURROGATE = re.compile("[\ud800-\udfff]")
 # C0 and C1 controls and DEL (but newline and tab), and the bidirectional controls that reorder
@@ -44,6 +46,17 @@ def visible(text: object) -> str:
 def for_terminal(text: object) -> str:
     """``text`` safe to print: control characters (but newline and tab) as escapes."""
     return CONTROL.sub(_control, visible(text))
+
+
+def say(text: object, file: TextIO | None = None) -> None:
+    """Print for a person at a terminal (stdout unless ``file``): whatever a student wrote
+    into ``text`` (a name, an exception) is shown with its control characters escaped."""
+    print(for_terminal(text), file=file or sys.stdout)
+
+
+def say_to_stderr(text: object) -> None:
+    """:func:`say` on stderr: the batch's log."""
+    say(text, sys.stderr)
 
 
 def for_markdown(text: object) -> str:
