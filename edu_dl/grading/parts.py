@@ -55,13 +55,16 @@ def get(part_id: str, course: Mapping[str, Part] | None = None, *, local: bool =
 
 def sibling(here: str, exercise: str) -> ModuleType:
     """Another part file of the same folder, as a module: how one exercise's parts reuse
-    another's helpers (``sibling(__file__, "ex06").loss_hints``). Its public half only."""
-    return module(Path(here).resolve().parent, exercise)
+    another's helpers (``sibling(__file__, "ex06").loss_hints``). A private half may use a
+    private half; a public half only a public one (it ships)."""
+    folder = Path(here).resolve().parent
+    return module(folder, exercise, private=Path(here).name.endswith(PRIVATE))
 
 
-def module(folder: Path, exercise: str) -> ModuleType:
-    """The public part file ``folder/<exercise>.py`` as a module (helpers and PARTS)."""
-    return _module(folder / f"{exercise}.py", exercise)
+def module(folder: Path, exercise: str, private: bool = False) -> ModuleType:
+    """The part file ``folder/<exercise>.py`` (``private``: ``<exercise>.private.py``) as a
+    module (helpers and PARTS)."""
+    return _module(folder / f"{exercise}{PRIVATE if private else '.py'}", exercise)
 
 
 def _module(path: Path, exercise: str) -> ModuleType:

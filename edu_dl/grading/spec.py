@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from .hints import Mistake, Rule, first_hint
 from .protocol import as_array as _as_array
 
 MAX_SHOWN = 3  # differing entries shown in a message
@@ -106,13 +107,20 @@ def default_compare(expected: Any, got: Any, rtol: float = 1e-6, atol: float = 1
     return compare_arrays(expected, got, rtol, atol)
 
 
-def tolerance(rtol: float = 1e-6, atol: float = 1e-8) -> Callable[[Any, Any], Verdict]:
+@dataclass(frozen=True)
+class Tolerance:
+    """default_compare with a part's own tolerances (data, so a release can carry it)."""
+
+    rtol: float = 1e-6
+    atol: float = 1e-8
+
+    def __call__(self, expected: Any, got: Any) -> Verdict:
+        return default_compare(expected, got, rtol=self.rtol, atol=self.atol)
+
+
+def tolerance(rtol: float = 1e-6, atol: float = 1e-8) -> Tolerance:
     """default_compare with a part's own tolerances."""
-
-    def compare(expected: Any, got: Any) -> Verdict:
-        return default_compare(expected, got, rtol=rtol, atol=atol)
-
-    return compare
+    return Tolerance(rtol, atol)
 
 
 def plain_call(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
@@ -120,7 +128,9 @@ def plain_call(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     return fn(*args)
 
 
-Hint = tuple[Callable[[Any, Any, tuple[Any, ...]], bool], str]
+# A hint: a Mistake or a Rule (``hints.py``: what a release can carry as data), or the legacy
+# (predicate(expected, got, args), message) pair.
+Hint = Mistake | Rule | tuple[Callable[[Any, Any, tuple[Any, ...]], bool], str]
 
 
 @dataclass(frozen=True)
@@ -161,14 +171,9 @@ def describe_case(part: Part, index: int, n_cases: int, args: tuple[Any, ...]) -
     return f"case {index + 1} of {n_cases} ({', '.join(shown)})"
 
 
-def _first_hint(part: Part, expected: Any, got: Any, args: tuple[Any, ...]) -> str | None:
-    for predicate, hint in part.hints:
-        try:
-            if predicate(expected, got, args):
-                return hint
-        except Exception:  # a hint that cannot judge this answer simply does not apply
-            continue
-    return None
+def _first_hint(part: Part, expected: Any, got: Any, args: tuple[Any, ...], index: int
+                ) -> str | None:
+    return first_hint(part.hints, expected, got, args, index)
 
 
 # A result may hold at most this many times the values of the expected one (plus a slack for
@@ -230,7 +235,7 @@ def judge_case(part: Part, index: int, n_cases: int, args: tuple[Any, ...], expe
         if j < len(part.output_names):
             message = f"output {j} ({part.output_names[j]})" + message[message.index(":"):]
     lines = [f"{describe_case(part, index, n_cases, args)}: {message}"]
-    hint = _first_hint(part, expected, got, args)
+    hint = _first_hint(part, expected, got, args, index)
     if hint:
         lines.append(f"  hint: {hint}")
     return Verdict(False, "\n".join(lines))
