@@ -31,8 +31,10 @@ for cell in nbformat.read(sys.argv[1], as_version=4).cells:
 
 
 def course_module(exercise: str) -> ModuleType:
-    """The course's part file ``solutions/parts/<exercise>.py`` (its oracles, hints, PARTS)."""
-    return parts.module(SOLUTIONS / parts.FOLDER, exercise)
+    """The course's part file ``solutions/parts/<exercise>.private.py`` (its oracles, hints,
+    PARTS: private, it stays beside the source)."""
+    folder = SOLUTIONS / parts.FOLDER
+    return parts.module(folder, exercise, private=not (folder / f"{exercise}.py").exists())
 
 
 @functools.cache
