@@ -10,7 +10,7 @@ without shipping the oracle, each hint must be data once the visible cases are d
 - a :class:`Rule`: a generic test of the result against the expected value and the arguments
   (transposed, a scalar, not finite, a permutation, ...). Its code lives here, in the package,
   and tells nothing about any exercise; only its name and parameters ship. An optional ``when``
-  (private: it may look at the oracle's value) is frozen to one bool per visible case.
+  (private: it may look at the oracle's value) is frozen to the set of visible cases where it holds.
 
 The legacy form, a ``(predicate(expected, got, args), message)`` pair, still works wherever the
 part file itself is loaded (the grader, the solutions), but cannot ship as data: ``assign``
@@ -19,8 +19,9 @@ leaves it out of a release and says so.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, fields
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 import numpy as np
@@ -66,12 +67,12 @@ class Mistake:
     atol: float = 1e-8
     view: Callable[[Any], Any] | None = None  # public code: what of the result to compare
 
-    def value(self, expected: Any, args: tuple[Any, ...], index: int) -> Any:
-        """What the mistake gives on this case (the frozen form looks it up by index)."""
+    def value(self, expected: Any, args: tuple[Any, ...]) -> Any:
+        """What the mistake gives on this case (the frozen form looks it up)."""
         return self.replay(expected, args)
 
-    def applies(self, expected: Any, got: Any, args: tuple[Any, ...], index: int) -> bool:
-        wrong = self.value(expected, args, index)
+    def applies(self, expected: Any, got: Any, args: tuple[Any, ...]) -> bool:
+        wrong = self.value(expected, args)
         if wrong is None:
             return False
         try:
@@ -88,12 +89,24 @@ class Mistake:
 
 @dataclass(frozen=True)
 class FrozenMistake(Mistake):
-    """A Mistake as a release carries it: its value on each visible case (None: no mistake)."""
+    """A Mistake as a release carries it: its value on each visible case, by the case's key
+    (``case_key``); no value: the mistake does not apply there."""
 
-    values: tuple[Any, ...] = ()
+    values: Mapping[bytes, Any] = field(default_factory=dict)
 
-    def value(self, expected: Any, args: tuple[Any, ...], index: int) -> Any:
-        return self.values[index] if 0 <= index < len(self.values) else None
+    def value(self, expected: Any, args: tuple[Any, ...]) -> Any:
+        return self.values.get(case_key(args))
+
+
+def case_key(args: tuple[Any, ...]) -> bytes:
+    """A case's identity by value (dtype, shape and bytes of each argument): how a release
+    finds what it froze for the case a check draws."""
+    h = hashlib.sha256()
+    for arg in args:
+        a = np.asarray(arg)
+        h.update(f"{a.dtype.str}{a.shape}|".encode())
+        h.update(np.ascontiguousarray(a).tobytes() if a.dtype.kind != "O" else repr(arg).encode())
+    return h.digest()
 
 
 # --------------------------------------------------------------------------- rules
@@ -111,7 +124,7 @@ class Rule:
 
     message: str
     output: int | None = None
-    when: When | tuple[bool, ...] | None = None
+    when: When | frozenset[bytes] | None = None  # frozen: the keys of the cases it applies to
     data_fields: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -121,9 +134,9 @@ class Rule:
     def test(self, expected: Any, got: Any, args: tuple[Any, ...]) -> bool:
         raise NotImplementedError
 
-    def applies(self, expected: Any, got: Any, args: tuple[Any, ...], index: int) -> bool:
-        if isinstance(self.when, tuple):
-            if not (0 <= index < len(self.when) and self.when[index]):
+    def applies(self, expected: Any, got: Any, args: tuple[Any, ...]) -> bool:
+        if isinstance(self.when, frozenset):
+            if case_key(args) not in self.when:
                 return False
         elif self.when is not None and not self.when(expected, args):
             return False
@@ -341,12 +354,12 @@ def is_hint(hint: Any) -> bool:
     return isinstance(hint, Mistake | Rule)
 
 
-def first_hint(hints: tuple[Any, ...], expected: Any, got: Any, args: tuple[Any, ...],
-               index: int) -> str | None:
+def first_hint(hints: tuple[Any, ...], expected: Any, got: Any, args: tuple[Any, ...]
+               ) -> str | None:
     """The message of the first hint that applies to this answer, or None."""
     for hint in hints:
         if is_hint(hint):
-            if hint.applies(expected, got, args, index):
+            if hint.applies(expected, got, args):
                 return str(hint.message)
             continue
         predicate, message = hint

@@ -171,9 +171,8 @@ def describe_case(part: Part, index: int, n_cases: int, args: tuple[Any, ...]) -
     return f"case {index + 1} of {n_cases} ({', '.join(shown)})"
 
 
-def _first_hint(part: Part, expected: Any, got: Any, args: tuple[Any, ...], index: int
-                ) -> str | None:
-    return first_hint(part.hints, expected, got, args, index)
+def _first_hint(part: Part, expected: Any, got: Any, args: tuple[Any, ...]) -> str | None:
+    return first_hint(part.hints, expected, got, args)
 
 
 # A result may hold at most this many times the values of the expected one (plus a slack for
@@ -235,7 +234,7 @@ def judge_case(part: Part, index: int, n_cases: int, args: tuple[Any, ...], expe
         if j < len(part.output_names):
             message = f"output {j} ({part.output_names[j]})" + message[message.index(":"):]
     lines = [f"{describe_case(part, index, n_cases, args)}: {message}"]
-    hint = _first_hint(part, expected, got, args, index)
+    hint = _first_hint(part, expected, got, args)
     if hint:
         lines.append(f"  hint: {hint}")
     return Verdict(False, "\n".join(lines))
