@@ -22,12 +22,11 @@ import numpy as np
 
 from . import protocol
 from .parts import get
-from .protocol import GRADING_ENV, roundtrip
+from .protocol import GRADING_ENV, HIDDEN_SEED, VISIBLE_SEED  # noqa: F401 (re-exported)
+from .release import visible
 from .source import judge_source, own_source
 from .spec import CheckFailure, Part, Verdict, describe_case, judge_case, plain_call
 
-VISIBLE_SEED = 20170418  # CS231n 2017, lecture 8: "Deep Learning Software"
-HIDDEN_SEED = 8  # a different fixed seed: the instructor's hidden cells in normal mode
 GRADING_DIR = Path(__file__).resolve().parent
 
 
@@ -100,10 +99,13 @@ def _get(part_id: str) -> Part:
 
 def _check(part_id: str, fn: Callable[..., Any], hidden: bool) -> bool:
     part = _get(part_id)
-    rng = np.random.default_rng(HIDDEN_SEED if hidden else VISIBLE_SEED)
-    cases = roundtrip(part.cases(rng, hidden))
-    for i, args in enumerate(cases):
-        expected = part.expected(*copy.deepcopy(args))
+    drawn = visible(part, hidden)
+    if not drawn and hidden:
+        print(f"✗ {part_id}: no hidden cases here (the student version holds the visible ones "
+              "only; your instructor grades the hidden ones)")
+        return False
+    cases = [args for args, _ in drawn]
+    for i, (args, expected) in enumerate(drawn):
         try:
             got = part.call(fn, copy.deepcopy(args))  # a copy: the student may write into inputs
         except NotImplementedError:

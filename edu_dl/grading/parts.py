@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 
+from . import release
 from .protocol import EXERCISE_NAME, PART_ID
 from .spec import Part
 
@@ -103,9 +104,25 @@ def _load(path: Path, exercise: str) -> list[Part]:
     return list(parts)
 
 
+def _release_parts(path: Path, folder: Path, exercise: str) -> list[Part]:
+    """The parts a release archive holds, read once per version of it."""
+    stat = path.stat()
+    key = (path, stat.st_mtime_ns, stat.st_size)
+    if key not in _RELEASES:
+        _RELEASES[key] = release.load(path, lambda: module(folder, exercise))
+    return _RELEASES[key]
+
+
+_RELEASES: dict[tuple[Path, int, int], list[Part]] = {}
+
+
 def _folder_parts(folder: Path, exercise: str) -> dict[str, Part]:
-    """The exercise's parts in ``folder``: the public file's, then the private file's over them."""
+    """The exercise's parts in ``folder``: a release's (``<exercise>.npz``: the student
+    version's data), then the public file's over them, then the private file's."""
     found: dict[str, Part] = {}
+    frozen = folder / f"{exercise}{release.SUFFIX}"
+    if frozen.is_file() and not frozen.is_symlink():
+        found.update((p.id, p) for p in _release_parts(frozen, folder, exercise))
     for path in (folder / f"{exercise}.py", folder / f"{exercise}{PRIVATE}"):
         if path.is_file() and not path.is_symlink():
             found.update((p.id, p) for p in _load(path, exercise))
@@ -113,13 +130,15 @@ def _folder_parts(folder: Path, exercise: str) -> dict[str, Part]:
 
 
 def part_files(source: Path) -> dict[str, list[Path]]:
-    """The part files beside a source folder, by exercise: [public, private] where present."""
+    """The part files beside a source folder, by exercise: its release (``.npz``), public
+    and private halves, where present."""
     folder = source / FOLDER
     files: dict[str, list[Path]] = {}
     if not folder.is_dir():
         return files
-    for path in sorted(folder.glob("*.py")):
-        exercise = path.name.removesuffix(PRIVATE).removesuffix(".py")
+    for path in sorted([*folder.glob("*.py"), *folder.glob(f"*{release.SUFFIX}")]):
+        exercise = path.name.removesuffix(PRIVATE).removesuffix(".py").removesuffix(
+            release.SUFFIX)
         if EXERCISE_NAME.fullmatch(exercise) and path.is_file() and not path.is_symlink():
             files.setdefault(exercise, []).append(path)
     return files
