@@ -81,7 +81,7 @@ def test_a_missing_part_file_is_named_in_a_students_words(tmp_path: Path, capsys
     shutil.copy(ROOT / "exercises" / EX02, tmp_path / EX02)  # no parts/ beside it
     assert main(["validate", str(tmp_path / EX02)]) == 1
     out = capsys.readouterr().out
-    assert "this notebook's checks are in parts/ex02.py, which is not beside " \
+    assert "this notebook's checks are in parts/ex02.npz, which is not beside " \
            f"{EX02}" in out and "copy the exercises/parts/ folder next to it" in out
     assert "is this an exercise notebook" not in out  # the one reason, not a second guess
 

@@ -45,7 +45,8 @@ def get(part_id: str, course: Mapping[str, Part] | None = None, *, local: bool =
     if course is not None:
         found += [p for p in course.values() if p.id.startswith(f"{exercise}.")]
     if not found:
-        where = f"{here}/{exercise}.py" if local else f"{FOLDER}/{exercise}.py beside the source"
+        where = f"{here}/{exercise}{release.SUFFIX} or {exercise}.py" if local \
+            else f"{FOLDER}/{exercise}.py beside the source"
         raise KeyError(f"no exercise {exercise!r}: no {where}")
     for part in found:
         if part.id == part_id:
@@ -56,10 +57,14 @@ def get(part_id: str, course: Mapping[str, Part] | None = None, *, local: bool =
 
 def sibling(here: str, exercise: str) -> ModuleType:
     """Another part file of the same folder, as a module: how one exercise's parts reuse
-    another's helpers (``sibling(__file__, "ex06").loss_hints``). A private half may use a
-    private half; a public half only a public one (it ships)."""
-    folder = Path(here).resolve().parent
-    return module(folder, exercise, private=Path(here).name.endswith(PRIVATE))
+    another's helpers (``sibling(__file__, "ex06").loss_hints``). A public half gets a public
+    half (it ships); a private half gets another exercise's private half where there is one,
+    and its own exercise's public half (``sibling(__file__, "hw1")`` in hw1.private.py)."""
+    path = Path(here).resolve()
+    own = path.name.removesuffix(PRIVATE).removesuffix(".py")
+    private = path.name.endswith(PRIVATE) and exercise != own and \
+        (path.parent / f"{exercise}{PRIVATE}").is_file()
+    return module(path.parent, exercise, private=private)
 
 
 def module(folder: Path, exercise: str, private: bool = False) -> ModuleType:
@@ -94,7 +99,8 @@ _MODULES: dict[tuple[Path, int, int], ModuleType] = {}
 
 def _load(path: Path, exercise: str) -> list[Part]:
     """PARTS of one part file, each checked to be a Part of ``exercise``."""
-    parts = getattr(_module(path, exercise), "PARTS", None)
+    # A public half may hold only code that check() runs (call=, compare=, ...): no PARTS.
+    parts = getattr(_module(path, exercise), "PARTS", None if path.name.endswith(PRIVATE) else [])
     if not isinstance(parts, list | tuple) or not all(isinstance(p, Part) for p in parts):
         raise KeyError(f"{path}: must define PARTS, a list of edu_dl.grading.Part")
     wrong = [p.id for p in parts if PART_ID.match(p.id) is None
