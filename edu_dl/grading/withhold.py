@@ -59,5 +59,5 @@ def withheld_error(text: str) -> str:
     lines = str(text).splitlines() or [""]
     kind = ERROR_TYPE.match(lines[0])
     where = next((m[1] for m in map(WHERE.match, lines[1:]) if m), "")
-    said = f"{kind[1]}" if kind else "an error"
-    return f"{said} (its message is not shown for a hidden case)" + (f", at {where}" if where else "")
+    said = f"{kind[1] if kind else 'an error'} (its message is not shown for a hidden case)"
+    return f"{said}, at {where}" if where else said
