@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import secrets
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ class Prepared:
     files: dict[str, bytes]  # path inside the sandbox -> bytes, all read-only
     root: str  # the sandbox's folder for work/ and grading/
     boxed: bool  # False: no bwrap, the same run unisolated in ``work``
+    visible: dict[str, int] = field(default_factory=dict)  # part id -> its visible cases
 
 
 def prepare(job: Job, out: Path, settings: Settings, data: bytes | None,
@@ -86,7 +87,9 @@ def prepare(job: Job, out: Path, settings: Settings, data: bytes | None,
     prepared = Prepared(nb, notes, work, autograded, seed, {}, {}, files, root, boxed)
     for part_id, _ in job.exercise.parts:
         prepared.parts[part_id] = part = job.exercise.specs[part_id]
-        drawn = [*part.cases(rng, False), *part.cases(rng, True)]
+        visible = part.cases(rng, False)
+        drawn = [*visible, *part.cases(rng, True)]
+        prepared.visible[part_id] = len(visible)  # the rest are hidden: judge shows no value
         prepared.files.update(grading_files(f"{root}/grading", part_id, drawn,
                                             job.exercise.calls.get(part_id)))
         prepared.cases[part_id] = roundtrip(drawn)  # exactly what the student's function gets
