@@ -128,9 +128,8 @@ def _check(part_id: str, fn: Callable[..., Any], hidden: bool) -> tuple[bool, st
     part = _get(part_id)
     drawn = visible(part, hidden)
     if not drawn and hidden:
-        print(f"✗ {part_id}: no hidden cases here (the student version holds the visible ones "
-              "only; your instructor grades the hidden ones)")
-        return False
+        return False, (f"✗ {part_id}: no hidden cases here (the student version holds the "
+                       "visible ones only; your instructor grades the hidden ones)")
     cases = [args for args, _ in drawn]
     for i, (args, expected) in enumerate(drawn):
         try:
