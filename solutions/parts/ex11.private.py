@@ -6,7 +6,10 @@ in float64 for the layers. Inputs are drawn at grading time (the grader's secret
 pooling inputs are continuous random numbers, so no window holds two equal maxima and where a
 gradient goes is never a convention. Hints replay typical mistakes (a forgotten padding, a
 transposed or flipped kernel, col2im assigning instead of adding, the pooling gradient sent to
-every element of a window) with small NumPy and torch variants, on the trusted side.
+every element of a window) with small NumPy and torch variants, on the trusted side. The layers'
+parts refuse, from the submitted source, a function that calls the oracle (torch's or edu_dl's
+conv2d / max_pool2d). Private: the generic hint rules and those source checks live in
+``edu_dl.harness.ex11``.
 """
 
 from __future__ import annotations
@@ -15,16 +18,39 @@ from typing import Any
 
 import numpy as np
 
+from edu_dl.grading.hints import Mistake, Transposed
 from edu_dl.grading.spec import Part, tolerance
+from edu_dl.harness.ex11 import (
+    NO_LIBRARY_CONV,
+    NO_LIBRARY_CONV_BACKWARD,
+    NO_LIBRARY_POOL,
+    NO_LIBRARY_POOL_BACKWARD,
+    ColumnsReordered,
+    LastAxesSwapped,
+    LeadingAxesSwapped,
+    OtherShape,
+    shape_of,
+)
 
 Array = np.ndarray
 Case = tuple[Any, ...]
 # float64 against float64: matmul and loop orders differ by ~1e-15.
 COMPARE = tolerance(rtol=1e-9, atol=1e-10)
+TOL: dict[str, Any] = {"rtol": 1e-9, "atol": 1e-10}  # the hints' closeness, the same
+EXACT: dict[str, Any] = {"rtol": 0.0, "atol": 0.0}  # for shapes
 
 
 def out_size(size: int, kernel: int, stride: int, pad: int) -> int:
     return (size + 2 * pad - kernel) // stride + 1
+
+
+def _quiet(fn: Any, *args: Any) -> Any:
+    """fn(*args), or None where it raises (a replay that cannot run here does not apply: e.g. no
+    window fits the image without its padding)."""
+    try:
+        return fn(*args)
+    except Exception:
+        return None
 
 
 def _close(a: Any, b: Any) -> bool:
@@ -33,10 +59,6 @@ def _close(a: Any, b: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return a.shape == b.shape and bool(np.allclose(a, b, rtol=1e-9, atol=1e-10))
-
-
-def _shape(a: Any) -> tuple[int, ...]:
-    return tuple(np.shape(a))
 
 
 # --------------------------------------------------------------------------- cases
@@ -182,18 +204,6 @@ def _pool_backward_expected(dout: Array, x: Array, k: int, stride: int) -> Array
 # --------------------------------------------------------------------------- typical mistakes
 
 
-def _same_columns_other_order(e: Array, g: Array) -> bool:
-    """The same set of columns (windows) in another order."""
-    e, g = np.asarray(e, dtype=np.float64), np.asarray(g, dtype=np.float64)
-    if e.shape != g.shape or e.ndim != 2 or _close(e, g):
-        return False
-    return _close(e[:, np.lexsort(e[::-1])], g[:, np.lexsort(g[::-1])])
-
-
-def _rows_other_order(e: Array, g: Array) -> bool:
-    return _same_columns_other_order(np.asarray(e).T, np.asarray(g).T)
-
-
 def col2im_assign(d_cols: Array, x_shape: tuple[int, ...], kh: int, kw: int, stride: int,
                   pad: int, by_offset: bool = True) -> Array:
     """The mistake: slices ASSIGNED instead of added, so overlapping windows overwrite: one
@@ -216,13 +226,13 @@ def col2im_assign(d_cols: Array, x_shape: tuple[int, ...], kh: int, kw: int, str
     return dx_pad[:, :, pad : pad + h, pad : pad + w]
 
 
-def _dx_assigned(got: Any, dout: Array, w: Array, x_shape: tuple[int, ...], stride: int,
-                 pad: int) -> bool:
-    """Whether ``got`` is dx computed by either assigning col2im."""
+def _dx_assigned(e: Any, a: Case, by_offset: bool) -> Array | None:
+    """dx computed by an assigning col2im (None where it is the right dx: no window overlaps)."""
+    dout, x, w, stride, pad = a
     o, _, kh, kw = w.shape
     d_cols = w.reshape(o, -1).T @ dout.transpose(1, 0, 2, 3).reshape(o, -1)
-    return any(_close(got, col2im_assign(d_cols, x_shape, kh, kw, stride, pad, by_offset))
-               for by_offset in (True, False))
+    dx = col2im_assign(d_cols, x.shape, kh, kw, stride, pad, by_offset)
+    return None if _close(dx, e[0]) else dx
 
 
 def _pool_spread(dout: Array, x: Array, k: int, stride: int, scale: float = 1.0) -> Array:
@@ -260,91 +270,105 @@ def _pool_loops(x: Array, k: int, stride: int, reduce: Any) -> Array:
     return out
 
 
+def _shape_of(fn: Any, *args: Any) -> tuple[int, ...]:
+    """The shape of fn(*args): what a mistake's result looks like, by its geometry."""
+    return shape_of(fn(*args))
+
+
 IM2COL_HINTS = (
-    (lambda e, g, a: _shape(g) == _shape(e)[::-1] != _shape(e),
-     "your matrix is transposed: im2col has one COLUMN per output position and one row per "
-     "(channel, kernel row, kernel column): shape (C*kh*kw, N*OH*OW)"),
-    (lambda e, g, a: a[4] > 0 and _close(g, im2col_loops(a[0], a[1], a[2], a[3], 0)),
-     "you forgot the padding: pad the image with `pad` zeros on every side of H and W first "
-     "(np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad))))"),
-    (lambda e, g, a: a[4] > 0 and _shape(g) == _shape(im2col_loops(a[0], a[1], a[2], a[3], 0)),
-     "the number of columns is the one without padding: OH = (H + 2*pad - kh) // stride + 1, "
-     "and the windows are taken from the padded image"),
-    (lambda e, g, a: a[3] > 1 and _shape(g) == _shape(im2col_loops(a[0], a[1], a[2], 1, a[4])),
-     "you ignored the stride: window (i, j) starts at row i*stride and column j*stride, so "
-     "OH = (H + 2*pad - kh) // stride + 1"),
-    (lambda e, g, a: _same_columns_other_order(e, g),
-     "your columns are the right windows in another order: column (n * OH + i) * OW + j holds "
-     "image n's window at output position (i, j)"),
-    (lambda e, g, a: _rows_other_order(e, g),
-     "each window is flattened in another order: row (c * kh + p) * kw + q holds x_pad[n, c, "
-     "i*stride + p, j*stride + q], the order of w[o].ravel()"),
+    Transposed(
+        "your matrix is transposed: im2col has one COLUMN per output position and one row per "
+        "(channel, kernel row, kernel column): shape (C*kh*kw, N*OH*OW)"),
+    Mistake(lambda e, a: _quiet(im2col_loops, a[0], a[1], a[2], a[3], 0) if a[4] > 0 else None,
+            "you forgot the padding: pad the image with `pad` zeros on every side of H and W "
+            "first (np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad))))", **TOL),
+    Mistake(lambda e, a: _quiet(_shape_of, im2col_loops, a[0], a[1], a[2], a[3], 0)
+            if a[4] > 0 else None,
+            "the number of columns is the one without padding: OH = (H + 2*pad - kh) // stride "
+            "+ 1, and the windows are taken from the padded image", view=shape_of, **EXACT),
+    Mistake(lambda e, a: _quiet(_shape_of, im2col_loops, a[0], a[1], a[2], 1, a[4])
+            if a[3] > 1 else None,
+            "you ignored the stride: window (i, j) starts at row i*stride and column j*stride, "
+            "so OH = (H + 2*pad - kh) // stride + 1", view=shape_of, **EXACT),
+    ColumnsReordered(
+        "your columns are the right windows in another order: column (n * OH + i) * OW + j "
+        "holds image n's window at output position (i, j)"),
+    ColumnsReordered(
+        "each window is flattened in another order: row (c * kh + p) * kw + q holds x_pad[n, c, "
+        "i*stride + p, j*stride + q], the order of w[o].ravel()", rows=True),
 )
 
 FORWARD_HINTS = (
-    (lambda e, g, a: a[4] > 0 and _close(g, _torch_conv(a[0], a[1], a[2], a[3], 0)),
-     "you forgot the padding: pad x with `pad` zeros on every side before taking the windows"),
-    (lambda e, g, a: a[4] > 0 and _shape(g) == _shape(_torch_conv(a[0], a[1], a[2], a[3], 0)),
-     "your output has the size without padding: OH = (H + 2*pad - kh) // stride + 1"),
-    (lambda e, g, a: _close(g, _torch_conv(a[0], a[1].transpose(0, 1, 3, 2), a[2], a[3], a[4]))
-     if a[1].shape[2] == a[1].shape[3] else False,
-     "your kernel is transposed: w[o, c, p, q] multiplies x_pad[n, c, i*stride + p, j*stride + "
-     "q] (p runs down the rows, q along a row); flatten w[o] in (c, p, q) order, as im2col's rows"),
-    (lambda e, g, a: _close(g, _torch_conv(a[0], a[1][:, :, ::-1, ::-1].copy(), a[2], a[3],
-                                           a[4])),
-     "you flipped the kernel (a mathematician's convolution): deep-learning frameworks compute "
-     "the cross-correlation, w[o, c, p, q] against x_pad[n, c, i*stride + p, j*stride + q]"),
-    (lambda e, g, a: _close(g, _torch_conv(a[0], a[1], None, a[3], a[4])),
-     "add the bias: b[o] goes to every output position of filter o"),
-    (lambda e, g, a: _shape(g) == (_shape(e)[1], _shape(e)[0], *_shape(e)[2:]) != _shape(e),
-     "W_row @ X_col reshapes to (O, N, OH, OW): transpose it to (N, O, OH, OW)"),
+    Mistake(lambda e, a: _quiet(_torch_conv, a[0], a[1], a[2], a[3], 0) if a[4] > 0 else None,
+            "you forgot the padding: pad x with `pad` zeros on every side before taking the "
+            "windows", **TOL),
+    Mistake(lambda e, a: _quiet(_shape_of, _torch_conv, a[0], a[1], a[2], a[3], 0)
+            if a[4] > 0 else None,
+            "your output has the size without padding: OH = (H + 2*pad - kh) // stride + 1",
+            view=shape_of, **EXACT),
+    Mistake(lambda e, a: _quiet(_torch_conv, a[0], a[1].transpose(0, 1, 3, 2), a[2], a[3], a[4])
+            if a[1].shape[2] == a[1].shape[3] else None,
+            "your kernel is transposed: w[o, c, p, q] multiplies x_pad[n, c, i*stride + p, "
+            "j*stride + q] (p runs down the rows, q along a row); flatten w[o] in (c, p, q) "
+            "order, as im2col's rows", **TOL),
+    Mistake(lambda e, a: _quiet(_torch_conv, a[0], a[1][:, :, ::-1, ::-1].copy(), a[2], a[3],
+                                 a[4]),
+            "you flipped the kernel (a mathematician's convolution): deep-learning frameworks "
+            "compute the cross-correlation, w[o, c, p, q] against x_pad[n, c, i*stride + p, "
+            "j*stride + q]", **TOL),
+    Mistake(lambda e, a: _quiet(_torch_conv, a[0], a[1], None, a[3], a[4]),
+            "add the bias: b[o] goes to every output position of filter o", **TOL),
+    LeadingAxesSwapped("W_row @ X_col reshapes to (O, N, OH, OW): transpose it to (N, O, OH, OW)"),
 )
 
 
-def _dx_padded(e: Any, g: Any, a: Case) -> bool:
+def _dx_padded_shape(a: Case) -> tuple[int, ...] | None:
     n, c, h, w = a[1].shape
-    return a[4] > 0 and _shape(g[0]) == (n, c, h + 2 * a[4], w + 2 * a[4])
+    return (n, c, h + 2 * a[4], w + 2 * a[4]) if a[4] > 0 else None
 
+
+COL2IM_ASSIGNS = ("windows overlap: col2im must ADD each column's gradient back where the window "
+                  "was read (+=), not assign it (=), so a pixel in nine windows gets nine "
+                  "contributions")
 
 BACKWARD_HINTS = (
-    (_dx_padded,
-     "dx has the padded image's shape: crop the padding, dx_pad[:, :, pad:pad+H, pad:pad+W]"),
-    (lambda e, g, a: not _close(g[0], e[0]) and _dx_assigned(g[0], a[0], a[2], a[1].shape,
-                                                             a[3], a[4]),
-     "windows overlap: col2im must ADD each column's gradient back where the window was read "
-     "(+=), not assign it (=), so a pixel in nine windows gets nine contributions"),
-    (lambda e, g, a: _shape(g[2]) != _shape(e[2]),
-     "db sums dout over the batch and every output position: db = dout.sum(axis=(0, 2, 3)), "
-     "shape (O,)"),
-    (lambda e, g, a: _close(g[1], np.asarray(e[1]).transpose(0, 1, 3, 2))
-     and not _close(g[1], e[1]),
-     "dw is transposed in its kernel axes: dW_row = G @ X_col.T reshapes to (O, C, kh, kw) "
-     "in the same (c, p, q) order as im2col's rows"),
-    (lambda e, g, a: _shape(g[1]) != _shape(e[1]),
-     "dw has the weight's shape (O, C, kh, kw): (G @ X_col.T).reshape(w.shape), with G = dout "
-     "as an (O, N*OH*OW) matrix (dout.transpose(1, 0, 2, 3).reshape(O, -1))"),
+    Mistake(lambda e, a: _dx_padded_shape(a),
+            "dx has the padded image's shape: crop the padding, dx_pad[:, :, pad:pad+H, "
+            "pad:pad+W]", output=0, view=shape_of, **EXACT),
+    # either assigning col2im: one slice per kernel offset (the lecture's loop), one per window
+    Mistake(lambda e, a: _quiet(_dx_assigned, e, a, True), COL2IM_ASSIGNS, output=0, **TOL),
+    Mistake(lambda e, a: _quiet(_dx_assigned, e, a, False), COL2IM_ASSIGNS, output=0, **TOL),
+    OtherShape(
+        "db sums dout over the batch and every output position: db = dout.sum(axis=(0, 2, 3)), "
+        "shape (O,)", output=2),
+    LastAxesSwapped(
+        "dw is transposed in its kernel axes: dW_row = G @ X_col.T reshapes to (O, C, kh, kw) "
+        "in the same (c, p, q) order as im2col's rows", output=1),
+    OtherShape(
+        "dw has the weight's shape (O, C, kh, kw): (G @ X_col.T).reshape(w.shape), with G = "
+        "dout as an (O, N*OH*OW) matrix (dout.transpose(1, 0, 2, 3).reshape(O, -1))", output=1),
 )
 
 POOL_FORWARD_HINTS = (
-    (lambda e, g, a: _close(g, _pool_loops(a[0], a[1], a[2], np.mean)),
-     "that is average pooling: take the MAXIMUM of each window"),
-    (lambda e, g, a: a[2] != a[1] and _shape(g) == _shape(_pool_loops(a[0], a[1], a[1],
-                                                                      np.max)),
-     "use the stride: window (i, j) starts at (i*stride, j*stride), and OH = (H - k) // "
-     "stride + 1 (here the stride is not the kernel size)"),
+    Mistake(lambda e, a: _quiet(_pool_loops, a[0], a[1], a[2], np.mean),
+            "that is average pooling: take the MAXIMUM of each window", **TOL),
+    Mistake(lambda e, a: _quiet(_shape_of, _pool_loops, a[0], a[1], a[1], np.max) if a[2] != a[1]
+            else None,
+            "use the stride: window (i, j) starts at (i*stride, j*stride), and OH = (H - k) // "
+            "stride + 1 (here the stride is not the kernel size)", view=shape_of, **EXACT),
 )
 
 POOL_BACKWARD_HINTS = (
-    (lambda e, g, a: _close(g, _pool_spread(*a)),
-     "you sent each window's gradient to every element of the window (that is the backward "
-     "of a SUM): max pooling's output IS one input, so the gradient goes to the window's "
-     "maximum only, and every other element gets 0"),
-    (lambda e, g, a: _close(g, _pool_spread(a[0], a[1], a[2], a[3], 1.0 / a[2] ** 2)),
-     "that is average pooling's backward (dout / k² everywhere): max pooling sends dout to the "
-     "window's maximum only"),
-    (lambda e, g, a: _close(g, _pool_assigned(*a)),
-     "with stride < kernel the windows overlap, and one element can be the maximum of two "
-     "windows: add (+=) their gradients, do not assign (=)"),
+    Mistake(lambda e, a: _quiet(_pool_spread, *a),
+            "you sent each window's gradient to every element of the window (that is the "
+            "backward of a SUM): max pooling's output IS one input, so the gradient goes to the "
+            "window's maximum only, and every other element gets 0", **TOL),
+    Mistake(lambda e, a: _quiet(_pool_spread, a[0], a[1], a[2], a[3], 1.0 / a[2] ** 2),
+            "that is average pooling's backward (dout / k² everywhere): max pooling sends dout "
+            "to the window's maximum only", **TOL),
+    Mistake(lambda e, a: _quiet(_pool_assigned, *a),
+            "with stride < kernel the windows overlap, and one element can be the maximum of "
+            "two windows: add (+=) their gradients, do not assign (=)", **TOL),
 )
 
 PARTS = [
@@ -355,21 +379,22 @@ PARTS = [
     Part(
         id="ex11.conv_forward", points=2, cases=_forward_cases, expected=_forward_expected,
         compare=COMPARE, arg_names=("x", "w", "b", "stride", "pad"), hints=FORWARD_HINTS,
-        timeout_s=20.0,
+        timeout_s=20.0, source_check=NO_LIBRARY_CONV,
     ),
     Part(
         id="ex11.conv_backward", points=3, cases=_backward_cases, expected=_backward_expected,
         compare=COMPARE, arg_names=("dout", "x", "w", "stride", "pad"),
         output_names=("dx", "dw", "db"), hints=BACKWARD_HINTS, timeout_s=20.0,
+        source_check=NO_LIBRARY_CONV_BACKWARD,
     ),
     Part(
         id="ex11.max_pool_forward", points=1, cases=_pool_forward_cases,
         expected=_pool_forward_expected, compare=COMPARE, arg_names=("x", "k", "stride"),
-        hints=POOL_FORWARD_HINTS,
+        hints=POOL_FORWARD_HINTS, source_check=NO_LIBRARY_POOL,
     ),
     Part(
         id="ex11.max_pool_backward", points=2, cases=_pool_backward_cases,
         expected=_pool_backward_expected, compare=COMPARE, arg_names=("dout", "x", "k", "stride"),
-        hints=POOL_BACKWARD_HINTS,
+        hints=POOL_BACKWARD_HINTS, source_check=NO_LIBRARY_POOL_BACKWARD,
     ),
 ]

@@ -6,6 +6,7 @@ torch.autograd on the WHOLE batch for the data-parallel gradient, parameter size
 sum for the ring all-reduce (plus the bytes each worker sends under the stated schedule, counted
 from the chunk sizes). A reference ring simulator lives here for the hints only: it replays the
 typical mistakes (no all-gather, adding in the all-gather, sending from a buffer already updated).
+Private: the public call adapter and generic hint rules live in ``edu_dl.harness.ex10``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,15 @@ from typing import Any
 
 import numpy as np
 
+from edu_dl.grading.hints import EqualsArgument, Mistake, Scaled
 from edu_dl.grading.spec import Part, tolerance
+from edu_dl.harness.ex10 import (
+    FirstAxisDropped,
+    ValuesRight,
+    ValuesRightCountsScaled,
+    as_int,
+    call_with_list,
+)
 
 Array = np.ndarray
 Case = tuple[Any, ...]
@@ -23,9 +32,7 @@ EXACT = tolerance(rtol=1e-12, atol=0.0)
 GRAD = tolerance(rtol=1e-9, atol=1e-12)  # float64 sums in another order: ~1e-16 relative
 
 
-def _close(a: Any, b: Any, rtol: float = 1e-9, atol: float = 1e-12) -> bool:
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=atol))
+TOL: dict[str, Any] = {"rtol": 1e-9, "atol": 1e-12}  # the hints: float64 sums in another order
 
 
 def _blocks(n: int, k: int) -> list[Array]:
@@ -84,12 +91,6 @@ def _allreduce_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
 
 def _allreduce_expected(grads: Array) -> Array:
     return np.broadcast_to(grads.mean(axis=0), grads.shape).copy()
-
-
-def _call_with_list(fn: Any, args: Case) -> Any:
-    """The student's function gets a Python list of the k workers' arrays."""
-    grads = args[0]
-    return np.asarray(fn([np.array(g) for g in grads]))
 
 
 # --------------------------------------------------------------------------- 3. data_parallel_grad
@@ -226,60 +227,62 @@ def _ring(arrays: Array, *, all_gather: bool = True, gather_adds: bool = False,
     return data
 
 
-def _final(g: Any) -> Array:
-    return np.asarray(g[0], dtype=np.float64)
-
+RING_TRAFFIC = ("a ring all-reduce sends 2 (k - 1) / k of the gradient from each worker: (k - 1) "
+                "chunks of 1/k in the reduce-scatter, (k - 1) more in the all-gather")
 
 PARTS = [
     Part(
         id="ex10.shard_indices", points=1, cases=_shard_cases, expected=_shard_expected,
         arg_names=("n", "k", "rank"),
         hints=(
-            (lambda e, g, a: _close(g, _floor_block(a)) and a[0] % a[1] != 0,
-             "n % k rows are left over and you dropped them: give one extra row to each of the "
-             "FIRST n % k workers"),
-            (lambda e, g, a: _close(g, _last_takes_rest(a)),
-             "the rule spreads the n % k extra rows over the first workers, one each; it does not "
-             "give them all to the last worker"),
-            (lambda e, g, a: _close(g, _ceil_block(a)),
-             "blocks of ceil(n / k) rows leave the last workers short: the first n % k workers "
-             "get n // k + 1 rows, the others n // k"),
-            (lambda e, g, a: _close(g, np.arange(a[2], a[0], a[1])),
-             "contiguous blocks, not every k-th row: worker 0 gets rows 0, 1, 2, ..."),
+            Mistake(lambda e, a: _floor_block(a) if a[0] % a[1] != 0 else None,
+                    "n % k rows are left over and you dropped them: give one extra row to each "
+                    "of the FIRST n % k workers", **TOL),
+            Mistake(lambda e, a: _last_takes_rest(a),
+                    "the rule spreads the n % k extra rows over the first workers, one each; it "
+                    "does not give them all to the last worker", **TOL),
+            Mistake(lambda e, a: _ceil_block(a),
+                    "blocks of ceil(n / k) rows leave the last workers short: the first n % k "
+                    "workers get n // k + 1 rows, the others n // k", **TOL),
+            Mistake(lambda e, a: np.arange(a[2], a[0], a[1]),
+                    "contiguous blocks, not every k-th row: worker 0 gets rows 0, 1, 2, ...",
+                    **TOL),
         ),
     ),
     Part(
         id="ex10.all_reduce_mean", points=1, cases=_allreduce_cases, expected=_allreduce_expected,
-        call=_call_with_list, compare=GRAD, arg_names=("grads",),
+        call=call_with_list, compare=GRAD, arg_names=("grads",),
         hints=(
-            (lambda e, g, a: _close(g, a[0].shape[0] * e) and a[0].shape[0] > 1,
-             "that is the SUM of the workers' gradients: divide by the number of workers k"),
-            (lambda e, g, a: np.shape(g) == np.shape(e)[1:],
-             "every worker ends with its own copy of the mean: return a list of k arrays "
-             "(one per worker), not one array"),
-            (lambda e, g, a: _close(g, a[0]),
-             "you returned the gradients unchanged: each worker must end with the average of all"),
+            Mistake(lambda e, a: a[0].shape[0] * e if a[0].shape[0] > 1 else None,
+                    "that is the SUM of the workers' gradients: divide by the number of workers "
+                    "k", **TOL),
+            FirstAxisDropped(
+                "every worker ends with its own copy of the mean: return a list of k arrays "
+                "(one per worker), not one array"),
+            EqualsArgument(
+                "you returned the gradients unchanged: each worker must end with the average of "
+                "all", argument=0),
         ),
     ),
     Part(
         id="ex10.data_parallel_grad", points=2, cases=_dp_cases, expected=_dp_expected,
         compare=GRAD, arg_names=("X", "y", "w", "k", "reduction"),
         hints=(
-            (lambda e, g, a: a[4] == "sum" and a[3] > 1 and _close(g, e / a[3]),
-             "with reduction='sum' you averaged the workers' gradients, which divides the full "
-             "gradient by k: the full batch's SUM loss is the SUM of the shards' sum losses, so "
-             "SUM the gradients (all-reduce sum; averaging is right only for a mean loss)"),
-            (lambda e, g, a: a[4] == "mean" and _uneven(a) and _close(g, _plain_mean(a)),
-             "the shards are unequal here (n % k != 0): a plain average gives each row of a small "
-             "shard more weight; weight worker r's mean-loss gradient by n_r / N (or scale it by "
-             "k * n_r / N before the all-reduce mean)"),
-            (lambda e, g, a: a[4] == "mean" and a[3] > 1 and _close(g, _plain_sum(a)),
-             "you summed the workers' mean-loss gradients: for a mean loss over equal shards, "
-             "AVERAGE them (all_reduce_mean)"),
-            (lambda e, g, a: _close(g, e / 2),
-             "half the gradient: d/dy_hat (y_hat - y)^2 = 2 (y_hat - y)"),
-            (lambda e, g, a: _close(g, -e),
-             "wrong sign: the residual is y_hat - y = X @ w - y"),
+            Mistake(lambda e, a: e / a[3] if a[4] == "sum" and a[3] > 1 else None,
+                    "with reduction='sum' you averaged the workers' gradients, which divides the "
+                    "full gradient by k: the full batch's SUM loss is the SUM of the shards' sum "
+                    "losses, so SUM the gradients (all-reduce sum; averaging is right only for a "
+                    "mean loss)", **TOL),
+            Mistake(lambda e, a: _plain_mean(a) if a[4] == "mean" and _uneven(a) else None,
+                    "the shards are unequal here (n % k != 0): a plain average gives each row of "
+                    "a small shard more weight; weight worker r's mean-loss gradient by n_r / N "
+                    "(or scale it by k * n_r / N before the all-reduce mean)", **TOL),
+            Mistake(lambda e, a: _plain_sum(a) if a[4] == "mean" and a[3] > 1 else None,
+                    "you summed the workers' mean-loss gradients: for a mean loss over equal "
+                    "shards, AVERAGE them (all_reduce_mean)", **TOL),
+            Scaled("half the gradient: d/dy_hat (y_hat - y)^2 = 2 (y_hat - y)", factor=0.5,
+                   rtol=1e-9),
+            Scaled("wrong sign: the residual is y_hat - y = X @ w - y", factor=-1.0, rtol=1e-9),
         ),
     ),
     Part(
@@ -287,42 +290,46 @@ PARTS = [
         compare=EXACT, arg_names=("layer_sizes", "dtype", "k"),
         output_names=("gradient_bytes", "ring_bytes_per_worker"),
         hints=(
-            (lambda e, g, a: int(g[0]) == _n_weights(a) * _itemsize(a),
-             "you forgot the biases: each Linear(a, b) layer has a * b weights and b biases, and "
-             "every parameter has a gradient"),
-            (lambda e, g, a: int(g[0]) == 8 * e[0],
-             "that is bits: np.dtype(dtype).itemsize is already in bytes (4 for float32)"),
-            (lambda e, g, a: int(g[0]) == e[0] // _itemsize(a),
-             "that is the number of parameters: multiply by the bytes per value "
-             "(np.dtype(dtype).itemsize)"),
-            (lambda e, g, a: _close(g[1], 2 * e[0], 1e-12, 0) or _close(g[1], e[0], 1e-12, 0)
-             or _close(g[1], (a[2] - 1) / a[2] * e[0], 1e-12, 0),
-             "a ring all-reduce sends 2 (k - 1) / k of the gradient from each worker: (k - 1) "
-             "chunks of 1/k in the reduce-scatter, (k - 1) more in the all-gather"),
+            Mistake(lambda e, a: _n_weights(a) * _itemsize(a),
+                    "you forgot the biases: each Linear(a, b) layer has a * b weights and b "
+                    "biases, and every parameter has a gradient", output=0, rtol=0.0, atol=0.0,
+                    view=as_int),
+            Mistake(lambda e, a: 8 * e[0],
+                    "that is bits: np.dtype(dtype).itemsize is already in bytes (4 for float32)",
+                    output=0, rtol=0.0, atol=0.0, view=as_int),
+            Mistake(lambda e, a: e[0] // _itemsize(a),
+                    "that is the number of parameters: multiply by the bytes per value "
+                    "(np.dtype(dtype).itemsize)", output=0, rtol=0.0, atol=0.0, view=as_int),
+            *(Mistake(replay, RING_TRAFFIC, output=1, rtol=1e-12, atol=0.0) for replay in (
+                lambda e, a: 2 * e[0], lambda e, a: e[0], lambda e, a: (a[2] - 1) / a[2] * e[0])),
         ),
     ),
     Part(
         id="ex10.ring_all_reduce", points=2, cases=_ring_cases, expected=_ring_expected,
         compare=GRAD, arg_names=("arrays",), output_names=("final", "sent"),
         hints=(
-            (lambda e, g, a: _close(_final(g), e[0] / a[0].shape[0]) and a[0].shape[0] > 1,
-             "an all-reduce SUM: every worker ends with the sum of all the arrays, not the mean"),
-            (lambda e, g, a: _close(_final(g), _ring(a[0], gather_shift=0)),
-             "the all-gather starts from the chunk each worker completed in the reduce-scatter: "
-             "in its step s, worker r sends chunk (r + 1 - s) % k, not (r - s) % k"),
-            (lambda e, g, a: _close(_final(g), _ring(a[0], all_gather=False)),
-             "after the reduce-scatter each worker holds only ONE complete chunk ((r + 1) % k); "
-             "the all-gather must pass the complete chunks around the ring"),
-            (lambda e, g, a: _close(_final(g), _ring(a[0], gather_adds=True)),
-             "in the all-gather the receiver REPLACES its chunk with the complete one; adding "
-             "counts values twice"),
-            (lambda e, g, a: _close(_final(g), e[0]) and np.sum(g[1]) == 2 * e[1].sum(),
-             "sent counts elements each worker sends: one chunk per step, 2 (k - 1) steps; "
-             "count each send once (the sender's side)"),
-            (lambda e, g, a: _close(_final(g), e[0]),
-             "the values are right; sent must count, for each worker, the elements of the chunks "
-             "it sent under the schedule (chunk (r - s) % k, then (r + 1 - s) % k), with the "
-             "chunks split as in part 1"),
+            Mistake(lambda e, a: e[0] / a[0].shape[0] if a[0].shape[0] > 1 else None,
+                    "an all-reduce SUM: every worker ends with the sum of all the arrays, not the "
+                    "mean", output=0, **TOL),
+            Mistake(lambda e, a: _ring(a[0], gather_shift=0),
+                    "the all-gather starts from the chunk each worker completed in the "
+                    "reduce-scatter: in its step s, worker r sends chunk (r + 1 - s) % k, not "
+                    "(r - s) % k", output=0, **TOL),
+            Mistake(lambda e, a: _ring(a[0], all_gather=False),
+                    "after the reduce-scatter each worker holds only ONE complete chunk "
+                    "((r + 1) % k); the all-gather must pass the complete chunks around the ring",
+                    output=0, **TOL),
+            Mistake(lambda e, a: _ring(a[0], gather_adds=True),
+                    "in the all-gather the receiver REPLACES its chunk with the complete one; "
+                    "adding counts values twice", output=0, **TOL),
+            ValuesRightCountsScaled(
+                "sent counts elements each worker sends: one chunk per step, 2 (k - 1) steps; "
+                "count each send once (the sender's side)", values=0, counts=1, factor=2.0,
+                **TOL),
+            ValuesRight(
+                "the values are right; sent must count, for each worker, the elements of the "
+                "chunks it sent under the schedule (chunk (r - s) % k, then (r + 1 - s) % k), "
+                "with the chunks split as in part 1", output=0, **TOL),
         ),
     ),
 ]

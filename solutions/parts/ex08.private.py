@@ -7,7 +7,11 @@ define-by-run); a transitive closure by boolean matrix products for the plan (no
 
 Judged outside the sandbox: every value against the oracle (the plan as a set of integer node
 ids, in linear time); for rnn_static also the submitted source: it runs an edu_dl.graph Session
-(``source_check``). That a Session really ran is check()'s feedback only.
+(``source_check``); for rnn_eager, that it does not run the oracle's PyTorch, and for
+caffe_forward, that it does not build the oracle's edu_dl.caffe Net. That a Session really ran is
+check()'s feedback only.
+
+The private half: ``edu_dl.harness.ex08`` holds the public calls, compares and rules.
 """
 
 from __future__ import annotations
@@ -19,20 +23,22 @@ from typing import Any
 
 import numpy as np
 
+from edu_dl.grading.hints import Mistake, close
 from edu_dl.grading.source import names_check
-from edu_dl.grading.spec import CheckFailure, Part, Verdict, tolerance
+from edu_dl.grading.spec import Part, tolerance
+from edu_dl.harness.ex08 import (
+    OutputRight,
+    RightButTransposed,
+    call_plan,
+    call_static,
+    compare_sets,
+    id_set,
+    loss_of,
+)
 
 Array = np.ndarray
 Case = tuple[Any, ...]
 CLOSE = tolerance(rtol=1e-7, atol=1e-10)
-
-
-def _close(a: Any, b: Any, rtol: float = 1e-7, atol: float = 1e-10) -> bool:
-    try:
-        a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    except (TypeError, ValueError):
-        return False
-    return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=atol))
 
 
 # --------------------------------------------------------------------------- the RNN
@@ -79,59 +85,50 @@ def _rnn_expected(X: Array, W: Array, U: Array) -> tuple[float, Array, Array]:
     return loss.item(), Wt.grad.numpy().copy(), Ut.grad.numpy().copy()
 
 
-def _loss(g: Any) -> Any:
-    return g[0] if isinstance(g, tuple | list) and len(g) == 3 else None
+def _unless_right(value: float, e: Any) -> float | None:
+    """The mistake's loss, or None where it is the right one (that branch is the answer)."""
+    return None if close(value, e[0], rtol=1e-7, atol=1e-10) else value
 
 
-def _one_step_short(g: Any, a: tuple[Any, ...]) -> bool:
-    h = _h_final(a[0], a[1], a[2], steps=a[0].shape[0] - 1)
-    return _close(_loss(g), (h**2).sum()) or _close(_loss(g), -h.sum())
+def _short(a: Case) -> Any:
+    """h after one step too few (None for a sequence of one step)."""
+    return _h_final(a[0], a[1], a[2], steps=a[0].shape[0] - 1) if a[0].shape[0] > 1 else None
 
+
+def _short_loss(a: Case, squared: bool) -> float | None:
+    h = _short(a)
+    if h is None:
+        return None
+    return float((h**2).sum()) if squared else float(-h.sum())
+
+
+SHORT = "one step short: the loop runs over all T rows of X (T = X.shape[0])"
 
 RNN_HINTS = (
-    (lambda e, g, a: _close(_loss(g), (_h_final(*a) ** 2).sum()) and not _close(_loss(g), e[0]),
-     "the loss takes the other branch: when sum(h) <= 0 the loss is -sum(h); decide with the "
-     "value, `if h.sum().item() > 0:`"),
-    (lambda e, g, a: _close(_loss(g), -_h_final(*a).sum()) and not _close(_loss(g), e[0]),
-     "the loss takes the other branch: when sum(h) > 0 the loss is sum(h * h)"),
-    (lambda e, g, a: a[0].shape[0] > 1 and _one_step_short(g, a),
-     "one step short: the loop runs over all T rows of X (T = X.shape[0])"),
-    (lambda e, g, a: _close(_loss(g), e[0]) and (_close(g[1], e[1].T) or _close(g[2], e[2].T)),
-     "the loss is right but a gradient looks transposed: dW has W's shape (H, H)"),
-    (lambda e, g, a: _close(_loss(g), e[0]),
-     "the loss is right but the gradients are not: make W and U tensors with "
-     "requires_grad=True, call loss.backward() once, and return W.grad and U.grad as arrays"),
+    Mistake(lambda e, a: _unless_right(float((_h_final(*a) ** 2).sum()), e),
+            "the loss takes the other branch: when sum(h) <= 0 the loss is -sum(h); decide with "
+            "the value, `if h.sum().item() > 0:`", view=loss_of, rtol=1e-7, atol=1e-10),
+    Mistake(lambda e, a: _unless_right(float(-_h_final(*a).sum()), e),
+            "the loss takes the other branch: when sum(h) > 0 the loss is sum(h * h)",
+            view=loss_of, rtol=1e-7, atol=1e-10),
+    Mistake(lambda e, a: _short_loss(a, squared=True), SHORT, view=loss_of, rtol=1e-7, atol=1e-10),
+    Mistake(lambda e, a: _short_loss(a, squared=False), SHORT, view=loss_of, rtol=1e-7, atol=1e-10),
+    RightButTransposed("the loss is right but a gradient looks transposed: dW has W's shape "
+                       "(H, H)", right=0, transposed=(1, 2), rtol=1e-7, atol=1e-10),
+    OutputRight("the loss is right but the gradients are not: make W and U tensors with "
+                "requires_grad=True, call loss.backward() once, and return W.grad and U.grad as "
+                "arrays", right=0, rtol=1e-7, atol=1e-10),
 )
-
-
-def _call_static(fn: Callable[..., Any], args: Case) -> Any:
-    """Run fn, then check that an edu_dl.graph Session computed the result."""
-    from edu_dl.autograd import graph
-
-    runs = 0
-    original = graph.Session.run
-
-    def counting_run(self: Any, *a: Any, **kw: Any) -> Any:
-        nonlocal runs
-        runs += 1
-        return original(self, *a, **kw)
-
-    graph.Session.run = counting_run  # type: ignore[method-assign]
-    try:
-        result = fn(*args)
-    finally:
-        graph.Session.run = original  # type: ignore[method-assign]
-    if runs == 0:
-        raise CheckFailure("no edu_dl.graph Session ran: build the unrolled graph (placeholder, "
-                           "Variable, eg.tanh, eg.matmul, eg.gradients) and fetch the values "
-                           "with sess.run")
-    return result
 
 
 STATIC_SOURCE = names_check(required=[(
     ("Session",), "no edu_dl.graph Session runs in the function: build the unrolled graph "
                   "(placeholder, Variable, eg.tanh, eg.matmul, eg.gradients) and fetch the "
                   "values with sess.run")])
+EAGER_SOURCE = names_check(forbidden=[(
+    ("torch",),
+    "this part asks you to write the RNN with edu_dl's eager engine (ed.tensor, @, .tanh(), "
+    ".backward()): the check runs the same program in PyTorch (do not call torch)")])
 
 
 # --------------------------------------------------------------------------- the plan
@@ -187,49 +184,6 @@ def _plan_expected(parents: Array, fetches: Array) -> Array:
         reach = grown
 
 
-def _node_ids(values: Any) -> Array | None:
-    """Distinct node ids, sorted, from an array of integers; None when they are not integers."""
-    a = np.asarray(values).ravel()
-    if a.size and a.dtype.kind not in "iu":
-        return None
-    return np.unique(a.astype(np.int64))
-
-
-def _call_plan(fn: Callable[..., Any], args: Case) -> Array:
-    """The student's nodes as a sorted array of distinct ints: graded as a set."""
-    result = fn(*args)
-    try:
-        nodes = _node_ids(list(result))
-    except (TypeError, ValueError) as exc:
-        raise CheckFailure(f"return node indices (a list, set or array of ints), got "
-                           f"{type(result).__name__} ({exc})") from None
-    if nodes is None:
-        raise CheckFailure(f"return node indices as integers, got {type(result).__name__} of "
-                           f"{np.asarray(list(result)).dtype} values")
-    return nodes
-
-
-def _compare_sets(expected: Any, got: Any) -> Verdict:
-    """The same set of integer node ids (np.unique: n log n on a result the size cap bounds)."""
-    e = _node_ids(expected)
-    try:
-        g = _node_ids(got)
-    except (TypeError, ValueError):
-        g = None
-    if e is None or g is None:
-        return Verdict(False, f"expected node indices (integers), got {type(got).__name__}")
-    if np.array_equal(e, g):
-        return Verdict(True)
-    missing, extra = np.setdiff1d(e, g).tolist(), np.setdiff1d(g, e)[:20].tolist()
-    parts = []
-    if missing:
-        parts.append(f"missing nodes {missing}")
-    if extra:
-        parts.append(f"nodes not needed {extra}")
-    shown = g.tolist() if len(g) <= 40 else [*g[:40].tolist(), "..."]
-    return Verdict(False, f"expected nodes {e.tolist()}, got {shown}: " + "; ".join(parts))
-
-
 def _direct(parents: Array, fetches: Array) -> set[int]:
     out = {int(f) for f in fetches}
     for f in fetches:
@@ -248,22 +202,29 @@ def _closure_children(parents: Array, fetches: Array) -> Array:
         reach = grown
 
 
-def _as_set(g: Any) -> set[int]:
-    return {int(i) for i in np.asarray(g).ravel()}
+def _ids(nodes: Any) -> Array:
+    return np.unique(np.asarray(list(nodes), dtype=np.int64))
+
+
+def _unless_expected(nodes: Any, e: Any) -> Array | None:
+    """The mistake's node set, or None where it is the right one."""
+    wrong = _ids(nodes)
+    return None if np.array_equal(wrong, _ids(np.asarray(e).ravel())) else wrong
 
 
 PLAN_HINTS = (
-    (lambda e, g, a: _as_set(g) == _direct(*a) != _as_set(e),
-     "only the direct inputs: a plan needs the inputs of the inputs too, all the way back "
-     "(a stack or a recursive walk over parents)"),
-    (lambda e, g, a: _as_set(g) == set(range(len(a[0]))) != _as_set(e),
-     "that is every node of the graph: prune, keep only what the fetches depend on"),
-    (lambda e, g, a: _as_set(g) == _as_set(e) - {int(f) for f in a[1]},
-     "the fetched nodes themselves belong to the plan"),
-    (lambda e, g, a: _as_set(g) == {int(i) for i in np.flatnonzero(
-        _closure_children(*a))} != _as_set(e),
-     "that walks forward, to the nodes that USE the fetches: follow the parents (inputs) "
-     "instead"),
+    Mistake(lambda e, a: _unless_expected(_direct(*a), e),
+            "only the direct inputs: a plan needs the inputs of the inputs too, all the way back "
+            "(a stack or a recursive walk over parents)", view=id_set, rtol=0.0, atol=0.0),
+    Mistake(lambda e, a: _unless_expected(range(len(a[0])), e),
+            "that is every node of the graph: prune, keep only what the fetches depend on",
+            view=id_set, rtol=0.0, atol=0.0),
+    Mistake(lambda e, a: _ids(set(_ids(np.asarray(e).ravel()).tolist())
+                              - {int(f) for f in a[1]}),
+            "the fetched nodes themselves belong to the plan", view=id_set, rtol=0.0, atol=0.0),
+    Mistake(lambda e, a: _unless_expected(np.flatnonzero(_closure_children(*a)), e),
+            "that walks forward, to the nodes that USE the fetches: follow the parents (inputs) "
+            "instead", view=id_set, rtol=0.0, atol=0.0),
 )
 
 
@@ -360,35 +321,49 @@ def _np_forward(lines: Array, x: Array, y: Array, params: tuple[Array, ...],
     return pred, pred - y
 
 
-def _caffe_hint(**kw: bool) -> Callable[[Any, Any, tuple[Any, ...]], bool]:
-    def predicate(e: Any, g: Any, a: tuple[Any, ...]) -> bool:
-        pred, _ = _np_forward(a[0], a[1], a[2], a[3:], **kw)
-        return _close(g[1], pred) and not _close(g[1], e[1])
+def _caffe_mistake(**kw: bool) -> Callable[[Any, Case], Any]:
+    """y_hat as the layers read with one thing changed; None where that changes nothing or
+    cannot run (W not transposed does not multiply unless it is square)."""
+    def replay(e: Any, a: Case) -> Any:
+        try:
+            pred, _ = _np_forward(a[0], a[1], a[2], a[3:], **kw)
+        except Exception:  # this reading cannot run on the net: the hint does not apply
+            return None
+        return None if close(pred, e[1], rtol=1e-7, atol=1e-10) else pred
 
-    return predicate
+    return replay
 
 
-def _loss_scaled(factor: Callable[[Array], float]) -> Callable[[Any, Any, tuple[Any, ...]], bool]:
-    def predicate(e: Any, g: Any, a: tuple[Any, ...]) -> bool:
-        diff = np.asarray(e[1]) - a[2]
-        return _close(g[1], e[1]) and _close(g[0], factor(diff)) and not _close(g[0], e[0])
+def _loss_scaled(factor: Callable[[Array], float]) -> Callable[[Any, Case], Any]:
+    """(a wrong loss, the right y_hat): y_hat right, the loss scaled wrongly."""
+    def replay(e: Any, a: Case) -> Any:
+        wrong = factor(np.asarray(e[1]) - a[2])
+        return None if close(wrong, e[0], rtol=1e-7, atol=1e-10) else (wrong, e[1])
 
-    return predicate
+    return replay
 
+
+CAFFE_SOURCE = names_check(forbidden=[(
+    ("Net", "read_net", "build", "train", "Solver", "filter_net"),
+    "this part asks you to run the layers yourself, one after the other: the check compares "
+    "with edu_dl.caffe (do not build an edu_dl.caffe Net)")])
 
 CAFFE_HINTS = (
-    (_caffe_hint(transpose=False),
-     "InnerProduct stores W as (num_output, K), as nn.Linear does: y = x @ W.T + b"),
-    (_caffe_hint(bias=False), "add the bias: y = x @ W.T + b"),
-    (_caffe_hint(relu=False),
-     "a ReLU layer was skipped: run every layer in the order written; with bottom == top it "
-     "works in place, replacing the blob"),
-    (_loss_scaled(lambda d: float(np.mean(d**2))),
-     "EuclideanLoss is sum((y_hat - y)**2) / (2 N), N = rows: not the mean over all entries"),
-    (_loss_scaled(lambda d: float(np.sum(d**2) / len(d))),
-     "EuclideanLoss divides by 2 N, not N"),
-    (_loss_scaled(lambda d: float(np.sum(d**2))),
-     "EuclideanLoss divides the sum of squares by 2 N"),
+    Mistake(_caffe_mistake(transpose=False),
+            "InnerProduct stores W as (num_output, K), as nn.Linear does: y = x @ W.T + b",
+            output=1, rtol=1e-7, atol=1e-10),
+    Mistake(_caffe_mistake(bias=False), "add the bias: y = x @ W.T + b", output=1,
+            rtol=1e-7, atol=1e-10),
+    Mistake(_caffe_mistake(relu=False),
+            "a ReLU layer was skipped: run every layer in the order written; with bottom == top "
+            "it works in place, replacing the blob", output=1, rtol=1e-7, atol=1e-10),
+    Mistake(_loss_scaled(lambda d: float(np.mean(d**2))),
+            "EuclideanLoss is sum((y_hat - y)**2) / (2 N), N = rows: not the mean over all "
+            "entries", rtol=1e-7, atol=1e-10),
+    Mistake(_loss_scaled(lambda d: float(np.sum(d**2) / len(d))),
+            "EuclideanLoss divides by 2 N, not N", rtol=1e-7, atol=1e-10),
+    Mistake(_loss_scaled(lambda d: float(np.sum(d**2))),
+            "EuclideanLoss divides the sum of squares by 2 N", rtol=1e-7, atol=1e-10),
 )
 
 
@@ -396,22 +371,23 @@ PARTS = [
     Part(
         id="ex08.rnn_eager", points=2, cases=_rnn_cases, expected=_rnn_expected, compare=CLOSE,
         arg_names=("X", "W", "U"), output_names=("loss", "dW", "dU"), hints=RNN_HINTS,
+        source_check=EAGER_SOURCE,
     ),
     Part(
         id="ex08.rnn_static", points=3, cases=_rnn_cases, expected=_rnn_expected,
-        compare=CLOSE, call=_call_static, source_check=STATIC_SOURCE,
+        compare=CLOSE, call=call_static, source_check=STATIC_SOURCE,
         arg_names=("X", "W", "U"),
         output_names=("loss", "dW", "dU"), hints=RNN_HINTS,
     ),
     Part(
         id="ex08.plan", points=2, cases=_plan_cases, expected=_plan_expected,
-        compare=_compare_sets, call=_call_plan, arg_names=("parents", "fetches"),
+        compare=compare_sets, call=call_plan, arg_names=("parents", "fetches"),
         hints=PLAN_HINTS,
     ),
     Part(
         id="ex08.caffe_forward", points=3, cases=_caffe_cases, expected=_caffe_expected,
         compare=CLOSE, arg_names=("lines", "x", "y", *(f"params[{i}]" for i in range(8))),
-        output_names=("loss", "y_hat"),
+        output_names=("loss", "y_hat"), source_check=CAFFE_SOURCE,
         hints=CAFFE_HINTS,
     ),
 ]

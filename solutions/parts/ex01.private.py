@@ -1,7 +1,9 @@
 """Exercise 1, getting started: peak FLOP/s, choosing a GPU, a device string, reading /proc/cpuinfo.
 
 The oracles are the doctor's own code (``edu_dl.hardware``), PyTorch's ``torch.device`` and a plain
-stable sort, never the formula as the exercise states it.
+stable sort, never the formula as the exercise states it. The private half: oracles, hidden cases
+and mistake replays; the source checks that keep a student from calling ``edu_dl.hardware`` are
+public (``edu_dl.harness.ex01``).
 """
 
 from __future__ import annotations
@@ -10,15 +12,28 @@ from typing import Any
 
 import numpy as np
 
+from edu_dl.grading.hints import (
+    DtypeKind,
+    Equals,
+    Mistake,
+    OneOf,
+    OutputIs,
+    Permuted,
+    Scaled,
+    StartsWith,
+    Stripped,
+)
 from edu_dl.grading.spec import Part, tolerance
+from edu_dl.harness.ex01 import CPUINFO_SOURCE, PEAK_SOURCE
 
 Case = tuple[Any, ...]
 EXACT = tolerance(rtol=1e-9, atol=0.0)
+RATIO = 1e-9  # a hint's factor, to 1e-9 relative
 
 
-def _ratio(got: Any, expected: Any, factor: float) -> bool:
+def _ratio(factor: float, message: str) -> Scaled:
     """got == factor * expected, to 1e-9 relative."""
-    return bool(np.isclose(float(got), factor * float(expected), rtol=1e-9, atol=0.0))
+    return Scaled(message, factor=factor, rtol=RATIO)
 
 
 # --------------------------------------------------------------------------- peak FLOP/s
@@ -99,9 +114,9 @@ def _gpu_variant(a: Case, *, strict: bool = False, vendor: bool = True,
     return rows[order]
 
 
-def _same(got: Any, want: Any) -> bool:
-    g, w = np.asarray(got), np.asarray(want)
-    return g.shape == w.shape and bool(np.array_equal(g, w))
+def _gpu_mistake(message: str, **variant: bool) -> Mistake:
+    """The rows _gpu_variant(**variant) picks, exactly."""
+    return Mistake(lambda e, a: _gpu_variant(a, **variant), message, rtol=0.0, atol=0.0)
 
 
 # --------------------------------------------------------------------------- device string
@@ -185,77 +200,85 @@ def _cpuinfo_expected(text: str) -> tuple[str, int, int, int, bool]:
             int(cpu.simd_bits.value), bool(cpu.fma))
 
 
-def _field(got: Any, j: int) -> Any:
-    return np.asarray(got[j]).item()
+def _core_ids(text: str) -> int:
+    """The distinct core ids of the text, sockets mixed up (core ids restart on each socket)."""
+    return len({line.split(":")[1].strip() for line in text.splitlines()
+                if line.startswith("core id")})
+
+
+def _cores_by_core_id(e: Any, a: Case) -> int | None:
+    """The mistake: physical cores counted by core id alone (None where that is not fewer)."""
+    count = _core_ids(a[0])
+    return count if count < int(e[2]) else None
+
+
+UNITS = "units: clock_mhz MHz = clock_mhz x 1e6 cycles/s, and GFLOP/s = FLOP/s / 1e9"
+LANES = "simd_bits is the register width in bits: float32 lanes = simd_bits / 32"
+GPU_NAMES = ("PyTorch names NVIDIA GPUs 'cuda' ('cuda:0', 'cuda:1', ...); 'gpu' is edu_dl's name "
+             "and '/gpu:0' TensorFlow's")
 
 
 PARTS = [
     Part(
         id="ex01.peak_gflops", points=1, cases=_peak_cases, expected=_peak_expected,
         compare=EXACT, arg_names=("cores", "clock_mhz", "simd_bits", "fma_units"),
+        source_check=PEAK_SOURCE,
         hints=(
-            (lambda e, g, a: a[3] != 2 and _ratio(g, e, 1 / a[3]),
-             "multiply by fma_units: each FMA unit finishes one vector FMA per cycle"),
-            (lambda e, g, a: _ratio(g, e, 0.5),
-             "half the expected peak: an FMA (a multiply and an add) counts as 2 FLOPs; check "
-             "also the factor fma_units and the float32 lanes (simd_bits / 32)"),
-            (lambda e, g, a: _ratio(g, e, 32.0) or _ratio(g, e, 64.0),
-             "simd_bits is the register width in bits: float32 lanes = simd_bits / 32"),
-            (lambda e, g, a: _ratio(g, e, 1000.0) or _ratio(g, e, 1e-3) or _ratio(g, e, 1e9)
-             or _ratio(g, e, 1e6) or _ratio(g, e, 1e-6),
-             "units: clock_mhz MHz = clock_mhz x 1e6 cycles/s, and GFLOP/s = FLOP/s / 1e9"),
+            Mistake(lambda e, a: 1 / a[3] * float(e) if a[3] != 2 else None,
+                    "multiply by fma_units: each FMA unit finishes one vector FMA per cycle",
+                    rtol=RATIO, atol=0.0),
+            _ratio(0.5, "half the expected peak: an FMA (a multiply and an add) counts as 2 "
+                        "FLOPs; check also the factor fma_units and the float32 lanes "
+                        "(simd_bits / 32)"),
+            _ratio(32.0, LANES),
+            _ratio(64.0, LANES),
+            *(_ratio(factor, UNITS) for factor in (1000.0, 1e-3, 1e9, 1e6, 1e-6)),
         ),
     ),
     Part(
         id="ex01.choose_gpus", points=2, cases=_gpu_cases, expected=_gpu_expected,
         arg_names=("vendors", "cuda_cores", "memory_gb", "bandwidth_gb_s"),
         hints=(
-            (lambda e, g, a: np.asarray(g).dtype.kind == "b",
-             "return the row indices of the qualifying cards (np.flatnonzero of the mask), "
-             "best first, not the mask itself"),
-            (lambda e, g, a: _same(g, _gpu_variant(a, strict=True)),
-             "'at least 1000 cores' and 'at least 8 GB' include the boundary: use >=, not >"),
-            (lambda e, g, a: _same(g, _gpu_variant(a, ascending=True)),
-             "rank by bandwidth from the highest down (the best card first)"),
-            (lambda e, g, a: _same(g, _gpu_variant(a, vendor=False)),
-             "only NVIDIA cards have CUDA and cuDNN: keep vendors == 'NVIDIA'"),
-            (lambda e, g, a: _same(np.sort(np.asarray(g)), np.sort(e)),
-             "the right cards in the wrong order: sort by bandwidth, highest first; equal "
-             "bandwidths keep the table's order (a stable sort)"),
+            DtypeKind("return the row indices of the qualifying cards (np.flatnonzero of the "
+                      "mask), best first, not the mask itself", kind="b"),
+            _gpu_mistake("'at least 1000 cores' and 'at least 8 GB' include the boundary: use "
+                         ">=, not >", strict=True),
+            _gpu_mistake("rank by bandwidth from the highest down (the best card first)",
+                         ascending=True),
+            _gpu_mistake("only NVIDIA cards have CUDA and cuDNN: keep vendors == 'NVIDIA'",
+                         vendor=False),
+            Permuted("the right cards in the wrong order: sort by bandwidth, highest first; "
+                     "equal bandwidths keep the table's order (a stable sort)"),
         ),
     ),
     Part(
         id="ex01.pick_device", points=1, cases=_device_cases, expected=_device_expected,
         arg_names=("cuda_available", "device_count", "index"),
         hints=(
-            (lambda e, g, a: g == "gpu" or str(g).startswith("gpu:") or str(g).startswith("/gpu"),
-             "PyTorch names NVIDIA GPUs 'cuda' ('cuda:0', 'cuda:1', ...); 'gpu' is edu_dl's name "
-             "and '/gpu:0' TensorFlow's"),
-            (lambda e, g, a: g == "cuda",
-             "name the GPU by its index: 'cuda:0', 'cuda:1', ..."),
-            (lambda e, g, a: e == "cpu" and str(g).startswith("cuda:"),
-             "check the index: GPUs are numbered 0 .. device_count - 1; any other index "
-             "(negative, or device_count and above) falls back to 'cpu'"),
+            Equals(GPU_NAMES, value="gpu"),
+            StartsWith(GPU_NAMES, prefixes=("gpu:", "/gpu")),
+            Equals("name the GPU by its index: 'cuda:0', 'cuda:1', ...", value="cuda"),
+            StartsWith("check the index: GPUs are numbered 0 .. device_count - 1; any other "
+                       "index (negative, or device_count and above) falls back to 'cpu'",
+                       prefixes=("cuda:",), when=lambda e, a: e == "cpu"),
         ),
     ),
     Part(
         id="ex01.read_cpuinfo", points=2, cases=_cpuinfo_cases, expected=_cpuinfo_expected,
         arg_names=("text",),
         output_names=("model_name", "logical_cpus", "physical_cores", "simd_bits", "fma"),
+        source_check=CPUINFO_SOURCE,
         hints=(
-            (lambda e, g, a: isinstance(g[0], str) and g[0] != e[0] and g[0].strip() == e[0],
-             "strip the spaces and tabs around the model name"),
-            (lambda e, g, a: e[1] != e[2] and _field(g, 2) == e[1],
-             "physical cores: hyperthreads (SMT) repeat a core, so count the DISTINCT "
-             "(physical id, core id) pairs, not the processor blocks"),
-            (lambda e, g, a: _field(g, 2) < e[2] and _field(g, 2) == len(
-                {line.split(":")[1].strip() for line in a[0].splitlines()
-                 if line.startswith("core id")}),
-             "core ids start again at 0 on every socket: a core is a (physical id, core id) pair"),
-            (lambda e, g, a: e[3] == 512 and _field(g, 3) == 256,
-             "the WIDEST vector instructions count: check avx512f before avx/avx2"),
-            (lambda e, g, a: _field(g, 3) in (8, 16, 4),
-             "simd_bits is the register width in bits (512, 256, 128), not the float32 lanes"),
+            Stripped("strip the spaces and tabs around the model name", output=0),
+            OutputIs("physical cores: hyperthreads (SMT) repeat a core, so count the DISTINCT "
+                     "(physical id, core id) pairs, not the processor blocks", output=2, other=1),
+            Mistake(_cores_by_core_id, "core ids start again at 0 on every socket: a core is a "
+                                       "(physical id, core id) pair", output=2, rtol=0.0,
+                    atol=0.0),
+            Equals("the WIDEST vector instructions count: check avx512f before avx/avx2",
+                   output=3, value=256, when=lambda e, a: e[3] == 512),
+            OneOf("simd_bits is the register width in bits (512, 256, 128), not the float32 "
+                  "lanes", output=3, values=(8, 16, 4)),
         ),
     ),
 ]

@@ -5,7 +5,8 @@ Every part trains the net ``loss = mean_i sum_j (relu(x w1) w2 - y)_ij²`` for `
 steps of gradient descent and returns the losses. The oracle is edu_dl's eager engine in float64
 (its autograd, not TensorFlow's); the hints replay typical mistakes with a NumPy copy of the loop.
 
-Each part's ``call`` also watches how the function ran, and says so in check()'s result:
+Each part's ``call`` (public: ``edu_dl.harness.ex06``, with the generic rules about losses) also
+watches how the function ran, and says so in check()'s result:
 - TF 1.x parts spy on ``Session.run`` (which every session, ``Tensor.eval`` and ``Operation.run``
   go through): no run at all means the function was not written in graph mode; in the Variables part
   the number of weight-shaped values fed or fetched is returned as a second output, expected 0;
@@ -23,14 +24,23 @@ once" and "no weight crosses Session.run" cannot be verified outside: they carry
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
+from edu_dl.grading.hints import Equals, Greater, Mistake, Rule
 from edu_dl.grading.source import names_check
-from edu_dl.grading.spec import CheckFailure, Part, tolerance
+from edu_dl.grading.spec import Part, tolerance
+from edu_dl.harness.ex06 import (
+    NO_SESSION,
+    Imprecise,
+    Stuck,
+    call_tape,
+    call_tf1,
+    call_tf1_variables,
+    call_tf_function,
+    losses_of,
+)
 
 Array = np.ndarray
 Case = tuple[Any, ...]
@@ -148,22 +158,17 @@ def _replay(case: tuple[Any, ...], steps: int | None = None, **mistake: Any) -> 
     return numpy_losses(x, y, w1, w2, lr, num_steps if steps is None else steps, **mistake)
 
 
-def _losses(result: Any) -> Array:
-    """The losses in a result: the result itself, or its first output."""
-    return np.asarray(result[0] if isinstance(result, tuple) else result, dtype=np.float64)
-
-
-def _close(a: Any, b: Any, rtol: float = 1e-9) -> bool:
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=1e-12))
-
-
 def _float32_lr(args: tuple[Any, ...]) -> tuple[Any, ...]:
     """The case with its learning rate rounded to float32, as TF does to a Python lr."""
     return (*args[:4], float(np.float32(args[4])), *args[5:])
 
 
-Hints = tuple[tuple[Callable[[Any, Any, tuple[Any, ...]], bool], str], ...]
+Hints = tuple[Mistake | Rule, ...]
+
+
+def _losses_mistake(replay: Any, message: str, rtol: float = 1e-9) -> Mistake:
+    """A mistake replayed on the losses of a result (the result itself or its first output)."""
+    return Mistake(replay, message, rtol=rtol, atol=1e-12, view=losses_of)
 
 
 def loss_hints(reduction: str) -> Hints:
@@ -172,188 +177,58 @@ def loss_hints(reduction: str) -> Hints:
         what = ("the lecture's loss is the batch MEAN of each row's summed squared error: "
                 "tf.reduce_mean(tf.reduce_sum(diff ** 2, axis=1))")
         reduce_hints: Hints = (
-            (lambda e, g, a: _close(_losses(g), _replay(a, reduce="sum")),
-             "you summed over the whole batch: " + what),
-            (lambda e, g, a: _close(_losses(g), _replay(a, reduce="mean")),
-             "you averaged over every entry (outputs too): " + what),
-            (lambda e, g, a: _close(_losses(g), _replay(_float32_lr(a)), rtol=1e-11),
-             "your learning rate became float32: GradientDescentOptimizer turns a Python lr into "
-             "a float32 tensor. Pass tf.constant(lr, tf.float64), or update with assign"),
+            _losses_mistake(lambda e, a: _replay(a, reduce="sum"),
+                            "you summed over the whole batch: " + what),
+            _losses_mistake(lambda e, a: _replay(a, reduce="mean"),
+                            "you averaged over every entry (outputs too): " + what),
+            _losses_mistake(lambda e, a: _replay(_float32_lr(a)),
+                            "your learning rate became float32: GradientDescentOptimizer turns a "
+                            "Python lr into a float32 tensor. Pass tf.constant(lr, tf.float64), "
+                            "or update with assign", rtol=1e-11),
         )
     else:
         what = ("the lecture's PyTorch loss is the SUM of the squared errors: "
                 "(y_hat - y).pow(2).sum()")
         reduce_hints = (
-            (lambda e, g, a: _close(_losses(g), _replay(a, reduce="batch_mean")),
-             "you averaged over the batch: " + what + " (so grad_y_hat = 2.0 * (y_hat - y))"),
-            (lambda e, g, a: _close(_losses(g), _replay(a, reduce="mean")),
-             "you averaged over every entry: " + what),
+            _losses_mistake(lambda e, a: _replay(a, reduce="batch_mean"),
+                            "you averaged over the batch: " + what
+                            + " (so grad_y_hat = 2.0 * (y_hat - y))"),
+            _losses_mistake(lambda e, a: _replay(a, reduce="mean"),
+                            "you averaged over every entry: " + what),
         )
     return (
         *reduce_hints,
-        (lambda e, g, a: _close(_losses(g), _replay(a, reduce=reduction, relu=False)),
-         "apply the ReLU to the hidden layer: h = max(x @ w1, 0), and mask its gradient "
-         "where x @ w1 <= 0"),
-        (lambda e, g, a: len(_losses(g)) > 1
-         and _close(_losses(g), np.full(len(_losses(g)), _losses(e)[0])),
-         "every loss equals the first: the weights never change. Update them each step "
-         "(w -= lr * grad)"),
-        (lambda e, g, a: _close(_losses(g), _replay(a, reduce=reduction, sign=-1.0)),
-         "the loss grows: step AGAINST the gradient, w -= lr * grad"),
-        (lambda e, g, a: _close(_losses(g), _replay(a, a[5] + 1, reduce=reduction)[1:]),
-         "record each step's loss BEFORE its update: the first loss is the initial weights' loss"),
-        (lambda e, g, a: not _close(_losses(g), _losses(e))
-         and _close(_losses(g), _losses(e), rtol=1e-4),
-         "close, but only to float32 precision: compute in float64 (tf.float64 placeholders and "
-         "Variables, torch.float64 tensors)"),
+        _losses_mistake(lambda e, a: _replay(a, reduce=reduction, relu=False),
+                        "apply the ReLU to the hidden layer: h = max(x @ w1, 0), and mask its "
+                        "gradient where x @ w1 <= 0"),
+        Stuck("every loss equals the first: the weights never change. Update them each step "
+              "(w -= lr * grad)", rtol=1e-9, atol=1e-12),
+        _losses_mistake(lambda e, a: _replay(a, reduce=reduction, sign=-1.0),
+                        "the loss grows: step AGAINST the gradient, w -= lr * grad"),
+        _losses_mistake(lambda e, a: _replay(a, a[5] + 1, reduce=reduction)[1:],
+                        "record each step's loss BEFORE its update: the first loss is the "
+                        "initial weights' loss"),
+        Imprecise("close, but only to float32 precision: compute in float64 (tf.float64 "
+                  "placeholders and Variables, torch.float64 tensors)", rtol=1e-9,
+                  loose_rtol=1e-4, atol=1e-12),
     )
-
-
-# --------------------------------------------------------------------------- spies
-
-
-def _leaves(value: Any) -> Iterator[Any]:
-    """The values in a nest of lists, tuples and dicts (what Session.run takes and returns)."""
-    if isinstance(value, dict):
-        for v in value.values():
-            yield from _leaves(v)
-    elif isinstance(value, list | tuple):
-        for v in value:
-            yield from _leaves(v)
-    else:
-        yield value
-
-
-class SessionSpy:
-    """Counts Session.run calls and the weight-shaped values fed in or fetched out of them.
-
-    Only runs that fetch a value count (training steps); a run that fetches only operations, such
-    as the initializer's, may be fed the initial weights once.
-    """
-
-    def __init__(self, weight_shapes: set[tuple[int, ...]]) -> None:
-        self.weight_shapes = weight_shapes
-        self.runs = 0
-        self.weight_values = 0
-
-    def _count(self, value: Any) -> None:
-        shape = getattr(value, "shape", None)
-        if shape is None and isinstance(value, list | tuple):
-            shape = np.shape(value)
-        if shape is not None and tuple(shape) in self.weight_shapes:
-            self.weight_values += int(np.prod(shape))
-
-    @contextlib.contextmanager
-    def watching(self) -> Iterator[SessionSpy]:
-        import tensorflow as tf
-
-        # BaseSession.run serves Session, InteractiveSession, Tensor.eval and Operation.run.
-        owner = next(c for c in tf.compat.v1.Session.__mro__ if "run" in c.__dict__)
-        original = owner.__dict__["run"]
-        spy = self
-
-        def run(session: Any, fetches: Any, feed_dict: Any = None, *args: Any,
-                **kwargs: Any) -> Any:
-            result = original(session, fetches, feed_dict, *args, **kwargs)
-            spy.runs += 1
-            fetched = list(_leaves(result))
-            if any(value is not None for value in fetched):
-                # a training step (it fetches a value): an initializer run fetches only None
-                for value in [*_leaves(feed_dict or {}), *fetched]:
-                    spy._count(value)
-            return result
-
-        owner.run = run
-        try:
-            yield self
-        finally:
-            owner.run = original
-
-
-NO_SESSION = ("your function never ran a tf.compat.v1.Session: write it in TF 1.x graph mode "
-              "(placeholders, tf.compat.v1.gradients, sess.run(..., feed_dict=...)) inside "
-              "`with tf.Graph().as_default():`")
-
-
-def _call_tf1(fn: Callable[..., Any], args: Case) -> Any:
-    with SessionSpy(set()).watching() as spy:
-        losses = fn(*args)
-    if spy.runs == 0:
-        raise CheckFailure(NO_SESSION)
-    return losses
-
-
-def _call_tf1_variables(fn: Callable[..., Any], args: Case) -> tuple[Any, int]:
-    """(losses, how many weight or weight-gradient values crossed Session.run's boundary)."""
-    weight_shapes = {np.shape(args[2]), np.shape(args[3])}
-    with SessionSpy(weight_shapes).watching() as spy:
-        losses = fn(*args)
-    if spy.runs == 0:
-        raise CheckFailure(NO_SESSION)
-    return losses, spy.weight_values
-
-
-def _call_tape(fn: Callable[..., Any], args: Case) -> Any:
-    import tensorflow as tf
-
-    calls = [0]
-    original = tf.GradientTape.__dict__["gradient"]
-
-    def gradient(tape: Any, *a: Any, **kw: Any) -> Any:
-        calls[0] += 1
-        return original(tape, *a, **kw)
-
-    tf.GradientTape.gradient = gradient
-    try:
-        losses = fn(*args)
-    finally:
-        tf.GradientTape.gradient = original
-    if calls[0] == 0:
-        raise CheckFailure("your function never called tape.gradient: record the forward pass "
-                           "in `with tf.GradientTape() as tape:` and take "
-                           "tape.gradient(loss, [w1, w2])")
-    return losses
-
-
-def _call_tf_function(fn: Callable[..., Any], args: Case) -> tuple[Any, int]:
-    """(losses, the returned tf.function's tracing count)."""
-    import tensorflow as tf
-
-    # Each case builds a new tf.function: TensorFlow's "retracing" warning would blame the check.
-    logger = tf.get_logger()
-    level = logger.level
-    logger.setLevel("ERROR")
-    try:
-        result = fn(*args)
-    finally:
-        logger.setLevel(level)
-    if not isinstance(result, tuple | list) or len(result) != 2:
-        raise CheckFailure("return two things: (losses, train_step), train_step being the "
-                           "tf.function you trained with")
-    losses, step = result
-    count = getattr(step, "experimental_get_tracing_count", None)
-    if count is None:
-        raise CheckFailure(f"the second value returned is a {type(step).__name__}, not a "
-                           "tf.function: wrap the step with tf.function and return it")
-    return losses, int(count())
 
 
 # --------------------------------------------------------------------------- the parts
 
 COPIES_HINT = (
-    (lambda e, g, a: isinstance(g, tuple) and len(g) == 2 and int(g[1]) > 0,
-     "weights still travel between Python and the session: keep w1 and w2 in "
-     "tf.compat.v1.Variable(w1_init), update them in the graph (w1.assign(w1 - lr * grad_w1), or "
-     "an optimizer's minimize), feed only x and y, and fetch only the loss and the update op"),
+    Greater("weights still travel between Python and the session: keep w1 and w2 in "
+            "tf.compat.v1.Variable(w1_init), update them in the graph (w1.assign(w1 - lr * "
+            "grad_w1), or an optimizer's minimize), feed only x and y, and fetch only the loss "
+            "and the update op", output=1),
 )
 
 TRACE_HINTS = (
-    (lambda e, g, a: isinstance(g, tuple) and len(g) == 2 and int(g[1]) == 0,
-     "the returned tf.function was never called: train with it, then return it"),
-    (lambda e, g, a: isinstance(g, tuple) and len(g) == 2 and int(g[1]) > 1,
-     "traced more than once: every call with a new Python number (the step t, lr) or a new "
-     "shape traces anew. Pass only tensors of fixed shape (X, y) and keep lr and the Variables "
-     "outside the arguments"),
+    Equals("the returned tf.function was never called: train with it, then return it",
+           output=1, value=0),
+    Greater("traced more than once: every call with a new Python number (the step t, lr) or a "
+            "new shape traces anew. Pass only tensors of fixed shape (X, y) and keep lr and the "
+            "Variables outside the arguments", output=1),
 )
 
 SESSION = (("Session", "InteractiveSession"), NO_SESSION)
@@ -381,26 +256,26 @@ FUNCTION_SOURCE = names_check(required=[
 PARTS = [
     Part(
         id="ex06.tf1_graph", points=2, cases=_cases, expected=_expected_losses,
-        compare=COMPARE, call=_call_tf1, source_check=TF1_SOURCE, arg_names=ARG_NAMES,
+        compare=COMPARE, call=call_tf1, source_check=TF1_SOURCE, arg_names=ARG_NAMES,
         timeout_s=30.0,
         hints=loss_hints("batch_mean"),
     ),
     Part(
         id="ex06.tf1_variables", points=2, cases=_cases, expected=_expected_no_copies,
-        compare=COMPARE, call=_call_tf1_variables, source_check=VARIABLES_SOURCE,
+        compare=COMPARE, call=call_tf1_variables, source_check=VARIABLES_SOURCE,
         feedback_outputs=(1,), arg_names=ARG_NAMES, timeout_s=30.0,
         output_names=("losses", "weight values fed or fetched in the training steps"),
         hints=(*COPIES_HINT, *loss_hints("batch_mean")),
     ),
     Part(
         id="ex06.tf2_tape", points=2, cases=_cases, expected=_expected_losses,
-        compare=COMPARE, call=_call_tape, source_check=TAPE_SOURCE, arg_names=ARG_NAMES,
+        compare=COMPARE, call=call_tape, source_check=TAPE_SOURCE, arg_names=ARG_NAMES,
         timeout_s=30.0,
         hints=loss_hints("batch_mean"),
     ),
     Part(
         id="ex06.tf_function", points=2, cases=_cases, expected=_expected_one_trace,
-        compare=COMPARE, call=_call_tf_function, source_check=FUNCTION_SOURCE,
+        compare=COMPARE, call=call_tf_function, source_check=FUNCTION_SOURCE,
         feedback_outputs=(1,), arg_names=ARG_NAMES, timeout_s=30.0,
         output_names=("losses", "tracing count"),
         hints=(*TRACE_HINTS, *loss_hints("batch_mean")),

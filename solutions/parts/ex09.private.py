@@ -4,6 +4,12 @@ The oracles are independent of the student's task text: ``torch.optim.Adam`` its
 Adam; for Keras's Adam the lecture's identity (it is PyTorch's Adam with epsilon replaced by
 epsilon / sqrt(1 - beta2^t)), again run through ``torch.optim.Adam``; ``torch.autograd`` on
 PyTorch's own losses for the squared errors; Python's ``tokenize`` and ``ast`` for lines of code.
+
+Judged outside the sandbox: every value against the oracle, and for the Adams and the squared
+errors the submitted source, which may not call the optimizers and losses the oracles are
+(``torch.optim.Adam``, ``edu_dl.optim.Adam``, ``mse_loss``, autograd, ...).
+
+The private half: ``edu_dl.harness.ex09`` holds the public views and rule its hints use.
 """
 
 from __future__ import annotations
@@ -15,16 +21,16 @@ from typing import Any
 
 import numpy as np
 
+from edu_dl.grading.hints import Greater, Less, Mistake
+from edu_dl.grading.source import names_check
 from edu_dl.grading.spec import Part, tolerance
+from edu_dl.harness.ex09 import SeveralOutputs, as_int, first_output
 
 Array = np.ndarray
 Case = tuple[Any, ...]
 CLOSE = tolerance(rtol=1e-7, atol=1e-12)
 
 
-def _close(a: Any, b: Any, rtol: float = 1e-7, atol: float = 1e-12) -> bool:
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=atol))
 
 
 # --------------------------------------------------------------------------- Adam
@@ -91,8 +97,17 @@ def _adam_variant(case: Case, correct: bool = True, eps_in_sqrt: bool = False,
     return p - lr * m_hat / denom
 
 
-def _hint_adam(**kw: bool) -> Any:
-    return lambda e, g, a: _close(g[0] if isinstance(g, tuple) else g, _adam_variant(a, **kw))
+def _adam_mistake(message: str, **kw: bool) -> Mistake:
+    """The new parameter as another Adam computes it (whether or not the moments come too)."""
+    return Mistake(lambda e, a: _adam_variant(a, **kw), message, view=first_output,
+                   rtol=1e-7, atol=1e-12)
+
+
+ADAM_SOURCE = names_check(forbidden=[(
+    ("Adam", "AdamW", "optim", "adam_update", "AdamState", "torch", "keras", "tensorflow"),
+    "this part asks you to write the Adam step yourself, from its formula: the check compares "
+    "with torch.optim.Adam (do not call an optimizer: torch.optim, edu_dl.optim, "
+    "edu_dl.models.adam_update, Keras)")])
 
 
 # --------------------------------------------------------------------------- max rel. difference
@@ -152,8 +167,12 @@ def _grads_expected(y_hat: Array, y: Array) -> tuple[Array, Array, Array]:
     return tf, torch_, caffe
 
 
-def _out(g: Any, j: int) -> Any:
-    return g[j] if isinstance(g, tuple | list) and len(g) > j else None
+LOSS_SOURCE = names_check(forbidden=[(
+    ("mse_loss", "MSELoss", "loss_and_grad", "torch", "backward", "grad", "autograd",
+     "tensorflow", "keras"),
+    "this part asks you to write the squared errors yourself, in NumPy: the check compares with "
+    "PyTorch's mse_loss and autograd (do not call mse_loss, MSELoss, .backward() or "
+    "edu_dl.models.loss_and_grad)")])
 
 
 # --------------------------------------------------------------------------- lines of code
@@ -229,106 +248,117 @@ def _naive_counts(source: str) -> dict[str, int]:
             "tokens": len(_token_lines(source))}
 
 
-def _loc_hint(kind: str) -> Any:
-    def predicate(e: Any, g: Any, a: tuple[Any, ...]) -> bool:
-        counts = _naive_counts(a[0])
-        return int(g) == counts[kind] != int(e)
+def _loc_mistake(kind: str, message: str) -> Mistake:
+    """What a shortcut counts, where that is not the right count."""
+    def replay(e: Any, a: Case) -> int | None:
+        count = _naive_counts(a[0])[kind]
+        return None if count == int(e) else count
 
-    return predicate
+    return Mistake(replay, message, view=as_int, rtol=0.0, atol=0.0)
 
+
+DOCSTRINGS = ("docstrings are not code: the first statement of a module, class or function that "
+              "is a string literal (use ast)")
+MOMENTS = ("update the moments first: m = beta1 * m + (1 - beta1) * g, v = beta2 * v + "
+           "(1 - beta2) * g**2, and return the new ones")
 
 PARTS = [
     Part(
         id="ex09.adam_step", points=2, cases=_adam_cases, expected=_torch_adam, compare=CLOSE,
         arg_names=("p", "g", "m", "v", "t", "lr", "beta1", "beta2", "eps"),
-        output_names=("p_new", "m_new", "v_new"),
+        output_names=("p_new", "m_new", "v_new"), source_check=ADAM_SOURCE,
         hints=(
-            (_hint_adam(keras=True),
-             "that is Keras's Adam (epsilon added to the uncorrected sqrt(v)): here divide the "
-             "bias-corrected averages, p - lr * m_hat / (sqrt(v_hat) + eps)"),
-            (_hint_adam(correct=False),
-             "bias correction missing: m_hat = m / (1 - beta1**t), v_hat = v / (1 - beta2**t)"),
-            (_hint_adam(eps_in_sqrt=True),
-             "eps goes outside the square root: sqrt(v_hat) + eps"),
-            (lambda e, g, a: _close(g[1], a[2]) or _close(g[2], a[3]),
-             "update the moments first: m = beta1 * m + (1 - beta1) * g, "
-             "v = beta2 * v + (1 - beta2) * g**2, and return the new ones"),
-            (lambda e, g, a: _close(g[2], a[6] * a[3] + (1 - a[6]) * a[1] ** 2),
-             "v uses beta2, not beta1"),
+            _adam_mistake("that is Keras's Adam (epsilon added to the uncorrected sqrt(v)): here "
+                          "divide the bias-corrected averages, p - lr * m_hat / (sqrt(v_hat) + "
+                          "eps)", keras=True),
+            _adam_mistake("bias correction missing: m_hat = m / (1 - beta1**t), v_hat = v / "
+                          "(1 - beta2**t)", correct=False),
+            _adam_mistake("eps goes outside the square root: sqrt(v_hat) + eps",
+                          eps_in_sqrt=True),
+            Mistake(lambda e, a: a[2], MOMENTS, output=1, rtol=1e-7, atol=1e-12),
+            Mistake(lambda e, a: a[3], MOMENTS, output=2, rtol=1e-7, atol=1e-12),
+            Mistake(lambda e, a: a[6] * a[3] + (1 - a[6]) * a[1] ** 2,
+                    "v uses beta2, not beta1", output=2, rtol=1e-7, atol=1e-12),
         ),
     ),
     Part(
         id="ex09.keras_adam_step", points=2, cases=_adam_cases, expected=_keras_adam,
         compare=CLOSE, arg_names=("p", "g", "m", "v", "t", "lr", "beta1", "beta2", "eps"),
+        source_check=ADAM_SOURCE,
         hints=(
-            (_hint_adam(),
-             "that is PyTorch's Adam: Keras corrects the RATE, lr_t = lr * sqrt(1 - beta2**t) / "
-             "(1 - beta1**t), and adds eps to the UNcorrected sqrt(v)"),
-            (lambda e, g, a: isinstance(g, tuple | list),
-             "return only the new parameter p_new (the moments are PyTorch's, unchanged)"),
-            (_hint_adam(correct=False),
-             "the rate needs the correction factor sqrt(1 - beta2**t) / (1 - beta1**t)"),
+            _adam_mistake("that is PyTorch's Adam: Keras corrects the RATE, lr_t = lr * sqrt(1 - "
+                          "beta2**t) / (1 - beta1**t), and adds eps to the UNcorrected sqrt(v)"),
+            SeveralOutputs("return only the new parameter p_new (the moments are PyTorch's, "
+                           "unchanged)"),
+            _adam_mistake("the rate needs the correction factor sqrt(1 - beta2**t) / (1 - "
+                          "beta1**t)", correct=False),
         ),
     ),
     Part(
         id="ex09.max_rel_diff", points=1, cases=_rel_cases, expected=_rel,
         compare=tolerance(rtol=1e-9, atol=0.0), arg_names=("a", "b"),
         hints=(
-            (lambda e, g, a: _close(g, _rel(a[1], a[0]), 1e-9, 0.0),
-             "divide by the REFERENCE's largest magnitude, max |b|, not max |a|"),
-            (lambda e, g, a: _close(g, np.max(np.abs(a[0] - a[1]) / np.abs(a[1])), 1e-9, 0.0),
-             "one ratio of two maxima: max|a - b| / max|b|, not the largest elementwise ratio"),
-            (lambda e, g, a: _close(g, np.max(np.abs(a[0] - a[1])), 1e-9, 0.0),
-             "that is the absolute difference: divide by max |b|"),
+            Mistake(lambda e, a: _rel(a[1], a[0]),
+                    "divide by the REFERENCE's largest magnitude, max |b|, not max |a|",
+                    rtol=1e-9, atol=0.0),
+            Mistake(lambda e, a: np.max(np.abs(a[0] - a[1]) / np.abs(a[1])),
+                    "one ratio of two maxima: max|a - b| / max|b|, not the largest elementwise "
+                    "ratio", rtol=1e-9, atol=0.0),
+            Mistake(lambda e, a: np.max(np.abs(a[0] - a[1])),
+                    "that is the absolute difference: divide by max |b|", rtol=1e-9, atol=0.0),
         ),
     ),
     Part(
         id="ex09.squared_error_losses", points=1, cases=_sq_cases, expected=_losses_expected,
         compare=tolerance(rtol=1e-9, atol=1e-12), arg_names=("y_hat", "y"),
         output_names=("tf_program", "torch_program", "caffe_euclidean"),
+        source_check=LOSS_SOURCE,
         hints=(
-            (lambda e, g, a: _close(_out(g, 0), np.mean((a[0] - a[1]) ** 2)),
-             "the TF program sums each ROW, then averages over the N rows: divide the total by N, "
-             "not by N * D (that would be reduce_mean over everything)"),
-            (lambda e, g, a: _close(_out(g, 2), np.sum((a[0] - a[1]) ** 2) / a[0].shape[0]),
-             "Caffe's EuclideanLoss has a 2 in the denominator: sum / (2 N)"),
-            (lambda e, g, a: _close(_out(g, 2), np.sum((a[0] - a[1]) ** 2) / 2),
-             "Caffe divides by 2 N (N = rows), not by 2"),
+            Mistake(lambda e, a: np.mean((a[0] - a[1]) ** 2),
+                    "the TF program sums each ROW, then averages over the N rows: divide the "
+                    "total by N, not by N * D (that would be reduce_mean over everything)",
+                    output=0, rtol=1e-7, atol=1e-12),
+            Mistake(lambda e, a: np.sum((a[0] - a[1]) ** 2) / a[0].shape[0],
+                    "Caffe's EuclideanLoss has a 2 in the denominator: sum / (2 N)",
+                    output=2, rtol=1e-7, atol=1e-12),
+            Mistake(lambda e, a: np.sum((a[0] - a[1]) ** 2) / 2,
+                    "Caffe divides by 2 N (N = rows), not by 2", output=2, rtol=1e-7, atol=1e-12),
         ),
     ),
     Part(
         id="ex09.squared_error_grads", points=2, cases=_sq_cases, expected=_grads_expected,
         compare=tolerance(rtol=1e-9, atol=1e-12), arg_names=("y_hat", "y"),
         output_names=("tf_program", "torch_program", "caffe_euclidean"),
+        source_check=LOSS_SOURCE,
         hints=(
-            (lambda e, g, a: _close(_out(g, 1), a[0] - a[1]),
-             "d/dy_hat of (y_hat - y)**2 is 2 (y_hat - y): keep the 2"),
-            (lambda e, g, a: _close(_out(g, 1), 2 * (a[1] - a[0])),
-             "sign: the gradient with respect to y_hat is +2 (y_hat - y)"),
-            (lambda e, g, a: _close(_out(g, 0), 2 * (a[0] - a[1]) / a[0].size),
-             "the TF program divides by N (rows), not N * D"),
-            (lambda e, g, a: _close(_out(g, 2), (a[0] - a[1]) / (2 * a[0].shape[0])),
-             "Caffe's gradient: the 2 of the square cancels the 2 of 2N, giving (y_hat - y) / N"),
+            Mistake(lambda e, a: a[0] - a[1],
+                    "d/dy_hat of (y_hat - y)**2 is 2 (y_hat - y): keep the 2", output=1,
+                    rtol=1e-7, atol=1e-12),
+            Mistake(lambda e, a: 2 * (a[1] - a[0]),
+                    "sign: the gradient with respect to y_hat is +2 (y_hat - y)", output=1,
+                    rtol=1e-7, atol=1e-12),
+            Mistake(lambda e, a: 2 * (a[0] - a[1]) / a[0].size,
+                    "the TF program divides by N (rows), not N * D", output=0,
+                    rtol=1e-7, atol=1e-12),
+            Mistake(lambda e, a: (a[0] - a[1]) / (2 * a[0].shape[0]),
+                    "Caffe's gradient: the 2 of the square cancels the 2 of 2N, giving "
+                    "(y_hat - y) / N", output=2, rtol=1e-7, atol=1e-12),
         ),
     ),
     Part(
         id="ex09.code_lines", points=2, cases=_loc_cases, expected=_code_lines,
         compare=tolerance(rtol=0.0, atol=0.0), arg_names=("source",),
         hints=(
-            (_loc_hint("no_hash"), "docstrings are not code: the first statement of a module, "
-                                   "class or function that is a string literal (use ast)"),
-            (_loc_hint("tokens"), "docstrings are not code: the first statement of a module, "
-                                  "class or function that is a string literal (use ast)"),
-            (_loc_hint("all"), "that counts every line: leave out blank lines, comment-only "
-                               "lines and docstrings"),
-            (_loc_hint("nonblank"), "comment-only lines and docstrings are not code"),
-            (lambda e, g, a: int(g) < int(e),
-             "too few: a line inside a multi-line string that is NOT a docstring is code, a "
-             "'#' inside a string is not a comment, and every line of a statement that spans "
-             "several lines counts (tokenize tells them apart)"),
-            (lambda e, g, a: int(g) > int(e),
-             "too many: blank lines inside a docstring, comment lines inside a function and "
-             "lines with only whitespace are not code"),
+            _loc_mistake("no_hash", DOCSTRINGS),
+            _loc_mistake("tokens", DOCSTRINGS),
+            _loc_mistake("all", "that counts every line: leave out blank lines, comment-only "
+                                "lines and docstrings"),
+            _loc_mistake("nonblank", "comment-only lines and docstrings are not code"),
+            Less("too few: a line inside a multi-line string that is NOT a docstring is code, a "
+                 "'#' inside a string is not a comment, and every line of a statement that spans "
+                 "several lines counts (tokenize tells them apart)"),
+            Greater("too many: blank lines inside a docstring, comment lines inside a function "
+                    "and lines with only whitespace are not code"),
         ),
     ),
 ]

@@ -2,7 +2,9 @@
 
 Judged outside the sandbox: every value against its formula; for softmax_xp also the submitted
 source (it takes its namespace from ``get_xp`` and never names NumPy), read with ``compile()``.
-The in-sandbox check of the same names on ``fn.__code__`` is check()'s feedback only.
+The in-sandbox check of the same names on ``fn.__code__`` is check()'s feedback only. The private
+half: formulas, hidden cases and mistake replays; the call and the source check are public
+(``edu_dl.harness.ex02``).
 """
 
 from __future__ import annotations
@@ -12,16 +14,23 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.source import names_check
-from edu_dl.grading.spec import CheckFailure, Part, global_names, tolerance
+from edu_dl.grading.hints import Mistake, Scaled, SumsTo
+from edu_dl.grading.spec import Part, tolerance
+from edu_dl.harness.ex02 import INTENSITY_SOURCE, XP_SOURCE, call_device_agnostic
 
 Case = tuple[Any, ...]
 EXACT = tolerance(rtol=1e-9, atol=0.0)
+RATIO = 1e-9  # a hint's factor, to 1e-9 relative
 
 
-def _ratio(got: Any, expected: Any, factor: float) -> bool:
+def _ratio(factor: float, message: str) -> Scaled:
     """got == factor * expected, to 1e-9 relative."""
-    return bool(np.isclose(float(got), factor * float(expected), rtol=1e-9, atol=0.0))
+    return Scaled(message, factor=factor, rtol=RATIO)
+
+
+def _times(factor: Callable[[Case], float], message: str) -> Mistake:
+    """got == factor(args) * expected, to 1e-9 relative (a factor that depends on the case)."""
+    return Mistake(lambda e, a: factor(a) * float(e), message, rtol=RATIO, atol=0.0)
 
 
 # --------------------------------------------------------------------------- GFLOP/s
@@ -85,24 +94,7 @@ def _softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
-NAMES_NUMPY = ("the function still names NumPy (np.…): write xp.exp, xp.sum, … with "
-               "xp = edu_dl.get_xp(x), so the same code runs on CuPy arrays on a GPU")
-NO_GET_XP = "the function never calls edu_dl.get_xp(x): take the array namespace from the input"
-XP_SOURCE = names_check(required=[(("get_xp",), NO_GET_XP)],
-                        forbidden=[(("np", "numpy"), NAMES_NUMPY)])
-
-
-def _call_device_agnostic(fn: Callable[..., Any], args: Case) -> Any:
-    """Run fn, then check it takes its namespace from get_xp, not from NumPy by name."""
-    result = fn(*args)
-    code = getattr(fn, "__code__", None)
-    if code is not None:
-        names = global_names(code)
-        if names & {"np", "numpy"}:
-            raise CheckFailure(f"the values are right, but {NAMES_NUMPY}")
-        if "get_xp" not in names:
-            raise CheckFailure(NO_GET_XP)
-    return result
+N_CUBED = "an nxn matmul computes n² dot products of length n: n³ multiply-adds, not n²"
 
 
 PARTS = [
@@ -110,42 +102,38 @@ PARTS = [
         id="ex02.gflops", points=1, cases=_gflops_cases, expected=_gflops, compare=EXACT,
         arg_names=("n", "seconds"),
         hints=(
-            (lambda e, g, a: _ratio(g, e, 0.5),
-             "half the expected rate: count a multiply-add as 2 FLOPs (2 n³ per product)"),
-            (lambda e, g, a: _ratio(g, e, 1e9),
-             "GFLOP/s is 1e9 FLOP/s: divide by 1e9"),
-            (lambda e, g, a: _ratio(g, e, 1 / a[0]) or _ratio(g, e, 0.5 / a[0]),
-             "an nxn matmul computes n² dot products of length n: n³ multiply-adds, not n²"),
+            _ratio(0.5, "half the expected rate: count a multiply-add as 2 FLOPs (2 n³ per "
+                        "product)"),
+            _ratio(1e9, "GFLOP/s is 1e9 FLOP/s: divide by 1e9"),
+            _times(lambda a: 1 / a[0], N_CUBED),
+            _times(lambda a: 0.5 / a[0], N_CUBED),
         ),
     ),
     Part(
         id="ex02.peak_bandwidth", points=1, cases=_bandwidth_cases, expected=_bandwidth,
         compare=EXACT, arg_names=("mega_transfers_per_s", "bus_width_bytes", "channels"),
         hints=(
-            (lambda e, g, a: _ratio(g, e, 8.0),
-             "the bus width is already in bytes (8 B = 64 bits): do not multiply by 8"),
-            (lambda e, g, a: _ratio(g, e, 2.0),
-             "MT/s already counts both transfers per clock (DDR): do not double it again"),
-            (lambda e, g, a: _ratio(g, e, 1 / a[2]),
-             "multiply by the number of channels: each channel has its own bus"),
+            _ratio(8.0, "the bus width is already in bytes (8 B = 64 bits): do not multiply by 8"),
+            _ratio(2.0, "MT/s already counts both transfers per clock (DDR): do not double it "
+                        "again"),
+            _times(lambda a: 1 / a[2], "multiply by the number of channels: each channel has "
+                                       "its own bus"),
         ),
     ),
     Part(
         id="ex02.matmul_intensity", points=1, cases=_intensity_cases, expected=_intensity,
-        compare=EXACT, arg_names=("n", "itemsize"),
+        compare=EXACT, arg_names=("n", "itemsize"), source_check=INTENSITY_SOURCE,
         hints=(
-            (lambda e, g, a: _ratio(g, e, 0.5),
-             "count 2 n³ FLOPs (a multiply and an add per term)"),
-            (lambda e, g, a: _ratio(g, e, 1.5),
-             "a matmul moves three matrices: reads A and B, writes C (3 n² elements)"),
-            (lambda e, g, a: _ratio(g, e, a[1]),
-             "divide by the bytes moved, not the elements: multiply the elements by itemsize"),
+            _ratio(0.5, "count 2 n³ FLOPs (a multiply and an add per term)"),
+            _ratio(1.5, "a matmul moves three matrices: reads A and B, writes C (3 n² elements)"),
+            _times(lambda a: a[1], "divide by the bytes moved, not the elements: multiply the "
+                                   "elements by itemsize"),
         ),
     ),
     Part(
         id="ex02.softmax_xp", points=2, cases=_softmax_cases, expected=_softmax,
-        call=_call_device_agnostic, source_check=XP_SOURCE, arg_names=("x",),
-        hints=((lambda e, g, a: bool(np.allclose(np.sum(g, axis=0), 1.0)),
-                "normalize each row (axis=-1, keepdims=True), not each column"),),
+        call=call_device_agnostic, source_check=XP_SOURCE, arg_names=("x",),
+        hints=(SumsTo("normalize each row (axis=-1, keepdims=True), not each column",
+                      total=1.0, axis=0),),
     ),
 ]

@@ -3,6 +3,12 @@
 The oracles are independent of edu_dl's own ops: central differences in float64 (a gradient check)
 for the smooth functions, and torch.autograd for relu, whose kink needs PyTorch's convention
 relu'(0) = 0.
+
+Judged outside the sandbox: every value against the oracle, and the submitted source, which may
+not call the tools that compute the same gradients (``.backward()``, ``torch.autograd``,
+``edu_dl.gradcheck``, the rules of ``edu_dl.autograd.ops``, ``edu_dl.models.loss_and_grad``).
+The private half: its hints are generic rules or mistake replays; ``edu_dl.harness.ex05`` says
+why there is no public code.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from edu_dl.grading.hints import Mistake, NonFinite, Scalar, Transposed
+from edu_dl.grading.source import names_check
 from edu_dl.grading.spec import Part, tolerance
 
 Array = np.ndarray
@@ -19,6 +27,13 @@ Case = tuple[Any, ...]
 # Central differences carry ~1e-10 absolute error: compare at 1e-5 relative, 1e-7 absolute.
 NUMERIC = tolerance(rtol=1e-5, atol=1e-7)
 H = 1e-5
+# Every part asks for a VJP rule by hand: the library's own rules give the answer.
+BY_HAND_SOURCE = names_check(forbidden=[(
+    ("backward", "grad", "gradients", "autograd", "torch", "gradcheck", "ops", "tensor", "Tensor",
+     "loss_and_grad"),
+    "this part asks you to write the VJP rule yourself, from the local derivative and dout (do "
+    "not call .backward(), torch.autograd, edu_dl.gradcheck, edu_dl's ops or "
+    "edu_dl.models.loss_and_grad)")])
 
 
 def numeric_vjp(f: Callable[..., Any], args: tuple[Array, ...], dout: Any,
@@ -39,11 +54,6 @@ def numeric_vjp(f: Callable[..., Any], args: tuple[Array, ...], dout: Any,
             grad[idx] = (plus - minus) / (2 * H)
         grads.append(grad)
     return tuple(grads)
-
-
-def _close(a: Any, b: Any) -> bool:
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    return a.shape == b.shape and bool(np.allclose(a, b, rtol=1e-5, atol=1e-7))
 
 
 def _shapes(rng: np.random.Generator, hidden: bool) -> list[tuple[int, ...]]:
@@ -165,102 +175,116 @@ def _softmax(logits: Array) -> Array:
     return e / e.sum(axis=1, keepdims=True)
 
 
-def _nonfinite(got: Any) -> bool:
-    return not all(np.all(np.isfinite(np.asarray(g, dtype=np.float64))) for g in got)
+def _matmul_dx_untransposed(e: Any, a: Case) -> Any:
+    """dout @ w, where it multiplies (w square in its last two dimensions)."""
+    return a[0] @ a[2] if a[0].shape[1] == a[2].shape[0] else None
 
+
+MATMUL_OTHER = "transpose the other factor: dx = dout @ w.T, dw = x.T @ dout"
+MATMUL_SHAPES = ("looks transposed: each gradient has its input's shape; dx = dout @ w.T (NxD) "
+                 "and dw = x.T @ dout (DxM)")
+GRAPH_SWAP = "grad_x = grad_a * y and grad_y = grad_a * x: the multiply gate swaps its inputs"
+CE_LABEL = "dlogits = (softmax(logits) - one_hot(y)) / N: subtract 1 at each row's label"
 
 PARTS = [
     Part(
         id="ex05.mul_backward", points=1, cases=_mul_cases, expected=_mul_expected,
         compare=NUMERIC, arg_names=("dout", "x", "y"), output_names=("dx", "dy"),
+        source_check=BY_HAND_SOURCE,
         hints=(
-            (lambda e, g, a: _close(g[0], a[0] * a[1]),
-             "dx = dout * y: each input's gradient uses the OTHER input (you used x)"),
-            (lambda e, g, a: _close(g[0], a[2]),
-             "multiply by dout: the chain rule scales the local gradient y by the upstream dout"),
+            Mistake(lambda e, a: a[0] * a[1],
+                    "dx = dout * y: each input's gradient uses the OTHER input (you used x)",
+                    output=0, rtol=1e-5, atol=1e-7),
+            Mistake(lambda e, a: a[2],
+                    "multiply by dout: the chain rule scales the local gradient y by the "
+                    "upstream dout", output=0, rtol=1e-5, atol=1e-7),
         ),
     ),
     Part(
         id="ex05.graph_backward", points=2, cases=_graph_cases, expected=_graph_expected,
         compare=NUMERIC, arg_names=("x", "y", "z"), output_names=("grad_x", "grad_y", "grad_z"),
+        source_check=BY_HAND_SOURCE,
         hints=(
-            (lambda e, g, a: np.ndim(g[2]) == 0,
-             "grad_z has z's shape: the sum gate sends grad_c = 1 to every element of b, "
-             "and the add gate passes it on unchanged (grad_b = ones_like(b))"),
-            (lambda e, g, a: _close(g[0], a[0]) or _close(g[1], a[1]),
-             "grad_x = grad_a * y and grad_y = grad_a * x: the multiply gate swaps its inputs"),
+            Scalar("grad_z has z's shape: the sum gate sends grad_c = 1 to every element of b, "
+                   "and the add gate passes it on unchanged (grad_b = ones_like(b))", output=2),
+            Mistake(lambda e, a: a[0], GRAPH_SWAP, output=0, rtol=1e-5, atol=1e-7),
+            Mistake(lambda e, a: a[1], GRAPH_SWAP, output=1, rtol=1e-5, atol=1e-7),
         ),
     ),
     Part(
         id="ex05.matmul_backward", points=2, cases=_matmul_cases, expected=_matmul_expected,
         compare=NUMERIC, arg_names=("dout", "x", "w"), output_names=("dx", "dw"),
+        source_check=BY_HAND_SOURCE,
         hints=(
-            (lambda e, g, a: np.shape(g[0]) == np.shape(e[0])[::-1] != np.shape(e[0])
-             or np.shape(g[1]) == np.shape(e[1])[::-1] != np.shape(e[1]),
-             "looks transposed: each gradient has its input's shape; dx = dout @ w.T (NxD) "
-             "and dw = x.T @ dout (DxM)"),
-            (lambda e, g, a: _close(g[0], a[0] @ a[2]) or _close(g[1], a[0].T @ a[1]),
-             "transpose the other factor: dx = dout @ w.T, dw = x.T @ dout"),
+            Transposed(MATMUL_SHAPES, output=0),
+            Transposed(MATMUL_SHAPES, output=1),
+            Mistake(_matmul_dx_untransposed, MATMUL_OTHER, output=0, rtol=1e-5, atol=1e-7),
+            Mistake(lambda e, a: a[0].T @ a[1], MATMUL_OTHER, output=1, rtol=1e-5, atol=1e-7),
         ),
     ),
     Part(
         id="ex05.relu_backward", points=1, cases=_relu_cases, expected=_relu_expected,
-        arg_names=("dout", "x"),
+        arg_names=("dout", "x"), source_check=BY_HAND_SOURCE,
         hints=(
-            (lambda e, g, a: _close(g, a[0] * (a[1] >= 0)),
-             "at x == 0 you let the gradient through: take relu'(0) = 0 as PyTorch does "
-             "(mask with x > 0, not x >= 0)"),
-            (lambda e, g, a: _close(g, a[0]),
-             "you passed dout through unchanged: multiply it by the mask (x > 0)"),
-            (lambda e, g, a: _close(g, a[1] > 0),
-             "that is the local gradient only: multiply the mask by dout"),
+            Mistake(lambda e, a: a[0] * (a[1] >= 0),
+                    "at x == 0 you let the gradient through: take relu'(0) = 0 as PyTorch does "
+                    "(mask with x > 0, not x >= 0)", rtol=1e-5, atol=1e-7),
+            Mistake(lambda e, a: a[0],
+                    "you passed dout through unchanged: multiply it by the mask (x > 0)",
+                    rtol=1e-5, atol=1e-7),
+            Mistake(lambda e, a: a[1] > 0,
+                    "that is the local gradient only: multiply the mask by dout",
+                    rtol=1e-5, atol=1e-7),
         ),
     ),
     Part(
         id="ex05.sum_backward", points=1, cases=_reduce_cases, expected=_sum_expected,
-        compare=NUMERIC, arg_names=("dout", "x"),
-        hints=((lambda e, g, a: np.ndim(g) == 0,
-                "the gradient has x's shape: every element gets dout (dout * ones_like(x))"),),
+        compare=NUMERIC, arg_names=("dout", "x"), source_check=BY_HAND_SOURCE,
+        hints=(Scalar("the gradient has x's shape: every element gets dout "
+                      "(dout * ones_like(x))"),),
     ),
     Part(
         id="ex05.mean_backward", points=1, cases=_reduce_cases, expected=_mean_expected,
-        compare=NUMERIC, arg_names=("dout", "x"),
+        compare=NUMERIC, arg_names=("dout", "x"), source_check=BY_HAND_SOURCE,
         hints=(
-            (lambda e, g, a: _close(g, a[0] * np.ones_like(a[1])),
-             "the mean divides by the number of elements: dx = dout * ones_like(x) / x.size"),
-            (lambda e, g, a: np.ndim(g) == 0,
-             "the gradient has x's shape: dout / x.size in every entry"),
+            Mistake(lambda e, a: a[0] * np.ones_like(a[1]),
+                    "the mean divides by the number of elements: dx = dout * ones_like(x) / "
+                    "x.size", rtol=1e-5, atol=1e-7),
+            Scalar("the gradient has x's shape: dout / x.size in every entry"),
         ),
     ),
     Part(
         id="ex05.exp_backward", points=1, cases=_unary_cases(-2.0, 2.0), expected=_exp_expected,
-        compare=NUMERIC, arg_names=("dout", "x"),
-        hints=((lambda e, g, a: _close(g, np.exp(a[1])),
-                "that is exp'(x) alone: multiply by dout (the chain rule)"),),
+        compare=NUMERIC, arg_names=("dout", "x"), source_check=BY_HAND_SOURCE,
+        hints=(Mistake(lambda e, a: np.exp(a[1]),
+                       "that is exp'(x) alone: multiply by dout (the chain rule)",
+                       rtol=1e-5, atol=1e-7),),
     ),
     Part(
         id="ex05.log_backward", points=1, cases=_unary_cases(0.5, 3.0), expected=_log_expected,
-        compare=NUMERIC, arg_names=("dout", "x"),
+        compare=NUMERIC, arg_names=("dout", "x"), source_check=BY_HAND_SOURCE,
         hints=(
-            (lambda e, g, a: _close(g, a[0] * np.log(a[1])),
-             "the derivative of log x is 1 / x, not log x"),
-            (lambda e, g, a: _close(g, 1 / a[1]),
-             "that is log'(x) alone: multiply by dout (the chain rule)"),
+            Mistake(lambda e, a: a[0] * np.log(a[1]),
+                    "the derivative of log x is 1 / x, not log x", rtol=1e-5, atol=1e-7),
+            Mistake(lambda e, a: 1 / a[1],
+                    "that is log'(x) alone: multiply by dout (the chain rule)",
+                    rtol=1e-5, atol=1e-7),
         ),
     ),
     Part(
         id="ex05.softmax_cross_entropy", points=2, cases=_softmax_ce_cases,
         expected=_softmax_ce_expected, compare=tolerance(rtol=1e-5, atol=1e-6),
         arg_names=("logits", "y"), output_names=("loss", "dlogits"),
+        source_check=BY_HAND_SOURCE,
         hints=(
-            (lambda e, g, a: _nonfinite(g),
-             "inf or nan: subtract each row's maximum from the logits before exp (it changes "
-             "nothing mathematically and keeps exp from overflowing)"),
-            (lambda e, g, a: _close(g[1], len(a[1]) * e[1]),
-             "the loss is a MEAN over the batch: divide the gradient by N"),
-            (lambda e, g, a: _close(g[1], _softmax(a[0]) / len(a[1]))
-             or _close(g[1], _softmax(a[0])),
-             "dlogits = (softmax(logits) - one_hot(y)) / N: subtract 1 at each row's label"),
+            NonFinite("inf or nan: subtract each row's maximum from the logits before exp (it "
+                      "changes nothing mathematically and keeps exp from overflowing)"),
+            Mistake(lambda e, a: len(a[1]) * e[1],
+                    "the loss is a MEAN over the batch: divide the gradient by N",
+                    output=1, rtol=1e-5, atol=1e-7),
+            Mistake(lambda e, a: _softmax(a[0]) / len(a[1]), CE_LABEL, output=1,
+                    rtol=1e-5, atol=1e-7),
+            Mistake(lambda e, a: _softmax(a[0]), CE_LABEL, output=1, rtol=1e-5, atol=1e-7),
         ),
     ),
 ]
