@@ -50,6 +50,8 @@ def _candidates(part: Part, expected: Any, args: tuple[Any, ...]) -> Iterator[An
     outputs = expected if isinstance(expected, tuple) else (expected,)
     for k, out in enumerate(outputs):
         a = np.asarray(out)
+        if a.dtype.kind not in "biuf":
+            continue
         for wrong in (np.float64(0.0), a.T, a * 0.5, a * 2.0, np.full_like(a, np.nan)):
             yield wrong if not isinstance(expected, tuple) else \
                 tuple(wrong if j == k else e for j, e in enumerate(expected))
@@ -64,8 +66,7 @@ def test_the_release_judges_as_the_part_file_does(part: Part):
         pytest.skip(f"{part.id} is checked by no released cell")  # the next test forbids it
     mine = shipped[part.id]
     drawn = release.visible(part)
-    assert [args for args, _ in release.visible(mine)] == [args for args, _ in drawn] or \
-        _same_cases(release.visible(mine), drawn)
+    assert _same_cases(release.visible(mine), drawn)
     for i, (args, expected) in enumerate(drawn):
         for got in _candidates(part, expected, args):
             live = judge_case(part, i, len(drawn), args, expected, got)
@@ -164,9 +165,19 @@ def test_nothing_that_ships_returns_an_expected_value():
                             got = obj(*args) if spread else obj(args)
                     except (Exception, SystemExit):  # anything but an answer is fine
                         continue
+                    given = [args, *args, args[0] if len(args) == 1 else args]
+                    if any(_agrees(a, got) for a in given):  # handed back: no answer computed
+                        continue
                     if got is not None and default_compare(expected, got).ok:
                         answered.append(f"{module.__name__}.{name} answers {part_id}")
-    assert answered == []
+    assert answered == [], "\n".join(answered)
+
+
+def _agrees(expected: Any, got: Any) -> bool:
+    try:
+        return bool(default_compare(expected, got).ok)
+    except Exception:
+        return False
 
 
 # --------------------------------------------------------------------------- an instructor's

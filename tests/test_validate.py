@@ -93,7 +93,7 @@ def test_part_files_of_another_user_are_never_imported(tmp_path: Path, capsys,
     shutil.copy(ROOT / "exercises" / EX02, tmp_path / EX02)
     shutil.copytree(ROOT / "exercises" / "parts", tmp_path / "parts")
     marker = tmp_path / "imported.txt"
-    with open(tmp_path / "parts" / "ex02.py", "a") as f:
+    with open(tmp_path / "parts" / "ex02.py", "w") as f:  # beside the release: code that would run
         f.write(f"\nopen({str(marker)!r}, 'w').write('ran as the TA')\n")
     import os
 
