@@ -200,4 +200,7 @@ def test_a_pickled_call_carries_no_host_path() -> None:
     for pid, data in sent.items():
         assert str(ROOT).encode() not in data and b"parts/ex" not in data, pid
         call = pickle.loads(data)
-        assert call.__code__.co_filename == f"<part {pid}>"
+        # the course's calls live in edu_dl.harness: sent by name, the sandbox imports them;
+        # a part file's own would come by value, its code named after the part
+        assert call is course[pid].call if call.__module__.startswith("edu_dl.") \
+            else call.__code__.co_filename == f"<part {pid}>", pid
