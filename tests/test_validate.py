@@ -113,7 +113,7 @@ def test_own_part_files_are_used_and_said_so(tmp_path: Path):
     nb = nbs.read_notebook(tmp_path / EX02)
     notes: list[str] = []
     assert V._own_parts_problem(tmp_path / EX02, nb, notes) == ""
-    assert notes and "parts/ beside the notebook (yours)" in notes[0] and "ex02.py" in notes[0]
+    assert notes and "parts/ beside the notebook (yours)" in notes[0] and "ex02.npz" in notes[0]
 
 
 def test_a_sandbox_that_cannot_start_shows_its_last_lines(tmp_path: Path, capsys,
