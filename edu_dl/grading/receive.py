@@ -5,6 +5,12 @@ student's process: nothing of them is trusted, and a broken or forged one can on
 student points. Of the executed notebook only the outputs are taken, checked and reduced; the
 notebook the instructor audits in ``autograded/`` is the restored one (its sources are the ones
 that ran) with those outputs, written compactly.
+
+Kept for ``edu-dl replay`` in the submission's work folder (``OUT/.work/<student>/<exercise>/``,
+the instructor's only): ``run.json`` (the sandbox's facts, the limits, the secret's fingerprint),
+``result.zip`` (what the sandbox returned, at most ``--file-size`` MB: the bound it was read
+with) and ``submitted.ipynb`` (the bytes graded). From them and the re-derived inputs, replay
+judges the run again, exactly as it was judged.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from .trust.result import RunResult, read_run
 from .trust.text import visible
 
 LOG_TAIL = 4000  # characters of the sandbox's log kept in run.json
+RUN_FILE, RESULT_FILE, SUBMITTED_FILE = "run.json", "result.zip", "submitted.ipynb"
 
 
 @dataclass
@@ -36,8 +43,29 @@ class Ran:
 
 
 def received(prepared: Prepared, done: sandbox.Result, settings: Settings) -> Ran:
-    """The sandbox's result read back with every bound; the executed notebook and run.json
-    saved beside the submission's other files."""
+    """The sandbox's result read back with every bound; the executed notebook saved in
+    autograded/, and what replays the run (run.json, the result, the submission) beside the
+    submission's other files."""
+    ran = read_back(prepared, done, settings)
+    if ran.executed is not None:
+        write_atomic(prepared.autograded, compact_bytes(ran.executed))
+    facts = asdict(done) | {"log": visible(done.log[-LOG_TAIL:]),
+                            "output": f"{done.output_size} bytes",
+                            "uids_seen": sorted(done.uids_seen)}
+    # Over the limit, nothing of it was read (and replay needs only its size).
+    kept = done.output if done.output_size <= settings.file_mb * MB else b""
+    write_atomic(prepared.work / RESULT_FILE, kept)
+    write_atomic(prepared.work / SUBMITTED_FILE, prepared.submitted)
+    write_atomic(prepared.work / RUN_FILE, json.dumps(
+        {"secret": prepared.fingerprint, "settings": asdict(settings),
+         "record": asdict(ran.returned.record), "sandbox": facts,
+         "executed notebook not used": ran.unused}, default=str).encode())
+    return ran
+
+
+def read_back(prepared: Prepared, done: sandbox.Result, settings: Settings) -> Ran:
+    """The sandbox's result read with every bound, and the restored notebook with the outputs
+    it returned; writes nothing (``edu-dl replay`` reads a stored run with it)."""
     returned = read_run(done.output, done.output_size, settings.file_mb * MB,
                         settings.notebook_mb * MB + 2 * settings.output_cap)
     ran = Ran(done, returned, "bwrap" if done.isolated else "rlimits only")
@@ -48,13 +76,6 @@ def received(prepared: Prepared, done: sandbox.Result, settings: Settings) -> Ra
             ran.unused = str(exc)
         else:
             ran.executed = with_outputs(prepared.notebook, outputs)
-            write_atomic(prepared.autograded, compact_bytes(ran.executed))
-    facts = asdict(done) | {"log": visible(done.log[-LOG_TAIL:]),
-                            "output": f"{done.output_size} bytes",
-                            "uids_seen": sorted(done.uids_seen)}
-    write_atomic(prepared.work / "run.json", json.dumps(
-        {"seed": prepared.seed, "record": asdict(returned.record), "sandbox": facts,
-         "executed notebook not used": ran.unused}, default=str).encode())
     return ran
 
 
