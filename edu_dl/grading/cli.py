@@ -65,7 +65,7 @@ def add_validate(subparsers: Subparsers) -> None:
         "validate",
         help="run an exercise notebook as the grader will and say what would fail",
         description="Grade the notebook exactly as `edu-dl grade` does (restored from the "
-        "source, run in the sandbox on fresh inputs, judged outside) and report each graded "
+        "source, run in the sandbox on the hidden inputs, judged outside) and report each graded "
         "row. Exit status 1 if anything would fail.",
     )
     parser.add_argument("notebook", type=Path, nargs="+", metavar="NOTEBOOK.ipynb")
@@ -95,9 +95,10 @@ def add_grade(subparsers: Any) -> None:
         help="grade student notebooks in sandboxes; write grades.csv and feedback",
         description="Grade SUBMISSIONS (<student>/<NN_name>.ipynb, or nbgrader's "
         "submitted/<student>/<assignment>/*.ipynb): test and locked cells are restored from "
-        "--source by grade_id, each notebook runs in its own bubblewrap sandbox on fresh "
-        "inputs, and the results are compared outside the sandbox. A second run regrades only "
-        "what changed.",
+        "--source by grade_id, each notebook runs in its own bubblewrap sandbox on the "
+        "inputs drawn from the grading secret (OUT/.secret: the same for every student and "
+        "every run), and the results are compared outside the sandbox. A second run regrades "
+        "only what changed.",
     )
     p.add_argument("submissions", type=Path, help="the folder of submissions")
     p.add_argument("--source", type=Path, required=True,
