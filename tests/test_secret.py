@@ -279,6 +279,17 @@ def test_the_secret_is_created_on_the_first_grade_and_settable(tmp_path: Path) -
                  "--memory", "2048", "--secret-file", str(given)]) == 0
     rows = json.loads((out / ".state" / "s0" / "hw5.json").read_text())
     assert rows["secret"] == S.read_secret(given).fingerprint  # another secret: regraded
+    # ... unless every sandbox would see it: inside the software shown to them, read-only.
+    import edu_dl
+
+    inside = Path(edu_dl.__file__).parent / f".secret-test-{os.getpid()}"
+    try:
+        S.load_or_create(inside)
+        with pytest.raises(S.SecretError, match="every sandbox sees"):
+            G.grade(subs, src, out, settings=FAST, progress=False, log=lambda s: None,
+                    secret=S.read_secret(inside))
+    finally:
+        inside.unlink(missing_ok=True)
     given.unlink()
     given.symlink_to(out / S.FILE_NAME)
     assert main(["grade", str(subs), "--source", str(src), "--out", str(out),

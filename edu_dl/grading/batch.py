@@ -36,7 +36,7 @@ from .prepare import prepare, submission_bytes
 from .receive import received
 from .report import write_outputs
 from .run import run
-from .secret import Secret, load_or_create, secret_path
+from .secret import Secret, check_unseen, load_or_create, secret_path
 from .settings import GRADER_VERSION, MB, Settings
 from .trust.files import read_bounded
 from .trust.notebook import parse_notebook
@@ -118,6 +118,7 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
         if created:
             log(f"created the grading secret {secret_path(out)} (fingerprint "
                 f"{secret.fingerprint}): every part's hidden inputs are drawn from it")
+    check_unseen(secret, out, [*sandbox.software(), Path("/usr")])
     # On a cluster every worker must have the sandbox (cluster.py refuses one without it).
     problem = "" if cluster is not None else sandbox.bwrap_problem()
     if problem:

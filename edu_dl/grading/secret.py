@@ -22,7 +22,7 @@ import hmac
 import os
 import secrets
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 FILE_NAME = ".secret"  # in the grading output folder
@@ -40,6 +40,7 @@ class Secret:
 
     key: bytes = b""
     public: bool = False  # the validation secret: anyone may know it
+    path: str = field(default="", compare=False)  # the file it was read from, if any
 
     def __repr__(self) -> str:  # no traceback or log ever shows the key
         return f"Secret(fingerprint={self.fingerprint!r}, public={self.public})"
@@ -88,7 +89,7 @@ def read_secret(path: Path) -> Secret:
     if len(data) > MAX_FILE_BYTES or len(key) < 16:
         raise SecretError(f"{path}: not a grading secret (expected at least 32 hex digits on "
                           "one line, as `edu-dl grade` writes them)")
-    return Secret(key)
+    return Secret(key, path=str(path))
 
 
 def _write_new(path: Path) -> Secret:
@@ -103,7 +104,7 @@ def _write_new(path: Path) -> Secret:
         os.fsync(fd)
     finally:
         os.close(fd)
-    return Secret(key)
+    return Secret(key, path=str(path))
 
 
 def load_or_create(path: Path) -> tuple[Secret, bool]:
@@ -135,4 +136,19 @@ def rotate(path: Path) -> Secret:
         fresh.unlink(missing_ok=True)
         raise SecretError(f"{path}: cannot write the new grading secret ({exc.strerror})"
                           ) from None
-    return secret
+    return replace(secret, path=str(path))
+
+
+def check_unseen(secret: Secret, out: Path, shown: list[Path]) -> None:
+    """Refuse a secret file that every sandbox would see: one inside the software shown
+    read-only to it (``shown``), other than in the output folder (hidden in every sandbox)."""
+    if not secret.path:
+        return
+    where = Path(secret.path).resolve()
+    if where.is_relative_to(out.resolve()):
+        return
+    inside = next((root for root in shown if where.is_relative_to(root)), None)
+    if inside is not None:
+        raise SecretError(f"{secret.path}: lies in {inside}, which every sandbox sees "
+                          "read-only; keep the grading secret elsewhere (e.g. in the --out "
+                          "folder, the default)")
