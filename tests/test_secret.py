@@ -325,3 +325,28 @@ def test_validate_is_the_same_every_time_and_never_uses_a_grading_secret(
     flawed = _hidden_n(S.VALIDATION_SECRET) % 2 == 0
     assert got[0][0] == ("hw5.squares", 0.0 if flawed else 2.0, not flawed)
     assert not list(tmp_path.rglob(S.FILE_NAME))  # no secret written anywhere
+
+
+def test_replay_reproduces_every_row_of_the_nbgrader_fixture_course(tmp_path: Path) -> None:
+    """Assert cells, partial credit, stderr, answers, tasks: each replayed row is the
+    gradebook's, and a changed submission is refused rather than replayed."""
+    from edu_dl.grading import nbgrader_course as course
+    from edu_dl.grading.replay import ReplayError, replay
+
+    src, root = course.build(tmp_path / "course")
+    out = tmp_path / "grades"
+    summary = G.grade(root, src, out, settings=FAST, jobs=2, progress=False, log=lambda s: None)
+    replayed = 0
+    for student in sorted({r.student for r in summary.rows}):
+        try:
+            found = replay(out, student, course.NOTEBOOK, src)
+        except ReplayError as exc:
+            assert "no stored run" in str(exc)
+            continue
+        assert found.kept is not None and found.same, (student, found.rows, found.kept)
+        replayed += 1
+    assert replayed >= len(course.EXPECTED) - 2
+    carol = root / "submitted" / "carol" / course.ASSIGNMENT / f"{course.NOTEBOOK}.ipynb"
+    carol.write_bytes(carol.read_bytes() + b"\n")
+    with pytest.raises(ReplayError, match="changed since it was graded"):
+        replay(out, "carol", course.NOTEBOOK, src)

@@ -113,24 +113,24 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     all_jobs = scope(all_jobs, exercises, exercises_due, roster)
     out.mkdir(parents=True, exist_ok=True)
     notes = []
-    if secret is None:
-        secret, created = load_or_create(secret_path(out))
-        if created:
-            log(f"created the grading secret {secret_path(out)} (fingerprint "
-                f"{secret.fingerprint}): every part's hidden inputs are drawn from it")
-    check_unseen(secret, out, [*sandbox.software(), Path("/usr")])
     # On a cluster every worker must have the sandbox (cluster.py refuses one without it).
     problem = "" if cluster is not None else sandbox.bwrap_problem()
     if problem:
         log(f"WARNING: grading WITHOUT a sandbox: {problem}. Submissions run with resource "
             "limits only and can read and write what the grading user can; the gradebook "
             "says 'rlimits only'.")
-        if not secret.public:
+        if secret is None or not secret.public:
             notes.append(
                 "WARNING: without a sandbox the student code runs as you and can read the "
                 "grading secret (and so every hidden input); rotate it (edu-dl grade "
                 "--rotate-secret) once a sandbox works")
             log(notes[-1])
+    if secret is None:
+        secret, created = load_or_create(secret_path(out))
+        if created:
+            log(f"created the grading secret {secret_path(out)} (fingerprint "
+                f"{secret.fingerprint}): every part's hidden inputs are drawn from it")
+    check_unseen(secret, out, [*sandbox.software(), Path("/usr")])
     hide = _hidden_paths(source, out, submissions)
     state_dir = out / ".state"
     todo, rows_by_job = [], {}

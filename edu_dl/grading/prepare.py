@@ -42,7 +42,8 @@ class Prepared:
     files: dict[str, bytes]  # path inside the sandbox -> bytes, all read-only
     root: str  # the sandbox's folder for work/ and grading/
     boxed: bool  # False: no bwrap, the same run unisolated in ``work``
-    submitted: bytes = b""  # the notebook as submitted (kept with the run, for edu-dl replay)
+    submitted: bytes = b""  # the notebook as submitted (its digest is kept with the run)
+    path: Path | None = None  # where it was submitted
 
 
 def prepare(job: Job, out: Path, settings: Settings, data: bytes | None, secret: Secret,
@@ -70,7 +71,7 @@ def prepare(job: Job, out: Path, settings: Settings, data: bytes | None, secret:
     files = {f"{root}/work/{name}": beside for name, beside in job.exercise.files.items()}
     files[f"{root}/work/notebook.ipynb"] = restored
     prepared = Prepared(nb, notes, work, autograded, secret.fingerprint, {}, {}, files, root,
-                        boxed, data)
+                        boxed, data, job.path)
     for part_id, drawn in draw_cases(job, secret).items():
         prepared.parts[part_id] = job.exercise.specs[part_id]
         prepared.files.update(grading_files(f"{root}/grading", part_id, drawn,

@@ -7,28 +7,33 @@ notebook the instructor audits in ``autograded/`` is the restored one (its sourc
 that ran) with those outputs, written compactly.
 
 Kept for ``edu-dl replay`` in the submission's work folder (``OUT/.work/<student>/<exercise>/``,
-the instructor's only): ``run.json`` (the sandbox's facts, the limits, the secret's fingerprint),
-``result.zip`` (what the sandbox returned, at most ``--file-size`` MB: the bound it was read
-with) and ``submitted.ipynb`` (the bytes graded). From them and the re-derived inputs, replay
-judges the run again, exactly as it was judged.
+the instructor's only): ``run.json`` (the sandbox's facts, the limits, the secret's fingerprint,
+the submission's path and digest, why the result could not be read if it could not) and
+``result.zip``: what the sandbox returned, without the executed notebook (its outputs are in
+``autograded/`` already), at most ``--file-size`` MB, the bound it was read with. From them and
+the re-derived inputs, replay judges the run again, exactly as it was judged.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import io
 import json
+import zipfile
 from dataclasses import asdict, dataclass
 
 from . import sandbox
 from .notebooks import Notebook, write_atomic
 from .prepare import Prepared
+from .protocol import EXECUTED
 from .settings import MB, Settings
 from .trust.notebook import Untrusted, compact_bytes, executed_outputs
 from .trust.result import RunResult, read_run
 from .trust.text import visible
 
 LOG_TAIL = 4000  # characters of the sandbox's log kept in run.json
-RUN_FILE, RESULT_FILE, SUBMITTED_FILE = "run.json", "result.zip", "submitted.ipynb"
+RUN_FILE, RESULT_FILE = "run.json", "result.zip"
 
 
 @dataclass
@@ -52,15 +57,30 @@ def received(prepared: Prepared, done: sandbox.Result, settings: Settings) -> Ra
     facts = asdict(done) | {"log": visible(done.log[-LOG_TAIL:]),
                             "output": f"{done.output_size} bytes",
                             "uids_seen": sorted(done.uids_seen)}
-    # Over the limit, nothing of it was read (and replay needs only its size).
-    kept = done.output if done.output_size <= settings.file_mb * MB else b""
+    # Unread (over the limit, broken): run.json says why, and nothing more is kept.
+    kept = without_notebook(done.output) if not ran.returned.problem else b""
     write_atomic(prepared.work / RESULT_FILE, kept)
-    write_atomic(prepared.work / SUBMITTED_FILE, prepared.submitted)
     write_atomic(prepared.work / RUN_FILE, json.dumps(
         {"secret": prepared.fingerprint, "settings": asdict(settings),
-         "record": asdict(ran.returned.record), "sandbox": facts,
-         "executed notebook not used": ran.unused}, default=str).encode())
+         "submission": {"path": str(prepared.path.absolute()) if prepared.path else "",
+                        "sha256": hashlib.sha256(prepared.submitted).hexdigest()},
+         # relative to the output folder (OUT/.work/<student>/<exercise> is prepared.work)
+         "autograded": str(prepared.autograded.relative_to(prepared.work.parents[2])),
+         "executed": ran.executed is not None,
+         "problem": ran.returned.problem, "record": asdict(ran.returned.record),
+         "sandbox": facts, "executed notebook not used": ran.unused}, default=str).encode())
     return ran
+
+
+def without_notebook(result: bytes) -> bytes:
+    """The result zip (read already: STORED, bounded) without its executed notebook."""
+    kept = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(result)) as zf, \
+            zipfile.ZipFile(kept, "w", zipfile.ZIP_STORED) as new:
+        for info in zf.infolist():
+            if info.filename != EXECUTED:
+                new.writestr(info.filename, zf.read(info))
+    return kept.getvalue()
 
 
 def read_back(prepared: Prepared, done: sandbox.Result, settings: Settings) -> Ran:

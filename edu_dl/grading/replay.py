@@ -1,9 +1,10 @@
 """``edu-dl replay OUT STUDENT EXERCISE --source SOURCE``: judge a stored run again, and show it.
 
 For a disputed row. The run is not executed again: what the sandbox returned is kept with the
-grades (``receive``: ``OUT/.work/<student>/<exercise>/`` holds run.json, result.zip and
-submitted.ipynb), and the inputs are drawn again from the grading secret, which gives the same
-inputs every time (``secret``). Replay restores the submitted notebook from the source, reads the
+grades (``receive``: ``OUT/.work/<student>/<exercise>/`` holds run.json and result.zip, the
+executed notebook lies in ``autograded/``), and the inputs are drawn again from the grading
+secret, which gives the same inputs every time (``secret``). Replay restores the submitted
+notebook (still in the submissions folder: its digest is checked) from the source, reads the
 result with the same bounds (``trust.result``), judges it with the same ``judge.judge_run``, and
 prints for each part and case the inputs, what the student's code returned, the expected value
 and the verdict, then whether its rows equal the gradebook's (they do, unless the source, the
@@ -12,6 +13,7 @@ parts or the grader changed since).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -23,13 +25,16 @@ from . import sandbox
 from .judge import judge_run
 from .load import load_parts, load_source
 from .model import Job, Refused, Row, safe_file_name
+from .notebooks import NotebookError
 from .prepare import Prepared, draw_cases, restored_submission
 from .protocol import ErrorText, roundtrip
-from .receive import RESULT_FILE, RUN_FILE, SUBMITTED_FILE, read_back
+from .receive import RESULT_FILE, RUN_FILE, Ran
 from .secret import Secret, read_secret, secret_path
 from .settings import MB, Settings
 from .spec import judge_case, trusted_result
 from .trust.files import read_bounded
+from .trust.notebook import parse_notebook
+from .trust.result import RunResult, parse_record, read_run
 
 MAX_RUN_JSON = 8 * MB
 
@@ -96,22 +101,25 @@ def replay(out: Path, student: str, exercise: str, source: Path,
     load_parts(exercises, source)
     ex = exercises[exercise]
     try:
-        submitted = read_bounded(work / SUBMITTED_FILE, settings.notebook_mb * MB)
+        where = Path(stored["submission"]["path"])
+        submitted = read_bounded(where, settings.notebook_mb * MB)
         output = read_bounded(work / RESULT_FILE, settings.file_mb * MB, "for a result")
-    except (Refused, OSError) as exc:
-        raise ReplayError(f"{work}: the stored run is incomplete ({exc})") from None
-    job = Job(student, ex, work / SUBMITTED_FILE, exercise)
+    except (Refused, OSError, KeyError, TypeError) as exc:
+        raise ReplayError(f"{work}: the stored run or its submission cannot be read ({exc})"
+                          ) from None
+    if hashlib.sha256(submitted).hexdigest() != stored["submission"].get("sha256"):
+        raise ReplayError(f"{where} changed since it was graded: grade it again")
+    job = Job(student, ex, where, exercise)
     restored = restored_submission(job, settings, submitted)
     if isinstance(restored, list):  # cannot happen for a run that ran; say so if it does
-        raise ReplayError(f"{work / SUBMITTED_FILE}: {restored[0].message}")
+        raise ReplayError(f"{where}: {restored[0].message}")
     nb, notes, data = restored
     drawn = draw_cases(job, secret)
-    prepared = Prepared(nb, notes, work, work / "replayed.ipynb", secret.fingerprint,
+    prepared = Prepared(nb, notes, work, out / stored["autograded"], secret.fingerprint,
                         {p: ex.specs[p] for p in drawn},
                         {p: roundtrip(cases) for p, cases in drawn.items()}, {}, "",
-                        bool(facts.get("isolated", True)), data)
-    done = _result(facts, output)
-    ran = read_back(prepared, done, settings)
+                        bool(facts.get("isolated", True)), data, where)
+    ran = _ran(stored, facts, output, prepared, settings)
     rows = judge_run(job, prepared, ran, settings)
     parts = []
     for part_id, _ in ex.parts:
@@ -122,6 +130,30 @@ def replay(out: Path, student: str, exercise: str, source: Path,
         got = ran.returned.outputs.get(part_id)
         parts.append(PartReplay(part_id, _cases(part, cases, got, n_visible), got is not None))
     return Replay(student, exercise, fingerprint, rows, _kept(out, student, exercise), parts)
+
+
+def _ran(stored: dict[str, Any], facts: dict[str, Any], output: bytes, prepared: Prepared,
+         settings: Settings) -> Ran:
+    """What came back from the sandbox, as ``receive.read_back`` read it: the result (without
+    the executed notebook, whose outputs are the ones saved in autograded/)."""
+    done = _result(facts, output)
+    problem = str(stored.get("problem", ""))
+    if problem:  # nothing of it was read, then or now
+        returned = RunResult(parse_record(stored.get("record")), {}, problem)
+    else:
+        returned = read_run(output, len(output), settings.file_mb * MB,
+                            settings.notebook_mb * MB + 2 * settings.output_cap)
+    ran = Ran(done, returned, "bwrap" if done.isolated else "rlimits only",
+              unused=str(stored.get("executed notebook not used", "")))
+    if stored.get("executed"):
+        try:
+            ran.executed = parse_notebook(read_bounded(
+                prepared.autograded, settings.notebook_mb * MB + 4 * settings.output_cap),
+                prepared.autograded.name)
+        except (Refused, OSError, NotebookError) as exc:
+            raise ReplayError(f"{prepared.autograded}: the executed notebook cannot be read "
+                              f"({exc})") from None
+    return ran
 
 
 def _result(facts: dict[str, Any], output: bytes) -> sandbox.Result:
