@@ -1,4 +1,5 @@
-"""What the exercise tests share: a solution notebook's functions, and check()'s printed verdict."""
+"""What the exercise tests share: a solution notebook's functions, and check()'s verdict (the ✓ line
+it prints, or the ✗ report of the CheckFailed it raises)."""
 
 from __future__ import annotations
 
@@ -31,8 +32,10 @@ for cell in nbformat.read(sys.argv[1], as_version=4).cells:
 
 
 def course_module(exercise: str) -> ModuleType:
-    """The course's part file ``solutions/parts/<exercise>.py`` (its oracles, hints, PARTS)."""
-    return parts.module(SOLUTIONS / parts.FOLDER, exercise)
+    """The course's part file ``solutions/parts/<exercise>.private.py`` (its oracles, hints,
+    PARTS: private, it stays beside the source)."""
+    folder = SOLUTIONS / parts.FOLDER
+    return parts.module(folder, exercise, private=not (folder / f"{exercise}.py").exists())
 
 
 @functools.cache
@@ -66,12 +69,25 @@ def solution_namespace(notebook: str, also: str = "") -> dict[str, Any]:
     return namespace
 
 
+def checked(part_id: str, fn: Any, hidden: bool = False) -> tuple[checking.Outcome, str]:
+    """check()'s verdict as (outcome, line): a pass returns a true Outcome; a failure raises
+    CheckFailed, given back here as a false Outcome with the exception's report."""
+    try:
+        return check(part_id, fn, hidden=hidden), ""
+    except checking.CheckFailed as failed:
+        return checking.Outcome(False, failed.report), failed.report + "\n"
+
+
 def run_check(capsys: pytest.CaptureFixture[str], part_id: str, fn: Any,
               hidden: bool = False) -> tuple[checking.Outcome, str]:
-    """check()'s result and what it printed; it must never print a traceback."""
+    """check()'s result and what a notebook shows under it: the ✓ line it printed, or the report
+    of the CheckFailed it raised (then it printed nothing); never a traceback."""
     with contextlib.chdir(SOLUTIONS):  # check() finds parts/ beside the notebook, as a student's
-        ok = check(part_id, fn, hidden=hidden)
+        ok, report = checked(part_id, fn, hidden)
     out = capsys.readouterr().out
+    if not ok:
+        assert out == "", "a failing check() prints nothing: its exception carries the report"
+        out = report
     assert "Traceback" not in out
     return ok, out
 

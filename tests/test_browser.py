@@ -377,7 +377,12 @@ def test_a_student_in_make_labs_jupyterlab(tmp_path: Path) -> None:
                 use_menu(page, "Run", "Run Selected Cell and Do not Advance")
                 said = check.locator(".jp-OutputArea-output")
                 said.first.wait_for()
-                assert said.all_inner_texts() == ["✗ ex05.mul_backward: not implemented yet\n"]
+                # A failing check() raises: an error output, shown as its report alone (no
+                # traceback), and Run All would stop here.
+                assert [t.strip() for t in said.all_inner_texts()] == [
+                    "✗ ex05.mul_backward: not implemented yet"]
+                assert said.first.get_attribute("data-mime-type") == (
+                    "application/vnd.jupyter.stderr")
 
                 stub = cells.filter(has_text="def mul_backward").first
                 stub.locator(".cm-content").click()

@@ -46,8 +46,14 @@ def softmax_xp(x):
 
 
 def run(capsys, part_id, fn, hidden=False):
-    ok = check(part_id, fn, hidden=hidden)
-    out = capsys.readouterr().out
+    """check()'s result and its verdict: the ✓ line printed, or the raised CheckFailed's report."""
+    try:
+        ok = check(part_id, fn, hidden=hidden)
+    except checking.CheckFailed as failed:
+        assert capsys.readouterr().out == ""  # the report is the exception's, printed nowhere
+        ok, out = checking.Outcome(False, failed.report), failed.report + "\n"
+    else:
+        out = capsys.readouterr().out
     assert "Traceback" not in out
     return ok, out
 
@@ -152,11 +158,40 @@ def test_other_exceptions_name_type_message_and_student_line(capsys):
     assert "in broken: return dout @ x" in out
 
 
-def test_unknown_part_does_not_raise(capsys):
+def test_unknown_part_fails_with_a_readable_report(capsys):
     ok, out = run(capsys, "ex05.nope", relu_backward)
     assert not ok and "unknown part" in out and "ex05.relu_backward" in out
     ok, out = run(capsys, "ex99.x", relu_backward)
     assert not ok and "no exercise 'ex99'" in out
+
+
+def test_a_failing_check_raises_an_assertion_error_that_ipython_shows_as_its_report(capsys):
+    """nbgrader, nbval and pytest count a test cell as failed only when it raises: a failing
+    check() raises CheckFailed, an AssertionError, and prints nothing; a pass prints its ✓ line."""
+    with pytest.raises(AssertionError) as info:
+        check("ex05.relu_backward", lambda d, x: d * (x >= 0))
+    failed = info.value
+    assert isinstance(failed, checking.CheckFailed)
+    assert capsys.readouterr() == ("", "")  # nothing on stdout, nothing on stderr
+    assert str(failed) == failed.report and failed.report.startswith("✗ ex05.relu_backward: ")
+    assert "\n  hint: " in failed.report
+    assert failed._render_traceback_() == failed.report.splitlines()  # IPython: no traceback
+    assert failed.__cause__ is None and failed.__suppress_context__ is False
+    passed = check("ex05.relu_backward", relu_backward)
+    assert passed and passed.report == capsys.readouterr().out.rstrip("\n")
+
+
+def test_an_error_in_the_checker_fails_the_cell_and_keeps_its_cause(capsys, monkeypatch):
+    def broken_spec(part_id, fn, hidden):
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(checking, "_check", broken_spec)
+    with pytest.raises(checking.CheckFailed) as info:
+        check("ex05.relu_backward", relu_backward)
+    assert info.value.report == ("✗ ex05.relu_backward: internal error in the checker "
+                                 "(ZeroDivisionError: division by zero)")
+    assert isinstance(info.value.__cause__, ZeroDivisionError)  # for whoever fixes the part
+    assert capsys.readouterr() == ("", "")
 
 
 def test_student_cannot_change_the_inputs_the_oracle_sees(capsys):
@@ -283,3 +318,34 @@ def test_a_notebook_shows_only_the_verdict(capsys):
     assert passed and not failed and out.startswith("✓")
     assert DisplayFormatter().format(passed) == ({}, {})
     assert DisplayFormatter().format(failed) == ({}, {})
+
+
+def test_in_a_jupyter_kernel_a_failing_check_is_an_error_output_showing_only_the_report(
+        in_solutions: Path) -> None:
+    """Run through nbclient and ipykernel, as Jupyter, nbval and nbgrader's autograde run a
+    notebook: the failing cell's output is an `error` (what nbgrader scores 0) whose traceback is
+    the report, nothing on stderr (which nbgrader would score 0 too, passing or not); the passing
+    cell shows its ✓ line only, and Run All stops at the first failure."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    v4 = nbformat.v4
+    sources = ["from edu_dl.grading import check\n"
+               "def stub(dout, x):\n    raise NotImplementedError()",
+               'check("ex05.relu_backward", stub)',
+               'check("ex05.mul_backward", lambda d, x, y: (d * y, d * x))']
+    nb = v4.new_notebook(cells=[v4.new_code_cell(s) for s in sources])
+    client = NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True,
+                            resources={"metadata": {"path": str(in_solutions)}})
+    client.execute()
+    (error,) = nb.cells[1].outputs
+    assert error.output_type == "error" and error.ename == "CheckFailed"
+    assert error.traceback == ["✗ ex05.relu_backward: not implemented yet"]
+    assert [(o.output_type, o.get("name"), o.get("text")) for o in nb.cells[2].outputs] == [
+        ("stream", "stdout", "✓ ex05.mul_backward: 3 cases passed\n")]
+    nb = v4.new_notebook(cells=[v4.new_code_cell(s) for s in sources])
+    with pytest.raises(CellExecutionError):  # Run All without allow_errors: it stops at cell 1
+        NotebookClient(nb, timeout=120, kernel_name="python3",
+                       resources={"metadata": {"path": str(in_solutions)}}).execute()
+    assert nb.cells[2].get("outputs") == [] and nb.cells[2].execution_count is None

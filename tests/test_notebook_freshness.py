@@ -33,7 +33,7 @@ def test_every_lecture_records_the_engine_it_ran() -> None:
                             ).metadata["edu_dl"]["sources"]
     assert "edu_dl/autograd/ops.py" in sources and "edu_dl/lecture.py" in sources
     solution = nbformat.read(ROOT / "solutions/05_autograd_from_scratch.ipynb", as_version=4)
-    assert "solutions/parts/ex05.py" in solution.metadata["edu_dl"]["sources"]
+    assert "solutions/parts/ex05.private.py" in solution.metadata["edu_dl"]["sources"]
 
 
 def test_a_changed_or_missing_file_makes_a_notebook_stale(tmp_path: Path, monkeypatch) -> None:
@@ -56,7 +56,7 @@ def test_a_changed_or_missing_file_makes_a_notebook_stale(tmp_path: Path, monkey
 def test_execute_runs_in_place_and_records_the_course_code(tmp_path: Path) -> None:
     folder = tmp_path / "course"
     (folder / "parts").mkdir(parents=True)
-    shutil.copy(ROOT / "solutions/parts/ex05.py", folder / "parts/ex05.py")
+    shutil.copy(ROOT / "solutions/parts/ex05.private.py", folder / "parts/ex05.private.py")
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell("import edu_dl.lecture\nimport os\nprint(os.getcwd())"),
         nbformat.v4.new_code_cell("from edu_dl.grading import check\n"
@@ -74,7 +74,7 @@ def test_execute_runs_in_place_and_records_the_course_code(tmp_path: Path) -> No
     assert done.cells[1].outputs[0]["text"].startswith("✓ ex05.mul_backward")
     assert "edu_dl/lecture.py" in sources and "edu_dl/grading/checking.py" in sources
     # the part file lies outside the repository here: recorded by its absolute path
-    assert str(folder / "parts/ex05.py") in sources
+    assert str(folder / "parts/ex05.private.py") in sources
     assert not [name for name in sources if "site-packages" in name or "numpy" in name]
     assert done.metadata["edu_dl"]["sources"] == sources
     assert "execution" not in done.cells[0].metadata

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import nbformat
 import numpy as np
 import pytest
 from exercise_helpers import assert_solution_passes, course_module, run_check, solution_namespace
 
-from edu_dl.grading import checking, spec
+from edu_dl.grading import checking, source, spec
+from edu_dl.grading.trust.source import find_source
 
 ex01 = course_module("ex01")
 
+NOTEBOOK = Path(__file__).resolve().parents[1] / "solutions" / "01_getting_started.ipynb"
 SOLUTIONS = solution_namespace("01_getting_started.ipynb")
 FUNCTIONS = {"ex01.peak_gflops": "peak_gflops", "ex01.choose_gpus": "choose_gpus",
              "ex01.pick_device": "pick_device", "ex01.read_cpuinfo": "read_cpuinfo"}
@@ -107,3 +111,42 @@ def test_cpuinfo_with_avx2_before_avx512(capsys: pytest.CaptureFixture[str]) -> 
 
     ok, out = run(capsys, "ex01.read_cpuinfo", avx_first)
     assert not ok and "hint: the WIDEST vector instructions count" in out
+
+
+# --------------------------------------------------------------------------- the library oracles
+
+
+def peak_from_the_doctor(cores, clock_mhz, simd_bits, fma_units):
+    from edu_dl.hardware import flops_per_cycle, peak_flops
+
+    per_cycle = flops_per_cycle(simd_bits=simd_bits, fma=True, fma_units=fma_units)
+    return peak_flops(cores=cores, clock_hz=clock_mhz * 1e6, per_cycle=per_cycle) / 1e9
+
+
+def cpuinfo_from_the_doctor(text):
+    from edu_dl.hardware import cpu_from_cpuinfo
+
+    cpu = cpu_from_cpuinfo(text, architecture="x86_64")
+    return (str(cpu.model.value), int(cpu.logical_cores.value), int(cpu.physical_cores.value),
+            int(cpu.simd_bits.value), bool(cpu.fma))
+
+
+@pytest.mark.parametrize(("part_id", "fn", "message"), [
+    ("ex01.peak_gflops", peak_from_the_doctor,
+     "this part asks you to write the formula yourself: cores x clock x FLOPs per cycle (do not "
+     "call edu_dl.hardware.peak_flops or flops_per_cycle)"),
+    ("ex01.read_cpuinfo", cpuinfo_from_the_doctor,
+     "this part asks you to read the text yourself: split it into processor blocks and their "
+     "fields (do not call edu_dl.hardware.cpu_from_cpuinfo)"),
+])
+def test_calling_edu_dl_hardware_is_refused(capsys: pytest.CaptureFixture[str], part_id: str,
+                                            fn: Any, message: str) -> None:
+    """The oracle is the doctor's own code: a function that calls it gets the values right, and
+    the source check (check()'s and the grader's) refuses it; the solution's source passes."""
+    ok, out = run(capsys, part_id, fn)
+    assert not ok and out == f"✗ {part_id}: the values are right, but {message}\n"
+    part = next(p for p in ex01.PARTS if p.id == part_id)
+    found = find_source(nbformat.read(NOTEBOOK, as_version=4), part_id)
+    assert found is not None and source.judge_source(part, found).ok
+    ok, out = run(capsys, part_id, SOLUTIONS[FUNCTIONS[part_id]])
+    assert ok, out

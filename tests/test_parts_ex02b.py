@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from exercise_helpers import SIMULATED_SOLUTIONS, course_module
+from exercise_helpers import SIMULATED_SOLUTIONS, checked, course_module
 
-from edu_dl.grading import check, protocol, spec
+from edu_dl.grading import protocol, spec
 
 SOLUTION = Path(__file__).resolve().parents[1] / "solutions" / "02b_writing_a_gpu_kernel.ipynb"
 ex02b = course_module("ex02b")
@@ -108,7 +108,11 @@ results = {}
 for name, (part_id, fn, hidden) in runs.items():
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
-        ok = check(part_id, ns[fn], hidden=hidden)
+        try:
+            ok = check(part_id, ns[fn], hidden=hidden)
+        except AssertionError as failed:  # CheckFailed: its report is what a notebook shows
+            ok = False
+            print(failed.report)
     results[name] = [bool(ok), buffer.getvalue()]
 print("RESULTS" + json.dumps(results))
 '''
@@ -191,12 +195,14 @@ def test_global_index_oracle(seed: int | None) -> None:
 
 
 def test_global_index_hints(capsys: pytest.CaptureFixture[str]) -> None:
-    assert not check("ex02b.global_index", lambda b, d, t: b * t + t)
-    out = capsys.readouterr().out
+    ok, out = checked("ex02b.global_index", lambda b, d, t: b * t + t)
+    assert not ok
     assert "case 2 of 4 (block_idx=2, block_dim=128, thread_idx=5): expected 261, got 15" in out
     assert "by the block's SIZE" in out
-    assert not check("ex02b.global_index", lambda b, d, t: b + t)
-    assert "blockIdx.x counts blocks" in capsys.readouterr().out
+    ok, out = checked("ex02b.global_index", lambda b, d, t: b + t)
+    assert not ok
+    assert "blockIdx.x counts blocks" in out
+    assert capsys.readouterr().out == ""  # a failing check() prints nothing: it raises
 
 
 @pytest.mark.parametrize("part", ex02b.PARTS, ids=lambda p: p.id)
@@ -206,11 +212,14 @@ def test_stub_without_a_kernel_process(capsys: pytest.CaptureFixture[str],
         raise NotImplementedError()
 
     if part.id == "ex02b.global_index" or part.id == "ex02b.matmul_tiled":
-        assert not check(part.id, stub)  # plain functions: the stub raises when called
-        assert capsys.readouterr().out.strip() == f"✗ {part.id}: not implemented yet"
+        ok, out = checked(part.id, stub)  # plain functions: the stub raises when called
+        assert not ok
+        assert out.strip() == f"✗ {part.id}: not implemented yet"
     else:  # not a @cuda.jit kernel: a clear message, no launch
-        assert not check(part.id, stub)
-        assert "decorate the function with @cuda.jit" in capsys.readouterr().out
+        ok, out = checked(part.id, stub)
+        assert not ok
+        assert "decorate the function with @cuda.jit" in out
+    assert capsys.readouterr().out == ""  # a failing check() prints nothing: it raises
 
 
 def test_cases_stay_small() -> None:

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import nbformat
 import numpy as np
 import pytest
 from exercise_helpers import assert_solution_passes, course_module, run_check, solution_namespace
 
-from edu_dl.grading import checking, spec
+from edu_dl.grading import checking, source, spec
+from edu_dl.grading.trust.source import find_source
+from edu_dl.harness import ex03 as harness
 
 ex03 = course_module("ex03")
+SOLUTIONS_DIR = Path(__file__).resolve().parents[1] / "solutions"
 
 # ex03.feed_bytes moved with the feed_dict lesson to exercise 6b and kept its id (gradebooks).
 SOLUTIONS = {**solution_namespace("03_feeding_the_gpu.ipynb"),
@@ -143,7 +148,7 @@ def test_prefetch_that_hangs_on_an_error_is_stopped(capsys: pytest.CaptureFixtur
     import queue
     import threading
 
-    monkeypatch.setattr(ex03, "WAIT_S", 0.3)
+    monkeypatch.setattr(harness, "WAIT_S", 0.3)  # the call waits in the public half
 
     def dies(batches, depth):
         slots: queue.Queue = queue.Queue(maxsize=depth)
@@ -199,3 +204,44 @@ def test_epoch_batches_with_the_legacy_generator(capsys: pytest.CaptureFixture[s
 
     ok, out = run(capsys, "ex03.epoch_batches", legacy)
     assert not ok and "hint: use the new generator, np.random.default_rng(seed)" in out
+
+
+# --------------------------------------------------------------------------- the library oracles
+
+
+def ideal_from_the_benchmark(read_s, compute_s, n, readers):
+    from edu_dl.bench.loader import LoaderConfig, LoaderResult, LoaderRow, finish_rows
+
+    row = LoaderRow("mine", "ideal", readers, "", epoch_s=0.0)
+    finish_rows(LoaderResult(LoaderConfig("", batches=n), read_s=n * read_s,
+                             compute_s=n * compute_s, rows=[row]))
+    return row.ideal_s
+
+
+def batches_from_the_loader(n_rows, batch_size, seed, drop_last, epoch):
+    from edu_dl.data import ArrayDataset, DataLoader
+
+    loader = DataLoader(ArrayDataset(np.arange(n_rows)), batch_size, shuffle=True, seed=seed,
+                        drop_last=drop_last, prefetch=0)
+    for _ in range(epoch + 1):
+        batches = loader.batch_indices()
+    return batches
+
+
+@pytest.mark.parametrize(("part_id", "notebook", "fn", "message"), [
+    ("ex03.ideal_epoch", "03_feeding_the_gpu.ipynb", ideal_from_the_benchmark,
+     "this part asks you to write the formula yourself (do not call "
+     "edu_dl.bench.loader.finish_rows)"),
+    ("ex03.epoch_batches", "03_feeding_the_gpu.ipynb", batches_from_the_loader,
+     "this part asks you to shuffle and cut the batches yourself (do not call "
+     "edu_dl.data.DataLoader or its batch_indices)"),
+])
+def test_calling_the_library_oracle_is_refused(capsys: pytest.CaptureFixture[str], part_id: str,
+                                               notebook: str, fn: Any, message: str) -> None:
+    """The oracle is the course's own code: a function that calls it gets the values right, and
+    the source check (check()'s and the grader's) refuses it; the solution's source passes."""
+    ok, out = run(capsys, part_id, fn)
+    assert not ok and out == f"✗ {part_id}: the values are right, but {message}\n"
+    part = next(p for p in ex03.PARTS if p.id == part_id)
+    found = find_source(nbformat.read(SOLUTIONS_DIR / notebook, as_version=4), part_id)
+    assert found is not None and source.judge_source(part, found).ok

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import nbformat
 import numpy as np
 import pytest
-from exercise_helpers import assert_solution_passes, course_module, run_check, solution_namespace
+from exercise_helpers import (
+    assert_solution_passes,
+    checked,
+    course_module,
+    run_check,
+    solution_namespace,
+)
 
 from edu_dl.grading import check, checking, spec
+from edu_dl.grading.trust import source as trusted_source
 
 pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there
 
@@ -85,8 +94,8 @@ def test_topological_order_missing_lonely_nodes(capsys: pytest.CaptureFixture[st
         return np.array([k for k in order if k in used], dtype=np.int64)
 
     assert check("ex04.topological_order", from_edges_only)  # every visible node has an edge
-    ok = check("ex04.topological_order", from_edges_only, hidden=True)
-    out = capsys.readouterr().out
+    capsys.readouterr()
+    ok, out = checked("ex04.topological_order", from_edges_only, hidden=True)
     assert not ok
     assert "expected every node 0..0 exactly once, got 0 ids (missing [0]" in out
     assert "hint: nodes with no edges at all belong in the order too" in out
@@ -103,3 +112,43 @@ def test_topological_order_any_valid_order_passes() -> None:
     assert list(TopologicalSorter({1: {0}}).static_order()) == [0, 1]
     with pytest.raises(spec.CheckFailure, match="edge 3 -> 4: node 4 comes before"):
         part.call(lambda n, e: np.array([0, 1, 2, 4, 3, 5]), (6, edges))
+
+
+BY_HAND = "this part asks you to backpropagate by hand, gate by gate"
+G = SOLUTIONS["G"]  # edu_dl.graph, as the notebook imports it
+
+
+def four_by_autograd(x, y, z, w):
+    import torch
+
+    ts = [torch.tensor(v, requires_grad=True) for v in (x, y, z, w)]
+    ((ts[0] * ts[1] + ts[2]) * ts[3]).sum().backward()
+    return tuple(t.grad.numpy() for t in ts)
+
+
+def three_by_graph(x, y, z):
+    graph = G.Graph()
+    with graph.as_default():
+        xs, ys, zs = (G.placeholder(G.float32, shape=v.shape) for v in (x, y, z))
+        c = G.reduce_sum(xs * ys + zs)
+        grads = G.gradients(c, [xs, ys, zs])
+    with G.Session(graph) as sess:
+        return (sess.run(c, feed_dict={xs: x, ys: y, zs: z}),
+                *sess.run(grads, feed_dict={xs: x, ys: y, zs: z}))
+
+
+@pytest.mark.parametrize(("part_id", "fn"), [("ex04.four_input_backward", four_by_autograd),
+                                             ("ex04.three_input_numpy", three_by_graph)])
+def test_the_parts_by_hand_refuse_the_oracles_tools(capsys: pytest.CaptureFixture[str],
+                                                    part_id: str, fn: Any) -> None:
+    """The values of torch.autograd or G.gradients are right, but these parts ask for them by
+    hand: check() and the grader both say so; the solution's own source passes."""
+    ok, out = run(capsys, part_id, fn)
+    assert not ok
+    assert out.startswith(f"✗ {part_id}: the values are right, but {BY_HAND}")
+    part = next(p for p in ex04.PARTS if p.id == part_id)
+    assert part.source_check is not None
+    nb = nbformat.read(Path(__file__).resolve().parents[1] / "solutions"
+                       / "04_computational_graphs.ipynb", as_version=4)
+    found = trusted_source.find_source(nb, part_id)
+    assert found is not None and part.source_check(found).ok

@@ -16,6 +16,7 @@ from exercise_helpers import course_module, course_part, run_check, solution_nam
 
 from edu_dl.grading.checking import HIDDEN_SEED, VISIBLE_SEED
 from edu_dl.grading.protocol import roundtrip
+from edu_dl.grading.trust.source import find_source
 
 pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there
 
@@ -161,6 +162,35 @@ def test_wrong_number_or_shape_of_gradients(capsys):
     ok, out = run(capsys, "ex07.linear_function", linear_function(transposed_dw))
     assert not ok
     assert "invalid gradient at index 1" in out and "dw (D, M)" in out
+
+
+def test_backward_that_asks_autograd_fails_the_source_check(capsys):
+    """The oracle is autograd through x @ w + b: a backward that asks autograd for the gradients
+    returns the right values without any rule of the student's; its source fails the part."""
+    class MyLinear(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w, b):
+            ctx.save_for_backward(x, w, b)
+            return x @ w + b
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            inputs = [t.detach().requires_grad_() for t in ctx.saved_tensors]
+            with torch.enable_grad():
+                x, w, b = inputs
+                out = x @ w + b
+            return torch.autograd.grad(out, inputs, grad_output)
+
+    ok, out = run(capsys, "ex07.linear_function", MyLinear)
+    assert not ok
+    assert out == ("✗ ex07.linear_function: the values are right, but this part asks you to "
+                   "write the gradients yourself: MyLinear's backward asks autograd for them "
+                   "(torch.autograd.grad, .grad, requires_grad, enable_grad); return dx, dw and "
+                   "db computed from grad_output and the saved tensors (lecture 5's VJP rules)\n")
+    part = course_part("ex07.linear_function")
+    solution = find_source(nbformat.read(NOTEBOOK, as_version=4), part.id)
+    assert solution is not None and part.source_check is not None
+    assert part.source_check(solution).ok
 
 
 def test_not_a_function_subclass(capsys):

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
+import nbformat
 import numpy as np
 import pytest
 from exercise_helpers import course_module, run_check, solution_namespace
 
 import edu_dl as ed
 from edu_dl.grading import checking, protocol, spec
+from edu_dl.grading.trust import source as trusted_source
 
 ex08 = course_module("ex08")
 
@@ -157,3 +160,55 @@ def test_caffe_loss_as_a_mean(capsys: pytest.CaptureFixture[str]) -> None:
 
     ok, out = run(capsys, "ex08.caffe_forward", forward)
     assert not ok and "output 0 (loss)" in out and "sum((y_hat - y)**2) / (2 N)" in out
+
+
+def test_caffe_by_the_library_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """edu_dl.caffe's Net gives the right values, but the part asks for the layers by hand."""
+    def caffe_forward(lines, x, y, *params):
+        from edu_dl.caffe import Net, read_net
+
+        with tempfile.TemporaryDirectory() as tmp:
+            np.savez(Path(tmp) / "data.npz", x=x, y=y)
+            data = ('layer { name: "data" type: "HDF5Data" top: "x" top: "y" '
+                    f'hdf5_data_param {{ source: "data.npz" batch_size: {len(x)} }} }}')
+            (Path(tmp) / "net.prototxt").write_text("\n".join([data, *map(str, lines)]))
+            net = Net(*read_net(Path(tmp) / "net.prototxt"), Path(tmp), dtype=np.float64)
+            for param, value in zip(net.params, params):
+                param.tensor.data = np.asarray(value, dtype=np.float64)
+            loss, blobs = net.forward()
+        (last,) = [layer for layer in net.layers if layer.loss_weight]
+        return float(loss.item()), blobs[last.bottom[0]].numpy().copy()
+
+    ok, out = run(capsys, "ex08.caffe_forward", caffe_forward)
+    assert not ok
+    assert out.startswith("✗ ex08.caffe_forward: the values are right, but this part asks you "
+                          "to run the layers yourself")
+
+
+def test_rnn_eager_in_pytorch_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    def rnn_eager(X, W, U):
+        import torch
+
+        Wt = torch.tensor(W, requires_grad=True)
+        Ut = torch.tensor(U, requires_grad=True)
+        h = torch.zeros((1, W.shape[0]), dtype=torch.float64)
+        for x_t in torch.tensor(X):
+            h = torch.tanh(h @ Wt + x_t[None] @ Ut)
+        loss = (h * h).sum() if h.sum() > 0 else -h.sum()
+        loss.backward()
+        return loss.item(), Wt.grad.numpy(), Ut.grad.numpy()
+
+    ok, out = run(capsys, "ex08.rnn_eager", rnn_eager)
+    assert not ok
+    assert out.startswith("✗ ex08.rnn_eager: the values are right, but this part asks you to "
+                          "write the RNN with edu_dl's eager engine")
+
+
+@pytest.mark.parametrize(("part_id", "notebook"), [
+    ("ex08.rnn_eager", "08_static_vs_dynamic.ipynb"),
+    ("ex08.caffe_forward", "08b_caffe_and_the_landscape.ipynb")])
+def test_the_solutions_source_passes(part_id: str, notebook: str) -> None:
+    part = next(p for p in ex08.PARTS if p.id == part_id)
+    found = trusted_source.find_source(nbformat.read(SOLUTIONS / notebook, as_version=4), part_id)
+    assert found is not None and part.source_check is not None
+    assert part.source_check(found).ok

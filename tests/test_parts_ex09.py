@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import nbformat
 import numpy as np
 import pytest
 from exercise_helpers import course_module, run_check, solution_namespace
 
 from edu_dl.grading import checking, protocol, spec
+from edu_dl.grading.trust import source as trusted_source
 
 ex09 = course_module("ex09")
 
@@ -131,3 +133,49 @@ def test_code_lines_counting_docstrings(capsys: pytest.CaptureFixture[str]) -> N
 def test_code_lines_counting_every_line(capsys: pytest.CaptureFixture[str]) -> None:
     ok, out = run(capsys, "ex09.code_lines", lambda s: len(s.splitlines()))
     assert not ok and "that counts every line" in out
+
+
+def adam_by_torch(p, g, m, v, t, lr, beta1, beta2, eps):
+    import torch
+
+    param = torch.tensor(p, requires_grad=True)
+    opt = torch.optim.Adam([param], lr=lr, betas=(beta1, beta2), eps=eps, foreach=False)
+    param.grad = torch.tensor(g)
+    opt.state[param] = {"step": torch.tensor(float(t - 1)), "exp_avg": torch.tensor(m),
+                        "exp_avg_sq": torch.tensor(v)}
+    opt.step()
+    state = opt.state[param]
+    return (param.detach().numpy().copy(), state["exp_avg"].numpy().copy(),
+            state["exp_avg_sq"].numpy().copy())
+
+
+def losses_by_torch(y_hat, y):
+    import torch.nn.functional as F
+
+    total = F.mse_loss(torch_tensor(y_hat), torch_tensor(y), reduction="sum").item()
+    return total / len(y_hat), total, total / (2 * len(y_hat))
+
+
+def torch_tensor(a):
+    import torch
+
+    return torch.tensor(a, dtype=torch.float64)
+
+
+@pytest.mark.parametrize(("part_id", "fn", "message"), [
+    ("ex09.adam_step", adam_by_torch, "this part asks you to write the Adam step yourself"),
+    ("ex09.squared_error_losses", losses_by_torch,
+     "this part asks you to write the squared errors yourself")])
+def test_the_oracles_library_is_refused(capsys: pytest.CaptureFixture[str], part_id: str,
+                                        fn: Any, message: str) -> None:
+    ok, out = run(capsys, part_id, fn)
+    assert not ok
+    assert out.startswith(f"✗ {part_id}: the values are right, but {message}")
+
+
+@pytest.mark.parametrize("part", [p for p in ex09.PARTS if p.source_check is not None],
+                         ids=lambda p: p.id)
+def test_the_solutions_source_passes(part: spec.Part) -> None:
+    found = trusted_source.find_source(nbformat.read(SOLUTION, as_version=4), part.id)
+    assert found is not None and part.source_check is not None
+    assert part.source_check(found).ok

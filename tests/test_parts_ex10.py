@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from exercise_helpers import assert_solution_passes, course_module, course_part
 
-from edu_dl.grading import check
+from edu_dl.grading import CheckFailed, check
 from edu_dl.grading.checking import HIDDEN_SEED, VISIBLE_SEED
 from edu_dl.grading.protocol import GRADING_ENV, read_outputs, roundtrip, write_inputs
 from edu_dl.grading.spec import judge_case
@@ -48,9 +48,14 @@ ex10 = course_module("ex10")
 
 
 def run_check(part_id: str, fn: Callable[..., Any], hidden: bool = False) -> str:
+    """What the notebook shows: the printed ✓ line, or a raised CheckFailed's report."""
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        check(part_id, fn, hidden=hidden)
+    try:
+        with contextlib.redirect_stdout(out):
+            check(part_id, fn, hidden=hidden)
+    except CheckFailed as failed:
+        assert out.getvalue() == ""
+        return failed.report + "\n"
     return out.getvalue()
 
 

@@ -25,6 +25,7 @@ from exercise_helpers import (
 )
 
 from edu_dl.grading.checking import HIDDEN_SEED, VISIBLE_SEED
+from edu_dl.grading.trust import source as trusted_source
 
 pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there
 
@@ -261,3 +262,71 @@ def test_stub_is_not_implemented_yet(capsys, part_id):
 
     ok, out = run(capsys, part_id, stub)
     assert not ok and out == f"✗ {part_id}: not implemented yet\n"
+
+
+# ----------------------------------------------------------------------------- library oracles
+
+# The parts' oracles are torch's conv2d and max_pool2d: a function that calls them gets the right
+# values without writing anything, so the source check refuses it (check() says so too).
+LIBRARY_CALLS = {
+    "ex11.conv_forward": ('''
+def conv_forward(x, w, b, stride=1, pad=0):
+    out = F.conv2d(torch.tensor(x), torch.tensor(w), torch.tensor(b), stride=stride, padding=pad)
+    return out.numpy()
+''', "(do not call F.conv2d, edu_dl's conv2d or another library's convolution)"),
+    "ex11.conv_backward": ('''
+def conv_backward(dout, x, w, stride=1, pad=0):
+    xt, wt = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    bt = torch.zeros(w.shape[0], dtype=torch.float64, requires_grad=True)
+    F.conv2d(xt, wt, bt, stride=stride, padding=pad).backward(torch.tensor(dout))
+    return xt.grad.numpy(), wt.grad.numpy(), bt.grad.numpy()
+''', "(do not call F.conv2d and autograd, edu_dl's conv2d or another library's convolution)"),
+    "ex11.max_pool_forward": ('''
+def max_pool_forward(x, k, stride):
+    return F.max_pool2d(torch.tensor(x), k, stride).numpy()
+''', "(do not call F.max_pool2d or edu_dl's max_pool2d)"),
+    "ex11.max_pool_backward": ('''
+def max_pool_backward(dout, x, k, stride):
+    xt = torch.tensor(x, requires_grad=True)
+    F.max_pool2d(xt, k, stride).backward(torch.tensor(dout))
+    return xt.grad.numpy()
+''', "(do not call F.max_pool2d and autograd, or edu_dl's max_pool2d)"),
+}
+
+
+@pytest.mark.parametrize("part_id", list(LIBRARY_CALLS))
+def test_calling_the_library_oracle_is_refused(capsys, tmp_path, part_id):
+    text, message = LIBRARY_CALLS[part_id]
+    path = tmp_path / "cell.py"  # a real file: check() reads the function's own source
+    path.write_text("import torch\nimport torch.nn.functional as F\n" + text)
+    namespace = {}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    fn = namespace[PART_FUNCTIONS[part_id]]
+    part = course_part(part_id)
+    assert_solution_passes(part, fn, False, np.random.default_rng(VISIBLE_SEED))  # right values
+    verdict = part.source_check(text)
+    assert not verdict.ok
+    assert verdict.message.startswith("this part asks you to write it yourself: ")
+    assert verdict.message.endswith(message)
+    ok, out = run(capsys, part_id, fn)
+    assert not ok and out == f"✗ {part_id}: the values are right, but {verdict.message}\n"
+    # the solution notebook's own function, as the grader finds it, passes
+    found = trusted_source.find_source(nbformat.read(NOTEBOOK, as_version=4), part_id)
+    assert found is not None and part.source_check(found).ok
+
+
+@pytest.mark.parametrize(("part_id", "call"), [
+    ("ex11.conv_forward", "torch.nn.functional.conv2d(x, w, b, stride, pad)"),
+    ("ex11.conv_forward", "torch.conv2d(x, w, b, stride, pad)"),
+    ("ex11.conv_forward", "ops.conv2d(x, w, b, stride, pad)"),  # edu_dl.autograd.ops
+    ("ex11.conv_forward", "edu_dl.bench.conv.numpy_forward(x, w, b, pad)"),
+    ("ex11.conv_backward", "torch.nn.grad.conv2d_input(x.shape, w, dout, stride, pad)"),
+    ("ex11.conv_backward", "ops.Conv2d.apply(x, w, stride=stride, padding=pad)"),
+    ("ex11.max_pool_forward", "torch.nn.MaxPool2d(k, stride)(x)"),
+    ("ex11.max_pool_backward", "torch.ops.aten.max_pool2d_with_indices_backward(dout, x)"),
+])
+def test_every_spelling_of_the_library_is_refused(part_id, call):
+    source = f"def f(dout, x, w, b, k, stride, pad):\n    return {call}\n"
+    verdict = course_part(part_id).source_check(source)
+    assert not verdict.ok and "this part asks you to write it yourself" in verdict.message
+

@@ -6,15 +6,19 @@ from __future__ import annotations
 import itertools
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
+import nbformat
 import numpy as np
 import pytest
 from exercise_helpers import assert_solution_passes, course_module, run_check, solution_namespace
 
 from edu_dl.grading import checking, protocol, spec
+from edu_dl.grading.trust import source as trusted_source
 
 ex12 = course_module("ex12")
+NOTEBOOK = Path(__file__).resolve().parents[1] / "solutions" / "12_gpu_practice.ipynb"
 
 SOLUTIONS = solution_namespace("12_gpu_practice.ipynb")
 FUNCTIONS = {"ex12.memory_budget": "memory_budget", "ex12.max_batch": "max_batch",
@@ -125,6 +129,26 @@ def memory_budget(sizes, batch_size, itemsize, optimizer):
 
 
 max_batch = SOLUTIONS["max_batch"]
+
+
+def test_asking_the_oracle_for_the_largest_batch_is_refused() -> None:
+    text = '''
+def max_batch(sizes, itemsize, optimizer, budget_bytes):
+    dtype = {2: torch.float16, 4: torch.float32, 8: torch.float64}[itemsize]
+    return memory.max_batch(models_zoo.mlp(sizes), (sizes[0],), budget_bytes, optimizer, dtype)
+'''
+    namespace: dict[str, Any] = {}
+    exec(compile("import torch\nfrom edu_dl import memory, models_zoo\n" + text, "<cell>",
+                 "exec"), namespace)
+    part = next(p for p in ex12.PARTS if p.id == "ex12.max_batch")
+    rng = np.random.default_rng(checking.VISIBLE_SEED)
+    assert_solution_passes(part, namespace["max_batch"], False, rng)  # right values ...
+    assert part.source_check is not None
+    verdict = part.source_check(text)
+    assert not verdict.ok and "asks edu_dl.memory" in verdict.message  # ... asked for
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    found = trusted_source.find_source(nb, "ex12.max_batch")
+    assert found is not None and part.source_check(found).ok  # the solution counts itself
 
 
 @pytest.mark.parametrize(("wrong", "hint"), [

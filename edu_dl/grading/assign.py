@@ -9,9 +9,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from . import nbgrader as nbg
-from . import parts
+from . import parts, release
+from .hints import Mistake
 from .load import read_beside
 from .nbgrader import AssignError, student_version
 from .notebooks import Cell, Notebook, notebook_bytes, read_notebook, write_atomic
@@ -82,15 +84,17 @@ def source_notebooks(source: Path) -> list[Path]:
 
 
 def assign(source: str | Path, dest: str | Path, write: bool = True,
-           dotted: list[str] | None = None) -> list[Path]:
+           dotted: list[str] | None = None, warnings: list[str] | None = None) -> list[Path]:
     """Write the student version of every notebook of ``source`` into ``dest``.
 
     Returns the paths whose content changed (with ``write=False``: that would change, i.e. the
     stale ones). Raises AssignError listing every authoring problem before writing anything.
     ``dotted`` collects the names beside the source left out because they start with a dot
-    (.git, .env: never released).
+    (.git, .env: never released); ``warnings`` what the release could not carry or should not
+    (a hint that is code, an oracle in a public part file that ships).
     """
     source, dest = Path(source), Path(dest)
+    warnings = [] if warnings is None else warnings
     paths = source_notebooks(source)
     if not paths:
         raise AssignError(f"{source}: no .ipynb notebooks")
@@ -101,28 +105,83 @@ def assign(source: str | Path, dest: str | Path, write: bool = True,
         course = parts.course_parts(folder)
     except KeyError as exc:
         raise AssignError(str(exc.args[0]) if exc.args else str(exc)) from None
-    # The public half of the instructor's parts goes with the student version (check() answers
-    # at once); the private half (parts/<exercise>.private.py) stays beside the source.
-    for files in parts.part_files(folder).values():
-        for path in files:
-            if not path.name.endswith(parts.PRIVATE):
-                outputs[dest / parts.FOLDER / path.name] = path.read_bytes()
     if source.is_dir():  # the files beside the notebooks (data, images), as nbgrader copies them
         inside = dest.resolve().relative_to(folder.resolve()).as_posix() \
             if dest.resolve().is_relative_to(folder.resolve()) else None
         for name, data in read_beside(folder, dotted=dotted).items():
             if inside is None or not (name + "/").startswith(inside + "/"):
                 outputs[dest / name] = data
+    checked: set[str] = set()
     for path in paths:
         nb = read_notebook(path)
         found = lint(nb, str(path), course)
         problems += found
         if not found:
-            outputs[dest / path.name] = notebook_bytes(student_version(nb, str(path)))
+            student = student_version(nb, str(path))
+            checked |= {part_id for cell in student.cells if cell.cell_type == "code"
+                        for part_id in nbg.check_calls(cell.source)}
+            outputs[dest / path.name] = notebook_bytes(student)
     if problems:
         raise AssignError("\n".join(problems))
-    changed = [p for p, data in outputs.items() if not p.exists() or p.read_bytes() != data]
+    outputs.update(_releases(folder, dest, course, checked, warnings))
+    changed = [p for p, data in outputs.items() if not _current(p, data)]
     if write:
         for path in changed:
             write_atomic(path, outputs[path])
     return changed
+
+
+def _current(path: Path, data: bytes) -> bool:
+    """Whether ``path`` already holds ``data`` (a release: the same data, floats to 1e-9)."""
+    if not path.is_file():
+        return False
+    old = path.read_bytes()
+    return old == data or (path.suffix == release.SUFFIX and release.same(old, data))
+
+
+def _releases(folder: Path, dest: Path, course: Mapping[str, Part], checked: set[str],
+              warnings: list[str]) -> dict[Path, bytes]:
+    """What check() needs in the student version, per exercise: its release (data only: the
+    visible cases of the parts the released notebooks check, their expected results, each
+    hint's values), and the public part file only where the release names code in it."""
+    outputs: dict[Path, bytes] = {}
+    for exercise, files in parts.part_files(folder).items():
+        shipped = [part for part_id, part in course.items()
+                   if part_id.startswith(f"{exercise}.") and part_id in checked]
+        if not shipped:
+            continue
+        try:
+            data, found, names_public = release.freeze(shipped, exercise)
+        except release.FreezeError as exc:
+            raise AssignError(f"{parts.FOLDER}/{exercise}: {exc}") from None
+        warnings += [f"{parts.FOLDER}/{exercise}: {w}" for w in found]
+        outputs[dest / parts.FOLDER / f"{exercise}{release.SUFFIX}"] = data
+        public = [f for f in files if f.name == f"{exercise}.py"]
+        if names_public and public:
+            outputs[dest / parts.FOLDER / public[0].name] = public[0].read_bytes()
+            warnings += oracles_in_public(public[0], exercise, course)
+    return outputs
+
+
+def oracles_in_public(public: Path, exercise: str, course: Mapping[str, Part]) -> list[str]:
+    """Functions of a public part file that ships which compute answers: a part's oracle
+    (``expected=``), its case generator (hidden cases included) or a mistake replay."""
+    found: list[str] = []
+    for part in course.values():
+        if not part.id.startswith(f"{exercise}."):
+            continue
+        uses: list[tuple[str, Any]] = [("its oracle (expected=)", part.expected),
+                                       ("its cases (cases=)", part.cases)]
+        uses += [("a mistake replay", h.replay) for h in part.hints
+                 if isinstance(h, Mistake)]
+        for role, fn in uses:
+            code = getattr(fn, "__code__", None)
+            if code is not None and Path(code.co_filename).resolve() == public.resolve():
+                found.append(
+                    f"{parts.FOLDER}/{public.name}: {getattr(fn, '__name__', fn)} is part "
+                    f"{part.id}'s {role} and ships with the student version, because the "
+                    "release names code in this file (a call=, compare= or source check): "
+                    f"move the answers into {parts.FOLDER}/{exercise}{parts.PRIVATE} (it "
+                    f"stays beside the source) and keep only what check() runs in "
+                    f"{parts.FOLDER}/{public.name}")
+    return found

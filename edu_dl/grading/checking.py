@@ -2,7 +2,8 @@
 ``protocol.py``).
 
 Normal mode: draw the part's cases from a fixed seed, compute the expected results with the part's
-oracle in this process, call the student's function, print a pass or one specific failure.
+oracle in this process, call the student's function, print a pass or raise one specific failure
+(CheckFailed, an AssertionError).
 Grading mode (``EDU_DL_GRADING_DIR`` set by the grader, inside the sandbox): compare nothing; call
 the function on the grader's inputs and record the raw results for the grader to judge outside.
 """
@@ -22,12 +23,11 @@ import numpy as np
 
 from . import protocol
 from .parts import get
-from .protocol import GRADING_ENV, roundtrip
+from .protocol import GRADING_ENV, HIDDEN_SEED, VISIBLE_SEED  # noqa: F401 (re-exported)
+from .release import visible
 from .source import judge_source, own_source
 from .spec import CheckFailure, Part, Verdict, describe_case, judge_case, plain_call
 
-VISIBLE_SEED = 20170418  # CS231n 2017, lecture 8: "Deep Learning Software"
-HIDDEN_SEED = 8  # a different fixed seed: the instructor's hidden cells in normal mode
 GRADING_DIR = Path(__file__).resolve().parent
 
 
@@ -55,13 +55,14 @@ def student_error(exc: BaseException) -> str:
 
 
 class Outcome:
-    """What check() returns: true when the part passed. A notebook shows nothing for it, since
+    """What check() returns when the part passed (true). A notebook shows nothing for it, since
     check() has printed the verdict already (a bare `True` under it would only be noise)."""
 
-    __slots__ = ("passed",)
+    __slots__ = ("passed", "report")
 
-    def __init__(self, passed: bool) -> None:
+    def __init__(self, passed: bool, report: str = "") -> None:
         self.passed = passed
+        self.report = report  # the ✓ or ✗ line check() printed or raised (grading mode: "")
 
     def __bool__(self) -> bool:
         return self.passed
@@ -73,18 +74,43 @@ class Outcome:
         """IPython calls this instead of printing the repr: display nothing."""
 
 
+class CheckFailed(AssertionError):
+    """A failing check(), outside grading mode: its report is the ✗ line and the hint.
+
+    An AssertionError, as a failing ``assert`` in a test cell: nbgrader's autograde (an error output
+    scores the cell 0), nbval, pytest and "Run All" (it stops here) all see a failure. IPython
+    shows the report alone (``_render_traceback_``), not a traceback into the checker."""
+
+    def __init__(self, report: str) -> None:
+        super().__init__(report)
+        self.report = report
+
+    def _render_traceback_(self) -> list[str]:
+        """IPython's hook: the lines shown for the exception, in place of its traceback."""
+        return self.report.splitlines()
+
+
 def check(part_id: str, fn: Callable[..., Any], hidden: bool = False) -> Outcome:
-    """Check ``fn`` against part ``part_id``; print a pass or a specific failure; never raise."""
-    try:
-        if os.environ.get(GRADING_ENV):
+    """Check ``fn`` against part ``part_id``: print the ✓ line and return a true Outcome, or
+    raise CheckFailed with the ✗ line and a hint (an unknown part and a broken part spec too:
+    a check that did not pass must fail the cell). Grading mode records and never raises."""
+    if os.environ.get(GRADING_ENV):
+        try:
             return Outcome(_record(Path(os.environ[GRADING_ENV]), part_id, fn, hidden))
-        return Outcome(_check(part_id, fn, hidden))
+        except Exception as exc:  # the grader judges what was recorded, outside
+            print(f"✗ {part_id}: internal error in the checker ({type(exc).__name__}: {exc})")
+            return Outcome(False)
+    try:
+        passed, report = _check(part_id, fn, hidden)
     except UnknownPart as exc:
-        print(f"✗ {part_id}: unknown part ({exc})")
-        return Outcome(False)
-    except Exception as exc:  # a broken part spec must not crash the student's notebook
-        print(f"✗ {part_id}: internal error in the checker ({type(exc).__name__}: {exc})")
-        return Outcome(False)
+        raise CheckFailed(f"✗ {part_id}: unknown part ({exc})") from None
+    except Exception as exc:  # a broken part spec: a failure the student can read, its cause kept
+        raise CheckFailed(f"✗ {part_id}: internal error in the checker "
+                          f"({type(exc).__name__}: {exc})") from exc
+    if not passed:
+        raise CheckFailed(report)
+    print(report)
+    return Outcome(True, report)
 
 
 class UnknownPart(Exception):
@@ -98,35 +124,32 @@ def _get(part_id: str) -> Part:
         raise UnknownPart(exc.args[0] if exc.args else part_id) from None
 
 
-def _check(part_id: str, fn: Callable[..., Any], hidden: bool) -> bool:
+def _check(part_id: str, fn: Callable[..., Any], hidden: bool) -> tuple[bool, str]:
     part = _get(part_id)
-    rng = np.random.default_rng(HIDDEN_SEED if hidden else VISIBLE_SEED)
-    cases = roundtrip(part.cases(rng, hidden))
-    for i, args in enumerate(cases):
-        expected = part.expected(*copy.deepcopy(args))
+    drawn = visible(part, hidden)
+    if not drawn and hidden:
+        return False, (f"✗ {part_id}: no hidden cases here (the student version holds the "
+                       "visible ones only; your instructor grades the hidden ones)")
+    cases = [args for args, _ in drawn]
+    for i, (args, expected) in enumerate(drawn):
         try:
             got = part.call(fn, copy.deepcopy(args))  # a copy: the student may write into inputs
         except NotImplementedError:
-            print(f"✗ {part_id}: not implemented yet")
-            return False
+            return False, f"✗ {part_id}: not implemented yet"
         except Exception as exc:
             what = "failed" if isinstance(exc, CheckFailure) else "raised"
-            print(f"✗ {part_id}: {describe_case(part, i, len(cases), args)} {what}: "
-                  f"{student_error(exc)}")
-            return False
+            return False, (f"✗ {part_id}: {describe_case(part, i, len(cases), args)} {what}: "
+                           f"{student_error(exc)}")
         verdict = judge_case(part, i, len(cases), args, expected, got)
         if not verdict.ok:
-            print(f"✗ {part_id}: {verdict.message}")
-            return False
+            return False, f"✗ {part_id}: {verdict.message}"
     if part.source_check is not None:  # what the grader will judge from the notebook's source
         text = own_source(fn)
         verdict = judge_source(part, text) if text is not None else Verdict(True)
         if not verdict.ok:
-            print(f"✗ {part_id}: the values are right, but {verdict.message}")
-            return False
+            return False, f"✗ {part_id}: the values are right, but {verdict.message}"
     kind = "hidden cases" if hidden else "cases"
-    print(f"✓ {part_id}: {len(cases)} {kind} passed")
-    return True
+    return True, f"✓ {part_id}: {len(cases)} {kind} passed"
 
 
 def _encode_result(i: int, result: Any) -> dict[str, np.ndarray]:

@@ -41,11 +41,15 @@ def run_assign(args: argparse.Namespace) -> int:
     from .notebooks import NotebookError
 
     dotted: list[str] = []
+    warnings: list[str] = []
     try:
-        changed = assign(args.source, args.dest, write=not args.check, dotted=dotted)
+        changed = assign(args.source, args.dest, write=not args.check, dotted=dotted,
+                         warnings=warnings)
     except NotebookError as exc:
         say(f"edu-dl assign: {exc}", sys.stderr)
         return 2
+    for warning in warnings:
+        say(f"warning: {warning}", sys.stderr)
     if dotted:
         say(f"not released (names that start with a dot stay beside the source): "
             f"{', '.join(dotted)}")

@@ -9,6 +9,9 @@ as nbgrader scores them (``nbgrader.determine_grade``) or left to a person.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import nbformat
@@ -25,6 +28,7 @@ from .source import judge_source
 from .spec import Part, judge_case, trusted_result
 from .trust.result import RunRecord
 from .trust.source import SourceReader
+from .withhold import withheld_error
 
 STATUS_OF_KILL = {"timeout": "timeout", "memory": "memory", "processes": "processes"}
 
@@ -38,17 +42,21 @@ def judge_run(job: Job, prepared: Prepared, ran: Ran, settings: Settings) -> lis
         part = prepared.parts[part_id]
         status, message, got = _outcome(part_id, test_id, returned.record, returned.outputs,
                                         ran.done, returned.problem, settings)
-        points = 0.0
+        points, failed = 0.0, ""
         if got is not None:
             source = sources.find(part_id) if part.source_check else None
-            status, message = judge(part, prepared.cases[part_id], got, source,
-                                    sources.problems.get(part_id, ""))
-            points = float(part.points) if status == "passed" else 0.0
+            # hidden or visible: from what was drawn here (0 unknown: all hidden), never from
+            # the "hidden" flag the sandbox wrote
+            judged = judge_part(part, prepared.cases[part_id], got, source,
+                                sources.problems.get(part_id, ""),
+                                visible=prepared.visible.get(part_id, 0))
+            status, message, points, failed = (judged.status, judged.message, judged.points,
+                                               judged.failed)
         note = "; ".join(n for n in prepared.notes if f"'{test_id}'" in n)
         if note and status != "passed":
             message = f"{message} ({note})"
         rows.append(Row(job.student, job.exercise.name, part_id, points, float(part.points),
-                        status, message, ran.isolation, OUTSIDE))
+                        status, message, ran.isolation, OUTSIDE, failed_cases=failed))
     return rows + judge_cells(job, prepared, ran, settings)
 
 
@@ -186,30 +194,120 @@ def _peak(done: sandbox.Result) -> float:
     return max(done.peak_memory_mb, done.peak_rss_mb)
 
 
+@dataclass(frozen=True)
+class Judged:
+    """A check part's outcome: status, message, points, and which cases failed ("2, 5-7 of 7",
+    the gradebook's failed_cases; empty when none did or no case was judged)."""
+
+    status: str
+    message: str
+    points: float = 0.0
+    failed: str = ""
+
+
 def judge(part: Part, cases: list[tuple[Any, ...]], got: list[Any],
-          source: str | None = None, missing: str = "") -> tuple[str, str]:
+          source: str | None = None, missing: str = "", visible: int | None = None
+          ) -> tuple[str, str]:
+    """(status, message) of :func:`judge_part`."""
+    judged = judge_part(part, cases, got, source, missing, visible)
+    return judged.status, judged.message
+
+
+def judge_part(part: Part, cases: list[tuple[Any, ...]], got: list[Any],
+               source: str | None = None, missing: str = "", visible: int | None = None
+               ) -> Judged:
     """Judge the student's raw results outside the sandbox, from data only.
 
     Each result is compared with the oracle on the same inputs (and checked against the inputs
     where the part says so); outputs the student's process only observed (counts, flags) are
-    ignored. Parts that grade how a result was computed judge ``source``, the checked function's
-    text found in the notebook (``trust.source``), and fail without it (``missing``: why,
-    when the reader knows).
+    ignored. Every case is judged, so the gradebook lists each that failed. Parts that grade
+    how a result was computed judge ``source``, the checked function's text found in the
+    notebook (``trust.source``), and fail without it (``missing``: why, when the reader knows).
+
+    ``visible``: how many of ``cases`` (the first ones) the student may see; the others are
+    hidden and their messages show no value (``withhold``). The grader passes the count it drew
+    itself (``judge_run``); None, for tests and tools on visible cases only: all visible.
+
+    Points: all or nothing, or with ``part.partial`` each passed case's share
+    (:func:`case_points`). A raised error costs its case; a failed ``source_check`` (how the
+    function is written) costs the whole part.
     """
-    if len(got) != len(cases):
-        return "failed", f"results for {len(got)} of {len(cases)} cases"
-    errors = [g for g in got if isinstance(g, ErrorText)]
-    if errors and all(str(g) == "not implemented yet" for g in errors):
-        return "not implemented", "not implemented yet"
+    n = len(cases)
+    shown = n if visible is None else max(0, min(int(visible), n))
+    if len(got) != n:
+        return Judged("failed", f"results for {len(got)} of {n} cases")
+    if n and all(isinstance(g, ErrorText) and str(g) == "not implemented yet" for g in got):
+        return Judged("not implemented", "not implemented yet", failed=case_numbers(range(n), n))
+    failures: list[tuple[int, str]] = []
     for i, (args, result) in enumerate(zip(cases, got)):
+        hidden = i >= shown
         if isinstance(result, ErrorText):
-            return "failed", f"case {i + 1} of {len(cases)} raised {result}"
+            said = withheld_error(result) if hidden else str(result)
+            failures.append((i, f"{'hidden case' if hidden else 'case'} {i + 1} of {n} "
+                                f"raised {said}"))
+            continue
         expected = part.expected(*args)
-        verdict = judge_case(part, i, len(cases), args, expected,
-                             trusted_result(part, expected, result))
+        verdict = judge_case(part, i, n, args, expected, trusted_result(part, expected, result),
+                             hidden=hidden)
         if not verdict.ok:
-            return "failed", verdict.message
+            failures.append((i, verdict.message))
+    lost = {i for i, _ in failures}
+    failed = case_numbers(lost, n)
+    shares = case_points(part.points, n) if part.partial else []
+    points = float(sum(s for i, s in enumerate(shares) if i not in lost))
+    message = ""
+    if failures:
+        message = f"{n - len(failures)} of {n} cases passed; failed: {runs(lost)}"
+        if shown < n:
+            message += f" (cases {runs(range(shown, n))} are hidden)"
+        message += f"\n{failures[0][1]}"
+    if failures and points == 0:
+        return Judged("failed", message, failed=failed)
     verdict = judge_source(part, source, missing)
     if not verdict.ok:
-        return "failed", f"the values are right, but {verdict.message}"
-    return "passed", f"{len(cases)} fresh cases passed"
+        if failures:
+            return Judged("failed", f"{message}\nand {verdict.message}: the whole part scores 0",
+                          failed=failed)
+        return Judged("failed", f"the values are right, but {verdict.message}")
+    if failures:
+        return Judged("partial", message, points, failed)
+    return Judged("passed", f"{n} fresh cases passed", float(part.points))
+
+
+def case_points(points: float, n: int) -> list[Decimal]:
+    """Each case's share of a part's points: exact decimals that sum to the points.
+
+    In hundredths (or the points' own finer decimals), with up to two more decimals where that
+    splits evenly (1 point over 8 cases: 0.125 each), else as evenly as possible with the
+    leftover units going to the first cases (5 points over 3 cases: 1.67, 1.67, 1.66); more
+    decimals still where there are more cases than units (0.01 over 3: 0.004, 0.003, 0.003)."""
+    if n <= 0:
+        return []
+    total = Decimal(repr(float(points)))
+    exponent = total.as_tuple().exponent
+    places = max(2, -exponent if isinstance(exponent, int) else 0)
+    even = [p for p in range(places, places + 3) if int(total.scaleb(p)) % n == 0]
+    places = even[0] if even else places
+    while 0 < total.scaleb(places) < n and places < 12:
+        places += 1
+    unit = Decimal(1).scaleb(-places)
+    base, extra = divmod(int(total.scaleb(places)), n)
+    return [(base + (1 if i < extra else 0)) * unit for i in range(n)]
+
+
+def case_numbers(indices: Iterable[int], n: int) -> str:
+    """Zero-based case indices as the gradebook lists them: '2, 5-7 of 7' ('' for none)."""
+    shown = runs(indices)
+    return f"{shown} of {n}" if shown else ""
+
+
+def runs(indices: Iterable[int]) -> str:
+    """Zero-based indices as one-based numbers, runs of three or more shortened: '2, 5-7'."""
+    groups: list[list[int]] = []
+    for k in sorted({i + 1 for i in indices}):
+        if groups and k == groups[-1][-1] + 1:
+            groups[-1].append(k)
+        else:
+            groups.append([k])
+    return ", ".join(f"{g[0]}-{g[-1]}" if len(g) > 2 else ", ".join(map(str, g))
+                     for g in groups)

@@ -45,6 +45,7 @@ class Row:
     sandbox: str = "bwrap"
     judged: str = OUTSIDE
     answer: str = ""  # a row graded by hand: the student's answer (the task's text), for the sheet
+    failed_cases: str = ""  # a check part's failed cases, "2, 5-7 of 7" (judge.case_numbers)
 
     def __post_init__(self) -> None:
         self.message = cap_text(self.message)

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 
+from . import release
 from .protocol import EXERCISE_NAME, PART_ID
 from .spec import Part
 
@@ -44,7 +45,8 @@ def get(part_id: str, course: Mapping[str, Part] | None = None, *, local: bool =
     if course is not None:
         found += [p for p in course.values() if p.id.startswith(f"{exercise}.")]
     if not found:
-        where = f"{here}/{exercise}.py" if local else f"{FOLDER}/{exercise}.py beside the source"
+        where = f"{here}/{exercise}{release.SUFFIX} or {exercise}.py" if local \
+            else f"{FOLDER}/{exercise}.py beside the source"
         raise KeyError(f"no exercise {exercise!r}: no {where}")
     for part in found:
         if part.id == part_id:
@@ -55,13 +57,20 @@ def get(part_id: str, course: Mapping[str, Part] | None = None, *, local: bool =
 
 def sibling(here: str, exercise: str) -> ModuleType:
     """Another part file of the same folder, as a module: how one exercise's parts reuse
-    another's helpers (``sibling(__file__, "ex06").loss_hints``). Its public half only."""
-    return module(Path(here).resolve().parent, exercise)
+    another's helpers (``sibling(__file__, "ex06").loss_hints``). A public half gets a public
+    half (it ships); a private half gets another exercise's private half where there is one,
+    and its own exercise's public half (``sibling(__file__, "hw1")`` in hw1.private.py)."""
+    path = Path(here).resolve()
+    own = path.name.removesuffix(PRIVATE).removesuffix(".py")
+    private = path.name.endswith(PRIVATE) and exercise != own and \
+        (path.parent / f"{exercise}{PRIVATE}").is_file()
+    return module(path.parent, exercise, private=private)
 
 
-def module(folder: Path, exercise: str) -> ModuleType:
-    """The public part file ``folder/<exercise>.py`` as a module (helpers and PARTS)."""
-    return _module(folder / f"{exercise}.py", exercise)
+def module(folder: Path, exercise: str, private: bool = False) -> ModuleType:
+    """The part file ``folder/<exercise>.py`` (``private``: ``<exercise>.private.py``) as a
+    module (helpers and PARTS)."""
+    return _module(folder / f"{exercise}{PRIVATE if private else '.py'}", exercise)
 
 
 def _module(path: Path, exercise: str) -> ModuleType:
@@ -90,7 +99,8 @@ _MODULES: dict[tuple[Path, int, int], ModuleType] = {}
 
 def _load(path: Path, exercise: str) -> list[Part]:
     """PARTS of one part file, each checked to be a Part of ``exercise``."""
-    parts = getattr(_module(path, exercise), "PARTS", None)
+    # A public half may hold only code that check() runs (call=, compare=, ...): no PARTS.
+    parts = getattr(_module(path, exercise), "PARTS", None if path.name.endswith(PRIVATE) else [])
     if not isinstance(parts, list | tuple) or not all(isinstance(p, Part) for p in parts):
         raise KeyError(f"{path}: must define PARTS, a list of edu_dl.grading.Part")
     wrong = [p.id for p in parts if PART_ID.match(p.id) is None
@@ -100,9 +110,25 @@ def _load(path: Path, exercise: str) -> list[Part]:
     return list(parts)
 
 
+def _release_parts(path: Path, folder: Path, exercise: str) -> list[Part]:
+    """The parts a release archive holds, read once per version of it."""
+    stat = path.stat()
+    key = (path, stat.st_mtime_ns, stat.st_size)
+    if key not in _RELEASES:
+        _RELEASES[key] = release.load(path, lambda: module(folder, exercise))
+    return _RELEASES[key]
+
+
+_RELEASES: dict[tuple[Path, int, int], list[Part]] = {}
+
+
 def _folder_parts(folder: Path, exercise: str) -> dict[str, Part]:
-    """The exercise's parts in ``folder``: the public file's, then the private file's over them."""
+    """The exercise's parts in ``folder``: a release's (``<exercise>.npz``: the student
+    version's data), then the public file's over them, then the private file's."""
     found: dict[str, Part] = {}
+    frozen = folder / f"{exercise}{release.SUFFIX}"
+    if frozen.is_file() and not frozen.is_symlink():
+        found.update((p.id, p) for p in _release_parts(frozen, folder, exercise))
     for path in (folder / f"{exercise}.py", folder / f"{exercise}{PRIVATE}"):
         if path.is_file() and not path.is_symlink():
             found.update((p.id, p) for p in _load(path, exercise))
@@ -110,13 +136,15 @@ def _folder_parts(folder: Path, exercise: str) -> dict[str, Part]:
 
 
 def part_files(source: Path) -> dict[str, list[Path]]:
-    """The part files beside a source folder, by exercise: [public, private] where present."""
+    """The part files beside a source folder, by exercise: its release (``.npz``), public
+    and private halves, where present."""
     folder = source / FOLDER
     files: dict[str, list[Path]] = {}
     if not folder.is_dir():
         return files
-    for path in sorted(folder.glob("*.py")):
-        exercise = path.name.removesuffix(PRIVATE).removesuffix(".py")
+    for path in sorted([*folder.glob("*.py"), *folder.glob(f"*{release.SUFFIX}")]):
+        exercise = path.name.removesuffix(PRIVATE).removesuffix(".py").removesuffix(
+            release.SUFFIX)
         if EXERCISE_NAME.fullmatch(exercise) and path.is_file() and not path.is_symlink():
             files.setdefault(exercise, []).append(path)
     return files

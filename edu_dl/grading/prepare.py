@@ -9,7 +9,7 @@ the same for every submission and every run, so the same answer gets the same gr
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ class Prepared:
     files: dict[str, bytes]  # path inside the sandbox -> bytes, all read-only
     root: str  # the sandbox's folder for work/ and grading/
     boxed: bool  # False: no bwrap, the same run unisolated in ``work``
+    visible: dict[str, int] = field(default_factory=dict)  # part id -> its visible cases
     submitted: bytes = b""  # the notebook as submitted (its digest is kept with the run)
     path: Path | None = None  # where it was submitted
 
@@ -71,23 +72,26 @@ def prepare(job: Job, out: Path, settings: Settings, data: bytes | None, secret:
     files = {f"{root}/work/{name}": beside for name, beside in job.exercise.files.items()}
     files[f"{root}/work/notebook.ipynb"] = restored
     prepared = Prepared(nb, notes, work, autograded, secret.fingerprint, {}, {}, files, root,
-                        boxed, data, job.path)
-    for part_id, drawn in draw_cases(job, secret).items():
+                        boxed, {}, data, job.path)
+    for part_id, (drawn, visible) in draw_cases(job, secret).items():
         prepared.parts[part_id] = job.exercise.specs[part_id]
+        prepared.visible[part_id] = visible  # the rest are hidden: judge shows no value
         prepared.files.update(grading_files(f"{root}/grading", part_id, drawn,
                                             job.exercise.calls.get(part_id)))
         prepared.cases[part_id] = roundtrip(drawn)  # exactly what the student's function gets
     return prepared
 
 
-def draw_cases(job: Job, secret: Secret) -> dict[str, list[tuple[Any, ...]]]:
-    """Each part's inputs, visible then hidden, from its own seed: derived from the secret and
-    the part alone, so every submission of the exercise gets the same ones on every run."""
+def draw_cases(job: Job, secret: Secret) -> dict[str, tuple[list[tuple[Any, ...]], int]]:
+    """Each part's inputs, visible then hidden, and how many are visible, from its own seed:
+    derived from the secret and the part alone, so every submission of the exercise gets the
+    same ones on every run."""
     drawn = {}
     for part_id, _ in job.exercise.parts:
         part: Part = job.exercise.specs[part_id]
         rng = np.random.default_rng(secret.seed(job.exercise.name, part_id))
-        drawn[part_id] = [*part.cases(rng, False), *part.cases(rng, True)]
+        visible = part.cases(rng, False)
+        drawn[part_id] = ([*visible, *part.cases(rng, True)], len(visible))
     return drawn
 
 

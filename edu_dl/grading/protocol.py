@@ -33,6 +33,11 @@ EXERCISE_NAME = re.compile(EXERCISE_ID)
 PART_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
 PART_ID = re.compile(rf"^({EXERCISE_ID})\.{PART_NAME}$")
 
+# check()'s cases when it is not grading: the visible ones a release freezes, and the hidden
+# ones an instructor's solutions check in the source folder.
+VISIBLE_SEED = 20170418  # CS231n 2017, lecture 8: "Deep Learning Software"
+HIDDEN_SEED = 8  # a different fixed seed: the instructor's hidden cells in normal mode
+
 # --------------------------------------------------------------------------- layouts
 
 INPUTS = "inputs"  # <grading dir>/inputs/<part>.npz: the grader's cases

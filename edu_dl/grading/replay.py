@@ -117,16 +117,15 @@ def replay(out: Path, student: str, exercise: str, source: Path,
     drawn = draw_cases(job, secret)
     prepared = Prepared(nb, notes, work, out / stored["autograded"], secret.fingerprint,
                         {p: ex.specs[p] for p in drawn},
-                        {p: roundtrip(cases) for p, cases in drawn.items()}, {}, "",
-                        bool(facts.get("isolated", True)), data, where)
+                        {p: roundtrip(cases) for p, (cases, _) in drawn.items()}, {}, "",
+                        bool(facts.get("isolated", True)),
+                        {p: visible for p, (_, visible) in drawn.items()}, data, where)
     ran = _ran(stored, facts, output, prepared, settings)
     rows = judge_run(job, prepared, ran, settings)
     parts = []
     for part_id, _ in ex.parts:
         part, cases = prepared.parts[part_id], prepared.cases[part_id]
-        # as draw_cases draws them: the visible cases first, from the part's own seed
-        n_visible = len(part.cases(np.random.default_rng(secret.seed(exercise, part_id)),
-                                   False))
+        n_visible = prepared.visible[part_id]
         got = ran.returned.outputs.get(part_id)
         parts.append(PartReplay(part_id, _cases(part, cases, got, n_visible), got is not None))
     return Replay(student, exercise, fingerprint, rows, _kept(out, student, exercise), parts)

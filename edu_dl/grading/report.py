@@ -26,7 +26,7 @@ from .policy import LATE
 from .trust.text import for_markdown, for_terminal, visible
 
 COLUMNS = ("student", "exercise", "part", "points", "max_points", "status", "message", "sandbox",
-           "judged")
+           "judged", "failed_cases")
 HTML_FEEDBACK = "feedback_html"  # <student>.html; feedback/ holds one <student>.md each
 NBGRADER_COLUMNS = ("assignment", "duedate", "timestamp", "student_id", "last_name", "first_name",
                     "email", "raw_score", "late_submission_penalty", "score", "max_score")
@@ -137,8 +137,8 @@ def feedback(student: str, rows: list[Row]) -> str:
 HTML_STYLE = ("body{font-family:sans-serif;max-width:60em;margin:auto}pre{background:#f6f6f6;"
               "padding:.5em;white-space:pre-wrap}.out{background:#fff;border-left:3px solid #ccc}"
               ".grade{border:2px solid #48a;padding:.3em;margin:.3em 0}.passed{border-color:#2a2}"
-              ".failed,.error,.missing{border-color:#c22}td,th{padding:.2em .5em;"
-              "border-bottom:1px solid #ddd;text-align:left}")
+              ".failed,.error,.missing{border-color:#c22}.partial{border-color:#c80}td,th{"
+              "padding:.2em .5em;border-bottom:1px solid #ddd;text-align:left}")
 HTML_OUTPUT_CAP = 20_000  # characters of one cell output shown
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 

@@ -19,6 +19,7 @@ import ast
 import textwrap
 import types
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from .spec import Part, Verdict, global_names
@@ -95,36 +96,54 @@ def decorator_names(source: str, nested: bool = False) -> set[str]:
     return {_dotted(d) for n in nodes for d in n.decorator_list}
 
 
-def names_check(required: Iterable[tuple[Iterable[str], str]] = (),
-                forbidden: Iterable[tuple[Iterable[str], str]] = (),
-                ) -> Callable[[str], Verdict]:
+@dataclass(frozen=True)
+class NamesCheck:
     """A source check on :func:`code_names`: for each (alternatives, message) of ``required``
-    one of the names must be looked up, for each of ``forbidden`` none may be."""
-    required, forbidden = list(required), list(forbidden)
+    one of the names must be looked up, for each of ``forbidden`` none may be. Data only, so a
+    release can carry it."""
 
-    def check(source: str) -> Verdict:
+    required: tuple[tuple[tuple[str, ...], str], ...] = ()
+    forbidden: tuple[tuple[tuple[str, ...], str], ...] = ()
+
+    def __call__(self, source: str) -> Verdict:
         names = code_names(source)
-        for alternatives, message in forbidden:
+        for alternatives, message in self.forbidden:
             if names & set(alternatives):
                 return Verdict(False, message)
-        for alternatives, message in required:
+        for alternatives, message in self.required:
             if not names & set(alternatives):
                 return Verdict(False, message)
         return Verdict(True)
 
-    return check
+
+def _rules(pairs: Iterable[tuple[Iterable[str], str]]) -> tuple[tuple[tuple[str, ...], str], ...]:
+    return tuple((tuple(alternatives), str(message)) for alternatives, message in pairs)
 
 
-def all_checks(*checks: Callable[[str], Verdict]) -> Callable[[str], Verdict]:
+def names_check(required: Iterable[tuple[Iterable[str], str]] = (),
+                forbidden: Iterable[tuple[Iterable[str], str]] = (),
+                ) -> NamesCheck:
+    """A :class:`NamesCheck` from (alternatives, message) pairs."""
+    return NamesCheck(_rules(required), _rules(forbidden))
+
+
+@dataclass(frozen=True)
+class AllChecks:
     """Source checks in order; the first failure decides."""
-    def check(source: str) -> Verdict:
-        for one in checks:
+
+    checks: tuple[Callable[[str], Verdict], ...] = ()
+
+    def __call__(self, source: str) -> Verdict:
+        for one in self.checks:
             verdict = one(source)
             if not verdict.ok:
                 return verdict
         return Verdict(True)
 
-    return check
+
+def all_checks(*checks: Callable[[str], Verdict]) -> AllChecks:
+    """Source checks in order; the first failure decides."""
+    return AllChecks(tuple(checks))
 
 
 def own_source(fn: Any) -> str | None:

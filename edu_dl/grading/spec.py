@@ -15,7 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from .hints import Mistake, Rule, first_hint
 from .protocol import as_array as _as_array
+from .withhold import withheld
 
 MAX_SHOWN = 3  # differing entries shown in a message
 
@@ -106,13 +108,20 @@ def default_compare(expected: Any, got: Any, rtol: float = 1e-6, atol: float = 1
     return compare_arrays(expected, got, rtol, atol)
 
 
-def tolerance(rtol: float = 1e-6, atol: float = 1e-8) -> Callable[[Any, Any], Verdict]:
+@dataclass(frozen=True)
+class Tolerance:
+    """default_compare with a part's own tolerances (data, so a release can carry it)."""
+
+    rtol: float = 1e-6
+    atol: float = 1e-8
+
+    def __call__(self, expected: Any, got: Any) -> Verdict:
+        return default_compare(expected, got, rtol=self.rtol, atol=self.atol)
+
+
+def tolerance(rtol: float = 1e-6, atol: float = 1e-8) -> Tolerance:
     """default_compare with a part's own tolerances."""
-
-    def compare(expected: Any, got: Any) -> Verdict:
-        return default_compare(expected, got, rtol=rtol, atol=atol)
-
-    return compare
+    return Tolerance(rtol, atol)
 
 
 def plain_call(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
@@ -120,7 +129,9 @@ def plain_call(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     return fn(*args)
 
 
-Hint = tuple[Callable[[Any, Any, tuple[Any, ...]], bool], str]
+# A hint: a Mistake or a Rule (``hints.py``: what a release can carry as data), or the legacy
+# (predicate(expected, got, args), message) pair.
+Hint = Mistake | Rule | tuple[Callable[[Any, Any, tuple[Any, ...]], bool], str]
 
 
 @dataclass(frozen=True)
@@ -149,26 +160,26 @@ class Part:
     result_check: Callable[[Any, tuple[Any, ...]], Verdict] | None = None  # (got, args)
     source_check: Callable[[str], Verdict] | None = None  # the checked function's source text
     feedback_outputs: tuple[int, ...] = ()  # outputs observed in the sandbox: check() only
+    # True: the points split over the cases, visible and hidden together (judge.case_points);
+    # False: all or nothing
+    partial: bool = False
 
 
-def describe_case(part: Part, index: int, n_cases: int, args: tuple[Any, ...]) -> str:
-    """'case 2 of 4 (dout (3, 5), x (3, 4))': the failing case, by its arguments' shapes."""
+def describe_case(part: Part, index: int, n_cases: int, args: tuple[Any, ...],
+                  hidden: bool = False) -> str:
+    """'case 2 of 4 (dout (3, 5), x (3, 4))': the failing case, by its arguments' shapes;
+    a hidden case's scalars by their kind alone: 'hidden case 5 of 7 (n (a number))'."""
     shown = []
     for j, arg in enumerate(args):
         name = part.arg_names[j] if j < len(part.arg_names) else f"arg{j}"
         a = np.asarray(arg)
-        shown.append(f"{name} {a.shape}" if a.ndim else f"{name}={_fmt(a)}")
-    return f"case {index + 1} of {n_cases} ({', '.join(shown)})"
+        shown.append(f"{name} {a.shape}" if a.ndim else f"{name} (a {_kind(a)})" if hidden
+                     else f"{name}={_fmt(a)}")
+    return f"{'hidden case' if hidden else 'case'} {index + 1} of {n_cases} ({', '.join(shown)})"
 
 
 def _first_hint(part: Part, expected: Any, got: Any, args: tuple[Any, ...]) -> str | None:
-    for predicate, hint in part.hints:
-        try:
-            if predicate(expected, got, args):
-                return hint
-        except Exception:  # a hint that cannot judge this answer simply does not apply
-            continue
-    return None
+    return first_hint(part.hints, expected, got, args)
 
 
 # A result may hold at most this many times the values of the expected one (plus a slack for
@@ -211,11 +222,16 @@ def trusted_result(part: Part, expected: Any, got: Any) -> Any:
 
 
 def judge_case(part: Part, index: int, n_cases: int, args: tuple[Any, ...], expected: Any,
-               got: Any) -> Verdict:
-    """Compare one case and, on a failure, say which case, what differs and the first hint."""
+               got: Any, hidden: bool = False) -> Verdict:
+    """Compare one case and, on a failure, say which case, what differs and the first hint.
+
+    ``hidden`` (the grader's own count of visible cases decides it): the message keeps shapes,
+    kinds, counts and the hint, never a value of the inputs, the expected result or the
+    student's result (``withhold``)."""
     verdict = size_verdict(expected, got)
     if not verdict.ok:  # no hint either: hints may walk the result
-        return Verdict(False, f"{describe_case(part, index, n_cases, args)}: {verdict.message}")
+        return Verdict(False, f"{describe_case(part, index, n_cases, args, hidden)}: "
+                              f"{verdict.message}")
     try:
         verdict = part.compare(expected, got)
         if verdict.ok and part.result_check is not None:
@@ -224,12 +240,12 @@ def judge_case(part: Part, index: int, n_cases: int, args: tuple[Any, ...], expe
         verdict = Verdict(False, f"could not compare the result ({type(exc).__name__}: {exc})")
     if verdict.ok:
         return verdict
-    message = verdict.message
+    message = withheld(verdict.message) if hidden else verdict.message
     if part.output_names and message.startswith("output "):
         j = int(message.split(":", 1)[0].split()[1])
         if j < len(part.output_names):
             message = f"output {j} ({part.output_names[j]})" + message[message.index(":"):]
-    lines = [f"{describe_case(part, index, n_cases, args)}: {message}"]
+    lines = [f"{describe_case(part, index, n_cases, args, hidden)}: {message}"]
     hint = _first_hint(part, expected, got, args)
     if hint:
         lines.append(f"  hint: {hint}")

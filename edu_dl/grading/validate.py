@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import parts, sandbox
+from . import parts, release, sandbox
 from .batch import executed_notebook, grade
 from .model import BY_HAND, safe_file_name
 from .nbgrader import check_calls, is_grade, is_solution
@@ -172,7 +172,7 @@ def _own_parts_problem(path: Path, nb: Notebook, notes: list[str]) -> str:
     files = parts.part_files(path.parent)
     missing = [exercise for exercise in needed if exercise not in files]
     if missing:
-        wanted = ", ".join(f"{parts.FOLDER}/{exercise}.py" for exercise in missing)
+        wanted = ", ".join(f"{parts.FOLDER}/{exercise}{release.SUFFIX}" for exercise in missing)
         return (f"this notebook's checks are in {wanted}, which is not beside {path.name}: "
                 f"keep the notebook in the course's exercises/ folder (it holds "
                 f"{parts.FOLDER}/), or copy the exercises/{parts.FOLDER}/ folder next to it")

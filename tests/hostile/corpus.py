@@ -23,13 +23,14 @@ COURSE_PARTS = Path(__file__).resolve().parents[2] / "solutions" / "parts"
 
 
 def write_source(folder: Path, nb: nbformat.NotebookNode, name: str = EXERCISE) -> Path:
-    """A source notebook, with the course's part files beside it (parts/exNN.py) as the grader
-    finds them beside solutions/: every exercise the notebook checks, and exercise 6 for 7."""
+    """A source notebook, with the course's part files beside it (parts/exNN.private.py) as the
+    grader finds them beside solutions/: every exercise the notebook checks, and 6 for 7."""
     (folder / "parts").mkdir(parents=True, exist_ok=True)
     checked = {m.group(1) for cell in nb.cells if cell.cell_type == "code"
                for m in re.finditer(r"""check\(\s*["'](ex\w+)\.""", cell.source)}
     for exercise in checked | ({"ex06"} if "ex07" in checked else set()):
-        shutil.copy(COURSE_PARTS / f"{exercise}.py", folder / "parts" / f"{exercise}.py")
+        for path in COURSE_PARTS.glob(f"{exercise}.*py"):  # the public and private halves
+            shutil.copy(path, folder / "parts" / path.name)
     return write(folder, nb, name)
 
 

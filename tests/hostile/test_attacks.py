@@ -80,7 +80,7 @@ def test_escape_reads_nothing_writes_nothing(tmp_path: Path,
     write(subs / "alice", corpus.student())  # the honest control
     out.mkdir()
     planted = plant_everywhere(tmp_path, source, out, subs / "alice")
-    parts_file = source / "parts" / "ex02.py"  # the trusted part file, beside the source
+    parts_file = source / "parts" / "ex02.private.py"  # the trusted part file, beside the source
     try:
         before = hashlib.sha256(parts_file.read_bytes()).hexdigest()
         code = attacks.escape(
@@ -251,7 +251,7 @@ def test_the_grader_loads_every_part_before_any_sandbox_runs(tmp_path: Path,
     corpus.write_source(tmp_path / "source", corpus.source())
     write(tmp_path / "subs" / "alice", corpus.student())
     monkeypatch.setattr(parts, "_MODULES", {})  # no part file loaded yet
-    part_file = (tmp_path / "source" / "parts" / "ex02.py").resolve()
+    part_file = (tmp_path / "source" / "parts" / "ex02.private.py").resolve()
     seen: list[bool] = []
 
     def fake_run(*args: object, **kwargs: object) -> sandbox.Result:

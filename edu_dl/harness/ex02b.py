@@ -1,0 +1,143 @@
+"""Exercise 2b (writing a GPU kernel), public half: how its parts launch a student's kernel, the
+source checks, and a generic hint about unwritten edges. Nothing here computes an answer.
+
+Each ``call_*`` launches the student's ``@cuda.jit`` kernel with a configuration from
+``edu_dl.cuda.launch`` on the case's arrays (outputs start as NaN, so a slot no thread writes
+shows) and returns the output: the grader compares plain arrays with the private NumPy oracle.
+An ``IndexError`` in the simulator becomes ``edu_dl.cuda.mistakes``' bounds-check hint. That the
+kernel really ran is check()'s feedback only; the grader judges the source: a ``@cuda.jit``
+function (:class:`JitCheck`) that reads its thread's index, and for the tiled kernel shared
+memory and ``cuda.syncthreads()``.
+
+This module never imports ``numba.cuda``: the notebook's first cell decides, before that import,
+whether the simulator runs, and the grader imports this module outside any notebook.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from edu_dl.cuda import launch, mistakes
+from edu_dl.cuda.simulator import fill_shared_with_nan, simulator_active
+from edu_dl.grading.hints import Rule
+from edu_dl.grading.source import AllChecks, all_checks, decorator_names, names_check
+from edu_dl.grading.spec import CheckFailure, Verdict
+
+Array = np.ndarray
+Case = tuple[Any, ...]
+
+SWAP_NOTE = ("if the kernel has its bounds check, look for swapped indices instead: "
+             "C[row, col] needs A[row, k] and B[k, col]")
+
+
+# --------------------------------------------------------------------------- launching
+
+
+def kernel_or_fail(kernel: Any, what: str) -> Any:
+    """The student's @cuda.jit function, or NotImplementedError for the unsolved stub."""
+    py_func = getattr(kernel, "py_func", None)
+    if py_func is None or not hasattr(kernel, "__getitem__"):
+        raise CheckFailure(f"{what} must be a kernel: decorate the function with @cuda.jit "
+                           f"(got {type(kernel).__name__})")
+    if "NotImplementedError" in py_func.__code__.co_names:
+        raise NotImplementedError  # the stub: a real GPU would not report the raise
+    return kernel
+
+
+def launch_kernel(kernel: Any, cfg: launch.LaunchConfig, *args: Any, note: str = "") -> None:
+    """kernel[grid, block](*args); the simulator's index error becomes the bounds-check hint."""
+    if simulator_active():
+        fill_shared_with_nan()  # idempotent: a missing syncthreads reads NaN
+    try:
+        kernel[cfg.grid, cfg.block](*args)
+    except IndexError as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        hint = mistakes.diagnose(None, error=error).message
+        raise CheckFailure(f"{error}\n  hint: {hint}" + (f"; {note}" if note else "")) from None
+
+
+def call_leaky(fn: Any, args: Case) -> Array:
+    """leaky_relu_kernel[blocks, threads](x, alpha, out) on float32 copies; returns out."""
+    x, alpha, threads = args
+    kernel = kernel_or_fail(fn, "leaky_relu_kernel")
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.full(x.shape, np.nan, dtype=np.float32)  # a slot no thread writes stays NaN
+    launch_kernel(kernel, launch.launch_1d(x.shape[0], int(threads)), x, np.float32(alpha), out)
+    return out
+
+
+def run_matmul(kernel: Any, A: Array, B: Array, block: int) -> Array:
+    """kernel[grid, (block, block)](A, B, C) on float32 copies, C NaN at first; returns C."""
+    A = np.ascontiguousarray(A, dtype=np.float32)
+    B = np.ascontiguousarray(B, dtype=np.float32)
+    C = np.full((A.shape[0], B.shape[1]), np.nan, dtype=np.float32)
+    launch_kernel(kernel, launch.launch_2d(C.shape[0], C.shape[1], (block, block)), A, B, C,
+                  note=SWAP_NOTE)
+    return C
+
+
+def call_naive(fn: Any, args: Case) -> Array:
+    """The naive matmul kernel, launched with (block, block) threads per block."""
+    A, B, block = args
+    return run_matmul(kernel_or_fail(fn, "matmul_kernel"), A, B, int(block))
+
+
+def call_tiled(fn: Any, args: Case) -> Array:
+    """The kernel make_tiled_kernel(tile) returns, launched with (tile, tile) threads."""
+    A, B, tile = args
+    if not callable(fn) or hasattr(fn, "py_func"):
+        raise CheckFailure("pass the factory make_tiled_kernel (a plain function of the tile "
+                           "size that returns the @cuda.jit kernel), not the kernel itself")
+    kernel = kernel_or_fail(fn(int(tile)), f"make_tiled_kernel({int(tile)})")
+    return run_matmul(kernel, A, B, int(tile))
+
+
+# --------------------------------------------------------------------------- source checks
+
+
+@dataclass(frozen=True)
+class JitCheck:
+    """A source check: the definition (with ``nested``, any def inside it) is decorated with a
+    ``jit`` (``@cuda.jit``, ``@numba.cuda.jit(...)``, ...). Data only."""
+
+    what: str = "the function"
+    nested: bool = False
+
+    def __call__(self, source: str) -> Verdict:
+        if any(name.split(".")[-1] == "jit" for name in decorator_names(source, self.nested)):
+            return Verdict(True)
+        return Verdict(False, f"{self.what} is not a kernel: decorate it with @cuda.jit")
+
+
+THREAD_INDEX = ((("grid", "threadIdx", "blockIdx"),
+                 "the kernel never reads its thread's index (cuda.grid, or cuda.blockIdx.x * "
+                 "cuda.blockDim.x + cuda.threadIdx.x): one thread computes one element"),)
+KERNEL_SOURCE: AllChecks = all_checks(JitCheck("the function"),
+                                      names_check(required=THREAD_INDEX))
+TILED_SOURCE: AllChecks = all_checks(
+    JitCheck("nothing in make_tiled_kernel", nested=True),
+    names_check(required=[
+        *THREAD_INDEX,
+        (("shared",), "the tiled kernel never uses shared memory: stage each tile in "
+                      "cuda.shared.array((tile, tile), float32)"),
+        (("syncthreads",), "the tiled kernel never calls cuda.syncthreads(): wait until a tile "
+                           "is loaded before reading it, and until all are done before the next"),
+    ]))
+
+
+# --------------------------------------------------------------------------- hints
+
+
+@dataclass(frozen=True)
+class LastLineUnwritten(Rule):
+    """NaN exactly in the last row or the last column: a bounds check one too strict."""
+
+    def test(self, expected: Any, got: Any, args: Case) -> bool:
+        nan = np.isnan(np.asarray(got, dtype=float))
+        if nan.shape != np.shape(expected) or not nan.any():
+            return False
+        return bool(nan[-1].all() and not nan[:-1].any()) or bool(
+            nan[:, -1].all() and not nan[:, :-1].any())

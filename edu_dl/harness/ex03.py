@@ -1,0 +1,254 @@
+"""Exercise 3 (feeding the GPU), public half: how its parts run a student's prefetching generator
+and batch list, the source checks, and generic hints. Nothing here computes an answer.
+
+The prefetch calls feed the generator a source it can watch (:class:`Watched`: which thread
+reads, how far ahead of the consumer) and return what arrived; what the source observes is
+check()'s feedback only, the grader judges the submitted source (:func:`prefetch_source`: a
+thread, and a bound on how far it reads ahead). The batch list is flattened to (rows in batch
+order, batch sizes) for the comparison. The oracles (``ndarray.nbytes``, the benchmark's
+``finish_rows``, the course's ``DataLoader``), the hidden cases and the mistake replays stay in
+the private part file; the source checks here keep a student from calling those helpers.
+"""
+
+from __future__ import annotations
+
+import ast
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from edu_dl.grading.hints import Rule, output_of
+from edu_dl.grading.source import NamesCheck, code_names, definition_node, names_check
+from edu_dl.grading.spec import CheckFailure, Verdict
+
+Case = tuple[Any, ...]
+WAIT_S = 3.0  # a prefetcher that delivers nothing for this long is stuck
+
+
+# --------------------------------------------------------------------------- a watched source
+
+
+class Watched:
+    """A source of batches that records who reads it, and how far ahead of the consumer."""
+
+    def __init__(self, data: np.ndarray, fail_at: int | None = None,
+                 error: BaseException | None = None) -> None:
+        self.data, self.fail_at, self.error = data, fail_at, error
+        self.produced = self.consumed = self.lead = 0
+        self.off_thread = False
+        self.consumer: threading.Thread | None = None
+        self.lock = threading.Lock()
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for k in range(len(self.data)):
+            if k == self.fail_at and self.error is not None:
+                raise self.error
+            time.sleep(0.0005)  # a read takes a little time (and lets the consumer run)
+            with self.lock:
+                self.produced += 1
+                self.lead = max(self.lead, self.produced - self.consumed)
+                self.off_thread |= threading.current_thread() is not self.consumer
+            yield self.data[k].copy()
+        if self.fail_at == len(self.data) and self.error is not None:
+            raise self.error
+
+
+def consume(fn: Callable[..., Any], source: Watched, depth: int,
+            ) -> tuple[list[np.ndarray], BaseException | None]:
+    """Iterate fn(source, depth) in a thread of its own, slowly; give up after WAIT_S idle."""
+    received: list[np.ndarray] = []
+    box: dict[str, BaseException | None] = {"error": None}
+    progress = threading.Event()
+
+    def run() -> None:
+        try:
+            for batch in fn(iter(source), depth):
+                received.append(np.asarray(batch))
+                with source.lock:
+                    source.consumed += 1
+                progress.set()
+                time.sleep(0.002)  # a training step: a reader that runs ahead shows it here
+        except BaseException as exc:  # handed to the caller
+            box["error"] = exc
+        progress.set()
+
+    consumer = threading.Thread(target=run, name="edu_dl-check-consumer", daemon=True)
+    source.consumer = consumer
+    consumer.start()
+    while consumer.is_alive():
+        progress.clear()
+        if not progress.wait(WAIT_S) and consumer.is_alive():
+            raise CheckFailure(
+                f"no batch arrived for {WAIT_S:g} s after {len(received)} batches: the "
+                "generator is stuck (does the reader put a marker in the queue when the source "
+                "ends, or when it raises? does the consumer wait for it?)")
+    consumer.join()
+    return received, box["error"]
+
+
+def stacked(received: list[np.ndarray], data: np.ndarray) -> np.ndarray:
+    """The batches received, stacked on a new axis 0 (none: an empty stack of data's rows)."""
+    return np.stack(received) if received else np.zeros((0, *data.shape[1:]), data.dtype)
+
+
+# --------------------------------------------------------------------------- prefetch
+
+
+def call_prefetch(fn: Callable[..., Any], args: Case) -> tuple[np.ndarray, int]:
+    """(the batches fn(source, depth) delivered, stacked; how many); check()'s feedback if the
+    reading never left the consumer's thread or ran more than depth (+2) ahead."""
+    data, depth = args
+    source = Watched(np.asarray(data))
+    received, error = consume(fn, source, int(depth))
+    if error is not None:
+        raise error
+    if len(data) and not source.off_thread:
+        raise CheckFailure("every batch was read in the consumer's own thread: start a "
+                           "threading.Thread that reads the source and puts the batches in a "
+                           "queue.Queue, and have the generator take them from there")
+    if source.lead > int(depth) + 2:
+        raise CheckFailure(f"the reader ran {source.lead} batches ahead of the consumer with "
+                           f"depth={depth}: bound the queue (queue.Queue(maxsize=depth)) so "
+                           "at most depth batches wait")
+    return stacked(received, np.asarray(data)), len(received)
+
+
+THREADS = {"Thread", "ThreadPoolExecutor", "start_new_thread"}
+BOUNDS = {"Semaphore", "BoundedSemaphore", "Condition", "ThreadPoolExecutor"}
+QUEUES = {"Queue", "LifoQueue", "PriorityQueue"}
+
+
+def _sized_queue(node: ast.AST) -> bool:
+    """A call Queue(n) or Queue(maxsize=n) (queue.Queue, q.Queue, Queue, ...)."""
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    return name in QUEUES and (bool(node.args) or any(k.arg == "maxsize" for k in node.keywords))
+
+
+def prefetch_source(source: str) -> Verdict:
+    """The generator starts a reader thread and bounds how far it reads ahead."""
+    names = code_names(source)
+    if not names & THREADS:
+        return Verdict(False, "the generator starts no thread: start a threading.Thread that "
+                              "reads the source and puts the batches in a queue.Queue, and "
+                              "have the generator take them from there")
+    if not (names & BOUNDS or any(_sized_queue(n) for n in ast.walk(definition_node(source)))):
+        return Verdict(False, "nothing bounds how far the reader runs ahead: "
+                              "queue.Queue(maxsize=depth) keeps at most depth batches waiting")
+    return Verdict(True)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+ERRORS: dict[str, type[Exception]] = {"ValueError": ValueError, "OSError": OSError,
+                                      "EOFError": EOFError, "KeyError": KeyError}
+
+
+def error_message(fail_at: int) -> str:
+    """What the watched source's error says when it fails at batch ``fail_at``."""
+    return f"cannot read batch {fail_at}"
+
+
+def call_error(fn: Callable[..., Any], args: Case) -> tuple[np.ndarray, str, str]:
+    """(the batches delivered before the error, stacked; the error's type name, its message)."""
+    data, depth, fail_at, name = args
+    data = np.asarray(data)
+    source = Watched(data, int(fail_at), ERRORS[name](error_message(int(fail_at))))
+    received, error = consume(fn, source, int(depth))
+    if isinstance(error, NotImplementedError):
+        raise error
+    for k, batch in enumerate(received[:len(data)]):
+        if batch.shape != data[k].shape or not np.array_equal(batch, data[k]):
+            raise CheckFailure(f"batch {k} is not the source's batch {k}: keep the order")
+    try:
+        batches = stacked(received, data)
+    except ValueError:
+        raise CheckFailure("the generator yielded more items than the source's batches, of "
+                           "other shapes: yield exactly the batches the source yields") from None
+    if error is None:
+        return batches, "no error", ""
+    return batches, type(error).__name__, str(error)
+
+
+# --------------------------------------------------------------------------- shuffled batches
+
+
+def flatten_batches(batches: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(the rows of all batches, in order; each batch's size): how a list of batches compares."""
+    batches = [np.asarray(b, dtype=np.int64).reshape(-1) for b in batches]
+    order = np.concatenate(batches) if batches else np.zeros(0, dtype=np.int64)
+    return order, np.array([len(b) for b in batches], dtype=np.int64)
+
+
+def call_shuffle(fn: Callable[..., Any], args: Case) -> tuple[np.ndarray, np.ndarray]:
+    """fn(*args), a list of 1-D integer arrays, flattened (:func:`flatten_batches`)."""
+    batches = fn(*args)
+    try:
+        arrays = [np.asarray(b) for b in batches]
+        for k, a in enumerate(arrays):  # before any cast: 1.7 must not become row 1
+            if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
+                raise ValueError(f"batch {k} has shape {a.shape} and dtype {a.dtype}")
+        return flatten_batches(arrays)
+    except (TypeError, ValueError) as exc:
+        raise CheckFailure("return a list of 1-D integer arrays, one per batch "
+                           f"({type(exc).__name__}: {exc})") from None
+
+
+# --------------------------------------------------------------------------- library oracles
+
+CALLS_FINISH_ROWS = ("this part asks you to write the formula yourself (do not call "
+                     "edu_dl.bench.loader.finish_rows)")
+CALLS_DATALOADER = ("this part asks you to shuffle and cut the batches yourself (do not call "
+                    "edu_dl.data.DataLoader or its batch_indices)")
+IDEAL_SOURCE: NamesCheck = names_check(forbidden=[(("finish_rows",), CALLS_FINISH_ROWS)])
+SHUFFLE_SOURCE: NamesCheck = names_check(forbidden=[(("DataLoader", "batch_indices"),
+                                                     CALLS_DATALOADER)])
+
+
+# --------------------------------------------------------------------------- generic hints
+
+
+@dataclass(frozen=True)
+class AnyAnswer(Rule):
+    """Any wrong answer: a hint about the case itself (its ``when`` says which cases)."""
+
+    def test(self, expected: Any, got: Any, args: Case) -> bool:
+        return True
+
+
+@dataclass(frozen=True)
+class ShorterWhereSame(Rule):
+    """Output ``output`` holds fewer items than expected while output ``same`` is right (the
+    right error, say, but batches lost before it)."""
+
+    same: int = 0
+
+    def judge(self, expected: Any, got: Any, args: Case) -> bool:
+        if not bool(output_of(got, self.same) == output_of(expected, self.same)):
+            return False
+        return len(np.asarray(output_of(got, self.output))) < len(
+            output_of(expected, self.output))
+
+
+@dataclass(frozen=True)
+class Differs(Rule):
+    """The output is not the expected one (``!=``: a label, a type name)."""
+
+    def test(self, expected: Any, got: Any, args: Case) -> bool:
+        return bool(got != expected)
+
+
+@dataclass(frozen=True)
+class SameSorted(Rule):
+    """The same values once both are sorted (on the last axis): the right ones, in another
+    order or cut another way."""
+
+    def test(self, expected: Any, got: Any, args: Case) -> bool:
+        return bool(np.array_equal(np.sort(np.asarray(got)), np.sort(expected)))

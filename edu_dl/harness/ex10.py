@@ -1,0 +1,69 @@
+"""Exercise 10 (many devices): how its parts call a student's function, and its generic hints.
+
+Public code, shipped with the package: the call adapter of ``ex10.all_reduce_mean`` (the workers'
+gradients as a Python list), a view for hints on a byte count, and rules that judge a result
+against the expected one (a shape with one axis less, the right values beside a wrong count).
+Nothing here computes an answer: the oracles, the hidden cases and the mistake replays (a ring
+all-reduce simulator among them) stay in the private part file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from edu_dl.grading.hints import Rule, close, output_of
+
+Case = tuple[Any, ...]
+
+
+def call_with_list(fn: Callable[..., Any], args: Case) -> Any:
+    """The student's function gets a Python list of the k workers' arrays."""
+    grads = args[0]
+    return np.asarray(fn([np.array(g) for g in grads]))
+
+
+def as_int(value: Any) -> int:
+    """A count as a Python int (a float is truncated): what a byte-count hint compares."""
+    return int(value)
+
+
+@dataclass(frozen=True)
+class FirstAxisDropped(Rule):
+    """The result's shape is the expected one without its first axis (one array where one per
+    worker is expected)."""
+
+    def test(self, expected: Any, got: Any, args: Case) -> bool:
+        return bool(np.shape(got) == np.shape(expected)[1:])
+
+
+@dataclass(frozen=True)
+class ValuesRight(Rule):
+    """Output ``output`` is right (within rtol, atol): what is wrong is elsewhere."""
+
+    rtol: float = 1e-9
+    atol: float = 1e-12
+
+    def test(self, expected: Any, got: Any, args: Case) -> bool:
+        return close(np.asarray(got, dtype=np.float64), expected, self.rtol, self.atol)
+
+
+@dataclass(frozen=True)
+class ValuesRightCountsScaled(Rule):
+    """Output ``values`` is right (within rtol, atol) and output ``counts`` sums to exactly
+    ``factor`` times the expected sum (each transfer counted on both sides, say)."""
+
+    values: int = 0
+    counts: int = 1
+    factor: float = 2.0
+    rtol: float = 1e-9
+    atol: float = 1e-12
+
+    def judge(self, expected: Any, got: Any, args: Case) -> bool:
+        right = close(np.asarray(output_of(got, self.values), dtype=np.float64),
+                      output_of(expected, self.values), self.rtol, self.atol)
+        return right and bool(np.sum(output_of(got, self.counts))
+                              == self.factor * np.sum(output_of(expected, self.counts)))

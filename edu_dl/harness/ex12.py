@@ -1,0 +1,195 @@
+"""Exercise 12 (GPU practice): how its parts call a student's function and judge the timer.
+
+Public code, shipped with the package: the call adapters (layer sizes as a list of ints; the
+timer run against :class:`edu_dl.gpu_timing.FakeAsyncDevice`, counting its launches and
+synchronizations for check()'s feedback), the timer's comparison (a window around the kernel's
+duration, which is the case's own first argument), the source check that the timer synchronizes
+and reads a clock, a view for hints on an integer result, and rules that judge a number against
+the expected one. Nothing here computes an answer: the oracles (edu_dl.memory on the course's
+MLPs), the hidden cases and the mistake replays stay in the private part file.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from edu_dl.grading.hints import Rule
+from edu_dl.grading.source import code_names, definition_node
+from edu_dl.grading.spec import CheckFailure, Verdict
+
+Case = tuple[Any, ...]
+
+
+def sizes_list(value: Any) -> list[int]:
+    """Layer sizes (an array in a case) as the list of ints a student's function gets."""
+    return [int(v) for v in np.asarray(value).ravel()]
+
+
+def as_int(value: Any) -> int:
+    """One number of a result as a Python int (truncated): what a hint on bytes compares."""
+    return int(np.asarray(value).item())
+
+
+def as_float(value: Any) -> float:
+    """One number of a result as a Python float."""
+    return float(np.asarray(value).item())
+
+
+# --------------------------------------------------------------------------- 1, 2. the budget
+
+
+def call_budget(fn: Callable[..., Any], args: Case) -> Any:
+    """memory_budget(sizes, batch_size, itemsize, optimizer) with plain Python values."""
+    sizes, batch_size, itemsize, optimizer = args
+    return fn(sizes_list(sizes), int(batch_size), int(itemsize), str(optimizer))
+
+
+def call_max_batch(fn: Callable[..., Any], args: Case) -> Any:
+    """max_batch(sizes, itemsize, optimizer, budget_bytes) with plain Python values."""
+    sizes, itemsize, optimizer, budget_bytes = args
+    return fn(sizes_list(sizes), int(itemsize), str(optimizer), int(budget_bytes))
+
+
+@dataclass(frozen=True)
+class IntegerOffBy(Rule):
+    """An integer result ``delta`` away from the expected one (an off-by-one)."""
+
+    delta: int = 1
+
+    def test(self, expected: Any, got: Any, args: Case) -> bool:
+        return as_int(got) == expected + self.delta
+
+
+# --------------------------------------------------------------------------- 3. the timer
+
+
+def timer_compare(expected: Any, got: Any) -> Verdict:
+    """At least the kernel's duration (a sleep never ends early, minus 5% for clock
+    granularity); at most twice it plus 80 ms (a loaded machine wakes threads late). The cases
+    make every typical mistake cost more than that: 5 repeats, backlogs of 0.1 to 0.3 s."""
+    try:
+        value = float(np.asarray(got).item())
+    except (TypeError, ValueError) as exc:
+        return Verdict(False, f"return one number of seconds, got a {type(got).__name__} ({exc})")
+    e = float(expected)
+    if 0.95 * e <= value <= 2 * e + 0.08:
+        return Verdict(True)
+    return Verdict(False, f"measured {value:.6g} s for a kernel that takes {e:.6g} s")
+
+
+class Launcher:
+    """launch() for the student's timer: queues one kernel of the case's duration on the fake
+    device (the first one slower) and returns at once. The durations live here and in the
+    device alone: no frame above the student's function holds the case."""
+
+    def __init__(self, device: Any, kernel_s: float, first_extra_s: float) -> None:
+        self._device, self._kernel_s, self._first_extra_s = device, kernel_s, first_extra_s
+        self.count = 0
+
+    def __call__(self) -> None:
+        self.count += 1
+        self._device.launch(self._kernel_s + (self._first_extra_s if self.count == 1 else 0.0))
+
+
+def call_timer(fn: Callable[..., Any], args: Case) -> float:
+    """The student's timer against a fake device: launch() queues one kernel of kernel_s
+    (the first one slower) and returns at once; synchronize() waits for the queue. The case is
+    (kernel_s, warmup, repeats, backlog_s, first_extra_s): the backlog is work launched before
+    the timer is called and still running."""
+    from edu_dl.gpu_timing import FakeAsyncDevice
+
+    warmup, repeats = int(args[1]), int(args[2])
+    with FakeAsyncDevice("check-gpu") as device:
+        launch = Launcher(device, float(args[0]), float(args[4]))
+        if args[3]:
+            device.launch(float(args[3]))  # launched earlier, still running
+        del args  # the case's durations stay in launch and the device
+        before = device.syncs
+        got = fn(launch, device.synchronize, warmup, repeats)
+        syncs = device.syncs - before
+    if launch.count == 0:
+        raise CheckFailure("your timer never called launch(): call it once per kernel to time")
+    if syncs == 0:
+        raise CheckFailure("your timer never called synchronize(): launch() returns at once, "
+                           "while the device is still working, so the clock stops before the "
+                           "kernel has run")
+    if launch.count != warmup + repeats:
+        raise CheckFailure(f"launch() was called {launch.count} times with warmup={warmup}, "
+                           f"repeats={repeats}: launch warmup times, then time repeats launches, "
+                           "one at a time")
+    try:
+        return float(got)
+    except (TypeError, ValueError):
+        raise CheckFailure(f"return the median time of one kernel in seconds (a float), got a "
+                           f"{type(got).__name__}") from None
+
+
+CLOCKS = {"perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "time_ns"}
+# Ways to read the case (or the grader's inputs) instead of timing: frames, closures, objects'
+# insides, the environment and files. A timer needs none of them.
+PEEKING = {"_getframe", "currentframe", "f_back", "f_locals", "f_globals", "tb_frame",
+           "getouterframes", "getframeinfo", "__closure__", "cell_contents", "gc",
+           "get_objects", "get_referrers", "__self__", "__dict__", "__globals__", "vars",
+           "globals", "locals", "getattr", "eval", "exec", "__import__", "import_module",
+           "environ", "getenv", "load", "open"}
+
+
+def timer_source(source: str) -> Verdict:
+    """The timer calls its ``synchronize`` argument and reads a clock (time.perf_counter, ...)."""
+    node = definition_node(source)
+    args = getattr(node, "args", None)
+    params = [a.arg for a in args.args] if args is not None else []
+    sync = params[1] if len(params) > 1 else "synchronize"
+    calls = [n for n in ast.walk(node) if isinstance(n, ast.Call)
+             and isinstance(n.func, ast.Name) and n.func.id == sync]
+    if not calls:
+        return Verdict(False, f"the timer never calls {sync}(): launch() returns at once, so "
+                              "without it the clock stops before the kernel has run")
+    names = code_names(source)
+    if not names & CLOCKS:
+        return Verdict(False, "the timer reads no clock: use time.perf_counter()")
+    if names & PEEKING:
+        return Verdict(False, "the timer must measure the kernel, not look its duration up: it "
+                              f"uses {', '.join(sorted(names & PEEKING))}")
+    return Verdict(True)
+
+
+@dataclass(frozen=True)
+class BelowFraction(Rule):
+    """A number below ``fraction`` of the expected one (the time of a launch, not of a kernel)."""
+
+    fraction: float = 0.2
+
+    def test(self, expected: Any, got: Any, args: Case) -> bool:
+        return as_float(got) < self.fraction * expected
+
+
+@dataclass(frozen=True)
+class NearMultiple(Rule):
+    """A number within ``within`` times the expected one of ``factor`` times it, the factor
+    multiplied by argument ``factor_arg`` where one is named (milliseconds, a total of n)."""
+
+    factor: float = 1.0
+    factor_arg: int | None = None
+    within: float = 0.5
+
+    def test(self, expected: Any, got: Any, args: Case) -> bool:
+        factor = self.factor * (1 if self.factor_arg is None else int(args[self.factor_arg]))
+        return abs(as_float(got) - factor * expected) < self.within * expected
+
+
+@dataclass(frozen=True)
+class ExceedsByArgument(Rule):
+    """A number at least ``fraction`` of argument ``argument`` above the expected one (a delay
+    the case adds, counted)."""
+
+    argument: int = 0
+    fraction: float = 0.5
+
+    def test(self, expected: Any, got: Any, args: Case) -> bool:
+        return as_float(got) >= expected + self.fraction * float(args[self.argument])

@@ -1,0 +1,283 @@
+"""Exercise 6, TensorFlow: the lecture's two-layer net in TF 1.x graph mode, with Variables, in
+TF 2 with ``GradientTape`` and with ``tf.function``.
+
+Every part trains the net ``loss = mean_i sum_j (relu(x w1) w2 - y)_ij²`` for ``num_steps``
+steps of gradient descent and returns the losses. The oracle is edu_dl's eager engine in float64
+(its autograd, not TensorFlow's); the hints replay typical mistakes with a NumPy copy of the loop.
+
+Each part's ``call`` (public: ``edu_dl.harness.ex06``, with the generic rules about losses) also
+watches how the function ran, and says so in check()'s result:
+- TF 1.x parts spy on ``Session.run`` (which every session, ``Tensor.eval`` and ``Operation.run``
+  go through): no run at all means the function was not written in graph mode; in the Variables part
+  the number of weight-shaped values fed or fetched is returned as a second output, expected 0;
+- the TF 2 part counts ``GradientTape.gradient`` calls (at least one, or it is not the tape);
+- the ``tf.function`` part returns the function's tracing count as a second output, expected 1.
+
+Those observations happen in the student's process, so they are check()'s feedback only: the
+grader ignores the observed outputs (``feedback_outputs``) and judges, outside the sandbox, the
+losses against the oracle and the submitted source of the function (``source_check``): a TF 1.x
+part runs a ``Session`` (the Variables part also builds ``Variable``s and updates them in the
+graph with ``assign``/``minimize``), the tape part calls ``GradientTape`` and ``gradient``, the
+``tf.function`` part wraps its step with ``tf.function`` and a ``GradientTape``. "Traced exactly
+once" and "no weight crosses Session.run" cannot be verified outside: they carry no points alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from edu_dl.grading.hints import Equals, Greater, Mistake, Rule
+from edu_dl.grading.source import names_check
+from edu_dl.grading.spec import Part, tolerance
+from edu_dl.harness.ex06 import (
+    NO_SESSION,
+    Imprecise,
+    Stuck,
+    call_tape,
+    call_tf1,
+    call_tf1_variables,
+    call_tf_function,
+    losses_of,
+)
+
+Array = np.ndarray
+Case = tuple[Any, ...]
+# float64 engines agree to ~1e-14 here; a float32 learning rate (GradientDescentOptimizer(0.01)
+# with a Python lr) moves the losses by ~1e-8 relative, a float32 computation by more: both fail,
+# each with its own hint, as the lecture compares its engines to 1e-9.
+COMPARE = tolerance(rtol=1e-9, atol=1e-12)
+ARG_NAMES = ("X", "y", "w1", "w2", "lr", "num_steps")
+
+
+# --------------------------------------------------------------------------- cases
+
+
+def two_layer_case(rng: np.random.Generator, n: int, d_in: int, h: int, d_out: int,
+                   steps: int) -> Case:
+    """Data, weights scaled by 1/sqrt(fan_in), and a learning rate safe for this data.
+
+    The rate is 0.1 / (a bound on the loss's curvature), rounded to two digits, so that gradient
+    descent neither diverges nor stalls whatever the sizes.
+    """
+    x = rng.standard_normal((n, d_in))
+    y = rng.standard_normal((n, d_out))
+    w1 = rng.standard_normal((d_in, h)) / np.sqrt(d_in)
+    w2 = rng.standard_normal((h, d_out)) / np.sqrt(h)
+    h_relu = np.maximum(x @ w1, 0)
+    curvature = 2.0 * float(np.linalg.norm(x, 2) ** 2 * np.linalg.norm(w2, 2) ** 2
+                            + np.linalg.norm(h_relu, 2) ** 2) / n
+    lr = float(f"{0.1 / max(curvature, 1e-3):.2g}")
+    return x, y, w1, w2, lr, steps
+
+
+def two_layer_sizes(rng: np.random.Generator,
+                    hidden: bool) -> list[tuple[int, int, int, int, int]]:
+    """(N, D_in, H, D_out, num_steps). N != H, so no data array has a weight's shape (the
+    Variables part tells weights from data by their shapes)."""
+    if not hidden:
+        return [(4, 6, 5, 3, 5), (8, 10, 3, 10, 5), (3, 7, 6, 2, 4)]
+    sizes = [(1, 1, 2, 1, 1)]  # one example, one input, one output, one step
+    while len(sizes) < 4:
+        n, d_in, h, d_out = (int(v) for v in rng.integers(1, 13, size=4))
+        if n != h:
+            sizes.append((n, d_in, h, min(d_out, 6), int(rng.integers(2, 9))))
+    return sizes
+
+
+def _cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    return [two_layer_case(rng, *size) for size in two_layer_sizes(rng, hidden)]
+
+
+# --------------------------------------------------------------------------- the oracle
+
+
+def _edu_dl_losses(x: Array, y: Array, w1: Array, w2: Array, lr: float,
+                   num_steps: int) -> Array:
+    """edu_dl's eager engine: forward, backward, w -= lr * grad; the loss before each update."""
+    import edu_dl as ed
+
+    xt, yt = ed.tensor(np.asarray(x, np.float64)), ed.tensor(np.asarray(y, np.float64))
+    w1, w2 = np.array(w1, np.float64), np.array(w2, np.float64)
+    losses = []
+    for _ in range(int(num_steps)):
+        w1t, w2t = ed.tensor(w1, requires_grad=True), ed.tensor(w2, requires_grad=True)
+        diff = ed.ops.relu(xt @ w1t) @ w2t - yt
+        loss = (diff ** 2).sum(axis=1).mean()
+        loss.backward()
+        losses.append(loss.item())
+        assert w1t.grad is not None and w2t.grad is not None
+        w1 = w1 - lr * w1t.grad.numpy()
+        w2 = w2 - lr * w2t.grad.numpy()
+    return np.array(losses)
+
+
+def _expected_losses(*args: Any) -> Array:
+    return _edu_dl_losses(*args)
+
+
+def _expected_no_copies(*args: Any) -> tuple[Array, int]:
+    return _edu_dl_losses(*args), 0
+
+
+def _expected_one_trace(*args: Any) -> tuple[Array, int]:
+    return _edu_dl_losses(*args), 1
+
+
+# --------------------------------------------------------------------------- hints
+
+
+def numpy_losses(x: Array, y: Array, w1: Array, w2: Array, lr: float, num_steps: int, *,
+                 reduce: str = "batch_mean", relu: bool = True, sign: float = 1.0) -> Array:
+    """The same loop in NumPy with a mistake switched on: reduce 'sum' (over everything) or 'mean'
+    (over every entry) instead of the batch mean of row sums, no ReLU, or sign=-1 (ascent)."""
+    w1, w2 = np.array(w1, np.float64), np.array(w2, np.float64)
+    n = len(x)
+    scale = {"batch_mean": 1.0 / n, "sum": 1.0, "mean": 1.0 / np.size(y)}[reduce]
+    losses = []
+    for _ in range(int(num_steps)):
+        pre = x @ w1
+        h = np.maximum(pre, 0) if relu else pre
+        diff = h @ w2 - y
+        losses.append(scale * np.sum(diff ** 2))
+        grad_out = 2 * scale * diff
+        grad_w2 = h.T @ grad_out
+        grad_pre = grad_out @ w2.T
+        if relu:
+            grad_pre = grad_pre * (pre > 0)
+        grad_w1 = x.T @ grad_pre
+        w1 = w1 - sign * lr * grad_w1
+        w2 = w2 - sign * lr * grad_w2
+    return np.array(losses)
+
+
+def _replay(case: tuple[Any, ...], steps: int | None = None, **mistake: Any) -> Array:
+    """numpy_losses on a case, optionally for another number of steps."""
+    x, y, w1, w2, lr, num_steps = case
+    return numpy_losses(x, y, w1, w2, lr, num_steps if steps is None else steps, **mistake)
+
+
+def _float32_lr(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The case with its learning rate rounded to float32, as TF does to a Python lr."""
+    return (*args[:4], float(np.float32(args[4])), *args[5:])
+
+
+Hints = tuple[Mistake | Rule, ...]
+
+
+def _losses_mistake(replay: Any, message: str, rtol: float = 1e-9) -> Mistake:
+    """A mistake replayed on the losses of a result (the result itself or its first output)."""
+    return Mistake(replay, message, rtol=rtol, atol=1e-12, view=losses_of)
+
+
+def loss_hints(reduction: str) -> Hints:
+    """Hints for a list of losses, shared with exercise 7 (whose loss is the plain sum)."""
+    if reduction == "batch_mean":
+        what = ("the lecture's loss is the batch MEAN of each row's summed squared error: "
+                "tf.reduce_mean(tf.reduce_sum(diff ** 2, axis=1))")
+        reduce_hints: Hints = (
+            _losses_mistake(lambda e, a: _replay(a, reduce="sum"),
+                            "you summed over the whole batch: " + what),
+            _losses_mistake(lambda e, a: _replay(a, reduce="mean"),
+                            "you averaged over every entry (outputs too): " + what),
+            _losses_mistake(lambda e, a: _replay(_float32_lr(a)),
+                            "your learning rate became float32: GradientDescentOptimizer turns a "
+                            "Python lr into a float32 tensor. Pass tf.constant(lr, tf.float64), "
+                            "or update with assign", rtol=1e-11),
+        )
+    else:
+        what = ("the lecture's PyTorch loss is the SUM of the squared errors: "
+                "(y_hat - y).pow(2).sum()")
+        reduce_hints = (
+            _losses_mistake(lambda e, a: _replay(a, reduce="batch_mean"),
+                            "you averaged over the batch: " + what
+                            + " (so grad_y_hat = 2.0 * (y_hat - y))"),
+            _losses_mistake(lambda e, a: _replay(a, reduce="mean"),
+                            "you averaged over every entry: " + what),
+        )
+    return (
+        *reduce_hints,
+        _losses_mistake(lambda e, a: _replay(a, reduce=reduction, relu=False),
+                        "apply the ReLU to the hidden layer: h = max(x @ w1, 0), and mask its "
+                        "gradient where x @ w1 <= 0"),
+        Stuck("every loss equals the first: the weights never change. Update them each step "
+              "(w -= lr * grad)", rtol=1e-9, atol=1e-12),
+        _losses_mistake(lambda e, a: _replay(a, reduce=reduction, sign=-1.0),
+                        "the loss grows: step AGAINST the gradient, w -= lr * grad"),
+        _losses_mistake(lambda e, a: _replay(a, a[5] + 1, reduce=reduction)[1:],
+                        "record each step's loss BEFORE its update: the first loss is the "
+                        "initial weights' loss"),
+        Imprecise("close, but only to float32 precision: compute in float64 (tf.float64 "
+                  "placeholders and Variables, torch.float64 tensors)", rtol=1e-9,
+                  loose_rtol=1e-4, atol=1e-12),
+    )
+
+
+# --------------------------------------------------------------------------- the parts
+
+COPIES_HINT = (
+    Greater("weights still travel between Python and the session: keep w1 and w2 in "
+            "tf.compat.v1.Variable(w1_init), update them in the graph (w1.assign(w1 - lr * "
+            "grad_w1), or an optimizer's minimize), feed only x and y, and fetch only the loss "
+            "and the update op", output=1),
+)
+
+TRACE_HINTS = (
+    Equals("the returned tf.function was never called: train with it, then return it",
+           output=1, value=0),
+    Greater("traced more than once: every call with a new Python number (the step t, lr) or a "
+            "new shape traces anew. Pass only tensors of fixed shape (X, y) and keep lr and the "
+            "Variables outside the arguments", output=1),
+)
+
+SESSION = (("Session", "InteractiveSession"), NO_SESSION)
+TF1_SOURCE = names_check(required=[SESSION])
+VARIABLES_SOURCE = names_check(required=[
+    SESSION,
+    (("Variable", "get_variable"), "the weights are not Variables: keep w1 and w2 in "
+                                   "tf.compat.v1.Variable(w1_init) inside the graph"),
+    (("assign", "assign_sub", "assign_add", "minimize", "apply_gradients"),
+     "the Variables are never updated in the graph: w1.assign(w1 - lr * grad_w1) (or an "
+     "optimizer's minimize), run with the loss each step"),
+])
+TAPE_NOTE = ("record the forward pass in `with tf.GradientTape() as tape:` and take "
+             "tape.gradient(loss, [w1, w2])")
+TAPE_SOURCE = names_check(required=[
+    (("GradientTape",), "the function never opens a tf.GradientTape: " + TAPE_NOTE),
+    (("gradient",), "the function never calls tape.gradient: " + TAPE_NOTE),
+])
+FUNCTION_SOURCE = names_check(required=[
+    (("function",), "the training step is not a tf.function: decorate it with @tf.function "
+                    "(or wrap it, tf.function(step)), train with it and return it"),
+    (("GradientTape",), "the function never opens a tf.GradientTape: " + TAPE_NOTE),
+])
+
+PARTS = [
+    Part(
+        id="ex06.tf1_graph", points=2, cases=_cases, expected=_expected_losses,
+        compare=COMPARE, call=call_tf1, source_check=TF1_SOURCE, arg_names=ARG_NAMES,
+        timeout_s=30.0,
+        hints=loss_hints("batch_mean"),
+    ),
+    Part(
+        id="ex06.tf1_variables", points=2, cases=_cases, expected=_expected_no_copies,
+        compare=COMPARE, call=call_tf1_variables, source_check=VARIABLES_SOURCE,
+        feedback_outputs=(1,), arg_names=ARG_NAMES, timeout_s=30.0,
+        output_names=("losses", "weight values fed or fetched in the training steps"),
+        hints=(*COPIES_HINT, *loss_hints("batch_mean")),
+    ),
+    Part(
+        id="ex06.tf2_tape", points=2, cases=_cases, expected=_expected_losses,
+        compare=COMPARE, call=call_tape, source_check=TAPE_SOURCE, arg_names=ARG_NAMES,
+        timeout_s=30.0,
+        hints=loss_hints("batch_mean"),
+    ),
+    Part(
+        id="ex06.tf_function", points=2, cases=_cases, expected=_expected_one_trace,
+        compare=COMPARE, call=call_tf_function, source_check=FUNCTION_SOURCE,
+        feedback_outputs=(1,), arg_names=ARG_NAMES, timeout_s=30.0,
+        output_names=("losses", "tracing count"),
+        hints=(*TRACE_HINTS, *loss_hints("batch_mean")),
+    ),
+]

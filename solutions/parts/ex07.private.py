@@ -1,0 +1,305 @@
+"""Exercise 7, PyTorch: gradients by hand on tensors, a custom autograd Function, a custom Module,
+and a training loop with nn.Sequential and optim.Adam.
+
+The student's functions receive torch float64 tensors (``call``, public in ``edu_dl.harness.ex07``,
+converts the grader's NumPy arrays).
+The oracles are independent of the student's task: edu_dl's eager engine, ``edu_dl.nn`` and
+``edu_dl.optim`` for the training losses, torch.autograd on built-in ops for the custom Function's
+gradients, and a NumPy formula for the Module's output. Hints replay typical mistakes in NumPy.
+
+Judged outside the sandbox: every value, shape and dtype kind against the oracle, on the raw
+values the student's code returned (the custom Function's gradients are recorded as its backward
+returns them, before autograd can sum a broadcast gradient into shape); from the submitted source:
+the manual part never asks autograd (no backward, grad, requires_grad), MyLinear subclasses
+``torch.autograd.Function`` with its own forward and backward, and that backward does not ask
+autograd for the gradients (the oracle is autograd itself), TwoLayerNet subclasses
+``nn.Module`` and builds ``nn.Linear`` layers. That autograd is switched off, that the backward
+really ran and the layers found in the module are check()'s feedback only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from edu_dl.grading.hints import Mistake
+from edu_dl.grading.parts import sibling
+from edu_dl.grading.source import all_checks, names_check
+from edu_dl.grading.spec import Part, tolerance
+from edu_dl.harness.ex06 import Stuck
+from edu_dl.harness.ex07 import (
+    ClassCheck,
+    ShapeOfArgument,
+    call_adam,
+    call_function,
+    call_manual,
+    call_module,
+)
+
+ex06 = sibling(__file__, "ex06")  # exercise 6's problem and loss hints, reused
+loss_hints = ex06.loss_hints
+
+Array = np.ndarray
+Case = tuple[Any, ...]
+# float64 engines agree to ~1e-14 here; the lecture compares them to 1e-9.
+COMPARE = tolerance(rtol=1e-9, atol=1e-12)
+
+
+# --------------------------------------------------------------------------- 1. gradients by hand
+
+
+def _manual_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    """The lecture's net with the SUMMED squared error: lr as exercise 6's, divided by N."""
+    two_layer_case, two_layer_sizes = ex06.two_layer_case, ex06.two_layer_sizes
+    cases = []
+    for size in two_layer_sizes(rng, hidden):
+        x, y, w1, w2, lr, steps = two_layer_case(rng, *size)
+        cases.append((x, y, w1, w2, float(f"{lr / len(x):.2g}"), steps))
+    return cases
+
+
+def _manual_expected(x: Array, y: Array, w1: Array, w2: Array, lr: float,
+                     num_steps: int) -> Array:
+    """edu_dl's eager engine: loss = sum((relu(x @ w1) @ w2 - y) ** 2), w -= lr * grad."""
+    import edu_dl as ed
+
+    xt, yt = ed.tensor(x), ed.tensor(y)
+    losses = []
+    for _ in range(int(num_steps)):
+        w1t, w2t = ed.tensor(w1, requires_grad=True), ed.tensor(w2, requires_grad=True)
+        loss = ((ed.ops.relu(xt @ w1t) @ w2t - yt) ** 2).sum()
+        loss.backward()
+        losses.append(loss.item())
+        assert w1t.grad is not None and w2t.grad is not None
+        w1, w2 = w1 - lr * w1t.grad.numpy(), w2 - lr * w2t.grad.numpy()
+    return np.array(losses)
+
+
+# --------------------------------------------------------------------------- 2. autograd.Function
+
+
+def _linear_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    """(x (N, D), w (D, M), b (M,), dout (N, M)); one square case, where a missing transpose
+    still has the right shape."""
+    dims = [(2, 3, 4), (5, 2, 3), (3, 3, 3)] if not hidden else [(1, 1, 1)] + [
+        tuple(int(d) for d in rng.integers(1, 7, size=3)) for _ in range(3)]
+    return [(rng.standard_normal((n, d)), rng.standard_normal((d, m)), rng.standard_normal(m),
+             rng.standard_normal((n, m))) for n, d, m in dims]
+
+
+def _linear_expected(x: Array, w: Array, b: Array, dout: Array) -> tuple[Array, ...]:
+    """torch.autograd through the built-in ops: out = x @ w + b, then out.backward(dout)."""
+    import torch
+
+    xt, wt, bt = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (x, w, b))
+    out = xt @ wt + bt
+    out.backward(torch.tensor(dout, dtype=torch.float64))
+    assert xt.grad is not None and wt.grad is not None and bt.grad is not None
+    return out.detach().numpy(), xt.grad.numpy(), wt.grad.numpy(), bt.grad.numpy()
+
+
+AUTOGRAD_NAMES = ("backward", "grad", "autograd", "requires_grad", "requires_grad_",
+                  "enable_grad", "set_grad_enabled")
+MANUAL_SOURCE = names_check(forbidden=[(
+    AUTOGRAD_NAMES, "the function asks autograd for the gradients (backward, .grad, "
+                    "requires_grad, torch.autograd): compute grad_w1 and grad_w2 yourself with "
+                    "the chain rule, as in the lecture's level 1")])
+# The oracle is autograd through x @ w + b: a backward that asks autograd (torch.autograd.grad,
+# or .backward() and .grad on a re-run forward) returns it without writing any rule. The class
+# body itself defines `backward`, so that name cannot be forbidden here; .grad covers its use.
+FUNCTION_SOURCE = all_checks(
+    ClassCheck("Function", ("forward", "backward"), "torch.autograd.Function"),
+    names_check(forbidden=[(
+        ("grad", "autograd", "requires_grad", "requires_grad_", "enable_grad", "set_grad_enabled",
+         "vjp"),
+        "this part asks you to write the gradients yourself: MyLinear's backward asks autograd "
+        "for them (torch.autograd.grad, .grad, requires_grad, enable_grad); return dx, dw and "
+        "db computed from grad_output and the saved tensors (lecture 5's VJP rules)")]))
+MODULE_SOURCE = all_checks(
+    ClassCheck("Module", ("forward",), "torch.nn.Module"),
+    names_check(required=[(("Linear",), "TwoLayerNet builds no torch.nn.Linear layers: "
+                                        "self.linear1 = torch.nn.Linear(D_in, H), ...")]))
+
+
+# --------------------------------------------------------------------------- 3. nn.Module
+
+
+def _module_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    """(x (N, D_in), W1 (H, D_in), b1 (H,), W2 (D_out, H), b2 (D_out,)): PyTorch's layout."""
+    dims = [(3, 4, 5, 2), (1, 3, 2, 4), (6, 5, 8, 3)] if not hidden else [
+        tuple(int(d) for d in rng.integers(1, 9, size=4)) for _ in range(4)]
+    cases = []
+    for n, d_in, h, d_out in dims:
+        b_in, b_h = 1 / np.sqrt(d_in), 1 / np.sqrt(h)
+        cases.append((rng.standard_normal((n, d_in)), rng.uniform(-b_in, b_in, (h, d_in)),
+                      rng.uniform(-b_in, b_in, h), rng.uniform(-b_h, b_h, (d_out, h)),
+                      rng.uniform(-b_h, b_h, d_out)))
+    return cases
+
+
+def _module_expected(x: Array, w1: Array, b1: Array, w2: Array, b2: Array) -> Array:
+    """nn.Linear computes x @ W.T + b."""
+    return np.maximum(x @ w1.T + b1, 0) @ w2.T + b2
+
+
+# --------------------------------------------------------------------------- 4. Sequential + Adam
+
+
+def _adam_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    """(X, y, W1, b1, W2, b2, lr, num_steps), weights in PyTorch's layout and initialization."""
+    sizes = [(8, 6, 5, 3, 6), (4, 3, 7, 2, 6)] if not hidden else [(1, 1, 1, 1, 2)] + [
+        (*(int(d) for d in rng.integers(1, 10, size=4)), int(rng.integers(2, 11)))
+        for _ in range(3)]
+    cases = []
+    for n, d_in, h, d_out, steps in sizes:
+        x = rng.standard_normal((n, d_in))
+        b_in, b_h = 1 / np.sqrt(d_in), 1 / np.sqrt(h)
+        weights = [rng.uniform(-b_in, b_in, (h, d_in)), rng.uniform(-b_in, b_in, h),
+                   rng.uniform(-b_h, b_h, (d_out, h)), rng.uniform(-b_h, b_h, d_out)]
+        lr = 1e-2 if not hidden else float(f"{rng.uniform(1e-3, 5e-2):.2g}")
+        cases.append((x, rng.standard_normal((n, d_out)), *weights, lr, steps))
+    return cases
+
+
+def _adam_expected(x: Array, y: Array, w1: Array, b1: Array, w2: Array, b2: Array, lr: float,
+                   num_steps: int) -> Array:
+    """edu_dl.nn.Sequential + edu_dl.optim.Adam (PyTorch's formula); ed.nn.Linear is (in, out)."""
+    import edu_dl as ed
+
+    model = ed.nn.Sequential(
+        ed.nn.Linear(w1.shape[1], w1.shape[0], dtype=np.float64, weight=w1.T, bias_value=b1),
+        ed.nn.ReLU(),
+        ed.nn.Linear(w2.shape[1], w2.shape[0], dtype=np.float64, weight=w2.T, bias_value=b2),
+    )
+    loss_fn = ed.nn.MSELoss(reduction="sum")
+    optimizer = ed.optim.Adam(model.parameters(), lr=lr)
+    xt, yt = ed.tensor(x), ed.tensor(y)
+    losses = []
+    for _ in range(int(num_steps)):
+        loss = loss_fn(model(xt), yt)
+        losses.append(loss.item())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return np.array(losses)
+
+
+def numpy_adam_losses(x: Array, y: Array, w1: Array, b1: Array, w2: Array, b2: Array, lr: float,
+                      num_steps: int, *, reduction: str = "sum", zero_grad: bool = True,
+                      extra_sgd: bool = False, sgd: bool = False) -> Array:
+    """The Adam loop in NumPy with a mistake switched on: reduction 'mean', gradients never zeroed
+    (they accumulate), the source's extra ``param -= lr * grad`` after the step, or plain SGD."""
+    params = [np.array(p, dtype=np.float64) for p in (w1, b1, w2, b2)]
+    grads = [np.zeros_like(p) for p in params]
+    m = [np.zeros_like(p) for p in params]
+    v = [np.zeros_like(p) for p in params]
+    scale = 1.0 if reduction == "sum" else 1.0 / np.size(y)
+    losses = []
+    for t in range(1, int(num_steps) + 1):
+        w1_, b1_, w2_, b2_ = params
+        pre = x @ w1_.T + b1_
+        h = np.maximum(pre, 0)
+        diff = h @ w2_.T + b2_ - y
+        losses.append(scale * np.sum(diff ** 2))
+        g_out = 2 * scale * diff
+        g_pre = (g_out @ w2_) * (pre > 0)
+        new = [g_pre.T @ x, g_pre.sum(0), g_out.T @ h, g_out.sum(0)]
+        grads = new if zero_grad else [g + n for g, n in zip(grads, new)]
+        for i, g in enumerate(grads):
+            if sgd:
+                params[i] = params[i] - lr * g
+                continue
+            m[i] = 0.9 * m[i] + 0.1 * g
+            v[i] = 0.999 * v[i] + 0.001 * g * g
+            m_hat, v_hat = m[i] / (1 - 0.9 ** t), v[i] / (1 - 0.999 ** t)
+            params[i] = params[i] - lr * m_hat / (np.sqrt(v_hat) + 1e-8)
+            if extra_sgd:
+                params[i] = params[i] - lr * g
+    return np.array(losses)
+
+
+def _adam_replay(case: tuple[Any, ...], **mistake: Any) -> Array:
+    """numpy_adam_losses on a case."""
+    x, y, w1, b1, w2, b2, lr, num_steps = case
+    return numpy_adam_losses(x, y, w1, b1, w2, b2, lr, num_steps, **mistake)
+
+
+# float64 loops agree to ~1e-14: a replay matches a mistake's result to the comparison's tolerance
+TOL = 1e-9, 1e-12
+
+
+def _mistake(replay: Any, message: str, output: int | None = None) -> Mistake:
+    return Mistake(replay, message, output=output, rtol=TOL[0], atol=TOL[1])
+
+
+ADAM_HINTS = (
+    _mistake(lambda e, a: _adam_replay(a, reduction="mean"),
+             "you averaged: the lecture's loss is torch.nn.MSELoss(reduction='sum')"),
+    _mistake(lambda e, a: _adam_replay(a, zero_grad=False),
+             "the gradients accumulate: call optimizer.zero_grad() before each loss.backward()"),
+    _mistake(lambda e, a: _adam_replay(a, extra_sgd=True),
+             "every weight moves twice per step: remove the source's manual `param.data -= lr * "
+             "param.grad` after optimizer.step() (Adam already updated it)"),
+    _mistake(lambda e, a: _adam_replay(a, sgd=True),
+             "those are plain gradient descent's losses: use torch.optim.Adam(model.parameters(), "
+             "lr=lr)"),
+    Stuck("every loss equals the first: the weights never change. Call optimizer.step() each "
+          "step, with the optimizer built on model.parameters()", rtol=TOL[0], atol=TOL[1]),
+)
+
+
+def _square_w_dx(e: Any, a: Case) -> Array | None:
+    """dx without the transpose, grad_output @ w: only computable where D == M."""
+    return a[3] @ a[1] if a[1].shape[0] == a[1].shape[1] else None
+
+
+def _dw_flipped(e: Any, a: Case) -> Array | None:
+    """dw as x @ grad_output.T: only computable where D == M."""
+    return a[0] @ a[3].T if a[0].shape[1] == a[3].shape[1] else None
+
+
+LINEAR_HINTS = (
+    ShapeOfArgument("db has b's shape (M,): sum grad_output over the batch, "
+                    "grad_output.sum(dim=0) (autograd would quietly sum a gradient of shape "
+                    "(N, M) for you; the grader does not)", output=3, argument=3),
+    _mistake(lambda e, a: a[0] @ a[1], "forward forgot the bias: out = x @ w + b", output=0),
+    _mistake(lambda e, a: a[3].mean(0),
+             "db SUMS grad_output over the batch (every row added b): grad_output.sum(0), not "
+             "the mean", output=3),
+    _mistake(_square_w_dx, "dx = grad_output @ w.T: transpose w (the shapes hid it here, D == M)",
+             output=1),
+    _mistake(lambda e, a: a[3].T @ a[0], "dw = x.T @ grad_output, of w's shape (D, M)", output=2),
+    _mistake(_dw_flipped, "dw = x.T @ grad_output, of w's shape (D, M)", output=2),
+)
+
+MODULE_HINTS = (
+    _mistake(lambda e, a: (a[0] @ a[1].T + a[2]) @ a[3].T + a[4],
+             "apply the ReLU between the layers: linear2(relu(linear1(x)))"),
+    _mistake(lambda e, a: np.maximum(e, 0),
+             "no ReLU after the last layer: the network's output is linear2(h_relu)"),
+)
+
+PARTS = [
+    Part(
+        id="ex07.manual_gradients", points=2, cases=_manual_cases, expected=_manual_expected,
+        compare=COMPARE, call=call_manual, source_check=MANUAL_SOURCE, timeout_s=20.0,
+        arg_names=("X", "y", "w1", "w2", "lr", "num_steps"), hints=loss_hints("sum"),
+    ),
+    Part(
+        id="ex07.linear_function", points=2, cases=_linear_cases, expected=_linear_expected,
+        compare=COMPARE, call=call_function, source_check=FUNCTION_SOURCE, timeout_s=20.0,
+        arg_names=("x", "w", "b", "grad_output"), output_names=("out", "dx", "dw", "db"),
+        hints=LINEAR_HINTS,
+    ),
+    Part(
+        id="ex07.two_layer_module", points=2, cases=_module_cases, expected=_module_expected,
+        compare=COMPARE, call=call_module, source_check=MODULE_SOURCE, timeout_s=20.0,
+        arg_names=("x", "W1", "b1", "W2", "b2"), hints=MODULE_HINTS,
+    ),
+    Part(
+        id="ex07.adam_training", points=3, cases=_adam_cases, expected=_adam_expected,
+        compare=COMPARE, call=call_adam, timeout_s=20.0,
+        arg_names=("X", "y", "W1", "b1", "W2", "b2", "lr", "num_steps"), hints=ADAM_HINTS,
+    ),
+]

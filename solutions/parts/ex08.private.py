@@ -1,0 +1,393 @@
+"""Exercise 8, static vs dynamic: a data-dependent RNN eagerly and unrolled, a Session's plan,
+and a Caffe net's forward pass.
+
+Oracles: ``torch.autograd`` for the RNN's loss and gradients (PyTorch runs the same program
+define-by-run); a transitive closure by boolean matrix products for the plan (no graph search);
+``edu_dl.caffe``'s own reader and ``Net`` for the Caffe forward pass.
+
+Judged outside the sandbox: every value against the oracle (the plan as a set of integer node
+ids, in linear time); for rnn_static also the submitted source: it runs an edu_dl.graph Session
+(``source_check``); for rnn_eager, that it does not run the oracle's PyTorch, and for
+caffe_forward, that it does not build the oracle's edu_dl.caffe Net. That a Session really ran is
+check()'s feedback only.
+
+The private half: ``edu_dl.harness.ex08`` holds the public calls, compares and rules.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edu_dl.grading.hints import Mistake, close
+from edu_dl.grading.source import names_check
+from edu_dl.grading.spec import Part, tolerance
+from edu_dl.harness.ex08 import (
+    OutputRight,
+    RightButTransposed,
+    call_plan,
+    call_static,
+    compare_sets,
+    id_set,
+    loss_of,
+)
+
+Array = np.ndarray
+Case = tuple[Any, ...]
+CLOSE = tolerance(rtol=1e-7, atol=1e-10)
+
+
+# --------------------------------------------------------------------------- the RNN
+
+
+def _h_final(X: Array, W: Array, U: Array, steps: int | None = None) -> Array:
+    h = np.zeros((1, W.shape[0]))
+    for t in range(X.shape[0] if steps is None else steps):
+        h = np.tanh(h @ W + X[t:t + 1] @ U)
+    return h
+
+
+def _rnn_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    """(X, W, U) with both branches met: sum(h) > 0 and sum(h) <= 0."""
+    if not hidden:
+        wanted = [(3, 5, 4, True), (5, 5, 4, False), (1, 2, 3, True)]
+    else:
+        wanted = [(int(rng.integers(1, 9)), int(rng.integers(1, 6)), int(rng.integers(1, 6)),
+                   bool(b)) for b in (True, False, rng.integers(0, 2), rng.integers(0, 2))]
+    cases: list[Case] = []
+    for T, D, H, positive in wanted:
+        while True:
+            X = rng.standard_normal((T, D))
+            W, U = 0.5 * rng.standard_normal((H, H)), 0.5 * rng.standard_normal((D, H))
+            s = _h_final(X, W, U).sum()
+            if (s > 0) == positive and abs(s) > 1e-3:  # no case sits on the branch's edge
+                cases.append((X, W, U))
+                break
+    return cases
+
+
+def _rnn_expected(X: Array, W: Array, U: Array) -> tuple[float, Array, Array]:
+    """The lecture's rnn_torch: loss and autograd's dW, dU."""
+    import torch
+
+    Wt = torch.tensor(W, dtype=torch.float64, requires_grad=True)
+    Ut = torch.tensor(U, dtype=torch.float64, requires_grad=True)
+    h = torch.zeros((1, W.shape[0]), dtype=torch.float64)
+    for x_t in torch.tensor(X, dtype=torch.float64):
+        h = torch.tanh(h @ Wt + x_t[None] @ Ut)
+    loss = (h * h).sum() if h.sum() > 0 else -h.sum()
+    loss.backward()
+    assert Wt.grad is not None and Ut.grad is not None
+    return loss.item(), Wt.grad.numpy().copy(), Ut.grad.numpy().copy()
+
+
+def _unless_right(value: float, e: Any) -> float | None:
+    """The mistake's loss, or None where it is the right one (that branch is the answer)."""
+    return None if close(value, e[0], rtol=1e-7, atol=1e-10) else value
+
+
+def _short(a: Case) -> Any:
+    """h after one step too few (None for a sequence of one step)."""
+    return _h_final(a[0], a[1], a[2], steps=a[0].shape[0] - 1) if a[0].shape[0] > 1 else None
+
+
+def _short_loss(a: Case, squared: bool) -> float | None:
+    h = _short(a)
+    if h is None:
+        return None
+    return float((h**2).sum()) if squared else float(-h.sum())
+
+
+SHORT = "one step short: the loop runs over all T rows of X (T = X.shape[0])"
+
+RNN_HINTS = (
+    Mistake(lambda e, a: _unless_right(float((_h_final(*a) ** 2).sum()), e),
+            "the loss takes the other branch: when sum(h) <= 0 the loss is -sum(h); decide with "
+            "the value, `if h.sum().item() > 0:`", view=loss_of, rtol=1e-7, atol=1e-10),
+    Mistake(lambda e, a: _unless_right(float(-_h_final(*a).sum()), e),
+            "the loss takes the other branch: when sum(h) > 0 the loss is sum(h * h)",
+            view=loss_of, rtol=1e-7, atol=1e-10),
+    Mistake(lambda e, a: _short_loss(a, squared=True), SHORT, view=loss_of, rtol=1e-7, atol=1e-10),
+    Mistake(lambda e, a: _short_loss(a, squared=False), SHORT, view=loss_of, rtol=1e-7, atol=1e-10),
+    RightButTransposed("the loss is right but a gradient looks transposed: dW has W's shape "
+                       "(H, H)", right=0, transposed=(1, 2), rtol=1e-7, atol=1e-10),
+    OutputRight("the loss is right but the gradients are not: make W and U tensors with "
+                "requires_grad=True, call loss.backward() once, and return W.grad and U.grad as "
+                "arrays", right=0, rtol=1e-7, atol=1e-10),
+)
+
+
+STATIC_SOURCE = names_check(required=[(
+    ("Session",), "no edu_dl.graph Session runs in the function: build the unrolled graph "
+                  "(placeholder, Variable, eg.tanh, eg.matmul, eg.gradients) and fetch the "
+                  "values with sess.run")])
+EAGER_SOURCE = names_check(forbidden=[(
+    ("torch",),
+    "this part asks you to write the RNN with edu_dl's eager engine (ed.tensor, @, .tanh(), "
+    ".backward()): the check runs the same program in PyTorch (do not call torch)")])
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+def _random_parents(rng: np.random.Generator, n: int, sources: int) -> Array:
+    parents = np.full((n, 3), -1, dtype=np.int64)
+    for i in range(sources, n):
+        k = int(rng.integers(1, min(3, i) + 1))
+        parents[i, :k] = rng.choice(i, size=k, replace=False)
+    return parents
+
+
+# The lecture's graph: x, y, z (0-2), a = x * y (3), b = a + z (4), c = sum(b) (5), and a cheap
+# branch d = sum(x) (6); then a constant (7), e = d * const (8).
+LECTURE_PARENTS = np.array([[-1, -1, -1], [-1, -1, -1], [-1, -1, -1], [0, 1, -1], [3, 2, -1],
+                            [4, -1, -1], [0, -1, -1], [-1, -1, -1], [6, 7, -1]], dtype=np.int64)
+
+
+def _plan_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [(LECTURE_PARENTS, np.array([5])), (LECTURE_PARENTS, np.array([6])),
+                (LECTURE_PARENTS, np.array([8, 3]))]
+    cases: list[Case] = []
+    for _ in range(4):
+        n = int(rng.integers(6, 25))
+        parents = _random_parents(rng, n, int(rng.integers(1, 4)))
+        fetches = rng.choice(n, size=int(rng.integers(1, 4)), replace=False).astype(np.int64)
+        cases.append((parents, fetches))
+    cases.append((_random_parents(rng, 10, 2), np.array([1])))  # a fetched placeholder
+    return cases
+
+
+def _adjacency(parents: Array) -> Array:
+    n = len(parents)
+    adj = np.zeros((n, n), dtype=np.int64)  # adj[i, j] = 1: j is an input of i
+    for i, row in enumerate(parents):
+        for j in row[row >= 0]:
+            adj[i, j] = 1
+    return adj
+
+
+def _plan_expected(parents: Array, fetches: Array) -> Array:
+    """Ancestors of the fetches and the fetches: iterate reach |= reach @ adjacency."""
+    n = len(parents)
+    adj = _adjacency(parents)
+    reach = np.zeros(n, dtype=np.int64)
+    reach[np.asarray(fetches, dtype=np.int64)] = 1
+    while True:
+        grown = np.minimum(reach + reach @ adj, 1)
+        if np.array_equal(grown, reach):
+            return np.flatnonzero(reach).astype(np.int64)
+        reach = grown
+
+
+def _direct(parents: Array, fetches: Array) -> set[int]:
+    out = {int(f) for f in fetches}
+    for f in fetches:
+        out |= {int(p) for p in parents[int(f)] if p >= 0}
+    return out
+
+
+def _closure_children(parents: Array, fetches: Array) -> Array:
+    adj = _adjacency(parents).T  # children
+    reach = np.zeros(len(parents), dtype=np.int64)
+    reach[np.asarray(fetches, dtype=np.int64)] = 1
+    while True:
+        grown = np.minimum(reach + reach @ adj, 1)
+        if np.array_equal(grown, reach):
+            return reach
+        reach = grown
+
+
+def _ids(nodes: Any) -> Array:
+    return np.unique(np.asarray(list(nodes), dtype=np.int64))
+
+
+def _unless_expected(nodes: Any, e: Any) -> Array | None:
+    """The mistake's node set, or None where it is the right one."""
+    wrong = _ids(nodes)
+    return None if np.array_equal(wrong, _ids(np.asarray(e).ravel())) else wrong
+
+
+PLAN_HINTS = (
+    Mistake(lambda e, a: _unless_expected(_direct(*a), e),
+            "only the direct inputs: a plan needs the inputs of the inputs too, all the way back "
+            "(a stack or a recursive walk over parents)", view=id_set, rtol=0.0, atol=0.0),
+    Mistake(lambda e, a: _unless_expected(range(len(a[0])), e),
+            "that is every node of the graph: prune, keep only what the fetches depend on",
+            view=id_set, rtol=0.0, atol=0.0),
+    Mistake(lambda e, a: _ids(set(_ids(np.asarray(e).ravel()).tolist())
+                              - {int(f) for f in a[1]}),
+            "the fetched nodes themselves belong to the plan", view=id_set, rtol=0.0, atol=0.0),
+    Mistake(lambda e, a: _unless_expected(np.flatnonzero(_closure_children(*a)), e),
+            "that walks forward, to the nodes that USE the fetches: follow the parents (inputs) "
+            "instead", view=id_set, rtol=0.0, atol=0.0),
+)
+
+
+# --------------------------------------------------------------------------- Caffe
+
+_IP = ('layer {{ name: "{name}" type: "InnerProduct" bottom: "{bottom}" top: "{top}" '
+       'inner_product_param {{ num_output: {out} }} }}')
+_RELU = 'layer {{ name: "{name}" type: "ReLU" bottom: "{bottom}" top: "{top}" }}'
+_LOSS = ('layer {{ name: "{name}" type: "EuclideanLoss" bottom: "{pred}" bottom: "y" '
+         'top: "{name}" }}')
+
+
+def _net_case(rng: np.random.Generator, n: int, dims: list[int], in_place: bool,
+              relu_last: bool = False, names: tuple[str, str, str] = ("fc", "relu", "loss")
+              ) -> Case:
+    """InnerProducts of sizes dims[1:] on x (n, dims[0]), ReLU between them, EuclideanLoss."""
+    lines, params = [], []
+    blob = "x"
+    n_ip = len(dims) - 1
+    for i in range(n_ip):
+        top = f"h{i + 1}" if i < n_ip - 1 else "y_hat"
+        lines.append(_IP.format(name=f"{names[0]}{i + 1}", bottom=blob, top=top,
+                                out=dims[i + 1]))
+        params += [rng.standard_normal((dims[i + 1], dims[i])), rng.standard_normal(dims[i + 1])]
+        blob = top
+        if i < n_ip - 1 or relu_last:
+            top = blob if in_place else f"{blob}_relu"
+            lines.append(_RELU.format(name=f"{names[1]}{i + 1}", bottom=blob, top=top))
+            blob = top
+    lines.append(_LOSS.format(name=names[2], pred=blob))
+    x = rng.standard_normal((n, dims[0]))
+    y = rng.standard_normal((n, dims[-1]))
+    return (np.array(lines), x, y, *params)
+
+
+def _caffe_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [_net_case(rng, 4, [5, 3, 2], in_place=True),  # the lecture's net, small
+                _net_case(rng, 3, [4, 4, 4], in_place=False, names=("ip", "act", "euclid")),
+                _net_case(rng, 2, [3, 2], in_place=True)]
+    cases: list[Case] = []
+    for _ in range(3):
+        depth = int(rng.integers(1, 4))
+        dims = [int(d) for d in rng.integers(1, 6, size=depth + 1)]
+        cases.append(_net_case(rng, int(rng.integers(1, 6)), dims, bool(rng.integers(0, 2)),
+                               relu_last=bool(rng.integers(0, 2)),
+                               names=("ip", "r", "loss") if rng.integers(0, 2) else
+                               ("fc", "relu", "cost")))
+    cases.append(_net_case(rng, 3, [4, 4, 4, 4], in_place=False))  # square: transposes pass
+    return cases
+
+
+def _caffe_expected(lines: Array, x: Array, y: Array, *params: Array) -> tuple[float, Array]:
+    """edu_dl.caffe itself: the layers behind an HDF5Data layer serving x and y, these weights."""
+    from edu_dl.caffe import Net, read_net
+
+    with tempfile.TemporaryDirectory(prefix="edu_dl_ex08_") as tmp:
+        folder = Path(tmp)
+        np.savez(folder / "data.npz", x=x, y=y)
+        data = ('layer { name: "data" type: "HDF5Data" top: "x" top: "y" '
+                f'hdf5_data_param {{ source: "data.npz" batch_size: {len(x)} }} }}')
+        (folder / "net.prototxt").write_text("\n".join([data, *map(str, lines)]) + "\n")
+        spec, sources = read_net(folder / "net.prototxt")
+        net = Net(spec, sources, folder, dtype=np.float64)
+        for param, value in zip(net.params, params, strict=True):
+            param.tensor.data = np.asarray(value, dtype=np.float64)
+        loss, blobs = net.forward()
+    (loss_layer,) = [layer for layer in net.layers if layer.loss_weight]
+    return float(loss.item()), blobs[loss_layer.bottom[0]].numpy().copy()
+
+
+def _np_forward(lines: Array, x: Array, y: Array, params: tuple[Array, ...],
+                transpose: bool = True, bias: bool = True, relu: bool = True
+                ) -> tuple[Array, Array]:
+    """A NumPy reading of the same layers with one thing changed, for hints."""
+    from google.protobuf import text_format
+
+    from edu_dl.caffe import caffe_subset_pb2 as pb
+
+    blobs = {"x": x, "y": y}
+    it = iter(params)
+    pred = x
+    for line in lines:
+        layer = text_format.Parse(str(line), pb.NetParameter()).layer[0]
+        if layer.type == "InnerProduct":
+            W, b = next(it), next(it)
+            out = blobs[layer.bottom[0]] @ (W.T if transpose else W) + (b if bias else 0)
+        elif layer.type == "ReLU":
+            out = np.maximum(blobs[layer.bottom[0]], 0) if relu else blobs[layer.bottom[0]]
+        else:
+            pred = blobs[layer.bottom[0]]
+            continue
+        blobs[layer.top[0]] = out
+    return pred, pred - y
+
+
+def _caffe_mistake(**kw: bool) -> Callable[[Any, Case], Any]:
+    """y_hat as the layers read with one thing changed; None where that changes nothing or
+    cannot run (W not transposed does not multiply unless it is square)."""
+    def replay(e: Any, a: Case) -> Any:
+        try:
+            pred, _ = _np_forward(a[0], a[1], a[2], a[3:], **kw)
+        except Exception:  # this reading cannot run on the net: the hint does not apply
+            return None
+        return None if close(pred, e[1], rtol=1e-7, atol=1e-10) else pred
+
+    return replay
+
+
+def _loss_scaled(factor: Callable[[Array], float]) -> Callable[[Any, Case], Any]:
+    """(a wrong loss, the right y_hat): y_hat right, the loss scaled wrongly."""
+    def replay(e: Any, a: Case) -> Any:
+        wrong = factor(np.asarray(e[1]) - a[2])
+        return None if close(wrong, e[0], rtol=1e-7, atol=1e-10) else (wrong, e[1])
+
+    return replay
+
+
+CAFFE_SOURCE = names_check(forbidden=[(
+    ("Net", "read_net", "build", "train", "Solver", "filter_net"),
+    "this part asks you to run the layers yourself, one after the other: the check compares "
+    "with edu_dl.caffe (do not build an edu_dl.caffe Net)")])
+
+CAFFE_HINTS = (
+    Mistake(_caffe_mistake(transpose=False),
+            "InnerProduct stores W as (num_output, K), as nn.Linear does: y = x @ W.T + b",
+            output=1, rtol=1e-7, atol=1e-10),
+    Mistake(_caffe_mistake(bias=False), "add the bias: y = x @ W.T + b", output=1,
+            rtol=1e-7, atol=1e-10),
+    Mistake(_caffe_mistake(relu=False),
+            "a ReLU layer was skipped: run every layer in the order written; with bottom == top "
+            "it works in place, replacing the blob", output=1, rtol=1e-7, atol=1e-10),
+    Mistake(_loss_scaled(lambda d: float(np.mean(d**2))),
+            "EuclideanLoss is sum((y_hat - y)**2) / (2 N), N = rows: not the mean over all "
+            "entries", rtol=1e-7, atol=1e-10),
+    Mistake(_loss_scaled(lambda d: float(np.sum(d**2) / len(d))),
+            "EuclideanLoss divides by 2 N, not N", rtol=1e-7, atol=1e-10),
+    Mistake(_loss_scaled(lambda d: float(np.sum(d**2))),
+            "EuclideanLoss divides the sum of squares by 2 N", rtol=1e-7, atol=1e-10),
+)
+
+
+PARTS = [
+    Part(
+        id="ex08.rnn_eager", points=2, cases=_rnn_cases, expected=_rnn_expected, compare=CLOSE,
+        arg_names=("X", "W", "U"), output_names=("loss", "dW", "dU"), hints=RNN_HINTS,
+        source_check=EAGER_SOURCE,
+    ),
+    Part(
+        id="ex08.rnn_static", points=3, cases=_rnn_cases, expected=_rnn_expected,
+        compare=CLOSE, call=call_static, source_check=STATIC_SOURCE,
+        arg_names=("X", "W", "U"),
+        output_names=("loss", "dW", "dU"), hints=RNN_HINTS,
+    ),
+    Part(
+        id="ex08.plan", points=2, cases=_plan_cases, expected=_plan_expected,
+        compare=compare_sets, call=call_plan, arg_names=("parents", "fetches"),
+        hints=PLAN_HINTS,
+    ),
+    Part(
+        id="ex08.caffe_forward", points=3, cases=_caffe_cases, expected=_caffe_expected,
+        compare=CLOSE, arg_names=("lines", "x", "y", *(f"params[{i}]" for i in range(8))),
+        output_names=("loss", "y_hat"), source_check=CAFFE_SOURCE,
+        hints=CAFFE_HINTS,
+    ),
+]
