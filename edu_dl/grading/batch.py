@@ -2,8 +2,9 @@
 
 collect -> (per submission) prepare -> run -> receive -> judge -> report. A second run regrades
 only what changed: each submission's rows are kept under ``.state/`` with a key of everything its
-grade depends on. A failure grading one submission becomes that submission's rows; nothing one
-student sent can stop the batch.
+grade depends on, the grading secret's fingerprint included (``secret``: the hidden inputs, the
+same for every submission and every run, come from it). A failure grading one submission becomes
+that submission's rows; nothing one student sent can stop the batch.
 """
 
 from __future__ import annotations
@@ -35,13 +36,14 @@ from .prepare import prepare, submission_bytes
 from .receive import received
 from .report import write_outputs
 from .run import run
+from .secret import Secret, check_unseen, load_or_create, secret_path
 from .settings import GRADER_VERSION, MB, Settings
 from .trust.files import read_bounded
 from .trust.notebook import parse_notebook
 from .trust.text import say_to_stderr
 
 
-def grade_one(job: Job, out: Path, settings: Settings, hide: list[Path],
+def grade_one(job: Job, out: Path, settings: Settings, hide: list[Path], secret: Secret,
               data: bytes | None = None) -> list[Row]:
     """Grade one (student, exercise); never raises: every outcome becomes rows.
 
@@ -49,16 +51,16 @@ def grade_one(job: Job, out: Path, settings: Settings, hide: list[Path],
     resume key was computed from).
     """
     try:
-        return _grade_one(job, out, settings, hide, data)
+        return _grade_one(job, out, settings, hide, secret, data)
     except Exception as exc:  # a grader bug must not stop the batch
         return rows_for(job, "grader error", f"{type(exc).__name__}: {exc}",
                         sandbox.isolation())
 
 
-def _grade_one(job: Job, out: Path, settings: Settings, hide: list[Path],
+def _grade_one(job: Job, out: Path, settings: Settings, hide: list[Path], secret: Secret,
                data: bytes | None) -> list[Row]:
     """prepare, run, judge: the three steps of one submission."""
-    prepared = prepare(job, out, settings, data)
+    prepared = prepare(job, out, settings, data, secret)
     if isinstance(prepared, list):  # nothing to run: these rows say why
         return prepared
     ran = received(prepared, run(prepared, settings, hide), settings)
@@ -70,9 +72,11 @@ def _grade_one(job: Job, out: Path, settings: Settings, hide: list[Path],
                 shutil.rmtree(prepared.work / name, ignore_errors=True)
 
 
-def job_key(job: Job, settings: Settings, data: bytes | None) -> str:
-    """What a grade depends on: the submission, its source, the part specs and the limits."""
+def job_key(job: Job, settings: Settings, data: bytes | None, fingerprint: str) -> str:
+    """What a grade depends on: the submission, its source, the part specs, the limits and the
+    secret its inputs are drawn from (``fingerprint``: a rotated secret regrades it)."""
     h = hashlib.sha256(GRADER_VERSION.encode())
+    h.update(f"secret {fingerprint}\0".encode())
     h.update(job.exercise.digest.encode())
     h.update(json.dumps(asdict(settings), sort_keys=True).encode())
     h.update(job.refused.encode())
@@ -88,9 +92,12 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
           jobs: int = 1, force: bool = False, progress: bool = True,
           log: Callable[[str], None] | None = None, exercises_due: list[str] | None = None,
           dates: Dates | None = None, roster: dict[str, Any] | None = None,
-          manual: Path | None = None, cluster: Any = None) -> Summary:
+          manual: Path | None = None, cluster: Any = None,
+          secret: Secret | None = None) -> Summary:
     """Grade every submission; write grades.csv, feedback/ and the nbgrader export into ``out``.
 
+    ``secret``: what every part's inputs are drawn from (default: ``out/.secret``, created on
+    the first run).
     ``cluster`` (cluster.ClusterOptions): run the sandboxes on Dask workers instead of
     ``jobs`` threads here. Raises NothingToGrade (one sentence: why, and what to do) when the
     batch could not grade anything: no graded cell in the source, no student folder, nothing
@@ -105,17 +112,30 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     all_jobs, extra = collect(submissions, exercises)
     all_jobs = scope(all_jobs, exercises, exercises_due, roster)
     out.mkdir(parents=True, exist_ok=True)
+    notes = []
     # On a cluster every worker must have the sandbox (cluster.py refuses one without it).
     problem = "" if cluster is not None else sandbox.bwrap_problem()
     if problem:
         log(f"WARNING: grading WITHOUT a sandbox: {problem}. Submissions run with resource "
             "limits only and can read and write what the grading user can; the gradebook "
             "says 'rlimits only'.")
+        if secret is None or not secret.public:
+            notes.append(
+                "WARNING: without a sandbox the student code runs as you and can read the "
+                "grading secret (and so every hidden input); rotate it (edu-dl grade "
+                "--rotate-secret) once a sandbox works")
+            log(notes[-1])
+    if secret is None:
+        secret, created = load_or_create(secret_path(out))
+        if created:
+            log(f"created the grading secret {secret_path(out)} (fingerprint "
+                f"{secret.fingerprint}): every part's hidden inputs are drawn from it")
+    check_unseen(secret, out, [*sandbox.software(), Path("/usr")])
     hide = _hidden_paths(source, out, submissions)
     state_dir = out / ".state"
     todo, rows_by_job = [], {}
     for job in all_jobs:
-        key = job_key(job, settings, submission_bytes(job, settings))
+        key = job_key(job, settings, submission_bytes(job, settings), secret.fingerprint)
         state = state_dir / safe_file_name(job.student) / f"{job.exercise.name}.json"
         kept = None if force else _kept_rows(state, key)
         if kept is not None:
@@ -127,7 +147,9 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
         job, state = item
         rows_by_job[(job.student, job.exercise.name)] = rows
         try:  # compact: the rows hold what the student's code printed and raised
-            write_atomic(state, json.dumps({"key": job_key(job, settings, data),
+            write_atomic(state, json.dumps({"key": job_key(job, settings, data,
+                                                           secret.fingerprint),
+                                            "secret": secret.fingerprint,
                                             "rows": [asdict(r) for r in rows]}).encode())
         except OSError as exc:  # graded all the same; the next run grades it again
             log(f"could not keep the grade of {job.student!r} for the next run ({exc})")
@@ -135,12 +157,13 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     def work(item: tuple[Job, Path]) -> None:
         # Read again and grade exactly these bytes; the key stored is theirs.
         data = submission_bytes(item[0], settings)
-        record(item, data, grade_one(item[0], out, settings, hide, data))
+        record(item, data, grade_one(item[0], out, settings, hide, secret, data))
 
     with tqdm(total=len(todo), desc="grading", unit="submission",
               disable=not progress or not todo, file=sys.stderr) as bar:
         if cluster is not None and todo:
-            for item, data, graded in grade_on_cluster(cluster, todo, out, settings, hide, log):
+            for item, data, graded in grade_on_cluster(cluster, todo, out, settings, hide, log,
+                                                       secret):
                 record(item, data, graded)
                 bar.update(1)
         else:
@@ -155,7 +178,7 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     write_outputs(out, rows, all_jobs, dates=dates, roster=roster, filled=filled,
                   executed=lambda job: executed_notebook(out, job, settings), log=log)
     summary = Summary(rows, len(todo), len(all_jobs) - len(todo), time.monotonic() - start,
-                      not problem, problem)
+                      not problem, problem, secret.fingerprint, notes)
     return summary
 
 

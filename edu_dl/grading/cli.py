@@ -1,5 +1,6 @@
-"""The grading commands: ``edu-dl assign`` (authoring), ``edu-dl validate`` (students) and
-``edu-dl grade`` (a batch, here or on a Dask cluster). Argparse wiring only: each handler
+"""The grading commands: ``edu-dl assign`` (authoring), ``edu-dl validate`` (students),
+``edu-dl grade`` (a batch, here or on a Dask cluster) and ``edu-dl replay`` (a stored run judged
+again, for a disputed row). Argparse wiring only: each handler
 imports the stage it runs, so ``edu-dl --help`` stays instant."""
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def add_validate(subparsers: Subparsers) -> None:
         "validate",
         help="run an exercise notebook as the grader will and say what would fail",
         description="Grade the notebook exactly as `edu-dl grade` does (restored from the "
-        "source, run in the sandbox on fresh inputs, judged outside) and report each graded "
+        "source, run in the sandbox on the hidden inputs, judged outside) and report each graded "
         "row. Exit status 1 if anything would fail.",
     )
     parser.add_argument("notebook", type=Path, nargs="+", metavar="NOTEBOOK.ipynb")
@@ -98,9 +99,10 @@ def add_grade(subparsers: Any) -> None:
         help="grade student notebooks in sandboxes; write grades.csv and feedback",
         description="Grade SUBMISSIONS (<student>/<NN_name>.ipynb, or nbgrader's "
         "submitted/<student>/<assignment>/*.ipynb): test and locked cells are restored from "
-        "--source by grade_id, each notebook runs in its own bubblewrap sandbox on fresh "
-        "inputs, and the results are compared outside the sandbox. A second run regrades only "
-        "what changed.",
+        "--source by grade_id, each notebook runs in its own bubblewrap sandbox on the "
+        "inputs drawn from the grading secret (OUT/.secret: the same for every student and "
+        "every run), and the results are compared outside the sandbox. A second run regrades "
+        "only what changed.",
     )
     p.add_argument("submissions", type=Path, help="the folder of submissions")
     p.add_argument("--source", type=Path, required=True,
@@ -140,6 +142,12 @@ def add_grade(subparsers: Any) -> None:
     ):
         p.add_argument(flag, type=positive(kind), dest=dest, default=None, help=text,
                        metavar="S" if kind is float else "N")
+    p.add_argument("--secret-file", type=Path, metavar="PATH",
+                   help="the grading secret every part's hidden inputs are drawn from "
+                   "(default: OUT/.secret; created, owner-only, when it does not exist)")
+    p.add_argument("--rotate-secret", action="store_true",
+                   help="replace the grading secret by a fresh one before grading: new hidden "
+                   "inputs, and every submission is graded again")
     add_cluster_arguments(p)
     p.set_defaults(handler=run_grade)
 
@@ -150,6 +158,7 @@ def run_grade(args: argparse.Namespace) -> int:
     from .notebooks import NotebookError
     from .policy import Dates, LatePolicy, PolicyError, parse_time, read_roster
     from .report import summary_text
+    from .secret import SecretError, load_or_create, rotate, secret_path
     from .settings import Settings
 
     chosen = {k: getattr(args, k) for k in ("timeout_s", "budget_s", "memory_mb", "cpu_s",
@@ -165,12 +174,17 @@ def run_grade(args: argparse.Namespace) -> int:
                               "e.g. 2026-03-01T23:59 or 2026-03-01T23:59+01:00") from None
         dates = Dates(due, LatePolicy.parse(args.late))
         roster = read_roster(args.roster) if args.roster else None
+        where = args.secret_file or secret_path(args.out)
+        if args.rotate_secret:
+            say(f"new grading secret in {where} (fingerprint {rotate(where).fingerprint}): "
+                "every submission is graded again", sys.stderr)
+        secret = load_or_create(where)[0] if args.secret_file or args.rotate_secret else None
         summary = grade(args.submissions, args.source, args.out, settings=settings,
                         jobs=args.jobs, force=args.force,
                         log=say_to_stderr,
                         exercises_due=args.exercises, dates=dates, roster=roster,
-                        manual=args.manual, cluster=cluster_options(args))
-    except (NotebookError, PolicyError, ClusterError) as exc:
+                        manual=args.manual, cluster=cluster_options(args), secret=secret)
+    except (NotebookError, PolicyError, ClusterError, SecretError) as exc:
         say(f"edu-dl grade: {exc}", sys.stderr)
         return 2
     say(summary_text(summary))
@@ -178,6 +192,43 @@ def run_grade(args: argparse.Namespace) -> int:
           f"{args.out / 'feedback'}/, {args.out / 'feedback_html'}/, "
           f"{args.out / 'nbgrader_grades.csv'}")
     return 0
+
+
+def add_replay(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "replay",
+        help="judge a stored run again and show each case: inputs, results, verdicts",
+        description="For a disputed row: the run of STUDENT's EXERCISE kept in OUT (what the "
+        "sandbox returned) is judged again against --source on the same hidden inputs, drawn "
+        "again from the grading secret. Prints, per part and case, the inputs, what the "
+        "student's code returned, the expected value and the verdict, then the rows; exit "
+        "status 1 if they differ from the gradebook's. Nothing is run again.",
+    )
+    parser.add_argument("out", type=Path, metavar="OUT", help="the grading output folder")
+    parser.add_argument("student")
+    parser.add_argument("exercise", metavar="EXERCISE", help="the source notebook's name, "
+                        "without .ipynb")
+    parser.add_argument("--source", type=Path, required=True,
+                        help="the solutions folder it was graded against")
+    parser.add_argument("--secret-file", type=Path, metavar="PATH",
+                        help="the grading secret (default: OUT/.secret)")
+    parser.add_argument("--full", action="store_true", help="print arrays whole")
+    parser.set_defaults(handler=run_replay)
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    from .notebooks import NotebookError
+    from .replay import ReplayError, replay, replay_text
+    from .secret import SecretError, read_secret
+
+    try:
+        secret = read_secret(args.secret_file) if args.secret_file else None
+        found = replay(args.out, args.student, args.exercise, args.source, secret)
+    except (ReplayError, SecretError, NotebookError) as exc:
+        say(f"edu-dl replay: {exc}", sys.stderr)
+        return 2
+    say(replay_text(found, full=args.full))
+    return 0 if found.same else 1
 
 
 def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:

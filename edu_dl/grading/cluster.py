@@ -1,8 +1,9 @@
 """``edu-dl grade --scheduler ADDRESS`` or ``--local-cluster N``: the sandboxes run on Dask workers.
 
 One task per submission. The client (the instructor's machine) does what a local batch does up to
-the sandbox: it reads, restores and prepares each submission (fresh inputs drawn here), and it
-judges what comes back with the instructor's parts, which never leave it. A worker only runs the
+the sandbox: it reads, restores and prepares each submission (its inputs drawn here), and it
+judges what comes back with the instructor's parts, which never leave it (nor does the grading
+secret: a task carries the inputs drawn from it). A worker only runs the
 sandbox (``run.run_sandboxed``) on the bytes its task carries and returns the
 ``sandbox.Result``, bounded as locally (``--file-size`` MB of output, a 20 kB log). So nothing of
 the instructor's source but the restored notebook (hidden tests included, as locally) reaches a
@@ -45,6 +46,7 @@ from .model import Job, Row, rows_for, safe_file_name
 from .prepare import Prepared, prepare, submission_bytes
 from .receive import received
 from .run import run_sandboxed
+from .secret import Secret
 from .settings import GRADER_VERSION, Settings
 
 ALLOWED_FAILURES = 1  # a task is tried on at most 1 + this many workers that die running it
@@ -303,9 +305,11 @@ def run_task(task: Task) -> Any:
 
 
 def grade_on_cluster(options: ClusterOptions, todo: list[Item], out: Path, settings: Settings,
-                     hide: list[Path], log: Callable[[str], None]
+                     hide: list[Path], log: Callable[[str], None], secret: Secret
                      ) -> Iterator[tuple[Item, bytes | None, list[Row]]]:
-    """(item, the bytes graded, rows) for every item, in the order results come back."""
+    """(item, the bytes graded, rows) for every item, in the order results come back.
+
+    The inputs are drawn here from ``secret``, as locally; a task carries them, never it."""
     import time
 
     from distributed import as_completed
@@ -324,7 +328,7 @@ def grade_on_cluster(options: ClusterOptions, todo: list[Item], out: Path, setti
             while len(running) < slots and (item := next(queue, None)) is not None:
                 data = submission_bytes(item[0], settings)
                 try:
-                    prepared = prepare(item[0], out, settings, data, boxed=True)
+                    prepared = prepare(item[0], out, settings, data, secret, boxed=True)
                 except Exception as exc:  # a grader bug must not stop the batch
                     prepared = rows_for(item[0], "grader error", f"{type(exc).__name__}: {exc}",
                                         sandbox.isolation())

@@ -124,6 +124,8 @@ class Summary:
     seconds: float
     isolated: bool
     problem: str = ""
+    secret: str = ""  # the fingerprint of the grading secret the inputs came from
+    notes: list[str] = field(default_factory=list)  # warnings for the summary
 
 
 SAFE_NAME = re.compile(r"[A-Za-z0-9_@+-][A-Za-z0-9_.@+-]{0,99}")

@@ -1,13 +1,13 @@
-"""Prepare: read, parse and restore one submission, and draw fresh inputs for each part.
+"""Prepare: read, parse and restore one submission, and draw the hidden inputs of each part.
 
 What the sandbox will get is decided here, on the trusted side: the restored notebook, the files
 beside the source, each part's inputs (and its pickled ``call=``). The inputs stay here too, to
-judge against.
+judge against. They are drawn from the grading secret and the part alone (``secret.Secret.seed``):
+the same for every submission and every run, so the same answer gets the same grade.
 """
 
 from __future__ import annotations
 
-import secrets
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +20,7 @@ from .model import Job, Refused, Row, rows_for, safe_file_name
 from .notebooks import Notebook, NotebookError, write_atomic
 from .protocol import encode_inputs, roundtrip
 from .restore import is_other_exercise, restore
+from .secret import Secret
 from .settings import MB, Settings
 from .spec import Part
 from .trust.files import read_bounded
@@ -35,21 +36,70 @@ class Prepared:
     notes: list[str]  # what restoring changed ("cell 'x' was edited; restored ...")
     work: Path  # the grader's own folder for this submission (run.json)
     autograded: Path  # where the (executed) restored notebook is saved
-    seed: int
+    fingerprint: str  # of the secret the inputs were drawn from (secret.Secret)
     parts: dict[str, Part]
     cases: dict[str, list[tuple[Any, ...]]]
     files: dict[str, bytes]  # path inside the sandbox -> bytes, all read-only
     root: str  # the sandbox's folder for work/ and grading/
     boxed: bool  # False: no bwrap, the same run unisolated in ``work``
     visible: dict[str, int] = field(default_factory=dict)  # part id -> its visible cases
+    submitted: bytes = b""  # the notebook as submitted (its digest is kept with the run)
+    path: Path | None = None  # where it was submitted
 
 
-def prepare(job: Job, out: Path, settings: Settings, data: bytes | None,
+def prepare(job: Job, out: Path, settings: Settings, data: bytes | None, secret: Secret,
             boxed: bool | None = None) -> Prepared | list[Row]:
-    """Read, parse and restore the submission, draw fresh inputs; rows instead when there is
-    nothing to run (missing, refused, unreadable, another exercise's notebook). ``boxed``: will
-    it run in bwrap (default: whether bwrap works here; a cluster's workers say for
-    themselves)."""
+    """Read, parse and restore the submission, draw its inputs from ``secret``; rows instead
+    when there is nothing to run (missing, refused, unreadable, another exercise's notebook).
+    ``boxed``: will it run in bwrap (default: whether bwrap works here; a cluster's workers say
+    for themselves)."""
+    restored_nb = restored_submission(job, settings, data)
+    if isinstance(restored_nb, list):
+        return restored_nb
+    nb, notes, data = restored_nb
+    work = out / ".work" / safe_file_name(job.student) / job.exercise.name
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    restored = compact_bytes(nb)  # student data: within a small factor of what was read
+    # nbgrader's layout: autograded/<student>/<assignment>/<notebook> (instructor-only: it
+    # holds the hidden tests).
+    autograded = (out / "autograded" / safe_file_name(job.student)
+                  / safe_file_name(job.assignment) / f"{job.exercise.name}.ipynb")
+    write_atomic(autograded, restored)
+    if boxed is None:  # else: the same run in the work folder, unisolated
+        boxed = not sandbox.bwrap_problem()
+    root = "/tmp" if boxed else str(work)
+    files = {f"{root}/work/{name}": beside for name, beside in job.exercise.files.items()}
+    files[f"{root}/work/notebook.ipynb"] = restored
+    prepared = Prepared(nb, notes, work, autograded, secret.fingerprint, {}, {}, files, root,
+                        boxed, {}, data, job.path)
+    for part_id, (drawn, visible) in draw_cases(job, secret).items():
+        prepared.parts[part_id] = job.exercise.specs[part_id]
+        prepared.visible[part_id] = visible  # the rest are hidden: judge shows no value
+        prepared.files.update(grading_files(f"{root}/grading", part_id, drawn,
+                                            job.exercise.calls.get(part_id)))
+        prepared.cases[part_id] = roundtrip(drawn)  # exactly what the student's function gets
+    return prepared
+
+
+def draw_cases(job: Job, secret: Secret) -> dict[str, tuple[list[tuple[Any, ...]], int]]:
+    """Each part's inputs, visible then hidden, and how many are visible, from its own seed:
+    derived from the secret and the part alone, so every submission of the exercise gets the
+    same ones on every run."""
+    drawn = {}
+    for part_id, _ in job.exercise.parts:
+        part: Part = job.exercise.specs[part_id]
+        rng = np.random.default_rng(secret.seed(job.exercise.name, part_id))
+        visible = part.cases(rng, False)
+        drawn[part_id] = ([*visible, *part.cases(rng, True)], len(visible))
+    return drawn
+
+
+def restored_submission(job: Job, settings: Settings, data: bytes | None
+                        ) -> tuple[Notebook, list[str], bytes] | list[Row]:
+    """The submission read, parsed and restored from the source (with what restoring
+    changed, and the bytes read), or the rows saying why there is nothing to run. Writes
+    nothing."""
     if job.refused:
         return rows_for(job, "refused", job.refused, sandbox.isolation())
     if job.path is None:
@@ -66,34 +116,7 @@ def prepare(job: Job, out: Path, settings: Settings, data: bytes | None,
         return rows_for(job, "wrong notebook", f"{job.path.name} holds none of the cells of "
                         f"{job.exercise.name} (a notebook for another exercise?)",
                         sandbox.isolation())
-    nb, notes = restore(submitted, job.exercise.notebook)
-    work = out / ".work" / safe_file_name(job.student) / job.exercise.name
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    restored = compact_bytes(nb)  # student data: within a small factor of what was read
-    # nbgrader's layout: autograded/<student>/<assignment>/<notebook> (instructor-only: it
-    # holds the hidden tests).
-    autograded = (out / "autograded" / safe_file_name(job.student)
-                  / safe_file_name(job.assignment) / f"{job.exercise.name}.ipynb")
-    write_atomic(autograded, restored)
-    # Fresh inputs from a secret seed: what a student saw while working tells nothing.
-    seed = secrets.randbits(63)
-    rng = np.random.default_rng(seed)
-    if boxed is None:  # else: the same run in the work folder, unisolated
-        boxed = not sandbox.bwrap_problem()
-    root = "/tmp" if boxed else str(work)
-    files = {f"{root}/work/{name}": data for name, data in job.exercise.files.items()}
-    files[f"{root}/work/notebook.ipynb"] = restored
-    prepared = Prepared(nb, notes, work, autograded, seed, {}, {}, files, root, boxed)
-    for part_id, _ in job.exercise.parts:
-        prepared.parts[part_id] = part = job.exercise.specs[part_id]
-        visible = part.cases(rng, False)
-        drawn = [*visible, *part.cases(rng, True)]
-        prepared.visible[part_id] = len(visible)  # the rest are hidden: judge shows no value
-        prepared.files.update(grading_files(f"{root}/grading", part_id, drawn,
-                                            job.exercise.calls.get(part_id)))
-        prepared.cases[part_id] = roundtrip(drawn)  # exactly what the student's function gets
-    return prepared
+    return (*restore(submitted, job.exercise.notebook), data)
 
 
 def submission_bytes(job: Job, settings: Settings) -> bytes | None:

@@ -5,23 +5,35 @@ student's process: nothing of them is trusted, and a broken or forged one can on
 student points. Of the executed notebook only the outputs are taken, checked and reduced; the
 notebook the instructor audits in ``autograded/`` is the restored one (its sources are the ones
 that ran) with those outputs, written compactly.
+
+Kept for ``edu-dl replay`` in the submission's work folder (``OUT/.work/<student>/<exercise>/``,
+the instructor's only): ``run.json`` (the sandbox's facts, the limits, the secret's fingerprint,
+the submission's path and digest, why the result could not be read if it could not) and
+``result.zip``: what the sandbox returned, without the executed notebook (its outputs are in
+``autograded/`` already), at most ``--file-size`` MB, the bound it was read with. From them and
+the re-derived inputs, replay judges the run again, exactly as it was judged.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import io
 import json
+import zipfile
 from dataclasses import asdict, dataclass
 
 from . import sandbox
 from .notebooks import Notebook, write_atomic
 from .prepare import Prepared
+from .protocol import EXECUTED
 from .settings import MB, Settings
 from .trust.notebook import Untrusted, compact_bytes, executed_outputs
 from .trust.result import RunResult, read_run
 from .trust.text import visible
 
 LOG_TAIL = 4000  # characters of the sandbox's log kept in run.json
+RUN_FILE, RESULT_FILE = "run.json", "result.zip"
 
 
 @dataclass
@@ -36,8 +48,44 @@ class Ran:
 
 
 def received(prepared: Prepared, done: sandbox.Result, settings: Settings) -> Ran:
-    """The sandbox's result read back with every bound; the executed notebook and run.json
-    saved beside the submission's other files."""
+    """The sandbox's result read back with every bound; the executed notebook saved in
+    autograded/, and what replays the run (run.json, the result, the submission) beside the
+    submission's other files."""
+    ran = read_back(prepared, done, settings)
+    if ran.executed is not None:
+        write_atomic(prepared.autograded, compact_bytes(ran.executed))
+    facts = asdict(done) | {"log": visible(done.log[-LOG_TAIL:]),
+                            "output": f"{done.output_size} bytes",
+                            "uids_seen": sorted(done.uids_seen)}
+    # Unread (over the limit, broken): run.json says why, and nothing more is kept.
+    kept = without_notebook(done.output) if not ran.returned.problem else b""
+    write_atomic(prepared.work / RESULT_FILE, kept)
+    write_atomic(prepared.work / RUN_FILE, json.dumps(
+        {"secret": prepared.fingerprint, "settings": asdict(settings),
+         "submission": {"path": str(prepared.path.absolute()) if prepared.path else "",
+                        "sha256": hashlib.sha256(prepared.submitted).hexdigest()},
+         # relative to the output folder (OUT/.work/<student>/<exercise> is prepared.work)
+         "autograded": str(prepared.autograded.relative_to(prepared.work.parents[2])),
+         "executed": ran.executed is not None,
+         "problem": ran.returned.problem, "record": asdict(ran.returned.record),
+         "sandbox": facts, "executed notebook not used": ran.unused}, default=str).encode())
+    return ran
+
+
+def without_notebook(result: bytes) -> bytes:
+    """The result zip (read already: STORED, bounded) without its executed notebook."""
+    kept = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(result)) as zf, \
+            zipfile.ZipFile(kept, "w", zipfile.ZIP_STORED) as new:
+        for info in zf.infolist():
+            if info.filename != EXECUTED:
+                new.writestr(info.filename, zf.read(info))
+    return kept.getvalue()
+
+
+def read_back(prepared: Prepared, done: sandbox.Result, settings: Settings) -> Ran:
+    """The sandbox's result read with every bound, and the restored notebook with the outputs
+    it returned; writes nothing (``edu-dl replay`` reads a stored run with it)."""
     returned = read_run(done.output, done.output_size, settings.file_mb * MB,
                         settings.notebook_mb * MB + 2 * settings.output_cap)
     ran = Ran(done, returned, "bwrap" if done.isolated else "rlimits only")
@@ -48,13 +96,6 @@ def received(prepared: Prepared, done: sandbox.Result, settings: Settings) -> Ra
             ran.unused = str(exc)
         else:
             ran.executed = with_outputs(prepared.notebook, outputs)
-            write_atomic(prepared.autograded, compact_bytes(ran.executed))
-    facts = asdict(done) | {"log": visible(done.log[-LOG_TAIL:]),
-                            "output": f"{done.output_size} bytes",
-                            "uids_seen": sorted(done.uids_seen)}
-    write_atomic(prepared.work / "run.json", json.dumps(
-        {"seed": prepared.seed, "record": asdict(returned.record), "sandbox": facts,
-         "executed notebook not used": ran.unused}, default=str).encode())
     return ran
 
 

@@ -236,4 +236,7 @@ def summary_text(summary: Summary) -> str:
         mean = sum(scores.values()) / max(1, len(students))
         statuses = ", ".join(f"{s} {n}" for s, n in Counter(r.status for r in rows).most_common())
         lines.append(f"{exercise:32} {len(students):>8} {mean:>7.2f} {total:>5g}  {statuses}")
+    if summary.secret:
+        lines.append(f"hidden inputs drawn from the grading secret {summary.secret}")
+    lines += summary.notes
     return for_terminal("\n".join(lines))

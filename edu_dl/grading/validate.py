@@ -4,7 +4,9 @@ It is the grader: the notebook is put in a temporary batch of one and graded by
 :func:`edu_dl.grading.batch.grade` (restore, the runner in a bwrap sandbox, or the labelled
 rlimits-only fallback where bwrap does not work, such as macOS; fresh inputs; judging outside),
 against ``--source`` when given (the instructor's source: its hidden tests and private parts),
-else against the notebook itself. Each gradebook row becomes a line of the report; errors in
+else against the notebook itself. Its inputs come from a public, fixed secret
+(``secret.VALIDATION_SECRET``), never the instructor's: the same notebook validates the same
+way every time. Each gradebook row becomes a line of the report; errors in
 cells that no row grades are listed too (the notebook did not run cleanly to the end).
 
 Against the notebook itself, the checks come from the ``parts/`` folder beside it, which this
@@ -31,6 +33,7 @@ from .nbgrader import check_calls, is_grade, is_solution
 from .notebooks import Notebook, NotebookError, read_notebook
 from .protocol import PART_ID
 from .run import sandbox_env
+from .secret import VALIDATION_SECRET
 from .settings import Settings
 
 PASS, FAIL = "✓", "✗"
@@ -134,7 +137,7 @@ def validate(path: str | Path, timeout: float = 120.0, progress: bool = True,
             out = Path(tmp) / "grades"
             summary = grade(batch.parent, Path(source) if source else path, out,
                               settings=settings, progress=progress, log=log,
-                              exercises_due=[name])
+                              exercises_due=[name], secret=VALIDATION_SECRET)
             jobs = [(row.exercise, row) for row in summary.rows if row.student == VALIDATOR]
             executed = executed_notebook(out, _job(batch / f"{name}.ipynb"), settings)
             if any(row.status == "crashed" for _, row in jobs):
