@@ -575,7 +575,7 @@ def test_the_solution_passes_the_trusted_judgement(part: spec.Part, tmp_path: Pa
     got = honest_results(part, tmp_path, monkeypatch, cases)
     found = trusted_source.find_source(part_notebook(part.id), part.id)
     assert found is not None or part.source_check is None
-    assert judge.judge(part, cases, got, found) == ("passed", f"{len(cases)} fresh cases passed")
+    assert judge.judge(part, cases, got, found) == ("passed", f"{len(cases)} cases passed")
 
 
 KERNEL_CHILD = SIMULATED_SOLUTIONS + r'''

@@ -271,7 +271,8 @@ def judge_part(part: Part, cases: list[tuple[Any, ...]], got: list[Any],
         return Judged("failed", f"the values are right, but {verdict.message}")
     if failures:
         return Judged("partial", message, points, failed)
-    return Judged("passed", f"{n} fresh cases passed", float(part.points))
+    hidden = f" ({n - shown} of them hidden)" if shown < n else ""
+    return Judged("passed", f"{n} cases passed{hidden}", float(part.points))
 
 
 def case_points(points: float, n: int) -> list[Decimal]:

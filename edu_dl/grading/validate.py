@@ -2,7 +2,8 @@
 
 It is the grader: the notebook is put in a temporary batch of one and graded by
 :func:`edu_dl.grading.batch.grade` (restore, the runner in a bwrap sandbox, or the labelled
-rlimits-only fallback where bwrap does not work, such as macOS; fresh inputs; judging outside),
+rlimits-only fallback where bwrap does not work, such as macOS; inputs drawn by the grader;
+judging outside),
 against ``--source`` when given (the instructor's source: its hidden tests and private parts),
 else against the notebook itself. Its inputs come from a public, fixed secret
 (``secret.VALIDATION_SECRET``), never the instructor's: the same notebook validates the same
