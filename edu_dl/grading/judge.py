@@ -271,8 +271,8 @@ def judge_part(part: Part, cases: list[tuple[Any, ...]], got: list[Any],
         return Judged("failed", f"the values are right, but {verdict.message}")
     if failures:
         return Judged("partial", message, points, failed)
-    hidden = f" ({n - shown} of them hidden)" if shown < n else ""
-    return Judged("passed", f"{n} cases passed{hidden}", float(part.points))
+    among = f" ({n - shown} of them hidden)" if shown < n else ""
+    return Judged("passed", f"{n} cases passed{among}", float(part.points))
 
 
 def case_points(points: float, n: int) -> list[Decimal]:
