@@ -140,8 +140,18 @@ def test_the_secret_file_is_owner_only_made_once_and_never_a_link(tmp_path: Path
         S.load_or_create(dangling)
     assert not (tmp_path / "nowhere").exists()  # never created through the link
     (tmp_path / "junk").write_text("not hex")
+    (tmp_path / "junk").chmod(0o600)
     with pytest.raises(S.SecretError, match="not a grading secret"):
         S.read_secret(tmp_path / "junk")
+    # A secret every user could read (or anyone but the owner change) is refused, not used.
+    for mode, ok in ((0o644, False), (0o602, False), (0o620, False), (0o640, True)):
+        path.chmod(mode)
+        if ok:
+            assert S.read_secret(path) == secret
+        else:
+            with pytest.raises(S.SecretError, match=f"mode {mode:o}.*chmod 600"):
+                S.read_secret(path)
+    path.chmod(0o600)
     # Rotation: a new secret, owner-only; the seeds of every part change.
     rotated = S.rotate(path)
     assert rotated != secret and S.read_secret(path) == rotated

@@ -28,6 +28,7 @@ from pathlib import Path
 FILE_NAME = ".secret"  # in the grading output folder
 SECRET_BYTES = 32
 MAX_FILE_BYTES = 4096  # a secret file is 64 hex digits and a newline; never read more
+LOOSE = stat.S_IROTH | stat.S_IWOTH | stat.S_IWGRP  # refused: others read, others or group write
 
 
 class SecretError(ValueError):
@@ -78,6 +79,10 @@ def read_secret(path: Path) -> Secret:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise SecretError(f"{path}: not a regular file; the grading secret must be one")
+        if info.st_mode & LOOSE:  # a group may share it (a course's TAs); nobody else
+            raise SecretError(f"{path}: every user of this machine can read or change the "
+                              f"grading secret (mode {stat.S_IMODE(info.st_mode):o}); "
+                              f"run `chmod 600 {path}` (or 640 for a group of graders)")
         data = os.read(fd, MAX_FILE_BYTES + 1)
     finally:
         os.close(fd)
