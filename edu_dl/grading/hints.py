@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -126,7 +126,6 @@ class Rule:
     message: str
     output: int | None = None
     when: When | frozenset[bytes] | None = None  # frozen: the keys of the cases it applies to
-    data_fields: ClassVar[tuple[str, ...]] = ()
 
     def test(self, expected: Any, got: Any, args: tuple[Any, ...]) -> bool:
         raise NotImplementedError

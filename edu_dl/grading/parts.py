@@ -77,7 +77,7 @@ def _module(path: Path, exercise: str) -> ModuleType:
     """The part file at ``path``, executed once per version of it (a part file is trusted code:
     it lives beside the instructor's source, never in a submission)."""
     private = path.name.endswith(PRIVATE)
-    name = f"edu_dl_course_parts.{exercise}{'_private' if private else ''}"
+    name = f"{release.PUBLIC_MODULE}{exercise}{'_private' if private else ''}"
     stat = path.stat()
     key = (path, stat.st_mtime_ns, stat.st_size)  # an edited file is read again
     loaded = _MODULES.get(key)

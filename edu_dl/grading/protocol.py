@@ -181,12 +181,17 @@ def read_outputs(path: Any) -> tuple[bool, list[Any]]:
         for i in range(int(data["n_cases"])):
             if f"case{i}_error" in data:
                 results.append(ErrorText(str(data[f"case{i}_error"])))
-            elif bool(data[f"case{i}_tuple"]):
-                n = int(data[f"case{i}_n_out"])
-                results.append(tuple(from_array(data[f"case{i}_out{j}"]) for j in range(n)))
             else:
-                results.append(from_array(data[f"case{i}_out0"]))
+                results.append(decode_result(data, i))
     return hidden, results
+
+
+def decode_result(arrays: Any, i: int, prefix: str = "") -> Any:
+    """Case ``i``'s result as :func:`encode_result` wrote it (under ``prefix``): a tuple
+    rebuilt output by output, or the one output."""
+    n = int(arrays[f"{prefix}case{i}_n_out"])
+    outputs = tuple(from_array(arrays[f"{prefix}case{i}_out{j}"]) for j in range(n))
+    return outputs if bool(arrays[f"{prefix}case{i}_tuple"]) else outputs[0]
 
 
 def skip_slow_optional_imports() -> None:

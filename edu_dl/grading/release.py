@@ -269,14 +269,9 @@ class FrozenOracle:
 
 
 def _results(data: Any, prefix: str, n_cases: int) -> dict[int, Any]:
-    found: dict[int, Any] = {}
-    for i in range(n_cases):
-        if f"{prefix}/case{i}_tuple" not in data:
-            continue
-        n = int(data[f"{prefix}/case{i}_n_out"])
-        outputs = tuple(protocol.from_array(data[f"{prefix}/case{i}_out{j}"]) for j in range(n))
-        found[i] = outputs if bool(data[f"{prefix}/case{i}_tuple"]) else outputs[0]
-    return found
+    """The results frozen under ``prefix``, by case (a case without one has none)."""
+    return {i: protocol.decode_result(data, i, f"{prefix}/") for i in range(n_cases)
+            if f"{prefix}/case{i}_tuple" in data}
 
 
 def load(path: Path, public: Callable[[], ModuleType]) -> list[Part]:
