@@ -12,10 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing, contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -26,10 +29,10 @@ from . import sandbox
 from .cluster import grade_on_cluster
 from .collect import collect, scope
 from .judge import judge_run
-from .load import load_parts, load_source
+from .load import load_parts, load_source, refuse_released
 from .manual import merge as merge_sheet
 from .manual import read_sheet
-from .model import Job, Refused, Row, Summary, rows_for, safe_file_name
+from .model import Interrupted, Job, Refused, Row, Summary, rows_for, safe_file_name, timed_out
 from .notebooks import Notebook, NotebookError, write_atomic
 from .policy import Dates
 from .prepare import prepare, submission_bytes
@@ -75,10 +78,17 @@ def _grade_one(job: Job, out: Path, settings: Settings, hide: list[Path], secret
 def job_key(job: Job, settings: Settings, data: bytes | None, fingerprint: str) -> str:
     """What a grade depends on: the submission, its source, the part specs, the limits and the
     secret its inputs are drawn from (``fingerprint``: a rotated secret regrades it)."""
+    h = hashlib.sha256(content_key(job, data, fingerprint).encode())
+    h.update(json.dumps(asdict(settings), sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def content_key(job: Job, data: bytes | None, fingerprint: str) -> str:
+    """:func:`job_key` without the limits: what ``--retry-timeouts`` compares, so that the
+    grades it keeps stay kept under a new ``--timeout``."""
     h = hashlib.sha256(GRADER_VERSION.encode())
     h.update(f"secret {fingerprint}\0".encode())
     h.update(job.exercise.digest.encode())
-    h.update(json.dumps(asdict(settings), sort_keys=True).encode())
     h.update(job.refused.encode())
     for name, beside in sorted(job.exercise.files.items()):
         h.update(hashlib.sha256(name.encode() + b"\0" + beside).digest())
@@ -93,11 +103,18 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
           log: Callable[[str], None] | None = None, exercises_due: list[str] | None = None,
           dates: Dates | None = None, roster: dict[str, Any] | None = None,
           manual: Path | None = None, cluster: Any = None,
-          secret: Secret | None = None) -> Summary:
+          secret: Secret | None = None, retry_timeouts: bool = False,
+          allow_released: bool = False) -> Summary:
     """Grade every submission; write grades.csv, feedback/ and the nbgrader export into ``out``.
 
     ``secret``: what every part's inputs are drawn from (default: ``out/.secret``, created on
     the first run).
+    ``retry_timeouts``: grade again the submissions whose kept grade is a timeout; keep every
+    other kept grade, even one kept under other limits (a new ``--timeout``).
+    ``allow_released``: grade against a source that is a student version (``edu-dl validate``
+    on a notebook of its own); else such a source raises NothingToGrade.
+    Ctrl-C raises :class:`Interrupted`: the running sandboxes are stopped, what was graded is
+    kept for the next run, and nothing half-graded is.
     ``cluster`` (cluster.ClusterOptions): run the sandboxes on Dask workers instead of
     ``jobs`` threads here. Raises NothingToGrade (one sentence: why, and what to do) when the
     batch could not grade anything: no graded cell in the source, no student folder, nothing
@@ -108,9 +125,12 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     start = time.monotonic()
     filled = read_sheet(manual) if manual is not None else {}  # a broken sheet: before grading
     exercises = load_source(source, exclude=(submissions, out), settings=settings, log=log)
-    load_parts(exercises, source)
     all_jobs, extra = collect(submissions, exercises)
     all_jobs = scope(all_jobs, exercises, exercises_due, roster)
+    if not allow_released:  # before the parts: a release's need not even import
+        refuse_released(list({job.exercise.name: job.exercise for job in all_jobs}.values()),
+                        source)
+    load_parts(exercises, source)
     out.mkdir(parents=True, exist_ok=True)
     notes = []
     # On a cluster every worker must have the sandbox (cluster.py refuses one without it).
@@ -135,13 +155,20 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     state_dir = out / ".state"
     todo, rows_by_job = [], {}
     for job in all_jobs:
-        key = job_key(job, settings, submission_bytes(job, settings), secret.fingerprint)
+        data = submission_bytes(job, settings)
+        key = job_key(job, settings, data, secret.fingerprint)
         state = state_dir / safe_file_name(job.student) / f"{job.exercise.name}.json"
-        kept = None if force else _kept_rows(state, key)
+        retry = content_key(job, data, secret.fingerprint) if retry_timeouts else None
+        kept = None if force else _kept_rows(state, key, retry)
         if kept is not None:
             rows_by_job[(job.student, job.exercise.name)] = kept
         else:
             todo.append((job, state))
+    if force:  # so that a --force cut short by Ctrl-C resumes, without it, where it stopped
+        for _, state in todo:
+            state.unlink(missing_ok=True)
+    saved: list[tuple[Job, Path]] = []
+    stopping = threading.Event()  # Ctrl-C: a run that ends now is cut short, not graded
 
     def record(item: tuple[Job, Path], data: bytes | None, rows: list[Row]) -> None:
         job, state = item
@@ -149,34 +176,55 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
         try:  # compact: the rows hold what the student's code printed and raised
             write_atomic(state, json.dumps({"key": job_key(job, settings, data,
                                                            secret.fingerprint),
+                                            "content": content_key(job, data,
+                                                                   secret.fingerprint),
                                             "secret": secret.fingerprint,
                                             "rows": [asdict(r) for r in rows]}).encode())
+            saved.append(item)
         except OSError as exc:  # graded all the same; the next run grades it again
             log(f"could not keep the grade of {job.student!r} for the next run ({exc})")
 
     def work(item: tuple[Job, Path]) -> None:
+        if stopping.is_set():
+            return
         # Read again and grade exactly these bytes; the key stored is theirs.
         data = submission_bytes(item[0], settings)
-        record(item, data, grade_one(item[0], out, settings, hide, secret, data))
+        rows = grade_one(item[0], out, settings, hide, secret, data)
+        if not stopping.is_set():
+            record(item, data, rows)
 
-    with tqdm(total=len(todo), desc="grading", unit="submission",
-              disable=not progress or not todo, file=sys.stderr) as bar:
-        if cluster is not None and todo:
-            for item, data, graded in grade_on_cluster(cluster, todo, out, settings, hide, log,
-                                                       secret):
-                record(item, data, graded)
-                bar.update(1)
-        else:
-            with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-                for _ in pool.map(work, todo):
-                    bar.update(1)
-    rows = [r for job in all_jobs for r in rows_by_job[(job.student, job.exercise.name)]]
-    if manual is not None:
-        merge_sheet(rows, filled, manual)
-    rows += dates.late_rows(rows, all_jobs)
-    rows += extra
-    write_outputs(out, rows, all_jobs, dates=dates, roster=roster, filled=filled,
-                  executed=lambda job: executed_notebook(out, job, settings), log=log)
+    sandbox.STOP.clear()
+    try:
+        with tqdm(total=len(todo), desc="grading", unit="submission",
+                  disable=not progress or not todo, file=sys.stderr) as bar:
+            if cluster is not None and todo:
+                # closed at once on Ctrl-C: its tasks cancelled, its cluster closed
+                with closing(grade_on_cluster(cluster, todo, out, settings, hide, log,
+                                              secret)) as graded_on_cluster:
+                    for item, data, graded in graded_on_cluster:
+                        record(item, data, graded)
+                        bar.update(1)
+            else:
+                pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+                try:
+                    for _ in pool.map(work, todo):
+                        bar.update(1)
+                except BaseException:
+                    stopping.set()
+                    sandbox.STOP.set()  # every running sandbox is killed within a poll
+                    raise
+                finally:
+                    with _no_interrupts():  # a second Ctrl-C must not leave threads behind
+                        pool.shutdown(wait=True, cancel_futures=True)
+        rows = [r for job in all_jobs for r in rows_by_job[(job.student, job.exercise.name)]]
+        if manual is not None:
+            merge_sheet(rows, filled, manual)
+        rows += dates.late_rows(rows, all_jobs)
+        rows += extra
+        write_outputs(out, rows, all_jobs, dates=dates, roster=roster, filled=filled,
+                      executed=lambda job: executed_notebook(out, job, settings), log=log)
+    except KeyboardInterrupt:
+        raise Interrupted(len(saved), len(todo)) from None
     summary = Summary(rows, len(todo), len(all_jobs) - len(todo), time.monotonic() - start,
                       not problem, problem, secret.fingerprint, notes)
     return summary
@@ -205,13 +253,34 @@ def _hidden_paths(*paths: Path) -> list[Path]:
     return found
 
 
-def _kept_rows(path: Path, key: str) -> list[Row] | None:
+@contextmanager
+def _no_interrupts() -> Iterator[None]:
+    """SIGINT ignored for the block (in the main thread; elsewhere there is none to ignore)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def _kept_rows(path: Path, key: str, retry: str | None = None) -> list[Row] | None:
     """The rows a previous run kept for this key, or None (none, another key, or a state file
-    that is not what this grader writes: the submission is graded again)."""
+    that is not what this grader writes: the submission is graded again).
+
+    ``retry`` (``--retry-timeouts``): the submission's :func:`content_key`; kept rows that
+    timed out are graded again, and the others are kept if only the limits changed."""
     try:
         data = json.loads(path.read_text())
-        if not isinstance(data, dict) or data.get("key") != key:
+        if not isinstance(data, dict):
             return None
-        return [Row(**r) for r in data["rows"]]
+        rows = [Row(**r) for r in data["rows"]]
     except (OSError, ValueError, TypeError, KeyError):
         return None
+    if retry is None:
+        return rows if data.get("key") == key else None
+    if timed_out(rows):
+        return None
+    return rows if data.get("content") == retry or data.get("key") == key else None

@@ -110,6 +110,14 @@ def add_grade(subparsers: Any) -> None:
     p.add_argument("--out", type=Path, required=True, help="where grades.csv and feedback go")
     p.add_argument("--jobs", type=positive(int), default=1, help="submissions graded at once")
     p.add_argument("--force", action="store_true", help="regrade everything, changed or not")
+    p.add_argument("--retry-timeouts", action="store_true",
+                   help="grade again the submissions whose last grade was a timeout (say on "
+                   "a loaded machine), and keep every other grade, even under a new "
+                   "--timeout or --budget")
+    p.add_argument("--no-skip-after-timeout", dest="skip_after_timeout", action="store_const",
+                   const=False, default=None,
+                   help="run the cells after one that timed out (by default they are skipped "
+                   "and their parts say 'not run: an earlier cell timed out')")
     p.add_argument("--exercise", action="append", dest="exercises", metavar="NAME",
                    help="a source notebook (without .ipynb) that is due; repeat for more "
                    "(default: every source notebook at least one student submitted)")
@@ -155,6 +163,7 @@ def add_grade(subparsers: Any) -> None:
 def run_grade(args: argparse.Namespace) -> int:
     from .batch import grade
     from .cluster import ClusterError
+    from .model import Interrupted
     from .notebooks import NotebookError
     from .policy import Dates, LatePolicy, PolicyError, parse_time, read_roster
     from .report import summary_text
@@ -163,7 +172,8 @@ def run_grade(args: argparse.Namespace) -> int:
 
     chosen = {k: getattr(args, k) for k in ("timeout_s", "budget_s", "memory_mb", "cpu_s",
                                             "processes", "file_mb", "tmp_mb", "notebook_mb",
-                                            "beside_files", "beside_mb")
+                                            "beside_files", "beside_mb",
+                                            "skip_after_timeout")
               if getattr(args, k) is not None}
     settings = Settings(**chosen)
     try:
@@ -183,15 +193,33 @@ def run_grade(args: argparse.Namespace) -> int:
                         jobs=args.jobs, force=args.force,
                         log=say_to_stderr,
                         exercises_due=args.exercises, dates=dates, roster=roster,
-                        manual=args.manual, cluster=cluster_options(args), secret=secret)
+                        manual=args.manual, cluster=cluster_options(args), secret=secret,
+                        retry_timeouts=args.retry_timeouts)
     except (NotebookError, PolicyError, ClusterError, SecretError) as exc:
         say(f"edu-dl grade: {exc}", sys.stderr)
         return 2
+    except (Interrupted, KeyboardInterrupt) as exc:
+        done = (f"{exc.saved} of {exc.todo} submissions graded and saved"
+                if isinstance(exc, Interrupted) else "nothing new was saved")
+        say(f"edu-dl grade: interrupted; {done}; to go on where it stopped, run: "
+            f"{resume_command(args.argv)}", sys.stderr)
+        return 130
     say(summary_text(summary))
     say(f"wrote {args.out / 'grades.csv'}, {args.out / 'manual.csv'}, "
           f"{args.out / 'feedback'}/, {args.out / 'feedback_html'}/, "
           f"{args.out / 'nbgrader_grades.csv'}")
     return 0
+
+
+def resume_command(argv: list[str]) -> str:
+    """The ``edu-dl grade`` command line that goes on after an interrupted one: the same, but
+    without ``--force`` (its grades so far are kept) or ``--rotate-secret`` (rotated once)."""
+    import shlex
+
+    once = ("--force", "--rotate-secret")  # argparse takes a long option's prefix too
+    kept = [arg for arg in argv
+            if not (arg.startswith("--") and len(arg) > 3 and any(o.startswith(arg) for o in once))]
+    return shlex.join(["edu-dl", *kept])
 
 
 def add_replay(subparsers: Subparsers) -> None:

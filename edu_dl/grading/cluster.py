@@ -30,10 +30,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import ipaddress
+import logging
 import secrets
 import socket
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,6 +209,8 @@ def local_cluster(workers: int) -> Iterator[Any]:
         with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                           host="127.0.0.1", protocol="tls://", security=security,
                           dashboard_address="127.0.0.1:0",
+                          # the workers' warnings too: their processes write to our stderr
+                          silence_logs=logging.ERROR,
                           worker_dashboard_address="127.0.0.1:0") as local, \
                 Client(local, security=security) as client:
             yield client
@@ -306,7 +309,7 @@ def run_task(task: Task) -> Any:
 
 def grade_on_cluster(options: ClusterOptions, todo: list[Item], out: Path, settings: Settings,
                      hide: list[Path], log: Callable[[str], None], secret: Secret
-                     ) -> Iterator[tuple[Item, bytes | None, list[Row]]]:
+                     ) -> Generator[tuple[Item, bytes | None, list[Row]], None, None]:
     """(item, the bytes graded, rows) for every item, in the order results come back.
 
     The inputs are drawn here from ``secret``, as locally; a task carries them, never it."""
@@ -314,7 +317,7 @@ def grade_on_cluster(options: ClusterOptions, todo: list[Item], out: Path, setti
 
     from distributed import as_completed
 
-    with connect(options, log) as client:
+    with _quiet_when_stopped() as stopped, connect(options, log) as client:
         software = check_cluster(client, log, options.timeout_s)
         hidden = tuple(str(p) for p in hide)
         finished = as_completed()
@@ -340,13 +343,35 @@ def grade_on_cluster(options: ClusterOptions, todo: list[Item], out: Path, setti
                 running[future] = (item, data, prepared, time.perf_counter())
                 finished.add(future)
 
-        yield from fill()
-        while running:
-            future = next(finished)
-            item, data, prepared, sent = running.pop(future)
-            yield from fill()  # the next task starts while this one is judged
-            rows = _finish(future, item[0], prepared, settings, sent, options.timings)
-            yield item, data, rows
+        try:
+            yield from fill()
+            while running:
+                future = next(finished)
+                item, data, prepared, sent = running.pop(future)
+                yield from fill()  # the next task starts while this one is judged
+                rows = _finish(future, item[0], prepared, settings, sent, options.timings)
+                yield item, data, rows
+        finally:
+            if running:  # interrupted (Ctrl-C): what is still running is no grade
+                stopped()
+                client.cancel(list(running), force=True)
+
+
+@contextmanager
+def _quiet_when_stopped() -> Iterator[Callable[[], None]]:
+    """Yields a function that silences distributed's log until the block ends: a batch cut
+    short (Ctrl-C) cancels its tasks and closes the cluster, which Dask would report as
+    errors (CancelledError, workers killed) that are no news to the person who pressed it."""
+    logger = logging.getLogger("distributed")
+    level = logger.level
+
+    def stopped() -> None:
+        logger.setLevel(logging.CRITICAL + 1)
+
+    try:
+        yield stopped
+    finally:
+        logger.setLevel(level)
 
 
 def _key(job: Job) -> str:

@@ -17,8 +17,8 @@ from typing import Any
 import nbformat
 
 from . import sandbox
-from .model import OUTSIDE, Job, Row, cap_text
-from .nbgrader import PartialCreditError, determine_grade, grade_id, nbgrader
+from .model import AFTER_TIMEOUT, OUTSIDE, Exercise, Job, Row, cap_text
+from .nbgrader import PartialCreditError, determine_grade, grade_id, is_solution, nbgrader
 from .prepare import Prepared
 from .protocol import ErrorText
 from .receive import Ran
@@ -26,6 +26,7 @@ from .restore import copy_cell
 from .settings import Settings
 from .source import judge_source
 from .spec import Part, judge_case, trusted_result
+from .trust.errors import CellError, cause_of, parse_error
 from .trust.result import RunRecord
 from .trust.source import SourceReader
 from .withhold import withheld_error
@@ -37,11 +38,14 @@ def judge_run(job: Job, prepared: Prepared, ran: Ran, settings: Settings) -> lis
     """One row per part: the student's raw results judged here, or why there are none."""
     returned = ran.returned
     sources = SourceReader(prepared.notebook)  # parses each cell once, for this submission only
+    skipped = after_timeout(returned.record, job.exercise, settings)
     rows = []
     for part_id, test_id in job.exercise.parts:
         part = prepared.parts[part_id]
         status, message, got = _outcome(part_id, test_id, returned.record, returned.outputs,
-                                        ran.done, returned.problem, settings)
+                                        ran.done, returned.problem, settings, skipped)
+        if status == "error":
+            message = with_cause(message, test_id, returned.record, prepared, job.exercise)
         points, failed = 0.0, ""
         if got is not None:
             source = sources.find(part_id) if part.source_check else None
@@ -88,7 +92,8 @@ def judge_cells(job: Job, prepared: Prepared, ran: Ran, settings: Settings) -> l
                 row.status, row.message = "not answered", "the answer cell was left as released"
             continue
         status, message, _ = _outcome(f"test cell {gid!r}", gid, returned.record, {},
-                                      ran.done, returned.problem, settings)
+                                      ran.done, returned.problem, settings,
+                                      after_timeout(returned.record, job.exercise, settings))
         if status not in ("no result", "error"):  # never ran, timed out, killed, crashed
             row.status, row.message = status, message
             continue
@@ -108,6 +113,8 @@ def judge_cells(job: Job, prepared: Prepared, ran: Ran, settings: Settings) -> l
         row.status = ("passed" if row.points == max_points else
                       "partial" if row.points > 0 else "failed")
         row.message = _test_cell_message(gid, cell, row.points, max_points)
+        if row.points == 0:
+            row.message = with_cause(row.message, gid, returned.record, prepared, job.exercise)
         if row.points > 0 and _wrote_stderr(returned.record, gid):
             # the runner's output cap dropped the stderr output nbgrader would have seen
             row.points, row.status = 0.0, "failed"
@@ -156,10 +163,12 @@ def _test_cell_message(gid: str, cell: Any, points: float, max_points: float) ->
 
 
 def _outcome(part_id: str, test_id: str, record: RunRecord, outputs: dict[str, Any],
-             done: sandbox.Result, problem: str, settings: Settings) -> tuple[str, str, Any]:
+             done: sandbox.Result, problem: str, settings: Settings, skipped: str = ""
+             ) -> tuple[str, str, Any]:
     """(status, message, results or None): the results when the student's process left some.
 
-    ``record`` was written inside the sandbox (read field by field in ``trust.result``).
+    ``record`` was written inside the sandbox (read field by field in ``trust.result``);
+    ``skipped``: why cells after a timeout were not run (:func:`after_timeout`).
     """
     if part_id in outputs:
         return "", "", outputs[part_id]
@@ -180,12 +189,59 @@ def _outcome(part_id: str, test_id: str, record: RunRecord, outputs: dict[str, A
         return "timeout", f"test cell {test_id!r}: {error}", None
     if status == "died" or (status == "not run" and kernel == "died"):
         return "crashed", message or "the kernel died", None
+    if status == "not run" and kernel == "timeout" and skipped:
+        return "not run", skipped, None
     if status == "not run":
         return "not run", message or "the test cell was not run", None
     if status == "error":
         return "error", f"test cell {test_id!r} failed: {error}", None
     return "no result", (f"test cell {test_id!r} ran but recorded no result for {part_id} "
                          "(was check replaced or the cell rewritten?)"), None
+
+
+def after_timeout(record: RunRecord, exercise: Exercise, settings: Settings) -> str:
+    """Why the cells after a timed-out one were not run ('' when none was skipped for that):
+    written here from the record's cell index and the source's grade_ids, nothing the student
+    wrote."""
+    timed_out = next((c for c in record.cells if c.status == "timeout"), None)
+    if record.kernel != "timeout" or timed_out is None:
+        return ""
+    where = cell_label(timed_out.index, timed_out.grade_id, exercise)
+    return f"{AFTER_TIMEOUT}: {where} ran over {settings.timeout_s:g} s; the cells after it " \
+        "were skipped"
+
+
+def cell_label(index: int, gid: str, exercise: Exercise) -> str:
+    """'cell 4 (the test of ex02.gflops)': a cell by its place in the notebook (counted from
+    1, every cell) and what it is in the source; a grade_id the source lacks is not shown."""
+    test_of = next((part for part, test_id in exercise.parts if test_id == gid), None)
+    cell = next((c for c in exercise.notebook.cells if grade_id(c) == gid), None) if gid else None
+    what = (f"the test of {test_of}" if test_of else
+            f"the solution of `{gid}`" if cell is not None and is_solution(cell) else
+            f"`{gid}`" if cell is not None else "")
+    return f"cell {index + 1}" + (f" ({what})" if what else "")
+
+
+def with_cause(message: str, test_id: str, record: RunRecord, prepared: Prepared,
+               exercise: Exercise) -> str:
+    """``message`` of a test cell that raised NameError, led by the earlier cell whose error
+    left the name undefined: 'not graded: cell 3 (the solution of `gflops`) raised
+    SyntaxError: invalid syntax (line 3); ...'. Unchanged when no such cell is found."""
+    test = record.cell(test_id)
+    if test is None or test.status != "error":
+        return message
+    cells = prepared.notebook.cells
+    errors: list[tuple[int, CellError, str]] = []
+    for entry in record.cells:
+        error = parse_error(entry.error) if entry.status == "error" else None
+        if error is not None and 0 <= entry.index < len(cells):
+            errors.append((entry.index, error, str(cells[entry.index].get("source", ""))))
+    found = cause_of(test.index, parse_error(test.error), errors)
+    if found is None:
+        return message
+    index, error = found
+    gid = grade_id(cells[index]) or ""
+    return (f"not graded: {cell_label(index, gid, exercise)} raised {error}; so {message}")
 
 
 def _peak(done: sandbox.Result) -> float:

@@ -21,7 +21,7 @@ from cloudpickle.cloudpickle import _code_reduce  # the reducer the path-free on
 
 from . import parts as package
 from .model import Exercise, NothingToGrade, Refused
-from .nbgrader import check_calls, classify, grade_id, released_checksums
+from .nbgrader import check_calls, classify, grade_id, is_solution, released_checksums, withholds
 from .notebooks import read_notebook
 from .settings import MB, Settings
 from .spec import Part, plain_call
@@ -72,6 +72,22 @@ def load_source(source: Path, exclude: tuple[Path, ...] = (), settings: Settings
                              "cell; mark test cells, graded answers or tasks with nbgrader's "
                              "metadata (grade: true, a grade_id and points) and grade again")
     return exercises
+
+
+def refuse_released(exercises: list[Exercise], source: Path) -> None:
+    """NothingToGrade when a source notebook to grade against is a student version (what
+    ``edu-dl assign`` releases, such as exercises/): it has no solution and no hidden test to
+    withhold, so a grade against it would check the visible cases only."""
+    released = sorted({ex.name for ex in exercises
+                       if any(is_solution(c) for c in ex.notebook.cells)
+                       and not withholds(ex.notebook)})
+    if released:
+        names = ", ".join(f"{name}.ipynb" for name in released)
+        what = "is a student version" if len(released) == 1 else "are student versions"
+        raise NothingToGrade(
+            f"--source {source}: {names} {what} (no solutions, no hidden tests: edu-dl "
+            "assign would release it unchanged), so pass the instructor's source notebooks "
+            "instead, the folder the exercises were made from (e.g. --source solutions/)")
 
 
 # Files beside the source notebooks (data, images) reach each submission's sandbox read-only, next

@@ -20,6 +20,15 @@ class NothingToGrade(NotebookError):
     """The batch cannot produce a single grade; the message says why and what to do."""
 
 
+class Interrupted(Exception):
+    """Ctrl-C during a batch: ``saved`` of the ``todo`` submissions to grade were graded and
+    kept for the next run; the others were not (nothing cut short is kept)."""
+
+    def __init__(self, saved: int, todo: int) -> None:
+        super().__init__(f"interrupted: {saved} of {todo} submissions graded and saved")
+        self.saved, self.todo = saved, todo
+
+
 class Refused(ValueError):
     """Input the grader will not read or use (a link, an oversized notebook or result, a
     compressed result member); the message says which bound it broke."""
@@ -31,6 +40,8 @@ MESSAGE_CAP = 2000  # characters of a gradebook message: a student's exception c
 OUTSIDE = "outside the sandbox (check/Part)"
 INSIDE = "inside the sandbox (assert cell)"
 BY_HAND = "by hand"
+# The message of a part whose cell was skipped because an earlier cell timed out (judge).
+AFTER_TIMEOUT = "not run: an earlier cell timed out"
 
 
 @dataclass
@@ -114,6 +125,13 @@ def rows_for(job: Job, status: str, message: str, isolation: str) -> list[Row]:
     return [Row(job.student, job.exercise.name, name, 0.0, points, status, message,
                 isolation, judged)
             for name, points, judged in job.exercise.items()]
+
+
+def timed_out(rows: list[Row]) -> bool:
+    """Did this submission's run time out (a cell, or the whole notebook's budget)? What
+    ``edu-dl grade --retry-timeouts`` runs again."""
+    return any(r.status == "timeout" or (r.status == "not run" and (
+        "timed out" in r.message or "time budget" in r.message)) for r in rows)
 
 
 @dataclass

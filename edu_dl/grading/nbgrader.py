@@ -204,6 +204,28 @@ def student_version(nb: Notebook, where: str = "notebook") -> Notebook:
     return nb
 
 
+def withholds(nb: Notebook) -> bool:
+    """Whether the student version keeps anything of ``nb`` from students: a solution, a
+    hidden test. False for a notebook that is a student version already (exercises/): its
+    every cell is what :func:`student_version` makes of it, a solution cell holding the stub
+    already counting as released."""
+    try:
+        released = student_version(nb)
+    except NotebookError:  # malformed markers: whatever it is, not a clean release
+        return True
+    for cell, student in zip(nb.cells, released.cells):
+        if cell.source != student.source and not (is_solution(cell) and _is_stub(cell)):
+            return True
+    return False
+
+
+def _is_stub(cell: Cell) -> bool:
+    """A solution cell that holds nbgrader's stub (at any indent) where its solution was."""
+    stub = CODE_STUB if cell.cell_type == "code" else TEXT_STUB
+    lines = {line.strip() for line in str(cell.source).split("\n")}
+    return all(line.strip() in lines for line in stub.split("\n"))
+
+
 def _lock(cell: Cell) -> None:
     """nbgrader's LockCells: test and read-only cells cannot be edited, none of them deleted."""
     if is_solution(cell):

@@ -31,7 +31,8 @@ def run_sandboxed(files: dict[str, bytes], settings: Settings, hide: list[Path],
     argv = [sandbox.python(), "-m", "edu_dl.grading.runner", f"{root}/work/notebook.ipynb",
             f"{root}/grading", "--timeout", f"{settings.timeout_s:g}",
             "--budget", f"{settings.runner_budget():g}", "--output-cap", str(settings.output_cap),
-            "--result-limit", str(settings.file_mb * MB)]
+            "--result-limit", str(settings.file_mb * MB),
+            *(["--skip-after-timeout"] if settings.skip_after_timeout else [])]
     return sandbox.run(
         argv, limits=settings.limits(), hide=hide,
         env=sandbox_env(f"{root}/tmp" if not boxed else "/tmp"),

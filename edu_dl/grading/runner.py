@@ -94,11 +94,14 @@ def _short(text: Any) -> str:
 
 
 def execute(notebook: Path, grading_dir: Path, *, timeout: float, output_cap: int,
-            budget: float = float("inf"), startup_timeout: float = 60.0
-            ) -> tuple[dict[str, Any], Any]:
+            budget: float = float("inf"), startup_timeout: float = 60.0,
+            skip_after_timeout: bool = False) -> tuple[dict[str, Any], Any]:
     """Run every code cell of ``notebook`` in a fresh kernel within ``budget`` seconds in all.
 
-    Returns the record (one entry per code cell) and the executed notebook (None if unreadable).
+    ``skip_after_timeout``: once a cell runs over ``timeout``, the later cells are not run (a
+    looping function would time out again in every cell that calls it); the record's kernel
+    state is then "timeout". Returns the record (one entry per code cell) and the executed
+    notebook (None if unreadable).
     """
     deadline = time.monotonic() + budget
     import nbformat
@@ -138,6 +141,12 @@ def execute(notebook: Path, grading_dir: Path, *, timeout: float, output_cap: in
                     entry["error"] = (f"the notebook's time budget of {budget:g} s ran out in "
                                       "this cell (interrupted)")
                 record["cells"].append(entry)
+                if entry["status"] == "timeout" and skip_after_timeout and left >= timeout:
+                    # its own timeout, not the budget's end (the loop's next turn says that)
+                    record.update(kernel="timeout", message=f"cell {index} ran over "
+                                  f"{client.timeout:g} s; later cells were not run")
+                    record["cells"] += [_skipped(i, c) for i, c in cells[done + 1 :]]
+                    break
                 if entry["status"] == "timeout" and not _responsive(client):
                     record.update(kernel="stuck", message="the kernel ignored the interrupt "
                                   f"after cell {index} timed out; later cells were not run")
@@ -270,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=float("inf"),
                         help="seconds for the whole notebook")
     parser.add_argument("--output-cap", type=int, default=1 << 20, help="bytes of output kept")
+    parser.add_argument("--skip-after-timeout", action="store_true",
+                        help="after a cell times out, run no later cell")
     parser.add_argument("--result-limit", type=int, default=None,
                         help="bytes of result the grader reads back: over it, the record alone")
     args = parser.parse_args(argv)
@@ -280,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     executed = None
     try:
         record, executed = execute(args.notebook, args.grading_dir, timeout=args.timeout,
-                                   output_cap=args.output_cap, budget=args.budget)
+                                   output_cap=args.output_cap, budget=args.budget,
+                                   skip_after_timeout=args.skip_after_timeout)
     finally:
         fd = os.environ.get(RESULT_FD_VAR)
         target = args.result if args.result else int(fd or -1)

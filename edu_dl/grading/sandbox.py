@@ -71,6 +71,9 @@ TAG_VAR = "EDU_DL_SANDBOX_TAG"  # marks every process of one sandbox (fallback c
 # and room for the watchdog to see the count pass the limit and name the cause.
 CGROUP_MARGIN = 8
 GROUP_VAR = "EDU_DL_SANDBOX_GROUP"
+# Set when the grader is interrupted (Ctrl-C): every sandbox this process runs is killed at its
+# watchdog's next poll, and its run is marked killed "interrupted" (never a grade).
+STOP = threading.Event()
 # Host uids/gids a root grader runs sandboxes as: one per run, from a range no account uses
 # (far above the 100000+ ranges of /etc/subuid). EDU_DL_SANDBOX_UID_BASE moves it.
 UID_BASE = int(os.environ.get("EDU_DL_SANDBOX_UID_BASE", "1900000000"))
@@ -133,6 +136,7 @@ class Result:
 
     returncode: int | None
     killed: str = ""  # "" or why the watchdog killed it: "timeout", "memory", "processes"
+    # (or "interrupted": the grader was, see STOP)
     isolated: bool = True  # False: bwrap missing, resource limits only
     log: str = ""  # the tail of stdout+stderr
     peak_rss_mb: float = 0.0  # the resident total of its processes (the watchdog's samples)
@@ -747,6 +751,11 @@ def _watch(command: list[str], env: dict[str, str], cwd: str, limits: Limits, re
     fds.close()  # the child holds its copies; ours would only keep the data (and pipes) alive
     try:
         while proc.poll() is None:
+            if STOP.is_set():  # the grader was interrupted: this run is not used
+                result.killed = "interrupted"
+                _kill([proc.pid])
+                _kill(_tree(proc.pid, scan_tag))
+                break
             if time.monotonic() - start > limits.wall_s:  # first: scans may be slow
                 result.killed = "timeout"
                 _kill([proc.pid])

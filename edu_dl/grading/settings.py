@@ -25,6 +25,7 @@ class Settings:
     notebook_mb: int = 16  # a larger submission is refused unread
     beside_files: int = 256  # files beside the source notebooks: each reaches every sandbox
     beside_mb: float = 64  # ... and their size in all
+    skip_after_timeout: bool = True  # a cell timed out: later cells are not run (in the key)
 
     def limits(self) -> sandbox.Limits:
         # The runner stops running cells a little before the budget, to pack what it has; the

@@ -139,8 +139,14 @@ GRADING_DIR = "__import__('os').environ['EDU_DL_GRADING_DIR']"
 CASES: dict[str, tuple[object, tuple[str, str]]] = {
     "good": (None, ("passed", "passed")),
     "wrong": (WRONG, ("failed", "passed")),
+    # The cells after the one that timed out are skipped (--no-skip-after-timeout runs them).
     "infinite_loop": (_replace("gflops", "return 2.0", "while True: pass\n    return 2.0"),
-                      ("timeout", "passed")),
+                      ("timeout", "not run")),
+    # The cell's error is named as the cause of the test's NameError (trust/errors.py).
+    "syntax_error": (_replace("gflops", "return 2.0 * n**3", "return 2.0 * n**3 +"),
+                     ("error", "passed")),
+    "hostile_error_text": (_prepend("gflops", "raise type('E', (Exception,), {})("
+                                    "'\\x1b[2J\\u202e' + 'x' * 10**6)"), ("error", "passed")),
     "sys_exit": (_prepend("gflops", "import sys; sys.exit(3)"), ("error", "passed")),
     "os_exit": (_prepend("gflops", "import os; os._exit(0)"), ("crashed", "crashed")),
     "segfault": (_prepend("gflops", "import ctypes; ctypes.string_at(0)"),

@@ -41,7 +41,8 @@ MAX_CELLS = 10_000  # entries of run.json
 RECORD_TEXT = 2000  # characters of a message in run.json (the runner keeps as many)
 # What the runner writes: a cell's status, and how the kernel ended.
 CELL_STATUSES = frozenset({"ok", "error", "timeout", "not run", "died"})
-KERNEL_STATES = frozenset({"ok", "budget", "stuck", "died", "failed", "unreadable"})
+KERNEL_STATES = frozenset({"ok", "budget", "stuck", "died", "failed", "unreadable",
+                           "timeout"})  # timeout: a cell timed out, later cells were skipped
 
 
 @dataclass(frozen=True)
