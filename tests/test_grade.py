@@ -279,6 +279,13 @@ def test_hostile_corpus(tmp_path: Path) -> None:
             assert row.message, (name, part)
             if row.status != "passed":
                 assert row.points == 0, (name, part, row)
+            if row.status == "not run":  # skipped after a timeout, which the row names
+                assert row.message.startswith(model.AFTER_TIMEOUT), (name, part, row)
+    for broken in ("syntax_error", "hostile_error_text"):  # the cause, read bounded
+        message = got[(broken, "ex02.gflops")].message
+        assert message.startswith("not graded: cell 3 (the solution of `gflops`) raised "), \
+            message
+    assert len(got[("hostile_error_text", "ex02.gflops")].message) < 500
     # A wrong answer never passes, whatever the notebook did to numpy, check or later cells.
     for cheat in ("cheat_allclose", "cheat_check", "cheat_transformer", "fake_outputs",
                   "edited_test", "renamed_test"):

@@ -19,6 +19,7 @@ from hostile import corpus
 from edu_dl.cli import main
 from edu_dl.grading import batch as G
 from edu_dl.grading import sandbox
+from edu_dl.grading.cli import command_again
 from edu_dl.grading.model import AFTER_TIMEOUT
 from edu_dl.grading.settings import Settings
 from edu_dl.grading.trust.errors import CellError, cause_of, defines, parse_error
@@ -83,15 +84,26 @@ def test_a_timeout_skips_the_rest_and_only_timeouts_are_retried(tmp_path: Path) 
     assert not corpus.sandbox_processes(GROUP)
 
 
-def test_no_skip_after_timeout_runs_the_later_cells(tmp_path: Path) -> None:
+def test_no_skip_after_timeout_runs_the_later_cells(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     corpus.build(tmp_path, tmp_path / "escape", ["infinite_loop"])
     out = tmp_path / "grades"
-    assert main(["grade", str(tmp_path / "submissions"), "--source", str(tmp_path / "source"),
-                 "--out", str(out), "--timeout", "2", "--memory", "2048",
-                 "--no-skip-after-timeout"]) == 0
+    argv = ["grade", str(tmp_path / "submissions"), "--source", str(tmp_path / "source"),
+            "--out", str(out), "--timeout", "2", "--memory", "2048", "--no-skip-after-timeout"]
+    assert main(argv) == 0
     got = {r["part"]: r for r in _csv(out)}
     assert got["ex02.gflops"]["status"] == "timeout"
     assert got["ex02.peak_bandwidth"]["status"] == "passed"
+    said = capsys.readouterr().out
+    assert f"1 submission(s) timed out; to grade only them again (say with a longer " \
+        f"--timeout), run: {shlex.join(['edu-dl', *argv, '--retry-timeouts'])}" in said
+
+
+def test_the_command_to_run_again() -> None:
+    argv = ["grade", "subs dir", "--forc", "--out", "o", "--rotate-secret", "--retry-timeouts"]
+    assert command_again(argv) == "edu-dl grade 'subs dir' --out o --retry-timeouts"
+    assert command_again(argv[:4], "--retry-timeouts") == \
+        "edu-dl grade 'subs dir' --out --retry-timeouts"
 
 
 def _csv(out: Path) -> list[dict[str, str]]:

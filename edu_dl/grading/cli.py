@@ -82,11 +82,16 @@ def add_validate(subparsers: Subparsers) -> None:
 
 
 def run_validate(args: argparse.Namespace) -> int:
+    from .model import Interrupted
     from .validate import validate
 
     status = 0
     for path in args.notebook:
-        report = validate(path, timeout=args.timeout, source=args.source)
+        try:
+            report = validate(path, timeout=args.timeout, source=args.source)
+        except (Interrupted, KeyboardInterrupt):
+            say(f"edu-dl validate: interrupted while validating {path}", sys.stderr)
+            return 130
         say(report)
         status = status or (0 if report.ok else 1)
     return status
@@ -202,24 +207,39 @@ def run_grade(args: argparse.Namespace) -> int:
         done = (f"{exc.saved} of {exc.todo} submissions graded and saved"
                 if isinstance(exc, Interrupted) else "nothing new was saved")
         say(f"edu-dl grade: interrupted; {done}; to go on where it stopped, run: "
-            f"{resume_command(args.argv)}", sys.stderr)
+            f"{command_again(args.argv)}", sys.stderr)
         return 130
     say(summary_text(summary))
+    slow = timed_out_submissions(summary.rows)
+    if slow:
+        say(f"{slow} submission(s) timed out; to grade only them again (say with a longer "
+            f"--timeout), run: {command_again(args.argv, '--retry-timeouts')}")
     say(f"wrote {args.out / 'grades.csv'}, {args.out / 'manual.csv'}, "
           f"{args.out / 'feedback'}/, {args.out / 'feedback_html'}/, "
           f"{args.out / 'nbgrader_grades.csv'}")
     return 0
 
 
-def resume_command(argv: list[str]) -> str:
-    """The ``edu-dl grade`` command line that goes on after an interrupted one: the same, but
-    without ``--force`` (its grades so far are kept) or ``--rotate-secret`` (rotated once)."""
+def timed_out_submissions(rows: list[Any]) -> int:
+    """How many (student, exercise) of the gradebook's rows timed out."""
+    from .model import timed_out
+
+    by_job: dict[tuple[str, str], list[Any]] = {}
+    for row in rows:
+        by_job.setdefault((row.student, row.exercise), []).append(row)
+    return sum(timed_out(mine) for mine in by_job.values())
+
+
+def command_again(argv: list[str], *extra: str) -> str:
+    """The ``edu-dl grade`` command line to run next (after an interruption, or to retry the
+    timeouts): the same, without ``--force`` (the grades kept so far stay kept) or
+    ``--rotate-secret`` (rotated once already), with the flags of ``extra`` it lacks."""
     import shlex
 
     once = ("--force", "--rotate-secret")  # argparse takes a long option's prefix too
     kept = [arg for arg in argv
             if not (arg.startswith("--") and len(arg) > 3 and any(o.startswith(arg) for o in once))]
-    return shlex.join(["edu-dl", *kept])
+    return shlex.join(["edu-dl", *kept, *(flag for flag in extra if flag not in kept)])
 
 
 def add_replay(subparsers: Subparsers) -> None:
