@@ -8,4 +8,5 @@ student it belongs to (a failure becomes that student's row, with a status that 
 - ``notebook``: a submitted notebook as data.
 - ``result``: what a sandbox returns (the result zip, its run record, its arrays).
 - ``source``: the text of a student's cells, parsed for the function a part checks.
+- ``errors``: a cell's recorded error, and the earlier failed cell that caused a NameError.
 """
