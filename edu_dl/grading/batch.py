@@ -125,12 +125,12 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     start = time.monotonic()
     filled = read_sheet(manual) if manual is not None else {}  # a broken sheet: before grading
     exercises = load_source(source, exclude=(submissions, out), settings=settings, log=log)
+    load_parts(exercises, source)
     all_jobs, extra = collect(submissions, exercises)
     all_jobs = scope(all_jobs, exercises, exercises_due, roster)
-    if not allow_released:  # before the parts: a release's need not even import
+    if not allow_released:
         refuse_released(list({job.exercise.name: job.exercise for job in all_jobs}.values()),
                         source)
-    load_parts(exercises, source)
     out.mkdir(parents=True, exist_ok=True)
     notes = []
     # On a cluster every worker must have the sandbox (cluster.py refuses one without it).
