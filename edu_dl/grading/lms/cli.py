@@ -28,7 +28,8 @@ def add_lms(subparsers: Any) -> None:
         "(bounded, no links, no '..'), map each file's LMS id to the roster's student, keep "
         "each student's latest resubmission per exercise, and write "
         "OUT/submitted/<student>/<exercise>/<exercise>.ipynb, with timestamp.txt from "
-        "--metadata only. Then: edu-dl grade OUT --source ... --out grades/.")
+        "--metadata only. Then: edu-dl grade OUT --source ... --out grades/. Exit status 1 "
+        "when nothing was collected, 2 when an option or the roster cannot be used.")
     collect.add_argument("kind", choices=KINDS)
     collect.add_argument("downloads", type=Path, nargs="+", metavar="DOWNLOAD",
                          help="the LMS's zip, or the folder it was unpacked to")
@@ -111,7 +112,7 @@ def run_collect(args: argparse.Namespace) -> int:
         from ..notebooks import write_atomic
         write_atomic(args.report, report_csv(found))
     say(report_text(found, args.out))
-    return 0
+    return 0 if found.written else 1
 
 
 def run_export(args: argparse.Namespace) -> int:
