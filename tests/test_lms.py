@@ -168,6 +168,11 @@ def test_roster_and_output_folder_are_checked(tmp_path: Path) -> None:
     bad = csv_file(tmp_path / "bad.csv", ["id", "email"], [["a", "x@y"], ["b", "X@Y"]])
     with pytest.raises(PolicyError, match="share the email"):
         read_lms_roster(bad)
+    with pytest.raises(PolicyError, match="field larger than field limit"):
+        read_lms_roster(csv_file(tmp_path / "huge.csv", ["id", "first_name"],
+                                 [["a", "x" * 200_000]]))
+    with pytest.raises(PolicyError, match="field larger than field limit"):
+        metadata.read_canvas(csv_file(tmp_path / "huge.csv", ["user_id"], [["1" * 200_000]]))
     with pytest.raises(PolicyError, match="not a plain name"):
         read_lms_roster(csv_file(tmp_path / "dots.csv", ["id"], [["../etc"]]))
     (tmp_path / "busy" / "alice").mkdir(parents=True)
@@ -188,6 +193,8 @@ def test_custom_pattern_and_as(tmp_path: Path) -> None:
     assert main(argv) == 0
     assert sorted(collected(tmp_path / "out")) == [("alice", MINI)]
     assert main([*argv[:-2], "--pattern", "(?P<file>x"]) == 2
+    assert main([*argv[:-1], "../up"]) == 2
+    assert main([*argv[:-6], "--pattern", r"(?P<user>nobody)/(?P<file>.*)"]) == 1
 
 
 # --------------------------------------------------------------------------- round trips
@@ -209,7 +216,10 @@ def test_canvas_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
         ("smithalice_101_5001_02_mini-1.ipynb", notebook("good")),
         ("jones=hyperlinkhttpx_LATE_102_5002_02_mini.ipynb", notebook("good")),
         ("jones=hyperlinkhttpx_LATE_102_5002_timestamp.txt", b"2026-02-01 00:00:00 UTC"),
-    ])
+        # Hostile members cost their own lines; the batch grades the others as ever.
+        ("../diazcarol_103_5003_02_mini.ipynb", notebook("good")),
+        ("diazcarol_103_5003_02_mini.ipynb", b"/etc/passwd"),
+    ], modes={"diazcarol_103_5003_02_mini.ipynb": 0o120777})
     csv_file(tmp_path / "subs.csv", ["user_id", "submitted_at", "attempt"],
              [["101", "2026-03-01T20:00:00Z", "2"], ["102", "2026-03-02T09:00:00Z", "1"]])
     people = roster(tmp_path / "roster.csv")
@@ -220,8 +230,9 @@ def test_canvas_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     said = capsys.readouterr().out
     assert "collected 2 notebook(s) of 2 student(s)" in said
     assert "older resubmission" in said and "not a notebook" in said
+    assert "'..'" in said and "symbolic link" in said
     report = read_csv(tmp_path / "report.csv")
-    assert report[0][:2] == ["download", "member"] and len(report) == 5
+    assert report[0][:2] == ["download", "member"] and len(report) == 7
 
     grades = grade(subs, tmp_path, "--due", "2026-03-01T23:59", "--late", "zero",
                    "--roster", str(people))

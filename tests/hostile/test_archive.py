@@ -138,6 +138,7 @@ def test_too_many_members(tmp_path: Path) -> None:
     assert got_status(found, "some.zip") == ("over the limit", "3 members past the limit")
     many = write_zip(tmp_path / "many.zip", [(f"m{i}.txt", b"") for i in range(60)])
     assert "claims 60 members" in read_download(many, Limits(max_members=5)).problem
+    assert "central directory is" in read_download(many, Limits(max_directory_bytes=1000)).problem
 
 
 def got_status(found: Collected, where: str) -> tuple[str, str]:

@@ -85,7 +85,7 @@ def run_collect(args: argparse.Namespace) -> int:
     from ..policy import PolicyError
     from ..trust.archive import MB, Limits
     from .collect import CollectError, collect_downloads
-    from .formats import PatternError, compile_pattern
+    from .formats import PLAIN_STEM, PatternError, compile_pattern
     from .metadata import read_canvas, read_moodle, timezone
     from .report import report_csv, report_text
     from .roster import KEYS, read_lms_roster
@@ -93,6 +93,9 @@ def run_collect(args: argparse.Namespace) -> int:
     try:
         if args.key is not None and args.key not in KEYS:
             raise PolicyError(f"--match-by {args.key}: one of {', '.join(KEYS)}")
+        if args.exercise is not None and not PLAIN_STEM.fullmatch(args.exercise):
+            raise PolicyError(f"--as {args.exercise!r}: an exercise's name (the source "
+                              "notebook's, without .ipynb: letters, digits, _.+-)")
         pattern = compile_pattern(args.kind, args.pattern)
         roster = read_lms_roster(args.roster)
         metadata = None

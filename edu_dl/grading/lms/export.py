@@ -64,6 +64,13 @@ def read_grades(folder: Path) -> Gradebook:
     needed = {"student", "exercise", "part", "points", "max_points", "status"}
     if not needed <= set(reader.fieldnames or ()):
         raise PolicyError(f"{path}: not an edu-dl grades.csv (needs {', '.join(sorted(needed))})")
+    try:
+        return _sum(path, reader)
+    except csv.Error as exc:
+        raise PolicyError(f"{path}: line {reader.line_num}: {exc}") from None
+
+
+def _sum(path: Path, reader: csv.DictReader[str]) -> Gradebook:
     scores: dict[tuple[str, str], Score] = {}
     exercises: list[str] = []
     for line in reader:

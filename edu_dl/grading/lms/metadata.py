@@ -75,8 +75,12 @@ def _text(value: Any) -> str:
 
 def _rows(data: bytes) -> list[dict[str, str]]:
     reader = csv.DictReader(io.StringIO(data.decode("utf-8-sig", "replace")))
-    return [{str(k).strip(): _text(v) for k, v in line.items() if k is not None}
-            for line in reader]
+    try:
+        return [{str(k).strip(): _text(v) for k, v in line.items() if k is not None}
+                for line in reader]
+    except csv.Error as exc:  # a cell over csv's field limit (128 KB), a NUL
+        raise PolicyError(f"--metadata: not a CSV file this command can read "
+                          f"(line {reader.line_num}: {exc})") from None
 
 
 # --------------------------------------------------------------------------- Canvas

@@ -87,6 +87,13 @@ def read_lms_roster(path: Path) -> Roster:
     if not reader.fieldnames or "id" not in reader.fieldnames:
         raise PolicyError(f"--roster {path}: needs a header with an 'id' column (and "
                           f"optionally {', '.join(COLUMNS[1:])})")
+    try:
+        return Roster(_students(path, reader))
+    except csv.Error as exc:  # a cell over csv's field limit (128 KB), a NUL
+        raise PolicyError(f"--roster {path}: line {reader.line_num}: {exc}") from None
+
+
+def _students(path: Path, reader: csv.DictReader[str]) -> list[Student]:
     students: list[Student] = []
     seen: set[str] = set()
     for line in reader:
@@ -101,4 +108,4 @@ def read_lms_roster(path: Path) -> Roster:
             raise PolicyError(f"--roster {path}: the id {values['id']!r} appears twice")
         seen.add(values["id"])
         students.append(Student(**values))
-    return Roster(students)
+    return students
