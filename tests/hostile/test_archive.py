@@ -7,12 +7,16 @@ that says why, and nothing may be written outside the output folder.
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
+import tempfile
 import zipfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from lms_fixtures import (
     MINI,
     ROSTER_HEADER,
@@ -176,3 +180,27 @@ def test_an_unpacked_folder_follows_no_link_and_opens_no_fifo(tmp_path: Path) ->
     assert "not a regular file" in got["diazcarol_103_3_02_mini.ipynb"][1]
     assert "over the limit" in got["hackereve_105_4_02_mini.ipynb"][1]
     assert "nested too deep" in got["a/b/c/d/e/f/g/h/i"][1]
+
+
+@functools.cache
+def _sample() -> bytes:
+    with tempfile.TemporaryDirectory() as folder:
+        return write_zip(Path(folder) / "sample.zip", [
+            GOOD, ("jonesbob_102_2_02_mini.ipynb", b"{}" * 50), ("notes.txt", b"x")],
+            methods={"notes.txt": zipfile.ZIP_STORED}).read_bytes()
+
+
+@given(st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=8),
+       st.integers(0, 10**6))
+def test_a_damaged_zip_never_raises(tmp_path_factory: pytest.TempPathFactory,
+                                     flips: list[tuple[int, int]], cut: int) -> None:
+    """Bytes flipped anywhere (headers, names, sizes, the directory) and the end cut off:
+    read_download says what it could not read, and never raises."""
+    data = bytearray(_sample())
+    for at, value in flips:
+        data[at % len(data)] = value
+    path = tmp_path_factory.mktemp("fuzz") / "damaged.zip"
+    path.write_bytes(bytes(data[:len(data) - cut % 64]))
+    download = read_download(path, Limits(max_member_bytes=MB))
+    assert download.problem or all(m.data is not None or m.problem or
+                                   not m.path.endswith(".ipynb") for m in download.members)

@@ -29,7 +29,6 @@ import os
 import stat
 import struct
 import zipfile
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -193,8 +192,9 @@ def _read_zip(path: Path, limits: Limits, only: str) -> Download:
         except UnicodeDecodeError:
             download.problem = (f"{shown}: a member's name is marked UTF-8 but is not; "
                                 "Python's zipfile refuses the whole archive")
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError, struct.error) as exc:
-            download.problem = f"{shown}: not a readable zip archive ({str(exc)[:200]})"
+        except Exception as exc:  # BadZipFile, struct.error, EOFError...: this archive's alone
+            download.problem = (f"{shown}: not a readable zip archive ({type(exc).__name__}: "
+                                f"{str(exc)[:200]})")
     return download
 
 
@@ -226,12 +226,14 @@ def _zip_members(zf: zipfile.ZipFile, download: Download, limits: Limits, only: 
         if info.file_size > limits.max_member_bytes:
             member.problem = _over(info.file_size, limits.max_member_bytes)
             continue
-        if total + min(info.file_size, limits.max_member_bytes) > limits.max_total_bytes:
+        # Counted before it is read, refused or not: zipfile inflates no more than the size a
+        # header claims, so this bounds the work of all members together.
+        if total + info.file_size > limits.max_total_bytes:
             member.problem = (f"not read: the download's members already add up to the limit "
                               f"of {limits.max_total_bytes // MB} MB")
             continue
+        total += info.file_size
         member.data, member.problem = _read_member(zf, info, limits.max_member_bytes)
-        total += len(member.data or b"")
 
 
 def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int
@@ -243,8 +245,7 @@ def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int
             if len(data) > limit:
                 return None, _over(len(data), limit, "decompresses to more than")
             stream.read(1)  # at the end: zipfile checks the CRC here
-    except (zipfile.BadZipFile, NotImplementedError, RuntimeError, OSError, EOFError,
-            zlib.error, ValueError) as exc:
+    except Exception as exc:  # a bad CRC, an unknown method, zlib.error...: this member's
         return None, f"not readable ({type(exc).__name__}: {str(exc)[:160]})"
     return data, ""
 
