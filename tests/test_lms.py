@@ -181,6 +181,23 @@ def test_roster_and_output_folder_are_checked(tmp_path: Path) -> None:
                           tmp_path / "busy", pattern=formats.compile_pattern("canvas"))
 
 
+def test_two_uploads_of_equal_standing_are_not_a_guess(tmp_path: Path) -> None:
+    """--as maps two differently named uploads of one submission to one exercise: neither is
+    the later one, so neither is collected (and one collected before is removed)."""
+    people = read_lms_roster(roster(tmp_path / "r.csv"))
+    out = tmp_path / "out"
+    first = write_zip(tmp_path / "a.zip", [("smithalice_101_1_a.ipynb", notebook())])
+    collect_downloads("canvas", [first], people, out, exercise=MINI,
+                      pattern=formats.compile_pattern("canvas"))
+    assert sorted(collected(out)) == [("alice", MINI)]
+    both = write_zip(tmp_path / "b.zip", [("smithalice_101_2_a.ipynb", notebook()),
+                                          ("smithalice_101_2_b.ipynb", notebook("wrong"))])
+    found = collect_downloads("canvas", [both], people, out, exercise=MINI,
+                              pattern=formats.compile_pattern("canvas"))
+    assert collected(out) == {}
+    assert [line.status for line in found.lines] == ["ambiguous", "ambiguous"]
+
+
 def test_custom_pattern_and_as(tmp_path: Path) -> None:
     """An instructor's own naming: login ids in the name, any notebook name (--as)."""
     folder = tmp_path / "download" / "asmith"

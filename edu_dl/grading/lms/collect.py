@@ -11,7 +11,8 @@ user id, SIS login, e-mail or ID number it records for that user.
 written (a stale one is removed) and the report says so. Of several notebooks of one student
 for one exercise, the LMS's latest wins: the highest resubmission suffix (``-2`` over ``-1``
 over none), then the highest Canvas submission id, then the later download on the command
-line. File times are never looked at.
+line. File times are never looked at. Two of equal standing (``--as`` over two uploads) are
+a guess, so neither is written.
 
 Every member is read through ``trust.archive``; a problem costs the member's own line of the
 report (or, for an unreadable archive, that archive's), never the collection.
@@ -116,54 +117,82 @@ def collect_downloads(kind: str, downloads: list[Path], roster: Roster, out: Pat
     for order, path in enumerate(downloads):
         download = read_download(path, limits)
         shown = visible(path.name)
-
-        def line(member: str, status: str, message: str, user: str = "", student: str = "",
-                 exercise_name: str = "", where: str = shown) -> None:
-            report.lines.append(Line(where, member, user, student, exercise_name, status,
-                                     message))
-
         if download.problem:
-            line("", "archive unreadable", download.problem)
+            report.lines.append(Line(shown, "", "", "", "", "archive unreadable",
+                                     download.problem))
         if download.skipped:
-            line("", "over the limit", f"{download.skipped} members past the limit of "
-                 f"{limits.max_members} were not looked at")
+            report.lines.append(Line(shown, "", "", "", "", "over the limit",
+                                     f"{download.skipped} members past the limit of "
+                                     f"{limits.max_members} were not looked at"))
         for member in download.members:
-            if member.problem:
-                line(member.shown, "refused", member.problem)
-                continue
-            if member.data is None:
-                line(member.shown, "not a notebook", "not an .ipynb file; not collected")
-                continue
-            named = parse_name(pattern, member.path)
-            if named is None:
-                line(member.shown, "unrecognised name", f"not named as {kind} names a "
-                     "submission's file (see --pattern); not collected")
-                continue
-            student = identify(kind, named.user, roster, metadata, key)
-            if student is None:
-                line(member.shown, "not on the roster", f"no student on the roster has the "
-                     f"{kind} id {named.user}" + (" (nor does the metadata map it to one)"
-                                                  if metadata else "")
-                     + "; not collected", named.user)
-                continue
-            name = exercise or named.stem
-            if not PLAIN_STEM.fullmatch(name):
-                line(member.shown, "unusable name", f"{visible(named.file)!r} does not name "
-                     "an exercise (letters, digits, _.+-); name the exercise with --as",
-                     named.user, student.id)
-                continue
-            chosen.setdefault((student.id, name), []).append(
-                _Candidate(named, order, member, shown))
-    for (student_id, name), candidates in sorted(chosen.items()):
-        candidates.sort(key=_Candidate.rank)
-        winner = candidates[-1]
-        for older in candidates[:-1]:
-            report.lines.append(Line(older.download, older.member.shown, older.named.user,
-                                     student_id, name, "older resubmission",
-                                     f"not collected: {winner.member.shown} (in "
-                                     f"{winner.download}) is the later one"))
-        report.lines.append(_write(out, student_id, name, winner, metadata))
+            found = _classify(kind, member, shown, roster, pattern, metadata, exercise, key)
+            if isinstance(found, Line):
+                report.lines.append(found)
+            else:
+                chosen.setdefault((found.student, found.exercise), []).append(
+                    _Candidate(found.named, order, member, shown))
+    for (student, name), candidates in sorted(chosen.items()):
+        report.lines += _choose(out, student, name, candidates, metadata)
     return report
+
+
+@dataclass(frozen=True)
+class _Whose:
+    named: Named
+    student: str
+    exercise: str
+
+
+def _classify(kind: str, member: Member, download: str, roster: Roster,
+              pattern: re.Pattern[str], metadata: Metadata | None, exercise: str | None,
+              key: str | None) -> _Whose | Line:
+    """Whose notebook for which exercise the member is, or the report's line on why it is
+    not collected."""
+    def refused(status: str, message: str, user: str = "", student: str = "") -> Line:
+        return Line(download, member.shown, user, student, "", status, message)
+
+    if member.problem:
+        return refused("refused", member.problem)
+    if member.data is None:
+        return refused("not a notebook", "not an .ipynb file; not collected")
+    named = parse_name(pattern, member.path)
+    if named is None:
+        return refused("unrecognised name", f"not named as {kind} names a submission's "
+                       "file (see --pattern); not collected")
+    student = identify(kind, named.user, roster, metadata, key)
+    if student is None:
+        mapped = " (nor does the metadata map it to one)" if metadata else ""
+        return refused("not on the roster", f"no student on the roster has the {kind} id "
+                       f"{named.user}{mapped}; not collected", named.user)
+    name = exercise or named.stem
+    if not PLAIN_STEM.fullmatch(name):
+        return refused("unusable name", f"{visible(named.file)!r} does not name an exercise "
+                       "(letters, digits, _.+-); name the exercise with --as", named.user,
+                       student.id)
+    return _Whose(named, student.id, name)
+
+
+def _choose(out: Path, student: str, exercise: str, candidates: list[_Candidate],
+            metadata: Metadata | None) -> list[Line]:
+    """Write the latest of a student's notebooks for one exercise; the others' lines say
+    which was taken. Two of equal standing (--as over two uploads) are a guess: neither is
+    written, and a notebook collected before is removed."""
+    candidates.sort(key=_Candidate.rank)
+    winner = candidates[-1]
+    tied = [c for c in candidates if c.rank() == winner.rank()]
+    if len(tied) > 1:
+        folder = out / "submitted" / student / exercise
+        (folder / f"{exercise}.ipynb").unlink(missing_ok=True)
+        (folder / TIMESTAMP).unlink(missing_ok=True)
+        names = ", ".join(c.member.shown for c in tied)
+        return [Line(c.download, c.member.shown, c.named.user, student, exercise, "ambiguous",
+                     f"{len(tied)} notebooks for {exercise} of equal standing ({names}); "
+                     "none collected: keep one in the download, or collect it by hand")
+                for c in candidates]
+    return [*(Line(older.download, older.member.shown, older.named.user, student, exercise,
+                   "older resubmission", f"not collected: {winner.member.shown} (in "
+                   f"{winner.download}) is the later one") for older in candidates[:-1]),
+            _write(out, student, exercise, winner, metadata)]
 
 
 def _write(out: Path, student: str, exercise: str, winner: _Candidate,
