@@ -31,6 +31,7 @@ from edu_dl.grading.lms import formats
 from edu_dl.grading.lms.collect import Collected, collect_downloads
 from edu_dl.grading.lms.roster import read_lms_roster
 from edu_dl.grading.trust.archive import DEFAULT_LIMITS, MB, Limits, read_download
+from hostile import corpus
 
 GOOD = ("smithalice_101_1_02_mini.ipynb", notebook("good"))
 CANVAS = formats.compile_pattern("canvas")
@@ -170,11 +171,14 @@ def test_an_unpacked_folder_follows_no_link_and_opens_no_fifo(tmp_path: Path) ->
     os.symlink(tmp_path / "secret.ipynb", folder / "jonesbob_102_2_02_mini.ipynb")
     os.mkfifo(folder / "diazcarol_103_3_02_mini.ipynb")
     (folder / "hackereve_105_4_02_mini.ipynb").write_bytes(b" " * (2 * MB))
+    (folder / os.fsdecode(b"m\xfcller1_104_6_02_mini.ipynb")).write_bytes(notebook())
     nested = folder.joinpath(*"abcdefghij")
     nested.mkdir(parents=True)
     (nested / "foxfrank_106_5_02_mini.ipynb").write_bytes(notebook())
     found = collect(tmp_path, [folder], Limits(max_member_bytes=MB))
-    assert written(tmp_path) == {f"alice/{MINI}/{MINI}.ipynb": GOOD[1]}
+    assert written(tmp_path) == {f"alice/{MINI}/{MINI}.ipynb": GOOD[1],
+                                 f"dave/{MINI}/{MINI}.ipynb": notebook()}
+    assert "m\\xfcller1_104_6_02_mini.ipynb" in {line.member for line in found.written}
     got = problems(found)
     assert "symbolic link" in got["jonesbob_102_2_02_mini.ipynb"][1]
     assert "not a regular file" in got["diazcarol_103_3_02_mini.ipynb"][1]
@@ -204,3 +208,23 @@ def test_a_damaged_zip_never_raises(tmp_path_factory: pytest.TempPathFactory,
     download = read_download(path, Limits(max_member_bytes=MB))
     assert download.problem or all(m.data is not None or m.problem or
                                    not m.path.endswith(".ipynb") for m in download.members)
+
+
+def test_the_hostile_corpus_comes_through_a_canvas_download_unchanged(tmp_path: Path) -> None:
+    """Every submission of the grader's hostile corpus, zipped as Canvas names it, is collected
+    byte for byte (what grading makes of it is test_grade.py::test_hostile_corpus's)."""
+    cases = corpus.build(tmp_path / "corpus", tmp_path / "escape")
+    people = [[name, "", "", f"{name}@x", str(200 + i)] for i, name in enumerate(cases)]
+    members = [(f"{name.replace('_', '')}_{200 + i}_{900 + i}_{MINI}.ipynb", path.read_bytes())
+               for i, name in enumerate(cases)
+               for path in (tmp_path / "corpus" / "submissions" / name).glob("*.ipynb")]
+    download = write_zip(tmp_path / "canvas.zip", members)
+    found = collect_downloads(
+        "canvas", [download], read_lms_roster(csv_file(tmp_path / "r.csv", ROSTER_HEADER,
+                                                       people)),
+        tmp_path / "out", pattern=CANVAS)
+    assert not found.problems
+    assert written(tmp_path) == {
+        f"{name}/{MINI}/{MINI}.ipynb": (tmp_path / "corpus" / "submissions" / name /
+                                        f"{MINI}.ipynb").read_bytes()
+        for name in cases if name != "empty_folder"}
