@@ -306,3 +306,11 @@ def test_moodle_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
                  str(out), "--identifier", "id_number"]) == 0
     assert [line[:2] for line in read_csv(out)] == [["ID number", MINI], ["N-1", "2.0"],
                                                     ["N-2", "1.0"], ["N-3", ""]]
+    capsys.readouterr()
+    # A student the LMS could not match gets no line, and a warning; so does one not listed.
+    fewer = csv_file(tmp_path / "fewer.csv", ["id", "email"], [["alice", ""], ["carol", "c@x"]])
+    assert main(["lms", "export", "moodle", str(grades), "--roster", str(fewer), "--out",
+                 str(out)]) == 0
+    assert read_csv(out) == [["Email address", MINI], ["c@x", ""]]
+    warned = capsys.readouterr().err
+    assert "alice: the roster has no email" in warned and "bob: graded but not on" in warned

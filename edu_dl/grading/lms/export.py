@@ -10,7 +10,8 @@
 
 A student's score for an exercise is the sum of its rows' points in grades.csv (late penalties,
 which are negative rows, included), the maximum the sum of its rows' max points. Roster
-students without a row get an empty cell (the LMS leaves it as it is). Every text cell is
+students without a row get an empty cell (the LMS leaves it as it is); a student without the
+id the LMS matches by gets no line (and a warning). Every text cell is
 spreadsheet-safe (``report.csv_cell``): names are the students'.
 """
 
@@ -115,6 +116,8 @@ def canvas_csv(book: Gradebook, roster: Roster, columns: dict[str, str]) -> byte
     lines: list[list[str | float]] = [
         [POINTS_POSSIBLE, "", "", "", "", *(round(book.maxima[e], 6) for e in book.exercises)]]
     for s in roster.students:
+        if not (s.canvas_id or s.sis_user_id or s.sis_login_id):
+            continue  # nothing Canvas could match the line by (unexported() says so)
         display = f"{s.last_name}, {s.first_name}" if s.last_name or s.first_name else s.id
         lines.append([display, s.canvas_id, s.sis_user_id, s.sis_login_id, s.section,
                       *(_points(book, s, e) for e in book.exercises)])
@@ -130,6 +133,8 @@ def moodle_csv(book: Gradebook, roster: Roster, columns: dict[str, str],
         header += [f"{name} feedback" for name in names]
     lines: list[list[str | float]] = []
     for s in roster.students:
+        if not getattr(s, identifier):
+            continue  # nothing Moodle could match the line by (unexported() says so)
         line: list[str | float] = [getattr(s, identifier),
                                    *(_points(book, s, e) for e in book.exercises)]
         if feedback:
@@ -152,8 +157,8 @@ def unexported(book: Gradebook, roster: Roster, key: str) -> list[str]:
     graded = sorted({student for student, _ in book.scores} - ids)
     problems = [f"{student}: graded but not on the roster; not exported" for student in graded]
     keys = key.split("|")
-    problems += [f"{s.id}: the roster has no {' or '.join(keys)} for this student; the LMS "
-                 "cannot match the line" for s in roster.students
+    problems += [f"{s.id}: the roster has no {' or '.join(keys)} for this student, which "
+                 "the LMS matches by; not exported" for s in roster.students
                  if not any(getattr(s, k) for k in keys)]
     return problems
 
