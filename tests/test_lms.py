@@ -173,6 +173,12 @@ def test_roster_and_output_folder_are_checked(tmp_path: Path) -> None:
                                  [["a", "x" * 200_000]]))
     with pytest.raises(PolicyError, match="field larger than field limit"):
         metadata.read_canvas(csv_file(tmp_path / "huge.csv", ["user_id"], [["1" * 200_000]]))
+    (tmp_path / "obj.json").write_text('{"user_id": 1}')
+    with pytest.raises(PolicyError, match="JSON array"):
+        metadata.read_canvas(tmp_path / "obj.json")
+    (tmp_path / "deep.json").write_text("[" * 100 + "]" * 100)
+    with pytest.raises(PolicyError, match="nested deeper"):
+        metadata.read_canvas(tmp_path / "deep.json")
     with pytest.raises(PolicyError, match="not a plain name"):
         read_lms_roster(csv_file(tmp_path / "dots.csv", ["id"], [["../etc"]]))
     (tmp_path / "busy" / "alice").mkdir(parents=True)

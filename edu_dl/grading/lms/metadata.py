@@ -95,8 +95,10 @@ def read_canvas(path: Path) -> Metadata:
             obj = load_json(data, str(path), max_depth=16)
         except NotebookError as exc:
             raise PolicyError(f"--metadata: {exc}") from None
-        items = obj.get("submissions", []) if isinstance(obj, dict) else obj
-        lines = [_flat(item) for item in items] if isinstance(items, list) else []
+        if not isinstance(obj, list):
+            raise PolicyError(f"--metadata {path}: expected the Submissions API's list of "
+                              "submissions (a JSON array)")
+        lines = [_flat(item) for item in obj]
     else:
         lines = _rows(data)
     found = Metadata()
