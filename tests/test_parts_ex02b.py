@@ -40,7 +40,7 @@ def relu_instead(x, alpha, out):
 
 @cuda.jit
 def matmul_swapped(A, B, C):
-    row, col = cuda.grid(2)
+    col, row = cuda.grid(2)
     if row < C.shape[0] and col < C.shape[1]:
         acc = float32(0.0)
         for k in range(A.shape[1]):
@@ -48,8 +48,17 @@ def matmul_swapped(A, B, C):
         C[row, col] = acc
 
 @cuda.jit
-def matmul_no_bounds(A, B, C):
+def matmul_x_on_rows(A, B, C):
     row, col = cuda.grid(2)
+    if row < C.shape[0] and col < C.shape[1]:
+        acc = float32(0.0)
+        for k in range(A.shape[1]):
+            acc += A[row, k] * B[k, col]
+        C[row, col] = acc
+
+@cuda.jit
+def matmul_no_bounds(A, B, C):
+    col, row = cuda.grid(2)
     acc = float32(0.0)
     for k in range(A.shape[1]):
         acc += A[row, k] * B[k, col]
@@ -57,7 +66,7 @@ def matmul_no_bounds(A, B, C):
 
 @cuda.jit
 def matmul_strict(A, B, C):
-    row, col = cuda.grid(2)
+    col, row = cuda.grid(2)
     if row < C.shape[0] - 1 and col < C.shape[1]:
         acc = float32(0.0)
         for k in range(A.shape[1]):
@@ -68,23 +77,55 @@ def matmul_strict(A, B, C):
 def matmul_stub(A, B, C):
     raise NotImplementedError()
 
-def make_no_sync(tile):
+def make_sums(threads, sync=True, last_step=True, combine=True, stride=True):
+    stop = 1 if last_step else 2
     @cuda.jit
-    def kernel(A, B, C):
-        sA = cuda.shared.array((tile, tile), float32)
-        sB = cuda.shared.array((tile, tile), float32)
-        row, col = cuda.grid(2)
-        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    def kernel(X, out):
+        partial = cuda.shared.array(threads, float32)
+        row, t = cuda.blockIdx.x, cuda.threadIdx.x
         acc = float32(0.0)
-        for t in range((A.shape[1] + tile - 1) // tile):
-            k_a, k_b = t * tile + ty, t * tile + tx
-            sA[tx, ty] = A[row, k_a] if row < A.shape[0] and k_a < A.shape[1] else 0.0
-            sB[tx, ty] = B[k_b, col] if k_b < B.shape[0] and col < B.shape[1] else 0.0
-            for kk in range(tile):
-                acc += sA[tx, kk] * sB[kk, ty]
-        if row < C.shape[0] and col < C.shape[1]:
-            C[row, col] = acc
+        if stride:
+            for col in range(t, X.shape[1], threads):
+                acc += X[row, col]
+        elif t < X.shape[1]:
+            acc += X[row, t]
+        partial[t] = acc
+        if sync:
+            cuda.syncthreads()
+        step = threads // 2
+        while combine and step >= stop:
+            if t < step:
+                partial[t] += partial[t + step]
+            if sync:
+                cuda.syncthreads()
+            step //= 2
+        if t == 0:
+            out[row] = partial[0]
     return kernel
+
+def make_chunked(threads):
+    # Correct, but each thread walks its own chunk (uncoalesced): the output cannot tell.
+    @cuda.jit
+    def kernel(X, out):
+        partial = cuda.shared.array(threads, float32)
+        row, t = cuda.blockIdx.x, cuda.threadIdx.x
+        chunk = (X.shape[1] + threads - 1) // threads
+        acc = float32(0.0)
+        for col in range(t * chunk, min((t + 1) * chunk, X.shape[1])):
+            acc += X[row, col]
+        partial[t] = acc
+        cuda.syncthreads()
+        if t == 0:
+            total = float32(0.0)
+            for i in range(threads):
+                total += partial[i]
+            out[row] = total
+    return kernel
+
+make_no_sync = lambda threads: make_sums(threads, sync=False)
+make_early_stop = lambda threads: make_sums(threads, last_step=False)
+make_uncombined = lambda threads: make_sums(threads, combine=False)
+make_unstrided = lambda threads: make_sums(threads, stride=False)
 """, "<buggy>", "exec"), ns)
 
 runs = {
@@ -92,16 +133,22 @@ runs = {
     "leaky_hidden": ("ex02b.leaky_relu_kernel", "leaky_relu_kernel", True),
     "naive": ("ex02b.matmul_naive", "matmul_kernel", False),
     "naive_hidden": ("ex02b.matmul_naive", "matmul_kernel", True),
-    "tiled": ("ex02b.matmul_tiled", "make_tiled_kernel", False),
-    "tiled_hidden": ("ex02b.matmul_tiled", "make_tiled_kernel", True),
+    "row_sums": ("ex02b.row_sums", "make_row_sum_kernel", False),
+    "row_sums_hidden": ("ex02b.row_sums", "make_row_sum_kernel", True),
+    "chunked": ("ex02b.row_sums", "make_chunked", True),
     "leaky_no_bounds": ("ex02b.leaky_relu_kernel", "leaky_no_bounds", False),
     "relu_instead": ("ex02b.leaky_relu_kernel", "relu_instead", False),
     "swapped": ("ex02b.matmul_naive", "matmul_swapped", False),
+    "x_on_rows": ("ex02b.matmul_naive", "matmul_x_on_rows", False),
+    "x_on_rows_hidden": ("ex02b.matmul_naive", "matmul_x_on_rows", True),
     "no_bounds": ("ex02b.matmul_naive", "matmul_no_bounds", False),
     "strict": ("ex02b.matmul_naive", "matmul_strict", False),
     "stub": ("ex02b.matmul_naive", "matmul_stub", False),
-    "no_sync": ("ex02b.matmul_tiled", "make_no_sync", False),
-    "kernel_not_factory": ("ex02b.matmul_tiled", "matmul_kernel", False),
+    "no_sync": ("ex02b.row_sums", "make_no_sync", False),
+    "early_stop": ("ex02b.row_sums", "make_early_stop", False),
+    "uncombined": ("ex02b.row_sums", "make_uncombined", False),
+    "unstrided": ("ex02b.row_sums", "make_unstrided", False),
+    "kernel_not_factory": ("ex02b.row_sums", "matmul_kernel", False),
 }
 check = ns["check"]
 results = {}
@@ -129,8 +176,8 @@ def simulated() -> dict[str, tuple[bool, str]]:
     return {k: (ok, out) for k, (ok, out) in json.loads(line[len("RESULTS"):]).items()}
 
 
-@pytest.mark.parametrize("name", ["leaky", "leaky_hidden", "naive", "naive_hidden", "tiled",
-                                  "tiled_hidden"])
+@pytest.mark.parametrize("name", ["leaky", "leaky_hidden", "naive", "naive_hidden", "row_sums",
+                                  "row_sums_hidden", "chunked"])
 def test_solution_kernels_pass(simulated: dict[str, tuple[bool, str]], name: str) -> None:
     ok, out = simulated[name]
     assert ok and out.startswith("✓"), out
@@ -154,6 +201,16 @@ def test_swapped_indices(simulated: dict[str, tuple[bool, str]]) -> None:
     assert "the result is the transpose of the right one" in out
 
 
+def test_x_taken_for_the_row(simulated: dict[str, tuple[bool, str]]) -> None:
+    """CUDA's mapping: a kernel reading `row, col = cuda.grid(2)` fails a visible case (the
+    20 x 3 output) and the hidden ones, with the hint that names the mapping."""
+    for name in ("x_on_rows", "x_on_rows_hidden"):
+        ok, out = simulated[name]
+        assert not ok and "only a corner of the result was written" in out, out
+        assert "col, row = cuda.grid(2)" in out
+    assert "case 3 of 3 (A (20, 5), B (5, 3), block=4)" in simulated["x_on_rows"][1]
+
+
 def test_missing_bounds_check_2d(simulated: dict[str, tuple[bool, str]]) -> None:
     ok, out = simulated["no_bounds"]
     assert not ok and "case 2 of 3 (A (20, 13), B (13, 17), block=8) failed: IndexError" in out
@@ -175,9 +232,20 @@ def test_missing_syncthreads(simulated: dict[str, tuple[bool, str]]) -> None:
     assert not ok and "inf/nan" in out and "call cuda.syncthreads()" in out
 
 
+@pytest.mark.parametrize(("name", "hint"), [
+    ("early_stop", "the halving loop stops one step too early"),
+    ("uncombined", "thread 0's own partial sum only"),
+    ("unstrided", "only the first `threads` elements of each row were added"),
+])
+def test_reduction_mistakes_get_their_hints(simulated: dict[str, tuple[bool, str]], name: str,
+                                            hint: str) -> None:
+    ok, out = simulated[name]
+    assert not ok and hint in out, out
+
+
 def test_kernel_instead_of_factory(simulated: dict[str, tuple[bool, str]]) -> None:
     ok, out = simulated["kernel_not_factory"]
-    assert not ok and "pass the factory make_tiled_kernel" in out
+    assert not ok and "pass the factory make_row_sum_kernel" in out
 
 
 # --------------------------------------------------------------------------- in this process
@@ -211,7 +279,7 @@ def test_stub_without_a_kernel_process(capsys: pytest.CaptureFixture[str],
     def stub(*args: Any) -> Any:
         raise NotImplementedError()
 
-    if part.id == "ex02b.global_index" or part.id == "ex02b.matmul_tiled":
+    if part.id == "ex02b.global_index" or part.id == "ex02b.row_sums":
         ok, out = checked(part.id, stub)  # plain functions: the stub raises when called
         assert not ok
         assert out.strip() == f"✗ {part.id}: not implemented yet"
@@ -231,6 +299,8 @@ def test_cases_stay_small() -> None:
                     block = int(args[-1])
                     if part.id == "ex02b.leaky_relu_kernel":
                         threads = -(-len(args[0]) // block) * block
+                    elif part.id == "ex02b.row_sums":
+                        threads = args[0].shape[0] * block
                     else:
                         m, n = args[0].shape[0], args[1].shape[1]
                         threads = -(-m // block) * -(-n // block) * block * block
