@@ -39,42 +39,60 @@ def relu_instead(x, alpha, out):
         out[i] = x[i] if x[i] > 0 else 0.0
 
 @cuda.jit
-def matmul_swapped(A, B, C):
+def matmul_swapped(X, W, b, out):
     col, row = cuda.grid(2)
-    if row < C.shape[0] and col < C.shape[1]:
-        acc = float32(0.0)
-        for k in range(A.shape[1]):
-            acc += A[col, k] * B[k, row]
-        C[row, col] = acc
+    if row < out.shape[0] and col < out.shape[1]:
+        acc = b[row]
+        for k in range(X.shape[1]):
+            acc += X[col, k] * W[k, row]
+        out[row, col] = acc if acc > 0 else 0.0
 
 @cuda.jit
-def matmul_x_on_rows(A, B, C):
+def matmul_x_on_rows(X, W, b, out):
     row, col = cuda.grid(2)
-    if row < C.shape[0] and col < C.shape[1]:
-        acc = float32(0.0)
-        for k in range(A.shape[1]):
-            acc += A[row, k] * B[k, col]
-        C[row, col] = acc
+    if row < out.shape[0] and col < out.shape[1]:
+        acc = b[col]
+        for k in range(X.shape[1]):
+            acc += X[row, k] * W[k, col]
+        out[row, col] = acc if acc > 0 else 0.0
 
 @cuda.jit
-def matmul_no_bounds(A, B, C):
+def matmul_no_bounds(X, W, b, out):
     col, row = cuda.grid(2)
-    acc = float32(0.0)
-    for k in range(A.shape[1]):
-        acc += A[row, k] * B[k, col]
-    C[row, col] = acc
+    acc = b[col]
+    for k in range(X.shape[1]):
+        acc += X[row, k] * W[k, col]
+    out[row, col] = acc if acc > 0 else 0.0
 
 @cuda.jit
-def matmul_strict(A, B, C):
+def matmul_strict(X, W, b, out):
     col, row = cuda.grid(2)
-    if row < C.shape[0] - 1 and col < C.shape[1]:
-        acc = float32(0.0)
-        for k in range(A.shape[1]):
-            acc += A[row, k] * B[k, col]
-        C[row, col] = acc
+    if row < out.shape[0] - 1 and col < out.shape[1]:
+        acc = b[col]
+        for k in range(X.shape[1]):
+            acc += X[row, k] * W[k, col]
+        out[row, col] = acc if acc > 0 else 0.0
 
 @cuda.jit
-def matmul_stub(A, B, C):
+def linear_no_relu(X, W, b, out):
+    col, row = cuda.grid(2)
+    if row < out.shape[0] and col < out.shape[1]:
+        acc = b[col]
+        for k in range(X.shape[1]):
+            acc += X[row, k] * W[k, col]
+        out[row, col] = acc
+
+@cuda.jit
+def linear_bias_after(X, W, b, out):
+    col, row = cuda.grid(2)
+    if row < out.shape[0] and col < out.shape[1]:
+        acc = float32(0.0)
+        for k in range(X.shape[1]):
+            acc += X[row, k] * W[k, col]
+        out[row, col] = (acc if acc > 0 else 0.0) + b[col]
+
+@cuda.jit
+def matmul_stub(X, W, b, out):
     raise NotImplementedError()
 
 def make_sums(threads, sync=True, last_step=True, combine=True, stride=True):
@@ -131,24 +149,26 @@ make_unstrided = lambda threads: make_sums(threads, stride=False)
 runs = {
     "leaky": ("ex02b.leaky_relu_kernel", "leaky_relu_kernel", False),
     "leaky_hidden": ("ex02b.leaky_relu_kernel", "leaky_relu_kernel", True),
-    "naive": ("ex02b.matmul_naive", "matmul_kernel", False),
-    "naive_hidden": ("ex02b.matmul_naive", "matmul_kernel", True),
+    "naive": ("ex02b.linear_relu", "linear_relu_kernel", False),
+    "naive_hidden": ("ex02b.linear_relu", "linear_relu_kernel", True),
     "row_sums": ("ex02b.row_sums", "make_row_sum_kernel", False),
     "row_sums_hidden": ("ex02b.row_sums", "make_row_sum_kernel", True),
     "chunked": ("ex02b.row_sums", "make_chunked", True),
     "leaky_no_bounds": ("ex02b.leaky_relu_kernel", "leaky_no_bounds", False),
     "relu_instead": ("ex02b.leaky_relu_kernel", "relu_instead", False),
-    "swapped": ("ex02b.matmul_naive", "matmul_swapped", False),
-    "x_on_rows": ("ex02b.matmul_naive", "matmul_x_on_rows", False),
-    "x_on_rows_hidden": ("ex02b.matmul_naive", "matmul_x_on_rows", True),
-    "no_bounds": ("ex02b.matmul_naive", "matmul_no_bounds", False),
-    "strict": ("ex02b.matmul_naive", "matmul_strict", False),
-    "stub": ("ex02b.matmul_naive", "matmul_stub", False),
+    "swapped": ("ex02b.linear_relu", "matmul_swapped", False),
+    "x_on_rows": ("ex02b.linear_relu", "matmul_x_on_rows", False),
+    "x_on_rows_hidden": ("ex02b.linear_relu", "matmul_x_on_rows", True),
+    "no_bounds": ("ex02b.linear_relu", "matmul_no_bounds", False),
+    "strict": ("ex02b.linear_relu", "matmul_strict", False),
+    "stub": ("ex02b.linear_relu", "matmul_stub", False),
     "no_sync": ("ex02b.row_sums", "make_no_sync", False),
     "early_stop": ("ex02b.row_sums", "make_early_stop", False),
     "uncombined": ("ex02b.row_sums", "make_uncombined", False),
     "unstrided": ("ex02b.row_sums", "make_unstrided", False),
-    "kernel_not_factory": ("ex02b.row_sums", "matmul_kernel", False),
+    "kernel_not_factory": ("ex02b.row_sums", "linear_relu_kernel", False),
+    "no_relu": ("ex02b.linear_relu", "linear_no_relu", False),
+    "bias_after": ("ex02b.linear_relu", "linear_bias_after", False),
 }
 check = ns["check"]
 results = {}
@@ -197,7 +217,7 @@ def test_relu_instead_of_leaky(simulated: dict[str, tuple[bool, str]]) -> None:
 
 def test_swapped_indices(simulated: dict[str, tuple[bool, str]]) -> None:
     ok, out = simulated["swapped"]
-    assert not ok and "case 1 of 3 (A (8, 5), B (5, 8), block=4)" in out
+    assert not ok and "case 1 of 3 (X (8, 5), W (5, 8), b (8,), block=4)" in out
     assert "the result is the transpose of the right one" in out
 
 
@@ -208,12 +228,13 @@ def test_x_taken_for_the_row(simulated: dict[str, tuple[bool, str]]) -> None:
         ok, out = simulated[name]
         assert not ok and "only a corner of the result was written" in out, out
         assert "col, row = cuda.grid(2)" in out
-    assert "case 3 of 3 (A (20, 5), B (5, 3), block=4)" in simulated["x_on_rows"][1]
+    assert "case 3 of 3 (X (20, 5), W (5, 3), b (3,), block=4)" in simulated["x_on_rows"][1]
 
 
 def test_missing_bounds_check_2d(simulated: dict[str, tuple[bool, str]]) -> None:
     ok, out = simulated["no_bounds"]
-    assert not ok and "case 2 of 3 (A (20, 13), B (13, 17), block=8) failed: IndexError" in out
+    assert not ok
+    assert "case 2 of 3 (X (20, 13), W (13, 17), b (17,), block=8) failed: IndexError" in out
     assert "start the kernel with a bounds check" in out
 
 
@@ -224,7 +245,7 @@ def test_bounds_check_too_strict(simulated: dict[str, tuple[bool, str]]) -> None
 
 def test_stub_kernel(simulated: dict[str, tuple[bool, str]]) -> None:
     ok, out = simulated["stub"]
-    assert not ok and out.strip() == "✗ ex02b.matmul_naive: not implemented yet"
+    assert not ok and out.strip() == "✗ ex02b.linear_relu: not implemented yet"
 
 
 def test_missing_syncthreads(simulated: dict[str, tuple[bool, str]]) -> None:
@@ -239,6 +260,16 @@ def test_missing_syncthreads(simulated: dict[str, tuple[bool, str]]) -> None:
 ])
 def test_reduction_mistakes_get_their_hints(simulated: dict[str, tuple[bool, str]], name: str,
                                             hint: str) -> None:
+    ok, out = simulated[name]
+    assert not ok and hint in out, out
+
+
+@pytest.mark.parametrize(("name", "hint"), [
+    ("no_relu", "the layer's ReLU is missing"),
+    ("bias_after", "your bias is added after the ReLU"),
+])
+def test_layer_mistakes_get_their_hints(simulated: dict[str, tuple[bool, str]], name: str,
+                                        hint: str) -> None:
     ok, out = simulated[name]
     assert not ok and hint in out, out
 

@@ -30,7 +30,7 @@ Array = np.ndarray
 Case = tuple[Any, ...]
 
 SWAP_NOTE = ("if the kernel has its bounds check, look for swapped indices instead: "
-             "C[row, col] needs A[row, k] and B[k, col]")
+             "out[row, col] needs X[row, k] and W[k, col]")
 
 
 # --------------------------------------------------------------------------- launching
@@ -69,20 +69,18 @@ def call_leaky(fn: Any, args: Case) -> Array:
     return out
 
 
-def run_matmul(kernel: Any, A: Array, B: Array, block: int) -> Array:
-    """kernel[grid, (block, block)](A, B, C) on float32 copies, C NaN at first; returns C."""
-    A = np.ascontiguousarray(A, dtype=np.float32)
-    B = np.ascontiguousarray(B, dtype=np.float32)
-    C = np.full((A.shape[0], B.shape[1]), np.nan, dtype=np.float32)
-    launch_kernel(kernel, launch.launch_2d(C.shape[0], C.shape[1], (block, block)), A, B, C,
-                  note=SWAP_NOTE)
-    return C
-
-
-def call_naive(fn: Any, args: Case) -> Array:
-    """The naive matmul kernel, launched with (block, block) threads per block."""
-    A, B, block = args
-    return run_matmul(kernel_or_fail(fn, "matmul_kernel"), A, B, int(block))
+def call_linear_relu(fn: Any, args: Case) -> Array:
+    """kernel[grid, (block, block)](X, W, b, out) with grid = launch_2d(m, n, (block, block)),
+    on float32 copies, out NaN at first; returns out."""
+    X, W, b, block = args
+    kernel = kernel_or_fail(fn, "linear_relu_kernel")
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    W = np.ascontiguousarray(W, dtype=np.float32)
+    b = np.ascontiguousarray(b, dtype=np.float32)
+    out = np.full((X.shape[0], W.shape[1]), np.nan, dtype=np.float32)
+    cfg = launch.launch_2d(out.shape[0], out.shape[1], (int(block), int(block)))
+    launch_kernel(kernel, cfg, X, W, b, out, note=SWAP_NOTE)
+    return out
 
 
 def call_row_sums(fn: Any, args: Case) -> Array:

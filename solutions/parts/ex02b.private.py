@@ -1,6 +1,6 @@
-"""Exercise 2b, writing a GPU kernel: the global index, a bounds-checked elementwise kernel, the
-naive matrix product (CUDA's mapping: x along the columns) and a block reduction in shared memory
-(row sums), graded under Numba's CUDA simulator on small sizes.
+"""Exercise 2b, writing a GPU kernel: the global index, a bounds-checked elementwise kernel, a
+fused linear layer relu(X @ W + b) (CUDA's mapping: x along the columns) and a block reduction in
+shared memory (row sums), graded under Numba's CUDA simulator on small sizes.
 
 The student's kernels are ``@cuda.jit`` functions (the row-sum one comes from a factory taking the
 block size). Each Part's ``call`` (``edu_dl.harness.ex02b``, public) launches the kernel with a
@@ -36,7 +36,7 @@ from edu_dl.harness.ex02b import (
     ROW_SUM_SOURCE,
     LastLineUnwritten,
     call_leaky,
-    call_naive,
+    call_linear_relu,
     call_row_sums,
 )
 
@@ -142,7 +142,7 @@ def _matrices(rng: np.random.Generator, m: int, k: int, n: int) -> tuple[Array, 
             rng.standard_normal((k, n)).astype(np.float32))
 
 
-def _naive_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+def _linear_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     # Sizes that are not multiples of the block show a missing or wrong bounds check; a square
     # output shows swapped indices; a tall and a wide one show a kernel that takes x for the row
     # (launch_2d puts x along the columns). The simulator runs a Python thread per CUDA thread.
@@ -152,11 +152,30 @@ def _naive_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
         (int(rng.integers(1, 5)), int(rng.integers(1, 11)), int(rng.integers(13, 21)), 4),
         (int(rng.integers(1, 21)), int(rng.integers(1, 11)), int(rng.integers(1, 21)),
          int(rng.choice([4, 8])))]
-    return [(*_matrices(rng, m, k, n), block) for m, k, n, block in dims]
+    return [(*_matrices(rng, m, k, n), rng.standard_normal(n).astype(np.float32), block)
+            for m, k, n, block in dims]
 
 
-def _matmul_expected(A: Array, B: Array, block: int) -> Array:
-    return A.astype(np.float64) @ B.astype(np.float64)
+def _linear_relu(X: Array, W: Array, b: Array, block: int) -> Array:
+    return np.maximum(_affine(X, W, b), 0.0)
+
+
+def _affine(X: Array, W: Array, b: Array) -> Array:
+    return X.astype(np.float64) @ W.astype(np.float64) + b.astype(np.float64)
+
+
+LINEAR_HINTS = (
+    *KERNEL_HINTS,
+    Mistake(lambda e, a: _affine(a[0], a[1], a[2]),
+            "negative entries survive: the layer's ReLU is missing (out = max(0, ...))",
+            rtol=1e-5, atol=1e-5),
+    Mistake(lambda e, a: np.maximum(_affine(a[0], a[1], 0 * a[2]), 0.0),
+            "the bias b is missing: each out[row, col] gets b[col] added before the ReLU",
+            rtol=1e-5, atol=1e-5),
+    Mistake(lambda e, a: np.maximum(_affine(a[0], a[1], 0 * a[2]), 0.0) + a[2],
+            "your bias is added after the ReLU: relu(X @ W + b) adds it before",
+            rtol=1e-5, atol=1e-5),
+)
 
 
 # --------------------------------------------------------------------------- row sums
@@ -219,9 +238,9 @@ PARTS = [
         hints=LEAKY_HINTS, timeout_s=60.0,
     ),
     Part(
-        id="ex02b.matmul_naive", points=2, cases=_naive_cases, expected=_matmul_expected,
-        compare=FLOAT32, call=call_naive, source_check=KERNEL_SOURCE,
-        arg_names=("A", "B", "block"), hints=KERNEL_HINTS,
+        id="ex02b.linear_relu", points=2, cases=_linear_cases, expected=_linear_relu,
+        compare=FLOAT32, call=call_linear_relu, source_check=KERNEL_SOURCE,
+        arg_names=("X", "W", "b", "block"), hints=LINEAR_HINTS,
         timeout_s=60.0,
     ),
     Part(
