@@ -90,10 +90,10 @@ class OtherShape(Rule):
 
 PADDING_FORGOTTEN = (
     "your function raises only when pad > 0 (on the same image padded beforehand, with pad=0, "
-    "it runs): the padding is missing somewhere. x_pad = x leaves the windows of the last "
-    "output rows and columns running past the image, so slices come out smaller than the "
-    "array they are written into: pad with `pad` zeros on each side of H and W first "
-    "(np.pad), and crop the same padding off a gradient at the end")
+    "it runs): the padding is missing. Without it (x_pad = x, or a gradient array of x's "
+    "shape) the windows of the last output rows and columns run past the array, so their "
+    "slices come out smaller than what is written into them: pad with `pad` zeros on each side "
+    "of H and W first (np.pad) and, for a gradient, crop the padding off at the end")
 
 
 def frame_names(exc: BaseException) -> list[str]:
