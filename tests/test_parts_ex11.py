@@ -247,6 +247,8 @@ def im2col_variant(x, kh, kw, stride=1, pad=0, dilation=1, *, use_pad=True, coun
     if order == "reshaped":  # windows (N, C, OH, OW, kh, kw) reshaped, never transposed
         cols = cols.transpose(3, 0, 4, 5, 1, 2)
     matrix = cols.reshape(C * kh * kw, N * OH * OW)
+    if order == "transposed_reshaped":  # one row per window, reshaped to X_col's shape
+        return np.ascontiguousarray(matrix.T).reshape(matrix.shape)
     return matrix.T if order == "transposed" else matrix
 
 
@@ -277,6 +279,8 @@ def forgot_padding(x, kh, kw, stride=1, pad=0, dilation=1):
     ({"order": "pixels_first"}, 1, "your columns are the right windows in another order"),
     ({"order": "channels_last"}, 1, "each window's taps are in another order"),
     ({"order": "reshaped"}, 1, "the right numbers in a scrambled order: reshape keeps the order"),
+    ({"order": "transposed_reshaped"}, 1, "the right numbers in another order: check which axes "
+                                          "you reshape and which you transpose"),
 ])
 def test_im2col_mistakes(capsys, mistake, case, hint):
     ok, out = run(capsys, "ex11.im2col_dilated", lambda *a: im2col_variant(*a, **mistake))
@@ -381,20 +385,25 @@ def test_an_error_in_the_students_im2col_is_named(capsys):
 
 
 def conv_backward_variant(dout, x, w, stride=1, pad=0, dilation=1, *, crop=True, add=True,
-                          pad_dx=True, db="ok", dw_layout="transpose"):
+                          pad_dx=True, db="ok", dw_layout="transpose", per_pixel=False):
     N, H, W, C = x.shape
     kh, kw, _, O = w.shape
     OH, OW = dout.shape[1:3]
     G = dout.transpose(3, 0, 1, 2).reshape(O, -1)  # (O, N*OH*OW)
     X_col = im2col_variant(x.transpose(0, 3, 1, 2), kh, kw, stride, pad, dilation)
     dW = G @ X_col.T  # (O, C*kh*kw)
-    dw = (dW.T.reshape(kh, kw, C, O) if dw_layout == "reshape"
-          else dW.reshape(O, C, kh, kw).transpose(2, 3, 1, 0))
+    dw = {"reshape": lambda: dW.T.reshape(kh, kw, C, O), "oihw": lambda: dW.reshape(O, C, kh, kw),
+          "transpose": lambda: dW.reshape(O, C, kh, kw).transpose(2, 3, 1, 0)}[dw_layout]()
     db = {"ok": G.sum(axis=1), "one_image": dout[0].sum(axis=(0, 1)),
           "keepdims": dout.sum(axis=(0, 1, 2), keepdims=True)}[db]
     W_row = w.transpose(3, 2, 0, 1).reshape(O, -1)
     d_cols = (W_row.T @ G).reshape(C, kh, kw, N, OH, OW)
     dx_pad = np.zeros((N, C, H + 2 * pad, W + 2 * pad)) if pad_dx else np.zeros((N, C, H, W))
+    if per_pixel:  # one window and tap at a time, assigned
+        for n, i, j, p, q in np.ndindex(N, OH, OW, kh, kw):
+            dx_pad[n, :, i * stride + p * dilation, j * stride + q * dilation] = \
+                d_cols[:, p, q, n, i, j]
+        return dx_pad[:, :, pad : pad + H, pad : pad + W].transpose(0, 2, 3, 1), dw, db
     for p in range(kh):
         for q in range(kw):
             target = (slice(None), slice(None),
@@ -419,7 +428,10 @@ def test_conv_backward_variant_without_mistakes_passes(capsys):
     ({"add": False}, "output 0 (dx)", "windows overlap: col2im must ADD each tap's gradient"),
     ({"db": "one_image"}, "output 2 (db)", "your db is the sum over ONE image"),
     ({"db": "keepdims"}, "output 2 (db)", "db has b's shape (O,)"),
+    ({"per_pixel": True}, "output 0 (dx)", "windows overlap: col2im must ADD each tap's "
+                                           "gradient"),
     ({"dw_layout": "reshape"}, "output 1 (dw)", "dw is reshaped where a transpose is needed"),
+    ({"dw_layout": "oihw"}, "output 1 (dw)", "dw has w's shape (kh, kw, C, O)"),
 ])
 def test_conv_backward_mistakes(capsys, mistake, output, hint):
     ok, out = run(capsys, "ex11.conv_backward_nhwc",
