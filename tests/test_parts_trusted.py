@@ -459,26 +459,27 @@ def ring_all_reduce(arrays):
     return total / len(arrays), sent  # the mean, not the sum
 """),
     # ex11: values only
-    "ex11.im2col": (RAW, """
-def im2col(x, kh, kw, stride=1, pad=0):
-    return course_module("ex11").im2col_loops(x, kh, kw, stride, pad).T  # one ROW per window
+    "ex11.im2col_dilated": (RAW, """
+def im2col_dilated(x, kh, kw, stride=1, pad=0, dilation=1):
+    return course_module("ex11").im2col_loops(x, kh, kw, stride, pad, dilation).T  # ROWS
 """),
-    "ex11.conv_forward": (RAW, """
-def conv_forward(x, w, b, stride=1, pad=0):
-    return course_module("ex11")._torch_conv(x, w, None, stride, pad)  # no bias
+    "ex11.conv_forward_nhwc": (RAW, """
+def conv_forward_nhwc(x, w, b, stride=1, pad=0, dilation=1):
+    return course_module("ex11")._torch_conv_nhwc(x, w, None, stride, pad, dilation)  # no bias
 """),
-    "ex11.conv_backward": (RAW, """
-def conv_backward(dout, x, w, stride=1, pad=0):
-    dx, dw, db = course_module("ex11")._backward_expected(dout, x, w, stride, pad)
-    return dx, dw, db / (dout.shape[0] * dout.shape[2] * dout.shape[3])  # a mean, not a sum
+    "ex11.conv_backward_nhwc": (RAW, """
+def conv_backward_nhwc(dout, x, w, stride=1, pad=0, dilation=1):
+    dx, dw, db = course_module("ex11")._backward_expected(dout, x, w, stride, pad, dilation)
+    return dx, dw, dout[0].sum(axis=(0, 1))  # db from one image
 """),
-    "ex11.max_pool_forward": (RAW, """
-def max_pool_forward(x, k, stride):
-    return course_module("ex11")._pool_loops(x, k, stride, np.mean)  # average pooling
+    "ex11.avg_pool_forward": (RAW, """
+def avg_pool_forward(x, k, stride, pad):
+    return course_module("ex11")._torch_avg_pool(x, k, stride, pad, True)  # the padding counted
 """),
-    "ex11.max_pool_backward": (RAW, """
-def max_pool_backward(dout, x, k, stride):
-    return course_module("ex11")._pool_spread(dout, x, k, stride)  # to every element
+    "ex11.avg_pool_backward": (RAW, """
+def avg_pool_backward(dout, x, k, stride, pad):
+    _pool_sum_backward = course_module("ex11")._pool_sum_backward
+    return _pool_sum_backward(dout, x, k, stride, pad)  # the whole gradient to every pixel
 """),
     # ex12
     "ex12.memory_budget": (RAW, """
