@@ -159,11 +159,12 @@ def choose_gpus(vendors, cuda_cores, memory_gb, bandwidth_gb_s):
 def pick_device(cuda_available, device_count, index):
     return f"cuda:{index}" if cuda_available else "cpu"  # any index, even past the last GPU
 """),
-    "ex01.read_cpuinfo": (RAW, """
-def read_cpuinfo(text):
-    _cpuinfo_expected = course_module("ex01")._cpuinfo_expected
-    model, logical, physical, simd, fma = _cpuinfo_expected(text)
-    return model, logical, logical, simd, fma  # hyperthreads counted as cores
+    "ex01.machine_peak": (RAW, """
+def machine_peak(physical_id, core_id, flags, clock_mhz, fma_units):
+    logical = len(physical_id)  # hyperthreads counted as cores
+    bits = 512 if "avx512f" in flags.split() else 256 if "avx" in flags.split() else 128
+    per_lane = 2 if "fma" in flags.split() else 1
+    return logical * clock_mhz * 1e6 * bits / 32 * per_lane * fma_units / 1e9
 """),
     # ex02
     "ex02.gflops": (RAW, """
