@@ -233,13 +233,13 @@ def prefetch(batches, depth):
         raise exc  # the batches read before the error are lost
     yield from items
 """),
-    "ex03.epoch_batches": (RAW, """
-def epoch_batches(n_rows, batch_size, seed, drop_last, epoch):
-    rng = np.random.RandomState(seed)  # the legacy generator
-    for _ in range(epoch + 1):
-        order = rng.permutation(n_rows)
-    count = n_rows // batch_size if drop_last else -(-n_rows // batch_size)
-    return [order[k * batch_size:(k + 1) * batch_size] for k in range(count)]
+    "ex03.pipeline_epoch": (RAW, """
+def pipeline_epoch(read_s, compute_s, depth):  # the queue never fills: depth ignored
+    put = step_end = 0.0
+    for read in read_s:
+        put += read
+        step_end = max(put, step_end) + compute_s
+    return step_end
 """),
     # ex04
     "ex04.four_input_backward": (RAW, """
