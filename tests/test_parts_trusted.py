@@ -428,9 +428,10 @@ def squared_error_grads(y_hat, y):
     d = y_hat - y  # the 2 forgotten
     return d / len(y), d, d / (2 * len(y))
 """),
-    "ex09.code_lines": (RAW, """
-def code_lines(source):
-    return sum(1 for line in source.splitlines() if line.strip())  # every non-blank line
+    "ex09.matching_lr": (RAW, """
+def matching_lr(lr, loss_from, loss_to, n, optimizer):
+    scale = {"tf": 1 / n, "torch": 1.0, "caffe": 1 / (2 * n)}
+    return lr * scale[loss_from] / scale[loss_to]  # Adam scaled like SGD
 """),
     # ex10: values only
     "ex10.shard_indices": (RAW, """
