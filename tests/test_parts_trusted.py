@@ -159,11 +159,12 @@ def choose_gpus(vendors, cuda_cores, memory_gb, bandwidth_gb_s):
 def pick_device(cuda_available, device_count, index):
     return f"cuda:{index}" if cuda_available else "cpu"  # any index, even past the last GPU
 """),
-    "ex01.read_cpuinfo": (RAW, """
-def read_cpuinfo(text):
-    _cpuinfo_expected = course_module("ex01")._cpuinfo_expected
-    model, logical, physical, simd, fma = _cpuinfo_expected(text)
-    return model, logical, logical, simd, fma  # hyperthreads counted as cores
+    "ex01.machine_peak": (RAW, """
+def machine_peak(physical_id, core_id, flags, clock_mhz, fma_units):
+    logical = len(physical_id)  # hyperthreads counted as cores
+    bits = 512 if "avx512f" in flags.split() else 256 if "avx" in flags.split() else 128
+    per_lane = 2 if "fma" in flags.split() else 1
+    return logical * clock_mhz * 1e6 * bits / 32 * per_lane * fma_units / 1e9
 """),
     # ex02
     "ex02.gflops": (RAW, """
@@ -232,13 +233,13 @@ def prefetch(batches, depth):
         raise exc  # the batches read before the error are lost
     yield from items
 """),
-    "ex03.epoch_batches": (RAW, """
-def epoch_batches(n_rows, batch_size, seed, drop_last, epoch):
-    rng = np.random.RandomState(seed)  # the legacy generator
-    for _ in range(epoch + 1):
-        order = rng.permutation(n_rows)
-    count = n_rows // batch_size if drop_last else -(-n_rows // batch_size)
-    return [order[k * batch_size:(k + 1) * batch_size] for k in range(count)]
+    "ex03.pipeline_epoch": (RAW, """
+def pipeline_epoch(read_s, compute_s, depth):  # the queue never fills: depth ignored
+    put = step_end = 0.0
+    for read in read_s:
+        put += read
+        step_end = max(put, step_end) + compute_s
+    return step_end
 """),
     # ex04
     "ex04.four_input_backward": (RAW, """
@@ -427,9 +428,10 @@ def squared_error_grads(y_hat, y):
     d = y_hat - y  # the 2 forgotten
     return d / len(y), d, d / (2 * len(y))
 """),
-    "ex09.code_lines": (RAW, """
-def code_lines(source):
-    return sum(1 for line in source.splitlines() if line.strip())  # every non-blank line
+    "ex09.matching_lr": (RAW, """
+def matching_lr(lr, loss_from, loss_to, n, optimizer):
+    scale = {"tf": 1 / n, "torch": 1.0, "caffe": 1 / (2 * n)}
+    return lr * scale[loss_from] / scale[loss_to]  # Adam scaled like SGD
 """),
     # ex10: values only
     "ex10.shard_indices": (RAW, """
