@@ -592,8 +592,8 @@ PARTS = [
             NonFinite("inf or nan: subtract each row's maximum from the logits before exp (it "
                       "changes nothing mathematically and keeps exp from overflowing)"),
             Mistake(lambda e, a: unless_right(e[1], len(a[1]) * e[1]),
-                    "exactly N times too large: the loss is a MEAN over the batch, so every "
-                    "row's gradient is divided by N", output=1, rtol=1e-5, atol=1e-7),
+                    "exactly N times too large: the loss is a MEAN over the batch, so "
+                    "divide the gradient by N", output=1, rtol=1e-5, atol=1e-7),
             Mistake(lambda e, a: unless_right(e[1], _softmax(a[0]) / len(a[1])), CE_LABEL,
                     output=1, rtol=1e-5, atol=1e-7),
             Mistake(lambda e, a: unless_right(e[1], _softmax(a[0])), CE_LABEL, output=1,
