@@ -3,6 +3,7 @@ hint (no hint speaks to a right answer), writes into inputs and library gradient
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 from exercise_helpers import (
     assert_solution_passes,
+    checked,
     course_module,
     course_part,
     run_check,
@@ -27,7 +29,8 @@ from edu_dl.grading.trust import source as trusted_source
 pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there
 
 ex05 = course_module("ex05")
-NOTEBOOK = Path(__file__).resolve().parents[1] / "solutions" / "05_autograd_from_scratch.ipynb"
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK = ROOT / "solutions" / "05_autograd_from_scratch.ipynb"
 BY_HAND = "this part asks you to derive the gradient yourself"
 SOLUTION = solution_namespace("05_autograd_from_scratch.ipynb")
 CHECKED = {"ex05.mul_backward": "mul_backward", "ex05.relu_backward": "relu_backward",
@@ -308,6 +311,16 @@ def test_a_typical_mistake_fails_with_its_hint(capsys: pytest.CaptureFixture[str
     assert hint in out, out
 
 
+@pytest.mark.parametrize(("part_id", "fn", "hint"), MISTAKES[::3],
+                         ids=[f"{p}-{h[:30]}" for p, _, h in MISTAKES[::3]])
+def test_the_release_gives_the_same_hint(monkeypatch: pytest.MonkeyPatch, part_id: str,
+                                         fn: Any, hint: str) -> None:
+    """What students have, exercises/parts/ex05.npz (frozen replays and rules), hints alike."""
+    monkeypatch.chdir(ROOT / "exercises")
+    outcome, report = checked(part_id, fn)
+    assert not outcome and hint in report, report
+
+
 def test_every_hint_is_shown_by_some_mistake() -> None:
     """No hint is dead text: each new part's hints are each what some mistake above gets."""
     for part in ex05.PARTS:
@@ -339,6 +352,63 @@ def test_relu_backward_writing_into_dout_is_refused(capsys: pytest.CaptureFixtur
 
     ok, _ = run_check(capsys, "ex05.relu_backward", into_dout)
     assert not ok
+
+
+# --------------------------------------------------------------------------- nothing re-typed
+
+
+def _words(line: str) -> str:
+    """A code line without its comment and with its spaces normalised."""
+    return re.sub(r"\s+", " ", line.split("#")[0]).strip()
+
+
+def test_no_solution_is_lecture_code_retyped() -> None:
+    """At most a quarter of each solution region's lines appears, verbatim, in a lecture's code
+    or output (printed sources) or in edu_dl: the exercise asks for what the lecture leaves open."""
+    text = [p.read_text() for p in (ROOT / "edu_dl").rglob("*.py")]
+    for path in (ROOT / "lectures").glob("*.ipynb"):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "code":
+                text += [cell.source, *(o.get("text", "") for o in cell.get("outputs", []))]
+    known = {_words(line) for chunk in text for line in chunk.splitlines()}
+    regions = [region for cell in nbformat.read(NOTEBOOK, as_version=4).cells
+               if cell.metadata.get("nbgrader", {}).get("solution")
+               for region in re.findall(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION",
+                                        cell.source, re.S)]
+    assert len(regions) == 17
+    for region in regions:
+        lines = [w for w in map(_words, region.splitlines()) if w]
+        retyped = [w for w in lines if w in known]
+        assert len(retyped) <= len(lines) / 4, retyped
+
+
+def outside_and_pieces(cell_source: str) -> tuple[str, set[str]]:
+    """A solution cell's given text (docstrings, signatures) and the pieces of its solution's
+    lines: each side of `=` and `,`, without `return`, of 8 characters or more and with an
+    operator or a call (a bare name says nothing)."""
+    given = re.sub(r"### BEGIN SOLUTION\n.*?### END SOLUTION", "", cell_source, flags=re.S)
+    pieces = {piece.strip() for region in re.findall(
+        r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", cell_source, re.S)
+        for line in region.splitlines()
+        for piece in re.split(r",|=|\breturn\b", _words(line))
+        if len(piece.strip()) >= 8 and re.search(r"[-+*/@(]", piece)}
+    return _words(given.replace("\n", " ")), pieces
+
+
+OLD_MATMUL = '''def matmul_backward(dout, x, w):
+    """Backward of out = x @ w: dx = dout @ w.T, dw = x.T @ dout."""
+    ### BEGIN SOLUTION
+    return dout @ w.T, x.T @ dout
+    ### END SOLUTION'''
+
+
+def test_no_docstring_gives_the_line_to_type() -> None:
+    given, pieces = outside_and_pieces(OLD_MATMUL)  # what issue 25 found: the check sees it
+    assert pieces == {"dout @ w.T", "x.T @ dout"} and all(p in given for p in pieces)
+    for cell in nbformat.read(NOTEBOOK, as_version=4).cells:
+        if cell.metadata.get("nbgrader", {}).get("solution"):
+            given, pieces = outside_and_pieces(cell.source)
+            assert not [p for p in pieces if p in given], cell.source
 
 
 # --------------------------------------------------------------------------- library gradients
