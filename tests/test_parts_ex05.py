@@ -22,7 +22,7 @@ from exercise_helpers import (
 
 import edu_dl
 from edu_dl import models
-from edu_dl.grading import protocol
+from edu_dl.grading import judge, protocol
 from edu_dl.grading.hints import first_hint
 from edu_dl.grading.trust import source as trusted_source
 
@@ -74,6 +74,32 @@ def test_drawn_programs_use_a_value_twice_and_vary() -> None:
         used = [i for code, a, b in program.tolist() for i in ((a, b) if code == 0 else (a,))]
         assert np.bincount(used).max() >= 2
     assert len({p.tobytes() for p in programs}) == len(programs)
+
+
+class TapeWithoutExp(Tape):
+    def exp(self, a):
+        raise NotImplementedError
+
+
+def test_each_op_of_the_tape_earns_its_share() -> None:
+    """tape_ops is graded case by case: a tape without exp keeps the other ops' points."""
+    part = course_part("ex05.tape_ops")
+    rng = np.random.default_rng(11)
+    cases = protocol.roundtrip([*part.cases(rng, False), *part.cases(rng, True)])
+    got: list[Any] = []
+    for args in cases:
+        try:
+            got.append(part.call(TapeWithoutExp, args))
+        except NotImplementedError:
+            got.append(protocol.ErrorText("not implemented yet"))
+    judged = judge.judge_part(part, cases, got, found_source("ex05.tape_ops"))
+    exps = sum(str(args[0]) == "exp" for args in cases)
+    assert judged.status == "partial" and exps == 2
+    assert judged.points == pytest.approx(part.points * (len(cases) - exps) / len(cases), abs=0.01)
+
+
+def found_source(part_id: str) -> str | None:
+    return trusted_source.find_source(nbformat.read(NOTEBOOK, as_version=4), part_id)
 
 
 def test_the_tape_differentiates_a_composed_program_as_torch_does() -> None:
