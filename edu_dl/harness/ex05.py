@@ -46,10 +46,10 @@ def call_leaving_inputs(fn: Callable[..., Any], args: Case) -> Any:
 
 
 def call_unbroadcast(fn: Callable[..., Any], args: Case) -> Any:
-    """fn(grad, shape) with the shape as a tuple of ints (a case stores it as an array)."""
-    grad, shape = args
-    target = tuple(int(d) for d in np.asarray(shape).reshape(-1))
-    return call_leaving_inputs(fn, (grad, target))
+    """fn(grad, shape): a case stores the shape as an array of zeros of that shape (so a
+    message shows it as a shape)."""
+    grad, like = args
+    return call_leaving_inputs(fn, (grad, tuple(int(d) for d in np.shape(like))))
 
 
 # --------------------------------------------------------------------------- the student's tape
