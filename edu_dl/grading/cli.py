@@ -154,6 +154,7 @@ def add_grade(subparsers: Any) -> None:
 
 def run_grade(args: argparse.Namespace) -> int:
     from .batch import grade
+    from .classreport import after_batch as class_at_a_glance
     from .cluster import ClusterError
     from .notebooks import NotebookError
     from .policy import Dates, LatePolicy, PolicyError, parse_time, read_roster
@@ -188,6 +189,7 @@ def run_grade(args: argparse.Namespace) -> int:
         say(f"edu-dl grade: {exc}", sys.stderr)
         return 2
     say(summary_text(summary))
+    say(class_at_a_glance(args.out))
     say(f"wrote {args.out / 'grades.csv'}, {args.out / 'manual.csv'}, "
           f"{args.out / 'feedback'}/, {args.out / 'feedback_html'}/, "
           f"{args.out / 'nbgrader_grades.csv'}")
@@ -261,3 +263,39 @@ def cluster_options(args: argparse.Namespace) -> ClusterOptions | None:
     return ClusterOptions(scheduler=args.scheduler or "", local_workers=args.local_workers or 0,
                           tls_ca_file=args.tls_ca_file, tls_cert=args.tls_cert,
                           tls_key=args.tls_key)
+
+
+def add_report(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "report",
+        help="the class at a glance: students, pass rates, histogram, shared cells, mistakes",
+        description="Read a graded batch (edu-dl grade's --out folder, or its grades.csv) and "
+        "print, counted in students (not rows): per exercise who submitted, is missing, late, "
+        "crashed or timed out; per part the pass rate and mean points; the typical mistakes "
+        "each hint recognised (how many students, one example); and the solution cells two or "
+        "more students submitted identically once comments, blank lines and spacing are "
+        "removed (for a person to look at: identical code proves nothing by itself). Writes "
+        "score_histogram.png beside the gradebook.",
+    )
+    parser.add_argument("grades", type=Path, metavar="GRADES",
+                        help="the --out folder of edu-dl grade, or its grades.csv")
+    parser.add_argument("--format", choices=("text", "markdown", "json"), default="text",
+                        help="text for a terminal (default), markdown for a page, json for "
+                        "a program (every number, every shared cell)")
+    parser.set_defaults(handler=run_report)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from .classreport import HISTOGRAM, ReportError, build, gradebook_path, render, write_histogram
+
+    try:
+        report = build(args.grades)
+    except ReportError as exc:
+        say(f"edu-dl report: {exc}", sys.stderr)
+        return 2
+    try:
+        write_histogram(report, gradebook_path(args.grades).parent / HISTOGRAM)
+    except OSError as exc:  # a read-only gradebook folder: the numbers all the same
+        report.notes.append(f"the histogram could not be written ({exc})")
+    say(render(report, args.format))
+    return 0

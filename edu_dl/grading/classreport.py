@@ -1,0 +1,482 @@
+"""``edu-dl report GRADES``: the class at a glance, from a graded batch's output folder.
+
+Counted in **students**, never rows: per exercise how many submitted, how many are missing,
+late, or crashed or timed out; per part the share of the students who submitted that passed it
+and their mean points; a histogram of the scores (``score_histogram.png`` beside the
+gradebook); solution cells that two or more students submitted identically once comments,
+blank lines and spacing are removed; and the misconception table, how many students made each
+typical mistake a hint recognised (the gradebook's ``hint`` column), with one example each.
+
+What a batch records for it at grade time is ``class.json`` in OUT (:func:`record_class`): per
+student and solution cell the digest of the normalized cell (``trust.cells``: no text of the
+student's), and each part's hints by identifier with their messages (the author's text). Every
+text shown that a student could have written (a name) goes through ``trust.text``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .hints import hint_id
+from .model import Job, Refused
+from .nbgrader import grade_id, is_solution, student_version
+from .notebooks import NotebookError, write_atomic
+from .policy import LATE
+from .settings import MB, Settings
+from .trust.cells import MIN_TOKENS, cell_print
+from .trust.files import read_bounded
+from .trust.notebook import parse_notebook
+from .trust.text import for_markdown, for_terminal, visible
+
+CLASS_DATA = "class.json"
+HISTOGRAM = "score_histogram.png"
+GRADEBOOK = "grades.csv"
+MAX_GRADEBOOK_MB = 512
+MAX_CLASS_DATA_MB = 256
+FORMAT = 1
+# A row in one of these says the submission did not run to its end.
+BROKEN = frozenset({"crashed", "timeout", "memory", "processes", "grader error", "refused"})
+NOT_PARTS = ("", LATE)  # rows that are no part: a refused file, a late penalty
+SHOWN_CLUSTERS = 30  # in text and Markdown; JSON lists all
+HISTOGRAM_EXERCISES = 24
+CAUTION = ("identical code is common for short or standard answers and proves nothing by "
+           "itself: look at the notebooks before drawing any conclusion")
+
+
+class ReportError(ValueError):
+    """The gradebook cannot be read; the message says why."""
+
+
+# --------------------------------------------------------------------------- recorded at grade time
+
+
+def record_class(out: Path, jobs: list[Job], settings: Settings,
+                 log: Callable[[str], None] = print) -> None:
+    """Write OUT/class.json: the normalized solution cells' digests of every submission, and
+    every part's hints. Never raises: a submission that cannot be read is left out (its row
+    already says why), and a failure to write is logged."""
+    try:
+        cells: list[list[Any]] = []
+        stubs: dict[str, dict[str, str]] = {}
+        for job in jobs:
+            cells += _job_cells(job, settings, stubs)
+        exercises = {id(j.exercise): j.exercise for j in jobs}.values()
+        solutions = {exercise.name: _digests(exercise.notebook) for exercise in exercises}
+        hints = {exercise.name: {part_id: {hint_id(h, i): visible(_message(h))
+                                           for i, h in enumerate(part.hints)}
+                                 for part_id, part in exercise.specs.items()}
+                 for exercise in exercises}
+        data = {"format": FORMAT, "cells": cells, "hints": hints, "solutions": solutions}
+        write_atomic(out / CLASS_DATA, json.dumps(data, separators=(",", ":")).encode())
+    except Exception as exc:  # the gradebooks are written; the class report is a bonus
+        log(for_terminal(f"{CLASS_DATA} could not be written ({type(exc).__name__}: {exc}); "
+                         "the gradebooks are complete"))
+
+
+def _message(hint: Any) -> str:
+    return str(hint.message if hasattr(hint, "message") else hint[1])
+
+
+def _job_cells(job: Job, settings: Settings, stubs: dict[str, dict[str, str]]
+               ) -> list[list[Any]]:
+    """[student, exercise, grade_id, digest, tokens] of each of the job's solution cells that
+    is not trivial: not the released stub, at least MIN_TOKENS tokens."""
+    if job.path is None or job.refused:
+        return []
+    exercise = job.exercise
+    if exercise.name not in stubs:
+        stubs[exercise.name] = _digests(exercise.notebook, released=True)
+    wanted = stubs[exercise.name]
+    try:
+        nb = parse_notebook(read_bounded(job.path, settings.notebook_mb * MB), job.path.name)
+    except (Refused, NotebookError, RecursionError):
+        return []
+    found: list[list[Any]] = []
+    seen: set[str] = set()
+    for cell in nb.cells:
+        gid = grade_id(cell) if isinstance(cell.get("metadata"), dict) else None
+        if gid not in wanted or gid in seen or cell.get("cell_type") != "code":
+            continue
+        seen.add(gid)
+        printed = cell_print(str(cell.get("source", "")))
+        if printed is None or printed.tokens < MIN_TOKENS or printed.digest == wanted[gid]:
+            continue
+        found.append([job.student, exercise.name, gid, printed.digest, printed.tokens])
+    return found
+
+
+def _digests(source: Any, released: bool = False) -> dict[str, str]:
+    """grade_id -> digest of each code solution cell of the source, or (``released``) of the
+    cell as released, unsolved: the stub."""
+    solutions = {grade_id(c) for c in source.cells
+                 if c.get("cell_type") == "code" and is_solution(c) and grade_id(c)}
+    try:
+        cells = student_version(source).cells if released else source.cells
+        by_id = {grade_id(c): c for c in cells}
+    except Exception:  # a notebook nbgrader could not release: no stub to leave out
+        by_id = {}
+    digests = {}
+    for gid in solutions:
+        printed = cell_print(str(by_id[gid].get("source", ""))) if gid in by_id else None
+        digests[str(gid)] = printed.digest if printed else ""
+    return digests
+
+
+# --------------------------------------------------------------------------- the report
+
+
+@dataclass
+class ExerciseCount:
+    """Students of one exercise, each counted once."""
+
+    exercise: str
+    students: int = 0
+    submitted: int = 0
+    missing: int = 0
+    late: int = 0
+    crashed_or_timed_out: int = 0
+    mean_score: float = 0.0  # over the students who submitted, late penalties included
+    max_score: float = 0.0
+
+
+@dataclass
+class PartRate:
+    exercise: str
+    part: str
+    students: int  # who submitted
+    passed: int
+    mean_points: float
+    max_points: float
+
+    @property
+    def pass_rate(self) -> float:
+        return self.passed / self.students if self.students else 0.0
+
+
+@dataclass
+class SharedCell:
+    """One solution cell that ``students`` submitted identically (normalized)."""
+
+    exercise: str
+    cell: str
+    tokens: int
+    students: list[str]
+    same_as_solution: bool = False  # the source notebook's own solution cell
+
+
+@dataclass
+class Misconception:
+    """How many students' rows of a part a hint recognised, with one example student."""
+
+    exercise: str
+    part: str
+    hint: str
+    message: str
+    students: int
+    example: str
+
+
+@dataclass
+class ClassReport:
+    exercises: list[ExerciseCount] = field(default_factory=list)
+    parts: list[PartRate] = field(default_factory=list)
+    shared_cells: list[SharedCell] = field(default_factory=list)
+    misconceptions: list[Misconception] = field(default_factory=list)
+    scores: dict[str, list[float]] = field(default_factory=dict)  # exercise -> % per student
+    histogram: str = ""  # the PNG's path, when written
+    notes: list[str] = field(default_factory=list)
+
+
+def gradebook_path(grades: Path) -> Path:
+    """GRADES as given: the --out folder or its grades.csv."""
+    return grades / GRADEBOOK if grades.is_dir() else grades
+
+
+def read_gradebook(path: Path) -> list[dict[str, str]]:
+    """grades.csv's rows, read bounded; ReportError when it is not a gradebook."""
+    try:
+        text = read_bounded(path, MAX_GRADEBOOK_MB * MB, "for a gradebook").decode("utf-8")
+    except (Refused, OSError) as exc:
+        raise ReportError(f"{path}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ReportError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    csv.field_size_limit(MAX_GRADEBOOK_MB * MB)
+    reader = csv.DictReader(io.StringIO(text))
+    need = {"student", "exercise", "part", "points", "max_points", "status"}
+    if not need <= set(reader.fieldnames or ()):
+        raise ReportError(f"{path}: not a gradebook of edu-dl grade (it needs the columns "
+                          f"{', '.join(sorted(need))})")
+    return list(reader)
+
+
+def read_class_data(path: Path) -> dict[str, Any]:
+    """class.json, checked entry by entry ({} when there is none or it is unreadable)."""
+    try:
+        data = json.loads(read_bounded(path, MAX_CLASS_DATA_MB * MB, "for class data"))
+    except (Refused, OSError, ValueError, RecursionError):
+        return {}
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        return {}
+    cells = [c for c in data.get("cells", []) if isinstance(c, list) and len(c) == 5
+             and all(isinstance(v, str) for v in c[:4]) and isinstance(c[4], int)]
+    hints = data.get("hints") if isinstance(data.get("hints"), dict) else {}
+    solutions = data.get("solutions") if isinstance(data.get("solutions"), dict) else {}
+    return {"cells": cells, "hints": hints, "solutions": solutions}
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def build(grades: Path) -> ClassReport:
+    """The report of the batch whose gradebook is ``grades`` (the folder or grades.csv)."""
+    path = gradebook_path(grades)
+    rows = read_gradebook(path)
+    data = read_class_data(path.parent / CLASS_DATA)
+    report = ClassReport()
+    by_exercise: dict[str, dict[str, list[dict[str, str]]]] = defaultdict(lambda: defaultdict(
+        list))
+    for row in rows:
+        if row.get("exercise"):
+            by_exercise[row["exercise"]][row.get("student", "")].append(row)
+    for exercise, students in by_exercise.items():
+        report.exercises.append(_count(exercise, students, report.scores))
+        report.parts += _rates(exercise, students)
+        report.misconceptions += _misconceptions(exercise, students,
+                                                 data.get("hints", {}).get(exercise, {}))
+    report.shared_cells = shared_cells(data.get("cells", []), data.get("solutions", {}))
+    if rows and "hint" not in rows[0]:
+        report.notes.append("this gradebook has no hint column (graded by an older edu-dl): "
+                            "grade again for the misconception table")
+    if not data:
+        report.notes.append(f"no {CLASS_DATA} beside the gradebook (graded by an older "
+                            "edu-dl): grade again to list identical solution cells")
+    return report
+
+
+def _count(exercise: str, students: dict[str, list[dict[str, str]]],
+           scores: dict[str, list[float]]) -> ExerciseCount:
+    count = ExerciseCount(exercise, students=len(students))
+    totals = []
+    for mine in students.values():
+        statuses = {r.get("status", "") for r in mine if r.get("part") not in NOT_PARTS}
+        if statuses == {"missing"}:
+            count.missing += 1
+            continue
+        count.submitted += 1
+        count.late += any(r.get("part") == LATE and r.get("status") == "late" for r in mine)
+        count.crashed_or_timed_out += bool(statuses & BROKEN)
+        got = sum(_number(r.get("points", "")) for r in mine)
+        most = sum(_number(r.get("max_points", "")) for r in mine)
+        totals.append((got, most))
+    if totals:
+        count.mean_score = sum(g for g, _ in totals) / len(totals)
+        count.max_score = max(m for _, m in totals)
+        scores[exercise] = [100.0 * g / m if m else 0.0 for g, m in totals]
+    return count
+
+
+def _submitted(students: dict[str, list[dict[str, str]]]) -> dict[str, list[dict[str, str]]]:
+    return {s: [r for r in mine if r.get("part") not in NOT_PARTS]
+            for s, mine in students.items()
+            if {r.get("status") for r in mine if r.get("part") not in NOT_PARTS} != {"missing"}}
+
+
+def _rates(exercise: str, students: dict[str, list[dict[str, str]]]) -> list[PartRate]:
+    by_part: dict[str, list[dict[str, str]]] = defaultdict(list)
+    for mine in _submitted(students).values():
+        for r in mine:
+            by_part[r.get("part", "")].append(r)
+    return [PartRate(exercise, part, len(rows), sum(r.get("status") == "passed" for r in rows),
+                     sum(_number(r.get("points", "")) for r in rows) / len(rows),
+                     max(_number(r.get("max_points", "")) for r in rows))
+            for part, rows in by_part.items()]
+
+
+def _misconceptions(exercise: str, students: dict[str, list[dict[str, str]]],
+                    catalogue: Any) -> list[Misconception]:
+    """Per part and hint, the students whose row the hint recognised, most common first."""
+    seen: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for student, mine in students.items():
+        for r in mine:
+            for hint in dict.fromkeys((r.get("hint") or "").split()):
+                seen[(r.get("part", ""), hint)].append(student)
+    found = []
+    for (part, hint), who in seen.items():
+        messages = catalogue.get(part, {}) if isinstance(catalogue, dict) else {}
+        message = messages.get(hint, "") if isinstance(messages, dict) else ""
+        found.append(Misconception(exercise, part, hint, str(message), len(who), min(who)))
+    return sorted(found, key=lambda m: (m.part, -m.students, m.hint))
+
+
+def shared_cells(cells: Iterable[list[Any]], solutions: Any = None) -> list[SharedCell]:
+    """Groups of two or more students with the same normalized solution cell, the largest
+    cells first (short ones are more often alike by chance); ``solutions`` (exercise ->
+    grade_id -> digest) marks those equal to the source's own solution."""
+    solutions = solutions if isinstance(solutions, dict) else {}
+    groups: dict[tuple[str, str, str], tuple[int, set[str]]] = {}
+    for student, exercise, cell, digest, tokens in cells:
+        groups.setdefault((exercise, cell, digest), (tokens, set()))[1].add(student)
+    found = [SharedCell(exercise, cell, tokens, sorted(who),
+                        _solution_digest(solutions, exercise, cell) == digest)
+             for (exercise, cell, digest), (tokens, who) in groups.items() if len(who) > 1]
+    return sorted(found, key=lambda s: (-s.tokens, -len(s.students), s.exercise, s.cell))
+
+
+def _solution_digest(solutions: dict[str, Any], exercise: str, cell: str) -> Any:
+    mine = solutions.get(exercise)
+    return mine.get(cell) if isinstance(mine, dict) else None
+
+
+# --------------------------------------------------------------------------- the histogram
+
+
+def write_histogram(report: ClassReport, path: Path) -> Path | None:
+    """score_histogram.png: per exercise, how many students scored in each tenth of the
+    maximum (Agg, no display needed); None when nobody submitted."""
+    if not report.scores:
+        return None
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    exercises = list(report.scores)[:HISTOGRAM_EXERCISES]
+    columns = min(3, len(exercises))
+    rows = -(-len(exercises) // columns)
+    figure = Figure(figsize=(4.2 * columns, 2.8 * rows), layout="constrained")
+    FigureCanvasAgg(figure)
+    for index, exercise in enumerate(exercises):
+        axes = figure.add_subplot(rows, columns, index + 1)
+        scores = [min(100.0, max(0.0, s)) for s in report.scores[exercise]]
+        axes.hist(scores, bins=range(0, 101, 10), color="#48a", edgecolor="white")
+        axes.set_title(visible(exercise)[:40], fontsize=9)
+        axes.set_xlabel("score (% of the maximum)")
+        axes.set_ylabel("students")
+        axes.yaxis.set_major_locator(MaxNLocator(integer=True))
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=80)
+    write_atomic(path, buffer.getvalue())
+    report.histogram = str(path)
+    return path
+
+
+# --------------------------------------------------------------------------- rendering
+
+FORMATS = ("text", "markdown", "json")
+
+
+def render(report: ClassReport, fmt: str = "text", short: bool = False) -> str:
+    """The report as text (``short``: the lines a batch prints at its end), Markdown or JSON."""
+    if fmt == "json":
+        data = asdict(report)
+        for rate, row in zip(report.parts, data["parts"]):
+            row["pass_rate"] = round(rate.pass_rate, 4)
+        return json.dumps(data, indent=1, ensure_ascii=True)
+    if fmt == "markdown":
+        return visible("\n".join(_markdown(report)))
+    return for_terminal("\n".join(_short(report) if short else _text(report)))
+
+
+def _percent(rate: PartRate) -> str:
+    return f"{100 * rate.pass_rate:.0f}%"
+
+
+def _exercise_line(c: ExerciseCount) -> str:
+    return (f"{c.exercise}: {c.students} students, {c.submitted} submitted, {c.missing} "
+            f"missing, {c.late} late, {c.crashed_or_timed_out} crashed or timed out; mean "
+            f"{c.mean_score:.2f} of {c.max_score:g}")
+
+
+def _short(report: ClassReport) -> list[str]:
+    lines = ["the class at a glance (counted in students; edu-dl report OUT for all of it):"]
+    for c in report.exercises:
+        rates = [r for r in report.parts if r.exercise == c.exercise and r.students]
+        hardest = min(rates, key=lambda r: r.pass_rate, default=None)
+        lines.append(f"  {_exercise_line(c)}" + (
+            f"; fewest passed {hardest.part} ({_percent(hardest)})" if hardest else ""))
+    if report.shared_cells:
+        students = {s for cell in report.shared_cells for s in cell.students}
+        lines.append(f"  {len(report.shared_cells)} solution cells submitted identically by "
+                     f"two or more students ({len(students)} students) to look at")
+    if report.histogram:
+        lines.append(f"  scores: {report.histogram}")
+    return lines
+
+
+def _text(report: ClassReport) -> list[str]:
+    lines = ["Students (each counted once per exercise)"]
+    lines += [f"  {_exercise_line(c)}" for c in report.exercises]
+    lines += ["", "Parts (of the students who submitted)",
+              f"  {'part':36} {'passed':>12} {'mean points':>14}"]
+    lines += [f"  {r.part:36} {f'{r.passed}/{r.students} {_percent(r)}':>12} "
+              f"{f'{r.mean_points:.2f} / {r.max_points:g}':>14}" for r in report.parts]
+    lines += ["", "Typical mistakes a hint recognised (students per hint)"]
+    lines += [f"  {m.part} [{m.hint}] {m.students} students, e.g. {m.example}: {m.message}"
+              for m in report.misconceptions] or ["  none"]
+    lines += ["", f"Identical solution cells (comments, blank lines and spacing removed; "
+                  f"{CAUTION})"]
+    for s in report.shared_cells[:SHOWN_CLUSTERS]:
+        same = ", the source's own solution" if s.same_as_solution else ""
+        lines.append(f"  {s.exercise} cell {s.cell} ({s.tokens} tokens{same}): "
+                     f"{', '.join(s.students)}")
+    if len(report.shared_cells) > SHOWN_CLUSTERS:
+        lines.append(f"  ... {len(report.shared_cells) - SHOWN_CLUSTERS} more (--format json "
+                     "lists all)")
+    if not report.shared_cells:
+        lines.append("  none")
+    if report.histogram:
+        lines += ["", f"Score histogram: {report.histogram}"]
+    lines += [f"note: {n}" for n in report.notes]
+    return lines
+
+
+def _markdown(report: ClassReport) -> list[str]:
+    m = for_markdown
+    lines = ["# The class at a glance", "", "## Students (each counted once per exercise)", "",
+             "| exercise | students | submitted | missing | late | crashed or timed out | "
+             "mean score |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {m(c.exercise)} | {c.students} | {c.submitted} | {c.missing} | {c.late} | "
+              f"{c.crashed_or_timed_out} | {c.mean_score:.2f} / {c.max_score:g} |"
+              for c in report.exercises]
+    lines += ["", "## Parts (of the students who submitted)", "",
+              "| part | passed | pass rate | mean points |", "|---|---|---|---|"]
+    lines += [f"| {m(r.part)} | {r.passed} / {r.students} | {_percent(r)} | "
+              f"{r.mean_points:.2f} / {r.max_points:g} |" for r in report.parts]
+    lines += ["", "## Typical mistakes a hint recognised", "",
+              "| part | hint | students | example | message |", "|---|---|---|---|---|"]
+    lines += [f"| {m(x.part)} | {m(x.hint)} | {x.students} | {m(x.example)} | {m(x.message)} |"
+              for x in report.misconceptions]
+    lines += ["", "## Identical solution cells", "",
+              f"Comments, blank lines and spacing removed; {CAUTION}.", "",
+              "| exercise | cell | tokens | the solution's | students |",
+              "|---|---|---|---|---|"]
+    lines += [f"| {m(s.exercise)} | {m(s.cell)} | {s.tokens} | "
+              f"{'yes' if s.same_as_solution else ''} | {m(', '.join(s.students))} |"
+              for s in report.shared_cells[:SHOWN_CLUSTERS]]
+    if report.histogram:
+        lines += ["", f"![scores]({HISTOGRAM})"]
+    lines += [f"\n*note: {m(n)}*" for n in report.notes]
+    return lines
+
+
+def after_batch(out: Path) -> str:
+    """What a batch prints at its end: the short form, with the histogram written (never
+    raises: the gradebooks are complete whatever happens here)."""
+    try:
+        report = build(out)
+        write_histogram(report, out / HISTOGRAM)
+        return render(report, short=True)
+    except Exception as exc:
+        return for_terminal(f"the class report could not be made ({type(exc).__name__}: "
+                            f"{exc}); edu-dl report {out} tries again")
+
