@@ -33,6 +33,11 @@ def add_assign(subparsers: Subparsers) -> None:
                         help="folder for the student versions, e.g. exercises/")
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 if EXERCISES is not what SOURCE generates")
+    parser.add_argument("--no-run-solutions", dest="run_solutions", action="store_false",
+                        help="do not grade each solution notebook against its own tests first "
+                        "(by default assign does, in the sandbox with the hidden tests, and "
+                        "writes nothing if a part fails; a notebook that passed unchanged is "
+                        "not run again)")
     parser.set_defaults(handler=run_assign)
 
 
@@ -44,7 +49,8 @@ def run_assign(args: argparse.Namespace) -> int:
     warnings: list[str] = []
     try:
         changed = assign(args.source, args.dest, write=not args.check, dotted=dotted,
-                         warnings=warnings)
+                         warnings=warnings, run_solutions=args.run_solutions and not args.check,
+                         log=say_to_stderr)
     except NotebookError as exc:
         say(f"edu-dl assign: {exc}", sys.stderr)
         return 2
