@@ -180,3 +180,42 @@ def test_a_gradebook_from_before_the_hint_column_still_reports(tmp_path: Path) -
     (tmp_path / "other.csv").write_text("a,b\n1,2\n")
     with pytest.raises(classreport.ReportError, match="not a gradebook"):
         classreport.build(tmp_path / "other.csv")
+
+
+def test_recorded_cells_are_bounded_and_a_broken_submission_costs_only_its_own(
+        tmp_path: Path) -> None:
+    from edu_dl.grading.load import load_parts, load_source
+    from edu_dl.grading.model import Job
+
+    _source(tmp_path / "source")
+    exercises = load_source(tmp_path / "source", log=lambda s: None)
+    load_parts(exercises, tmp_path / "source")
+    exercise = exercises["hw3"]
+    evil = "\x1b[2Jevil\udcff"
+    jobs = []
+    for student, triple in (("ann", ANN), (evil, BOB), ("huge", "x = 1\n" * 30_000),
+                            ("stub", "def triple(x):\n    # YOUR CODE HERE\n"
+                                     "    raise NotImplementedError()")):
+        _submit(tmp_path / "source", tmp_path / "subs" / student, triple, GOOD_TOTAL)
+        jobs.append(Job(student, exercise, tmp_path / "subs" / student / "hw3.ipynb", "hw3"))
+    (tmp_path / "subs" / "broken").mkdir()
+    (tmp_path / "subs" / "broken" / "hw3.ipynb").write_text("[" * 10_000)
+    jobs.append(Job("broken", exercise, tmp_path / "subs" / "broken" / "hw3.ipynb", "hw3"))
+    classreport.record_class(tmp_path, jobs, FAST, log=print)
+    data = classreport.read_class_data(tmp_path / classreport.CLASS_DATA)
+    recorded = {(c[0], c[2]) for c in data["cells"]}
+    assert ("ann", "triple") in recorded and (evil, "triple") in recorded
+    assert ("huge", "triple") not in recorded and ("stub", "triple") not in recorded
+    assert not any(c[0] == "broken" for c in data["cells"])
+    assert data["hints"]["hw3"]["hw3.triple"] == {"1:Transposed": "the result is transposed",
+                                                  "2:Mistake": "multiplied by 2, not 3"}
+    text = (tmp_path / classreport.CLASS_DATA).read_bytes()
+    assert text.isascii() and b"x = 1" not in text  # digests only, no student text
+    [shared, _] = sorted(classreport.shared_cells(data["cells"]), key=lambda s: s.cell,
+                         reverse=True)
+    assert shared.students == sorted(["ann", evil])
+    shown = classreport.render(classreport.ClassReport(shared_cells=[shared]))
+    assert "\x1b" not in shown and "\\x1b[2Jevil\\xff" in shown
+    # an exercise name that looks like TeX is drawn as text
+    report = classreport.ClassReport(scores={"hw$\\frac{": [10.0, 100.0]})
+    assert classreport.write_histogram(report, tmp_path / "h.png") == tmp_path / "h.png"

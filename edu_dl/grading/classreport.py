@@ -66,7 +66,11 @@ def record_class(out: Path, jobs: list[Job], settings: Settings,
         cells: list[list[Any]] = []
         stubs: dict[str, dict[str, str]] = {}
         for job in jobs:
-            cells += _job_cells(job, settings, stubs)
+            try:
+                cells += _job_cells(job, settings, stubs)
+            except Exception as exc:  # one submission's cells, never the class's
+                log(for_terminal(f"{CLASS_DATA}: the cells of {job.student!r} "
+                                 f"{job.exercise.name} left out ({type(exc).__name__})"))
         exercises = {id(j.exercise): j.exercise for j in jobs}.values()
         solutions = {exercise.name: _digests(exercise.notebook) for exercise in exercises}
         hints = {exercise.name: {part_id: {hint_id(h, i): visible(_message(h))
@@ -207,13 +211,15 @@ def read_gradebook(path: Path) -> list[dict[str, str]]:
         raise ReportError(f"{path}: {exc}") from None
     except UnicodeDecodeError as exc:
         raise ReportError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    csv.field_size_limit(MAX_GRADEBOOK_MB * MB)
     reader = csv.DictReader(io.StringIO(text))
     need = {"student", "exercise", "part", "points", "max_points", "status"}
-    if not need <= set(reader.fieldnames or ()):
-        raise ReportError(f"{path}: not a gradebook of edu-dl grade (it needs the columns "
-                          f"{', '.join(sorted(need))})")
-    return list(reader)
+    try:
+        if not need <= set(reader.fieldnames or ()):
+            raise ReportError(f"{path}: not a gradebook of edu-dl grade (it needs the "
+                              f"columns {', '.join(sorted(need))})")
+        return list(reader)
+    except csv.Error as exc:  # a field over csv's limit (131,072 characters), a stray NUL
+        raise ReportError(f"{path}: not a readable CSV ({exc})") from None
 
 
 def read_class_data(path: Path) -> dict[str, Any]:
@@ -359,7 +365,7 @@ def write_histogram(report: ClassReport, path: Path) -> Path | None:
         axes = figure.add_subplot(rows, columns, index + 1)
         scores = [min(100.0, max(0.0, s)) for s in report.scores[exercise]]
         axes.hist(scores, bins=range(0, 101, 10), color="#48a", edgecolor="white")
-        axes.set_title(visible(exercise)[:40], fontsize=9)
+        axes.set_title(visible(exercise)[:40], fontsize=9, parse_math=False)
         axes.set_xlabel("score (% of the maximum)")
         axes.set_ylabel("students")
         axes.yaxis.set_major_locator(MaxNLocator(integer=True))

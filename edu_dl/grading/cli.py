@@ -301,7 +301,7 @@ def run_report(args: argparse.Namespace) -> int:
         return 2
     try:
         write_histogram(report, gradebook_path(args.grades).parent / HISTOGRAM)
-    except OSError as exc:  # a read-only gradebook folder: the numbers all the same
+    except (OSError, ValueError) as exc:  # a read-only folder: the numbers all the same
         report.notes.append(f"the histogram could not be written ({exc})")
     say(render(report, args.format))
     return 0
