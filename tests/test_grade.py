@@ -194,6 +194,9 @@ def test_grade_cli_gradebook_feedback_and_resume(tmp_path: Path,
     assert "BEGIN HIDDEN TESTS" in autograded.read_text()  # restored, hidden tests inserted
     summary = capsys.readouterr().out
     assert "02_mini" in summary and "graded 3 submissions" in summary
+    # the batch ends with the class at a glance, in students (2 parts each: 6 rows)
+    assert "02_mini: 3 students, 3 submitted, 0 missing" in summary
+    assert (out / "score_histogram.png").read_bytes().startswith(b"\x89PNG")
 
     # Resume: nothing changed, nothing rerun; one changed notebook, one rerun.
     assert main(argv) == 0
