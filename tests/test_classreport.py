@@ -12,6 +12,7 @@ import pytest
 
 from edu_dl.grading import batch as G
 from edu_dl.grading import classreport, sandbox
+from edu_dl.grading.classreport_show import after_batch, render, write_histogram
 from edu_dl.grading.model import Row
 from edu_dl.grading.nbgrader_course import _code
 from edu_dl.grading.policy import LATE, Person
@@ -130,13 +131,13 @@ def test_a_batch_reports_students_pass_rates_shared_cells_and_mistakes(
     (out / classreport.HISTOGRAM).unlink(missing_ok=True)
     assert main(["report", str(out / "grades.csv"), "--format", "json"]) == 0
     assert (out / classreport.HISTOGRAM).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "6 students, 5 submitted, 1 missing" in classreport.render(report)
-    assert "| hw3.triple | 2 / 5 | 40% |" in classreport.render(report, "markdown")
-    data = json.loads(classreport.render(report, "json"))
+    assert "6 students, 5 submitted, 1 missing" in render(report)
+    assert "| hw3.triple | 2 / 5 | 40% |" in render(report, "markdown")
+    data = json.loads(render(report, "json"))
     assert ["ann", "bob"] in [s["students"] for s in data["shared_cells"]]
     assert {p["part"]: p["pass_rate"] for p in data["parts"]} == {"hw3.triple": 0.4,
                                                                   "hw3.total": 0.8}
-    short = classreport.after_batch(out)
+    short = after_batch(out)
     assert "fewest passed hw3.triple (40%)" in short and "(5 students)" in short
 
 
@@ -161,9 +162,9 @@ def test_students_not_rows_late_and_hostile_names(tmp_path: Path) -> None:
     assert count.mean_score == pytest.approx((1.5 + 0 + 1) / 3)
     [mistake] = report.misconceptions
     assert mistake.students == 1 and mistake.hint == "1:Scalar"
-    text = classreport.render(report)
+    text = render(report)
     assert "\x1b" not in text and "\u202e" not in text
-    markdown = classreport.render(report, "markdown")
+    markdown = render(report, "markdown")
     assert "\x1b" not in markdown and "=cmd\\|" in markdown and "=cmd|" not in markdown
     assert "no class.json" in text  # graded without it: says so, still reports
 
@@ -214,8 +215,8 @@ def test_recorded_cells_are_bounded_and_a_broken_submission_costs_only_its_own(
     [shared, _] = sorted(classreport.shared_cells(data["cells"]), key=lambda s: s.cell,
                          reverse=True)
     assert shared.students == sorted(["ann", evil])
-    shown = classreport.render(classreport.ClassReport(shared_cells=[shared]))
+    shown = render(classreport.ClassReport(shared_cells=[shared]))
     assert "\x1b" not in shown and "\\x1b[2Jevil\\xff" in shown
     # an exercise name that looks like TeX is drawn as text
     report = classreport.ClassReport(scores={"hw$\\frac{": [10.0, 100.0]})
-    assert classreport.write_histogram(report, tmp_path / "h.png") == tmp_path / "h.png"
+    assert write_histogram(report, tmp_path / "h.png") == tmp_path / "h.png"

@@ -17,6 +17,7 @@ from hostile import corpus
 from edu_dl.cli import main
 from edu_dl.grading import batch as G
 from edu_dl.grading import cgroups, classreport, collect, model, report, restore, sandbox
+from edu_dl.grading.classreport_show import render
 from edu_dl.grading.nbgrader import grade_id
 from edu_dl.grading.settings import Settings
 from edu_dl.grading.trust import result as results
@@ -292,7 +293,7 @@ def test_hostile_corpus(tmp_path: Path) -> None:
     report = classreport.build(tmp_path / "grades")
     assert sum(c.students for c in report.exercises) == len({r.student for r in summary.rows
                                                              if r.exercise})
-    shown = classreport.render(report) + classreport.render(report, "markdown")
+    shown = render(report) + render(report, "markdown")
     assert "\x1b" not in shown and "\u202e" not in shown
     assert not escape.exists()
     caches = {".pytest_cache", ".ruff_cache", ".mypy_cache", ".hypothesis"}  # tests beside it

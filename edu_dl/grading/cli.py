@@ -160,7 +160,7 @@ def add_grade(subparsers: Any) -> None:
 
 def run_grade(args: argparse.Namespace) -> int:
     from .batch import grade
-    from .classreport import after_batch as class_at_a_glance
+    from .classreport_show import after_batch as class_at_a_glance
     from .cluster import ClusterError
     from .notebooks import NotebookError
     from .policy import Dates, LatePolicy, PolicyError, parse_time, read_roster
@@ -292,7 +292,8 @@ def add_report(subparsers: Subparsers) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from .classreport import HISTOGRAM, ReportError, build, gradebook_path, render, write_histogram
+    from .classreport import HISTOGRAM, ReportError, build, gradebook_path
+    from .classreport_show import render, write_histogram
 
     try:
         report = build(args.grades)
