@@ -33,6 +33,11 @@ def add_assign(subparsers: Subparsers) -> None:
                         help="folder for the student versions, e.g. exercises/")
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 if EXERCISES is not what SOURCE generates")
+    parser.add_argument("--no-run-solutions", dest="run_solutions", action="store_false",
+                        help="do not grade each solution notebook against its own tests first "
+                        "(by default assign does, in the sandbox with the hidden tests, and "
+                        "writes nothing if a part fails; a notebook that passed unchanged is "
+                        "not run again)")
     parser.set_defaults(handler=run_assign)
 
 
@@ -44,7 +49,8 @@ def run_assign(args: argparse.Namespace) -> int:
     warnings: list[str] = []
     try:
         changed = assign(args.source, args.dest, write=not args.check, dotted=dotted,
-                         warnings=warnings)
+                         warnings=warnings, run_solutions=args.run_solutions and not args.check,
+                         log=say_to_stderr)
     except NotebookError as exc:
         say(f"edu-dl assign: {exc}", sys.stderr)
         return 2
@@ -154,6 +160,7 @@ def add_grade(subparsers: Any) -> None:
 
 def run_grade(args: argparse.Namespace) -> int:
     from .batch import grade
+    from .classreport_show import after_batch as class_at_a_glance
     from .cluster import ClusterError
     from .notebooks import NotebookError
     from .policy import Dates, LatePolicy, PolicyError, parse_time, read_roster
@@ -188,6 +195,7 @@ def run_grade(args: argparse.Namespace) -> int:
         say(f"edu-dl grade: {exc}", sys.stderr)
         return 2
     say(summary_text(summary))
+    say(class_at_a_glance(args.out))
     say(f"wrote {args.out / 'grades.csv'}, {args.out / 'manual.csv'}, "
           f"{args.out / 'feedback'}/, {args.out / 'feedback_html'}/, "
           f"{args.out / 'nbgrader_grades.csv'}")
@@ -261,3 +269,40 @@ def cluster_options(args: argparse.Namespace) -> ClusterOptions | None:
     return ClusterOptions(scheduler=args.scheduler or "", local_workers=args.local_workers or 0,
                           tls_ca_file=args.tls_ca_file, tls_cert=args.tls_cert,
                           tls_key=args.tls_key)
+
+
+def add_report(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "report",
+        help="the class at a glance: students, pass rates, histogram, shared cells, mistakes",
+        description="Read a graded batch (edu-dl grade's --out folder, or its grades.csv) and "
+        "print, counted in students (not rows): per exercise who submitted, is missing, late, "
+        "crashed or timed out; per part the pass rate and mean points; the typical mistakes "
+        "each hint recognised (how many students, one example); and the solution cells two or "
+        "more students submitted identically once comments, blank lines and spacing are "
+        "removed (for a person to look at: identical code proves nothing by itself). Writes "
+        "score_histogram.png beside the gradebook.",
+    )
+    parser.add_argument("grades", type=Path, metavar="GRADES",
+                        help="the --out folder of edu-dl grade, or its grades.csv")
+    parser.add_argument("--format", choices=("text", "markdown", "json"), default="text",
+                        help="text for a terminal (default), markdown for a page, json for "
+                        "a program (every number, every shared cell)")
+    parser.set_defaults(handler=run_report)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from .classreport import HISTOGRAM, ReportError, build, gradebook_path
+    from .classreport_show import render, write_histogram
+
+    try:
+        report = build(args.grades)
+    except ReportError as exc:
+        say(f"edu-dl report: {exc}", sys.stderr)
+        return 2
+    try:
+        write_histogram(report, gradebook_path(args.grades).parent / HISTOGRAM)
+    except (OSError, ValueError) as exc:  # a read-only folder: the numbers all the same
+        report.notes.append(f"the histogram could not be written ({exc})")
+    say(render(report, args.format))
+    return 0
