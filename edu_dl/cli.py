@@ -16,7 +16,8 @@ from . import __version__
 from .bench.cli import add_bench
 from .caffe.cli import add_train
 from .doctor import add_doctor
-from .grading.cli import add_assign, add_grade, add_replay, add_validate
+from .grading.cli import add_assign, add_grade, add_replay, add_report, add_validate
+from .grading.lms.cli import add_lms
 
 Subparsers = Any  # argparse's _SubParsersAction is private
 
@@ -27,7 +28,8 @@ Subparsers = Any  # argparse's _SubParsersAction is private
 # `add_<name>(subparsers)` and is listed once. `edu-dl bench <kind>` parsers are listed in
 # edu_dl/bench/cli.py.
 COMMANDS: list[Callable[[Subparsers], None]] = [add_bench, add_train, add_doctor, add_assign,
-                                                 add_validate, add_grade, add_replay]
+                                                 add_validate, add_grade, add_replay,
+                                                 add_report, add_lms]
 
 
 def build_parser() -> argparse.ArgumentParser:

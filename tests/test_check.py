@@ -22,10 +22,6 @@ def mul_backward(dout, x, y):
     return dout * y, dout * x
 
 
-def matmul_backward(dout, x, w):
-    return dout @ w.T, x.T @ dout
-
-
 def relu_backward(dout, x):
     return dout * (x > 0)
 
@@ -60,7 +56,6 @@ def run(capsys, part_id, fn, hidden=False):
 
 @pytest.mark.parametrize(("part_id", "fn"), [
     ("ex05.mul_backward", mul_backward),
-    ("ex05.matmul_backward", matmul_backward),
     ("ex05.relu_backward", relu_backward),
     ("ex05.softmax_cross_entropy", softmax_ce),
     ("ex02.gflops", lambda n, s: 2 * n**3 / s / 1e9),
@@ -76,14 +71,6 @@ def test_right_answers_pass(capsys, part_id, fn, hidden):
 
 
 # ----------------------------------------------------------------------------- typical mistakes
-
-
-def test_transposed_matmul_gradient_says_shapes_and_hint(capsys):
-    ok, out = run(capsys, "ex05.matmul_backward", lambda d, x, w: (w @ d.T, x.T @ d))
-    assert not ok
-    assert "case 1 of 3 (dout (2, 4), x (2, 3), w (3, 4))" in out
-    assert "output 0 (dx): expected shape (2, 3), got shape (3, 2)" in out
-    assert "hint: looks transposed" in out
 
 
 def test_relu_prime_of_zero_shows_first_differing_entries_and_hint(capsys):
@@ -122,11 +109,6 @@ def test_scalar_answers_show_expected_and_got(capsys):
     assert "2 FLOPs" in out
     ok, out = run(capsys, "ex02.peak_bandwidth", lambda m, b, c: m * b * c * 8)
     assert "expected 93866.9" in out and "already in bytes" in out
-
-
-def test_mean_without_dividing(capsys):
-    ok, out = run(capsys, "ex05.mean_backward", lambda d, x: d * np.ones_like(x))
-    assert not ok and "dout * ones_like(x) / x.size" in out
 
 
 def test_device_agnostic_part_rejects_numpy_by_name(capsys):
@@ -209,19 +191,14 @@ def test_student_cannot_change_the_inputs_the_oracle_sees(capsys):
 
 @pytest.mark.parametrize("hidden", [False, True])
 def test_numeric_oracles_match_closed_forms(hidden):
-    """The gradient-check oracles agree with the textbook formulas (and torch, for relu)."""
+    """The gradient-check oracles agree with the textbook formulas (and torch, for relu); the
+    other parts' oracles meet the solutions in test_parts_ex05.py."""
     closed = {
         "ex05.mul_backward": mul_backward,
-        "ex05.graph_backward": lambda x, y, z: (y, x, np.ones_like(z)),
-        "ex05.matmul_backward": matmul_backward,
         "ex05.relu_backward": relu_backward,
-        "ex05.sum_backward": lambda d, x: d * np.ones_like(x),
-        "ex05.mean_backward": lambda d, x: d * np.ones_like(x) / x.size,
-        "ex05.exp_backward": lambda d, x: d * np.exp(x),
-        "ex05.log_backward": lambda d, x: d / x,
         "ex05.softmax_cross_entropy": softmax_ce,
     }
-    assert set(closed) == {p.id for p in ex05.PARTS}
+    assert set(closed) <= {p.id for p in ex05.PARTS}
     for part_id, formula in closed.items():
         part = course_part(part_id)
         for args in part.cases(np.random.default_rng(1), hidden):

@@ -46,7 +46,7 @@ def relu_no_bounds_kernel(x, out):
 
 @cuda.jit
 def matmul_no_bounds_kernel(A, B, C):
-    row, col = cuda.grid(2)
+    col, row = cuda.grid(2)
     acc = float32(0.0)  # BUG: no bounds check
     for k in range(A.shape[1]):
         acc += A[row, k] * B[k, col]
@@ -55,7 +55,7 @@ def matmul_no_bounds_kernel(A, B, C):
 
 @cuda.jit
 def matmul_swapped_kernel(A, B, C):
-    row, col = cuda.grid(2)
+    col, row = cuda.grid(2)
     if row < C.shape[0] and col < C.shape[1]:
         acc = float32(0.0)
         for k in range(A.shape[1]):
@@ -65,7 +65,7 @@ def matmul_swapped_kernel(A, B, C):
 
 @cuda.jit
 def matmul_strict_bounds_kernel(A, B, C):
-    row, col = cuda.grid(2)
+    col, row = cuda.grid(2)
     if row < C.shape[0] - 1 and col < C.shape[1]:  # BUG: skips the last row
         acc = float32(0.0)
         for k in range(A.shape[1]):
@@ -77,17 +77,27 @@ def matmul_strict_bounds_kernel(A, B, C):
 def matmul_tiled_no_sync_kernel(A, B, C):
     sA = cuda.shared.array((BLOCK, BLOCK), float32)
     sB = cuda.shared.array((BLOCK, BLOCK), float32)
-    row, col = cuda.grid(2)
+    col, row = cuda.grid(2)
     tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
     acc = float32(0.0)
     for t in range((A.shape[1] + BLOCK - 1) // BLOCK):
-        k_a, k_b = t * BLOCK + ty, t * BLOCK + tx
-        sA[tx, ty] = A[row, k_a] if row < A.shape[0] and k_a < A.shape[1] else 0.0
-        sB[tx, ty] = B[k_b, col] if k_b < B.shape[0] and col < B.shape[1] else 0.0
+        k_a, k_b = t * BLOCK + tx, t * BLOCK + ty
+        sA[ty, tx] = A[row, k_a] if row < A.shape[0] and k_a < A.shape[1] else 0.0
+        sB[ty, tx] = B[k_b, col] if k_b < B.shape[0] and col < B.shape[1] else 0.0
         # BUG: no cuda.syncthreads() here nor after the loop
         for k in range(BLOCK):
-            acc += sA[tx, k] * sB[k, ty]
+            acc += sA[ty, k] * sB[k, tx]
     if row < C.shape[0] and col < C.shape[1]:
+        C[row, col] = acc
+
+
+@cuda.jit
+def matmul_x_on_rows_kernel(A, B, C):
+    row, col = cuda.grid(2)  # BUG: x taken for the row, but launch_2d runs x along the columns
+    if row < C.shape[0] and col < C.shape[1]:
+        acc = float32(0.0)
+        for k in range(A.shape[1]):
+            acc += A[row, k] * B[k, col]
         C[row, col] = acc
 
 
@@ -138,10 +148,11 @@ def _run(name: str, *args: Any) -> Any:
     A, B = args
     grid = launch_2d(A.shape[0], B.shape[1], (BLOCK, BLOCK)).grid
     if name == "grid_floor":  # BUG: n // threads blocks instead of ceil(n / threads)
-        grid = (A.shape[0] // BLOCK, B.shape[1] // BLOCK)
+        grid = (B.shape[1] // BLOCK, A.shape[0] // BLOCK)
         return _launch_matmul(kernels.matmul_naive_kernel, A, B, grid)
     kernel = {"no_bounds": matmul_no_bounds_kernel, "swapped": matmul_swapped_kernel,
-              "strict": matmul_strict_bounds_kernel, "no_sync": matmul_tiled_no_sync_kernel}[name]
+              "strict": matmul_strict_bounds_kernel, "no_sync": matmul_tiled_no_sync_kernel,
+              "x_on_rows": matmul_x_on_rows_kernel}[name]
     return _launch_matmul(kernel, A, B, grid)
 
 
@@ -159,7 +170,8 @@ MATMUL_SIZES = [(1, 1, 1), (8, 8, 8), (10, 7, 13), (17, 9, 3), (3, 20, 5), (24, 
 BUGGY = {  # name -> (m, k, n): sizes chosen to expose the bug
     "no_bounds": (10, 6, 10), "no_bounds_multiple": (16, 6, 16), "swapped": (12, 12, 12),
     "swapped_odd": (10, 10, 10), "strict": (10, 6, 11), "grid_floor": (12, 5, 19),
-    "no_sync": (16, 16, 16), "no_sync_odd": (11, 13, 9),
+    "no_sync": (16, 16, 16), "no_sync_odd": (11, 13, 9), "x_on_rows": (20, 5, 3),
+    "x_on_rows_odd": (3, 5, 20),
 }
 
 
@@ -195,9 +207,10 @@ def test_blocks_for_rounds_up(n: int, threads: int, blocks: int) -> None:
 def test_launch_configs_cover_every_element() -> None:
     cfg = launch_1d(129, 128)
     assert (cfg.grid, cfg.block, cfg.total_threads) == ((2,), (128,), 256)
-    cfg2 = launch_2d(10, 17, (8, 8))
-    assert (cfg2.grid, cfg2.block, cfg2.threads_per_block) == ((2, 3), (8, 8), 64)
-    assert cfg2.grid[0] * 8 >= 10 and cfg2.grid[1] * 8 >= 17
+    cfg2 = launch_2d(10, 17, (8, 8))  # x along the 17 columns, y along the 10 rows
+    assert (cfg2.grid, cfg2.block, cfg2.threads_per_block) == ((3, 2), (8, 8), 64)
+    assert cfg2.grid[0] * 8 >= 17 and cfg2.grid[1] * 8 >= 10
+    assert launch_2d(10, 17, (16, 4)).grid == (2, 3)  # block = (threads along x, along y)
 
 
 def test_launch_rejects_bad_input() -> None:
@@ -287,6 +300,33 @@ def test_unwritten_edges_are_named(sim: dict[str, Any], key: str) -> None:
     assert diagnose(expected, got, block=BLOCK).mistake == "edges"
     # Without the block size the NaN cannot be placed: it reads as a missing syncthreads.
     assert diagnose(expected, got).mistake == "missing_syncthreads"
+
+
+@pytest.mark.parametrize("key", ["x_on_rows", "x_on_rows_odd"])
+def test_x_taken_for_the_row_is_named(sim: dict[str, Any], key: str) -> None:
+    """`row, col = cuda.grid(2)` under launch_2d (x along the columns): on a tall or a wide C
+    most of it stays unwritten, and the hint says which mapping to use."""
+    (_, A, B), outcome = sim[key]
+    got, expected = outcome.unwrap(), _reference(A, B)
+    written = ~np.isnan(got)
+    assert 0 < written.sum() < got.size  # 20 x 3 with 8 x 8 blocks: a 8 x 3 corner of 60
+    np.testing.assert_allclose(got[written], expected[written], rtol=RTOL, atol=ATOL)
+    d = diagnose(expected, got, block=BLOCK)
+    assert d.mistake == "mapping" and "col, row = cuda.grid(2)" in d.message
+
+
+def test_mapping_is_not_named_for_other_mistakes() -> None:
+    rng = np.random.default_rng(2)
+    expected = rng.standard_normal((20, 3))
+    corner = np.full_like(expected, np.nan)
+    corner[:8] = expected[:8]
+    assert mistakes.swapped_mapping(expected, corner, 8)
+    assert not mistakes.swapped_mapping(expected, expected, 8)  # right answer
+    wrong = corner.copy()
+    wrong[0, 0] += 1.0
+    assert not mistakes.swapped_mapping(expected, wrong, 8)  # the written part must be right
+    square = np.full((8, 8), np.nan)
+    assert not mistakes.swapped_mapping(np.ones((8, 8)), square, 8)  # both mappings cover it
 
 
 def test_shared_memory_is_nan_in_every_block(sim: dict[str, Any]) -> None:

@@ -16,7 +16,8 @@ from hostile import corpus
 
 from edu_dl.cli import main
 from edu_dl.grading import batch as G
-from edu_dl.grading import cgroups, collect, model, report, restore, sandbox
+from edu_dl.grading import cgroups, classreport, collect, model, report, restore, sandbox
+from edu_dl.grading.classreport_show import render
 from edu_dl.grading.nbgrader import grade_id
 from edu_dl.grading.settings import Settings
 from edu_dl.grading.trust import result as results
@@ -194,6 +195,9 @@ def test_grade_cli_gradebook_feedback_and_resume(tmp_path: Path,
     assert "BEGIN HIDDEN TESTS" in autograded.read_text()  # restored, hidden tests inserted
     summary = capsys.readouterr().out
     assert "02_mini" in summary and "graded 3 submissions" in summary
+    # the batch ends with the class at a glance, in students (2 parts each: 6 rows)
+    assert "02_mini: 3 students, 3 submitted, 0 missing" in summary
+    assert (out / "score_histogram.png").read_bytes().startswith(b"\x89PNG")
 
     # Resume: nothing changed, nothing rerun; one changed notebook, one rerun.
     assert main(argv) == 0
@@ -291,6 +295,13 @@ def test_hostile_corpus(tmp_path: Path) -> None:
                   "edited_test", "renamed_test"):
         assert got[(cheat, "ex02.gflops")].points == 0, cheat
     assert got[("good", "ex02.gflops")].points == 1  # the batch did not hurt the good student
+    # the class report reads what the batch recorded of these students, and shows it escaped
+    assert (tmp_path / "grades" / classreport.CLASS_DATA).is_file()
+    report = classreport.build(tmp_path / "grades")
+    assert sum(c.students for c in report.exercises) == len({r.student for r in summary.rows
+                                                             if r.exercise})
+    shown = render(report) + render(report, "markdown")
+    assert "\x1b" not in shown and "\u202e" not in shown
     assert not escape.exists()
     caches = {".pytest_cache", ".ruff_cache", ".mypy_cache", ".hypothesis"}  # tests beside it
     assert sorted(p.name for p in ROOT.iterdir() if p.name not in caches) == \

@@ -201,6 +201,7 @@ def test_a_private_exercise_is_graded_from_a_source_outside_the_repository(
 
     src = _private_course(tmp_path / "course")
     release = tmp_path / "release" / "hw2"
+    monkeypatch.setenv("EDU_DL_CACHE", str(tmp_path / "cache"))  # the solution's run, kept
     assert main(["assign", str(src), str(release)]) == 0
     # The release is data: the public half names no code check() needs, so it stays too.
     assert sorted(p.name for p in (release / "parts").iterdir()) == ["hw2.npz"]

@@ -18,7 +18,7 @@ ex01 = course_module("ex01")
 NOTEBOOK = Path(__file__).resolve().parents[1] / "solutions" / "01_getting_started.ipynb"
 SOLUTIONS = solution_namespace("01_getting_started.ipynb")
 FUNCTIONS = {"ex01.peak_gflops": "peak_gflops", "ex01.choose_gpus": "choose_gpus",
-             "ex01.pick_device": "pick_device", "ex01.read_cpuinfo": "read_cpuinfo"}
+             "ex01.pick_device": "pick_device", "ex01.machine_peak": "machine_peak"}
 
 
 run = run_check
@@ -93,24 +93,51 @@ def test_device_without_bounds_check_or_index(capsys: pytest.CaptureFixture[str]
     assert not ok and "hint: PyTorch names NVIDIA GPUs 'cuda'" in out
 
 
-def test_cpuinfo_counting_processor_blocks_as_cores(capsys: pytest.CaptureFixture[str]) -> None:
-    def blocks_as_cores(text):
-        model, logical, _, bits, fma = SOLUTIONS["read_cpuinfo"](text)
-        return model, logical, logical, bits, fma
+def _peak(physical_id: Any, core_id: Any, flags: str, clock_mhz: float, fma_units: int, *,
+          cores: int | None = None, bits: int | None = None, fma: bool | None = None) -> float:
+    """A machine's peak written here independently (not the oracle), with mistakes to replay."""
+    words = flags.split()
+    n = cores if cores is not None else len(set(zip(list(physical_id), list(core_id))))
+    width = bits or (512 if "avx512f" in words else 256 if "avx" in words else 128)
+    per_lane = 2 if (("fma" in words) if fma is None else fma) else 1
+    return n * clock_mhz * 1e6 * width / 32 * per_lane * fma_units / 1e9
 
-    ok, out = run(capsys, "ex01.read_cpuinfo", blocks_as_cores)
-    assert not ok
-    assert "output 2 (physical_cores): expected 6, got 12" in out
-    assert "hint: physical cores: hyperthreads (SMT) repeat a core" in out
+
+def test_machine_peak_oracle_on_the_lecture_example() -> None:
+    ids, cores = ex01.logical_cpus(sockets=1, cores=2, threads=2)
+    assert list(ids) == [0, 0, 0, 0] and list(cores) == [0, 1, 0, 1]
+    flags = ex01.FLAGS["avx2 + fma"]
+    assert ex01._machine_peak(ids, cores, flags, 3000.0, 2) == pytest.approx(192.0)
+    assert ex01._machine_peak(ids, cores, ex01.FLAGS["avx, no fma"], 3000.0, 2) == \
+        pytest.approx(96.0)
 
 
-def test_cpuinfo_with_avx2_before_avx512(capsys: pytest.CaptureFixture[str]) -> None:
-    def avx_first(text):
-        model, logical, cores, bits, fma = SOLUTIONS["read_cpuinfo"](text)
-        return model, logical, cores, 256 if bits == 512 else bits, fma
+@pytest.mark.parametrize(("mistake", "hint"), [
+    ({"cores": "logical"}, "your core count includes the hyperthreads"),
+    ({"cores": "core id"}, "your core count misses a socket"),
+    ({"bits": 256}, "the WIDEST vector instructions count"),
+    ({"fma": True}, "without the fma flag a multiply and an add are two instructions"),
+])
+def test_machine_peak_mistakes_get_their_hints(capsys: pytest.CaptureFixture[str],
+                                               mistake: dict[str, Any], hint: str) -> None:
+    def wrong(physical_id: Any, core_id: Any, flags: str, clock_mhz: float, fma_units: int):
+        kw = dict(mistake)
+        if kw.get("cores") == "logical":
+            kw["cores"] = len(physical_id)
+        elif kw.get("cores") == "core id":
+            kw["cores"] = len(set(core_id.tolist()))
+        return _peak(physical_id, core_id, flags, clock_mhz, fma_units, **kw)
 
-    ok, out = run(capsys, "ex01.read_cpuinfo", avx_first)
-    assert not ok and "hint: the WIDEST vector instructions count" in out
+    ok, out = run(capsys, "ex01.machine_peak", wrong)
+    assert not ok and f"hint: {hint}" in out, out
+
+
+def test_machine_peak_hints_stay_quiet_on_a_right_answer_and_on_noise(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex01.machine_peak", _peak)
+    assert ok, out
+    ok, out = run(capsys, "ex01.machine_peak", lambda *a: _peak(*a) * 1.37)
+    assert not ok and "hint:" not in out, out
 
 
 # --------------------------------------------------------------------------- the library oracles
@@ -123,21 +150,23 @@ def peak_from_the_doctor(cores, clock_mhz, simd_bits, fma_units):
     return peak_flops(cores=cores, clock_hz=clock_mhz * 1e6, per_cycle=per_cycle) / 1e9
 
 
-def cpuinfo_from_the_doctor(text):
-    from edu_dl.hardware import cpu_from_cpuinfo
+def machine_peak_from_the_doctor(physical_id, core_id, flags, clock_mhz, fma_units):
+    from edu_dl.hardware import flops_per_cycle, peak_flops
 
-    cpu = cpu_from_cpuinfo(text, architecture="x86_64")
-    return (str(cpu.model.value), int(cpu.logical_cores.value), int(cpu.physical_cores.value),
-            int(cpu.simd_bits.value), bool(cpu.fma))
+    words = flags.split()
+    bits = 512 if "avx512f" in words else 256 if "avx" in words else 128
+    per_cycle = flops_per_cycle(simd_bits=bits, fma="fma" in words, fma_units=fma_units)
+    cores = len(set(zip(physical_id.tolist(), core_id.tolist())))
+    return peak_flops(cores=cores, clock_hz=clock_mhz * 1e6, per_cycle=per_cycle) / 1e9
 
 
 @pytest.mark.parametrize(("part_id", "fn", "message"), [
     ("ex01.peak_gflops", peak_from_the_doctor,
      "this part asks you to write the formula yourself: cores x clock x FLOPs per cycle (do not "
      "call edu_dl.hardware.peak_flops or flops_per_cycle)"),
-    ("ex01.read_cpuinfo", cpuinfo_from_the_doctor,
-     "this part asks you to read the text yourself: split it into processor blocks and their "
-     "fields (do not call edu_dl.hardware.cpu_from_cpuinfo)"),
+    ("ex01.machine_peak", machine_peak_from_the_doctor,
+     "this part asks you to combine the facts yourself (your peak_gflops may help; do not call "
+     "edu_dl.hardware's peak_flops, flops_per_cycle or cpu_from_cpuinfo)"),
 ])
 def test_calling_edu_dl_hardware_is_refused(capsys: pytest.CaptureFixture[str], part_id: str,
                                             fn: Any, message: str) -> None:

@@ -39,69 +39,136 @@ def relu_instead(x, alpha, out):
         out[i] = x[i] if x[i] > 0 else 0.0
 
 @cuda.jit
-def matmul_swapped(A, B, C):
+def matmul_swapped(X, W, b, out):
+    col, row = cuda.grid(2)
+    if row < out.shape[0] and col < out.shape[1]:
+        acc = b[row]
+        for k in range(X.shape[1]):
+            acc += X[col, k] * W[k, row]
+        out[row, col] = acc if acc > 0 else 0.0
+
+@cuda.jit
+def matmul_x_on_rows(X, W, b, out):
     row, col = cuda.grid(2)
-    if row < C.shape[0] and col < C.shape[1]:
+    if row < out.shape[0] and col < out.shape[1]:
+        acc = b[col]
+        for k in range(X.shape[1]):
+            acc += X[row, k] * W[k, col]
+        out[row, col] = acc if acc > 0 else 0.0
+
+@cuda.jit
+def matmul_no_bounds(X, W, b, out):
+    col, row = cuda.grid(2)
+    acc = b[col]
+    for k in range(X.shape[1]):
+        acc += X[row, k] * W[k, col]
+    out[row, col] = acc if acc > 0 else 0.0
+
+@cuda.jit
+def matmul_strict(X, W, b, out):
+    col, row = cuda.grid(2)
+    if row < out.shape[0] - 1 and col < out.shape[1]:
+        acc = b[col]
+        for k in range(X.shape[1]):
+            acc += X[row, k] * W[k, col]
+        out[row, col] = acc if acc > 0 else 0.0
+
+@cuda.jit
+def linear_no_relu(X, W, b, out):
+    col, row = cuda.grid(2)
+    if row < out.shape[0] and col < out.shape[1]:
+        acc = b[col]
+        for k in range(X.shape[1]):
+            acc += X[row, k] * W[k, col]
+        out[row, col] = acc
+
+@cuda.jit
+def linear_bias_after(X, W, b, out):
+    col, row = cuda.grid(2)
+    if row < out.shape[0] and col < out.shape[1]:
         acc = float32(0.0)
-        for k in range(A.shape[1]):
-            acc += A[col, k] * B[k, row]
-        C[row, col] = acc
+        for k in range(X.shape[1]):
+            acc += X[row, k] * W[k, col]
+        out[row, col] = (acc if acc > 0 else 0.0) + b[col]
 
 @cuda.jit
-def matmul_no_bounds(A, B, C):
-    row, col = cuda.grid(2)
-    acc = float32(0.0)
-    for k in range(A.shape[1]):
-        acc += A[row, k] * B[k, col]
-    C[row, col] = acc
-
-@cuda.jit
-def matmul_strict(A, B, C):
-    row, col = cuda.grid(2)
-    if row < C.shape[0] - 1 and col < C.shape[1]:
-        acc = float32(0.0)
-        for k in range(A.shape[1]):
-            acc += A[row, k] * B[k, col]
-        C[row, col] = acc
-
-@cuda.jit
-def matmul_stub(A, B, C):
+def matmul_stub(X, W, b, out):
     raise NotImplementedError()
 
-def make_no_sync(tile):
+def make_sums(threads, sync=True, last_step=True, combine=True, stride=True):
+    stop = 1 if last_step else 2
     @cuda.jit
-    def kernel(A, B, C):
-        sA = cuda.shared.array((tile, tile), float32)
-        sB = cuda.shared.array((tile, tile), float32)
-        row, col = cuda.grid(2)
-        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    def kernel(X, out):
+        partial = cuda.shared.array(threads, float32)
+        row, t = cuda.blockIdx.x, cuda.threadIdx.x
         acc = float32(0.0)
-        for t in range((A.shape[1] + tile - 1) // tile):
-            k_a, k_b = t * tile + ty, t * tile + tx
-            sA[tx, ty] = A[row, k_a] if row < A.shape[0] and k_a < A.shape[1] else 0.0
-            sB[tx, ty] = B[k_b, col] if k_b < B.shape[0] and col < B.shape[1] else 0.0
-            for kk in range(tile):
-                acc += sA[tx, kk] * sB[kk, ty]
-        if row < C.shape[0] and col < C.shape[1]:
-            C[row, col] = acc
+        if stride:
+            for col in range(t, X.shape[1], threads):
+                acc += X[row, col]
+        elif t < X.shape[1]:
+            acc += X[row, t]
+        partial[t] = acc
+        if sync:
+            cuda.syncthreads()
+        step = threads // 2
+        while combine and step >= stop:
+            if t < step:
+                partial[t] += partial[t + step]
+            if sync:
+                cuda.syncthreads()
+            step //= 2
+        if t == 0:
+            out[row] = partial[0]
     return kernel
+
+def make_chunked(threads):
+    # Correct, but each thread walks its own chunk (uncoalesced): the output cannot tell.
+    @cuda.jit
+    def kernel(X, out):
+        partial = cuda.shared.array(threads, float32)
+        row, t = cuda.blockIdx.x, cuda.threadIdx.x
+        chunk = (X.shape[1] + threads - 1) // threads
+        acc = float32(0.0)
+        for col in range(t * chunk, min((t + 1) * chunk, X.shape[1])):
+            acc += X[row, col]
+        partial[t] = acc
+        cuda.syncthreads()
+        if t == 0:
+            total = float32(0.0)
+            for i in range(threads):
+                total += partial[i]
+            out[row] = total
+    return kernel
+
+make_no_sync = lambda threads: make_sums(threads, sync=False)
+make_early_stop = lambda threads: make_sums(threads, last_step=False)
+make_uncombined = lambda threads: make_sums(threads, combine=False)
+make_unstrided = lambda threads: make_sums(threads, stride=False)
 """, "<buggy>", "exec"), ns)
 
 runs = {
     "leaky": ("ex02b.leaky_relu_kernel", "leaky_relu_kernel", False),
     "leaky_hidden": ("ex02b.leaky_relu_kernel", "leaky_relu_kernel", True),
-    "naive": ("ex02b.matmul_naive", "matmul_kernel", False),
-    "naive_hidden": ("ex02b.matmul_naive", "matmul_kernel", True),
-    "tiled": ("ex02b.matmul_tiled", "make_tiled_kernel", False),
-    "tiled_hidden": ("ex02b.matmul_tiled", "make_tiled_kernel", True),
+    "naive": ("ex02b.linear_relu", "linear_relu_kernel", False),
+    "naive_hidden": ("ex02b.linear_relu", "linear_relu_kernel", True),
+    "row_sums": ("ex02b.row_sums", "make_row_sum_kernel", False),
+    "row_sums_hidden": ("ex02b.row_sums", "make_row_sum_kernel", True),
+    "chunked": ("ex02b.row_sums", "make_chunked", True),
     "leaky_no_bounds": ("ex02b.leaky_relu_kernel", "leaky_no_bounds", False),
     "relu_instead": ("ex02b.leaky_relu_kernel", "relu_instead", False),
-    "swapped": ("ex02b.matmul_naive", "matmul_swapped", False),
-    "no_bounds": ("ex02b.matmul_naive", "matmul_no_bounds", False),
-    "strict": ("ex02b.matmul_naive", "matmul_strict", False),
-    "stub": ("ex02b.matmul_naive", "matmul_stub", False),
-    "no_sync": ("ex02b.matmul_tiled", "make_no_sync", False),
-    "kernel_not_factory": ("ex02b.matmul_tiled", "matmul_kernel", False),
+    "swapped": ("ex02b.linear_relu", "matmul_swapped", False),
+    "x_on_rows": ("ex02b.linear_relu", "matmul_x_on_rows", False),
+    "x_on_rows_hidden": ("ex02b.linear_relu", "matmul_x_on_rows", True),
+    "no_bounds": ("ex02b.linear_relu", "matmul_no_bounds", False),
+    "strict": ("ex02b.linear_relu", "matmul_strict", False),
+    "stub": ("ex02b.linear_relu", "matmul_stub", False),
+    "no_sync": ("ex02b.row_sums", "make_no_sync", False),
+    "early_stop": ("ex02b.row_sums", "make_early_stop", False),
+    "uncombined": ("ex02b.row_sums", "make_uncombined", False),
+    "unstrided": ("ex02b.row_sums", "make_unstrided", False),
+    "kernel_not_factory": ("ex02b.row_sums", "linear_relu_kernel", False),
+    "no_relu": ("ex02b.linear_relu", "linear_no_relu", False),
+    "bias_after": ("ex02b.linear_relu", "linear_bias_after", False),
 }
 check = ns["check"]
 results = {}
@@ -129,8 +196,8 @@ def simulated() -> dict[str, tuple[bool, str]]:
     return {k: (ok, out) for k, (ok, out) in json.loads(line[len("RESULTS"):]).items()}
 
 
-@pytest.mark.parametrize("name", ["leaky", "leaky_hidden", "naive", "naive_hidden", "tiled",
-                                  "tiled_hidden"])
+@pytest.mark.parametrize("name", ["leaky", "leaky_hidden", "naive", "naive_hidden", "row_sums",
+                                  "row_sums_hidden", "chunked"])
 def test_solution_kernels_pass(simulated: dict[str, tuple[bool, str]], name: str) -> None:
     ok, out = simulated[name]
     assert ok and out.startswith("✓"), out
@@ -150,13 +217,24 @@ def test_relu_instead_of_leaky(simulated: dict[str, tuple[bool, str]]) -> None:
 
 def test_swapped_indices(simulated: dict[str, tuple[bool, str]]) -> None:
     ok, out = simulated["swapped"]
-    assert not ok and "case 1 of 3 (A (8, 5), B (5, 8), block=4)" in out
+    assert not ok and "case 1 of 3 (X (8, 5), W (5, 8), b (8,), block=4)" in out
     assert "the result is the transpose of the right one" in out
+
+
+def test_x_taken_for_the_row(simulated: dict[str, tuple[bool, str]]) -> None:
+    """CUDA's mapping: a kernel reading `row, col = cuda.grid(2)` fails a visible case (the
+    20 x 3 output) and the hidden ones, with the hint that names the mapping."""
+    for name in ("x_on_rows", "x_on_rows_hidden"):
+        ok, out = simulated[name]
+        assert not ok and "only a corner of the result was written" in out, out
+        assert "col, row = cuda.grid(2)" in out
+    assert "case 3 of 3 (X (20, 5), W (5, 3), b (3,), block=4)" in simulated["x_on_rows"][1]
 
 
 def test_missing_bounds_check_2d(simulated: dict[str, tuple[bool, str]]) -> None:
     ok, out = simulated["no_bounds"]
-    assert not ok and "case 2 of 3 (A (20, 13), B (13, 17), block=8) failed: IndexError" in out
+    assert not ok
+    assert "case 2 of 3 (X (20, 13), W (13, 17), b (17,), block=8) failed: IndexError" in out
     assert "start the kernel with a bounds check" in out
 
 
@@ -167,7 +245,7 @@ def test_bounds_check_too_strict(simulated: dict[str, tuple[bool, str]]) -> None
 
 def test_stub_kernel(simulated: dict[str, tuple[bool, str]]) -> None:
     ok, out = simulated["stub"]
-    assert not ok and out.strip() == "✗ ex02b.matmul_naive: not implemented yet"
+    assert not ok and out.strip() == "✗ ex02b.linear_relu: not implemented yet"
 
 
 def test_missing_syncthreads(simulated: dict[str, tuple[bool, str]]) -> None:
@@ -175,9 +253,30 @@ def test_missing_syncthreads(simulated: dict[str, tuple[bool, str]]) -> None:
     assert not ok and "inf/nan" in out and "call cuda.syncthreads()" in out
 
 
+@pytest.mark.parametrize(("name", "hint"), [
+    ("early_stop", "the halving loop stops one step too early"),
+    ("uncombined", "thread 0's own partial sum only"),
+    ("unstrided", "only the first `threads` elements of each row were added"),
+])
+def test_reduction_mistakes_get_their_hints(simulated: dict[str, tuple[bool, str]], name: str,
+                                            hint: str) -> None:
+    ok, out = simulated[name]
+    assert not ok and hint in out, out
+
+
+@pytest.mark.parametrize(("name", "hint"), [
+    ("no_relu", "the layer's ReLU is missing"),
+    ("bias_after", "your bias is added after the ReLU"),
+])
+def test_layer_mistakes_get_their_hints(simulated: dict[str, tuple[bool, str]], name: str,
+                                        hint: str) -> None:
+    ok, out = simulated[name]
+    assert not ok and hint in out, out
+
+
 def test_kernel_instead_of_factory(simulated: dict[str, tuple[bool, str]]) -> None:
     ok, out = simulated["kernel_not_factory"]
-    assert not ok and "pass the factory make_tiled_kernel" in out
+    assert not ok and "pass the factory make_row_sum_kernel" in out
 
 
 # --------------------------------------------------------------------------- in this process
@@ -211,7 +310,7 @@ def test_stub_without_a_kernel_process(capsys: pytest.CaptureFixture[str],
     def stub(*args: Any) -> Any:
         raise NotImplementedError()
 
-    if part.id == "ex02b.global_index" or part.id == "ex02b.matmul_tiled":
+    if part.id == "ex02b.global_index" or part.id == "ex02b.row_sums":
         ok, out = checked(part.id, stub)  # plain functions: the stub raises when called
         assert not ok
         assert out.strip() == f"✗ {part.id}: not implemented yet"
@@ -231,6 +330,8 @@ def test_cases_stay_small() -> None:
                     block = int(args[-1])
                     if part.id == "ex02b.leaky_relu_kernel":
                         threads = -(-len(args[0]) // block) * block
+                    elif part.id == "ex02b.row_sums":
+                        threads = args[0].shape[0] * block
                     else:
                         m, n = args[0].shape[0], args[1].shape[1]
                         threads = -(-m // block) * -(-n // block) * block * block

@@ -22,7 +22,7 @@ SOLUTIONS = {**solution_namespace("03_feeding_the_gpu.ipynb"),
              **solution_namespace("06b_feeding_a_graph.ipynb")}
 FUNCTIONS = {"ex03.feed_bytes": "feed_bytes", "ex03.ideal_epoch": "ideal_epoch",
              "ex03.prefetch": "prefetch", "ex03.prefetch_errors": "prefetch",
-             "ex03.epoch_batches": "epoch_batches"}
+             "ex03.pipeline_epoch": "pipeline_epoch"}
 
 
 run = run_check
@@ -178,32 +178,91 @@ def test_prefetch_that_raises_another_error(capsys: pytest.CaptureFixture[str]) 
     assert not ok and "hint: re-raise the reader's own exception" in out
 
 
-def test_epoch_batches_ignoring_drop_last_and_epoch(capsys: pytest.CaptureFixture[str]) -> None:
-    def keeps_last(n, size, seed, drop_last, epoch):
-        return SOLUTIONS["epoch_batches"](n, size, seed, False, epoch)
+def simulated_epoch(read_s: Any, compute_s: float, slots: int | None) -> float:
+    """The pipeline as events in time order (not the oracle's recurrence): a reader that reads,
+    then waits for a free slot (None: unbounded), and a loop that takes batches in turn."""
+    import heapq
 
-    ok, out = run(capsys, "ex03.epoch_batches", keeps_last)
-    assert not ok
-    assert "case 2 of 4 (n_rows=10, batch_size=4, seed=0, drop_last=True, epoch=0)" in out
-    assert "hint: drop_last=True drops the last batch only when it is short" in out
+    reads, n = list(read_s), len(read_s)
+    waiting: list[int] = []  # batches in the queue
+    events = [(reads[0], 0, "read done", 0)]  # (time, order, what, batch)
+    blocked: int | None = None  # a batch read but not yet put
+    next_take, busy_until, seq, end = 0, 0.0, 1, 0.0
 
-    def first_epoch(n, size, seed, drop_last, epoch):
-        return SOLUTIONS["epoch_batches"](n, size, seed, drop_last, 0)
+    def push(t: float, what: str, k: int) -> None:
+        nonlocal seq
+        heapq.heappush(events, (t, seq, what, k))
+        seq += 1
 
-    ok, out = run(capsys, "ex03.epoch_batches", first_epoch)
-    assert not ok and "hint: that is epoch 0's order" in out
+    def try_take(t: float) -> None:
+        nonlocal next_take, busy_until
+        if waiting and waiting[0] == next_take and t >= busy_until:
+            waiting.pop(0)
+            busy_until = t + compute_s
+            push(busy_until, "step done", next_take)
+            next_take += 1
+            unblock(t)
+
+    def unblock(t: float) -> None:
+        nonlocal blocked
+        if blocked is not None and (slots is None or len(waiting) < slots):
+            waiting.append(blocked)
+            if blocked + 1 < n:
+                push(t + reads[blocked + 1], "read done", blocked + 1)
+            blocked = None
+            try_take(t)
+
+    while events:
+        t, _, what, k = heapq.heappop(events)
+        if what == "read done":
+            blocked = k
+            unblock(t)
+        else:
+            end = t
+            try_take(t)
+    return end
 
 
-def test_epoch_batches_with_the_legacy_generator(capsys: pytest.CaptureFixture[str]) -> None:
-    def legacy(n, size, seed, drop_last, epoch):
-        rng = np.random.RandomState(seed)
-        for _ in range(epoch + 1):
-            order = rng.permutation(n)
-        count = n // size if drop_last else -(-n // size)
-        return [order[k * size:(k + 1) * size] for k in range(count)]
+@pytest.mark.parametrize("hidden", [False, True])
+def test_pipeline_oracle_agrees_with_an_event_simulation(hidden: bool) -> None:
+    for seed in range(5):
+        for read_s, compute_s, depth in ex03._pipeline_cases(np.random.default_rng(seed), hidden):
+            assert ex03._pipeline_epoch(read_s, compute_s, depth) == pytest.approx(
+                simulated_epoch(read_s, compute_s, depth), rel=1e-12)
+            assert ex03._pipeline_epoch(read_s, compute_s, depth, slots=0) == pytest.approx(
+                simulated_epoch(read_s, compute_s, None), rel=1e-12)
 
-    ok, out = run(capsys, "ex03.epoch_batches", legacy)
-    assert not ok and "hint: use the new generator, np.random.default_rng(seed)" in out
+
+def test_pipeline_depth_hides_a_slow_read() -> None:
+    reads = np.full(8, 0.005)
+    reads[5] = 0.060
+    epochs = [ex03._pipeline_epoch(reads, 0.020, d) for d in (1, 2, 3, 4)]
+    assert epochs[0] > epochs[1] == epochs[2] == epochs[3] == pytest.approx(8 * 0.020 + 0.005)
+
+
+@pytest.mark.parametrize(("variant", "hint"), [
+    ({"slots": None}, "your queue never fills"),
+    ({"delta": 1}, "one slot too many"),
+    ({"delta": -1}, "one slot too few"),
+    ({"serial": True}, "nothing overlaps in your epoch"),
+])
+def test_pipeline_mistakes_get_their_hints(capsys: pytest.CaptureFixture[str],
+                                           variant: dict[str, Any], hint: str) -> None:
+    def wrong(read_s: Any, compute_s: float, depth: int) -> float:
+        if variant.get("serial"):
+            return float(np.sum(read_s) + len(read_s) * compute_s)
+        if "slots" in variant:
+            return simulated_epoch(read_s, compute_s, None)
+        return simulated_epoch(read_s, compute_s, max(depth + variant["delta"], 1))
+
+    ok, out = run(capsys, "ex03.pipeline_epoch", wrong)
+    assert not ok and f"hint: {hint}" in out, out
+
+
+def test_pipeline_hints_stay_quiet_on_noise(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex03.pipeline_epoch",
+                  lambda r, c, d: simulated_epoch(r, c, d) + 0.0123)
+    assert not ok and "hint:" not in out, out
 
 
 # --------------------------------------------------------------------------- the library oracles
@@ -218,23 +277,10 @@ def ideal_from_the_benchmark(read_s, compute_s, n, readers):
     return row.ideal_s
 
 
-def batches_from_the_loader(n_rows, batch_size, seed, drop_last, epoch):
-    from edu_dl.data import ArrayDataset, DataLoader
-
-    loader = DataLoader(ArrayDataset(np.arange(n_rows)), batch_size, shuffle=True, seed=seed,
-                        drop_last=drop_last, prefetch=0)
-    for _ in range(epoch + 1):
-        batches = loader.batch_indices()
-    return batches
-
-
 @pytest.mark.parametrize(("part_id", "notebook", "fn", "message"), [
     ("ex03.ideal_epoch", "03_feeding_the_gpu.ipynb", ideal_from_the_benchmark,
      "this part asks you to write the formula yourself (do not call "
      "edu_dl.bench.loader.finish_rows)"),
-    ("ex03.epoch_batches", "03_feeding_the_gpu.ipynb", batches_from_the_loader,
-     "this part asks you to shuffle and cut the batches yourself (do not call "
-     "edu_dl.data.DataLoader or its batch_indices)"),
 ])
 def test_calling_the_library_oracle_is_refused(capsys: pytest.CaptureFixture[str], part_id: str,
                                                notebook: str, fn: Any, message: str) -> None:

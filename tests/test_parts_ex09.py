@@ -28,7 +28,7 @@ FUNCTIONS = {
     "ex09.max_rel_diff": "max_rel_diff",
     "ex09.squared_error_losses": "squared_error_losses",
     "ex09.squared_error_grads": "squared_error_grads",
-    "ex09.code_lines": "code_lines",
+    "ex09.matching_lr": "matching_lr",
 }
 
 
@@ -120,19 +120,68 @@ def test_gradients_without_the_two(capsys: pytest.CaptureFixture[str]) -> None:
     assert not ok and "output 1 (torch_program)" in out and "keep the 2" in out
 
 
-def test_code_lines_counting_docstrings(capsys: pytest.CaptureFixture[str]) -> None:
-    def count(source):
-        return sum(1 for line in source.splitlines()
-                   if line.strip() and not line.strip().startswith("#"))
+def sgd_path(lr: float, loss: str, steps: int = 5) -> np.ndarray:
+    """Weights after SGD steps on a small linear fit, the gradient from torch.autograd on the
+    program's own loss (not the oracle's scale table)."""
+    import torch
 
-    ok, out = run(capsys, "ex09.code_lines", count)
-    assert not ok and "case 2 of 3" in out and "expected 2, got 3" in out
-    assert "docstrings are not code" in out
+    rng = np.random.default_rng(3)
+    X = torch.tensor(rng.standard_normal((12, 3)))
+    y = torch.tensor(rng.standard_normal((12, 2)))
+    w = torch.zeros((3, 2), dtype=torch.float64, requires_grad=True)
+    for _ in range(steps):
+        d = X @ w - y
+        value = {"tf": (d**2).sum(dim=1).mean(), "torch": (d**2).sum(),
+                 "caffe": (d**2).sum() / (2 * len(X))}[loss]
+        (grad,) = torch.autograd.grad(value, w)
+        w = (w - lr * grad).detach().requires_grad_(True)
+    return w.detach().numpy()
 
 
-def test_code_lines_counting_every_line(capsys: pytest.CaptureFixture[str]) -> None:
-    ok, out = run(capsys, "ex09.code_lines", lambda s: len(s.splitlines()))
-    assert not ok and "that counts every line" in out
+@pytest.mark.parametrize(("loss_from", "loss_to"), [("torch", "tf"), ("tf", "caffe"),
+                                                    ("caffe", "torch")])
+def test_matching_lr_oracle_gives_the_same_sgd_path(loss_from: str, loss_to: str) -> None:
+    lr = 1e-3
+    matched = ex09._matching_lr(lr, loss_from, loss_to, 12, "sgd")
+    np.testing.assert_allclose(sgd_path(matched, loss_to), sgd_path(lr, loss_from), rtol=1e-10)
+
+
+def test_matching_lr_with_adam_is_the_same_rate() -> None:
+    """Adam on a loss scaled by a constant takes the same steps (epsilon aside)."""
+    import torch
+
+    steps = []
+    for scale in (1.0, 1 / 24):
+        w = torch.zeros(3, dtype=torch.float64, requires_grad=True)
+        opt = torch.optim.Adam([w], lr=1e-2, eps=1e-16)
+        for _ in range(4):
+            opt.zero_grad()
+            (scale * ((w - torch.arange(3.0, dtype=torch.float64)) ** 2).sum()).backward()
+            opt.step()
+        steps.append(w.detach().numpy().copy())
+    np.testing.assert_allclose(steps[0], steps[1], rtol=1e-9)
+    assert ex09._matching_lr(1e-2, "torch", "tf", 24, "adam") == 1e-2
+
+
+@pytest.mark.parametrize(("wrong", "hint"), [
+    (lambda lr, a, b, n, o: lr * {"tf": 1 / n, "torch": 1.0, "caffe": 1 / (2 * n)}[b]
+     / {"tf": 1 / n, "torch": 1.0, "caffe": 1 / (2 * n)}[a] if o == "sgd" else lr,
+     "your ratio is upside down"),
+    (lambda lr, a, b, n, o: lr * {"tf": 1 / n, "torch": 1.0, "caffe": 1 / (2 * n)}[a]
+     / {"tf": 1 / n, "torch": 1.0, "caffe": 1 / (2 * n)}[b], "Adam divides each step"),
+    (lambda lr, a, b, n, o: lr * {"tf": 1 / n, "torch": 1.0, "caffe": 1 / n}[a]
+     / {"tf": 1 / n, "torch": 1.0, "caffe": 1 / n}[b] if o == "sgd" else lr,
+     "Caffe's EuclideanLoss divides by 2N"),
+])
+def test_matching_lr_mistakes_get_their_hints(capsys: pytest.CaptureFixture[str], wrong: Any,
+                                              hint: str) -> None:
+    ok, out = run(capsys, "ex09.matching_lr", wrong)
+    assert not ok and f"hint: {hint}" in out, out
+
+
+def test_matching_lr_hints_stay_quiet_on_noise(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex09.matching_lr", lambda lr, a, b, n, o: 1.7 * lr + 1e-3)
+    assert not ok and "hint:" not in out, out
 
 
 def adam_by_torch(p, g, m, v, t, lr, beta1, beta2, eps):

@@ -159,11 +159,12 @@ def choose_gpus(vendors, cuda_cores, memory_gb, bandwidth_gb_s):
 def pick_device(cuda_available, device_count, index):
     return f"cuda:{index}" if cuda_available else "cpu"  # any index, even past the last GPU
 """),
-    "ex01.read_cpuinfo": (RAW, """
-def read_cpuinfo(text):
-    _cpuinfo_expected = course_module("ex01")._cpuinfo_expected
-    model, logical, physical, simd, fma = _cpuinfo_expected(text)
-    return model, logical, logical, simd, fma  # hyperthreads counted as cores
+    "ex01.machine_peak": (RAW, """
+def machine_peak(physical_id, core_id, flags, clock_mhz, fma_units):
+    logical = len(physical_id)  # hyperthreads counted as cores
+    bits = 512 if "avx512f" in flags.split() else 256 if "avx" in flags.split() else 128
+    per_lane = 2 if "fma" in flags.split() else 1
+    return logical * clock_mhz * 1e6 * bits / 32 * per_lane * fma_units / 1e9
 """),
     # ex02
     "ex02.gflops": (RAW, """
@@ -192,22 +193,22 @@ def global_index(block_idx, block_dim, thread_idx):
 def leaky_relu_kernel(x, alpha, out):  # NumPy, not a kernel
     out[:] = np.where(x > 0, x, alpha * x)
 """),
-    "ex02b.matmul_naive": (FORGED, """
-def matmul_kernel(A, B, C):  # NumPy, not a kernel
-    C[:] = A @ B
+    "ex02b.linear_relu": (FORGED, """
+def linear_relu_kernel(X, W, b, out):  # NumPy, not a kernel
+    out[:] = np.maximum(X @ W + b, 0)
 """),
-    "ex02b.matmul_tiled": (FORGED, """
-def make_tiled_kernel(tile):
+    "ex02b.row_sums": (FORGED, """
+def make_row_sum_kernel(threads):
     @cuda.jit
-    def matmul_tiled(A, B, C):  # the naive kernel: no shared memory, no tiles
-        row, col = cuda.grid(2)
-        if row < C.shape[0] and col < C.shape[1]:
+    def row_sums(X, out):  # one thread adds the whole row: no shared memory, no cooperation
+        row = cuda.blockIdx.x
+        if cuda.threadIdx.x == 0:
             acc = float32(0.0)
-            for k in range(A.shape[1]):
-                acc += A[row, k] * B[k, col]
-            C[row, col] = acc
+            for col in range(X.shape[1]):
+                acc += X[row, col]
+            out[row] = acc
 
-    return matmul_tiled
+    return row_sums
 """),
     # ex03
     "ex03.feed_bytes": (RAW, """
@@ -232,13 +233,13 @@ def prefetch(batches, depth):
         raise exc  # the batches read before the error are lost
     yield from items
 """),
-    "ex03.epoch_batches": (RAW, """
-def epoch_batches(n_rows, batch_size, seed, drop_last, epoch):
-    rng = np.random.RandomState(seed)  # the legacy generator
-    for _ in range(epoch + 1):
-        order = rng.permutation(n_rows)
-    count = n_rows // batch_size if drop_last else -(-n_rows // batch_size)
-    return [order[k * batch_size:(k + 1) * batch_size] for k in range(count)]
+    "ex03.pipeline_epoch": (RAW, """
+def pipeline_epoch(read_s, compute_s, depth):  # the queue never fills: depth ignored
+    put = step_end = 0.0
+    for read in read_s:
+        put += read
+        step_end = max(put, step_end) + compute_s
+    return step_end
 """),
     # ex04
     "ex04.four_input_backward": (RAW, """
@@ -267,33 +268,53 @@ def topological_order(n_nodes, edges):  # every node once, in the BACKWARD order
 def mul_backward(dout, x, y):
     return dout * x, dout * y  # swapped
 """),
-    "ex05.graph_backward": (RAW, """
-def graph_backward(x, y, z):
-    return y, x, 1.0  # grad_z a number
-"""),
-    "ex05.matmul_backward": (RAW, """
-def matmul_backward(dout, x, w):
-    return dout @ w.T, dout.T @ x  # dw transposed
-"""),
     "ex05.relu_backward": (RAW, """
 def relu_backward(dout, x):
     return dout * (x >= 0)  # relu'(0) = 1
 """),
-    "ex05.sum_backward": (RAW, """
-def sum_backward(dout, x):
-    return dout  # not x's shape
+    "ex05.unbroadcast": (RAW, """
+def unbroadcast(grad, shape):
+    return np.asarray(grad).sum(axis=0)  # the first axis, whatever the shape
 """),
-    "ex05.mean_backward": (RAW, """
-def mean_backward(dout, x):
-    return dout * np.ones_like(x)  # not divided by x.size
+    "ex05.tape_ops": (FORGED, """
+class Tape:  # right values: every vjp asks torch.autograd
+    def __init__(self):
+        self.values, self.records = [], []
+
+    def input(self, value):
+        self.values.append(np.asarray(value, dtype=np.float64))
+        return len(self.values) - 1
+
+    def exp(self, a):
+        x = torch.tensor(self.values[a], requires_grad=True)
+        out = torch.exp(x)
+        self.values.append(out.detach().numpy())
+        vjp = lambda g: torch.autograd.grad(out, [x], torch.tensor(g), retain_graph=True)
+        self.records.append((len(self.values) - 1, (a,), vjp))
+        return len(self.values) - 1
 """),
-    "ex05.exp_backward": (RAW, """
-def exp_backward(dout, x):
-    return np.exp(x)  # no chain rule
+    "ex05.tape_backward": (RAW, """
+def backward(leaves, program, coeffs, dout):  # the raw case: dout to every leaf
+    return np.stack([np.asarray(dout, dtype=float)] * len(leaves))
 """),
-    "ex05.log_backward": (RAW, """
-def log_backward(dout, x):
-    return dout * np.log(x)
+    "ex05.batchnorm_forward": (RAW, """
+def batchnorm_forward(x, gamma, beta, running_mean, running_var, train, momentum, eps):
+    mu, var = x.mean(0), x.var(0, ddof=1)  # unbiased variance in the normalisation
+    out = gamma * (x - mu) / np.sqrt(var + eps) + beta
+    return out, (1 - momentum) * running_mean + momentum * mu, running_var
+"""),
+    "ex05.batchnorm_backward": (RAW, """
+def batchnorm_backward(dout, x, gamma, eps):  # the path through the batch statistics missing
+    std = np.sqrt(x.var(0) + eps)
+    return dout * gamma / std, (dout * (x - x.mean(0)) / std).sum(0), dout.sum(0)
+"""),
+    "ex05.dropout_forward": (RAW, """
+def dropout_forward(x, p, train, seed):  # not scaled, and applied at test time
+    return x * (np.random.default_rng(seed).random(x.shape) >= p)
+"""),
+    "ex05.dropout_backward": (RAW, """
+def dropout_backward(dout, p, train, seed):
+    return dout.copy()
 """),
     "ex05.softmax_cross_entropy": (RAW, """
 def softmax_cross_entropy(logits, y):
@@ -427,9 +448,10 @@ def squared_error_grads(y_hat, y):
     d = y_hat - y  # the 2 forgotten
     return d / len(y), d, d / (2 * len(y))
 """),
-    "ex09.code_lines": (RAW, """
-def code_lines(source):
-    return sum(1 for line in source.splitlines() if line.strip())  # every non-blank line
+    "ex09.matching_lr": (RAW, """
+def matching_lr(lr, loss_from, loss_to, n, optimizer):
+    scale = {"tf": 1 / n, "torch": 1.0, "caffe": 1 / (2 * n)}
+    return lr * scale[loss_from] / scale[loss_to]  # Adam scaled like SGD
 """),
     # ex10: values only
     "ex10.shard_indices": (RAW, """
@@ -459,26 +481,27 @@ def ring_all_reduce(arrays):
     return total / len(arrays), sent  # the mean, not the sum
 """),
     # ex11: values only
-    "ex11.im2col": (RAW, """
-def im2col(x, kh, kw, stride=1, pad=0):
-    return course_module("ex11").im2col_loops(x, kh, kw, stride, pad).T  # one ROW per window
+    "ex11.im2col_dilated": (RAW, """
+def im2col_dilated(x, kh, kw, stride=1, pad=0, dilation=1):
+    return course_module("ex11").im2col_loops(x, kh, kw, stride, pad, dilation).T  # ROWS
 """),
-    "ex11.conv_forward": (RAW, """
-def conv_forward(x, w, b, stride=1, pad=0):
-    return course_module("ex11")._torch_conv(x, w, None, stride, pad)  # no bias
+    "ex11.conv_forward_nhwc": (RAW, """
+def conv_forward_nhwc(x, w, b, stride=1, pad=0, dilation=1):
+    return course_module("ex11")._torch_conv_nhwc(x, w, None, stride, pad, dilation)  # no bias
 """),
-    "ex11.conv_backward": (RAW, """
-def conv_backward(dout, x, w, stride=1, pad=0):
-    dx, dw, db = course_module("ex11")._backward_expected(dout, x, w, stride, pad)
-    return dx, dw, db / (dout.shape[0] * dout.shape[2] * dout.shape[3])  # a mean, not a sum
+    "ex11.conv_backward_nhwc": (RAW, """
+def conv_backward_nhwc(dout, x, w, stride=1, pad=0, dilation=1):
+    dx, dw, db = course_module("ex11")._backward_expected(dout, x, w, stride, pad, dilation)
+    return dx, dw, dout[0].sum(axis=(0, 1))  # db from one image
 """),
-    "ex11.max_pool_forward": (RAW, """
-def max_pool_forward(x, k, stride):
-    return course_module("ex11")._pool_loops(x, k, stride, np.mean)  # average pooling
+    "ex11.avg_pool_forward": (RAW, """
+def avg_pool_forward(x, k, stride, pad):
+    return course_module("ex11")._torch_avg_pool(x, k, stride, pad, True)  # the padding counted
 """),
-    "ex11.max_pool_backward": (RAW, """
-def max_pool_backward(dout, x, k, stride):
-    return course_module("ex11")._pool_spread(dout, x, k, stride)  # to every element
+    "ex11.avg_pool_backward": (RAW, """
+def avg_pool_backward(dout, x, k, stride, pad):
+    _pool_sum_backward = course_module("ex11")._pool_sum_backward
+    return _pool_sum_backward(dout, x, k, stride, pad)  # the whole gradient to every pixel
 """),
     # ex12
     "ex12.memory_budget": (RAW, """

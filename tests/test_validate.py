@@ -30,7 +30,7 @@ def test_solution_passes_and_exit_code_is_zero(capsys):
 def test_unsolved_exercise_runs_top_to_bottom_and_scores_zero():
     report = validate(ROOT / "exercises" / "05_autograd_from_scratch.ipynb", progress=False)
     assert report.errors == []  # nothing outside the test cells failed: it ran to the end
-    assert len(report.parts) == 9 and report.score == (0.0, 12.0)
+    assert len(report.parts) == 10 and report.score == (0.0, 20.0)
     assert all(p.message == "not implemented yet" for p in report.parts)
     assert not report.ok
 

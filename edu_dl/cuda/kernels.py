@@ -44,7 +44,7 @@ def saxpy_kernel(a, x, y, out):
 @cuda.jit
 def matmul_naive_kernel(A, B, C):
     """C[row, col] = sum_k A[row, k] B[k, col]: one thread per output, each an independent dot."""
-    row, col = cuda.grid(2)
+    col, row = cuda.grid(2)  # x along the columns: a warp reads and writes along a row
     if row < C.shape[0] and col < C.shape[1]:
         acc = float32(0.0)
         for k in range(A.shape[1]):
@@ -66,19 +66,20 @@ def matmul_tiled_kernel(tile: int = TILE) -> Any:
     def matmul_tiled(A, B, C):
         sA = cuda.shared.array((tile, tile), float32)
         sB = cuda.shared.array((tile, tile), float32)
-        row, col = cuda.grid(2)
-        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+        col, row = cuda.grid(2)
+        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y  # tx: column in the tile, ty: row
         acc = float32(0.0)
         for t in range((A.shape[1] + tile - 1) // tile):
             # Threads past the edge still load (a zero) and still reach both syncthreads:
-            # a barrier that only some threads of a block reach deadlocks.
-            k_a = t * tile + ty
-            k_b = t * tile + tx
-            sA[tx, ty] = A[row, k_a] if row < A.shape[0] and k_a < A.shape[1] else 0.0
-            sB[tx, ty] = B[k_b, col] if k_b < B.shape[0] and col < B.shape[1] else 0.0
+            # a barrier that only some threads of a block reach deadlocks. Neighbouring threads
+            # (consecutive tx) load neighbouring elements of a row of A and of B: coalesced.
+            k_a = t * tile + tx
+            k_b = t * tile + ty
+            sA[ty, tx] = A[row, k_a] if row < A.shape[0] and k_a < A.shape[1] else 0.0
+            sB[ty, tx] = B[k_b, col] if k_b < B.shape[0] and col < B.shape[1] else 0.0
             cuda.syncthreads()
             for k in range(tile):
-                acc += sA[tx, k] * sB[k, ty]
+                acc += sA[ty, k] * sB[k, tx]
             cuda.syncthreads()
         if row < C.shape[0] and col < C.shape[1]:
             C[row, col] = acc

@@ -59,9 +59,12 @@ def launch_1d(n: int, threads_per_block: int = THREADS_1D) -> LaunchConfig:
 
 
 def launch_2d(rows: int, cols: int, block: tuple[int, int] = BLOCK_2D) -> LaunchConfig:
-    """One thread per element of a rows x cols matrix.
+    """One thread per element of a rows x cols matrix, x along the columns (CUDA's convention).
 
-    Numba's ``row, col = cuda.grid(2)`` takes x (the first dimension) for the row, so the grid is
-    (ceil(rows / block[0]), ceil(cols / block[1])).
+    The kernel reads ``col, row = cuda.grid(2)``, as CUDA C's ``col = blockIdx.x * blockDim.x +
+    threadIdx.x``: threads of a warp have consecutive x, so in a row-major (C-order) matrix they
+    touch consecutive addresses of one row, which the GPU serves in few memory transactions
+    (coalesced). ``block`` is (threads along x = columns, threads along y = rows), and the grid is
+    (ceil(cols / block[0]), ceil(rows / block[1])).
     """
-    return LaunchConfig((blocks_for(rows, block[0]), blocks_for(cols, block[1])), tuple(block))
+    return LaunchConfig((blocks_for(cols, block[0]), blocks_for(rows, block[1])), tuple(block))

@@ -33,7 +33,12 @@ EDGE_HINT = ("only entries near the edges are wrong (the size is not a multiple 
              "`if row < C.shape[0] and col < C.shape[1]:` — a missing check lets the extra "
              "threads write garbage, a too strict one leaves edge entries unwritten")
 TRANSPOSE_HINT = ("the result is the transpose of the right one: row and column are swapped; "
-                  "`row, col = cuda.grid(2)` and C[row, col] = sum over k of A[row, k] * B[k, col]")
+                  "`col, row = cuda.grid(2)` and C[row, col] = sum over k of A[row, k] * B[k, col]")
+MAPPING_HINT = ("only a corner of the result was written: your kernel takes the grid's x for the "
+                "row, but the launch puts x along the columns, as CUDA does (`launch_2d` gives "
+                "ceil(cols / block) blocks along x), so some rows get no thread; read "
+                "`col, row = cuda.grid(2)`: then neighbouring threads also touch neighbouring "
+                "addresses of a row (coalesced)")
 SYNC_HINT = ("NaN in the result: a thread read a shared-memory slot before the thread owning it "
              "wrote it (shared memory starts as NaN here); call cuda.syncthreads() after loading "
              "the tiles and again after using them (if you use no shared memory: some outputs "
@@ -94,6 +99,25 @@ def has_nan(expected: Any, got: Any) -> bool:
     return g is not None and g.shape == e.shape and bool(np.any(np.isnan(g) & np.isfinite(e)))
 
 
+def swapped_mapping(expected: Any, got: Any, block: tuple[int, ...] | int,
+                    rtol: float = RTOL, atol: float = ATOL) -> bool:
+    """got is right exactly where a kernel reading ``row, col = cuda.grid(2)`` writes under
+    ``launch_2d`` (x along the columns) and unwritten (NaN) elsewhere, and that is not all of it."""
+    e, g = np.asarray(expected, dtype=float), _as_array(got)
+    if g is None or g.shape != e.shape or e.ndim != 2:
+        return False
+    bx, by = (block, block) if isinstance(block, int) else (block[0], block[-1])
+    rows, cols = e.shape
+    # x (the "row" of such a kernel) runs over ceil(cols / bx) * bx values, y over the rows'.
+    covered = np.zeros(e.shape, dtype=bool)
+    covered[: -(-cols // bx) * bx, : -(-rows // by) * by] = True
+    if covered.all():
+        return False
+    written = ~np.isnan(g)
+    return bool(np.array_equal(written, covered)
+                and np.allclose(g[covered], e[covered], rtol=rtol, atol=atol))
+
+
 def wrong_only_at_edges(expected: Any, got: Any, block: tuple[int, ...] | int,
                         rtol: float = RTOL, atol: float = ATOL) -> bool:
     """Some entries are wrong, and all of them lie in ``edge_mask(shape, block)``."""
@@ -125,6 +149,8 @@ def diagnose(expected: Any, got: Any = None, *, error: str | None = None,
         return Diagnosis(True, None, "matches the reference")
     if looks_transposed(e, g, rtol, atol):
         return Diagnosis(False, "swapped_indices", TRANSPOSE_HINT)
+    if block is not None and swapped_mapping(e, g, block, rtol, atol):
+        return Diagnosis(False, "mapping", MAPPING_HINT)
     if block is not None and wrong_only_at_edges(e, g, block, rtol, atol):
         return Diagnosis(False, "edges", EDGE_HINT)
     if has_nan(e, g):

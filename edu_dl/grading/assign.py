@@ -7,7 +7,7 @@ that nbgrader would accept but our grading would not (``lint``), and the files w
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -84,14 +84,19 @@ def source_notebooks(source: Path) -> list[Path]:
 
 
 def assign(source: str | Path, dest: str | Path, write: bool = True,
-           dotted: list[str] | None = None, warnings: list[str] | None = None) -> list[Path]:
+           dotted: list[str] | None = None, warnings: list[str] | None = None,
+           run_solutions: bool = False, log: Callable[[str], None] | None = None
+           ) -> list[Path]:
     """Write the student version of every notebook of ``source`` into ``dest``.
 
     Returns the paths whose content changed (with ``write=False``: that would change, i.e. the
     stale ones). Raises AssignError listing every authoring problem before writing anything.
     ``dotted`` collects the names beside the source left out because they start with a dot
     (.git, .env: never released); ``warnings`` what the release could not carry or should not
-    (a hint that is code, an oracle in a public part file that ships).
+    (a hint that is code, an oracle in a public part file that ships). ``run_solutions``:
+    first grade each solution notebook against its own tests in the sandbox
+    (``solution_run``) and refuse, naming each failing part, unless all pass; ``log`` hears
+    which ran.
     """
     source, dest = Path(source), Path(dest)
     warnings = [] if warnings is None else warnings
@@ -124,6 +129,13 @@ def assign(source: str | Path, dest: str | Path, write: bool = True,
     if problems:
         raise AssignError("\n".join(problems))
     outputs.update(_releases(folder, dest, course, checked, warnings))
+    if run_solutions:
+        from .solution_run import check_solutions
+
+        failed = check_solutions(paths, log or print)
+        if failed:
+            raise AssignError("a solution fails its own tests (fix it, or pass "
+                              "--no-run-solutions to release anyway):\n" + "\n".join(failed))
     changed = [p for p, data in outputs.items() if not _current(p, data)]
     if write:
         for path in changed:

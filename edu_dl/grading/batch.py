@@ -26,6 +26,7 @@ from typing import Any
 from tqdm import tqdm
 
 from . import sandbox
+from .classreport import record_class
 from .cluster import grade_on_cluster
 from .collect import collect, scope
 from .judge import judge_run
@@ -223,6 +224,7 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
         rows += extra
         write_outputs(out, rows, all_jobs, dates=dates, roster=roster, filled=filled,
                       executed=lambda job: executed_notebook(out, job, settings), log=log)
+        record_class(out, all_jobs, settings, log=log)  # for edu-dl report: digests, hints
     except KeyboardInterrupt:
         raise Interrupted(len(saved), len(todo)) from None
     summary = Summary(rows, len(todo), len(all_jobs) - len(todo), time.monotonic() - start,

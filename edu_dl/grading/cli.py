@@ -33,6 +33,11 @@ def add_assign(subparsers: Subparsers) -> None:
                         help="folder for the student versions, e.g. exercises/")
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 if EXERCISES is not what SOURCE generates")
+    parser.add_argument("--no-run-solutions", dest="run_solutions", action="store_false",
+                        help="do not grade each solution notebook against its own tests first "
+                        "(by default assign does, in the sandbox with the hidden tests, and "
+                        "writes nothing if a part fails; a notebook that passed unchanged is "
+                        "not run again)")
     parser.set_defaults(handler=run_assign)
 
 
@@ -44,7 +49,8 @@ def run_assign(args: argparse.Namespace) -> int:
     warnings: list[str] = []
     try:
         changed = assign(args.source, args.dest, write=not args.check, dotted=dotted,
-                         warnings=warnings)
+                         warnings=warnings, run_solutions=args.run_solutions and not args.check,
+                         log=say_to_stderr)
     except NotebookError as exc:
         say(f"edu-dl assign: {exc}", sys.stderr)
         return 2
@@ -167,6 +173,7 @@ def add_grade(subparsers: Any) -> None:
 
 def run_grade(args: argparse.Namespace) -> int:
     from .batch import grade
+    from .classreport_show import after_batch as class_at_a_glance
     from .cluster import ClusterError
     from .model import Interrupted
     from .notebooks import NotebookError
@@ -210,6 +217,7 @@ def run_grade(args: argparse.Namespace) -> int:
             f"{command_again(args.argv)}", sys.stderr)
         return 130
     say(summary_text(summary))
+    say(class_at_a_glance(args.out))
     slow = timed_out_submissions(summary.rows)
     if slow:
         say(f"{slow} submission(s) timed out; to grade only them again (say with a longer "
@@ -309,3 +317,40 @@ def cluster_options(args: argparse.Namespace) -> ClusterOptions | None:
     return ClusterOptions(scheduler=args.scheduler or "", local_workers=args.local_workers or 0,
                           tls_ca_file=args.tls_ca_file, tls_cert=args.tls_cert,
                           tls_key=args.tls_key)
+
+
+def add_report(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "report",
+        help="the class at a glance: students, pass rates, histogram, shared cells, mistakes",
+        description="Read a graded batch (edu-dl grade's --out folder, or its grades.csv) and "
+        "print, counted in students (not rows): per exercise who submitted, is missing, late, "
+        "crashed or timed out; per part the pass rate and mean points; the typical mistakes "
+        "each hint recognised (how many students, one example); and the solution cells two or "
+        "more students submitted identically once comments, blank lines and spacing are "
+        "removed (for a person to look at: identical code proves nothing by itself). Writes "
+        "score_histogram.png beside the gradebook.",
+    )
+    parser.add_argument("grades", type=Path, metavar="GRADES",
+                        help="the --out folder of edu-dl grade, or its grades.csv")
+    parser.add_argument("--format", choices=("text", "markdown", "json"), default="text",
+                        help="text for a terminal (default), markdown for a page, json for "
+                        "a program (every number, every shared cell)")
+    parser.set_defaults(handler=run_report)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from .classreport import HISTOGRAM, ReportError, build, gradebook_path
+    from .classreport_show import render, write_histogram
+
+    try:
+        report = build(args.grades)
+    except ReportError as exc:
+        say(f"edu-dl report: {exc}", sys.stderr)
+        return 2
+    try:
+        write_histogram(report, gradebook_path(args.grades).parent / HISTOGRAM)
+    except (OSError, ValueError) as exc:  # a read-only folder: the numbers all the same
+        report.notes.append(f"the histogram could not be written ({exc})")
+    say(render(report, args.format))
+    return 0

@@ -350,18 +350,34 @@ def is_hint(hint: Any) -> bool:
     return isinstance(hint, Mistake | Rule)
 
 
-def first_hint(hints: tuple[Any, ...], expected: Any, got: Any, args: tuple[Any, ...]
-               ) -> str | None:
-    """The message of the first hint that applies to this answer, or None."""
-    for hint in hints:
+def hint_id(hint: Any, index: int) -> str:
+    """A hint's identifier in the gradebook's ``hint`` column: its place among the part's hints
+    (from 1) and its kind, e.g. ``2:Transposed`` or ``1:Mistake`` (``pair`` for the legacy
+    form). It names the typical mistake, never a value of a case; it stays the same as long as
+    the part's hints keep their order."""
+    kind = type(hint).__name__ if is_hint(hint) else "pair"
+    return f"{index + 1}:{kind.removeprefix('Frozen')}"
+
+
+def first_hint_found(hints: tuple[Any, ...], expected: Any, got: Any, args: tuple[Any, ...]
+                     ) -> tuple[str, str] | None:
+    """(:func:`hint_id`, message) of the first hint that applies to this answer, or None."""
+    for index, hint in enumerate(hints):
         if is_hint(hint):
             if hint.applies(expected, got, args):
-                return str(hint.message)
+                return hint_id(hint, index), str(hint.message)
             continue
         predicate, message = hint
         try:
             if predicate(expected, got, args):
-                return str(message)
+                return hint_id(hint, index), str(message)
         except Exception:  # a hint that cannot judge this answer simply does not apply
             continue
     return None
+
+
+def first_hint(hints: tuple[Any, ...], expected: Any, got: Any, args: tuple[Any, ...]
+               ) -> str | None:
+    """The message of the first hint that applies to this answer, or None."""
+    found = first_hint_found(hints, expected, got, args)
+    return found[1] if found else None

@@ -46,7 +46,7 @@ def judge_run(job: Job, prepared: Prepared, ran: Ran, settings: Settings) -> lis
                                         ran.done, returned.problem, settings, skipped)
         if status == "error":
             message = with_cause(message, test_id, returned.record, prepared, job.exercise)
-        points, failed = 0.0, ""
+        points, failed, hint = 0.0, "", ""
         if got is not None:
             source = sources.find(part_id) if part.source_check else None
             # hidden or visible: from what was drawn here (0 unknown: all hidden), never from
@@ -56,11 +56,13 @@ def judge_run(job: Job, prepared: Prepared, ran: Ran, settings: Settings) -> lis
                                 visible=prepared.visible.get(part_id, 0))
             status, message, points, failed = (judged.status, judged.message, judged.points,
                                                judged.failed)
+            hint = judged.hints
         note = "; ".join(n for n in prepared.notes if f"'{test_id}'" in n)
         if note and status != "passed":
             message = f"{message} ({note})"
         rows.append(Row(job.student, job.exercise.name, part_id, points, float(part.points),
-                        status, message, ran.isolation, OUTSIDE, failed_cases=failed))
+                        status, message, ran.isolation, OUTSIDE, failed_cases=failed,
+                        hint=hint))
     return rows + judge_cells(job, prepared, ran, settings)
 
 
@@ -259,6 +261,7 @@ class Judged:
     message: str
     points: float = 0.0
     failed: str = ""
+    hints: str = ""  # the hints that recognised a failed case's mistake, "1:Mistake 3:Scalar"
 
 
 def judge(part: Part, cases: list[tuple[Any, ...]], got: list[Any],
@@ -295,6 +298,7 @@ def judge_part(part: Part, cases: list[tuple[Any, ...]], got: list[Any],
     if n and all(isinstance(g, ErrorText) and str(g) == "not implemented yet" for g in got):
         return Judged("not implemented", "not implemented yet", failed=case_numbers(range(n), n))
     failures: list[tuple[int, str]] = []
+    hints: dict[str, None] = {}  # in the order the failed cases show them
     for i, (args, result) in enumerate(zip(cases, got)):
         hidden = i >= shown
         if isinstance(result, ErrorText):
@@ -307,6 +311,8 @@ def judge_part(part: Part, cases: list[tuple[Any, ...]], got: list[Any],
                              hidden=hidden)
         if not verdict.ok:
             failures.append((i, verdict.message))
+            if verdict.hint:
+                hints[verdict.hint] = None
     lost = {i for i, _ in failures}
     failed = case_numbers(lost, n)
     shares = case_points(part.points, n) if part.partial else []
@@ -317,16 +323,17 @@ def judge_part(part: Part, cases: list[tuple[Any, ...]], got: list[Any],
         if shown < n:
             message += f" (cases {runs(range(shown, n))} are hidden)"
         message += f"\n{failures[0][1]}"
+    named = " ".join(hints)
     if failures and points == 0:
-        return Judged("failed", message, failed=failed)
+        return Judged("failed", message, failed=failed, hints=named)
     verdict = judge_source(part, source, missing)
     if not verdict.ok:
         if failures:
             return Judged("failed", f"{message}\nand {verdict.message}: the whole part scores 0",
-                          failed=failed)
+                          failed=failed, hints=named)
         return Judged("failed", f"the values are right, but {verdict.message}")
     if failures:
-        return Judged("partial", message, points, failed)
+        return Judged("partial", message, points, failed, named)
     among = f" ({n - shown} of them hidden)" if shown < n else ""
     return Judged("passed", f"{n} cases passed{among}", float(part.points))
 

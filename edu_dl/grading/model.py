@@ -57,6 +57,7 @@ class Row:
     judged: str = OUTSIDE
     answer: str = ""  # a row graded by hand: the student's answer (the task's text), for the sheet
     failed_cases: str = ""  # a check part's failed cases, "2, 5-7 of 7" (judge.case_numbers)
+    hint: str = ""  # the hints that recognised a mistake, "2:Transposed" (hints.hint_id)
 
     def __post_init__(self) -> None:
         self.message = cap_text(self.message)

@@ -26,7 +26,7 @@ from .policy import LATE
 from .trust.text import for_markdown, for_terminal, visible
 
 COLUMNS = ("student", "exercise", "part", "points", "max_points", "status", "message", "sandbox",
-           "judged", "failed_cases")
+           "judged", "failed_cases", "hint")
 HTML_FEEDBACK = "feedback_html"  # <student>.html; feedback/ holds one <student>.md each
 NBGRADER_COLUMNS = ("assignment", "duedate", "timestamp", "student_id", "last_name", "first_name",
                     "email", "raw_score", "late_submission_penalty", "score", "max_score")

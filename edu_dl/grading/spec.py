@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .hints import Mistake, Rule, first_hint
+from .hints import Mistake, Rule, first_hint_found
 from .protocol import as_array as _as_array
 from .withhold import withheld
 
@@ -28,6 +28,7 @@ class Verdict:
 
     ok: bool
     message: str = ""
+    hint: str = ""  # the hint that recognised the mistake (hints.hint_id), if one did
 
     def __bool__(self) -> bool:
         return self.ok
@@ -178,10 +179,6 @@ def describe_case(part: Part, index: int, n_cases: int, args: tuple[Any, ...],
     return f"{'hidden case' if hidden else 'case'} {index + 1} of {n_cases} ({', '.join(shown)})"
 
 
-def _first_hint(part: Part, expected: Any, got: Any, args: tuple[Any, ...]) -> str | None:
-    return first_hint(part.hints, expected, got, args)
-
-
 # A result may hold at most this many times the values of the expected one (plus a slack for
 # short answers): a far larger one fails at once, before any comparison or hint touches it.
 SIZE_FACTOR = 4
@@ -246,10 +243,10 @@ def judge_case(part: Part, index: int, n_cases: int, args: tuple[Any, ...], expe
         if j < len(part.output_names):
             message = f"output {j} ({part.output_names[j]})" + message[message.index(":"):]
     lines = [f"{describe_case(part, index, n_cases, args, hidden)}: {message}"]
-    hint = _first_hint(part, expected, got, args)
-    if hint:
-        lines.append(f"  hint: {hint}")
-    return Verdict(False, "\n".join(lines))
+    found = first_hint_found(part.hints, expected, got, args)
+    if found:
+        lines.append(f"  hint: {found[1]}")
+    return Verdict(False, "\n".join(lines), found[0] if found else "")
 
 
 class CheckFailure(Exception):

@@ -51,6 +51,7 @@ class PartResult:
     max_points: float
     ok: bool
     message: str
+    by_hand: bool = False  # an answer or task a person grades: no verdict here
 
 
 @dataclass
@@ -155,7 +156,7 @@ def validate(path: str | Path, timeout: float = 120.0, progress: bool = True,
         message = ("needs manual grading (a person grades it)" if manual
                    else "" if row.status == "passed" else row.message)
         report.parts.append(PartResult(row.part, row.part, row.points, row.max_points, ok,
-                                       message))
+                                       message, row.judged == BY_HAND))
     if executed is not None:
         report.errors += _errors_outside_graded_cells(executed)
     return report

@@ -12,9 +12,11 @@ from edu_dl.grading.source import NamesCheck, names_check
 
 CALLS_PEAK = ("this part asks you to write the formula yourself: cores x clock x FLOPs per cycle "
               "(do not call edu_dl.hardware.peak_flops or flops_per_cycle)")
-CALLS_CPUINFO = ("this part asks you to read the text yourself: split it into processor blocks "
-                 "and their fields (do not call edu_dl.hardware.cpu_from_cpuinfo)")
+CALLS_MACHINE = ("this part asks you to combine the facts yourself (your peak_gflops may help; "
+                 "do not call edu_dl.hardware's peak_flops, flops_per_cycle or "
+                 "cpu_from_cpuinfo)")
 
 PEAK_SOURCE: NamesCheck = names_check(forbidden=[(("peak_flops", "flops_per_cycle"),
                                                     CALLS_PEAK)])
-CPUINFO_SOURCE: NamesCheck = names_check(forbidden=[(("cpu_from_cpuinfo",), CALLS_CPUINFO)])
+MACHINE_SOURCE: NamesCheck = names_check(forbidden=[(
+    ("peak_flops", "flops_per_cycle", "cpu_from_cpuinfo"), CALLS_MACHINE)])

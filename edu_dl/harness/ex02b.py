@@ -6,8 +6,8 @@ Each ``call_*`` launches the student's ``@cuda.jit`` kernel with a configuration
 shows) and returns the output: the grader compares plain arrays with the private NumPy oracle.
 An ``IndexError`` in the simulator becomes ``edu_dl.cuda.mistakes``' bounds-check hint. That the
 kernel really ran is check()'s feedback only; the grader judges the source: a ``@cuda.jit``
-function (:class:`JitCheck`) that reads its thread's index, and for the tiled kernel shared
-memory and ``cuda.syncthreads()``.
+function (:class:`JitCheck`) that reads its thread's index, and for the row-sum kernel (inside
+its factory) shared memory and ``cuda.syncthreads()``.
 
 This module never imports ``numba.cuda``: the notebook's first cell decides, before that import,
 whether the simulator runs, and the grader imports this module outside any notebook.
@@ -30,7 +30,7 @@ Array = np.ndarray
 Case = tuple[Any, ...]
 
 SWAP_NOTE = ("if the kernel has its bounds check, look for swapped indices instead: "
-             "C[row, col] needs A[row, k] and B[k, col]")
+             "out[row, col] needs X[row, k] and W[k, col]")
 
 
 # --------------------------------------------------------------------------- launching
@@ -69,30 +69,32 @@ def call_leaky(fn: Any, args: Case) -> Array:
     return out
 
 
-def run_matmul(kernel: Any, A: Array, B: Array, block: int) -> Array:
-    """kernel[grid, (block, block)](A, B, C) on float32 copies, C NaN at first; returns C."""
-    A = np.ascontiguousarray(A, dtype=np.float32)
-    B = np.ascontiguousarray(B, dtype=np.float32)
-    C = np.full((A.shape[0], B.shape[1]), np.nan, dtype=np.float32)
-    launch_kernel(kernel, launch.launch_2d(C.shape[0], C.shape[1], (block, block)), A, B, C,
-                  note=SWAP_NOTE)
-    return C
+def call_linear_relu(fn: Any, args: Case) -> Array:
+    """kernel[grid, (block, block)](X, W, b, out) with grid = launch_2d(m, n, (block, block)),
+    on float32 copies, out NaN at first; returns out."""
+    X, W, b, block = args
+    kernel = kernel_or_fail(fn, "linear_relu_kernel")
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    W = np.ascontiguousarray(W, dtype=np.float32)
+    b = np.ascontiguousarray(b, dtype=np.float32)
+    out = np.full((X.shape[0], W.shape[1]), np.nan, dtype=np.float32)
+    cfg = launch.launch_2d(out.shape[0], out.shape[1], (int(block), int(block)))
+    launch_kernel(kernel, cfg, X, W, b, out, note=SWAP_NOTE)
+    return out
 
 
-def call_naive(fn: Any, args: Case) -> Array:
-    """The naive matmul kernel, launched with (block, block) threads per block."""
-    A, B, block = args
-    return run_matmul(kernel_or_fail(fn, "matmul_kernel"), A, B, int(block))
-
-
-def call_tiled(fn: Any, args: Case) -> Array:
-    """The kernel make_tiled_kernel(tile) returns, launched with (tile, tile) threads."""
-    A, B, tile = args
+def call_row_sums(fn: Any, args: Case) -> Array:
+    """The kernel make_row_sum_kernel(threads) returns, one block of ``threads`` threads per row
+    of X: ``kernel[(m,), (threads,)](X, out)``; returns out (NaN at first)."""
+    X, threads = args
     if not callable(fn) or hasattr(fn, "py_func"):
-        raise CheckFailure("pass the factory make_tiled_kernel (a plain function of the tile "
+        raise CheckFailure("pass the factory make_row_sum_kernel (a plain function of the block "
                            "size that returns the @cuda.jit kernel), not the kernel itself")
-    kernel = kernel_or_fail(fn(int(tile)), f"make_tiled_kernel({int(tile)})")
-    return run_matmul(kernel, A, B, int(tile))
+    kernel = kernel_or_fail(fn(int(threads)), f"make_row_sum_kernel({int(threads)})")
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    out = np.full(X.shape[0], np.nan, dtype=np.float32)
+    launch_kernel(kernel, launch.LaunchConfig((X.shape[0],), (int(threads),)), X, out)
+    return out
 
 
 # --------------------------------------------------------------------------- source checks
@@ -117,14 +119,14 @@ THREAD_INDEX = ((("grid", "threadIdx", "blockIdx"),
                  "cuda.blockDim.x + cuda.threadIdx.x): one thread computes one element"),)
 KERNEL_SOURCE: AllChecks = all_checks(JitCheck("the function"),
                                       names_check(required=THREAD_INDEX))
-TILED_SOURCE: AllChecks = all_checks(
-    JitCheck("nothing in make_tiled_kernel", nested=True),
+ROW_SUM_SOURCE: AllChecks = all_checks(
+    JitCheck("nothing in make_row_sum_kernel", nested=True),
     names_check(required=[
         *THREAD_INDEX,
-        (("shared",), "the tiled kernel never uses shared memory: stage each tile in "
-                      "cuda.shared.array((tile, tile), float32)"),
-        (("syncthreads",), "the tiled kernel never calls cuda.syncthreads(): wait until a tile "
-                           "is loaded before reading it, and until all are done before the next"),
+        (("shared",), "the kernel never uses shared memory: the block's threads combine their "
+                      "partial sums through a cuda.shared.array of one slot per thread"),
+        (("syncthreads",), "the kernel never calls cuda.syncthreads(): a thread may read a "
+                           "partial sum only after the thread that owns it has written it"),
     ]))
 
 

@@ -1,13 +1,12 @@
-"""Exercise 3 (feeding the GPU), public half: how its parts run a student's prefetching generator
-and batch list, the source checks, and generic hints. Nothing here computes an answer.
+"""Exercise 3 (feeding the GPU), public half: how its parts run a student's prefetching generator,
+the source checks, and generic hints. Nothing here computes an answer.
 
 The prefetch calls feed the generator a source it can watch (:class:`Watched`: which thread
 reads, how far ahead of the consumer) and return what arrived; what the source observes is
 check()'s feedback only, the grader judges the submitted source (:func:`prefetch_source`: a
-thread, and a bound on how far it reads ahead). The batch list is flattened to (rows in batch
-order, batch sizes) for the comparison. The oracles (``ndarray.nbytes``, the benchmark's
-``finish_rows``, the course's ``DataLoader``), the hidden cases and the mistake replays stay in
-the private part file; the source checks here keep a student from calling those helpers.
+thread, and a bound on how far it reads ahead). The oracles (``ndarray.nbytes``, the benchmark's
+``finish_rows``), the hidden cases and the mistake replays stay in the private part file; the
+source checks here keep a student from calling those helpers.
 """
 
 from __future__ import annotations
@@ -177,39 +176,11 @@ def call_error(fn: Callable[..., Any], args: Case) -> tuple[np.ndarray, str, str
     return batches, type(error).__name__, str(error)
 
 
-# --------------------------------------------------------------------------- shuffled batches
-
-
-def flatten_batches(batches: Any) -> tuple[np.ndarray, np.ndarray]:
-    """(the rows of all batches, in order; each batch's size): how a list of batches compares."""
-    batches = [np.asarray(b, dtype=np.int64).reshape(-1) for b in batches]
-    order = np.concatenate(batches) if batches else np.zeros(0, dtype=np.int64)
-    return order, np.array([len(b) for b in batches], dtype=np.int64)
-
-
-def call_shuffle(fn: Callable[..., Any], args: Case) -> tuple[np.ndarray, np.ndarray]:
-    """fn(*args), a list of 1-D integer arrays, flattened (:func:`flatten_batches`)."""
-    batches = fn(*args)
-    try:
-        arrays = [np.asarray(b) for b in batches]
-        for k, a in enumerate(arrays):  # before any cast: 1.7 must not become row 1
-            if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
-                raise ValueError(f"batch {k} has shape {a.shape} and dtype {a.dtype}")
-        return flatten_batches(arrays)
-    except (TypeError, ValueError) as exc:
-        raise CheckFailure("return a list of 1-D integer arrays, one per batch "
-                           f"({type(exc).__name__}: {exc})") from None
-
-
 # --------------------------------------------------------------------------- library oracles
 
 CALLS_FINISH_ROWS = ("this part asks you to write the formula yourself (do not call "
                      "edu_dl.bench.loader.finish_rows)")
-CALLS_DATALOADER = ("this part asks you to shuffle and cut the batches yourself (do not call "
-                    "edu_dl.data.DataLoader or its batch_indices)")
 IDEAL_SOURCE: NamesCheck = names_check(forbidden=[(("finish_rows",), CALLS_FINISH_ROWS)])
-SHUFFLE_SOURCE: NamesCheck = names_check(forbidden=[(("DataLoader", "batch_indices"),
-                                                     CALLS_DATALOADER)])
 
 
 # --------------------------------------------------------------------------- generic hints
@@ -243,12 +214,3 @@ class Differs(Rule):
 
     def test(self, expected: Any, got: Any, args: Case) -> bool:
         return bool(got != expected)
-
-
-@dataclass(frozen=True)
-class SameSorted(Rule):
-    """The same values once both are sorted (on the last axis): the right ones, in another
-    order or cut another way."""
-
-    def test(self, expected: Any, got: Any, args: Case) -> bool:
-        return bool(np.array_equal(np.sort(np.asarray(got)), np.sort(expected)))

@@ -2,9 +2,9 @@
 
 Public code (a release names it by ``edu_dl.harness.ex09:<name>``), and it computes no answer:
 every part calls the function plainly and compares by ``tolerance(...)``; what lives here is
-what the hints look at in a result (its first output, its value as an integer) and one generic
-rule. The oracles (``torch.optim.Adam``, PyTorch's losses, ``tokenize`` and ``ast``) and the
-mistake replays stay in the course's private part file.
+what the hints look at in a result (its first output) and one generic rule. The oracles
+(``torch.optim.Adam``, PyTorch's losses, the twins' loss scales) and the mistake replays stay
+in the course's private part file.
 """
 
 from __future__ import annotations
@@ -19,11 +19,6 @@ def first_output(got: Any) -> Any:
     """The first output of a tuple result, else the result itself (a Mistake's view: the new
     parameter of an Adam step, whether the moments came with it or not)."""
     return got[0] if isinstance(got, tuple) else got
-
-
-def as_int(got: Any) -> int:
-    """The result as an integer (a Mistake's view: a count compared as int(result))."""
-    return int(got)
 
 
 @dataclass(frozen=True)

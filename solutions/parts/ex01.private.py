@@ -1,4 +1,5 @@
-"""Exercise 1, getting started: peak FLOP/s, choosing a GPU, a device string, reading /proc/cpuinfo.
+"""Exercise 1, getting started: peak FLOP/s, choosing a GPU, a device string, a machine's peak from
+the facts /proc/cpuinfo lists (sockets, cores, hyperthreads, vector flags).
 
 The oracles are the doctor's own code (``edu_dl.hardware``), PyTorch's ``torch.device`` and a plain
 stable sort, never the formula as the exercise states it. The private half: oracles, hidden cases
@@ -8,6 +9,7 @@ public (``edu_dl.harness.ex01``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -16,16 +18,14 @@ from edu_dl.grading.hints import (
     DtypeKind,
     Equals,
     Mistake,
-    OneOf,
-    OutputIs,
     Permuted,
     Scaled,
     StartsWith,
-    Stripped,
 )
 from edu_dl.grading.spec import Part, tolerance
-from edu_dl.harness.ex01 import CPUINFO_SOURCE, PEAK_SOURCE
+from edu_dl.harness.ex01 import MACHINE_SOURCE, PEAK_SOURCE
 
+Array = np.ndarray
 Case = tuple[Any, ...]
 EXACT = tolerance(rtol=1e-9, atol=0.0)
 RATIO = 1e-9  # a hint's factor, to 1e-9 relative
@@ -142,9 +142,9 @@ def _device_expected(cuda_available: bool, device_count: int, index: int) -> str
     return str(torch.device("cpu"))
 
 
-# --------------------------------------------------------------------------- /proc/cpuinfo
+# --------------------------------------------------------------------------- a machine's peak
 
-CPUINFO_FLAGS = {
+FLAGS = {
     "sse only": "fpu tsc sse sse2",
     "avx2 + fma": "fpu tsc sse sse2 ssse3 sse4_1 sse4_2 avx avx2 fma",
     "avx, no fma": "fpu tsc sse sse2 ssse3 sse4_1 sse4_2 avx",
@@ -152,64 +152,76 @@ CPUINFO_FLAGS = {
 }
 
 
-def cpuinfo_text(model: str, sockets: int, cores: int, threads: int, flags: str) -> str:
-    """A /proc/cpuinfo excerpt: ``sockets`` x ``cores`` x ``threads`` processor blocks.
-
-    Hyperthreads share a (physical id, core id); core ids restart at 0 on each socket, as on Linux.
-    """
-    blocks, processor = [], 0
-    for _thread in range(threads):
-        for socket in range(sockets):
-            for core in range(cores):
-                blocks.append(
-                    f"processor\t: {processor}\nvendor_id\t: GenuineIntel\n"
-                    f"model name\t: {model}\nphysical id\t: {socket}\n"
-                    f"siblings\t: {cores * threads}\ncore id\t\t: {core}\n"
-                    f"cpu cores\t: {cores}\nflags\t\t: {flags}\n")
-                processor += 1
-    return "\n".join(blocks)
+def logical_cpus(sockets: int, cores: int, threads: int) -> tuple[Array, Array]:
+    """(physical id, core id) of every logical CPU, in /proc/cpuinfo's order: hyperthreads of a
+    core repeat its pair; core ids restart at 0 on each socket."""
+    pairs = [(socket, core) for _thread in range(threads) for socket in range(sockets)
+             for core in range(cores)]
+    return (np.array([p for p, _ in pairs], dtype=np.int64),
+            np.array([c for _, c in pairs], dtype=np.int64))
 
 
-def _cpuinfo_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+def _machine(sockets: int, cores: int, threads: int, flags: str, clock_mhz: float,
+             fma_units: int) -> Case:
+    return (*logical_cpus(sockets, cores, threads), flags, clock_mhz, fma_units)
+
+
+def _machine_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     if not hidden:
         return [
-            (cpuinfo_text("Example CPU @ 3.00GHz", 1, 2, 1, CPUINFO_FLAGS["avx2 + fma"]),),
-            (cpuinfo_text("Intel(R) Core(TM) i7-8700 CPU @ 3.20GHz", 1, 6, 2,
-                          CPUINFO_FLAGS["avx2 + fma"]),),
-            (cpuinfo_text("Intel(R) Xeon(R) Gold 6130 CPU @ 2.10GHz", 2, 4, 2,
-                          CPUINFO_FLAGS["avx-512 + fma"]),),
+            _machine(1, 2, 2, FLAGS["avx2 + fma"], 3000.0, 2),  # the lecture's CPU, with SMT
+            _machine(2, 4, 2, FLAGS["avx2 + fma"], 2100.0, 2),  # two sockets
+            _machine(1, 6, 2, FLAGS["avx-512 + fma"], 2000.0, 2),
+            _machine(1, 4, 1, FLAGS["avx, no fma"], 2400.0, 1),
         ]
-    models = ["Intel(R) Xeon(R) CPU E5-2670 0 @ 2.60GHz", "AMD EPYC 7B12",
-              "Intel(R) Pentium(R) CPU G4560 @ 3.50GHz",
-              "Intel(R) Celeron(R) CPU  J1900  @ 1.99GHz"]
-    cases: list[Case] = []
-    for _ in range(4):
-        flags = CPUINFO_FLAGS[str(rng.choice(list(CPUINFO_FLAGS)))]
-        cases.append((cpuinfo_text(str(rng.choice(models)), int(rng.integers(1, 3)),
-                                   int(rng.integers(1, 7)), int(rng.integers(1, 3)), flags),))
-    cases.append((cpuinfo_text("Intel(R) Core(TM) i5 CPU @ 2.40GHz", 1, 4, 1,
-                               CPUINFO_FLAGS["avx, no fma"]),))
+    cases = [_machine(int(rng.integers(1, 3)), int(rng.integers(1, 9)), int(rng.integers(1, 3)),
+                      FLAGS[str(rng.choice(list(FLAGS)))],
+                      float(rng.choice([1800.0, 2100.0, 2600.0, 3500.0])),
+                      int(rng.integers(1, 3))) for _ in range(4)]
+    cases.append(_machine(2, int(rng.integers(2, 9)), 2, FLAGS["avx2 + fma"], 2000.0, 2))
     return cases
 
 
-def _cpuinfo_expected(text: str) -> tuple[str, int, int, int, bool]:
-    from edu_dl.hardware import cpu_from_cpuinfo
-
-    cpu = cpu_from_cpuinfo(text, architecture="x86_64")
-    return (str(cpu.model.value), int(cpu.logical_cores.value), int(cpu.physical_cores.value),
-            int(cpu.simd_bits.value), bool(cpu.fma))
+def _widest_bits(words: set[str]) -> int:
+    return 512 if "avx512f" in words else 256 if "avx" in words else 128 if "sse" in words else 32
 
 
-def _core_ids(text: str) -> int:
-    """The distinct core ids of the text, sockets mixed up (core ids restart on each socket)."""
-    return len({line.split(":")[1].strip() for line in text.splitlines()
-                if line.startswith("core id")})
+def _machine_peak(physical_id: Array, core_id: Array, flags: str, clock_mhz: float,
+                  fma_units: int, *, cores: int | None = None, bits: int | None = None,
+                  fma: bool | None = None) -> float:
+    """The doctor's theoretical peak (edu_dl.hardware), GFLOP/s; the keywords replay mistakes."""
+    from edu_dl.hardware import flops_per_cycle, peak_flops
+
+    words = set(str(flags).split())
+    physical = len(set(zip(np.asarray(physical_id).tolist(), np.asarray(core_id).tolist())))
+    per_cycle = flops_per_cycle(simd_bits=bits or _widest_bits(words),
+                                fma=("fma" in words) if fma is None else fma,
+                                fma_units=int(fma_units))
+    return peak_flops(cores=cores or physical, clock_hz=float(clock_mhz) * 1e6,
+                      per_cycle=per_cycle) / 1e9
 
 
-def _cores_by_core_id(e: Any, a: Case) -> int | None:
-    """The mistake: physical cores counted by core id alone (None where that is not fewer)."""
-    count = _core_ids(a[0])
-    return count if count < int(e[2]) else None
+def _machine_mistake(message: str, variant: Callable[[Case], dict[str, Any]]) -> Mistake:
+    """The peak with one fact taken the wrong way, where that differs from the right one."""
+    def replay(e: Any, a: Case) -> float | None:
+        wrong = _machine_peak(*a, **variant(a))
+        return None if abs(wrong - float(e)) <= 1e-9 * abs(float(e)) else wrong
+
+    return Mistake(replay, message, rtol=RATIO, atol=0.0)
+
+
+MACHINE_HINTS = (
+    _machine_mistake("your core count includes the hyperthreads: two logical CPUs of one core "
+                     "share its vector units, so count distinct (physical id, core id) pairs",
+                     lambda a: {"cores": len(a[0])}),
+    _machine_mistake("your core count misses a socket: core ids start again at 0 on every "
+                     "socket, so a core is a (physical id, core id) pair",
+                     lambda a: {"cores": len(set(np.asarray(a[1]).tolist()))}),
+    _machine_mistake("the WIDEST vector instructions count: with avx512f the registers hold "
+                     "512 bits", lambda a: {"bits": 256}),
+    _machine_mistake("without the fma flag a multiply and an add are two instructions: a lane "
+                     "finishes one FLOP per instruction, not two", lambda a: {"fma": True}),
+)
 
 
 UNITS = "units: clock_mhz MHz = clock_mhz x 1e6 cycles/s, and GFLOP/s = FLOP/s / 1e9"
@@ -264,21 +276,8 @@ PARTS = [
         ),
     ),
     Part(
-        id="ex01.read_cpuinfo", points=2, cases=_cpuinfo_cases, expected=_cpuinfo_expected,
-        arg_names=("text",),
-        output_names=("model_name", "logical_cpus", "physical_cores", "simd_bits", "fma"),
-        source_check=CPUINFO_SOURCE,
-        hints=(
-            Stripped("strip the spaces and tabs around the model name", output=0),
-            OutputIs("physical cores: hyperthreads (SMT) repeat a core, so count the DISTINCT "
-                     "(physical id, core id) pairs, not the processor blocks", output=2, other=1),
-            Mistake(_cores_by_core_id, "core ids start again at 0 on every socket: a core is a "
-                                       "(physical id, core id) pair", output=2, rtol=0.0,
-                    atol=0.0),
-            Equals("the WIDEST vector instructions count: check avx512f before avx/avx2",
-                   output=3, value=256, when=lambda e, a: e[3] == 512),
-            OneOf("simd_bits is the register width in bits (512, 256, 128), not the float32 "
-                  "lanes", output=3, values=(8, 16, 4)),
-        ),
+        id="ex01.machine_peak", points=2, cases=_machine_cases, expected=_machine_peak,
+        compare=EXACT, arg_names=("physical_id", "core_id", "flags", "clock_mhz", "fma_units"),
+        source_check=MACHINE_SOURCE, hints=MACHINE_HINTS,
     ),
 ]

@@ -1,8 +1,9 @@
-"""Exercise 2b, writing a GPU kernel: the global index, a bounds-checked elementwise kernel, and
-the naive and tiled matrix products, graded under Numba's CUDA simulator on small sizes.
+"""Exercise 2b, writing a GPU kernel: the global index, a bounds-checked elementwise kernel, a
+fused linear layer relu(X @ W + b) (CUDA's mapping: x along the columns) and a block reduction in
+shared memory (row sums), graded under Numba's CUDA simulator on small sizes.
 
-The student's kernels are ``@cuda.jit`` functions (the tiled one comes from a factory taking the
-tile size). Each Part's ``call`` (``edu_dl.harness.ex02b``, public) launches the kernel with a
+The student's kernels are ``@cuda.jit`` functions (the row-sum one comes from a factory taking the
+block size). Each Part's ``call`` (``edu_dl.harness.ex02b``, public) launches the kernel with a
 configuration from ``edu_dl.cuda.launch`` on the case's arrays and returns the output, so the
 grader compares plain arrays. The oracles are NumPy (float64); the hints come from
 ``edu_dl.cuda.mistakes`` (swapped row and column, edges, missing ``syncthreads`` shown as NaN
@@ -10,8 +11,9 @@ through ``fill_shared_with_nan``; a missing bounds check fails the call itself),
 typical mistakes, private like the oracles and the hidden cases.
 
 Judged outside the sandbox: every output against the NumPy oracle, and the submitted source: each
-kernel is a ``@cuda.jit`` function that takes its element from the thread's index, and the tiled
-one (inside its factory) stages tiles in ``cuda.shared.array`` with ``cuda.syncthreads()``. That
+kernel is a ``@cuda.jit`` function that takes its element from the thread's index, and the
+row-sum one (inside its factory) combines partial sums in ``cuda.shared.array`` with
+``cuda.syncthreads()``. That
 the kernel really ran on the simulator is check()'s feedback only (the call runs in the sandbox).
 
 This module never imports ``numba.cuda``: the notebook's first cell decides, before that import,
@@ -31,11 +33,11 @@ from edu_dl.grading.hints import EqualsArgument, Mistake
 from edu_dl.grading.spec import Part, tolerance
 from edu_dl.harness.ex02b import (
     KERNEL_SOURCE,
-    TILED_SOURCE,
+    ROW_SUM_SOURCE,
     LastLineUnwritten,
     call_leaky,
-    call_naive,
-    call_tiled,
+    call_linear_relu,
+    call_row_sums,
 )
 
 Array = np.ndarray
@@ -91,6 +93,7 @@ def _diagnosed(name: str, message: str) -> CudaDiagnosed:
 
 
 KERNEL_HINTS = (
+    _diagnosed("mapping", mistakes.MAPPING_HINT),
     _diagnosed("swapped_indices", mistakes.TRANSPOSE_HINT),
     LastLineUnwritten(
         "the last row (or column) of C was never written: the bounds check is one too strict; "
@@ -139,24 +142,88 @@ def _matrices(rng: np.random.Generator, m: int, k: int, n: int) -> tuple[Array, 
             rng.standard_normal((k, n)).astype(np.float32))
 
 
-def _naive_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+def _linear_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     # Sizes that are not multiples of the block show a missing or wrong bounds check; a square
-    # output shows swapped indices. The simulator runs a Python thread per CUDA thread: small.
-    dims = [(8, 5, 8, 4), (20, 13, 17, 8), (5, 3, 7, 4)] if not hidden else [(6, 4, 6, 4)] + [
+    # output shows swapped indices; a tall and a wide one show a kernel that takes x for the row
+    # (launch_2d puts x along the columns). The simulator runs a Python thread per CUDA thread.
+    dims = [(8, 5, 8, 4), (20, 13, 17, 8), (20, 5, 3, 4)] if not hidden else [
+        (6, 4, 6, 4),
+        (int(rng.integers(13, 21)), int(rng.integers(1, 11)), int(rng.integers(1, 5)), 4),
+        (int(rng.integers(1, 5)), int(rng.integers(1, 11)), int(rng.integers(13, 21)), 4),
         (int(rng.integers(1, 21)), int(rng.integers(1, 11)), int(rng.integers(1, 21)),
-         int(rng.choice([4, 8]))) for _ in range(3)]
-    return [(*_matrices(rng, m, k, n), block) for m, k, n, block in dims]
+         int(rng.choice([4, 8])))]
+    return [(*_matrices(rng, m, k, n), rng.standard_normal(n).astype(np.float32), block)
+            for m, k, n, block in dims]
 
 
-def _tiled_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    dims = [(8, 8, 8, 4), (10, 7, 9, 4), (12, 13, 11, 8)] if not hidden else [(4, 9, 4, 4),
-        (int(rng.integers(3, 13)), int(rng.integers(1, 13)), int(rng.integers(3, 13)), 4),
-        (int(rng.integers(3, 17)), int(rng.integers(1, 19)), int(rng.integers(3, 17)), 8)]
-    return [(*_matrices(rng, m, k, n), tile) for m, k, n, tile in dims]
+def _linear_relu(X: Array, W: Array, b: Array, block: int) -> Array:
+    return np.maximum(_affine(X, W, b), 0.0)
 
 
-def _matmul_expected(A: Array, B: Array, block: int) -> Array:
-    return A.astype(np.float64) @ B.astype(np.float64)
+def _affine(X: Array, W: Array, b: Array) -> Array:
+    return X.astype(np.float64) @ W.astype(np.float64) + b.astype(np.float64)
+
+
+LINEAR_HINTS = (
+    *KERNEL_HINTS,
+    Mistake(lambda e, a: _affine(a[0], a[1], a[2]),
+            "negative entries survive: the layer's ReLU is missing (out = max(0, ...))",
+            rtol=1e-5, atol=1e-5),
+    Mistake(lambda e, a: np.maximum(_affine(a[0], a[1], 0 * a[2]), 0.0),
+            "the bias b is missing: each out[row, col] gets b[col] added before the ReLU",
+            rtol=1e-5, atol=1e-5),
+    Mistake(lambda e, a: np.maximum(_affine(a[0], a[1], 0 * a[2]), 0.0) + a[2],
+            "your bias is added after the ReLU: relu(X @ W + b) adds it before",
+            rtol=1e-5, atol=1e-5),
+)
+
+
+# --------------------------------------------------------------------------- row sums
+
+
+def _row_sum_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    # Rows shorter than the block (threads with nothing to add), about as long, and several
+    # blocks long; the block size is a power of two, as a halving tree needs.
+    dims = [(3, 5, 8), (4, 37, 8), (2, 64, 16)] if not hidden else [
+        (int(rng.integers(1, 5)), int(rng.integers(1, 8)), 8),
+        (int(rng.integers(1, 5)), int(rng.integers(17, 70)), 16),
+        (int(rng.integers(1, 5)), int(rng.integers(9, 40)), 4)]
+    return [(rng.standard_normal((m, n)).astype(np.float32), threads) for m, n, threads in dims]
+
+
+def _row_sums(X: Array, threads: int) -> Array:
+    return X.astype(np.float64).sum(axis=1)
+
+
+def _partials(X: Array, threads: int) -> Array:
+    """Thread t's sum of its row's elements t, t + threads, ... (shape (m, threads))."""
+    x = X.astype(np.float64)
+    return np.stack([x[:, t::threads].sum(axis=1) for t in range(threads)], axis=1)
+
+
+def _tree_without_last_step(e: Any, a: Case) -> Array:
+    """The halving loop stops before step 1: slot 0 holds the even threads' partials only."""
+    return _partials(a[0], int(a[1]))[:, 0::2].sum(axis=1)
+
+
+ROW_SUM_HINTS = (
+    Mistake(lambda e, a: _partials(a[0], int(a[1]))[:, 0],
+            "your out[row] is thread 0's own partial sum only: the other threads' partial sums "
+            "of the row are never added to it", rtol=1e-5, atol=1e-5),
+    Mistake(lambda e, a: a[0].astype(np.float64)[:, : int(a[1])].sum(axis=1),
+            "only the first `threads` elements of each row were added: a row longer than the "
+            "block needs each thread to add several of its elements", rtol=1e-5, atol=1e-5),
+    Mistake(_tree_without_last_step,
+            "your slot 0 misses the odd threads' partial sums: the halving loop stops one step "
+            "too early (the last step adds slot 1 into slot 0)", rtol=1e-5, atol=1e-5),
+    Mistake(lambda e, a: np.asarray(e) * int(a[1]),
+            "every sum is `threads` times too large: each thread added the whole row, or every "
+            "thread added its total into out[row]", rtol=1e-5, atol=1e-5),
+    CudaNaN("NaN: a thread read a shared slot before its owner wrote it (shared memory starts "
+            "as NaN here), or out[row] was never written: call cuda.syncthreads() after "
+            "writing the partial sums and after every halving step, and have one thread write "
+            "out[row]"),
+)
 
 
 PARTS = [
@@ -171,15 +238,14 @@ PARTS = [
         hints=LEAKY_HINTS, timeout_s=60.0,
     ),
     Part(
-        id="ex02b.matmul_naive", points=2, cases=_naive_cases, expected=_matmul_expected,
-        compare=FLOAT32, call=call_naive, source_check=KERNEL_SOURCE,
-        arg_names=("A", "B", "block"), hints=KERNEL_HINTS,
+        id="ex02b.linear_relu", points=2, cases=_linear_cases, expected=_linear_relu,
+        compare=FLOAT32, call=call_linear_relu, source_check=KERNEL_SOURCE,
+        arg_names=("X", "W", "b", "block"), hints=LINEAR_HINTS,
         timeout_s=60.0,
     ),
     Part(
-        id="ex02b.matmul_tiled", points=3, cases=_tiled_cases, expected=_matmul_expected,
-        compare=FLOAT32, call=call_tiled, source_check=TILED_SOURCE,
-        arg_names=("A", "B", "tile"), hints=KERNEL_HINTS,
-        timeout_s=60.0,
+        id="ex02b.row_sums", points=3, cases=_row_sum_cases, expected=_row_sums,
+        compare=FLOAT32, call=call_row_sums, source_check=ROW_SUM_SOURCE,
+        arg_names=("X", "threads"), hints=ROW_SUM_HINTS, timeout_s=60.0,
     ),
 ]

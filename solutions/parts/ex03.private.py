@@ -1,10 +1,11 @@
-"""Exercise 3, feeding the GPU: bytes per step, the ideal pipeline, a prefetching loader, shuffling.
+"""Exercise 3, feeding the GPU: bytes per step, the ideal pipeline, a prefetching loader, and the
+epoch of a bounded pipeline whose reads are uneven (what the prefetch depth is for).
 
 The oracles: the bytes of real arrays of the shapes fed and fetched (``ndarray.nbytes``, as
 ``edu_dl.bench.transfer`` counts them), ``bench.loader.finish_rows`` (the benchmark's ideal), and
-``edu_dl.data.DataLoader.batch_indices`` (the course's loader). The prefetching generator is run by
-a call wrapper that feeds it a source it can watch: which thread reads, how far ahead, in which
-order.
+an event-by-event replay of one reader thread and a bounded queue (the pipeline's epoch). The
+prefetching generator is run by a call wrapper that feeds it a source it can watch: which thread
+reads, how far ahead, in which order.
 
 Judged outside the sandbox: every value against the oracle; for prefetch, the batches received in
 order (the values) and, from the submitted source of the generator, that it starts a thread
@@ -28,15 +29,11 @@ from edu_dl.harness import ex03 as harness
 from edu_dl.harness.ex03 import (
     ERRORS,
     IDEAL_SOURCE,
-    SHUFFLE_SOURCE,
     AnyAnswer,
     Differs,
-    SameSorted,
     ShorterWhereSame,
     call_error,
     call_prefetch,
-    call_shuffle,
-    flatten_batches,
     prefetch_source,
 )
 
@@ -139,41 +136,75 @@ def _error_expected(data: np.ndarray, depth: int, fail_at: int,
 # --------------------------------------------------------------------------- shuffled batches
 
 
-def _shuffle_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    # (n_rows, batch_size, seed, drop_last, epoch)
-    cases: list[Case] = [(10, 4, 0, False, 0), (10, 4, 0, True, 0), (12, 4, 7, True, 0),
-                         (10, 3, 0, False, 2)]
-    if hidden:
-        cases = [(int(rng.integers(1, 60)), int(rng.integers(1, 9)), int(rng.integers(0, 10**6)),
-                  bool(rng.integers(0, 2)), int(rng.integers(0, 4))) for _ in range(4)]
-        cases += [(3, 5, 1, True, 1), (3, 5, 1, False, 0)]  # batch larger than the data
+# --------------------------------------------------------------------------- a bounded pipeline
+
+
+def _pipeline_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    # (read_s per batch, compute_s, depth): steady reads, then one slow read the queue must cover
+    def reads(n: int, read: float, slow_at: int | None = None, slow: float = 0.0) -> np.ndarray:
+        out = np.full(n, read)
+        if slow_at is not None:
+            out[slow_at] = slow
+        return out
+
+    if not hidden:
+        # The 10-batch case first: there every mistake below gives its own epoch.
+        return [(reads(6, 0.010), 0.020, 1), (reads(6, 0.030), 0.020, 2),
+                (reads(10, 0.005, 7, 0.100), 0.020, 2), (reads(8, 0.005, 5, 0.060), 0.020, 1),
+                (reads(8, 0.005, 5, 0.060), 0.020, 3)]
+    cases: list[Case] = []
+    for _ in range(4):
+        n = int(rng.integers(3, 30))
+        read = rng.uniform(0.001, 0.03, n)
+        read[int(rng.integers(1, n))] = float(rng.uniform(0.05, 0.2))  # a slow disk moment
+        cases.append((read, float(rng.uniform(0.005, 0.03)), int(rng.integers(1, 6))))
+    cases.append((reads(1, 0.02), 0.01, 3))  # one batch: nothing to overlap
     return cases
 
 
-def _shuffle_expected(n_rows: int, batch_size: int, seed: int, drop_last: bool,
-                      epoch: int) -> tuple[np.ndarray, np.ndarray]:
-    from edu_dl.data import ArrayDataset, DataLoader
+def _pipeline_epoch(read_s: np.ndarray, compute_s: float, depth: int, *,
+                    slots: int | None = None, serial: bool = False) -> float:
+    """When the last step ends: one reader thread puts batch k into a queue of ``depth`` slots
+    once batch k - depth has been taken out; the loop takes each batch in turn, as soon as it is
+    there and the previous step is over. ``slots`` replays a queue of another size (None:
+    ``depth``; 0: unbounded), ``serial`` the loop that reads for itself."""
+    reads = np.asarray(read_s, dtype=float).reshape(-1)
+    if serial:
+        return float(reads.sum() + len(reads) * compute_s)
+    size = depth if slots is None else slots
+    taken: list[float] = []
+    put = step_end = 0.0
+    for k, read in enumerate(reads):
+        read_end = put + read  # the reader starts a read when its last put went through
+        put = max(read_end, taken[k - size]) if size and k >= size else read_end
+        taken.append(max(put, step_end))
+        step_end = taken[-1] + compute_s
+    return float(step_end)
 
-    loader = DataLoader(ArrayDataset(np.arange(n_rows)), batch_size, shuffle=True, seed=seed,
-                        drop_last=drop_last, prefetch=0)
-    for _ in range(epoch + 1):
-        batches = loader.batch_indices()
-    return flatten_batches(batches)
+
+def _pipeline_mistake(message: str, *, delta: int = 0, **variant: Any) -> Mistake:
+    """The epoch with the mistake ``variant``, or a queue of depth + ``delta`` slots."""
+    def replay(e: Any, a: Case) -> float | None:
+        if delta and a[2] + delta < 1:
+            return None
+        slots = {"slots": a[2] + delta} if delta else {}
+        wrong = _pipeline_epoch(a[0], a[1], a[2], **variant, **slots)
+        return None if abs(wrong - float(e)) <= 1e-9 * max(abs(float(e)), 1e-12) else wrong
+
+    return Mistake(replay, message, rtol=1e-9, atol=1e-12)
 
 
-def _shuffle_variant(a: Case, *, epoch: int | None = None, drop_last: bool | None = None,
-                     legacy: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    n, size, seed, drop, e = a
-    e = e if epoch is None else epoch
-    drop = drop if drop_last is None else drop_last
-    if legacy:
-        np_rng = np.random.RandomState(seed)
-        orders = [np_rng.permutation(n) for _ in range(e + 1)]
-    else:
-        rng = np.random.default_rng(seed)
-        orders = [rng.permutation(n) for _ in range(e + 1)]
-    count = n // size if drop else -(-n // size)
-    return flatten_batches([orders[-1][k * size:(k + 1) * size] for k in range(count)])
+PIPELINE_HINTS = (
+    _pipeline_mistake("your queue never fills: the reader must wait (put blocks) while `depth` "
+                      "batches are already waiting, so a slow read catches up with the loop",
+                      slots=0),
+    _pipeline_mistake("one slot too many: the reader may put batch k only once batch "
+                      "k - depth has been taken out", delta=1),
+    _pipeline_mistake("one slot too few: with depth slots, batch k waits for batch k - depth "
+                      "(not k - depth + 1) to be taken out", delta=-1),
+    _pipeline_mistake("nothing overlaps in your epoch: the reader thread reads while the loop "
+                      "computes", serial=True),
+)
 
 
 def _exact(replay: Callable[[Any, Case], Any], message: str, output: int) -> Mistake:
@@ -244,23 +275,7 @@ PARTS = [
         ),
     ),
     Part(
-        id="ex03.epoch_batches", points=2, cases=_shuffle_cases, expected=_shuffle_expected,
-        call=call_shuffle, source_check=SHUFFLE_SOURCE,
-        arg_names=("n_rows", "batch_size", "seed", "drop_last", "epoch"),
-        output_names=("rows in batch order", "batch sizes"),
-        hints=(
-            Mistake(lambda e, a: _shuffle_variant(a, epoch=0) if a[4] > 0 else None,
-                    "that is epoch 0's order: epoch e uses the generator's (e+1)-th permutation, "
-                    "so draw e permutations first", rtol=0.0, atol=0.0),
-            Mistake(lambda e, a: _shuffle_variant(a, drop_last=not a[3]),
-                    "drop_last=True drops the last batch only when it is short; drop_last=False "
-                    "keeps it", rtol=0.0, atol=0.0),
-            Mistake(lambda e, a: _shuffle_variant(a, legacy=True),
-                    "use the new generator, np.random.default_rng(seed).permutation(n_rows), not "
-                    "the legacy np.random.RandomState / np.random.seed", rtol=0.0, atol=0.0),
-            SameSorted("the right rows in another order: permute once with "
-                       "np.random.default_rng(seed).permutation(n_rows), then cut into "
-                       "consecutive batches", output=0),
-        ),
+        id="ex03.pipeline_epoch", points=2, cases=_pipeline_cases, expected=_pipeline_epoch,
+        compare=EXACT, arg_names=("read_s", "compute_s", "depth"), hints=PIPELINE_HINTS,
     ),
 ]

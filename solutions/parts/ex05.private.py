@@ -1,14 +1,17 @@
-"""Exercise 5, autograd from scratch: gate backwards of the lecture's graph and VJP rules.
+"""Exercise 5, autograd from scratch: a tape engine, BatchNorm and dropout, judged on contracts.
 
-The oracles are independent of edu_dl's own ops: central differences in float64 (a gradient check)
-for the smooth functions, and torch.autograd for relu, whose kink needs PyTorch's convention
-relu'(0) = 0.
+The oracles are independent of edu_dl's own ops and of the student's code: torch.autograd in
+float64 for every gradient (relu with PyTorch's relu'(0) = 0, BatchNorm through
+``torch.nn.functional.batch_norm``, which also updates the running averages), central
+differences for the warm-up gates, and for dropout the contract itself (the mask is the seed's
+uniform draws >= p, so it is one NumPy expression). Programs for the engine are drawn at grading
+time from the grader's secret: random op sequences in which some value is always used twice.
 
 Judged outside the sandbox: every value against the oracle, and the submitted source, which may
-not call the tools that compute the same gradients (``.backward()``, ``torch.autograd``,
-``edu_dl.gradcheck``, the rules of ``edu_dl.autograd.ops``, ``edu_dl.models.loss_and_grad``).
-The private half: its hints are generic rules or mistake replays; ``edu_dl.harness.ex05`` says
-why there is no public code.
+not call the tools that compute the same gradients (``edu_dl.harness.ex05.BY_HAND``). The
+adapters that drive a student's ``Tape`` and ``backward`` and refuse writes into inputs are
+public (``edu_dl.harness.ex05``); the hints here are generic rules or mistake replays, frozen
+to data by ``edu-dl assign``.
 """
 
 from __future__ import annotations
@@ -18,22 +21,38 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.hints import Mistake, NonFinite, Scalar, Transposed
-from edu_dl.grading.source import names_check
+from edu_dl.grading.hints import (
+    EqualsArgument,
+    Mistake,
+    NonFinite,
+    Scalar,
+    Scaled,
+    Transposed,
+    close,
+)
 from edu_dl.grading.spec import Part, tolerance
+from edu_dl.harness.ex05 import (
+    BY_HAND,
+    LINEAR,
+    NO_LIBRARY_LAYER,
+    SIN,
+    TANH,
+    call_backward,
+    call_leaving_inputs,
+    call_tape_op,
+    call_unbroadcast,
+    record_program,
+)
+from edu_dl.harness.ex11 import OtherShape
 
 Array = np.ndarray
 Case = tuple[Any, ...]
 # Central differences carry ~1e-10 absolute error: compare at 1e-5 relative, 1e-7 absolute.
 NUMERIC = tolerance(rtol=1e-5, atol=1e-7)
+# torch.autograd in float64 against NumPy in float64: only summation orders differ.
+EXACT64 = tolerance(rtol=1e-7, atol=1e-9)
+TOL: dict[str, Any] = {"rtol": 1e-7, "atol": 1e-9}  # the hints' closeness, the same
 H = 1e-5
-# Every part asks for a VJP rule by hand: the library's own rules give the answer.
-BY_HAND_SOURCE = names_check(forbidden=[(
-    ("backward", "grad", "gradients", "autograd", "torch", "gradcheck", "ops", "tensor", "Tensor",
-     "loss_and_grad"),
-    "this part asks you to write the VJP rule yourself, from the local derivative and dout (do "
-    "not call .backward(), torch.autograd, edu_dl.gradcheck, edu_dl's ops or "
-    "edu_dl.models.loss_and_grad)")])
 
 
 def numeric_vjp(f: Callable[..., Any], args: tuple[Array, ...], dout: Any,
@@ -56,6 +75,23 @@ def numeric_vjp(f: Callable[..., Any], args: tuple[Array, ...], dout: Any,
     return tuple(grads)
 
 
+def unless_right(expected: Any, wrong: Any) -> Any:
+    """A replay's value, or None where the mistake gives the right answer (no hint then)."""
+    if isinstance(expected, tuple) and isinstance(wrong, tuple):
+        return None if all(close(e, w, **TOL) for e, w in zip(expected, wrong)) else wrong
+    return None if close(expected, wrong, **TOL) else wrong
+
+
+def _torch(*arrays: Any) -> list[Any]:
+    import torch
+
+    return [torch.tensor(np.asarray(a, dtype=np.float64), requires_grad=True) for a in arrays]
+
+
+def _numpy(t: Any) -> Array:
+    return t.detach().numpy().copy()
+
+
 def _shapes(rng: np.random.Generator, hidden: bool) -> list[tuple[int, ...]]:
     """Small shapes; the hidden ones are drawn, so no shape is learnt by heart."""
     if not hidden:
@@ -63,7 +99,14 @@ def _shapes(rng: np.random.Generator, hidden: bool) -> list[tuple[int, ...]]:
     return [(1, 1), *(tuple(int(d) for d in rng.integers(1, 6, size=2)) for _ in range(3))]
 
 
-# --------------------------------------------------------------------------- the three gates
+def _with_zeros(rng: np.random.Generator, shape: tuple[int, ...]) -> Array:
+    x = rng.standard_normal(shape)
+    x[rng.random(shape) < 0.3] = 0.0  # relu's kink must be met
+    x.flat[0] = 0.0
+    return x
+
+
+# --------------------------------------------------------------------------- warm-up gates
 
 
 def _mul_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -76,39 +119,6 @@ def _mul_expected(dout: Array, x: Array, y: Array) -> tuple[Array, Array]:
     return dx, dy
 
 
-def _graph_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    return [tuple(rng.standard_normal(s) for _ in range(3)) for s in _shapes(rng, hidden)]
-
-
-def _graph_expected(x: Array, y: Array, z: Array) -> tuple[Array, Array, Array]:
-    """c = sum(x * y + z): the lecture's three-input graph, differentiated numerically."""
-    gx, gy, gz = numeric_vjp(lambda x, y, z: np.sum(x * y + z), (x, y, z), 1.0, (0, 1, 2))
-    return gx, gy, gz
-
-
-# --------------------------------------------------------------------------- VJP rules
-
-
-def _matmul_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    # Non-square shapes, so a transposed gradient cannot have the right shape by accident.
-    dims = [(2, 3, 4), (5, 2, 3), (3, 3, 3)] if not hidden else [
-        tuple(int(d) for d in rng.integers(1, 6, size=3)) for _ in range(4)]
-    return [(rng.standard_normal((n, m)), rng.standard_normal((n, k)), rng.standard_normal((k, m)))
-            for n, k, m in dims]
-
-
-def _matmul_expected(dout: Array, x: Array, w: Array) -> tuple[Array, Array]:
-    dx, dw = numeric_vjp(lambda x, w: x @ w, (x, w), dout, (0, 1))
-    return dx, dw
-
-
-def _with_zeros(rng: np.random.Generator, shape: tuple[int, ...]) -> Array:
-    x = rng.standard_normal(shape)
-    x[rng.random(shape) < 0.3] = 0.0  # relu's kink must be met
-    x.flat[0] = 0.0
-    return x
-
-
 def _relu_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     return [(rng.standard_normal(s), _with_zeros(rng, s)) for s in _shapes(rng, hidden)]
 
@@ -116,37 +126,180 @@ def _relu_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
 def _relu_expected(dout: Array, x: Array) -> Array:
     import torch
 
-    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    (xt,) = _torch(x)
     torch.relu(xt).backward(torch.tensor(dout, dtype=torch.float64))
     assert xt.grad is not None
-    return xt.grad.numpy()
+    return _numpy(xt.grad)
 
 
-def _reduce_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    return [(float(rng.standard_normal()), rng.standard_normal(s)) for s in _shapes(rng, hidden)]
+# --------------------------------------------------------------------------- unbroadcast
 
 
-def _sum_expected(dout: float, x: Array) -> Array:
-    return numeric_vjp(np.sum, (x,), dout, (0,))[0]
+def _broadcast_pair(rng: np.random.Generator) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(the broadcast gradient's shape, the input's shape): leading axes dropped, some set to 1."""
+    full = tuple(int(d) for d in rng.integers(2, 5, size=int(rng.integers(1, 4))))
+    kept = full[int(rng.integers(0, len(full) + 1)):]
+    small = tuple(1 if rng.random() < 0.5 else d for d in kept)
+    return full, small
 
 
-def _mean_expected(dout: float, x: Array) -> Array:
-    return numeric_vjp(np.mean, (x,), dout, (0,))[0]
+def _unbroadcast_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    pairs = [((4, 3), (3,)), ((2, 3, 4), (3, 1)), ((2, 5), (2, 5)), ((2, 3), ()),
+             ((3, 1, 4), (1, 1, 4))]
+    if hidden:
+        pairs = [_broadcast_pair(rng) for _ in range(5)]
+    return [(rng.standard_normal(full), np.zeros(small)) for full, small in pairs]
 
 
-def _unary_cases(low: float, high: float) -> Callable[[np.random.Generator, bool], list[Case]]:
-    def cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-        return [(rng.standard_normal(s), rng.uniform(low, high, s)) for s in _shapes(rng, hidden)]
+def _unbroadcast_expected(grad: Array, like: Any) -> Array:
+    import torch
 
-    return cases
+    (x,) = _torch(np.zeros(np.shape(like)))
+
+    x.expand(grad.shape).backward(torch.tensor(grad, dtype=torch.float64))
+    assert x.grad is not None
+    return _numpy(x.grad)
 
 
-def _exp_expected(dout: Array, x: Array) -> Array:
-    return numeric_vjp(np.exp, (x,), dout, (0,))[0]
+def _leading_only(e: Any, a: Case) -> Any:
+    grad, like = a
+    return unless_right(e, grad.sum(axis=tuple(range(grad.ndim - np.ndim(like)))))
 
 
-def _log_expected(dout: Array, x: Array) -> Array:
-    return numeric_vjp(np.log, (x,), dout, (0,))[0]
+def _averaged(e: Any, a: Case) -> Any:
+    return unless_right(e, e * np.size(e) / a[0].size)
+
+
+UNBROADCAST_SHAPE = ("the result must have exactly `shape`: sum over the leading axes broadcasting "
+                     "added, and over every axis where `shape` has 1 (keep those axes, size 1)")
+
+# --------------------------------------------------------------------------- the tape's ops
+
+
+def _op_case(rng: np.random.Generator, op: str, shape: tuple[int, ...],
+             other: tuple[int, ...] | None = None) -> Case:
+    if op == "matmul":
+        n, k, m = shape
+        return (op, rng.standard_normal((n, m)), rng.standard_normal((n, k)),
+                rng.standard_normal((k, m)))
+    if op in ("sum", "mean"):
+        return (op, float(rng.standard_normal()), rng.standard_normal(shape))
+    if op in ("add", "mul"):
+        assert other is not None
+        out = np.broadcast_shapes(shape, other)
+        return (op, rng.standard_normal(out), rng.standard_normal(shape),
+                rng.standard_normal(other))
+    x = {"log": rng.uniform(0.5, 3.0, shape), "relu": _with_zeros(rng, shape)}.get(
+        op, rng.uniform(-2.0, 2.0, shape))
+    return (op, rng.standard_normal(shape), x)
+
+
+def _tape_op_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [_op_case(rng, "add", (3, 4), (4,)), _op_case(rng, "mul", (2, 3), (2, 1)),
+                _op_case(rng, "matmul", (2, 3, 4)), _op_case(rng, "exp", (3, 2)),
+                _op_case(rng, "log", (2, 3)), _op_case(rng, "relu", (4, 3)),
+                _op_case(rng, "sum", (3, 4)), _op_case(rng, "mean", (2, 5))]
+
+    def dims(n: int) -> tuple[int, ...]:
+        return tuple(int(d) for d in rng.integers(2, 6, size=n))
+
+    full = dims(2)
+    return [_op_case(rng, "add", (1, full[1]), full), _op_case(rng, "mul", full, (full[1],)),
+            _op_case(rng, "add", full, full), _op_case(rng, "matmul", dims(3)),
+            *(_op_case(rng, op, dims(2)) for op in ("exp", "log", "relu", "sum", "mean"))]
+
+
+def _tape_op_expected(op: str, dout: Any, *inputs: Array) -> tuple[Any, ...]:
+    import torch
+
+    ts = _torch(*inputs)
+    ops: dict[str, Callable[..., Any]] = {"add": lambda a, b: a + b, "mul": lambda a, b: a * b,
+                                   "matmul": lambda a, b: a @ b, "exp": torch.exp,
+                                   "log": torch.log, "relu": torch.relu, "sum": torch.sum,
+                                   "mean": torch.mean}
+    out = ops[str(op)](*ts)
+    out.backward(torch.tensor(dout, dtype=torch.float64))
+    return (_numpy(out), *(_numpy(t.grad) for t in ts))
+
+
+def _on(op: str, replay: Callable[[Case], Any]) -> Callable[[Any, Case], Any]:
+    """A mistake that only exists for one op: its replay on that op's cases, else None."""
+    def value(e: Any, a: Case) -> Any:
+        return unless_right(e[1], replay(a)) if str(a[0]) == op else None
+
+    return value
+
+
+def _is(*ops: str) -> Callable[[Any, Case], bool]:
+    return lambda e, a: str(a[0]) in ops
+
+
+TAPE_SHAPES = ("each gradient has its input's shape: where the forward pass broadcast an input, "
+               "its vjp must sum the gradient back (unbroadcast)")
+
+# --------------------------------------------------------------------------- backward replay
+
+
+def _program_case(rng: np.random.Generator, n_leaves: int, n_ops: int, width: int) -> Case:
+    rows, coeffs = [], []
+    for k in range(n_ops):
+        code = int(rng.integers(0, 3))
+        i, j = (int(v) for v in rng.integers(0, n_leaves + k, size=2))
+        rows.append((code, i, j))
+        coeffs.append(rng.uniform(0.5, 2.0, size=2) * rng.choice([-1.0, 1.0], size=2))
+    # The last op uses the previous result and a value an earlier op used already: some
+    # value always feeds two records, so accumulation is always tested.
+    rows.append((LINEAR, n_leaves + n_ops - 1, rows[0][1]))
+    coeffs.append(rng.uniform(0.5, 2.0, size=2))
+    return (rng.standard_normal((n_leaves, width)), np.array(rows, dtype=np.int64),
+            np.array(coeffs, dtype=np.float64), rng.standard_normal(width))
+
+
+def _backward_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if hidden:
+        return [_program_case(rng, int(rng.integers(2, 4)), int(rng.integers(2, 7)),
+                              int(rng.integers(1, 5))) for _ in range(4)]
+    # Visible: x used twice by one op (x, x); a chain; a leaf nothing uses (gradient 0).
+    twice = (rng.standard_normal((2, 3)),
+             np.array([(LINEAR, 0, 0), (SIN, 2, 2), (LINEAR, 3, 1), (TANH, 4, 4),
+                       (LINEAR, 5, 2)], dtype=np.int64),
+             np.array([(2.0, 1.0), (1.0, 1.0), (1.0, -3.0), (1.0, 1.0), (1.0, 0.5)]),
+             rng.standard_normal(3))
+    unused = (rng.standard_normal((3, 2)),
+              np.array([(TANH, 0, 0), (LINEAR, 3, 1), (SIN, 4, 4), (LINEAR, 5, 3)],
+                       dtype=np.int64),
+              np.array([(1.0, 1.0), (1.5, 2.0), (1.0, 1.0), (1.0, -1.0)]),
+              rng.standard_normal(2))
+    return [twice, unused, _program_case(rng, 2, 4, 4)]
+
+
+def _backward_expected(leaves: Array, program: Array, coeffs: Array, dout: Array) -> Array:
+    import torch
+
+    values = list(_torch(*leaves))
+    for (code, i, j), (c1, c2) in zip(program.tolist(), coeffs.tolist()):
+        a, b = values[i], values[j]
+        values.append(c1 * a + c2 * b if code == LINEAR else
+                      torch.sin(a) if code == SIN else torch.tanh(a))
+    values[-1].backward(torch.tensor(dout, dtype=torch.float64))
+    return np.stack([_numpy(v.grad) if v.grad is not None else np.zeros(v.shape)
+                     for v in values[:len(leaves)]])
+
+
+def _replayed(a: Case, accumulate: bool = True, reverse: bool = True) -> Array:
+    """The tape replayed with a mistake: gradients assigned, not added; or forwards."""
+    leaves, program, coeffs, dout = a
+    tape = record_program(leaves, program, coeffs)
+    grads = [np.zeros_like(v) for v in tape.values]
+    grads[-1] = np.asarray(dout, dtype=np.float64)
+    for out, inputs, vjp in (tape.records[::-1] if reverse else tape.records):
+        for i, g in zip(inputs, vjp(grads[out])):
+            grads[i] = grads[i] + g if accumulate else g
+    return np.stack(grads[:len(leaves)])
+
+
+# --------------------------------------------------------------------------- softmax CE
 
 
 def _softmax_ce_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -175,116 +328,341 @@ def _softmax(logits: Array) -> Array:
     return e / e.sum(axis=1, keepdims=True)
 
 
-def _matmul_dx_untransposed(e: Any, a: Case) -> Any:
-    """dout @ w, where it multiplies (w square in its last two dimensions)."""
-    return a[0] @ a[2] if a[0].shape[1] == a[2].shape[0] else None
+CE_LABEL = ("dlogits is softmax(logits) minus the one-hot labels, divided by N: you left out "
+            "the label term")
+
+# --------------------------------------------------------------------------- BatchNorm
 
 
-MATMUL_OTHER = "transpose the other factor: dx = dout @ w.T, dw = x.T @ dout"
-MATMUL_SHAPES = ("looks transposed: each gradient has its input's shape; dx = dout @ w.T (NxD) "
-                 "and dw = x.T @ dout (DxM)")
-GRAPH_SWAP = "grad_x = grad_a * y and grad_y = grad_a * x: the multiply gate swaps its inputs"
-CE_LABEL = "dlogits = (softmax(logits) - one_hot(y)) / N: subtract 1 at each row's label"
+def _bn_forward_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    def case(n: int, d: int, train: bool, momentum: float) -> Case:
+        return (3.0 * rng.standard_normal((n, d)) + rng.standard_normal(d),
+                rng.uniform(0.5, 2.0, d), rng.standard_normal(d), rng.standard_normal(d),
+                rng.uniform(0.5, 2.0, d), train, momentum, 1e-5)
+
+    if not hidden:
+        return [case(4, 3, True, 0.1), case(5, 2, True, 0.3), case(3, 4, False, 0.1)]
+    return [case(int(rng.integers(2, 7)), int(rng.integers(1, 5)), train,
+                 float(rng.uniform(0.05, 0.5))) for train in (True, True, False, True)]
+
+
+def _bn_forward_expected(x: Array, gamma: Array, beta: Array, running_mean: Array,
+                         running_var: Array, train: bool, momentum: float, eps: float
+                         ) -> tuple[Array, Array, Array]:
+    import torch
+
+    rm, rv = torch.tensor(running_mean.copy()), torch.tensor(running_var.copy())
+    out = torch.nn.functional.batch_norm(
+        torch.tensor(x), rm, rv, torch.tensor(gamma), torch.tensor(beta),
+        training=bool(train), momentum=float(momentum), eps=float(eps))
+    return out.numpy(), rm.numpy(), rv.numpy()
+
+
+def _bn(x: Array, gamma: Array, beta: Array, mean: Array, var: Array, eps: float) -> Array:
+    return gamma * (x - mean) / np.sqrt(var + eps) + beta
+
+
+def _bn_train_unbiased(e: Any, a: Case) -> Any:
+    x, gamma, beta, _, _, train, _, eps = a
+    if not train:
+        return None
+    return unless_right(e[0], _bn(x, gamma, beta, x.mean(0), x.var(0, ddof=1), eps))
+
+
+def _bn_running_var_biased(e: Any, a: Case) -> Any:
+    x, _, _, _, rv, train, m, _ = a
+    return unless_right(e[2], (1 - m) * rv + m * x.var(0)) if train else None
+
+
+def _bn_momentum_swapped(e: Any, a: Case) -> Any:
+    x, _, _, rm, _, train, m, _ = a
+    return unless_right(e[1], m * rm + (1 - m) * x.mean(0)) if train else None
+
+
+def _bn_test_batch_stats(e: Any, a: Case) -> Any:
+    x, gamma, beta, _, _, train, _, eps = a
+    return None if train else unless_right(e[0], _bn(x, gamma, beta, x.mean(0), x.var(0), eps))
+
+
+def _bn_test_updates(e: Any, a: Case) -> Any:
+    x, _, _, rm, _, train, m, _ = a
+    return None if train else unless_right(e[1], (1 - m) * rm + m * x.mean(0))
+
+
+def _bn_backward_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    sizes = [(4, 3), (6, 2), (3, 5)] if not hidden else [
+        (int(rng.integers(2, 8)), int(rng.integers(1, 5))) for _ in range(4)]
+    return [(rng.standard_normal((n, d)), 2.0 * rng.standard_normal((n, d)) + 1.0,
+             rng.uniform(0.5, 2.0, d), 1e-5) for n, d in sizes]
+
+
+def _bn_backward_expected(dout: Array, x: Array, gamma: Array, eps: float
+                          ) -> tuple[Array, Array, Array]:
+    import torch
+
+    xt, gt, bt = _torch(x, gamma, np.zeros_like(gamma))
+    out = torch.nn.functional.batch_norm(xt, None, None, gt, bt, training=True, eps=float(eps))
+    out.backward(torch.tensor(dout, dtype=torch.float64))
+    return _numpy(xt.grad), _numpy(gt.grad), _numpy(bt.grad)
+
+
+def _dxhat_xhat_std(a: Case) -> tuple[Array, Array, Array]:
+    dout, x, gamma, eps = a
+    std = np.sqrt(x.var(0) + eps)
+    return dout * gamma, (x - x.mean(0)) / std, std
+
+
+def _bn_no_mean_terms(e: Any, a: Case) -> Any:
+    dxhat, _, std = _dxhat_xhat_std(a)
+    return unless_right(e[0], dxhat / std)
+
+
+def _bn_no_mean_of_dxhat(e: Any, a: Case) -> Any:
+    dxhat, xhat, std = _dxhat_xhat_std(a)
+    return unless_right(e[0], (dxhat - xhat * (dxhat * xhat).mean(0)) / std)
+
+
+def _bn_no_variance_term(e: Any, a: Case) -> Any:
+    dxhat, _, std = _dxhat_xhat_std(a)
+    return unless_right(e[0], (dxhat - dxhat.mean(0)) / std)
+
+
+def _bn_dbeta_averaged(e: Any, a: Case) -> Any:
+    return unless_right(e[2], a[0].mean(0))
+
+
+BN_MEAN_TERMS = ("the batch mean and variance depend on every row of x, so dx has three paths: "
+                 "through x - mean directly, through the mean, and through the variance; ")
+
+# --------------------------------------------------------------------------- dropout
+
+
+def _keep(shape: tuple[int, ...], p: float, seed: int) -> Array:
+    """The contract's mask: the seed's uniform draws, one per element, kept where u >= p."""
+    return np.random.default_rng(int(seed)).random(shape) >= p
+
+
+def _dropout_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    settings = [((4, 5), 0.5, True), ((3, 6), 0.2, True), ((2, 8), 0.7, True),
+                ((3, 4), 0.5, False)]
+    if hidden:
+        settings = [((int(rng.integers(2, 7)), int(rng.integers(2, 7))),
+                     float(rng.uniform(0.1, 0.8)), train) for train in (True, True, False, True)]
+    return [(rng.standard_normal(shape), p, train, int(rng.integers(0, 2**31)))
+            for shape, p, train in settings]
+
+
+def _dropout_expected(x: Array, p: float, train: bool, seed: int) -> Array:
+    return x * _keep(x.shape, p, seed) / (1 - p) if train else x.copy()
+
+
+def _dropout_unscaled(e: Any, a: Case) -> Any:
+    x, p, train, seed = a
+    return unless_right(e, x * _keep(x.shape, p, seed)) if train else None
+
+
+def _dropout_times_keep(e: Any, a: Case) -> Any:
+    x, p, train, seed = a
+    return unless_right(e, x * _keep(x.shape, p, seed) * (1 - p)) if train else None
+
+
+def _dropout_mask_inverted(e: Any, a: Case) -> Any:
+    x, p, train, seed = a
+    return unless_right(e, x * ~_keep(x.shape, p, seed) / (1 - p)) if train else None
+
+
+def _dropout_at_test(e: Any, a: Case) -> Any:
+    x, p, train, seed = a
+    return None if train else unless_right(e, x * _keep(x.shape, p, seed) / (1 - p))
+
+
+def _dropout_mask_at_test(e: Any, a: Case) -> Any:
+    x, p, train, seed = a
+    return None if train else unless_right(e, x * _keep(x.shape, p, seed))
+
+
+DROPOUT_SCALE = ("at train time divide the kept values by 1 - p (inverted dropout): then every "
+                 "element's expected value is unchanged and test time needs no scaling")
+DROPOUT_TEST = ("with train=False dropout does nothing (it returns its input as it is): no mask "
+                "and no scaling at test time")
+DROPOUT_INVERTED = ("you kept the elements whose draw u is below p: p is the probability to "
+                    "DROP an element (keep it where u >= p)")
+DROPOUT_BACK = ("the gradient flows back only through the elements the forward pass kept, with "
+                "the same scale: dx is what the forward pass does to dout")
 
 PARTS = [
     Part(
         id="ex05.mul_backward", points=1, cases=_mul_cases, expected=_mul_expected,
         compare=NUMERIC, arg_names=("dout", "x", "y"), output_names=("dx", "dy"),
-        source_check=BY_HAND_SOURCE,
+        source_check=BY_HAND,
         hints=(
-            Mistake(lambda e, a: a[0] * a[1],
+            Mistake(lambda e, a: unless_right(e[0], a[0] * a[1]),
                     "dx = dout * y: each input's gradient uses the OTHER input (you used x)",
                     output=0, rtol=1e-5, atol=1e-7),
-            Mistake(lambda e, a: a[2],
+            Mistake(lambda e, a: unless_right(e[0], a[2]),
                     "multiply by dout: the chain rule scales the local gradient y by the "
                     "upstream dout", output=0, rtol=1e-5, atol=1e-7),
         ),
     ),
     Part(
-        id="ex05.graph_backward", points=2, cases=_graph_cases, expected=_graph_expected,
-        compare=NUMERIC, arg_names=("x", "y", "z"), output_names=("grad_x", "grad_y", "grad_z"),
-        source_check=BY_HAND_SOURCE,
-        hints=(
-            Scalar("grad_z has z's shape: the sum gate sends grad_c = 1 to every element of b, "
-                   "and the add gate passes it on unchanged (grad_b = ones_like(b))", output=2),
-            Mistake(lambda e, a: a[0], GRAPH_SWAP, output=0, rtol=1e-5, atol=1e-7),
-            Mistake(lambda e, a: a[1], GRAPH_SWAP, output=1, rtol=1e-5, atol=1e-7),
-        ),
-    ),
-    Part(
-        id="ex05.matmul_backward", points=2, cases=_matmul_cases, expected=_matmul_expected,
-        compare=NUMERIC, arg_names=("dout", "x", "w"), output_names=("dx", "dw"),
-        source_check=BY_HAND_SOURCE,
-        hints=(
-            Transposed(MATMUL_SHAPES, output=0),
-            Transposed(MATMUL_SHAPES, output=1),
-            Mistake(_matmul_dx_untransposed, MATMUL_OTHER, output=0, rtol=1e-5, atol=1e-7),
-            Mistake(lambda e, a: a[0].T @ a[1], MATMUL_OTHER, output=1, rtol=1e-5, atol=1e-7),
-        ),
-    ),
-    Part(
         id="ex05.relu_backward", points=1, cases=_relu_cases, expected=_relu_expected,
-        arg_names=("dout", "x"), source_check=BY_HAND_SOURCE,
+        arg_names=("dout", "x"), source_check=BY_HAND,
         hints=(
-            Mistake(lambda e, a: a[0] * (a[1] >= 0),
+            Mistake(lambda e, a: unless_right(e, a[0] * (a[1] >= 0)),
                     "at x == 0 you let the gradient through: take relu'(0) = 0 as PyTorch does "
                     "(mask with x > 0, not x >= 0)", rtol=1e-5, atol=1e-7),
-            Mistake(lambda e, a: a[0],
+            Mistake(lambda e, a: unless_right(e, a[0]),
                     "you passed dout through unchanged: multiply it by the mask (x > 0)",
                     rtol=1e-5, atol=1e-7),
-            Mistake(lambda e, a: a[1] > 0,
+            Mistake(lambda e, a: unless_right(e, (a[1] > 0).astype(np.float64)),
                     "that is the local gradient only: multiply the mask by dout",
                     rtol=1e-5, atol=1e-7),
         ),
     ),
     Part(
-        id="ex05.sum_backward", points=1, cases=_reduce_cases, expected=_sum_expected,
-        compare=NUMERIC, arg_names=("dout", "x"), source_check=BY_HAND_SOURCE,
-        hints=(Scalar("the gradient has x's shape: every element gets dout "
-                      "(dout * ones_like(x))"),),
-    ),
-    Part(
-        id="ex05.mean_backward", points=1, cases=_reduce_cases, expected=_mean_expected,
-        compare=NUMERIC, arg_names=("dout", "x"), source_check=BY_HAND_SOURCE,
+        id="ex05.unbroadcast", points=2, cases=_unbroadcast_cases,
+        expected=_unbroadcast_expected, compare=EXACT64, call=call_unbroadcast,
+        arg_names=("grad", "shape"), source_check=BY_HAND,
         hints=(
-            Mistake(lambda e, a: a[0] * np.ones_like(a[1]),
-                    "the mean divides by the number of elements: dx = dout * ones_like(x) / "
-                    "x.size", rtol=1e-5, atol=1e-7),
-            Scalar("the gradient has x's shape: dout / x.size in every entry"),
+            EqualsArgument("you returned grad unchanged: an input that broadcasting stretched "
+                           "was used once per copy, so its gradient is the sum over the copies",
+                           argument=0),
+            Mistake(_leading_only, "you summed the leading axes only: " + UNBROADCAST_SHAPE),
+            Mistake(_averaged, "averaged where it should add up: each copy of an element "
+                               "contributes its own gradient, so sum over the copies (your "
+                               "result is exactly that many times too small)"),
+            OtherShape(UNBROADCAST_SHAPE),
         ),
     ),
     Part(
-        id="ex05.exp_backward", points=1, cases=_unary_cases(-2.0, 2.0), expected=_exp_expected,
-        compare=NUMERIC, arg_names=("dout", "x"), source_check=BY_HAND_SOURCE,
-        hints=(Mistake(lambda e, a: np.exp(a[1]),
-                       "that is exp'(x) alone: multiply by dout (the chain rule)",
-                       rtol=1e-5, atol=1e-7),),
+        id="ex05.tape_ops", points=4, partial=True, cases=_tape_op_cases,
+        expected=_tape_op_expected, compare=EXACT64, call=call_tape_op,
+        arg_names=("op", "dout", "x", "y"), output_names=("value", "dx", "dy"),
+        source_check=BY_HAND,
+        hints=(
+            Mistake(_on("exp", lambda a: a[1] * a[2]),
+                    "exp's vjp used x where the derivative of exp is needed: d/dx exp(x) is "
+                    "exp(x), already the op's value", output=1, **TOL),
+            Mistake(_on("mean", lambda a: np.full(a[2].shape, a[1])),
+                    "exactly x.size times too large: the mean divides by the number of "
+                    "elements, so its vjp does too (you wrote the vjp of sum)", output=1, **TOL),
+            Mistake(_on("log", lambda a: a[1] * np.log(a[2])),
+                    "the derivative of log x is 1 / x, not log x", output=1, **TOL),
+            Mistake(_on("relu", lambda a: a[1] * (a[2] >= 0)),
+                    "at x == 0 you let the gradient through: take relu'(0) = 0 as PyTorch does",
+                    output=1, **TOL),
+            Mistake(_on("relu", lambda a: a[1]),
+                    "relu's vjp passed dout through everywhere: it stops where x <= 0",
+                    output=1, **TOL),
+            Scalar("every gradient has the shape of its input, even when dout is a single "
+                   "number", output=1),
+            Transposed("each gradient has its input's shape: dx is (N, D) like x, dw is "
+                       "(D, M) like w; let the shapes tell you which factor to transpose",
+                       output=1, when=_is("matmul")),
+            Transposed("each gradient has its input's shape: dx is (N, D) like x, dw is "
+                       "(D, M) like w; let the shapes tell you which factor to transpose",
+                       output=2, when=_is("matmul")),
+            OtherShape(TAPE_SHAPES, output=1),
+            OtherShape(TAPE_SHAPES, output=2),
+            Scaled("the opposite sign: the vjp gives dL/dinput, no minus (that belongs to the "
+                   "optimizer's step)", output=1, factor=-1.0),
+        ),
     ),
     Part(
-        id="ex05.log_backward", points=1, cases=_unary_cases(0.5, 3.0), expected=_log_expected,
-        compare=NUMERIC, arg_names=("dout", "x"), source_check=BY_HAND_SOURCE,
+        id="ex05.tape_backward", points=3, cases=_backward_cases, expected=_backward_expected,
+        compare=EXACT64, call=call_backward,
+        arg_names=("leaves", "program", "coeffs", "dout"), source_check=BY_HAND,
         hints=(
-            Mistake(lambda e, a: a[0] * np.log(a[1]),
-                    "the derivative of log x is 1 / x, not log x", rtol=1e-5, atol=1e-7),
-            Mistake(lambda e, a: 1 / a[1],
-                    "that is log'(x) alone: multiply by dout (the chain rule)",
-                    rtol=1e-5, atol=1e-7),
+            Mistake(lambda e, a: unless_right(e, _replayed(a, accumulate=False)),
+                    "a value used by two ops got the gradient of only one of them: accumulate "
+                    "(+=) every contribution into its gradient, never assign", **TOL),
+            Mistake(lambda e, a: unless_right(e, _replayed(a, reverse=False)),
+                    "replay the tape from the last record to the first: a value's gradient is "
+                    "complete only once every op that used it has sent its contribution",
+                    **TOL),
+            Scaled("the opposite sign: start from dout itself, and add the vjps' results",
+                   factor=-1.0),
         ),
     ),
     Part(
         id="ex05.softmax_cross_entropy", points=2, cases=_softmax_ce_cases,
         expected=_softmax_ce_expected, compare=tolerance(rtol=1e-5, atol=1e-6),
         arg_names=("logits", "y"), output_names=("loss", "dlogits"),
-        source_check=BY_HAND_SOURCE,
+        call=call_leaving_inputs, source_check=BY_HAND,
         hints=(
             NonFinite("inf or nan: subtract each row's maximum from the logits before exp (it "
                       "changes nothing mathematically and keeps exp from overflowing)"),
-            Mistake(lambda e, a: len(a[1]) * e[1],
-                    "the loss is a MEAN over the batch: divide the gradient by N",
+            Mistake(lambda e, a: unless_right(e[1], len(a[1]) * e[1]),
+                    "exactly N times too large: the loss is a MEAN over the batch, so "
+                    "divide the gradient by N", output=1, rtol=1e-5, atol=1e-7),
+            Mistake(lambda e, a: unless_right(e[1], _softmax(a[0]) / len(a[1])), CE_LABEL,
                     output=1, rtol=1e-5, atol=1e-7),
-            Mistake(lambda e, a: _softmax(a[0]) / len(a[1]), CE_LABEL, output=1,
+            Mistake(lambda e, a: unless_right(e[1], _softmax(a[0])), CE_LABEL, output=1,
                     rtol=1e-5, atol=1e-7),
-            Mistake(lambda e, a: _softmax(a[0]), CE_LABEL, output=1, rtol=1e-5, atol=1e-7),
+        ),
+    ),
+    Part(
+        id="ex05.batchnorm_forward", points=2, cases=_bn_forward_cases,
+        expected=_bn_forward_expected, compare=EXACT64, call=call_leaving_inputs,
+        arg_names=("x", "gamma", "beta", "running_mean", "running_var", "train", "momentum",
+                   "eps"),
+        output_names=("out", "running_mean", "running_var"), source_check=NO_LIBRARY_LAYER,
+        hints=(
+            Mistake(_bn_train_unbiased,
+                    "normalise with the batch's biased variance (divide by N); the unbiased "
+                    "one (N - 1) only goes into running_var", output=0, **TOL),
+            Mistake(_bn_test_batch_stats,
+                    "at test time (train=False) normalise with running_mean and running_var, "
+                    "not with the batch's own statistics", output=0, **TOL),
+            Mistake(_bn_test_updates,
+                    "train=False leaves the running averages as they are", output=1, **TOL),
+            Mistake(_bn_momentum_swapped,
+                    "momentum is the weight of the NEW batch statistic (PyTorch's convention): "
+                    "the running average keeps 1 - momentum of its old value", output=1, **TOL),
+            Mistake(_bn_running_var_biased,
+                    "running_var averages the UNBIASED batch variance (divide by N - 1), as "
+                    "PyTorch does; only the normalisation uses the biased one", output=2, **TOL),
+        ),
+    ),
+    Part(
+        id="ex05.batchnorm_backward", points=3, cases=_bn_backward_cases,
+        expected=_bn_backward_expected, compare=EXACT64, call=call_leaving_inputs,
+        arg_names=("dout", "x", "gamma", "eps"), output_names=("dx", "dgamma", "dbeta"),
+        source_check=BY_HAND,
+        hints=(
+            Mistake(_bn_no_mean_terms, BN_MEAN_TERMS + "you kept only the first", output=0,
+                    **TOL),
+            Mistake(_bn_no_mean_of_dxhat, BN_MEAN_TERMS + "the path through the mean is "
+                    "missing", output=0, **TOL),
+            Mistake(_bn_no_variance_term, BN_MEAN_TERMS + "the path through the variance is "
+                    "missing", output=0, **TOL),
+            Mistake(_bn_dbeta_averaged,
+                    "dbeta is averaged over the batch where it should add up: every row uses "
+                    "the same beta, so each row's gradient adds to it", output=2, **TOL),
+            Scaled("dx has the opposite sign", output=0, factor=-1.0),
+        ),
+    ),
+    Part(
+        id="ex05.dropout_forward", points=1, cases=_dropout_cases, expected=_dropout_expected,
+        compare=EXACT64, call=call_leaving_inputs, arg_names=("x", "p", "train", "seed"),
+        source_check=NO_LIBRARY_LAYER,
+        hints=(
+            Mistake(_dropout_unscaled, DROPOUT_SCALE, **TOL),
+            Mistake(_dropout_times_keep, "you multiplied by 1 - p: " + DROPOUT_SCALE, **TOL),
+            Mistake(_dropout_mask_inverted, DROPOUT_INVERTED, **TOL),
+            Mistake(_dropout_at_test, DROPOUT_TEST, **TOL),
+            Mistake(_dropout_mask_at_test, DROPOUT_TEST, **TOL),
+        ),
+    ),
+    Part(
+        id="ex05.dropout_backward", points=1, cases=_dropout_cases, expected=_dropout_expected,
+        compare=EXACT64, call=call_leaving_inputs, arg_names=("dout", "p", "train", "seed"),
+        source_check=NO_LIBRARY_LAYER,
+        hints=(
+            EqualsArgument(DROPOUT_BACK + " (you passed dout through unchanged)", argument=0),
+            Mistake(_dropout_unscaled, DROPOUT_BACK + " (the 1 / (1 - p) is missing)", **TOL),
+            Mistake(_dropout_at_test, DROPOUT_TEST, **TOL),
+            Mistake(_dropout_mask_at_test, DROPOUT_TEST, **TOL),
         ),
     ),
 ]

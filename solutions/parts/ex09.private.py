@@ -1,9 +1,11 @@
-"""Exercise 9, the shoot-out: two Adams, three squared-error losses, and counting lines of code.
+"""Exercise 9, the shoot-out: two Adams, three squared-error losses, and the learning rate that
+makes twins with different losses (and optimizers) take the same steps.
 
 The oracles are independent of the student's task text: ``torch.optim.Adam`` itself for PyTorch's
 Adam; for Keras's Adam the lecture's identity (it is PyTorch's Adam with epsilon replaced by
 epsilon / sqrt(1 - beta2^t)), again run through ``torch.optim.Adam``; ``torch.autograd`` on
-PyTorch's own losses for the squared errors; Python's ``tokenize`` and ``ast`` for lines of code.
+PyTorch's own losses for the squared errors; ``edu_dl.models.loss_scale`` (the twins' own) and
+a numeric SGD or Adam step for the matching learning rate.
 
 Judged outside the sandbox: every value against the oracle, and for the Adams and the squared
 errors the submitted source, which may not call the optimizers and losses the oracles are
@@ -14,17 +16,14 @@ The private half: ``edu_dl.harness.ex09`` holds the public views and rule its hi
 
 from __future__ import annotations
 
-import ast
-import io
-import tokenize
 from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.hints import Greater, Less, Mistake
+from edu_dl.grading.hints import Mistake
 from edu_dl.grading.source import names_check
 from edu_dl.grading.spec import Part, tolerance
-from edu_dl.harness.ex09 import SeveralOutputs, as_int, first_output
+from edu_dl.harness.ex09 import SeveralOutputs, first_output
 
 Array = np.ndarray
 Case = tuple[Any, ...]
@@ -175,90 +174,66 @@ LOSS_SOURCE = names_check(forbidden=[(
     "edu_dl.models.loss_and_grad)")])
 
 
-# --------------------------------------------------------------------------- lines of code
+# --------------------------------------------------------------------------- a matching rate
 
-_SNIPPETS = [
-    "import numpy as np\n",
-    "\n",
-    "# a comment on its own line\n",
-    "x = 1  # a comment after code\n",
-    "s = \"# not a comment: inside a string\"\n",
-    "def f(a, b):\n    \"\"\"One-line docstring.\"\"\"\n    return a + b\n",
-    "def g(x):\n    \"\"\"A docstring\n\n    over several lines.\n    \"\"\"\n    # why, not what\n"
-    "    y = x * 2\n\n    return y\n",
-    "class Model:\n    \"\"\"A class docstring.\"\"\"\n\n    def __init__(self):\n"
-    "        self.w = [\n            1,\n            2,\n        ]\n",
-    "total = (1 +\n         2)\n",
-    "text = \"\"\"a string\n\nover lines is code, not a docstring\"\"\"\n",
-    "if x > 0:\n    pass\n",
-    "    \n",
-    "y = 3 \\\n    + 4\n",
-]
+LOSS_NAMES = {"tf": "mean_row_sum", "torch": "sum", "caffe": "euclidean"}  # edu_dl.models'
+LOSSES = tuple(LOSS_NAMES)
 
 
-def _loc_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+def _lr_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    # (lr, loss_from, loss_to, n, optimizer)
     if not hidden:
-        return [
-            ("x = 1\n\n# comment\ny = x + 1  # trailing comment\n",),
-            ("def f(a):\n    \"\"\"Docstring.\"\"\"\n    return a\n",),
-            ("".join(_SNIPPETS[:8]),),
-        ]
+        return [(1e-3, "torch", "tf", 64, "sgd"), (0.1, "tf", "caffe", 32, "sgd"),
+                (1e-2, "caffe", "torch", 10, "sgd"), (1e-3, "torch", "caffe", 64, "adam")]
     cases: list[Case] = []
-    for _ in range(3):
-        picks = rng.choice(len(_SNIPPETS), size=int(rng.integers(3, 9)), replace=True)
-        cases.append(('"""Module docstring."""\n' + "".join(_SNIPPETS[int(i)] for i in picks),))
+    for optimizer in ("sgd", "sgd", "sgd", "adam"):
+        start, goal = rng.choice(len(LOSSES), size=2, replace=False)
+        cases.append((float(10 ** rng.uniform(-4, -1)), LOSSES[int(start)], LOSSES[int(goal)],
+                      int(rng.integers(2, 257)), optimizer))
     return cases
 
 
-_NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
-             tokenize.ENCODING, tokenize.ENDMARKER}
+def _matching_lr(lr: float, loss_from: str, loss_to: str, n: int, optimizer: str, *,
+                 inverted: bool = False, caffe_as_tf: bool = False,
+                 adam_like_sgd: bool = False) -> float:
+    """The twins' own loss scales (edu_dl.models.loss_scale): SGD's step is lr x scale x the
+    summed-loss gradient, so the rate goes with scale_from / scale_to; Adam divides the scale
+    out (up to epsilon). The keywords replay mistakes."""
+    from edu_dl.models import loss_scale
+
+    def scale(name: str) -> float:
+        return loss_scale(LOSS_NAMES["tf" if caffe_as_tf and name == "caffe" else name], int(n))
+
+    if optimizer == "adam" and not adam_like_sgd:
+        return float(lr)
+    ratio = scale(loss_from) / scale(loss_to)
+    return float(lr / ratio if inverted else lr * ratio)
 
 
-def _docstring_lines(source: str) -> set[int]:
-    lines: set[int] = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
-            first = node.body[0] if node.body else None
-            if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
-                    and isinstance(first.value.value, str)):
-                lines.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
-    return lines
+def _lr_mistake(message: str, **variant: bool) -> Mistake:
+    def replay(e: Any, a: Case) -> float | None:
+        wrong = _matching_lr(*a, inverted=variant.get("inverted", False),
+                             caffe_as_tf=variant.get("caffe_as_tf", False),
+                             adam_like_sgd=variant.get("adam_like_sgd", False))
+        return None if abs(wrong - float(e)) <= 1e-9 * abs(float(e)) else wrong
+
+    return Mistake(replay, message, rtol=1e-9, atol=0.0)
 
 
-def _token_lines(source: str) -> set[int]:
-    lines: set[int] = set()
-    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-        if tok.type not in _NOT_CODE:
-            lines.update(range(tok.start[0], tok.end[0] + 1))
-    return lines
+LR_HINTS = (
+    _lr_mistake("your ratio is upside down: a loss that is c times smaller has a gradient c times "
+                "smaller, so it needs a rate c times LARGER to take the same step",
+                inverted=True),
+    _lr_mistake("Adam divides each step by the root of its running mean of squared gradients: a "
+                "constant factor on the loss cancels, so the rate stays the same",
+                adam_like_sgd=True),
+    _lr_mistake("Caffe's EuclideanLoss divides by 2N, not N: its rate differs from the TF "
+                "program's by a factor 2", caffe_as_tf=True),
+)
+LR_SOURCE = names_check(forbidden=[(("loss_scale",), "this part asks you to work out the "
+                                    "factor yourself (do not call edu_dl.models.loss_scale)")])
 
 
-def _code_lines(source: str) -> int:
-    """Lines holding a code token (tokenize), less the lines of docstrings (ast)."""
-    return len(_token_lines(source) - _docstring_lines(source))
-
-
-def _naive_counts(source: str) -> dict[str, int]:
-    """What the usual shortcuts count, for hints."""
-    lines = source.splitlines()
-    nonblank = [ln for ln in lines if ln.strip()]
-    no_hash = [ln for ln in nonblank if not ln.strip().startswith("#")]
-    # lines with a token other than a comment: docstrings still counted
-    return {"all": len(lines), "nonblank": len(nonblank), "no_hash": len(no_hash),
-            "tokens": len(_token_lines(source))}
-
-
-def _loc_mistake(kind: str, message: str) -> Mistake:
-    """What a shortcut counts, where that is not the right count."""
-    def replay(e: Any, a: Case) -> int | None:
-        count = _naive_counts(a[0])[kind]
-        return None if count == int(e) else count
-
-    return Mistake(replay, message, view=as_int, rtol=0.0, atol=0.0)
-
-
-DOCSTRINGS = ("docstrings are not code: the first statement of a module, class or function that "
-              "is a string literal (use ast)")
 MOMENTS = ("update the moments first: m = beta1 * m + (1 - beta1) * g, v = beta2 * v + "
            "(1 - beta2) * g**2, and return the new ones")
 
@@ -346,19 +321,9 @@ PARTS = [
         ),
     ),
     Part(
-        id="ex09.code_lines", points=2, cases=_loc_cases, expected=_code_lines,
-        compare=tolerance(rtol=0.0, atol=0.0), arg_names=("source",),
-        hints=(
-            _loc_mistake("no_hash", DOCSTRINGS),
-            _loc_mistake("tokens", DOCSTRINGS),
-            _loc_mistake("all", "that counts every line: leave out blank lines, comment-only "
-                                "lines and docstrings"),
-            _loc_mistake("nonblank", "comment-only lines and docstrings are not code"),
-            Less("too few: a line inside a multi-line string that is NOT a docstring is code, a "
-                 "'#' inside a string is not a comment, and every line of a statement that spans "
-                 "several lines counts (tokenize tells them apart)"),
-            Greater("too many: blank lines inside a docstring, comment lines inside a function "
-                    "and lines with only whitespace are not code"),
-        ),
+        id="ex09.matching_lr", points=2, cases=_lr_cases, expected=_matching_lr,
+        compare=tolerance(rtol=1e-9, atol=0.0),
+        arg_names=("lr", "loss_from", "loss_to", "n", "optimizer"), source_check=LR_SOURCE,
+        hints=LR_HINTS,
     ),
 ]

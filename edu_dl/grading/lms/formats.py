@@ -1,0 +1,83 @@
+"""How Canvas and Moodle name the files of a submissions download.
+
+A pattern is a regular expression searched in a member's path (``/``-separated) with the named
+groups ``user`` (the LMS's id of the student: Canvas's user id, Moodle's participant id) and
+``file`` (the name the student uploaded); Canvas's also has ``submission`` (its submission id)
+and ``late``. ``--pattern`` replaces the default with one of the instructor's own.
+
+Canvas (Assignments > Download Submissions) names each file
+``<lastfirst>[_LATE]_<user id>_<submission id>_<original name>``, and an upload whose name the
+student had already used gets ``-1``, ``-2``... before its extension. Moodle (View all
+submissions > Download all submissions) puts each submission's files in a folder
+``<Full Name>_<participant id>_assignsubmission_file_/`` or, with "Download submissions in
+folders" off, prefixes that to every file name.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+CANVAS = (r"(?:^|/)(?P<name>[^/_]*)(?:_(?P<late>LATE))?_(?P<user>[0-9]+)_(?P<submission>[0-9]+)"
+          r"_(?P<file>[^/]+)$")
+MOODLE = r"(?:^|/)(?P<name>[^/]*)_(?P<user>[0-9]+)_assignsubmission_file_/?(?P<file>[^/]+)$"
+PATTERNS = {"canvas": CANVAS, "moodle": MOODLE}
+REQUIRED_GROUPS = ("user", "file")
+# A resubmission's suffix, as Canvas writes it: "05_autograd_from_scratch-1.ipynb".
+RESUBMISSION = re.compile(r"^(?P<stem>.+?)-(?P<n>\d{1,4})$")
+PLAIN_STEM = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,99}")
+
+
+class PatternError(ValueError):
+    """A --pattern that is not a regular expression with the groups collect needs."""
+
+
+def compile_pattern(kind: str, pattern: str | None = None) -> re.Pattern[str]:
+    """The pattern for ``kind`` (canvas or moodle), or the instructor's ``pattern``."""
+    text = pattern if pattern is not None else PATTERNS[kind]
+    try:
+        compiled = re.compile(text)
+    except re.error as exc:
+        raise PatternError(f"--pattern {text!r}: not a regular expression ({exc})") from None
+    missing = [g for g in REQUIRED_GROUPS if g not in compiled.groupindex]
+    if missing:
+        raise PatternError(f"--pattern {text!r}: needs the named groups "
+                           f"{', '.join(f'(?P<{g}>...)' for g in missing)}; e.g. "
+                           f"{PATTERNS[kind]}")
+    return compiled
+
+
+@dataclass(frozen=True)
+class Named:
+    """What a member's path says: whose, which upload, which resubmission."""
+
+    user: str
+    file: str  # the uploaded name, without folders
+    submission: int  # Canvas's submission id; 0 when the pattern has none
+    resubmission: int  # the -N suffix; 0 for the first upload
+
+    @property
+    def stem(self) -> str:
+        """The uploaded name without ``.ipynb`` and without a resubmission suffix."""
+        stem = self.file[:-len(".ipynb")] if self.file.lower().endswith(".ipynb") else self.file
+        found = RESUBMISSION.match(stem)
+        return found.group("stem") if found else stem
+
+
+def parse_name(pattern: re.Pattern[str], path: str) -> Named | None:
+    """The parts of a member's path, or None when the pattern does not match it."""
+    found = pattern.search(path)
+    if found is None or not found.group("user") or not found.group("file"):
+        return None
+    file = found.group("file").rsplit("/", 1)[-1]
+    groups = found.groupdict()
+    submission = groups.get("submission") or ""
+    stem = file[:-len(".ipynb")] if file.lower().endswith(".ipynb") else file
+    again = RESUBMISSION.match(stem)
+    return Named(found.group("user"), file, _number(submission),
+                 _number(again.group("n")) if again else 0)
+
+
+def _number(text: str) -> int:
+    """A decimal id of at most 18 ASCII digits, else 0 (a name can hold any digits)."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else 0
