@@ -46,9 +46,11 @@ class Row:
     judged: str = OUTSIDE
     answer: str = ""  # a row graded by hand: the student's answer (the task's text), for the sheet
     failed_cases: str = ""  # a check part's failed cases, "2, 5-7 of 7" (judge.case_numbers)
+    reason: str = ""  # why a person overrode the autograded points (manual.merge)
 
     def __post_init__(self) -> None:
         self.message = cap_text(self.message)
+        self.reason = cap_text(self.reason)
         self.answer = cap_text(self.answer, 4 * MESSAGE_CAP)
 
 
