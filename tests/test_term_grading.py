@@ -14,7 +14,7 @@ from hostile import corpus
 
 from edu_dl.cli import main
 from edu_dl.grading import batch as G
-from edu_dl.grading import manual, report
+from edu_dl.grading import gradebook, manual, report
 from edu_dl.grading.model import BY_HAND, OUTSIDE, Exercise, Job, Row
 from edu_dl.grading.policy import Dates, LatePolicy, PolicyError, read_extensions
 
@@ -197,6 +197,33 @@ def test_an_override_without_a_reason_is_refused(tmp_path: Path) -> None:
         f"--manual {tmp_path / 's.csv'}: alice/{EX}/ex02.gflops overrides an autograded row "
         "(failed, 0 of 1 points) without a reason: write why in its comment column")
     assert rows[0].points == 0 and rows[0].judged == OUTSIDE  # nothing half-merged
+
+
+# --------------------------------------------------------------------------- the state
+
+
+def test_the_state_keeps_a_job_and_a_file_that_cannot_be_read_is_left_out(
+        tmp_path: Path) -> None:
+    job = _job("alice", "2026-03-03T13:00")
+    rows = [Row("alice", EX, "p", 2.0, 2.0, "passed", "")]
+    gradebook.write_entry(tmp_path, job, rows, "key", "basis", "secret")
+    said: list[str] = []
+    entry = gradebook.read_entries(tmp_path, said.append)[("alice", EX)]
+    assert (entry.rows, entry.key, entry.submitted, said) == (rows, "key", True, [])
+    again = gradebook.kept_job(entry, job.exercise)
+    assert (again.path, again.assignment, again.timestamp) == (job.path, EX, job.timestamp)
+    state = gradebook.state_path(tmp_path, "alice", EX)
+    data = json.loads(state.read_text())
+    for broken in ({**data, "job": {**data["job"], "timestamp": "soon"}},
+                   {**data, "student": "bob"},  # not where bob's file would be
+                   {**data, "rows": [{"student": "alice"}]}):
+        state.write_text(json.dumps(broken))
+        assert gradebook.read_entries(tmp_path, said.append) == {}
+        assert said.pop() == f"{state}: not a gradebook state file the grader can read; left out"
+    state.unlink()
+    state.symlink_to(tmp_path / "elsewhere.json")
+    (tmp_path / "elsewhere.json").write_text(json.dumps(data))
+    assert gradebook.read_entries(tmp_path, said.append) == {} and said  # never followed
 
 
 # --------------------------------------------------------------------------- through the batch

@@ -9,7 +9,8 @@ other student's rows come back as they were. A crash half-way loses nothing: wha
 on disk, and the next run rebuilds the views.
 
 A student leaves the gradebook only through the roster: with ``--roster``, a student kept from
-earlier runs who is neither on it nor in this run's submissions is removed (state and feedback).
+earlier runs who is neither on it nor in this run's submissions is removed (state, feedback
+and graded notebooks; the runs in .work/ stay, for replay).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class Entry:
     rows: list[Row]
     key: str = ""  # the resume key: what the grade depended on, the submission included
     basis: str = ""  # the same without the submission: source, parts, limits, secret
-    job: dict[str, Any] = field(default_factory=dict)  # batch.job_facts
+    job: dict[str, Any] = field(default_factory=dict)  # job_facts(): kept_job() reads it
 
     @property
     def submitted(self) -> bool:
@@ -96,8 +97,11 @@ def _entry(path: Path) -> Entry | None:
         exercise = data.get("exercise", path.stem)
         if state_path(path.parents[2], student, exercise) != path:  # not where it belongs
             return None
+        facts = dict(data.get("job", {}))
+        if facts.get("timestamp"):
+            parse_time(str(facts["timestamp"]))  # kept_job reads it: checked here, once
         return Entry(student, exercise, rows, str(data["key"]), str(data.get("basis", "")),
-                     dict(data.get("job", {})))
+                     facts)
     except (Refused, OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
         return None
 
