@@ -396,6 +396,8 @@ def test_extensions_late_policies_and_overrides_through_the_batch(
     assert export["wrong"]["duedate"] == "2026-03-04 12:00:00 UTC"
     assert (export["good"]["late_submission_penalty"], export["good"]["score"]) == ("0.8", "1.2")
     assert main(policy) == 0  # without the extension wrong is late too
+    assert "the last run applied --extensions (1 lines), this one has none" in \
+        capsys.readouterr().out
     late = by_part(out)[("wrong", "late penalty")]
     assert late["points"] == "-0.8" and "after the due date 2026-03-01 12:00 UTC" in \
         late["message"]
@@ -418,6 +420,11 @@ def test_extensions_late_policies_and_overrides_through_the_batch(
     assert reason in (out / "feedback" / "wrong.md").read_text()
     sheet.write_text(f"student,exercise,cell,points,comment\nwrong,{EX},ex02.gflops,1,\n")
     capsys.readouterr()
+    assert main(_argv(root, out, subs)) == 0  # a run that forgets them all is told so
+    printed = capsys.readouterr().out
+    assert all(f"the last run applied {flag} " in printed for flag in (
+        "--due", "--late", "--extensions", "--manual")), printed
+    assert by_part(out)[("wrong", "ex02.gflops")]["status"] == "failed"
     assert main([*policy, "--manual", str(sheet)]) == 2
     assert "overrides an autograded row (failed, 0 of 1 points) without a reason" in \
         capsys.readouterr().err

@@ -211,6 +211,12 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
         notes.append(f"kept submissions of {', '.join(sorted(stale))} were graded against "
                      "another source, part files, limits or secret (or by an older grader): "
                      "grade the whole folder (without --student) to bring them up to date")
+    applied = {"--due": f"{dates.due:%Y-%m-%dT%H:%M}" if dates.due else "",
+               "--late": str(dates.late) if dates.late.method != "none" else "",
+               "--extensions": f"({len(dates.extensions)} lines)" if dates.extensions else "",
+               "--manual": str(manual or ""),
+               "--roster": f"({len(roster)} students)" if roster else ""}
+    notes += gradebook.dropped_options(out, applied)
     order = {name: i for i, name in enumerate(exercises)}
     book = sorted([*all_jobs, *kept], key=lambda j: (j.student, order[j.exercise.name]))
     rows = [r for job in book for r in rows_by_job[(job.student, job.exercise.name)]]
@@ -222,6 +228,7 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
              for r in notes_kept.get(student, [])]
     write_outputs(out, rows, book, dates=dates, roster=roster, filled=filled,
                   executed=lambda job: executed_notebook(out, job, settings), log=log)
+    gradebook.remember_options(out, applied)
     summary = Summary(rows, len(todo), len(all_jobs) - len(todo), time.monotonic() - start,
                       not problem, problem, secret.fingerprint, notes)
     return summary

@@ -31,6 +31,7 @@ STATE = ".state"
 # A student's rows from collecting (ignored copies, refused folders). An exercise's file ends in
 # .json, so no exercise name can take this one.
 COLLECTED = "collected.rows"
+OPTIONS = "options.json"  # what the last run applied to the whole gradebook
 MAX_STATE_BYTES = 16 << 20  # rows are capped (model.MESSAGE_CAP), so a state file is small
 
 
@@ -148,3 +149,26 @@ def remove_students(out: Path, students: Iterable[str], feedback_dirs: Iterable[
                 if page.stem == name:
                     page.unlink(missing_ok=True)
 
+
+
+def dropped_options(out: Path, applied: dict[str, str]) -> list[str]:
+    """Notes on the options the last run applied to every row (due date, late policy,
+    extensions, manual sheet, roster) that this run leaves out: a resubmission graded without
+    ``--manual`` would otherwise drop every hand grade from the gradebooks unnoticed."""
+    try:
+        last = json.loads(read_bounded(out / STATE / OPTIONS, 1 << 20, "for a state file"))
+    except (Refused, OSError, ValueError):
+        return []
+    return [f"the last run applied {flag} {last[flag]}, this one has none: the gradebooks "
+            "no longer include it (pass the same options on every run)"
+            for flag in applied if isinstance(last, dict) and last.get(flag)
+            and not applied[flag]]
+
+
+def remember_options(out: Path, applied: dict[str, str]) -> None:
+    """What this run applied, for the next run's dropped_options (once its gradebooks are
+    written)."""
+    try:
+        write_atomic(out / STATE / OPTIONS, json.dumps(applied, sort_keys=True).encode())
+    except OSError:
+        pass  # only a reminder is lost
