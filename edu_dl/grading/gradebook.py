@@ -31,7 +31,7 @@ STATE = ".state"
 # A student's rows from collecting (ignored copies, refused folders). An exercise's file ends in
 # .json, so no exercise name can take this one.
 COLLECTED = "collected.rows"
-OPTIONS = "options.json"  # what the last run applied to the whole gradebook
+OPTIONS = ".options.json"  # what the last run applied; no student folder starts with a dot
 MAX_STATE_BYTES = 16 << 20  # rows are capped (model.MESSAGE_CAP), so a state file is small
 
 
