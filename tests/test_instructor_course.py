@@ -335,7 +335,7 @@ def test_manual_sheet_merges_into_both_gradebooks_and_html_feedback_is_escaped(
     assert (kept[("alice", "why")]["points"], kept[("alice", "why")]["comment"]) == \
         ("2", "exactly")  # the next sheet keeps what was graded
     for lines, error in (({("alice", "why"): ("3", "")}, "outside 0..2"),
-                         ({("bob", "why"): ("1", "")}, "name no cell this run grades by hand"),
+                         ({("bob", "why"): ("1", "")}, "name no row of the gradebook"),
                          ({("alice", "why"): ("two", "")}, "is not a number")):
         assert main([*args, "--manual", str(fill(lines))]) == 2
         assert error in capsys.readouterr().err

@@ -122,3 +122,16 @@ def scope(jobs: list[Job], exercises: dict[str, Exercise], chosen: list[str] | N
     for student in sorted(set(roster or ()) - present):
         kept += [Job(student, exercises[name], None, name) for name in exercises if name in due]
     return kept
+
+
+def only(jobs: list[Job], extra: list[Row], students: list[str], submissions: Path,
+         roster: dict[str, Any] | None = None) -> tuple[list[Job], list[Row]]:
+    """The jobs and rows of the chosen students (``--student``); a name that is neither a
+    student folder of SUBMISSIONS nor on the roster stops the batch (a typo grades nobody)."""
+    known = {j.student for j in jobs} | {r.student for r in extra} | set(roster or ())
+    unknown = [s for s in students if s not in known]
+    if unknown:
+        raise NothingToGrade(f"--student {', '.join(unknown)}: no such student folder in "
+                             f"{submissions}" + (" and not on the roster" if roster else ""))
+    chosen = set(students)
+    return ([j for j in jobs if j.student in chosen], [r for r in extra if r.student in chosen])

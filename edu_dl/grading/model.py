@@ -47,9 +47,11 @@ class Row:
     answer: str = ""  # a row graded by hand: the student's answer (the task's text), for the sheet
     failed_cases: str = ""  # a check part's failed cases, "2, 5-7 of 7" (judge.case_numbers)
     hint: str = ""  # the hints that recognised a mistake, "2:Transposed" (hints.hint_id)
+    reason: str = ""  # why a person overrode the autograded points (manual.merge)
 
     def __post_init__(self) -> None:
         self.message = cap_text(self.message)
+        self.reason = cap_text(self.reason)
         self.answer = cap_text(self.answer, 4 * MESSAGE_CAP)
 
 

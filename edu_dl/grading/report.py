@@ -21,12 +21,12 @@ from typing import Any
 from . import manual
 from .model import Job, Row, Summary, safe_file_name
 from .nbgrader import BEGIN_HIDDEN, grade_id, strip_hidden_tests
-from .notebooks import write_atomic
+from .notebooks import write_if_changed
 from .policy import LATE
 from .trust.text import for_markdown, for_terminal, visible
 
 COLUMNS = ("student", "exercise", "part", "points", "max_points", "status", "message", "sandbox",
-           "judged", "failed_cases", "hint")
+           "judged", "failed_cases", "hint", "reason")
 HTML_FEEDBACK = "feedback_html"  # <student>.html; feedback/ holds one <student>.md each
 NBGRADER_COLUMNS = ("assignment", "duedate", "timestamp", "student_id", "last_name", "first_name",
                     "email", "raw_score", "late_submission_penalty", "score", "max_score")
@@ -45,20 +45,20 @@ def write_outputs(out: Path, rows: list[Row], jobs: list[Job], *, dates: Any = N
     (or None) for the HTML feedback. A student's feedback that cannot be written is logged and
     skipped: it never stops the others'."""
     table = ([getattr(r, c) for c in COLUMNS] for r in rows)
-    write_atomic(out / "grades.csv", _csv(COLUMNS, table))
-    write_atomic(out / "manual.csv", _csv(manual.COLUMNS, manual.sheet(rows, filled or {})))
-    write_atomic(out / "nbgrader_grades.csv",
+    write_if_changed(out / "grades.csv", _csv(COLUMNS, table))
+    write_if_changed(out / "manual.csv", _csv(manual.COLUMNS, manual.sheet(rows, filled or {})))
+    write_if_changed(out / "nbgrader_grades.csv",
                  _csv(NBGRADER_COLUMNS, _nbgrader_table(rows, jobs, dates, roster)))
     by_student: dict[str, list[Row]] = {}
     for row in rows:
         by_student.setdefault(row.student, []).append(row)
     for student, mine in by_student.items():
         try:
-            write_atomic(out / "feedback" / f"{safe_file_name(student)}.md",
+            write_if_changed(out / "feedback" / f"{safe_file_name(student)}.md",
                          feedback(student, mine).encode())
             notebooks = {j.exercise.name: (j, executed(j) if executed else None) for j in jobs
                          if j.student == student}
-            write_atomic(out / HTML_FEEDBACK / f"{safe_file_name(student)}.html",
+            write_if_changed(out / HTML_FEEDBACK / f"{safe_file_name(student)}.html",
                          feedback_html(student, mine, notebooks).encode())
         except Exception as exc:  # one student's page must not cost the others theirs
             log(for_terminal(f"feedback for {student!r} could not be written "
@@ -78,12 +78,13 @@ def _nbgrader_table(rows: list[Row], jobs: list[Job], dates: Any,
             else:
                 t[0] += row.points
                 t[1] += row.max_points
-    due = getattr(dates, "due", None)
+    due_for = getattr(dates, "due_for", None)  # a student's extension, else the batch's
     table = []
     for (student, exercise), (raw, most, penalty) in totals.items():
         job = by_job.get((student, exercise))
         person = (roster or {}).get(student)
         stamp = job.timestamp if job is not None else None
+        due = due_for(student, exercise)[0] if due_for is not None else None
         table.append([
             job.assignment if job is not None else exercise,
             f"{due:%Y-%m-%d %H:%M:%S} UTC" if due else "",
