@@ -428,3 +428,29 @@ def test_extensions_late_policies_and_overrides_through_the_batch(
     assert main([*policy, "--manual", str(sheet)]) == 2
     assert "overrides an autograded row (failed, 0 of 1 points) without a reason" in \
         capsys.readouterr().err
+
+
+def test_a_resubmission_keeps_the_other_students_cells_for_the_class_report(
+        graded: tuple[Path, Path], tmp_path: Path) -> None:
+    """edu-dl report's identical cells: a run of one resubmission keeps the cells the class's
+    other students were recorded with, even when their old download is gone."""
+    root, _ = graded
+    first = tmp_path / "download"
+    shutil.copytree(root / "submissions", first)
+    out = tmp_path / "grades"
+    assert main(_argv(root, out, first)) == 0
+
+    def cells() -> dict[str, set[str]]:
+        found: dict[str, set[str]] = {}
+        for student, _exercise, _cell, digest, _tokens in json.loads(
+                (out / "class.json").read_text())["cells"]:
+            found.setdefault(student, set()).add(digest)
+        return found
+
+    before = cells()
+    assert before.get("good")  # the solved notebook has cells worth comparing
+    shutil.rmtree(first)  # the first download is gone by the time wrong resubmits
+    assert main(_argv(root, out, _resubmission(root, tmp_path))) == 0
+    after = cells()
+    assert after["good"] == before["good"]
+    assert after.get("wrong")
