@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from . import sandbox
 
-GRADER_VERSION = "3"  # bump to force a regrade of everything
+GRADER_VERSION = "4"  # bump to force a regrade of everything
 MB = 1 << 20
 
 
