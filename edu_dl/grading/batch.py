@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from . import sandbox
 from .cluster import grade_on_cluster
-from .collect import collect, scope
+from .collect import collect, is_nbgrader_course, scope
 from .judge import judge_run
 from .load import load_parts, load_source
 from .manual import merge as merge_sheet
@@ -176,7 +176,8 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     rows += dates.late_rows(rows, all_jobs)
     rows += extra
     write_outputs(out, rows, all_jobs, dates=dates, roster=roster, filled=filled,
-                  executed=lambda job: executed_notebook(out, job, settings), log=log)
+                  executed=lambda job: executed_notebook(out, job, settings),
+                  course=submissions if is_nbgrader_course(submissions) else None, log=log)
     summary = Summary(rows, len(todo), len(all_jobs) - len(todo), time.monotonic() - start,
                       not problem, problem, secret.fingerprint, notes)
     return summary
