@@ -82,7 +82,8 @@ TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 {{ super() }}
 {%- endblock any_cell -%}
 """
-STYLE = (".edu-header{padding:1em 2em}.edu-header td,.edu-header th{padding:.2em .6em;"
+STYLE = (".edu-header,.edu-grade{font-family:var(--jp-content-font-family)}"
+         ".edu-header{padding:1em 2em}.edu-header td,.edu-header th{padding:.2em .6em;"
          "border-bottom:1px solid #ddd;text-align:left}"
          ".edu-grade{border:2px solid #48a;border-radius:4px;padding:.4em .6em;"
          "margin:1em 0 .3em 0;background:#f4f8fc}.edu-grade.passed{border-color:#2a2;"
@@ -168,9 +169,10 @@ def _header(student: str, exercise: str, rows: list[Row], targets: dict[str, str
 
 
 def _text(value: Any) -> str:
+    """nbformat's multiline text as one string, lone surrogates written out."""
     if isinstance(value, list):
-        return "".join(v for v in value if isinstance(v, str))
-    return value if isinstance(value, str) else ""
+        return visible("".join(v for v in value if isinstance(v, str)))
+    return visible(value) if isinstance(value, str) else ""
 
 
 def _image(value: Any) -> str | None:
@@ -233,7 +235,7 @@ def for_students(nb: Any, banners: dict[str, str]) -> Any:
     budget = [MAX_PAGE_IMAGES]
     cells = []
     for cell in nb.cells:
-        kind, source = cell.get("cell_type"), visible(_text(cell.get("source")))
+        kind, source = cell.get("cell_type"), _text(cell.get("source"))
         if kind == "code" and is_install_cell(nbformat.from_dict(
                 {"cell_type": "code", "source": source})):
             continue
@@ -310,7 +312,11 @@ def write_pages(out: Path, rows: list[Row], jobs: list[Job],
     by_job: dict[tuple[str, str], list[Row]] = {}
     for r in rows:
         by_job.setdefault((r.student, r.exercise), []).append(r)
-    html = exporter()
+    try:
+        html = exporter()
+    except Exception as exc:  # nbconvert's templates missing: the gradebooks come first
+        log(f"no feedback pages: nbconvert's HTML exporter cannot start ({exc})")
+        return {}
     written: dict[tuple[str, str], str] = {}
     for job in jobs:
         key = (job.student, job.exercise.name)
