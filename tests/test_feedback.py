@@ -338,3 +338,26 @@ def test_validate_says_not_answered_for_an_untouched_markdown_answer(tmp_path: P
                                               log=lambda s: None)).splitlines() if " why " in
                 line)
     assert "not answered" in line and "✗" in line, line
+
+
+def test_a_page_made_from_the_same_inputs_is_not_rendered_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    job = SimpleNamespace(student="ann", exercise=SimpleNamespace(name="hw1", parts=[]),
+                          assignment="hw1", path=None, refused="", timestamp=None)
+    nb = notebook()  # the same executed notebook (new cells get new random ids)
+    first = feedback.write_pages(tmp_path, ROWS, [job], lambda j: nb,  # type: ignore
+                                 log=pytest.fail)
+    page = tmp_path / first[("ann", "hw1")]
+    made = page.read_bytes()
+    rendered: list[str] = []
+    real = feedback.render
+    monkeypatch.setattr(feedback, "render", lambda *a, **k: rendered.append(a[0]) or real(*a, **k))
+    feedback.write_pages(tmp_path, ROWS, [job], lambda j: nb,  # type: ignore
+                         log=pytest.fail)
+    assert rendered == [] and page.read_bytes() == made  # a second run: nothing to render
+    graded = [ROWS[0], Row("ann", "hw1", "why", 1.5, 2.0, "graded by hand", "good",
+                           judged="by hand")]
+    feedback.write_pages(tmp_path, graded, [job], lambda j: nb,  # type: ignore
+                         log=pytest.fail)
+    assert rendered == ["ann"] and "<b>why: 1.5 / 2</b> (graded by hand) good" in \
+        page.read_text()

@@ -32,13 +32,17 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import json
 import re
 from collections.abc import Callable, Iterable
+from dataclasses import asdict
 from html import escape
 from pathlib import Path
 from typing import Any
 
 import bleach
+import nbconvert
 import nbformat
 from jinja2 import DictLoader
 from nbconvert import HTMLExporter
@@ -65,6 +69,7 @@ TEMPLATE_NAME = "edu_dl_feedback.html.j2"
 TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 {%- block html_head -%}
 <meta http-equiv="Content-Security-Policy" content="{{ resources.edu_dl.policy }}">
+<meta name="edu-dl-page" content="{{ resources.edu_dl.digest }}">
 {{ super() }}
 {%- endblock html_head -%}
 {%- block html_head_js -%}{%- endblock html_head_js -%}
@@ -251,6 +256,7 @@ def for_students(nb: Any, banners: dict[str, str]) -> Any:
             new = nbformat.v4.new_markdown_cell(source)
         else:  # raw: shown as text (the sanitizer cleans it as Markdown's HTML)
             new = nbformat.v4.new_raw_cell(source)
+        new.id = f"c{len(cells)}"  # the same page for the same notebook (nbformat's are random)
         gid = grade_id(cell)
         if gid is not None and gid in banners:
             new.metadata["edu_dl_banner"] = banners[gid]
@@ -267,10 +273,38 @@ def exporter() -> HTMLExporter:
                         filters={"clean_html": clean_html})
 
 
+# What a page is made with: this module, nbconvert's and bleach's versions.
+RENDERER = hashlib.sha256(Path(__file__).read_bytes() + f" {nbconvert.__version__} "
+                          f"{bleach.__version__}".encode()).hexdigest()
+HEAD_BYTES = 8192  # a page's digest lies in its <head>, well within these
+
+
+def digest(student: str, exercise: str, nb: Any, rows: list[Row],
+           parts: Iterable[tuple[str, str]] = ()) -> str:
+    """Of everything a page is made from: a page that holds it need not be made again (a
+    second run, or one that merges the manual sheet, renders only what changed)."""
+    h = hashlib.sha256(RENDERER.encode())
+    h.update(json.dumps([student, exercise, nb, [asdict(r) for r in rows], list(parts)],
+                        sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+def _made_already(path: Path, page_digest: str) -> bytes | None:
+    """The page at ``path`` (ours, below --out) if it was made from the same inputs."""
+    try:
+        if path.is_symlink():
+            return None
+        data = path.read_bytes()
+    except OSError:
+        return None
+    return data if page_digest.encode() in data[:HEAD_BYTES] else None
+
+
 def render(student: str, exercise: str, nb: Any, rows: list[Row],
            parts: Iterable[tuple[str, str]] = (), html: HTMLExporter | None = None) -> str:
     """One notebook's feedback page. ``parts``: (part id, test cell grade_id) of the check()
     parts, whose banners go above their test cells; every other row's part is a grade_id."""
+    parts = list(parts)
     cell_of = dict(parts)
     by_cell: dict[str, list[Row]] = {}
     for r in rows:
@@ -281,7 +315,8 @@ def render(student: str, exercise: str, nb: Any, rows: list[Row],
                if cell_of.get(r.part, r.part) in banners}
     header = _header(student, exercise, rows, targets)
     resources = {"metadata": {"name": f"Feedback: {exercise}"},
-                 "edu_dl": {"policy": POLICY, "style": STYLE, "header": header}}
+                 "edu_dl": {"policy": POLICY, "style": STYLE, "header": header,
+                            "digest": digest(student, exercise, nb, rows, parts)}}
     body, _ = (html or exporter()).from_notebook_node(for_students(nb, banners), resources)
     return visible(body)
 
@@ -324,10 +359,14 @@ def write_pages(out: Path, rows: list[Row], jobs: list[Job],
             nb = executed(job)
             if nb is None:
                 continue
-            page = render(job.student, job.exercise.name, nb, by_job.get(key, []),
-                          job.exercise.parts, html).encode()
+            mine = by_job.get(key, [])
             where = page_path(job.student, job.assignment, job.exercise.name)
-            write_atomic(out / where, page)
+            page = _made_already(out / where, digest(job.student, job.exercise.name, nb, mine,
+                                                     job.exercise.parts))
+            if page is None:
+                page = render(job.student, job.exercise.name, nb, mine, job.exercise.parts,
+                              html).encode()
+                write_atomic(out / where, page)
             written[key] = where
             if course is not None:
                 _release(course / where, page, job)
