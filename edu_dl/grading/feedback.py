@@ -238,7 +238,7 @@ def for_students(nb: Any, banners: dict[str, str]) -> Any:
     """The notebook a page shows: a new one, built from ``nb``'s sources and outputs only
     (install cell left out, hidden tests stripped), each graded cell with its banner."""
     budget = [MAX_PAGE_IMAGES]
-    cells = []
+    cells: list[Any] = []
     for cell in nb.cells:
         kind, source = cell.get("cell_type"), _text(cell.get("source"))
         if kind == "code" and is_install_cell(nbformat.from_dict(
