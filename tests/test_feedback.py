@@ -361,3 +361,33 @@ def test_a_page_made_from_the_same_inputs_is_not_rendered_again(
                          log=pytest.fail)
     assert rendered == ["ann"] and "<b>why: 1.5 / 2</b> (graded by hand) good" in \
         page.read_text()
+
+
+@pytest.mark.slow
+def test_nbgrader_releases_a_markdown_answer_as_we_do(request: pytest.FixtureRequest,
+                                                      tmp_path: Path) -> None:
+    """nbgrader 0.9's generate_assignment (its own venv, as test_nbgrader_compat) on Markdown
+    and code solution regions: the same sources and the same checksums as ours, so an answer
+    left as nbgrader released it is "not answered" here."""
+    import subprocess
+
+    from edu_dl.grading.nbgrader_course import nbgrader_venv, source
+
+    bin_dir = nbgrader_venv(Path(request.config.cache.mkdir("nbgrader-0.9-venv")))
+    nb = source()
+    nb.cells.append(_md("Explain:\n### BEGIN SOLUTION\nBecause.\n### END SOLUTION\nThanks.",
+                        gid="region", grade=True, solution=True, points=1))
+    folder = tmp_path / "course" / "source" / "ps"
+    folder.mkdir(parents=True)
+    nbformat.write(nb, folder / "p.ipynb")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON"))}
+    run = subprocess.run([str(bin_dir / "nbgrader"), "generate_assignment", "ps", "--no-db",
+                          "--force"], cwd=tmp_path / "course", capture_output=True, text=True,
+                         timeout=300, env=env, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    theirs = nbformat.read(tmp_path / "course" / "release" / "ps" / "p.ipynb", as_version=4)
+    ours = nbgrader.student_version(nb)
+    assert [c.source for c in ours.cells] == [c.source for c in theirs.cells]
+    assert [nbgrader.nbgrader(c).get("checksum") for c in ours.cells] == \
+        [nbgrader.nbgrader(c).get("checksum") for c in theirs.cells]
+    assert theirs.cells[-1].source == "Explain:\nYOUR ANSWER HERE\nThanks."
