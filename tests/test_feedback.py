@@ -53,6 +53,7 @@ XSS_MARKDOWN = """# Why squares grow
 <svg onload="window.__pwned = 'svg'"><script>window.__pwned = 'svg script'</script></svg>
 <iframe srcdoc="<script>parent.__pwned = 'iframe'</script>"></iframe>
 <a id="evil" href="javascript:void(window.__pwned = 'link')">click me</a>
+<a href="data:text/html,<script>alert(1)</script>">data link</a>
 <object data="data:text/html,<script>parent.__pwned = 'object'</script>"></object>
 <div class="edu-grade passed"><b>why: 2 / 2</b> (passed) a forged banner</div>
 <details open ontoggle="window.__pwned = 'ontoggle'">x</details>
@@ -81,9 +82,16 @@ def notebook() -> nbformat.NotebookNode:
     tests.outputs = [nbformat.v4.new_output(
         "error", ename="AssertionError", evalue="",
         traceback=["Traceback", f"----> 3 {HIDDEN}", "AssertionError"])]
+    figure = nbformat.v4.new_markdown_cell(
+        "![a figure](attachment:fig.png) ![gone](attachment:nope.png) "
+        "![svg](attachment:evil.svg) ![file](secret.png)")
+    figure.attachments = {"fig.png": {"image/png": png(4, 4)},
+                          "evil.svg": {"image/svg+xml": base64.b64encode(
+                              b"<svg onload='window.__pwned=6'/>").decode()}}
     nb.cells = [
         install,
         nbformat.v4.new_markdown_cell("Plain *emphasis* and `code`."),
+        figure,
         _code("def squares(n):\n    return [i * i for i in range(n)]", gid="squares",
               solution=True),
         tests, plot,
@@ -120,7 +128,11 @@ def test_the_page_renders_markdown_code_plots_and_banners_and_leaves_out_the_res
     assert "<em>emphasis</em>" in html and "<code>code</code>" in html  # Markdown rendered
     assert '<span class="k">return</span>' in html  # Pygments highlighted the code
     images = [a for tag, a in page.tags if tag == "img"]
-    assert [a["src"] for a in images] == [f"data:image/png;base64,{png()}"]  # the plot inline
+    # The Markdown's own picture (an attachment) and the plot; no file, no SVG, no address
+    # (the attack's <img src=x onerror=...> is left an <img> without either).
+    assert [a.get("src") for a in images] == [f"data:image/png;base64,{png(4, 4)}", None,
+                                              None, None, f"data:image/png;base64,{png()}",
+                                              None]
     assert "[an image left out: not base64]" in html
     # A banner above each graded cell, with its score and message, and the header's links.
     banner = html.index('id="grade-test_squares"')
@@ -138,6 +150,7 @@ def test_the_page_renders_markdown_code_plots_and_banners_and_leaves_out_the_res
     for tag, attrs in page.tags:
         assert not [name for name in attrs if name.startswith("on")], (tag, attrs)
         assert "javascript" not in str(attrs.get("href", "")).lower(), (tag, attrs)
+        assert not str(attrs.get("href", "")).startswith("data:"), (tag, attrs)
     assert "html output" not in html and "js output" not in html and "svg output" not in html
     # The forged banner lost its class; the student's ids are gone (no anchor taken).
     assert sum('class="edu-grade' in h for h in html.split("<div")) == 2
@@ -184,7 +197,7 @@ def test_chromium_runs_no_script_of_the_students_and_shows_the_plot(tmp_path: Pa
     for path in (without, with_policy):
         title, pwned, widths = _open(path)
         assert pwned is None and title == "Feedback: hw1", (path.name, title, pwned)
-        assert widths == [3], path.name  # the plot decoded, 3 pixels wide
+        assert widths == [4, 0, 0, 0, 3, 0], path.name  # the attachment and the plot decoded
 
 
 def test_chromium_control_the_same_attack_runs_in_a_page_that_is_not_sanitized(

@@ -99,22 +99,32 @@ STYLE = (".edu-header,.edu-grade{font-family:var(--jp-content-font-family)}"
 
 # Markdown's and Pygments' tags; a student's HTML is kept only within them.
 TAGS = frozenset({*bleach.ALLOWED_TAGS, "p", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6",
+                  "img",
                   "pre", "code", "span", "div", "table", "thead", "tbody", "tr", "th", "td",
                   "del", "sub", "sup", "dl", "dt", "dd", "kbd", "samp", "var"})
-PROTOCOLS = frozenset({"http", "https", "mailto"})
+# data: only for an <img> of PNG/JPEG (_attribute_allowed), never for a link.
+PROTOCOLS = frozenset({"http", "https", "mailto", "data"})
 # Pygments' token classes (k, nb, s1, ...) and nbconvert's "highlight hl-python"; not "edu-".
 CODE_CLASS = re.compile(r"[a-z]{1,3}[0-9]?|highlight|anchor-link|hl-[a-z0-9+#-]{1,30}")
 ALIGN = frozenset({"left", "right", "center"})
 
 
 def _attribute_allowed(tag: str, name: str, value: str) -> bool:
+    if tag == "img":  # a picture the page holds (an attachment), never a file or an address
+        return name in ("alt", "title") or (name == "src" and _image_uri(value))
     if name == "class":
         return all(CODE_CLASS.fullmatch(token) for token in value.split())
     if tag == "a":
-        return name in ("href", "title")
+        return name == "title" or (name == "href" and
+                                   not value.strip().lower().startswith("data:"))
     if tag in ("abbr", "acronym"):
         return name == "title"
     return tag in ("th", "td") and name == "align" and value in ALIGN
+
+
+def _image_uri(value: str) -> bool:
+    kind, _, data = value.partition(";base64,")
+    return kind in ("data:image/png", "data:image/jpeg") and _image(data) is not None
 
 
 def clean_html(html: Any) -> str:
@@ -234,6 +244,26 @@ def _outputs(outputs: Any, hidden: bool, budget: list[int]) -> list[Any]:
     return kept
 
 
+ATTACHMENT = re.compile(r"attachment:([^\s)\"'>]*)")
+
+
+def _attachments(source: str, attachments: Any, budget: list[int]
+                 ) -> tuple[str, dict[str, dict[str, str]]]:
+    """A Markdown cell's PNG/JPEG attachments whose data is strict base64, and its source with
+    every other ``attachment:`` reference disarmed (nbconvert stops on a missing one)."""
+    kept: dict[str, dict[str, str]] = {}
+    for name, bundle in (attachments if isinstance(attachments, dict) else {}).items():
+        for mime in ("image/png", "image/jpeg"):
+            image = _image(bundle.get(mime)) if isinstance(bundle, dict) else None
+            if image is not None and len(image) <= budget[0]:
+                budget[0] -= len(image)
+                kept[str(name)] = {mime: image}
+                break
+    source = ATTACHMENT.sub(lambda m: m.group(0) if m.group(1) in kept else
+                            "missing-attachment:" + m.group(1), source)
+    return source, kept
+
+
 def for_students(nb: Any, banners: dict[str, str]) -> Any:
     """The notebook a page shows: a new one, built from ``nb``'s sources and outputs only
     (install cell left out, hidden tests stripped), each graded cell with its banner."""
@@ -253,7 +283,8 @@ def for_students(nb: Any, banners: dict[str, str]) -> Any:
             new.execution_count = count if isinstance(count, int) and \
                 not isinstance(count, bool) else None
         elif kind == "markdown":
-            new = nbformat.v4.new_markdown_cell(source)
+            new = nbformat.v4.new_markdown_cell()
+            new.source, new.attachments = _attachments(source, cell.get("attachments"), budget)
         else:  # raw: shown as text (the sanitizer cleans it as Markdown's HTML)
             new = nbformat.v4.new_raw_cell(source)
         new.id = f"c{len(cells)}"  # the same page for the same notebook (nbformat's are random)
