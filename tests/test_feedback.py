@@ -404,3 +404,29 @@ def test_nbgrader_releases_a_markdown_answer_as_we_do(request: pytest.FixtureReq
     assert [nbgrader.nbgrader(c).get("checksum") for c in ours.cells] == \
         [nbgrader.nbgrader(c).get("checksum") for c in theirs.cells]
     assert theirs.cells[-1].source == "Explain:\nYOUR ANSWER HERE\nThanks."
+
+
+@pytest.mark.slow
+def test_nbgrader_release_feedback_sends_our_pages(request: pytest.FixtureRequest,
+                                                   tmp_path: Path) -> None:
+    """nbgrader 0.9's own release_feedback (its venv, as above) on a course edu-dl graded:
+    every student's page reaches the exchange, named by the submission's secret."""
+    import subprocess
+
+    from edu_dl.grading.nbgrader_course import nbgrader_venv
+
+    bin_dir = nbgrader_venv(Path(request.config.cache.mkdir("nbgrader-0.9-venv")))
+    src, root = _course(tmp_path)
+    for number, folder in enumerate(sorted((root / "submitted").glob("*/ps1"))):
+        (folder / feedback.SUBMISSION_SECRET).write_text(f"{number}f00dfeed")  # nbgrader's submit
+    out = tmp_path / "grades"
+    G.grade(root, src, out, settings=FAST, jobs=2, progress=False, log=lambda s: None)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON"))}
+    (tmp_path / "exchange").mkdir()
+    run = subprocess.run([str(bin_dir / "nbgrader"), "release_feedback", "ps1", "--course",
+                          "c1", f"--Exchange.root={tmp_path / 'exchange'}"], cwd=root,
+                         capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    sent = sorted(p.read_bytes() for p in (tmp_path / "exchange" / "c1" / "feedback").iterdir())
+    ours = sorted(p.read_bytes() for p in (out / "feedback").glob("*/ps1/hw1.html"))
+    assert len(ours) == 3 and sent == ours
