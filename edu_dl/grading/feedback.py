@@ -51,14 +51,10 @@ from ..hosted import is_install_cell
 from .model import Job, Row, safe_file_name
 from .nbgrader import BEGIN_HIDDEN, grade_id, strip_hidden_tests
 from .notebooks import write_atomic
-from .trust.files import read_bounded
+from .trust.files import SUBMISSION_SECRET, TIMESTAMP, read_submission_secret
 from .trust.text import for_terminal, visible
 
 PAGES = "feedback"  # below --out and below an nbgrader course folder
-SUBMISSION_SECRET = "submission_secret.txt"  # nbgrader's, beside a submitted notebook
-TIMESTAMP = "timestamp.txt"
-MAX_SECRET_BYTES = 256
-SECRET = re.compile(rb"[\x21-\x7e]{1,200}\r?\n?")  # printable ASCII, one line
 KEPT_DATA = ("text/plain", "image/png", "image/jpeg")
 BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
 MAX_PAGE_IMAGES = 32 << 20  # base64 characters of images on one page; the rest are named
@@ -355,18 +351,6 @@ def render(student: str, exercise: str, nb: Any, rows: list[Row],
 # --------------------------------------------------------------------------- writing the pages
 
 
-def _submission_secret(job: Job) -> bytes | None:
-    """nbgrader's submission_secret.txt beside the submitted notebook, if it is one line of
-    printable ASCII (read bounded, never through a link)."""
-    if job.path is None:
-        return None
-    try:
-        data = read_bounded(job.path.parent / SUBMISSION_SECRET, MAX_SECRET_BYTES)
-    except Exception:  # absent, a link, too big: release_feedback will say it is missing
-        return None
-    return data if SECRET.fullmatch(data) else None
-
-
 def write_pages(out: Path, rows: list[Row], jobs: list[Job],
                 executed: Callable[[Job], Any] | None, course: Path | None = None,
                 log: Callable[[str], None] = print) -> dict[tuple[str, str], str]:
@@ -413,6 +397,6 @@ def _release(path: Path, page: bytes, job: Job) -> None:
     if job.timestamp is not None:
         write_atomic(path.parent / TIMESTAMP,
                      f"{job.timestamp:%Y-%m-%d %H:%M:%S.%f} UTC".encode())
-    secret = _submission_secret(job)
+    secret = read_submission_secret(job.path.parent) if job.path is not None else None
     if secret is not None:
         write_atomic(path.parent / SUBMISSION_SECRET, secret)
