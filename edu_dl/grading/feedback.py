@@ -58,7 +58,7 @@ PAGES = "feedback"  # below --out and below an nbgrader course folder
 KEPT_DATA = ("text/plain", "image/png", "image/jpeg")
 BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
 MAX_PAGE_IMAGES = 32 << 20  # base64 characters of images on one page; the rest are named
-# No script from anywhere, nothing fetched: the page is self-contained but for nothing.
+# No script from anywhere, nothing fetched: the page needs nothing from outside itself.
 POLICY = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
           "base-uri 'none'; form-action 'none'")
 TEMPLATE_NAME = "edu_dl_feedback.html.j2"
@@ -95,8 +95,7 @@ STYLE = (".edu-header,.edu-grade{font-family:var(--jp-content-font-family)}"
 
 # Markdown's and Pygments' tags; a student's HTML is kept only within them.
 TAGS = frozenset({*bleach.ALLOWED_TAGS, "p", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6",
-                  "img",
-                  "pre", "code", "span", "div", "table", "thead", "tbody", "tr", "th", "td",
+                  "img", "pre", "code", "span", "div", "table", "thead", "tbody", "tr", "th", "td",
                   "del", "sub", "sup", "dl", "dt", "dd", "kbd", "samp", "var"})
 # data: only for an <img> of PNG/JPEG (_attribute_allowed), never for a link.
 PROTOCOLS = frozenset({"http", "https", "mailto", "data"})
