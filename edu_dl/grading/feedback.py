@@ -11,15 +11,16 @@ that ``release_feedback`` reads).
 No HTML or script a student wrote is ever live, by three layers, each enough on its own:
 
 - the notebook rendered is built here, cell by cell, from sources and outputs only: no cell
-  or output metadata, no attachments, outputs reduced to text, PNG/JPEG images whose data is
-  strict base64, and errors (``trust.notebook`` reduced them already; this is done again
-  because a page is also made from an older ``autograded/`` file);
+  or output metadata, outputs reduced to text, PNG/JPEG images whose data is strict base64
+  and errors, a Markdown cell's attachments to its PNG/JPEG ones (``trust.notebook``
+  reduced the outputs already; this is done again because a page is also made from an older
+  ``autograded/`` file);
 - nbconvert's sanitizer cleans every Markdown and raw cell and the highlighted code with
   bleach (no script, no event handler, no ``javascript:`` link). Its ``clean_html`` filter
   is replaced by :func:`clean_html`, bleach with Markdown's tags (nbconvert's own list has no
   paragraph or heading, and shows rendered Markdown as escaped tags) and fewer attributes: no
-  ``id`` and only Pygments' short class names, so a student can neither forge a score banner
-  (``edu-grade``) nor take a banner's anchor;
+  ``id``, only Pygments' short class names (a student can neither forge a score banner,
+  ``edu-grade``, nor take a banner's anchor) and no picture but a PNG/JPEG data URI;
 - the page declares a Content-Security-Policy that allows no script at all and loads nothing
   from anywhere (images only as data URIs): our template also leaves out nbconvert's
   require.js, MathJax and Mermaid (so math shows as its TeX source).
