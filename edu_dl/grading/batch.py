@@ -27,7 +27,7 @@ from tqdm import tqdm
 from . import gradebook, sandbox
 from .classreport import record_class
 from .cluster import grade_on_cluster
-from .collect import collect, only, scope
+from .collect import collect, is_nbgrader_course, only, scope
 from .judge import judge_run
 from .load import load_parts, load_source
 from .manual import merge as merge_sheet
@@ -228,7 +228,8 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     rows += [r for student in sorted(set(notes_kept) | collected) if keep(student)
              for r in notes_kept.get(student, [])]
     write_outputs(out, rows, book, dates=dates, roster=roster, filled=filled,
-                  executed=lambda job: executed_notebook(out, job, settings), log=log)
+                  executed=lambda job: executed_notebook(out, job, settings),
+                  course=submissions if is_nbgrader_course(submissions) else None, log=log)
     record_class(out, book, settings, log=log,  # for edu-dl report: cells' digests, hints
                  kept=frozenset((j.student, j.exercise.name) for j in kept))
     gradebook.remember_options(out, applied)

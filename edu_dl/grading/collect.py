@@ -19,6 +19,13 @@ NBGRADER_FOLDERS = frozenset({"submitted", "source", "release", "autograded", "f
                               "downloaded", "outbound", "inbound"})
 
 
+def is_nbgrader_course(submissions: Path) -> bool:
+    """Is ``submissions`` an nbgrader course folder (``submitted/`` among nbgrader's folders
+    alone)?"""
+    folders = {e.name for e in entries(submissions) if e.is_dir(follow_symlinks=False)}
+    return "submitted" in folders and folders <= NBGRADER_FOLDERS
+
+
 def collect(submissions: Path, exercises: dict[str, Exercise]) -> tuple[list[Job], list[Row]]:
     """Jobs for ``<student>/<NN_name>.ipynb`` or ``submitted/<student>/<assignment>/*.ipynb``.
 
@@ -35,8 +42,7 @@ def collect(submissions: Path, exercises: dict[str, Exercise]) -> tuple[list[Job
     """
     if not submissions.is_dir():
         raise NotebookError(f"{submissions}: not a folder of submissions")
-    folders = {e.name for e in entries(submissions) if e.is_dir(follow_symlinks=False)}
-    nbgrader_layout = "submitted" in folders and folders <= NBGRADER_FOLDERS
+    nbgrader_layout = is_nbgrader_course(submissions)
     root = submissions / "submitted" if nbgrader_layout else submissions
     jobs: list[Job] = []
     extra: list[Row] = []

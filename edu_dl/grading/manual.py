@@ -21,12 +21,13 @@ import io
 import math
 from pathlib import Path
 
+from .feedback import anchor
 from .model import BY_HAND, Row, cap_text
 from .notebooks import NotebookError
 from .trust.text import for_terminal
 
 COLUMNS = ("student", "exercise", "cell", "max_points", "answer", "answer_id", "points",
-           "comment")
+           "comment", "page")
 NEEDS = "needs manual grading"
 GRADED = "graded by hand"
 OVERRIDDEN = "overridden"
@@ -50,9 +51,13 @@ def is_manual(row: Row) -> bool:
     return row.judged == BY_HAND and row.status in (NEEDS, GRADED)
 
 
-def sheet(rows: list[Row], filled: dict[Key, Filled]) -> list[list[object]]:
+def sheet(rows: list[Row], filled: dict[Key, Filled],
+          pages: dict[tuple[str, str], str] | None = None) -> list[list[object]]:
     """The lines of manual.csv: every row a person grades, with what the sheet already holds
-    for the answer as it is now, and every autograded row a person overrode."""
+    for the answer as it is now, every autograded row a person overrode, and where its
+    notebook's feedback page shows it (``pages``: (student, exercise) -> the page's path
+    relative to manual.csv): the answer's plots and outputs, which the answer column (source,
+    capped) cannot show."""
     lines: list[list[object]] = []
     for row in rows:
         if is_manual(row) or row.status == OVERRIDDEN:
@@ -62,8 +67,13 @@ def sheet(rows: list[Row], filled: dict[Key, Filled]) -> list[list[object]]:
                 points, comment = kept[0], kept[1]
             lines.append([row.student, row.exercise, row.part, f"{row.max_points:g}",
                           cap_text(row.answer, ANSWER_CAP), answer_id(row.answer),
-                          "" if points is None else f"{points:g}", comment])
+                          "" if points is None else f"{points:g}", comment,
+                          _link((pages or {}).get((row.student, row.exercise)), row.part)])
     return lines
+
+
+def _link(page: str | None, cell: str) -> str:
+    return f"{page}#{anchor(cell)}" if page else ""
 
 
 def written_key(row: Row) -> Key:

@@ -31,6 +31,8 @@ MESSAGE_CAP = 2000  # characters of a gradebook message: a student's exception c
 OUTSIDE = "outside the sandbox (check/Part)"
 INSIDE = "inside the sandbox (assert cell)"
 BY_HAND = "by hand"
+# A graded answer left as released: 0 points, never sent to a person (nbgrader scores it 0).
+NOT_ANSWERED = "not answered"
 
 
 @dataclass
@@ -89,6 +91,7 @@ class Exercise:
     cells: list[GradedCell] = field(default_factory=list)  # graded cells without a check()
     points: dict[str, float] = field(default_factory=dict)  # max points by part id (load_parts)
     checksums: dict[str, str] = field(default_factory=dict)  # grade_id -> released cell's
+    released: dict[str, str] = field(default_factory=dict)  # grade_id -> released answer
     files: dict[str, bytes] = field(default_factory=dict)  # beside the source, read-only inside
     specs: dict[str, Any] = field(default_factory=dict)  # part id -> Part (load_parts)
     calls: dict[str, bytes] = field(default_factory=dict)  # part id -> its call=, pickled
