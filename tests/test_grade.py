@@ -265,6 +265,20 @@ def test_solutions_score_full_marks_and_exercises_zero(tmp_path: Path, memory: s
 
 
 @pytest.mark.slow
+def assert_no_live_markup(html: str) -> None:
+    """No script element, event handler, javascript: link, frame or SVG in a page."""
+    from html.parser import HTMLParser
+
+    class Tags(HTMLParser):
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            assert tag not in ("script", "iframe", "object", "embed", "svg"), tag
+            for name, value in attrs:
+                assert not name.startswith("on"), (tag, name)
+                assert not (value or "").strip().lower().startswith("javascript:"), (tag, value)
+
+    Tags().feed(html)
+
+
 def test_hostile_corpus(tmp_path: Path) -> None:
     """Every hostile or broken submission gets its rows and status; nothing leaks or lingers."""
     escape = ROOT / "HOSTILE_ESCAPE.txt"
@@ -302,6 +316,11 @@ def test_hostile_corpus(tmp_path: Path) -> None:
                                                              if r.exercise})
     shown = render(report) + render(report, "markdown")
     assert "\x1b" not in shown and "\u202e" not in shown
+    # Every feedback page: no markup of a student's live (the XSS case's outputs and Markdown).
+    pages = sorted((tmp_path / "grades" / "feedback").glob("*/*/*.html"))
+    assert any(page.parts[-3] == "xss_outputs" for page in pages), pages
+    for page in pages:
+        assert_no_live_markup(page.read_text())
     assert not escape.exists()
     caches = {".pytest_cache", ".ruff_cache", ".mypy_cache", ".hypothesis"}  # tests beside it
     assert sorted(p.name for p in ROOT.iterdir() if p.name not in caches) == \

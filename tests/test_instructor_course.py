@@ -300,12 +300,18 @@ def test_manual_sheet_merges_into_both_gradebooks_and_html_feedback_is_escaped(
     assert why["alice"]["answer"] == "One multiplication for each of the n elements."
     assert why["dave"]["answer"].startswith("'=HYPERLINK")  # spreadsheet_safe
     assert why["alice"]["max_points"] == "2" and why["alice"]["points"] == ""
-    # The HTML feedback: scores per graded cell, every bit of the student's text escaped.
-    page = (out / "feedback_html" / "dave.html").read_text()
-    assert "<script>" not in page and "<img" not in page
-    assert "&lt;script&gt;alert(&#x27;why&#x27;)&lt;/script&gt;" in page
+    # The notebook's page: scores per graded cell, every bit of the student's text escaped,
+    # and the manual sheet's link leads to the answer's banner on it.
+    assert why["dave"]["page"] == \
+        f"feedback/dave/{course.ASSIGNMENT}/{course.NOTEBOOK}.html#grade-why"
+    page = (out / why["dave"]["page"].split("#")[0]).read_text()
+    assert "<script" not in page and "<img" not in page and 'id="grade-why"' in page
+    assert "&lt;script&gt;alert('why')&lt;/script&gt;" in page
     assert "&lt;img src=x onerror=alert(1)&gt;" in page  # the executed output, escaped
-    assert "test_squares: 2 / 2" in (out / "feedback_html" / "alice.html").read_text()
+    alice = out / "feedback" / "alice" / course.ASSIGNMENT / f"{course.NOTEBOOK}.html"
+    assert "<b>test_squares: 2 / 2</b> (passed)" in alice.read_text()
+    assert f"alice/{course.ASSIGNMENT}/{course.NOTEBOOK}.html" in \
+        (out / "feedback_html" / "alice.html").read_text()  # the index links it
 
     def fill(lines: dict[tuple[str, str], tuple[str, str]]) -> Path:
         path = tmp_path / f"filled{len(list(tmp_path.glob('filled*.csv')))}.csv"
@@ -335,7 +341,7 @@ def test_manual_sheet_merges_into_both_gradebooks_and_html_feedback_is_escaped(
     assert (kept[("alice", "why")]["points"], kept[("alice", "why")]["comment"]) == \
         ("2", "exactly")  # the next sheet keeps what was graded
     for lines, error in (({("alice", "why"): ("3", "")}, "outside 0..2"),
-                         ({("bob", "why"): ("1", "")}, "name no cell this run grades by hand"),
+                         ({("bob", "why"): ("1", "")}, "name no row of the gradebook"),
                          ({("alice", "why"): ("two", "")}, "is not a number")):
         assert main([*args, "--manual", str(fill(lines))]) == 2
         assert error in capsys.readouterr().err

@@ -120,11 +120,16 @@ def test_an_nbgrader_course_is_graded_cell_by_cell_as_nbgrader_does(tmp_path: Pa
     # What students read holds no hidden test: not its source, not a traceback quoting it
     # (carol's squares fails the visible assert, one line above the hidden region).
     assert "assert squares(1) == [1]" in (src / f"{course.NOTEBOOK}.ipynb").read_text()
-    for page in [*(out / "feedback").iterdir(), *(out / "feedback_html").iterdir()]:
+    pages = [*(out / "feedback").rglob("*.*"), *(out / "feedback_html").iterdir(),
+             *(root / "feedback").rglob("*.html")]  # the course's, for release_feedback
+    assert len([p for p in pages if p.suffix == ".html"]) == 3 * len(course.STUDENTS)
+    for page in pages:
         text = page.read_text()
         assert "HIDDEN TESTS" not in text and "squares(1)" not in text, page
-    carol = (out / "feedback_html" / "carol.html").read_text()
-    assert "AssertionError" in carol and "assert squares(3) == [1, 4, 9]" in carol
+    carol = (out / "feedback" / "carol" / course.ASSIGNMENT / f"{course.NOTEBOOK}.html"
+             ).read_text()
+    assert "AssertionError" in carol and "assert</span>" in carol
+    assert "test_squares: 0 / 2</b> (failed)" in carol
 
 
 SCORES = """

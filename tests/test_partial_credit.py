@@ -238,9 +238,11 @@ def test_the_gradebook_lists_failed_cases_and_shows_no_hidden_value(tmp_path: Pa
     texts = {"grades.csv": (out / "grades.csv").read_text(),
              "nbgrader_grades.csv": (out / "nbgrader_grades.csv").read_text(),
              "feedback": (out / "feedback" / "ann.md").read_text(),
-             "html": (out / "feedback_html" / "ann.html").read_text()}
+             "html": (out / "feedback_html" / "ann.html").read_text(),
+             "page": "".join(p.read_text() for p in (out / "feedback" / "ann").rglob("*.html"))}
     for where, text in texts.items():
         assert "failed: 3 (cases 2, 3 are hidden)" in text or where == "nbgrader_grades.csv"
         for secret in SECRET_TEXTS:
             assert secret not in text, (where, secret)
     assert "3.34 / 5" in texts["feedback"] and "3.34 / 5" in texts["html"]
+    assert "<b>hw5.partial: 3.34 / 5</b> (partial)" in texts["page"]

@@ -221,3 +221,37 @@ def test_a_call_defined_in_a_part_file_travels_by_value_without_its_path(tmp_pat
     assert data is not None and str(tmp_path).encode() not in data
     call = pickle.loads(data)
     assert call.__code__.co_filename == "<part hw7.double>" and call(lambda n: n, (3,)) == 6
+
+
+@given(st.binary(max_size=300))
+def test_a_submission_secret_of_any_bytes_is_one_token_or_nothing(data: bytes) -> None:
+    import tempfile
+
+    from edu_dl.grading.trust.files import SUBMISSION_SECRET, read_submission_secret
+
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / SUBMISSION_SECRET).write_bytes(data)
+        got = read_submission_secret(Path(tmp))
+    token = set(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
+    assert got is None or (got == data and set(got.rstrip(b"\r\n")) <= token)
+
+
+def test_a_submission_secret_is_never_read_through_a_link_a_fifo_or_past_its_bound(
+        tmp_path: Path) -> None:
+    import os
+
+    from edu_dl.grading.trust.files import SUBMISSION_SECRET, read_submission_secret
+
+    folders = {name: tmp_path / name for name in ("good", "link", "fifo", "big", "markup",
+                                                  "none")}
+    for folder in folders.values():
+        folder.mkdir()
+    (folders["good"] / SUBMISSION_SECRET).write_bytes(b"0123abcdef\n")
+    (tmp_path / "elsewhere").write_bytes(b"0123abcdef\n")
+    os.symlink(tmp_path / "elsewhere", folders["link"] / SUBMISSION_SECRET)
+    os.mkfifo(folders["fifo"] / SUBMISSION_SECRET)  # would block a plain open()
+    (folders["big"] / SUBMISSION_SECRET).write_bytes(b"a" * 10_000)
+    (folders["markup"] / SUBMISSION_SECRET).write_bytes(b"<script>alert(1)</script>")
+    got = {name: read_submission_secret(folder) for name, folder in folders.items()}
+    assert got == {"good": b"0123abcdef\n", "link": None, "fifo": None, "big": None,
+                   "markup": None, "none": None}

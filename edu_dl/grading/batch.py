@@ -1,10 +1,12 @@
 """Batch: ``edu-dl grade``, every submission through the stages, and the gradebooks written.
 
 collect -> (per submission) prepare -> run -> receive -> judge -> report. A second run regrades
-only what changed: each submission's rows are kept under ``.state/`` with a key of everything its
-grade depends on, the grading secret's fingerprint included (``secret``: the hidden inputs, the
-same for every submission and every run, come from it). A failure grading one submission becomes
-that submission's rows; nothing one student sent can stop the batch.
+only what changed: each submission's rows are kept under ``.state/`` (``gradebook``) with a key
+of everything its grade depends on, the grading secret's fingerprint included (``secret``: the
+hidden inputs, the same for every submission and every run, come from it). The gradebooks are
+rebuilt from every kept submission, so a run that grades some students (``students``, or a
+folder with one resubmission) changes their rows alone. A failure grading one submission
+becomes that submission's rows; nothing one student sent can stop the batch.
 """
 
 from __future__ import annotations
@@ -25,20 +27,30 @@ from typing import Any
 
 from tqdm import tqdm
 
-from . import sandbox
+from . import gradebook, sandbox
 from .classreport import record_class
 from .cluster import grade_on_cluster
-from .collect import collect, scope
+from .collect import collect, is_nbgrader_course, only, scope
 from .judge import judge_run
 from .load import load_parts, load_source, refuse_released
 from .manual import merge as merge_sheet
 from .manual import read_sheet
-from .model import Interrupted, Job, Refused, Row, Summary, rows_for, safe_file_name, timed_out
-from .notebooks import Notebook, NotebookError, write_atomic
+from .model import (
+    Exercise,
+    Interrupted,
+    Job,
+    Refused,
+    Row,
+    Summary,
+    rows_for,
+    safe_file_name,
+    timed_out,
+)
+from .notebooks import Notebook, NotebookError
 from .policy import Dates
 from .prepare import prepare, submission_bytes
 from .receive import received
-from .report import write_outputs
+from .report import HTML_FEEDBACK, write_outputs
 from .run import run
 from .secret import Secret, check_unseen, load_or_create, secret_path
 from .settings import GRADER_VERSION, MB, Settings
@@ -99,14 +111,31 @@ def content_key(job: Job, data: bytes | None, fingerprint: str) -> str:
     return h.hexdigest()
 
 
+def job_basis(job: Job, settings: Settings, fingerprint: str) -> str:
+    """What a grade depends on besides the submission: a kept grade whose basis differs from
+    this run's was graded against another source, other parts, limits or secret."""
+    h = hashlib.sha256(GRADER_VERSION.encode())
+    for text in (fingerprint, job.exercise.digest, job.exercise.specs_digest,
+                 json.dumps(asdict(settings), sort_keys=True)):
+        h.update(f"{text}\0".encode())
+    for name, beside in sorted(job.exercise.files.items()):
+        h.update(hashlib.sha256(name.encode() + b"\0" + beside).digest())
+    return h.hexdigest()
+
+
 def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | None = None,
           jobs: int = 1, force: bool = False, progress: bool = True,
           log: Callable[[str], None] | None = None, exercises_due: list[str] | None = None,
           dates: Dates | None = None, roster: dict[str, Any] | None = None,
           manual: Path | None = None, cluster: Any = None,
-          secret: Secret | None = None, retry_timeouts: bool = False,
-          allow_released: bool = False) -> Summary:
+          secret: Secret | None = None, students: list[str] | None = None,
+          retry_timeouts: bool = False, allow_released: bool = False) -> Summary:
     """Grade every submission; write grades.csv, feedback/ and the nbgrader export into ``out``.
+
+    The gradebooks hold every student ``out`` has graded: this run's rows replace those of the
+    students it grades (``students``: only these of SUBMISSIONS), the others' come back as
+    kept; a notebook not found for a student never replaces one graded before. With a
+    ``roster``, a kept student neither on it nor in this run is removed.
 
     ``secret``: what every part's inputs are drawn from (default: ``out/.secret``, created on
     the first run).
@@ -127,8 +156,18 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     filled = read_sheet(manual) if manual is not None else {}  # a broken sheet: before grading
     exercises = load_source(source, exclude=(submissions, out), settings=settings, log=log)
     load_parts(exercises, source)
-    all_jobs, extra = collect(submissions, exercises)
-    all_jobs = scope(all_jobs, exercises, exercises_due, roster)
+    found, extra = collect(submissions, exercises)
+    if students:
+        found, extra = only(found, extra, students, submissions, roster)
+    entries = gradebook.read_entries(out, log)
+    all_jobs = scope(found, exercises, exercises_due or _submitted(found, entries, exercises),
+                     roster)
+    if students:
+        all_jobs = [j for j in all_jobs if j.student in students]
+    # Nothing found for a student now never replaces a submission graded before (a folder
+    # holding one resubmission, a roster student's earlier work).
+    all_jobs = [j for j in all_jobs if j.path is not None or j.refused
+                or not _has_submission(entries.get((j.student, j.exercise.name)))]
     if not allow_released:
         refuse_released(list({job.exercise.name: job.exercise for job in all_jobs}.values()),
                         source)
@@ -153,18 +192,21 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
                 f"{secret.fingerprint}): every part's hidden inputs are drawn from it")
     check_unseen(secret, out, [*sandbox.software(), Path("/usr")])
     hide = _hidden_paths(source, out, submissions)
-    state_dir = out / ".state"
+    collected = {j.student for j in found} | {r.student for r in extra}
+    for student in collected:  # this run's notes on their folders replace the earlier ones
+        gradebook.write_collected(out, student, [r for r in extra if r.student == student])
     todo, rows_by_job = [], {}
     for job in all_jobs:
         data = submission_bytes(job, settings)
         key = job_key(job, settings, data, secret.fingerprint)
-        state = state_dir / safe_file_name(job.student) / f"{job.exercise.name}.json"
+        entry = entries.get((job.student, job.exercise.name))
         retry = content_key(job, data, secret.fingerprint) if retry_timeouts else None
-        kept = None if force else _kept_rows(state, key, retry)
-        if kept is not None:
-            rows_by_job[(job.student, job.exercise.name)] = kept
+        if entry is not None and not force and _reusable(entry, key, retry):
+            rows_by_job[(job.student, job.exercise.name)] = entry.rows
+            if entry.key == key and entry.job != gradebook.job_facts(job):  # new timestamp
+                _keep(out, job, entry.rows, key, settings, secret, log, entry.content)
         else:
-            todo.append((job, state))
+            todo.append((job, gradebook.state_path(out, job.student, job.exercise.name)))
     if force:  # so that a --force cut short by Ctrl-C resumes, without it, where it stopped
         for _, state in todo:
             state.unlink(missing_ok=True)
@@ -172,18 +214,11 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     stopping = threading.Event()  # Ctrl-C: a run that ends now is cut short, not graded
 
     def record(item: tuple[Job, Path], data: bytes | None, rows: list[Row]) -> None:
-        job, state = item
+        job = item[0]
         rows_by_job[(job.student, job.exercise.name)] = rows
-        try:  # compact: the rows hold what the student's code printed and raised
-            write_atomic(state, json.dumps({"key": job_key(job, settings, data,
-                                                           secret.fingerprint),
-                                            "content": content_key(job, data,
-                                                                   secret.fingerprint),
-                                            "secret": secret.fingerprint,
-                                            "rows": [asdict(r) for r in rows]}).encode())
+        if _keep(out, job, rows, job_key(job, settings, data, secret.fingerprint), settings,
+                 secret, log, content_key(job, data, secret.fingerprint)):
             saved.append(item)
-        except OSError as exc:  # graded all the same; the next run grades it again
-            log(f"could not keep the grade of {job.student!r} for the next run ({exc})")
 
     def work(item: tuple[Job, Path]) -> None:
         if stopping.is_set():
@@ -217,19 +252,126 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
                 finally:
                     with _no_interrupts():  # a second Ctrl-C must not leave threads behind
                         pool.shutdown(wait=True, cancel_futures=True)
-        rows = [r for job in all_jobs for r in rows_by_job[(job.student, job.exercise.name)]]
-        if manual is not None:
-            merge_sheet(rows, filled, manual)
-        rows += dates.late_rows(rows, all_jobs)
-        rows += extra
-        write_outputs(out, rows, all_jobs, dates=dates, roster=roster, filled=filled,
-                      executed=lambda job: executed_notebook(out, job, settings), log=log)
-        record_class(out, all_jobs, settings, log=log)  # for edu-dl report: digests, hints
+        return _gradebooks(out, submissions, settings, secret, log, entries, all_jobs,
+                           exercises, collected, rows_by_job, roster, dates, manual, filled,
+                           notes, len(todo), start, problem)
     except KeyboardInterrupt:
         raise Interrupted(len(saved), len(todo)) from None
-    summary = Summary(rows, len(todo), len(all_jobs) - len(todo), time.monotonic() - start,
-                      not problem, problem, secret.fingerprint, notes)
-    return summary
+
+
+def _gradebooks(out: Path, submissions: Path, settings: Settings, secret: Secret,
+                log: Callable[[str], None], entries: dict[tuple[str, str], gradebook.Entry],
+                all_jobs: list[Job], exercises: dict[str, Exercise], collected: set[str],
+                rows_by_job: dict[tuple[str, str], list[Row]], roster: dict[str, Any] | None,
+                dates: Dates, manual: Path | None, filled: Any, notes: list[str], graded: int,
+                start: float, problem: str) -> Summary:
+    """The gradebooks, from this run's rows and every kept submission's; the summary."""
+    keep = (lambda student: True) if roster is None else \
+        (lambda student: student in roster or student in collected)
+    kept, stale = _others(entries, all_jobs, exercises, keep, settings, secret, rows_by_job)
+    leaving = sorted({s for s, _ in entries} - collected - set(roster or ())) if roster else []
+    if leaving:
+        gradebook.remove_students(out, leaving, ("feedback", HTML_FEEDBACK))
+        notes.append(f"removed {len(leaving)} student(s) not on the roster from the "
+                     f"gradebook: {', '.join(leaving[:10])}{' ...' if len(leaving) > 10 else ''}")
+    if kept:
+        notes.append(f"{len(kept)} submission(s) not graded in this run kept as graded before")
+    if stale:
+        notes.append(f"kept submissions of {', '.join(sorted(stale))} were graded against "
+                     "another source, part files, limits or secret (or by an older grader): "
+                     "grade the whole folder (without --student) to bring them up to date")
+    applied = {"--due": f"{dates.due:%Y-%m-%dT%H:%M}" if dates.due else "",
+               "--late": str(dates.late) if dates.late.method != "none" else "",
+               "--extensions": f"({len(dates.extensions)} lines)" if dates.extensions else "",
+               "--manual": str(manual or ""),
+               "--roster": f"({len(roster)} students)" if roster else ""}
+    notes += gradebook.dropped_options(out, applied)
+    order = {name: i for i, name in enumerate(exercises)}
+    book = sorted([*all_jobs, *kept], key=lambda j: (j.student, order[j.exercise.name]))
+    rows = [r for job in book for r in rows_by_job[(job.student, job.exercise.name)]]
+    if manual is not None:
+        merge_sheet(rows, filled, manual)
+    rows += dates.late_rows(rows, book)
+    notes_kept = gradebook.read_collected(out)
+    rows += [r for student in sorted(set(notes_kept) | collected) if keep(student)
+             for r in notes_kept.get(student, [])]
+    write_outputs(out, rows, book, dates=dates, roster=roster, filled=filled,
+                  executed=lambda job: executed_notebook(out, job, settings),
+                  course=submissions if is_nbgrader_course(submissions) else None, log=log)
+    record_class(out, book, settings, log=log,  # for edu-dl report: cells' digests, hints
+                 kept=frozenset((j.student, j.exercise.name) for j in kept))
+    gradebook.remember_options(out, applied)
+    return Summary(rows, graded, len(all_jobs) - graded, time.monotonic() - start,
+                   not problem, problem, secret.fingerprint, notes)
+
+
+def _others(entries: dict[tuple[str, str], gradebook.Entry], graded: list[Job],
+            exercises: dict[str, Exercise], keep: Callable[[str], bool], settings: Settings,
+            secret: Secret, rows_by_job: dict[tuple[str, str], list[Row]]
+            ) -> tuple[list[Job], set[str]]:
+    """The jobs the gradebook keeps from earlier runs (their rows put in ``rows_by_job``), and
+    the exercises of those graded on another basis. Left out: what this run graded, exercises
+    not in this source (their files stay) and students ``keep`` lets go."""
+    now = {(j.student, j.exercise.name) for j in graded}
+    kept, stale = [], set()
+    for (student, name), entry in entries.items():
+        if (student, name) in now or name not in exercises or not keep(student):
+            continue
+        job = gradebook.kept_job(entry, exercises[name])
+        kept.append(job)
+        rows_by_job[(student, name)] = entry.rows
+        if entry.basis != job_basis(job, settings, secret.fingerprint):  # "": an older grader's
+            stale.add(name)
+    return kept, stale
+
+
+def _submitted(found: list[Job], entries: dict[tuple[str, str], gradebook.Entry],
+               exercises: dict[str, Exercise]) -> list[str] | None:
+    """The exercises due by default: those a student submitted, in this run or before (None:
+    none, and scope says so)."""
+    names = {j.exercise.name for j in found if j.path is not None or j.refused}
+    names |= {name for (_, name), entry in entries.items() if entry.submitted}
+    return [name for name in exercises if name in names] or None
+
+
+def _has_submission(entry: gradebook.Entry | None) -> bool:
+    return entry is not None and entry.submitted
+
+
+def _keep(out: Path, job: Job, rows: list[Row], key: str, settings: Settings, secret: Secret,
+          log: Callable[[str], None], content: str = "") -> bool:
+    """Write the job's rows to the gradebook's state (compact: they hold what the student's
+    code printed and raised); whether they were written."""
+    try:
+        gradebook.write_entry(out, job, rows, key,
+                              job_basis(job, settings, secret.fingerprint), secret.fingerprint,
+                              content)
+    except OSError as exc:  # graded all the same; the next run grades it again
+        log(f"could not keep the grade of {job.student!r} for the next run ({exc})")
+        return False
+    return True
+
+
+def _reusable(entry: gradebook.Entry, key: str, retry: str | None) -> bool:
+    """Whether a kept entry stands for this run: its key is this run's, or, with ``retry``
+    (``--retry-timeouts``: the submission's :func:`content_key`), it did not time out and only
+    the limits changed."""
+    if retry is None:
+        return entry.key == key
+    return not timed_out(entry.rows) and (entry.key == key or entry.content == retry)
+
+
+@contextmanager
+def _no_interrupts() -> Iterator[None]:
+    """SIGINT ignored for the block (in the main thread; elsewhere there is none to ignore)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def executed_notebook(out: Path, job: Job, settings: Settings) -> Notebook | None:
@@ -254,35 +396,3 @@ def _hidden_paths(*paths: Path) -> list[Path]:
         found.append(path if path.is_dir() else path.parent)
     return found
 
-
-@contextmanager
-def _no_interrupts() -> Iterator[None]:
-    """SIGINT ignored for the block (in the main thread; elsewhere there is none to ignore)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, before)
-
-
-def _kept_rows(path: Path, key: str, retry: str | None = None) -> list[Row] | None:
-    """The rows a previous run kept for this key, or None (none, another key, or a state file
-    that is not what this grader writes: the submission is graded again).
-
-    ``retry`` (``--retry-timeouts``): the submission's :func:`content_key`; kept rows that
-    timed out are graded again, and the others are kept if only the limits changed."""
-    try:
-        data = json.loads(path.read_text())
-        if not isinstance(data, dict):
-            return None
-        rows = [Row(**r) for r in data["rows"]]
-    except (OSError, ValueError, TypeError, KeyError):
-        return None
-    if retry is None:
-        return rows if data.get("key") == key else None
-    if timed_out(rows):
-        return None
-    return rows if data.get("content") == retry or data.get("key") == key else None

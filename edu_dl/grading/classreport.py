@@ -55,14 +55,21 @@ class ReportError(ValueError):
 
 
 def record_class(out: Path, jobs: list[Job], settings: Settings,
-                 log: Callable[[str], None] = print) -> None:
+                 log: Callable[[str], None] = print,
+                 kept: frozenset[tuple[str, str]] = frozenset()) -> None:
     """Write OUT/class.json: the normalized solution cells' digests of every submission, and
-    every part's hints. Never raises: a submission that cannot be read is left out (its row
-    already says why), and a failure to write is logged."""
+    every part's hints. The submissions in ``kept`` ((student, exercise) pairs the gradebook
+    keeps from an earlier run, say of one resubmission with --student) keep the cells recorded
+    then, so grading one student never drops the class's others. Never raises: a submission
+    that cannot be read is left out (its row already says why), and a failure to write is
+    logged."""
     try:
-        cells: list[list[Any]] = []
+        before = read_class_data(out / CLASS_DATA).get("cells", []) if kept else []
+        cells: list[list[Any]] = [c for c in before if (c[0], c[1]) in kept]
         stubs: dict[str, dict[str, str]] = {}
         for job in jobs:
+            if (job.student, job.exercise.name) in kept:
+                continue
             try:
                 cells += _job_cells(job, settings, stubs)
             except Exception as exc:  # one submission's cells, never the class's

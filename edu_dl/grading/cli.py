@@ -113,14 +113,20 @@ def add_grade(subparsers: Any) -> None:
         "--source by grade_id, each notebook runs in its own bubblewrap sandbox on the "
         "inputs drawn from the grading secret (OUT/.secret: the same for every student and "
         "every run), and the results are compared outside the sandbox. A second run regrades "
-        "only what changed.",
+        "only what changed. The gradebooks in OUT hold every student graded there: a run "
+        "that grades some students (--student, or a folder with one resubmission) updates "
+        "their rows and keeps the others'.",
     )
     p.add_argument("submissions", type=Path, help="the folder of submissions")
     p.add_argument("--source", type=Path, required=True,
                    help="the solutions folder (may be a private copy; hidden from the sandbox)")
     p.add_argument("--out", type=Path, required=True, help="where grades.csv and feedback go")
     p.add_argument("--jobs", type=positive(int), default=1, help="submissions graded at once")
-    p.add_argument("--force", action="store_true", help="regrade everything, changed or not")
+    p.add_argument("--force", action="store_true", help="regrade everything, changed or not "
+                   "(with --student: those students' submissions)")
+    p.add_argument("--student", action="append", dest="students", metavar="ID",
+                   help="grade only this student of SUBMISSIONS (repeat, or a comma list: "
+                   "alice,bob); the other students' rows stay as they are")
     p.add_argument("--retry-timeouts", action="store_true",
                    help="grade again the submissions whose last grade was a timeout (say on "
                    "a loaded machine), and keep every other grade, even under a new "
@@ -136,12 +142,24 @@ def add_grade(subparsers: Any) -> None:
                    "2026-03-01T23:59; UTC unless it names an offset); a later timestamp.txt "
                    "is late")
     p.add_argument("--late", default="none", metavar="POLICY",
-                   help="late policy: none (default), zero, or per-hour:POINTS (points off per "
-                   "started hour, as nbgrader's 'subtract')")
+                   help="late policy: none (default), zero, per-hour:RATE (off per started "
+                   "hour, as nbgrader's 'subtract') or per-day:RATE (per started day); RATE "
+                   "is points, or a percentage of the exercise's points (per-day:10%%)")
+    p.add_argument("--grace", metavar="DURATION", help="a submission at most this late is on "
+                   "time (15m, 2h, 1d); a later one is late by its whole delay")
+    p.add_argument("--late-cap", metavar="AMOUNT", help="the most a late penalty takes: points, "
+                   "or a percentage of the exercise's points (50%%)")
+    p.add_argument("--extensions", type=Path, metavar="CSV", help="per-student due dates: "
+                   "columns student, due and optionally exercise (blank: every exercise), "
+                   "e.g. 'alice,02_mini,2026-03-08T23:59'")
     p.add_argument("--roster", type=Path, metavar="CSV", help="students (nbgrader's columns: "
-                   "id, first_name, last_name, email): all are due; names fill the export")
+                   "id, first_name, last_name, email): all are due; names fill the export; a "
+                   "student graded before who is neither on it nor in SUBMISSIONS is removed "
+                   "from OUT")
     p.add_argument("--manual", type=Path, metavar="CSV", help="a filled-in manual.csv (points "
-                   "and comments for what a person grades) to merge into the gradebooks")
+                   "and comments for what a person grades) to merge into the gradebooks; a "
+                   "line naming an autograded row (its part as cell) overrides its points, "
+                   "the comment giving the reason (required)")
     # Defaults (None) come from settings.Settings, so `edu-dl --help` need not import the grader.
     for flag, kind, dest, text in (
         ("--timeout", float, "timeout_s", "seconds per cell (default 60)"),
@@ -177,7 +195,7 @@ def run_grade(args: argparse.Namespace) -> int:
     from .cluster import ClusterError
     from .model import Interrupted
     from .notebooks import NotebookError
-    from .policy import Dates, LatePolicy, PolicyError, parse_time, read_roster
+    from .policy import Dates, LatePolicy, PolicyError, parse_time, read_extensions, read_roster
     from .report import summary_text
     from .secret import SecretError, load_or_create, rotate, secret_path
     from .settings import Settings
@@ -194,7 +212,8 @@ def run_grade(args: argparse.Namespace) -> int:
         except ValueError:
             raise PolicyError(f"--due {args.due!r}: not a date and time; write it as ISO, "
                               "e.g. 2026-03-01T23:59 or 2026-03-01T23:59+01:00") from None
-        dates = Dates(due, LatePolicy.parse(args.late))
+        dates = Dates(due, LatePolicy.parse(args.late, args.grace, args.late_cap),
+                      read_extensions(args.extensions) if args.extensions else {})
         roster = read_roster(args.roster) if args.roster else None
         where = args.secret_file or secret_path(args.out)
         if args.rotate_secret:
@@ -206,6 +225,7 @@ def run_grade(args: argparse.Namespace) -> int:
                         log=say_to_stderr,
                         exercises_due=args.exercises, dates=dates, roster=roster,
                         manual=args.manual, cluster=cluster_options(args), secret=secret,
+                        students=_students(args.students),
                         retry_timeouts=args.retry_timeouts)
     except (NotebookError, PolicyError, ClusterError, SecretError) as exc:
         say(f"edu-dl grade: {exc}", sys.stderr)
@@ -226,6 +246,12 @@ def run_grade(args: argparse.Namespace) -> int:
           f"{args.out / 'feedback'}/, {args.out / 'feedback_html'}/, "
           f"{args.out / 'nbgrader_grades.csv'}")
     return 0
+
+
+def _students(chosen: list[str] | None) -> list[str] | None:
+    """--student's names: repeated, or comma lists; None when none was given."""
+    names = [name.strip() for given in chosen or () for name in given.split(",")]
+    return [name for name in dict.fromkeys(names) if name] or None
 
 
 def timed_out_submissions(rows: list[Any]) -> int:

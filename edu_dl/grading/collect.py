@@ -19,6 +19,13 @@ NBGRADER_FOLDERS = frozenset({"submitted", "source", "release", "autograded", "f
                               "downloaded", "outbound", "inbound"})
 
 
+def is_nbgrader_course(submissions: Path) -> bool:
+    """Is ``submissions`` an nbgrader course folder (``submitted/`` among nbgrader's folders
+    alone)?"""
+    folders = {e.name for e in entries(submissions) if e.is_dir(follow_symlinks=False)}
+    return "submitted" in folders and folders <= NBGRADER_FOLDERS
+
+
 def collect(submissions: Path, exercises: dict[str, Exercise]) -> tuple[list[Job], list[Row]]:
     """Jobs for ``<student>/<NN_name>.ipynb`` or ``submitted/<student>/<assignment>/*.ipynb``.
 
@@ -35,8 +42,7 @@ def collect(submissions: Path, exercises: dict[str, Exercise]) -> tuple[list[Job
     """
     if not submissions.is_dir():
         raise NotebookError(f"{submissions}: not a folder of submissions")
-    folders = {e.name for e in entries(submissions) if e.is_dir(follow_symlinks=False)}
-    nbgrader_layout = "submitted" in folders and folders <= NBGRADER_FOLDERS
+    nbgrader_layout = is_nbgrader_course(submissions)
     root = submissions / "submitted" if nbgrader_layout else submissions
     jobs: list[Job] = []
     extra: list[Row] = []
@@ -122,3 +128,16 @@ def scope(jobs: list[Job], exercises: dict[str, Exercise], chosen: list[str] | N
     for student in sorted(set(roster or ()) - present):
         kept += [Job(student, exercises[name], None, name) for name in exercises if name in due]
     return kept
+
+
+def only(jobs: list[Job], extra: list[Row], students: list[str], submissions: Path,
+         roster: dict[str, Any] | None = None) -> tuple[list[Job], list[Row]]:
+    """The jobs and rows of the chosen students (``--student``); a name that is neither a
+    student folder of SUBMISSIONS nor on the roster stops the batch (a typo grades nobody)."""
+    known = {j.student for j in jobs} | {r.student for r in extra} | set(roster or ())
+    unknown = [s for s in students if s not in known]
+    if unknown:
+        raise NothingToGrade(f"--student {', '.join(unknown)}: no such student folder in "
+                             f"{submissions}" + (" and not on the roster" if roster else ""))
+    chosen = set(students)
+    return ([j for j in jobs if j.student in chosen], [r for r in extra if r.student in chosen])

@@ -17,8 +17,15 @@ from typing import Any
 import nbformat
 
 from . import sandbox
-from .model import AFTER_TIMEOUT, OUTSIDE, Exercise, Job, Row, cap_text
-from .nbgrader import PartialCreditError, determine_grade, grade_id, is_solution, nbgrader
+from .model import AFTER_TIMEOUT, NOT_ANSWERED, OUTSIDE, Exercise, Job, Row, cap_text
+from .nbgrader import (
+    PartialCreditError,
+    determine_grade,
+    grade_id,
+    is_solution,
+    nbgrader,
+    unanswered,
+)
 from .prepare import Prepared
 from .protocol import ErrorText
 from .receive import Ran
@@ -85,13 +92,14 @@ def judge_cells(job: Job, prepared: Prepared, ran: Ran, settings: Settings) -> l
             continue
         if graded.kind == "answer":
             cell = _as_source(restored.get(gid), source[gid])
-            row.answer = cap_text(str(cell.get("source", "")) if cell is not None else "", 8000)
+            answer = str(cell.get("source", "")) if cell is not None else ""
+            row.answer = cap_text(answer, 8000)
             score = determine_grade(cell, max_points, job.exercise.checksums.get(gid)) \
                 if cell is not None else 0.0
-            if score is None:
+            if score is None and not unanswered(answer, job.exercise.released.get(gid)):
                 row.status, row.message = "needs manual grading", "an answer: graded by hand"
-            else:
-                row.status, row.message = "not answered", "the answer cell was left as released"
+            else:  # 0 points, and no person is asked to grade a blank
+                row.status, row.message = NOT_ANSWERED, "the answer cell was left as released"
             continue
         status, message, _ = _outcome(f"test cell {gid!r}", gid, returned.record, {},
                                       ran.done, returned.problem, settings,

@@ -21,7 +21,15 @@ from cloudpickle.cloudpickle import _code_reduce  # the reducer the path-free on
 
 from . import parts as package
 from .model import Exercise, NothingToGrade, Refused
-from .nbgrader import check_calls, classify, grade_id, is_solution, released_checksums, withholds
+from .nbgrader import (
+    check_calls,
+    classify,
+    grade_id,
+    is_solution,
+    released_answers,
+    released_checksums,
+    withholds,
+)
 from .notebooks import read_notebook
 from .settings import MB, Settings
 from .spec import Part, plain_call
@@ -66,6 +74,7 @@ def load_source(source: Path, exclude: tuple[Path, ...] = (), settings: Settings
                 ex.cells.append(graded)
         if ex.parts or ex.cells:
             ex.checksums = released_checksums(nb)
+            ex.released = released_answers(nb)
             exercises[ex.name] = ex
     if not exercises:
         raise NothingToGrade(f"{source}: none of its {len(paths)} notebook(s) has a graded "

@@ -3,10 +3,14 @@
 The grader writes one line per "needs manual grading" row (graded answers, tasks): student,
 exercise, cell, max points, the answer (capped), points and comment left blank. The instructor
 fills in points (and a comment) and passes the sheet with ``--manual sheet.csv`` on the next run;
-its points replace the row's, checked to lie within 0..max, and a line that names no cell this
-run grades by hand stops the batch with one sentence (a typo must not lose a grade silently).
+its points replace the row's, checked to lie within 0..max, and a line that names no row of
+the gradebook stops the batch with one sentence (a typo must not lose a grade silently).
 Each line carries ``answer_id``, a digest of the whole answer: points given to an answer that
 has since changed (a resubmission) are not merged, and the row asks to be graded again.
+
+A line for an autograded row (a part, a test cell, even a missing one) overrides its points:
+its comment is the reason, required, and kept in the gradebook's ``reason`` column; the row
+says what the grader had given, and the next manual.csv keeps the line.
 """
 
 from __future__ import annotations
@@ -17,14 +21,16 @@ import io
 import math
 from pathlib import Path
 
+from .feedback import anchor
 from .model import BY_HAND, Row, cap_text
 from .notebooks import NotebookError
 from .trust.text import for_terminal
 
 COLUMNS = ("student", "exercise", "cell", "max_points", "answer", "answer_id", "points",
-           "comment")
+           "comment", "page")
 NEEDS = "needs manual grading"
 GRADED = "graded by hand"
+OVERRIDDEN = "overridden"
 MAX_SHEET_BYTES = 32 << 20
 ANSWER_CAP = 4000  # characters of an answer in the sheet
 Key = tuple[str, str, str]
@@ -45,20 +51,29 @@ def is_manual(row: Row) -> bool:
     return row.judged == BY_HAND and row.status in (NEEDS, GRADED)
 
 
-def sheet(rows: list[Row], filled: dict[Key, Filled]) -> list[list[object]]:
+def sheet(rows: list[Row], filled: dict[Key, Filled],
+          pages: dict[tuple[str, str], str] | None = None) -> list[list[object]]:
     """The lines of manual.csv: every row a person grades, with what the sheet already holds
-    for the answer as it is now."""
+    for the answer as it is now, every autograded row a person overrode, and where its
+    notebook's feedback page shows it (``pages``: (student, exercise) -> the page's path
+    relative to manual.csv): the answer's plots and outputs, which the answer column (source,
+    capped) cannot show."""
     lines: list[list[object]] = []
     for row in rows:
-        if is_manual(row):
+        if is_manual(row) or row.status == OVERRIDDEN:
             points, comment = None, ""
             kept = filled.get(written_key(row))
-            if kept is not None and row.status == GRADED:
+            if kept is not None and row.status in (GRADED, OVERRIDDEN):
                 points, comment = kept[0], kept[1]
             lines.append([row.student, row.exercise, row.part, f"{row.max_points:g}",
                           cap_text(row.answer, ANSWER_CAP), answer_id(row.answer),
-                          "" if points is None else f"{points:g}", comment])
+                          "" if points is None else f"{points:g}", comment,
+                          _link((pages or {}).get((row.student, row.exercise)), row.part)])
     return lines
+
+
+def _link(page: str | None, cell: str) -> str:
+    return f"{page}#{anchor(cell)}" if page else ""
 
 
 def written_key(row: Row) -> Key:
@@ -115,28 +130,45 @@ def read_sheet(path: Path) -> dict[Key, Filled]:
 
 
 def merge(rows: list[Row], filled: dict[Key, Filled], path: Path) -> int:
-    """Put the sheet's points into the rows a person grades; returns how many were merged.
-    Points given to another answer than the row's (it changed since) are left out: the row
-    says so and waits to be graded again."""
+    """Put the sheet's points into the rows a person grades, and override the autograded rows
+    it names with a reason; returns how many were merged. Points given to another answer than
+    the row's (it changed since) are left out: the row says so and waits to be graded again."""
     # Keyed as the sheet shows them (control characters written as escapes by the writer).
     manual = {written_key(r): r for r in rows if is_manual(r)}
-    unknown = [key for key in filled if key not in manual]
+    automatic = {written_key(r): r for r in rows if r.part and not is_manual(r)}
+    unknown = [key for key in filled if key not in manual and key not in automatic]
     if unknown:
         shown = "; ".join("/".join(key) for key in unknown[:5])
-        raise ManualSheetError(f"--manual {path}: {len(unknown)} line(s) name no cell this run "
-                               f"grades by hand ({shown}); keep student, exercise and cell as "
-                               "manual.csv has them")
+        raise ManualSheetError(f"--manual {path}: {len(unknown)} line(s) name no row of the "
+                               f"gradebook ({shown}); keep student, exercise and cell as "
+                               "manual.csv or grades.csv (its part column) have them")
     merged = 0
     for key, (points, comment, graded_answer) in filled.items():
-        row = manual[key]
+        row = manual.get(key) or automatic[key]
         if not 0 <= points <= row.max_points:
             raise ManualSheetError(f"--manual {path}: {'/'.join(key)} has {points:g} points, "
                                    f"outside 0..{row.max_points:g}")
-        if graded_answer and graded_answer != answer_id(row.answer):
+        if key in automatic:
+            override(row, points, comment, path)
+        elif graded_answer and graded_answer != answer_id(row.answer):
             row.message = (f"the answer changed since it was graded by hand ({points:g} "
                            "points for the earlier one): grade it again")
             continue
-        row.points, row.status = points, GRADED
-        row.message = cap_text(comment or "graded by hand")
+        else:
+            row.points, row.status = points, GRADED
+            row.message = cap_text(comment or "graded by hand")
         merged += 1
     return merged
+
+
+def override(row: Row, points: float, reason: str, path: Path) -> None:
+    """A person's points in place of the grader's, for the reason given (required: a grade
+    that differs from what the grader found must say why)."""
+    if not reason:
+        raise ManualSheetError(
+            f"--manual {path}: {'/'.join(written_key(row))} overrides an autograded row "
+            f"({row.status}, {row.points:g} of {row.max_points:g} points) without a reason: "
+            "write why in its comment column")
+    row.message = cap_text(f"{reason} (overridden by hand; the grader gave {row.points:g} of "
+                           f"{row.max_points:g}, {row.status}: {row.message})")
+    row.points, row.status, row.reason, row.judged = points, OVERRIDDEN, reason, BY_HAND

@@ -20,9 +20,10 @@ class NothingToGrade(NotebookError):
     """The batch cannot produce a single grade; the message says why and what to do."""
 
 
-class Interrupted(Exception):
+class Interrupted(KeyboardInterrupt):
     """Ctrl-C during a batch: ``saved`` of the ``todo`` submissions to grade were graded and
-    kept for the next run; the others were not (nothing cut short is kept)."""
+    kept for the next run; the others were not (nothing cut short is kept). A
+    KeyboardInterrupt still, so that no ``except Exception`` takes it for a grader error."""
 
     def __init__(self, saved: int, todo: int) -> None:
         super().__init__(f"interrupted: {saved} of {todo} submissions graded and saved")
@@ -42,6 +43,8 @@ INSIDE = "inside the sandbox (assert cell)"
 BY_HAND = "by hand"
 # The message of a part whose cell was skipped because an earlier cell timed out (judge).
 AFTER_TIMEOUT = "not run: an earlier cell timed out"
+# A graded answer left as released: 0 points, never sent to a person (nbgrader scores it 0).
+NOT_ANSWERED = "not answered"
 
 
 @dataclass
@@ -58,9 +61,11 @@ class Row:
     answer: str = ""  # a row graded by hand: the student's answer (the task's text), for the sheet
     failed_cases: str = ""  # a check part's failed cases, "2, 5-7 of 7" (judge.case_numbers)
     hint: str = ""  # the hints that recognised a mistake, "2:Transposed" (hints.hint_id)
+    reason: str = ""  # why a person overrode the autograded points (manual.merge)
 
     def __post_init__(self) -> None:
         self.message = cap_text(self.message)
+        self.reason = cap_text(self.reason)
         self.answer = cap_text(self.answer, 4 * MESSAGE_CAP)
 
 
@@ -98,6 +103,7 @@ class Exercise:
     cells: list[GradedCell] = field(default_factory=list)  # graded cells without a check()
     points: dict[str, float] = field(default_factory=dict)  # max points by part id (load_parts)
     checksums: dict[str, str] = field(default_factory=dict)  # grade_id -> released cell's
+    released: dict[str, str] = field(default_factory=dict)  # grade_id -> released answer
     files: dict[str, bytes] = field(default_factory=dict)  # beside the source, read-only inside
     specs: dict[str, Any] = field(default_factory=dict)  # part id -> Part (load_parts)
     calls: dict[str, bytes] = field(default_factory=dict)  # part id -> its call=, pickled

@@ -143,9 +143,21 @@ def replace_regions(source: str, begin: str, end: str, stub: str | None,
     return "\n".join(out), indents
 
 
-def clear_solutions(source: str, where: str) -> tuple[str, list[str]]:
-    """Solution regions -> nbgrader's code stub; returns (source, region indents)."""
-    return replace_regions(source, BEGIN_SOLUTION, END_SOLUTION, CODE_STUB, where)
+def clear_solutions(source: str, where: str, cell_type: str = "code") -> tuple[str, list[str]]:
+    """Solution regions -> nbgrader's stub (ClearSolutions: the code stub in a code cell,
+    ``YOUR ANSWER HERE`` in a Markdown one); returns (source, region indents)."""
+    stub = CODE_STUB if cell_type == "code" else TEXT_STUB
+    return replace_regions(source, BEGIN_SOLUTION, END_SOLUTION, stub, where)
+
+
+def unanswered(answer: str, released: str | None) -> bool:
+    """Is a graded answer untouched: the release's text (``released``, None if unknown) or
+    nbgrader's stub alone, whitespace at either end aside? nbgrader compares checksums only
+    (:func:`determine_grade`); this also catches an answer saved with another cell's metadata
+    or a trailing newline, and, where the release is not known (``validate`` against the
+    notebook itself), a stub left as it was."""
+    text = answer.strip()
+    return text in (TEXT_STUB, CODE_STUB) or (released is not None and text == released.strip())
 
 
 def remove_hidden_tests(source: str, where: str) -> tuple[str, int]:
@@ -184,7 +196,7 @@ def student_version(nb: Notebook, where: str = "notebook") -> Notebook:
     for index, cell in enumerate(nb.cells):
         at = f"{where}: cell {index}"
         _lock(cell)
-        new, regions = clear_solutions(cell.source, at)
+        new, regions = clear_solutions(cell.source, at, cell.cell_type)
         if regions and not is_solution(cell):
             raise AssignError(f"{at}: a solution region in a cell not marked as a solution cell")
         if is_solution(cell) and not regions:
@@ -233,6 +245,15 @@ def _lock(cell: Cell) -> None:
     elif is_grade(cell) or is_locked(cell):
         cell.metadata["deletable"] = False
         cell.metadata["editable"] = False
+
+
+def released_answers(nb: Notebook) -> dict[str, str]:
+    """grade_id -> source of each graded solution cell as released to students."""
+    try:
+        released = student_version(nb)
+    except NotebookError:
+        return {}
+    return {str(grade_id(c)): c.source for c in released.cells if is_solution(c) and is_grade(c)}
 
 
 def released_checksums(nb: Notebook) -> dict[str, str]:

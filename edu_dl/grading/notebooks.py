@@ -52,5 +52,17 @@ def write_atomic(path: str | Path, data: bytes) -> None:
         raise
 
 
+def write_if_changed(path: str | Path, data: bytes) -> bool:
+    """write_atomic, unless the file holds these bytes already (it keeps its time stamp: a
+    student's page that did not change is not touched); returns whether it wrote."""
+    try:
+        if Path(path).read_bytes() == data:
+            return False
+    except OSError:
+        pass
+    write_atomic(path, data)
+    return True
+
+
 def write_notebook(nb: Notebook, path: str | Path) -> None:
     write_atomic(path, notebook_bytes(nb))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import io
-import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 from html import escape
@@ -19,47 +18,52 @@ from pathlib import Path
 from typing import Any
 
 from . import manual
+from .feedback import write_pages
 from .model import Job, Row, Summary, safe_file_name
-from .nbgrader import BEGIN_HIDDEN, grade_id, strip_hidden_tests
-from .notebooks import write_atomic
+from .notebooks import write_if_changed
 from .policy import LATE
 from .trust.text import for_markdown, for_terminal, visible
 
 COLUMNS = ("student", "exercise", "part", "points", "max_points", "status", "message", "sandbox",
-           "judged", "failed_cases", "hint")
-HTML_FEEDBACK = "feedback_html"  # <student>.html; feedback/ holds one <student>.md each
+           "judged", "failed_cases", "hint", "reason")
+HTML_FEEDBACK = "feedback_html"  # <student>.html, an index linking the notebooks' pages
+# feedback/ holds <student>.md and (feedback.py) <student>/<assignment>/<notebook>.html
 NBGRADER_COLUMNS = ("assignment", "duedate", "timestamp", "student_id", "last_name", "first_name",
                     "email", "raw_score", "late_submission_penalty", "score", "max_score")
 
 
 def write_outputs(out: Path, rows: list[Row], jobs: list[Job], *, dates: Any = None,
                   roster: dict[str, Any] | None = None, filled: dict[Any, Any] | None = None,
-                  executed: Callable[[Job], Any] | None = None,
+                  executed: Callable[[Job], Any] | None = None, course: Path | None = None,
                   log: Callable[[str], None] = print) -> None:
-    """grades.csv, manual.csv, nbgrader_grades.csv, then feedback/<student>.md and
-    feedback_html/<student>.html, each written atomically.
+    """grades.csv, each notebook's feedback page (feedback.py), manual.csv,
+    nbgrader_grades.csv, then feedback/<student>.md and feedback_html/<student>.html (an
+    index linking the pages), each written atomically.
 
     ``dates`` (policy.Dates) and ``roster`` (id -> policy.Person) fill nbgrader's duedate,
     timestamp, late penalty and name columns; ``filled`` (a merged manual sheet) keeps its points
     and comments in the new manual.csv; ``executed(job)`` gives the executed notebook of a job
-    (or None) for the HTML feedback. A student's feedback that cannot be written is logged and
-    skipped: it never stops the others'."""
+    (or None) for the feedback pages; ``course``: an nbgrader course folder, whose
+    feedback/ gets the pages too (nbgrader's release_feedback sends them). A student's
+    feedback that cannot be written is logged and skipped: it never stops the others'."""
     table = ([getattr(r, c) for c in COLUMNS] for r in rows)
-    write_atomic(out / "grades.csv", _csv(COLUMNS, table))
-    write_atomic(out / "manual.csv", _csv(manual.COLUMNS, manual.sheet(rows, filled or {})))
-    write_atomic(out / "nbgrader_grades.csv",
+    write_if_changed(out / "grades.csv", _csv(COLUMNS, table))
+    pages = write_pages(out, rows, jobs, executed, course, log)  # manual.csv links to them
+    write_if_changed(out / "manual.csv", _csv(manual.COLUMNS, manual.sheet(rows, filled or {},
+                                                                          pages)))
+    write_if_changed(out / "nbgrader_grades.csv",
                  _csv(NBGRADER_COLUMNS, _nbgrader_table(rows, jobs, dates, roster)))
     by_student: dict[str, list[Row]] = {}
     for row in rows:
         by_student.setdefault(row.student, []).append(row)
     for student, mine in by_student.items():
         try:
-            write_atomic(out / "feedback" / f"{safe_file_name(student)}.md",
-                         feedback(student, mine).encode())
-            notebooks = {j.exercise.name: (j, executed(j) if executed else None) for j in jobs
-                         if j.student == student}
-            write_atomic(out / HTML_FEEDBACK / f"{safe_file_name(student)}.html",
-                         feedback_html(student, mine, notebooks).encode())
+            mine_pages = {exercise: page for (who, exercise), page in pages.items()
+                          if who == student}
+            write_if_changed(out / "feedback" / f"{safe_file_name(student)}.md",
+                             feedback(student, mine, mine_pages).encode())
+            write_if_changed(out / HTML_FEEDBACK / f"{safe_file_name(student)}.html",
+                             feedback_html(student, mine, mine_pages).encode())
         except Exception as exc:  # one student's page must not cost the others theirs
             log(for_terminal(f"feedback for {student!r} could not be written "
                              f"({type(exc).__name__}: {exc}); the gradebooks are complete"))
@@ -78,12 +82,13 @@ def _nbgrader_table(rows: list[Row], jobs: list[Job], dates: Any,
             else:
                 t[0] += row.points
                 t[1] += row.max_points
-    due = getattr(dates, "due", None)
+    due_for = getattr(dates, "due_for", None)  # a student's extension, else the batch's
     table = []
     for (student, exercise), (raw, most, penalty) in totals.items():
         job = by_job.get((student, exercise))
         person = (roster or {}).get(student)
         stamp = job.timestamp if job is not None else None
+        due = due_for(student, exercise)[0] if due_for is not None else None
         table.append([
             job.assignment if job is not None else exercise,
             f"{due:%Y-%m-%d %H:%M:%S} UTC" if due else "",
@@ -118,15 +123,19 @@ def _csv(header: Iterable[str], rows: Iterable[list[Any]]) -> bytes:
     return buffer.getvalue().encode("utf-8")
 
 
-def feedback(student: str, rows: list[Row]) -> str:
-    """A student's Markdown feedback: per exercise, each part with its points and message.
+def feedback(student: str, rows: list[Row], pages: dict[str, str] | None = None) -> str:
+    """A student's Markdown feedback: per exercise, each part with its points and message,
+    and a link to the notebook's page (``pages``: exercise -> path relative to --out).
     Every text is escaped: a student's message is shown, never rendered."""
     lines = [f"# Feedback for {for_markdown(student)}", ""]
     for exercise in dict.fromkeys(r.exercise for r in rows):
         mine = [r for r in rows if r.exercise == exercise]
         got, total = sum(r.points for r in mine), sum(r.max_points for r in mine)
-        lines += [f"## {for_markdown(exercise)}: {got:g} / {total:g}", "",
-                  "| part | points | status | message |", "|---|---|---|---|"]
+        lines += [f"## {for_markdown(exercise)}: {got:g} / {total:g}", ""]
+        if pages and exercise in pages:  # the path is ours: safe_file_name's characters
+            lines += [f"[Your notebook, as graded]({pages[exercise].removeprefix('feedback/')})",
+                      ""]
+        lines += ["| part | points | status | message |", "|---|---|---|---|"]
         for r in mine:
             lines.append(f"| {for_markdown(r.part or '-')} | {r.points:g} / {r.max_points:g} | "
                          f"{for_markdown(r.status)} | {for_markdown(r.message)} |")
@@ -134,13 +143,8 @@ def feedback(student: str, rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-HTML_STYLE = ("body{font-family:sans-serif;max-width:60em;margin:auto}pre{background:#f6f6f6;"
-              "padding:.5em;white-space:pre-wrap}.out{background:#fff;border-left:3px solid #ccc}"
-              ".grade{border:2px solid #48a;padding:.3em;margin:.3em 0}.passed{border-color:#2a2}"
-              ".failed,.error,.missing{border-color:#c22}.partial{border-color:#c80}td,th{"
-              "padding:.2em .5em;border-bottom:1px solid #ddd;text-align:left}")
-HTML_OUTPUT_CAP = 20_000  # characters of one cell output shown
-ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+HTML_STYLE = ("body{font-family:sans-serif;max-width:60em;margin:auto}td,th{padding:.2em .5em;"
+              "border-bottom:1px solid #ddd;text-align:left}")
 
 
 def _h(text: Any) -> str:
@@ -148,74 +152,27 @@ def _h(text: Any) -> str:
     return escape(for_terminal(text))
 
 
-def _plain(text: Any) -> str:
-    """Output text without terminal colours, capped."""
-    text = "".join(map(str, text)) if isinstance(text, list) else str(text)
-    return ANSI.sub("", text)[:HTML_OUTPUT_CAP]
-
-
-def _output_html(output: Any, hidden: bool) -> str:
-    """One output as text; ``hidden``: the cell held hidden tests, whose lines a traceback
-    would show, so an error is its name and message alone."""
-    kind = output.get("output_type")
-    if kind == "stream":
-        text = output.get("text", "")
-    elif kind == "error":
-        summary = f"{output.get('ename', '')}: {output.get('evalue', '')}"
-        text = summary if hidden else \
-            "\n".join(_plain(t) for t in output.get("traceback", [])[:50]) or summary
-    else:
-        data = output.get("data", {})
-        text = data.get("text/plain", "[non-text output]") if isinstance(data, dict) else ""
-    return f'<pre class="out">{_h(_plain(text))}</pre>'
-
-
-def feedback_html(student: str, rows: list[Row], notebooks: dict[str, Any]) -> str:
-    """A student's feedback as one HTML page, as nbgrader's: per exercise the table of rows,
-    then the executed, restored notebook with each graded cell's score and comment above it
-    (hidden tests left out). Everything that comes from a notebook or a message is escaped; no
-    HTML or script of the student's is ever emitted as markup (Markdown is shown as its text)."""
+def feedback_html(student: str, rows: list[Row], pages: dict[str, str]) -> str:
+    """A student's index page: per exercise the table of rows and a link to the notebook's
+    feedback page (``pages``: exercise -> its path relative to --out; feedback.py renders
+    them). Every text is escaped."""
     parts = [f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>Feedback for "
              f"{_h(student)}</title><style>{HTML_STYLE}</style></head><body>",
              f"<h1>Feedback for {_h(student)}</h1>"]
     for exercise in dict.fromkeys(r.exercise for r in rows):
         mine = [r for r in rows if r.exercise == exercise]
         got, total = sum(r.points for r in mine), sum(r.max_points for r in mine)
-        parts.append(f"<h2>{_h(exercise)}: {got:g} / {total:g}</h2><table><tr><th>part"
-                     "</th><th>points</th><th>status</th><th>message</th></tr>")
+        parts.append(f"<h2>{_h(exercise)}: {got:g} / {total:g}</h2>")
+        if exercise in pages:
+            parts.append(f'<p><a href="../{escape(pages[exercise])}">Your notebook, as graded'
+                         "</a></p>")
+        parts.append("<table><tr><th>part</th><th>points</th><th>status</th><th>message</th>"
+                     "</tr>")
         parts += [f"<tr><td>{_h(r.part or '-')}</td><td>{r.points:g} / {r.max_points:g}"
                   f"</td><td>{_h(r.status)}</td><td>{_h(r.message)}</td></tr>" for r in mine]
         parts.append("</table>")
-        job, nb = notebooks.get(exercise, (None, None))
-        if nb is not None:
-            try:
-                parts += _notebook_html(job, nb, mine)
-            except Exception as exc:  # shown without it rather than not at all
-                parts.append(f"<p>(the notebook could not be shown: {_h(type(exc).__name__)})"
-                             "</p>")
     parts.append("</body></html>")
     return visible("\n".join(parts))
-
-
-def _notebook_html(job: Any, nb: Any, mine: list[Row]) -> list[str]:
-    by_cell: dict[str, list[Row]] = {}
-    for r in mine:
-        by_cell.setdefault(r.part, []).append(r)
-    tests = dict(job.exercise.parts) if job is not None else {}
-    for part_id, test_id in tests.items():
-        by_cell.setdefault(test_id, []).extend(by_cell.get(part_id, []))
-    parts = ["<h3>Your notebook, as graded</h3>"]
-    for cell in nb.cells:
-        for r in by_cell.get(grade_id(cell) or "", []):
-            parts.append(f'<div class="grade {_h(r.status.split()[0])}"><b>'
-                         f"{_h(r.part)}: {r.points:g} / {r.max_points:g}</b> "
-                         f"({_h(r.status)}) {_h(r.message)}</div>")
-        source = str(cell.get("source", ""))
-        hidden = BEGIN_HIDDEN.lstrip("# ") in source
-        parts.append(f"<pre>{_h(_plain(strip_hidden_tests(source)))}</pre>")
-        if cell.get("cell_type") == "code":
-            parts += [_output_html(o, hidden) for o in cell.get("outputs", [])[:100]]
-    return parts
 
 
 def summary_text(summary: Summary) -> str:

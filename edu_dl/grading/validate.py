@@ -29,8 +29,8 @@ from typing import Any
 
 from . import parts, release, sandbox
 from .batch import executed_notebook, grade
-from .model import BY_HAND, safe_file_name
-from .nbgrader import check_calls, is_grade, is_solution
+from .model import BY_HAND, NOT_ANSWERED, safe_file_name
+from .nbgrader import TEXT_STUB, check_calls, is_grade, is_solution
 from .notebooks import Notebook, NotebookError, read_notebook
 from .protocol import PART_ID
 from .run import sandbox_env
@@ -154,7 +154,9 @@ def validate(path: str | Path, timeout: float = 120.0, progress: bool = True,
         manual = row.judged == BY_HAND and row.status == "needs manual grading"
         ok = row.status == "passed" or manual
         message = ("needs manual grading (a person grades it)" if manual
-                   else "" if row.status == "passed" else row.message)
+                   else "" if row.status == "passed" else
+                   f"{NOT_ANSWERED}: 0 points, no person grades it; write your answer in place "
+                   f"of {TEXT_STUB}" if row.status == NOT_ANSWERED else row.message)
         report.parts.append(PartResult(row.part, row.part, row.points, row.max_points, ok,
                                        message, row.judged == BY_HAND))
     if executed is not None:

@@ -194,6 +194,16 @@ CASES: dict[str, tuple[object, tuple[str, str]]] = {
     # CI clone), made in the sandbox's private /tmp and gone with it. Never on the host.
     "escape": (_prepend("gflops", "import pathlib\npathlib.Path('{escape}').write_text('x')"),
                ("error|passed", "passed")),
+    # Markup for the feedback page: outputs a browser would run, a Markdown cell of script.
+    "xss_outputs": (lambda nb: (_prepend("gflops", (
+        "from IPython.display import publish_display_data\n"
+        "publish_display_data({'text/html': '<script>window.__pwned = 1</script>',\n"
+        "    'application/javascript': 'window.__pwned = 2',\n"
+        "    'image/svg+xml': '<svg onload=\"window.__pwned = 3\"></svg>',\n"
+        "    'text/plain': '<img src=x onerror=alert(1)>'})"))(nb),
+        nb.cells.append(nbformat.v4.new_markdown_cell(
+            "<script>window.__pwned = 4</script><img src=x onerror='window.__pwned = 5'>"
+            "[x](javascript:alert(1))"))), ("passed", "passed")),
     "stub": ("stub", ("not implemented", "not implemented")),
     "corrupt": (b"\x89PNG this is not a notebook {", ("unreadable", "unreadable")),
     "other_exercise": ("other", ("wrong notebook", "wrong notebook")),

@@ -189,8 +189,11 @@ def test_names_are_kept_and_files_never_shared(tmp_path: Path) -> None:
     assert points(summary) == {"李娜": 2.0, "王伟": 0.0, ".carol": 2.0, "submitted": 2.0,
                                "=1+2": 0.0}, summary.rows
     assert not [r for r in summary.rows if r.status == "grader error"]
-    feedback = sorted(p.name for p in (out / "feedback").iterdir())
+    feedback = sorted(p.name for p in (out / "feedback").glob("*.md"))
     assert len(feedback) == 5 and len(set(feedback)) == 5, feedback
+    pages = {p.relative_to(out / "feedback").parts[0] for p in
+             (out / "feedback").glob("*/*/*.html")}  # a notebook page each, apart
+    assert len(pages) == 5 and {f"{page}.md" for page in pages} == set(feedback), pages
     with open(out / "grades.csv", newline="", encoding="utf-8") as f:
         students = {r["student"] for r in csv.DictReader(f)}
     assert students == {"李娜", "王伟", ".carol", "submitted", "'=1+2"}

@@ -1,4 +1,5 @@
-"""The submissions folder as the grader reads it: names, notebooks and ``timestamp.txt``.
+"""The submissions folder as the grader reads it: names, notebooks, ``timestamp.txt`` and
+``submission_secret.txt``.
 
 Nothing is followed: a link is refused, a FIFO never blocks (O_NONBLOCK), a size is checked on
 the open file and no more than the limit is read. A walk looks at a bounded number of entries.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from datetime import datetime
 from pathlib import Path
@@ -18,6 +20,10 @@ from ..policy import parse_time
 MB = 1 << 20
 TIMESTAMP = "timestamp.txt"  # nbgrader's, beside the submitted notebooks
 MAX_TIMESTAMP_BYTES = 256
+SUBMISSION_SECRET = "submission_secret.txt"  # nbgrader's; its release_feedback names pages by it
+MAX_SECRET_BYTES = 256
+# nbgrader writes secrets.token_hex(64); letters, digits, - and _ allow any token's alphabet.
+SECRET = re.compile(rb"[A-Za-z0-9_-]{1,200}\r?\n?")
 # Tool folders that are never a student. Any other name is one, a leading dot or not.
 IGNORED = frozenset({".ipynb_checkpoints", "__pycache__", ".git", ".hg", ".svn", ".DS_Store"})
 MAX_WALK = 10_000  # entries looked at in one student's folder
@@ -100,3 +106,15 @@ def notebooks(student: Path) -> list[tuple[Path, str]]:
                 refused = f"{path.relative_to(student)} is {why}; not read" if why else ""
                 found.append((path, refused))
     return sorted(found)
+
+
+def read_submission_secret(folder: Path) -> bytes | None:
+    """``folder/submission_secret.txt`` as it was written, when it is one token of letters,
+    digits, ``-`` and ``_`` (nothing else reaches the feedback folder through it); None
+    otherwise or when absent.
+    Bounded, never through a link, never a FIFO."""
+    try:
+        data = read_bounded(folder / SUBMISSION_SECRET, MAX_SECRET_BYTES, "for a secret")
+    except Refused:
+        return None
+    return data if SECRET.fullmatch(data) else None

@@ -1,0 +1,402 @@
+"""The feedback page a student reads: the restored, executed notebook as nbgrader shows it.
+
+One page per graded notebook, rendered by nbconvert's HTMLExporter (the "lab" template, as
+nbgrader's ``generate_feedback``) with ``sanitize_html=True``: Markdown rendered and then
+cleaned by bleach, code highlighted by Pygments, plots inline, and above each graded cell a
+banner with its score and message. The pages lie where nbgrader's ``release_feedback`` looks,
+``feedback/<student>/<assignment>/<notebook>.html``, below ``--out`` and, for an nbgrader
+course, below the course folder too (with the ``timestamp.txt`` and ``submission_secret.txt``
+that ``release_feedback`` reads).
+
+No HTML or script a student wrote is ever live, by three layers, each enough on its own:
+
+- the notebook rendered is built here, cell by cell, from sources and outputs only: no cell
+  or output metadata, outputs reduced to text, PNG/JPEG images whose data is strict base64
+  and errors, a Markdown cell's attachments to its PNG/JPEG ones (``trust.notebook``
+  reduced the outputs already; this is done again because a page is also made from an older
+  ``autograded/`` file);
+- nbconvert's sanitizer cleans every Markdown and raw cell and the highlighted code with
+  bleach (no script, no event handler, no ``javascript:`` link). Its ``clean_html`` filter
+  is replaced by :func:`clean_html`, bleach with Markdown's tags (nbconvert's own list has no
+  paragraph or heading, and shows rendered Markdown as escaped tags) and fewer attributes: no
+  ``id``, only Pygments' short class names (a student can neither forge a score banner,
+  ``edu-grade``, nor take a banner's anchor) and no picture but a PNG/JPEG data URI;
+- the page declares a Content-Security-Policy that allows no script at all and loads nothing
+  from anywhere (images only as data URIs): our template also leaves out nbconvert's
+  require.js, MathJax and Mermaid (so math shows as its TeX source).
+
+The hosted install cell (``edu_dl.hosted``) is left out, hidden tests are stripped from every
+source, and an error raised in a cell that held them shows its name and message only.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import asdict
+from html import escape
+from pathlib import Path
+from typing import Any
+
+import bleach
+import nbconvert
+import nbformat
+from jinja2 import DictLoader
+from nbconvert import HTMLExporter
+
+from ..hosted import is_install_cell
+from .model import Job, Row, safe_file_name
+from .nbgrader import BEGIN_HIDDEN, grade_id, strip_hidden_tests
+from .notebooks import write_atomic
+from .trust.files import SUBMISSION_SECRET, TIMESTAMP, read_submission_secret
+from .trust.text import for_terminal, visible
+
+PAGES = "feedback"  # below --out and below an nbgrader course folder
+KEPT_DATA = ("text/plain", "image/png", "image/jpeg")
+BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
+MAX_PAGE_IMAGES = 32 << 20  # base64 characters of images on one page; the rest are named
+# No script from anywhere, nothing fetched: the page needs nothing from outside itself.
+POLICY = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
+          "base-uri 'none'; form-action 'none'")
+TEMPLATE_NAME = "edu_dl_feedback.html.j2"
+TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
+{%- block html_head -%}
+<meta http-equiv="Content-Security-Policy" content="{{ resources.edu_dl.policy }}">
+<meta name="edu-dl-page" content="{{ resources.edu_dl.digest }}">
+{{ super() }}
+{%- endblock html_head -%}
+{%- block html_head_js -%}{%- endblock html_head_js -%}
+{%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{%- block extra_css -%}<style type="text/css">{{ resources.edu_dl.style }}</style>
+{%- endblock extra_css -%}
+{%- block body_header -%}
+{{ super() }}
+{{ resources.edu_dl.header }}
+{%- endblock body_header -%}
+{%- block any_cell -%}
+{{ cell.metadata.get('edu_dl_banner', '') }}
+{{ super() }}
+{%- endblock any_cell -%}
+"""
+STYLE = (".edu-header,.edu-grade{font-family:var(--jp-content-font-family)}"
+         ".edu-header{padding:1em 2em}.edu-header td,.edu-header th{padding:.2em .6em;"
+         "border-bottom:1px solid #ddd;text-align:left}"
+         ".edu-grade{border:2px solid #48a;border-radius:4px;padding:.4em .6em;"
+         "margin:1em 0 .3em 0;background:#f4f8fc}.edu-grade.passed{border-color:#2a2;"
+         "background:#f2fbf2}.edu-grade.failed,.edu-grade.error,.edu-grade.missing,"
+         ".edu-grade.not{border-color:#c22;background:#fdf3f3}.edu-grade.partial{"
+         "border-color:#c80;background:#fdf8ee}")
+
+
+# Markdown's and Pygments' tags; a student's HTML is kept only within them.
+TAGS = frozenset({*bleach.ALLOWED_TAGS, "p", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6",
+                  "img", "pre", "code", "span", "div", "table", "thead", "tbody", "tr", "th", "td",
+                  "del", "sub", "sup", "dl", "dt", "dd", "kbd", "samp", "var"})
+# data: only for an <img> of PNG/JPEG (_attribute_allowed), never for a link.
+PROTOCOLS = frozenset({"http", "https", "mailto", "data"})
+# Pygments' token classes (k, nb, s1, ...) and nbconvert's "highlight hl-python"; not "edu-".
+CODE_CLASS = re.compile(r"[a-z]{1,3}[0-9]?|highlight|anchor-link|hl-[a-z0-9+#-]{1,30}")
+ALIGN = frozenset({"left", "right", "center"})
+
+
+def _attribute_allowed(tag: str, name: str, value: str) -> bool:
+    if tag == "img":  # a picture the page holds (an attachment), never a file or an address
+        return name in ("alt", "title") or (name == "src" and _image_uri(value))
+    if name == "class":
+        return all(CODE_CLASS.fullmatch(token) for token in value.split())
+    if tag == "a":
+        return name == "title" or (name == "href" and
+                                   not value.strip().lower().startswith("data:"))
+    if tag in ("abbr", "acronym"):
+        return name == "title"
+    return tag in ("th", "td") and name == "align" and value in ALIGN
+
+
+def _image_uri(value: str) -> bool:
+    kind, _, data = value.partition(";base64,")
+    return kind in ("data:image/png", "data:image/jpeg") and _image(data) is not None
+
+
+def clean_html(html: Any) -> str:
+    """HTML a student's text became (Markdown, highlighted code, a raw cell) with only
+    harmless tags and attributes left: everything else is shown as text."""
+    text = html.decode() if isinstance(html, bytes) else str(html)
+    return bleach.clean(text, tags=TAGS, attributes=_attribute_allowed, protocols=PROTOCOLS,
+                        strip_comments=True)
+
+
+def page_path(student: str, assignment: str, exercise: str) -> str:
+    """Where a notebook's page lies, relative to --out (and to an nbgrader course folder)."""
+    return (f"{PAGES}/{safe_file_name(student)}/{safe_file_name(assignment)}/"
+            f"{safe_file_name(exercise)}.html")
+
+
+def anchor(cell_id: str) -> str:
+    """The page's anchor of a graded cell's banner (a link target: letters, digits, _.-)."""
+    return "grade-" + re.sub(r"[^A-Za-z0-9_.-]", "_", cell_id)
+
+
+def _h(text: Any) -> str:
+    return escape(for_terminal(text))
+
+
+def _status_class(status: str) -> str:
+    return re.sub(r"[^a-z-]", "", (status.split() or ["none"])[0].lower()) or "none"
+
+
+def _banner(rows: list[Row], cell_id: str) -> str:
+    """Our markup (the page's only), every text in it escaped."""
+    lines = "".join(f'<div class="edu-grade {_status_class(r.status)}"><b>{_h(r.part)}: '
+                    f"{r.points:g} / {r.max_points:g}</b> ({_h(r.status)}) {_h(r.message)}"
+                    "</div>" for r in rows)
+    return f'<div id="{anchor(cell_id)}">{lines}</div>'
+
+
+def _header(student: str, exercise: str, rows: list[Row], targets: dict[str, str]) -> str:
+    """The page's top: the score and a table of every row, each part linked to its banner
+    (``targets``: part -> grade_id of the cell it is shown above)."""
+    got, total = sum(r.points for r in rows), sum(r.max_points for r in rows)
+    lines = [f'<div class="edu-header"><h1>{_h(exercise)}: {got:g} / {total:g}</h1>'
+             f"<p>Feedback for {_h(student)}: each graded cell below shows its score above "
+             "it.</p><table><tr><th>part</th><th>points</th><th>status</th><th>message</th>"
+             "</tr>"]
+    for r in rows:
+        part = _h(r.part or "-")
+        if r.part in targets:
+            part = f'<a href="#{anchor(targets[r.part])}">{part}</a>'
+        lines.append(f"<tr><td>{part}</td><td>{r.points:g} / {r.max_points:g}</td>"
+                     f"<td>{_h(r.status)}</td><td>{_h(r.message)}</td></tr>")
+    lines.append("</table></div>")
+    return "".join(lines)
+
+
+# --------------------------------------------------------------------------- the notebook shown
+
+
+def _text(value: Any) -> str:
+    """nbformat's multiline text as one string, lone surrogates written out."""
+    if isinstance(value, list):
+        return visible("".join(v for v in value if isinstance(v, str)))
+    return visible(value) if isinstance(value, str) else ""
+
+
+def _image(value: Any) -> str | None:
+    """Strict base64 (what an <img> data URI may hold), or None."""
+    text = _text(value).replace("\n", "")
+    if not text or len(text) % 4 or not BASE64.fullmatch(text):
+        return None
+    try:
+        base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return text
+
+
+def _outputs(outputs: Any, hidden: bool, budget: list[int]) -> list[Any]:
+    """A cell's outputs reduced to what the page may show (fresh nodes, no metadata).
+    ``hidden``: the cell held hidden tests, which a traceback would quote."""
+    kept = []
+    for output in outputs if isinstance(outputs, list) else []:
+        kind = output.get("output_type") if isinstance(output, dict) else None
+        if kind == "stream":
+            name = "stderr" if output.get("name") == "stderr" else "stdout"
+            kept.append(nbformat.v4.new_output("stream", name=name,
+                                               text=_text(output.get("text"))))
+        elif kind == "error":
+            ename, evalue = _text(output.get("ename")), _text(output.get("evalue"))
+            traceback = [] if hidden else [_text(line) for line in
+                                           (output.get("traceback") or [])[:100]]
+            kept.append(nbformat.v4.new_output("error", ename=ename, evalue=evalue,
+                                               traceback=traceback or [f"{ename}: {evalue}"]))
+        elif kind in ("execute_result", "display_data"):
+            data = output.get("data") if isinstance(output.get("data"), dict) else {}
+            shown: dict[str, str] = {}
+            for mime in KEPT_DATA:
+                if mime not in data:
+                    continue
+                if mime == "text/plain":
+                    shown[mime] = _text(data[mime])
+                    continue
+                image = _image(data[mime])
+                if image is not None and len(image) <= budget[0]:
+                    budget[0] -= len(image)
+                    shown[mime] = image
+                elif "text/plain" not in data:
+                    shown["text/plain"] = "[an image left out: " + (
+                        "not base64]" if image is None else "the page holds enough images]")
+            if not shown:  # HTML, JavaScript, SVG, widgets: never shown
+                continue
+            if kind == "display_data":
+                kept.append(nbformat.v4.new_output("display_data", data=shown))
+            else:
+                kept.append(nbformat.v4.new_output("execute_result", data=shown,
+                                                   execution_count=None))
+    return kept
+
+
+ATTACHMENT = re.compile(r"attachment:([^\s)\"'>]*)")
+
+
+def _attachments(source: str, attachments: Any, budget: list[int]
+                 ) -> tuple[str, dict[str, dict[str, str]]]:
+    """A Markdown cell's PNG/JPEG attachments whose data is strict base64, and its source with
+    every other ``attachment:`` reference disarmed (nbconvert stops on a missing one)."""
+    kept: dict[str, dict[str, str]] = {}
+    for name, bundle in (attachments if isinstance(attachments, dict) else {}).items():
+        for mime in ("image/png", "image/jpeg"):
+            image = _image(bundle.get(mime)) if isinstance(bundle, dict) else None
+            if image is not None and len(image) <= budget[0]:
+                budget[0] -= len(image)
+                kept[str(name)] = {mime: image}
+                break
+    source = ATTACHMENT.sub(lambda m: m.group(0) if m.group(1) in kept else
+                            "missing-attachment:" + m.group(1), source)
+    return source, kept
+
+
+def for_students(nb: Any, banners: dict[str, str]) -> Any:
+    """The notebook a page shows: a new one, built from ``nb``'s sources and outputs only
+    (install cell left out, hidden tests stripped), each graded cell with its banner."""
+    budget = [MAX_PAGE_IMAGES]
+    cells: list[Any] = []
+    for cell in nb.cells:
+        kind, source = cell.get("cell_type"), _text(cell.get("source"))
+        if kind == "code" and is_install_cell(nbformat.from_dict(
+                {"cell_type": "code", "source": source})):
+            continue
+        hidden = BEGIN_HIDDEN.lstrip("# ") in source
+        source = strip_hidden_tests(source)
+        if kind == "code":
+            new = nbformat.v4.new_code_cell(source, outputs=_outputs(
+                cell.get("outputs"), hidden, budget))
+            count = cell.get("execution_count")
+            new.execution_count = count if isinstance(count, int) and \
+                not isinstance(count, bool) else None
+        elif kind == "markdown":
+            new = nbformat.v4.new_markdown_cell()
+            new.source, new.attachments = _attachments(source, cell.get("attachments"), budget)
+        else:  # raw: shown as text (the sanitizer cleans it as Markdown's HTML)
+            new = nbformat.v4.new_raw_cell(source)
+        new.id = f"c{len(cells)}"  # the same page for the same notebook (nbformat's are random)
+        gid = grade_id(cell)
+        if gid is not None and gid in banners:
+            new.metadata["edu_dl_banner"] = banners[gid]
+        cells.append(new)
+    shown = nbformat.v4.new_notebook(cells=cells)
+    shown.metadata["language_info"] = {"name": "python"}
+    return shown
+
+
+def exporter() -> HTMLExporter:
+    """nbconvert's HTML exporter as the pages use it (make one per batch: it loads templates)."""
+    return HTMLExporter(extra_loaders=[DictLoader({TEMPLATE_NAME: TEMPLATE})],
+                        template_file=TEMPLATE_NAME, sanitize_html=True,
+                        filters={"clean_html": clean_html})
+
+
+# What a page is made with: this module, nbconvert's and bleach's versions.
+RENDERER = hashlib.sha256(Path(__file__).read_bytes() + f" {nbconvert.__version__} "
+                          f"{bleach.__version__}".encode()).hexdigest()
+HEAD_BYTES = 8192  # a page's digest lies in its <head>, well within these
+
+
+def digest(student: str, exercise: str, nb: Any, rows: list[Row],
+           parts: Iterable[tuple[str, str]] = ()) -> str:
+    """Of everything a page is made from: a page that holds it need not be made again (a
+    second run, or one that merges the manual sheet, renders only what changed)."""
+    h = hashlib.sha256(RENDERER.encode())
+    h.update(json.dumps([student, exercise, nb, [asdict(r) for r in rows], list(parts)],
+                        sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+def _made_already(path: Path, page_digest: str) -> bytes | None:
+    """The page at ``path`` (ours, below --out) if it was made from the same inputs."""
+    try:
+        if path.is_symlink():
+            return None
+        data = path.read_bytes()
+    except OSError:
+        return None
+    return data if page_digest.encode() in data[:HEAD_BYTES] else None
+
+
+def render(student: str, exercise: str, nb: Any, rows: list[Row],
+           parts: Iterable[tuple[str, str]] = (), html: HTMLExporter | None = None) -> str:
+    """One notebook's feedback page. ``parts``: (part id, test cell grade_id) of the check()
+    parts, whose banners go above their test cells; every other row's part is a grade_id."""
+    parts = list(parts)
+    cell_of = dict(parts)
+    by_cell: dict[str, list[Row]] = {}
+    for r in rows:
+        by_cell.setdefault(cell_of.get(r.part, r.part), []).append(r)
+    present = {grade_id(c) for c in nb.cells} - {None}
+    banners = {gid: _banner(mine, gid) for gid, mine in by_cell.items() if gid in present}
+    targets = {r.part: cell_of.get(r.part, r.part) for r in rows
+               if cell_of.get(r.part, r.part) in banners}
+    header = _header(student, exercise, rows, targets)
+    resources = {"metadata": {"name": f"Feedback: {exercise}"},
+                 "edu_dl": {"policy": POLICY, "style": STYLE, "header": header,
+                            "digest": digest(student, exercise, nb, rows, parts)}}
+    body, _ = (html or exporter()).from_notebook_node(for_students(nb, banners), resources)
+    return visible(body)
+
+
+# --------------------------------------------------------------------------- writing the pages
+
+
+def write_pages(out: Path, rows: list[Row], jobs: list[Job],
+                executed: Callable[[Job], Any] | None, course: Path | None = None,
+                log: Callable[[str], None] = print) -> dict[tuple[str, str], str]:
+    """Write every graded notebook's page below ``out`` (and ``course``: an nbgrader course
+    folder); returns (student, exercise) -> the page's path relative to ``out``. A page that
+    cannot be made is logged and left out: it never costs another student theirs."""
+    if executed is None:
+        return {}
+    by_job: dict[tuple[str, str], list[Row]] = {}
+    for r in rows:
+        by_job.setdefault((r.student, r.exercise), []).append(r)
+    try:
+        html = exporter()
+    except Exception as exc:  # nbconvert's templates missing: the gradebooks come first
+        log(f"no feedback pages: nbconvert's HTML exporter cannot start ({exc})")
+        return {}
+    written: dict[tuple[str, str], str] = {}
+    for job in jobs:
+        key = (job.student, job.exercise.name)
+        try:
+            nb = executed(job)
+            if nb is None:
+                continue
+            mine = by_job.get(key, [])
+            where = page_path(job.student, job.assignment, job.exercise.name)
+            page = _made_already(out / where, digest(job.student, job.exercise.name, nb, mine,
+                                                     job.exercise.parts))
+            if page is None:
+                page = render(job.student, job.exercise.name, nb, mine, job.exercise.parts,
+                              html).encode()
+                write_atomic(out / where, page)
+            written[key] = where
+            if course is not None:
+                _release(course / where, page, job)
+        except Exception as exc:  # one page must not cost the others theirs
+            log(for_terminal(f"the feedback page of {job.student!r} for {job.exercise.name} "
+                             f"could not be written ({type(exc).__name__}: {exc})"))
+    return written
+
+
+def _release(path: Path, page: bytes, job: Job) -> None:
+    """The page where nbgrader's release_feedback looks, with the two files it reads."""
+    write_atomic(path, page)
+    if job.timestamp is not None:
+        write_atomic(path.parent / TIMESTAMP,
+                     f"{job.timestamp:%Y-%m-%d %H:%M:%S.%f} UTC".encode())
+    secret = read_submission_secret(job.path.parent) if job.path is not None else None
+    if secret is not None:
+        write_atomic(path.parent / SUBMISSION_SECRET, secret)
