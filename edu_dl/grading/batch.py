@@ -14,13 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import closing, contextmanager
+from contextlib import closing
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ from tqdm import tqdm
 
 from . import gradebook, sandbox
 from .classreport import record_class
-from .cluster import grade_on_cluster
+from .cluster import grade_on_cluster, sigint_ignored
 from .collect import collect, is_nbgrader_course, only, scope
 from .judge import judge_run
 from .load import load_parts, load_source, refuse_released
@@ -250,7 +249,7 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
                     sandbox.STOP.set()  # every running sandbox is killed within a poll
                     raise
                 finally:
-                    with _no_interrupts():  # a second Ctrl-C must not leave threads behind
+                    with sigint_ignored():  # a second Ctrl-C must not leave threads behind
                         pool.shutdown(wait=True, cancel_futures=True)
         return _gradebooks(out, submissions, settings, secret, log, entries, all_jobs,
                            exercises, collected, rows_by_job, roster, dates, manual, filled,
@@ -359,19 +358,6 @@ def _reusable(entry: gradebook.Entry, key: str, retry: str | None) -> bool:
     if retry is None:
         return entry.key == key
     return not timed_out(entry.rows) and (entry.key == key or entry.content == retry)
-
-
-@contextmanager
-def _no_interrupts() -> Iterator[None]:
-    """SIGINT ignored for the block (in the main thread; elsewhere there is none to ignore)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, before)
 
 
 def executed_notebook(out: Path, job: Job, settings: Settings) -> Notebook | None:

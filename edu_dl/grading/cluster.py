@@ -32,8 +32,10 @@ import hashlib
 import ipaddress
 import logging
 import secrets
+import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -203,19 +205,35 @@ def local_cluster(workers: int) -> Iterator[Any]:
     from distributed.security import Security
 
     security = Security.temporary()
-    # Their HTTP servers (metrics, task keys) start whatever the dashboard setting: on a free
-    # loopback port, not 8787, which another cluster on this machine may hold.
     try:
-        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                          host="127.0.0.1", protocol="tls://", security=security,
-                          dashboard_address="127.0.0.1:0",
-                          # the workers' warnings too: their processes write to our stderr
-                          silence_logs=logging.ERROR,
-                          worker_dashboard_address="127.0.0.1:0") as local, \
-                Client(local, security=security) as client:
+        # Workers started with SIGINT ignored keep ignoring it (Python leaves an ignored SIGINT
+        # alone): Ctrl-C at the terminal reaches the grader alone, which closes them in order.
+        with sigint_ignored():
+            # Their HTTP servers (metrics, task keys) start whatever the dashboard setting: on
+            # a free loopback port, not 8787, which another cluster on this machine may hold.
+            local = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                 host="127.0.0.1", protocol="tls://", security=security,
+                                 dashboard_address="127.0.0.1:0",
+                                 # the workers' warnings too: they write to our stderr
+                                 silence_logs=logging.ERROR,
+                                 worker_dashboard_address="127.0.0.1:0")
+        with local, Client(local, security=security) as client:
             yield client
     finally:  # Dask kills its workers before their atexit runs: their software mirrors stay
         sandbox.sweep_mirrors()
+
+
+@contextmanager
+def sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored for the block (in the main thread; elsewhere there is none to ignore)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def software_digest() -> str:
