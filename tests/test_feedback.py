@@ -430,3 +430,19 @@ def test_nbgrader_release_feedback_sends_our_pages(request: pytest.FixtureReques
     sent = sorted(p.read_bytes() for p in (tmp_path / "exchange" / "c1" / "feedback").iterdir())
     ours = sorted(p.read_bytes() for p in (out / "feedback").glob("*/ps1/hw1.html"))
     assert len(ours) == 3 and sent == ours
+
+
+def test_a_huge_cell_or_output_is_cut_on_the_page() -> None:
+    """A 14 MB cell once made a 97 MB page: a page shows at most MAX_CELL_TEXT of a cell's
+    source or of an output's text, and MAX_PAGE_TEXT in all, and says what it left out."""
+    fb = feedback
+    huge = "x = [" + "1, " * 200_000 + "]"
+    cell = nbformat.v4.new_code_cell(huge, outputs=[nbformat.v4.new_output(
+        "stream", name="stdout", text="y" * 300_000)])
+    many = [nbformat.v4.new_markdown_cell("z" * 90_000) for _ in range(40)]
+    shown = fb.for_students(nbformat.v4.new_notebook(cells=[cell, *many]), {})
+    source, output = shown.cells[0].source, shown.cells[0].outputs[0].text
+    assert len(source) < fb.MAX_CELL_TEXT + 100 and "more characters not shown" in source
+    assert len(output) < fb.MAX_CELL_TEXT + 100 and "more characters not shown" in output
+    total = sum(len(c.source) for c in shown.cells) + len(output)
+    assert total < fb.MAX_PAGE_TEXT + 100 * len(shown.cells)

@@ -59,6 +59,10 @@ PAGES = "feedback"  # below --out and below an nbgrader course folder
 KEPT_DATA = ("text/plain", "image/png", "image/jpeg")
 BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
 MAX_PAGE_IMAGES = 32 << 20  # base64 characters of images on one page; the rest are named
+# A page shows at most this much of one cell's source or one output's text, and this much text in
+# all: a 14 MB cell once made a 97 MB page (highlighting multiplies the size); the rest is cut.
+MAX_CELL_TEXT = 100_000
+MAX_PAGE_TEXT = 2_000_000
 # No script from anywhere, nothing fetched: the page needs nothing from outside itself.
 POLICY = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
           "base-uri 'none'; form-action 'none'")
@@ -186,6 +190,17 @@ def _text(value: Any) -> str:
     return visible(value) if isinstance(value, str) else ""
 
 
+def _capped(text: str, budget: list[int]) -> str:
+    """``text`` within MAX_CELL_TEXT and what is left of the page's text ``budget``; a cut
+    says how much was left out."""
+    limit = max(0, min(MAX_CELL_TEXT, budget[0]))
+    if len(text) <= limit:
+        budget[0] -= len(text)
+        return text
+    budget[0] -= limit
+    return text[:limit] + f"\n[... {len(text) - limit:,} more characters not shown here]"
+
+
 def _image(value: Any) -> str | None:
     """Strict base64 (what an <img> data URI may hold), or None."""
     text = _text(value).replace("\n", "")
@@ -198,19 +213,21 @@ def _image(value: Any) -> str | None:
     return text
 
 
-def _outputs(outputs: Any, hidden: bool, budget: list[int]) -> list[Any]:
-    """A cell's outputs reduced to what the page may show (fresh nodes, no metadata).
-    ``hidden``: the cell held hidden tests, which a traceback would quote."""
+def _outputs(outputs: Any, hidden: bool, budget: list[int], text: list[int]) -> list[Any]:
+    """A cell's outputs reduced to what the page may show (fresh nodes, no metadata, text
+    within the page's ``text`` budget). ``hidden``: the cell held hidden tests, which a
+    traceback would quote."""
     kept = []
     for output in outputs if isinstance(outputs, list) else []:
         kind = output.get("output_type") if isinstance(output, dict) else None
         if kind == "stream":
             name = "stderr" if output.get("name") == "stderr" else "stdout"
             kept.append(nbformat.v4.new_output("stream", name=name,
-                                               text=_text(output.get("text"))))
+                                               text=_capped(_text(output.get("text")), text)))
         elif kind == "error":
-            ename, evalue = _text(output.get("ename")), _text(output.get("evalue"))
-            traceback = [] if hidden else [_text(line) for line in
+            ename = _capped(_text(output.get("ename")), text)
+            evalue = _capped(_text(output.get("evalue")), text)
+            traceback = [] if hidden else [_capped(_text(line), text) for line in
                                            (output.get("traceback") or [])[:100]]
             kept.append(nbformat.v4.new_output("error", ename=ename, evalue=evalue,
                                                traceback=traceback or [f"{ename}: {evalue}"]))
@@ -221,7 +238,7 @@ def _outputs(outputs: Any, hidden: bool, budget: list[int]) -> list[Any]:
                 if mime not in data:
                     continue
                 if mime == "text/plain":
-                    shown[mime] = _text(data[mime])
+                    shown[mime] = _capped(_text(data[mime]), text)
                     continue
                 image = _image(data[mime])
                 if image is not None and len(image) <= budget[0]:
@@ -263,7 +280,7 @@ def _attachments(source: str, attachments: Any, budget: list[int]
 def for_students(nb: Any, banners: dict[str, str]) -> Any:
     """The notebook a page shows: a new one, built from ``nb``'s sources and outputs only
     (install cell left out, hidden tests stripped), each graded cell with its banner."""
-    budget = [MAX_PAGE_IMAGES]
+    budget, text = [MAX_PAGE_IMAGES], [MAX_PAGE_TEXT]
     cells: list[Any] = []
     for cell in nb.cells:
         kind, source = cell.get("cell_type"), _text(cell.get("source"))
@@ -271,10 +288,10 @@ def for_students(nb: Any, banners: dict[str, str]) -> Any:
                 {"cell_type": "code", "source": source})):
             continue
         hidden = BEGIN_HIDDEN.lstrip("# ") in source
-        source = strip_hidden_tests(source)
+        source = _capped(strip_hidden_tests(source), text)
         if kind == "code":
             new = nbformat.v4.new_code_cell(source, outputs=_outputs(
-                cell.get("outputs"), hidden, budget))
+                cell.get("outputs"), hidden, budget, text))
             count = cell.get("execution_count")
             new.execution_count = count if isinstance(count, int) and \
                 not isinstance(count, bool) else None
