@@ -350,10 +350,15 @@ def is_hint(hint: Any) -> bool:
     return isinstance(hint, Mistake | Rule)
 
 
-def first_hint(hints: tuple[Any, ...], expected: Any, got: Any, args: tuple[Any, ...]
-               ) -> str | None:
-    """The message of the first hint that applies to this answer, or None."""
+def first_hint(hints: tuple[Any, ...], expected: Any, got: Any, args: tuple[Any, ...],
+               output: int | None = None) -> str | None:
+    """The message of the first hint that applies to this answer, or None.
+
+    ``output``: the output of a tuple result that failed; then only hints about that output,
+    or about the whole result, are asked (a hint explains the output the report names)."""
     for hint in hints:
+        if output is not None and getattr(hint, "output", None) not in (None, output):
+            continue
         if is_hint(hint):
             if hint.applies(expected, got, args):
                 return str(hint.message)

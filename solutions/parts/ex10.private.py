@@ -20,8 +20,8 @@ from edu_dl.grading.hints import EqualsArgument, Mistake, Scaled
 from edu_dl.grading.spec import Part, tolerance
 from edu_dl.harness.ex10 import (
     FirstAxisDropped,
-    ValuesRight,
     ValuesRightCountsScaled,
+    WrongWhereRight,
     as_int,
     call_with_list,
 )
@@ -326,10 +326,10 @@ PARTS = [
                 "sent counts elements each worker sends: one chunk per step, 2 (k - 1) steps; "
                 "count each send once (the sender's side)", values=0, counts=1, factor=2.0,
                 **TOL),
-            ValuesRight(
+            WrongWhereRight(
                 "the values are right; sent must count, for each worker, the elements of the "
                 "chunks it sent under the schedule (chunk (r - s) % k, then (r + 1 - s) % k), "
-                "with the chunks split as in part 1", output=0, **TOL),
+                "with the chunks split as in part 1", output=1, right=0, **TOL),
         ),
     ),
 ]
