@@ -91,7 +91,7 @@ def hw9(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "parts").mkdir()
     (tmp_path / "parts" / "hw9.py").write_text(HW9)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(checking, "_OUTCOMES", {})
+    monkeypatch.setattr(checking, "_OUTCOMES", {}, raising=False)
     return tmp_path
 
 
