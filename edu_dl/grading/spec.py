@@ -304,7 +304,10 @@ def judge_case(part: Part, index: int, n_cases: int, args: tuple[Any, ...], expe
     output = failed_output(verdict)
     hint = _first_hint(part, expected, got, args, output, generic=False)
     if hint is None and output is not None:  # another output that fails, with its own hint?
-        verdict, hint = _explained_elsewhere(part, expected, got, args, output, verdict)
+        try:
+            verdict, hint = _explained_elsewhere(part, expected, got, args, output, verdict)
+        except Exception:  # a hint never costs the verdict
+            hint = None
         output = failed_output(verdict)
     if hint is None:
         hint = _first_hint(part, expected, got, args, output)

@@ -267,6 +267,7 @@ PARTS = [
     Part(
         id="ex10.data_parallel_grad", points=2, cases=_dp_cases, expected=_dp_expected,
         compare=GRAD, arg_names=("X", "y", "w", "k", "reduction"),
+        uses=("ex10.shard_indices", "ex10.all_reduce_mean"),
         hints=(
             Mistake(lambda e, a: e / a[3] if a[4] == "sum" and a[3] > 1 else None,
                     "with reduction='sum' you averaged the workers' gradients, which divides the "
@@ -307,6 +308,7 @@ PARTS = [
     Part(
         id="ex10.ring_all_reduce", points=2, cases=_ring_cases, expected=_ring_expected,
         compare=GRAD, arg_names=("arrays",), output_names=("final", "sent"),
+        uses=("ex10.shard_indices",),
         hints=(
             Mistake(lambda e, a: e[0] / a[0].shape[0] if a[0].shape[0] > 1 else None,
                     "an all-reduce SUM: every worker ends with the sum of all the arrays, not the "
