@@ -181,8 +181,8 @@ def _run_cases(part: Part, fn: Callable[..., Any], drawn: list[tuple[Any, Any]],
         except Exception as exc:
             failed += 1
             what = "failed" if isinstance(exc, CheckFailure) else "raised"
-            said = student_error(exc).splitlines() or [""]
-            lines += [f"✗ {case} {what}: {said[0]}", *(f"    {t.strip()}" for t in said[1:])]
+            error = student_error(exc).splitlines() or [""]
+            lines += [f"✗ {case} {what}: {error[0]}", *(f"    {t.strip()}" for t in error[1:])]
             continue
         finally:
             left -= time.perf_counter() - start
