@@ -402,3 +402,21 @@ def test_the_first_check_of_each_release_imports_no_heavy_framework() -> None:
                          capture_output=True, text=True, timeout=300, check=True)
     assert json.loads(out.stdout) == {k: [] for k in json.loads(out.stdout)}
     assert len(json.loads(out.stdout)) == len(light) >= 10
+
+
+def test_in_a_jupyter_kernel_an_endless_loop_is_stopped(hw9: Path) -> None:
+    """ipykernel runs a cell in the main thread: the bound holds there, and the cell's error
+    output is the report."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    v4 = nbformat.v4
+    source = ("from edu_dl.grading import check\n"
+              "def square(x):\n    while True:\n        pass\n"
+              "check('hw9.square', square, timeout_s=1)")
+    nb = v4.new_notebook(cells=[v4.new_code_cell(source)])
+    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(hw9)}}).execute()
+    (error,) = nb.cells[0].outputs
+    assert error.output_type == "error" and error.ename == "CheckFailed"
+    assert "time bound of 1 s ran" in checking.unwrapped("\n".join(error.traceback))
