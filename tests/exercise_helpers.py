@@ -74,8 +74,8 @@ def checked(part_id: str, fn: Any, hidden: bool = False) -> tuple[checking.Outco
     CheckFailed, given back here as a false Outcome with the exception's report."""
     try:
         return check(part_id, fn, hidden=hidden), ""
-    except checking.CheckFailed as failed:
-        return checking.Outcome(False, failed.report), failed.report + "\n"
+    except checking.CheckFailed as failed:  # wrapped lines joined again, for searching
+        return checking.Outcome(False, failed.report), checking.unwrapped(failed.report) + "\n"
 
 
 def run_check(capsys: pytest.CaptureFixture[str], part_id: str, fn: Any,

@@ -47,7 +47,7 @@ def run(capsys, part_id, fn, hidden=False):
         ok = check(part_id, fn, hidden=hidden)
     except checking.CheckFailed as failed:
         assert capsys.readouterr().out == ""  # the report is the exception's, printed nowhere
-        ok, out = checking.Outcome(False, failed.report), failed.report + "\n"
+        ok, out = checking.Outcome(False, failed.report), checking.unwrapped(failed.report) + "\n"
     else:
         out = capsys.readouterr().out
     assert "Traceback" not in out
@@ -78,7 +78,7 @@ def test_relu_prime_of_zero_shows_first_differing_entries_and_hint(capsys):
     assert not ok
     assert "entries differ" in out and "max abs error" in out
     # the differing entries are exactly where x == 0: expected 0 there
-    assert "first differing entries: [0, 0] expected 0, got" in out
+    assert "[0, 0]: expected 0 vs got" in out
     assert "relu'(0) = 0" in out
 
 
@@ -137,7 +137,7 @@ def test_other_exceptions_name_type_message_and_student_line(capsys):
     ok, out = run(capsys, "ex05.relu_backward", broken)
     assert not ok
     assert "raised: ValueError: matmul" in out
-    assert "in broken: return dout @ x" in out
+    assert "\n      at line " in out and "in broken: return dout @ x" in out  # a line of its own
 
 
 def test_unknown_part_fails_with_a_readable_report(capsys):
@@ -156,7 +156,7 @@ def test_a_failing_check_raises_an_assertion_error_that_ipython_shows_as_its_rep
     assert isinstance(failed, checking.CheckFailed)
     assert capsys.readouterr() == ("", "")  # nothing on stdout, nothing on stderr
     assert str(failed) == failed.report and failed.report.startswith("✗ ex05.relu_backward: ")
-    assert "\n  hint: " in failed.report
+    assert "\n      hint: " in failed.report  # on its own line, under the failing case
     assert failed._render_traceback_() == failed.report.splitlines()  # IPython: no traceback
     assert failed.__cause__ is None and failed.__suppress_context__ is False
     passed = check("ex05.relu_backward", relu_backward)
@@ -164,7 +164,7 @@ def test_a_failing_check_raises_an_assertion_error_that_ipython_shows_as_its_rep
 
 
 def test_an_error_in_the_checker_fails_the_cell_and_keeps_its_cause(capsys, monkeypatch):
-    def broken_spec(part_id, fn, hidden):
+    def broken_spec(part_id, fn, hidden, timeout_s):
         raise ZeroDivisionError("division by zero")
 
     monkeypatch.setattr(checking, "_check", broken_spec)
@@ -176,14 +176,19 @@ def test_an_error_in_the_checker_fails_the_cell_and_keeps_its_cause(capsys, monk
     assert capsys.readouterr() == ("", "")
 
 
-def test_student_cannot_change_the_inputs_the_oracle_sees(capsys):
+def test_a_function_that_writes_into_its_inputs_fails_naming_them(capsys):
+    """Right values, but the caller's arrays overwritten: a failure naming each argument; the
+    oracle and the next check still see the inputs as drawn."""
     def overwrite(dout, x):
         result = dout * (x > 0)
         x[...] = 1.0
         dout[...] = 0.0
         return result
 
-    assert run(capsys, "ex05.relu_backward", overwrite)[0]
+    ok, out = run(capsys, "ex05.relu_backward", overwrite)
+    assert not ok
+    assert "your function wrote into its argument `dout` (6 of 6 entries), `x` (" in out
+    assert run(capsys, "ex05.relu_backward", relu_backward)[0]
 
 
 # ----------------------------------------------------------------------------- the oracles
@@ -236,7 +241,8 @@ def test_default_compare_messages():
     bad = default_compare(np.zeros((2, 2)), np.array([[0, 1], [0, 3.0]]))
     assert not bad.ok
     assert "2 of 4 entries differ" in bad.message
-    assert "[0, 1] expected 0, got 1; [1, 1] expected 0, got 3" in bad.message
+    assert "\n  [0, 1]: expected 0 vs got 1\n  [1, 1]: expected 0 vs got 3" in bad.message
+    assert bad.output is None and default_compare((1.0, 2.0), (1.0, 3.0)).output == 1
     assert isinstance(bad, Verdict)
 
 

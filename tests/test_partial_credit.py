@@ -142,7 +142,7 @@ def test_a_hidden_failure_shows_shapes_counts_and_the_hint_never_a_value() -> No
     assert "error" not in message.split("\n", 1)[1]  # no max abs/rel error: derived from values
     # the same failure on a visible case shows values, as check() does
     full = judge_part(part, cases, got, visible=len(cases)).message
-    assert "expected 24691.4, got 37037" in full, full
+    assert "[0]: expected 24691.4 vs got 37037" in full, full
 
 
 def test_a_hidden_scalar_argument_and_scalar_result_show_no_value() -> None:
@@ -234,7 +234,7 @@ def test_the_gradebook_lists_failed_cases_and_shows_no_hidden_value(tmp_path: Pa
                    "hw5.shown": ("0.0", "failed", "1 of 1")}, rows
     assert "hidden case 3 of 3 (x (2,)): 2 of 2 entries differ" in rows["hw5.partial"]["message"]
     assert "failed: 3 (cases 2, 3 are hidden)" in rows["hw5.whole"]["message"]
-    assert "expected 1554.5, got 2331.75" in rows["hw5.shown"]["message"]  # visible: values
+    assert "expected 1554.5 vs got 2331.75" in rows["hw5.shown"]["message"]  # visible: values
     texts = {"grades.csv": (out / "grades.csv").read_text(),
              "nbgrader_grades.csv": (out / "nbgrader_grades.csv").read_text(),
              "feedback": (out / "feedback" / "ann.md").read_text(),

@@ -179,7 +179,8 @@ for name, (part_id, fn, hidden) in runs.items():
             ok = check(part_id, ns[fn], hidden=hidden)
         except AssertionError as failed:  # CheckFailed: its report is what a notebook shows
             ok = False
-            print(failed.report)
+            from edu_dl.grading.checking import unwrapped  # lines wrapped at spaces, joined
+            print(unwrapped(failed.report))
     results[name] = [bool(ok), buffer.getvalue()]
 print("RESULTS" + json.dumps(results))
 '''

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from exercise_helpers import assert_solution_passes, course_module, course_part
 
-from edu_dl.grading import CheckFailed, check
+from edu_dl.grading import CheckFailed, check, checking
 from edu_dl.grading.checking import HIDDEN_SEED, VISIBLE_SEED
 from edu_dl.grading.protocol import GRADING_ENV, read_outputs, roundtrip, write_inputs
 from edu_dl.grading.spec import judge_case
@@ -55,7 +55,7 @@ def run_check(part_id: str, fn: Callable[..., Any], hidden: bool = False) -> str
             check(part_id, fn, hidden=hidden)
     except CheckFailed as failed:
         assert out.getvalue() == ""
-        return failed.report + "\n"
+        return checking.unwrapped(failed.report) + "\n"  # wrapped lines joined again
     return out.getvalue()
 
 
@@ -118,7 +118,7 @@ def test_shard_indices_that_drop_or_misplace_the_remainder() -> None:
 
     message = run_check("ex10.shard_indices", dropped)
     assert "case 3 of 6 (n=10, k=3, rank=2)" in message
-    assert "first differing entries: [0] expected 7, got 6" in message
+    assert "[0]: expected 7 vs got 6" in message
     assert "give one extra row to each of the FIRST n % k workers" in message
 
     def last_takes_rest(n: int, k: int, rank: int) -> np.ndarray:
@@ -176,7 +176,7 @@ def test_data_parallel_grad_that_averages_a_sum_loss(solution: dict[str, Any]) -
 
     message = run_check("ex10.data_parallel_grad", weighted_but_averages_sums)
     assert "case 3 of 4" in message and "reduction='sum'" in message
-    assert "max abs error" in message and "first differing entries" in message
+    assert "max abs error" in message and "[0]: expected" in message
     assert "SUM the gradients" in message
 
 

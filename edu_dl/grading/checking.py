@@ -13,7 +13,10 @@ from __future__ import annotations
 import copy
 import os
 import pickle
+import re
 import sys
+import textwrap
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -22,11 +25,12 @@ from typing import Any
 import numpy as np
 
 from . import protocol
+from .guard import CheckTimeout, changed_arguments, time_limit
 from .parts import get
 from .protocol import GRADING_ENV, HIDDEN_SEED, VISIBLE_SEED  # noqa: F401 (re-exported)
 from .release import visible
 from .source import judge_source, own_source
-from .spec import CheckFailure, Part, Verdict, describe_case, judge_case, plain_call
+from .spec import CheckFailure, Part, Verdict, describe_case, global_names, judge_case, plain_call
 
 GRADING_DIR = Path(__file__).resolve().parent
 
@@ -90,10 +94,14 @@ class CheckFailed(AssertionError):
         return self.report.splitlines()
 
 
-def check(part_id: str, fn: Callable[..., Any], hidden: bool = False) -> Outcome:
+def check(part_id: str, fn: Callable[..., Any], hidden: bool = False,
+          timeout_s: float | None = None) -> Outcome:
     """Check ``fn`` against part ``part_id``: print the ✓ line and return a true Outcome, or
-    raise CheckFailed with the ✗ line and a hint (an unknown part and a broken part spec too:
-    a check that did not pass must fail the cell). Grading mode records and never raises."""
+    raise CheckFailed with a ✗ line per case and a hint (an unknown part and a broken part spec
+    too: a check that did not pass must fail the cell). Grading mode records and never raises.
+
+    ``timeout_s``: how long the function may run over all the cases (default: the part's
+    ``timeout_s``); a function still running then is stopped, and the report says where."""
     if os.environ.get(GRADING_ENV):
         try:
             return Outcome(_record(Path(os.environ[GRADING_ENV]), part_id, fn, hidden))
@@ -101,7 +109,7 @@ def check(part_id: str, fn: Callable[..., Any], hidden: bool = False) -> Outcome
             print(f"✗ {part_id}: internal error in the checker ({type(exc).__name__}: {exc})")
             return Outcome(False)
     try:
-        passed, report = _check(part_id, fn, hidden)
+        passed, report = _check(part_id, fn, hidden, timeout_s)
     except UnknownPart as exc:
         raise CheckFailed(f"✗ {part_id}: unknown part ({exc})") from None
     except Exception as exc:  # a broken part spec: a failure the student can read, its cause kept
@@ -124,32 +132,166 @@ def _get(part_id: str) -> Part:
         raise UnknownPart(exc.args[0] if exc.args else part_id) from None
 
 
-def _check(part_id: str, fn: Callable[..., Any], hidden: bool) -> tuple[bool, str]:
+def _check(part_id: str, fn: Callable[..., Any], hidden: bool,
+           timeout_s: float | None = None, blame: bool = True) -> tuple[bool, str]:
+    """(passed, report); remembers the outcome for the parts that use this one (``uses``)."""
     part = _get(part_id)
     drawn = visible(part, hidden)
     if not drawn and hidden:
         return False, (f"✗ {part_id}: no hidden cases here (the student version holds the "
                        "visible ones only; your instructor grades the hidden ones)")
-    cases = [args for args, _ in drawn]
+    passed, report = _run_cases(part, fn, drawn, hidden,
+                                part.timeout_s if timeout_s is None else timeout_s)
+    _OUTCOMES[part_id] = (passed, fn)
+    if not passed and blame and report != f"✗ {part_id}: not implemented yet":
+        failing = _failing_dependencies(part, fn)
+        if failing:
+            said = ", ".join(f"`{name}`" for _, name in failing)
+            ids = ", ".join(dep for dep, _ in failing)
+            verb = "fails its" if len(failing) == 1 else "fail their"
+            head, _, rest = report.partition("\n")
+            report = (f"✗ {part_id}: your {said} {verb} own check ({ids}); fix it first\n"
+                      f"  {head.removeprefix('✗ ').removeprefix(f'{part_id}: ')}\n{rest}")
+    return passed, report.rstrip("\n")
+
+
+def _run_cases(part: Part, fn: Callable[..., Any], drawn: list[tuple[Any, Any]], hidden: bool,
+               timeout_s: float) -> tuple[bool, str]:
+    """Every case, a line each (✓ or ✗); the first failure in full, the hint on its own line."""
+    n = len(drawn)
+    lines: list[str] = []
+    failed = 0
+    left = timeout_s
     for i, (args, expected) in enumerate(drawn):
+        case = describe_case(part, i, n, args)
+        given = copy.deepcopy(args)  # args stays as drawn: what the function was given
+        start = time.perf_counter()
         try:
-            got = part.call(fn, copy.deepcopy(args))  # a copy: the student may write into inputs
+            with time_limit(max(left, 1e-3)):
+                got = part.call(fn, given)
         except NotImplementedError:
-            return False, f"✗ {part_id}: not implemented yet"
+            return False, f"✗ {part.id}: not implemented yet"
+        except CheckTimeout:
+            failed += 1
+            lines += [f"✗ {case} was still running when check()'s time bound of "
+                      f"{timeout_s:g} s ran out, so check() stopped it there (an endless "
+                      "loop, or far more work than needed?)",
+                      "    a slow machine? check(..., timeout_s=60) gives it longer"]
+            break
         except Exception as exc:
+            failed += 1
             what = "failed" if isinstance(exc, CheckFailure) else "raised"
-            return False, (f"✗ {part_id}: {describe_case(part, i, len(cases), args)} {what}: "
-                           f"{student_error(exc)}")
-        verdict = judge_case(part, i, len(cases), args, expected, got)
-        if not verdict.ok:
-            return False, f"✗ {part_id}: {verdict.message}"
+            error = student_error(exc).splitlines() or [""]
+            lines += [f"✗ {case} {what}: {error[0]}", *(f"    {t.strip()}" for t in error[1:])]
+            continue
+        finally:
+            left -= time.perf_counter() - start
+        verdict = judge_case(part, i, n, args, expected, got)
+        written = [] if part.in_place else changed_arguments(args, given, part.arg_names)
+        if written:
+            said = ", ".join(f"`{name}`{f' ({how})' if how else ''}" for name, how in written)
+            message = (f"{case}: your function wrote into its argument {said}: leave the "
+                       "caller's inputs as they are and compute into a new array (y = x * m, "
+                       "not x *= m or x[...] = ...)")
+            if not verdict.ok:
+                message += "\n  and: " + verdict.message.partition(": ")[2]
+            verdict = Verdict(False, message)
+        if verdict.ok:
+            lines.append(f"✓ case {i + 1} of {n}")
+            continue
+        failed += 1
+        detail = verdict.message.splitlines()
+        lines.append(f"✗ {detail[0]}")
+        if failed == 1:  # the first failure in full; later ones by their first line
+            lines += [f"    {shown}" for shown in _small_inputs(part, args)]
+            lines += [f"  {d}" for d in detail[1:]]
+    if failed:
+        passed = sum(1 for line in lines if line.startswith("✓"))
+        head = f"✗ {part.id}: {passed} of {n} cases passed"
+        return False, "\n".join([head, *_layout(lines, "  ")])
     if part.source_check is not None:  # what the grader will judge from the notebook's source
         text = own_source(fn)
         verdict = judge_source(part, text) if text is not None else Verdict(True)
         if not verdict.ok:
-            return False, f"✗ {part_id}: the values are right, but {verdict.message}"
+            return False, f"✗ {part.id}: the values are right, but {verdict.message}"
     kind = "hidden cases" if hidden else "cases"
-    return True, f"✓ {part_id}: {len(cases)} {kind} passed"
+    return True, f"✓ {part.id}: {n} {kind} passed"
+
+
+WIDTH = 92  # a report's lines wrap here, at spaces only: a number is never split
+# A report's layout: the ✗ header, a line per case indented 2, a failure's details 6; a line
+# wrapped goes on 2 deeper (4 or 8), which is how :func:`unwrapped` finds it.
+CONTINUED = re.compile(r"\n(?:    |        )(?! )")
+
+
+def unwrapped(report: str) -> str:
+    """A report with its wrapped lines joined again (for tools and tests that search it)."""
+    return CONTINUED.sub(" ", report)
+
+
+def _layout(lines: list[str], indent: str) -> list[str]:
+    """Each line indented, and wrapped at spaces (continuations indented under it)."""
+    out = []
+    for line in lines:
+        body = line.lstrip(" ")
+        lead = indent + " " * (len(line) - len(body))
+        out += textwrap.wrap(body, WIDTH, initial_indent=lead, subsequent_indent=lead + "  ",
+                             break_long_words=False, break_on_hyphens=False) or [lead]
+    return out
+
+
+SMALL_INPUT = 12  # arrays up to this many values are shown in a failing case's report
+
+
+def _small_inputs(part: Part, args: tuple[Any, ...]) -> list[str]:
+    """'x = [[1, 2], [3, 4]]' for each small array argument of a case (none for large ones)."""
+    shown = []
+    for j, arg in enumerate(args):
+        if not isinstance(arg, np.ndarray) or not 0 < arg.size <= SMALL_INPUT or arg.ndim == 0 \
+                or arg.dtype.kind not in "biuf":
+            continue
+        name = part.arg_names[j] if j < len(part.arg_names) else f"arg{j}"
+        text = np.array2string(arg, separator=", ", threshold=SMALL_INPUT, max_line_width=10_000,
+                               formatter={"float_kind": lambda v: f"{v:.4g}"})
+        shown.append(f"{name} = {' '.join(text.split())}")
+    return shown
+
+
+# --------------------------------------------------------------------------- dependencies
+
+# The last outcome of check() for each part in this kernel, with the function it checked:
+# a failing part that uses another's function says first when that one fails its own check.
+_OUTCOMES: dict[str, tuple[bool, Callable[..., Any]]] = {}
+
+
+def _failing_dependencies(part: Part, fn: Callable[..., Any]) -> list[tuple[str, str]]:
+    """(part id, function name) of the student's functions ``fn`` uses that fail their check:
+    the parts ``part.uses`` names, and any function ``fn``'s code names that failed its check
+    in this kernel. A declared one that was never checked (or redefined since) is checked now,
+    quietly."""
+    scope = getattr(fn, "__globals__", None) or {}
+    code = getattr(fn, "__code__", None)
+    named = global_names(code) if code is not None else set()
+    found: list[tuple[str, str]] = []
+    for dep in dict.fromkeys([*part.uses, *_OUTCOMES]):
+        if dep == part.id:
+            continue
+        passed, checked = _OUTCOMES.get(dep, (True, None))
+        name = getattr(checked, "__name__", "") if checked is not None else ""
+        if not name.isidentifier():
+            name = dep.partition(".")[2]
+        current = scope.get(name)
+        if checked is not None and current is checked:
+            if not passed and (dep in part.uses or name in named):
+                found.append((dep, name))
+        elif dep in part.uses and callable(current):
+            try:
+                ok, _ = _check(dep, current, False, blame=False)
+            except Exception:  # a dependency that cannot be checked blames nobody
+                continue
+            if not ok:
+                found.append((dep, name))
+    return found
 
 
 def _encode_result(i: int, result: Any) -> dict[str, np.ndarray]:

@@ -31,6 +31,7 @@ from .nbgrader import grade_id, is_solution, student_version
 from .notebooks import NotebookError, write_atomic
 from .policy import LATE
 from .settings import MB, Settings
+from .spec import GENERIC
 from .trust.cells import MIN_TOKENS, cell_print
 from .trust.files import read_bounded
 from .trust.notebook import parse_notebook
@@ -42,6 +43,9 @@ GRADEBOOK = "grades.csv"
 MAX_GRADEBOOK_MB = 512
 MAX_CLASS_DATA_MB = 256
 FORMAT = 1
+# spec.GENERIC's rows: a hint of generic.py recognised the shape of the mistake
+GENERIC_MESSAGE = ("a generic hint: a constant factor, a sign, a shift by one, another order or "
+                   "another axis")
 # A row in one of these says the submission did not run to its end.
 BROKEN = frozenset({"crashed", "timeout", "memory", "processes", "grader error", "refused"})
 NOT_PARTS = ("", LATE)  # rows that are no part: a refused file, a late penalty
@@ -77,8 +81,9 @@ def record_class(out: Path, jobs: list[Job], settings: Settings,
                                  f"{job.exercise.name} left out ({type(exc).__name__})"))
         exercises = {id(j.exercise): j.exercise for j in jobs}.values()
         solutions = {exercise.name: _digests(exercise.notebook) for exercise in exercises}
-        hints = {exercise.name: {part_id: {hint_id(h, i): visible(_message(h))
-                                           for i, h in enumerate(part.hints)}
+        hints = {exercise.name: {part_id: {**{hint_id(h, i): visible(_message(h))
+                                              for i, h in enumerate(part.hints)},
+                                           GENERIC: GENERIC_MESSAGE}
                                  for part_id, part in exercise.specs.items()}
                  for exercise in exercises}
         data = {"format": FORMAT, "cells": cells, "hints": hints, "solutions": solutions}

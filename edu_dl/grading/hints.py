@@ -359,10 +359,15 @@ def hint_id(hint: Any, index: int) -> str:
     return f"{index + 1}:{kind.removeprefix('Frozen')}"
 
 
-def first_hint_found(hints: tuple[Any, ...], expected: Any, got: Any, args: tuple[Any, ...]
-                     ) -> tuple[str, str] | None:
-    """(:func:`hint_id`, message) of the first hint that applies to this answer, or None."""
+def first_hint_found(hints: tuple[Any, ...], expected: Any, got: Any, args: tuple[Any, ...],
+                     output: int | None = None) -> tuple[str, str] | None:
+    """(:func:`hint_id`, message) of the first hint that applies to this answer, or None.
+
+    ``output``: the output of a tuple result that failed; then only hints about that output,
+    or about the whole result, are asked (a hint explains the output the report names)."""
     for index, hint in enumerate(hints):
+        if output is not None and getattr(hint, "output", None) not in (None, output):
+            continue
         if is_hint(hint):
             if hint.applies(expected, got, args):
                 return hint_id(hint, index), str(hint.message)
@@ -376,8 +381,8 @@ def first_hint_found(hints: tuple[Any, ...], expected: Any, got: Any, args: tupl
     return None
 
 
-def first_hint(hints: tuple[Any, ...], expected: Any, got: Any, args: tuple[Any, ...]
-               ) -> str | None:
-    """The message of the first hint that applies to this answer, or None."""
-    found = first_hint_found(hints, expected, got, args)
+def first_hint(hints: tuple[Any, ...], expected: Any, got: Any, args: tuple[Any, ...],
+               output: int | None = None) -> str | None:
+    """The message of the first hint that applies to this answer (about ``output``), or None."""
+    found = first_hint_found(hints, expected, got, args, output)
     return found[1] if found else None

@@ -9,7 +9,7 @@ as nbgrader scores them (``nbgrader.determine_grade``) or left to a person.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -70,7 +70,24 @@ def judge_run(job: Job, prepared: Prepared, ran: Ran, settings: Settings) -> lis
         rows.append(Row(job.student, job.exercise.name, part_id, points, float(part.points),
                         status, message, ran.isolation, OUTSIDE, failed_cases=failed,
                         hint=hint))
+    blame_dependencies(rows, prepared.parts)
     return rows + judge_cells(job, prepared, ran, settings)
+
+
+def blame_dependencies(rows: list[Row], parts: Mapping[str, Part]) -> None:
+    """A failing part whose function uses another graded function (``Part.uses``) that failed
+    too says so first: "your `im2col` fails its own check (ex11.im2col); fix it first"."""
+    status = {row.part: row.status for row in rows}
+    for row in rows:
+        part = parts.get(row.part)
+        if part is None or row.status == "passed":
+            continue
+        failing = [dep for dep in part.uses if status.get(dep, "passed") != "passed"]
+        if failing:
+            names = ", ".join(f"`{dep.partition('.')[2]}`" for dep in failing)
+            verb = "fails its" if len(failing) == 1 else "fail their"
+            row.message = (f"your {names} {verb} own check ({', '.join(failing)}); fix it "
+                           f"first\n{row.message}")
 
 
 def judge_cells(job: Job, prepared: Prepared, ran: Ran, settings: Settings) -> list[Row]:

@@ -33,7 +33,7 @@ import numpy as np
 from . import protocol
 from .hints import FrozenMistake, Mistake, Rule, case_key
 from .source import AllChecks, NamesCheck
-from .spec import Part, Tolerance
+from .spec import LATER_FIELDS, Part, Tolerance
 
 FORMAT = 1
 SUFFIX = ".npz"
@@ -163,6 +163,8 @@ def _freeze_part(part: Part, n: int, exercise: str, arrays: dict[str, np.ndarray
         if f.name in SPECIAL:
             continue
         value = getattr(part, f.name)
+        if f.name in LATER_FIELDS and value == f.default:
+            continue  # a release without it reads the default: older releases stay the same
         if callable(value) or dataclasses.is_dataclass(value):
             spec[f.name] = {"ref": reference(value, f"{where}: {f.name}=", exercise)}
         else:

@@ -8,6 +8,7 @@ student's own process for instant feedback.
 
 from __future__ import annotations
 
+import re
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .generic import generic_hint
 from .hints import Mistake, Rule, first_hint_found
 from .protocol import as_array as _as_array
 from .withhold import withheld
@@ -29,6 +31,7 @@ class Verdict:
     ok: bool
     message: str = ""
     hint: str = ""  # the hint that recognised the mistake (hints.hint_id), if one did
+    output: int | None = None  # the output of a tuple result that failed, where known
 
     def __bool__(self) -> bool:
         return self.ok
@@ -77,10 +80,13 @@ def compare_arrays(expected: Any, got: Any, rtol: float = 1e-6, atol: float = 1e
         return Verdict(True)
     if e.ndim == 0:
         return Verdict(False, f"expected {_fmt(e)}, got {_fmt(g)}")
-    lines = [f"{int(np.count_nonzero(bad))} of {e.size} entries differ"]
+    # One fact a line (the counts first: ``withhold`` keeps that line alone for hidden cases);
+    # check() wraps long lines at spaces only, so no number is ever split.
+    first = f"{int(np.count_nonzero(bad))} of {e.size} entries differ"
+    lines = []
     if _kind(e) == "number":
         if not np.all(np.isfinite(g64)):
-            lines.append(f"got contains {int(np.count_nonzero(~np.isfinite(g64)))} inf/nan")
+            first += f"; got contains {int(np.count_nonzero(~np.isfinite(g64)))} inf/nan"
         err = np.abs(g64 - e64)
         finite = np.isfinite(err)
         if finite.any():
@@ -88,9 +94,9 @@ def compare_arrays(expected: Any, got: Any, rtol: float = 1e-6, atol: float = 1e
             rel = err[finite] / np.maximum(1e-8, np.abs(e64[finite]) + np.abs(g64[finite]))
             lines.append(f"max abs error {err[finite].max():.3g}, max rel error {rel.max():.3g} "
                          f"(tolerance: atol={atol:g} + rtol={rtol:g} * |expected|)")
-    shown = [f"[{', '.join(map(str, idx))}] expected {_fmt(e[tuple(idx)])}, got "
-             f"{_fmt(g[tuple(idx)])}" for idx in np.argwhere(bad)[:MAX_SHOWN]]
-    return Verdict(False, "; ".join(lines) + "\n  first differing entries: " + "; ".join(shown))
+    lines += [f"[{', '.join(map(str, idx))}]: expected {_fmt(e[tuple(idx)])} vs got "
+              f"{_fmt(g[tuple(idx)])}" for idx in np.argwhere(bad)[:MAX_SHOWN]]
+    return Verdict(False, "\n  ".join([first, *lines]))
 
 
 def default_compare(expected: Any, got: Any, rtol: float = 1e-6, atol: float = 1e-8) -> Verdict:
@@ -104,7 +110,7 @@ def default_compare(expected: Any, got: Any, rtol: float = 1e-6, atol: float = 1
         for j, (e, g) in enumerate(zip(expected, got)):
             verdict = compare_arrays(e, g, rtol, atol)
             if not verdict.ok:
-                return Verdict(False, f"output {j}: {verdict.message}")
+                return Verdict(False, f"output {j}: {verdict.message}", output=j)
         return Verdict(True)
     return compare_arrays(expected, got, rtol, atol)
 
@@ -164,6 +170,16 @@ class Part:
     # True: the points split over the cases, visible and hidden together (judge.case_points);
     # False: all or nothing
     partial: bool = False
+    # Parts whose student functions this one calls (e.g. conv_forward uses im2col): a failure
+    # here says first that one of those fails its own check.
+    uses: tuple[str, ...] = ()
+    in_place: bool = False  # True: writing into the arguments is the contract (check() allows it)
+    generic_hints: bool = True  # after the part's own hints: generic.generic_hint
+
+
+# Fields added after the first release format: a release writes them only when they differ from
+# their defaults, so releases frozen before them stay byte for byte the same.
+LATER_FIELDS = ("uses", "in_place", "generic_hints")
 
 
 def describe_case(part: Part, index: int, n_cases: int, args: tuple[Any, ...],
@@ -177,6 +193,61 @@ def describe_case(part: Part, index: int, n_cases: int, args: tuple[Any, ...],
         shown.append(f"{name} {a.shape}" if a.ndim else f"{name} (a {_kind(a)})" if hidden
                      else f"{name}={_fmt(a)}")
     return f"{'hidden case' if hidden else 'case'} {index + 1} of {n_cases} ({', '.join(shown)})"
+
+
+def failed_output(verdict: Verdict) -> int | None:
+    """Which output of a tuple result failed: the verdict's own ``output``, else the "output j:"
+    a part's own compare may start its message with (None: unknown, or not a tuple)."""
+    if verdict.output is not None:
+        return verdict.output
+    match = OUTPUT_PREFIX.match(verdict.message)
+    return int(match[1]) if match else None
+
+
+OUTPUT_PREFIX = re.compile(r"output (\d+)\b")
+
+
+GENERIC = "generic"  # the gradebook's hint id of a generic hint (generic.py)
+
+
+def _first_hint(part: Part, expected: Any, got: Any, args: tuple[Any, ...],
+                output: int | None = None, generic: bool = True) -> tuple[str, str] | None:
+    """(hint id, message): the part's first hint about ``output`` (or the whole result), then
+    a generic one."""
+    found = first_hint_found(part.hints, expected, got, args, output=output)
+    if found or not generic or not part.generic_hints:
+        return found
+    try:
+        if isinstance(expected, tuple):
+            if output is None or not isinstance(got, tuple | list) or len(got) != len(expected):
+                return None
+            expected, got = expected[output], got[output]
+        message = generic_hint(expected, got, args, part.arg_names)
+        return (GENERIC, message) if message else None
+    except Exception:  # a hint never costs the verdict
+        return None
+
+
+def _explained_elsewhere(part: Part, expected: Any, got: Any, args: tuple[Any, ...],
+                         output: int, verdict: Verdict
+                         ) -> tuple[Verdict, tuple[str, str] | None]:
+    """When no hint explains the reported output of a tuple result, but one of the part's hints
+    explains another output that fails too: that output's verdict and hint (the report then
+    names the output its hint is about). Else the verdict as it was, and no hint."""
+    if not isinstance(expected, tuple) or not isinstance(got, tuple | list) or \
+            len(got) != len(expected):
+        return verdict, None
+    for j in range(len(expected)):
+        if j == output or not any(getattr(h, "output", None) == j for h in part.hints):
+            continue
+        alone = tuple(g if k == j else e for k, (e, g) in enumerate(zip(expected, got)))
+        mine = part.compare(expected, alone)  # output j alone wrong: does it fail, and how?
+        if mine.ok or failed_output(mine) != j:
+            continue
+        found = first_hint_found(part.hints, expected, got, args, output=j)
+        if found:
+            return mine, found
+    return verdict, None
 
 
 # A result may hold at most this many times the values of the expected one (plus a slack for
@@ -237,16 +308,25 @@ def judge_case(part: Part, index: int, n_cases: int, args: tuple[Any, ...], expe
         verdict = Verdict(False, f"could not compare the result ({type(exc).__name__}: {exc})")
     if verdict.ok:
         return verdict
+    output = failed_output(verdict)
+    found = _first_hint(part, expected, got, args, output, generic=False)
+    if found is None and output is not None:  # another output that fails, with its own hint?
+        try:
+            verdict, found = _explained_elsewhere(part, expected, got, args, output, verdict)
+        except Exception:  # a hint never costs the verdict
+            found = None
+        output = failed_output(verdict)
+    if found is None:
+        found = _first_hint(part, expected, got, args, output)
     message = withheld(verdict.message) if hidden else verdict.message
     if part.output_names and message.startswith("output "):
         j = int(message.split(":", 1)[0].split()[1])
         if j < len(part.output_names):
             message = f"output {j} ({part.output_names[j]})" + message[message.index(":"):]
     lines = [f"{describe_case(part, index, n_cases, args, hidden)}: {message}"]
-    found = first_hint_found(part.hints, expected, got, args)
     if found:
         lines.append(f"  hint: {found[1]}")
-    return Verdict(False, "\n".join(lines), found[0] if found else "")
+    return Verdict(False, "\n".join(lines), hint=found[0] if found else "", output=output)
 
 
 class CheckFailure(Exception):

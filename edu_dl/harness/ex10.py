@@ -52,6 +52,20 @@ class ValuesRight(Rule):
 
 
 @dataclass(frozen=True)
+class WrongWhereRight(Rule):
+    """Output ``output`` is wrong while output ``right`` is right (within rtol, atol): a hint
+    about ``output`` (the one a report names) that says the other one is fine."""
+
+    right: int = 0
+    rtol: float = 1e-9
+    atol: float = 1e-12
+
+    def judge(self, expected: Any, got: Any, args: Case) -> bool:
+        return close(np.asarray(output_of(got, self.right), dtype=np.float64),
+                     output_of(expected, self.right), self.rtol, self.atol)
+
+
+@dataclass(frozen=True)
 class ValuesRightCountsScaled(Rule):
     """Output ``values`` is right (within rtol, atol) and output ``counts`` sums to exactly
     ``factor`` times the expected sum (each transfer counted on both sides, say)."""

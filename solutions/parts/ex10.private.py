@@ -20,8 +20,8 @@ from edu_dl.grading.hints import EqualsArgument, Mistake, Scaled
 from edu_dl.grading.spec import Part, tolerance
 from edu_dl.harness.ex10 import (
     FirstAxisDropped,
-    ValuesRight,
     ValuesRightCountsScaled,
+    WrongWhereRight,
     as_int,
     call_with_list,
 )
@@ -267,6 +267,7 @@ PARTS = [
     Part(
         id="ex10.data_parallel_grad", points=2, cases=_dp_cases, expected=_dp_expected,
         compare=GRAD, arg_names=("X", "y", "w", "k", "reduction"),
+        uses=("ex10.shard_indices", "ex10.all_reduce_mean"),
         hints=(
             Mistake(lambda e, a: e / a[3] if a[4] == "sum" and a[3] > 1 else None,
                     "with reduction='sum' you averaged the workers' gradients, which divides the "
@@ -307,6 +308,7 @@ PARTS = [
     Part(
         id="ex10.ring_all_reduce", points=2, cases=_ring_cases, expected=_ring_expected,
         compare=GRAD, arg_names=("arrays",), output_names=("final", "sent"),
+        uses=("ex10.shard_indices",),
         hints=(
             Mistake(lambda e, a: e[0] / a[0].shape[0] if a[0].shape[0] > 1 else None,
                     "an all-reduce SUM: every worker ends with the sum of all the arrays, not the "
@@ -326,10 +328,10 @@ PARTS = [
                 "sent counts elements each worker sends: one chunk per step, 2 (k - 1) steps; "
                 "count each send once (the sender's side)", values=0, counts=1, factor=2.0,
                 **TOL),
-            ValuesRight(
+            WrongWhereRight(
                 "the values are right; sent must count, for each worker, the elements of the "
                 "chunks it sent under the schedule (chunk (r - s) % k, then (r + 1 - s) % k), "
-                "with the chunks split as in part 1", output=0, **TOL),
+                "with the chunks split as in part 1", output=1, right=0, **TOL),
         ),
     ),
 ]

@@ -246,6 +246,7 @@ PARTS = [
         compare=EXACT, call=call_max_batch, hints=MAX_BATCH_HINTS, timeout_s=30.0,
         source_check=NO_ORACLE,
         arg_names=("sizes", "itemsize", "optimizer", "budget_bytes"),
+        uses=("ex12.memory_budget",),
     ),
     Part(
         id="ex12.gpu_timer", points=3, cases=_timer_cases, expected=_timer_expected,
