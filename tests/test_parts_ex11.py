@@ -629,3 +629,19 @@ def test_a_students_own_col2im_helper_is_not_refused():
     """The backward part asks for a col2im of the student's own: calling it is fine."""
     source = "def conv_backward_nhwc(dout, x, w):\n    return col2im(dout, x), im2col(x), 0\n"
     assert course_part("ex11.conv_backward_nhwc").source_check(source).ok
+
+
+def test_a_conv_on_a_wrong_im2col_names_the_im2col_first(capsys):
+    """Issue 25: a correct conv layer on an im2col that returns wrong values (no error) used to
+    fail with no word of the cause; its part `uses` im2col_dilated, so the report starts there."""
+    ns = solution_namespace("11_convolutions.ipynb")
+    right = ns["im2col_dilated"]
+    ns["im2col_dilated"] = lambda *args: 2 * right(*args)  # the conv layer calls it by name
+    ok, out = run(capsys, "ex11.im2col_dilated", ns["im2col_dilated"])
+    assert not ok
+    for part_id, fn in (("ex11.conv_forward_nhwc", "conv_forward_nhwc"),
+                        ("ex11.conv_backward_nhwc", "conv_backward_nhwc")):
+        ok, out = run(capsys, part_id, ns[fn])
+        assert not ok and out.startswith(
+            f"✗ {part_id}: your `im2col_dilated` fails its own check (ex11.im2col_dilated); "
+            "fix it first"), out

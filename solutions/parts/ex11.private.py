@@ -523,7 +523,7 @@ PARTS = [
         expected=_forward_expected, compare=COMPARE,
         arg_names=("x", "w", "b", "stride", "pad", "dilation"), hints=FORWARD_HINTS,
         call=ExplainErrors(image=0, pad=4, spatial=(1, 2), helper="im2col_dilated"),
-        timeout_s=20.0, source_check=NO_LIBRARY_CONV,
+        timeout_s=20.0, source_check=NO_LIBRARY_CONV, uses=("ex11.im2col_dilated",),
     ),
     Part(
         id="ex11.conv_backward_nhwc", points=3, cases=_backward_cases,
@@ -531,7 +531,7 @@ PARTS = [
         arg_names=("dout", "x", "w", "stride", "pad", "dilation"),
         output_names=("dx", "dw", "db"), hints=BACKWARD_HINTS,
         call=ExplainErrors(image=1, pad=4, spatial=(1, 2), helper="im2col_dilated"),
-        timeout_s=20.0, source_check=NO_LIBRARY_CONV_BACKWARD,
+        timeout_s=20.0, source_check=NO_LIBRARY_CONV_BACKWARD, uses=("ex11.im2col_dilated",),
     ),
     Part(
         id="ex11.avg_pool_forward", points=1, cases=_pool_forward_cases,
