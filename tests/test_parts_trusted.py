@@ -372,10 +372,10 @@ class TwoLayerNet:  # no nn.Module, no nn.Linear
     def forward(self, x):
         return x
 """),
-    "ex07.adam_training": (RAW, """
-def train_adam(X, y, W1, b1, W2, b2, lr, num_steps):
-    numpy_adam_losses = course_module("ex07").numpy_adam_losses
-    return numpy_adam_losses(X, y, W1, b1, W2, b2, lr, num_steps, reduction="mean")
+    "ex07.adam_accumulation": (FORGED, """
+def train_adam_accumulated(X, y, W1, b1, W2, b2, lr, num_steps, micro_batch):
+    numpy_adam_losses = course_module("ex07").numpy_adam_losses  # no torch, no micro-batches
+    return numpy_adam_losses(X, y, W1, b1, W2, b2, lr, num_steps)
 """),
     # ex08
     "ex08.rnn_eager": (RAW, """
