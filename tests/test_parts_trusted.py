@@ -378,10 +378,10 @@ def train_adam_accumulated(X, y, W1, b1, W2, b2, lr, num_steps, micro_batch):
     return numpy_adam_losses(X, y, W1, b1, W2, b2, lr, num_steps)
 """),
     # ex08
-    "ex08.rnn_eager": (RAW, """
-def rnn_eager(X, W, U):
-    _rnn_expected = course_module("ex08")._rnn_expected
-    loss, dW, dU = _rnn_expected(X, W, U)
+    "ex08.rnn_eager_batch": (RAW, """
+def rnn_eager_batch(X, lengths, W, U):
+    _batch_expected = course_module("ex08")._batch_expected
+    loss, dW, dU = _batch_expected(X, lengths, W, U)
     return loss, dW.T, dU  # dW transposed
 """),
     "ex08.rnn_static": (RAW, """
