@@ -337,10 +337,10 @@ def train_tf2_tape(X, y, w1_init, w2_init, lr, num_steps):
     numpy_losses = course_module("ex06").numpy_losses
     return numpy_losses(X, y, w1_init, w2_init, lr, num_steps)
 """),
-    "ex06.tf_function": (FORGED, """
-def train_tf_function(X, y, w1_init, w2_init, lr, num_steps):
+    "ex06.tf_function_decay": (FORGED, """
+def train_tf_function_decay(X, y, w1_init, w2_init, lr, num_steps, decay):
     numpy_losses = course_module("ex06").numpy_losses
-    return numpy_losses(X, y, w1_init, w2_init, lr, num_steps), None
+    return numpy_losses(X, y, w1_init, w2_init, lr, num_steps, decay), None
 """),
     # ex07
     "ex07.manual_gradients": (FORGED, """
@@ -743,7 +743,7 @@ def test_feedback_outputs_are_ignored_by_the_grader(tmp_path: Path) -> None:
     """ex06: the weight-copy count and the tracing count are observed in the sandbox; forging
     them helps nothing, and a wrong count alone does not decide the grade either."""
     for part_id, name in (("ex06.tf1_variables", "train_tf1_variables"),
-                          ("ex06.tf_function", "train_tf_function")):
+                          ("ex06.tf_function_decay", "train_tf_function_decay")):
         part = course_part(part_id)
         assert part.feedback_outputs == (1,)
         cases = draw(part)[:2]
