@@ -289,7 +289,7 @@ def test_adam_without_mistake_passes_and_no_hint_fires(capsys):
 
 def test_adam_whole_batch_is_the_only_difference_the_values_miss():
     """Running the whole batch at once gives the right losses (a summed loss): only the recorded
-    row count tells it apart, which is why the part grades it."""
+    row count tells it apart, which check() reports (feedback: observed in the sandbox)."""
     part = course_part("ex07.adam_accumulation")
     for args in part.cases(np.random.default_rng(7), True):
         tensors = [torch.tensor(a) if isinstance(a, np.ndarray) else a for a in args]

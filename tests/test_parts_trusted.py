@@ -740,14 +740,16 @@ def test_linear_function_db_of_the_batch_shape_fails_check_and_grader(
 
 
 def test_feedback_outputs_are_ignored_by_the_grader(tmp_path: Path) -> None:
-    """ex06: the weight-copy count and the tracing count are observed in the sandbox; forging
-    them helps nothing, and a wrong count alone does not decide the grade either."""
+    """ex06: the weight-copy count and the tracing count, ex07: the most rows one forward saw,
+    are observed in the sandbox; forging them helps nothing, and a wrong count alone does not
+    decide the grade either."""
     for part_id, name in (("ex06.tf1_variables", "train_tf1_variables"),
-                          ("ex06.tf_function_decay", "train_tf_function_decay")):
+                          ("ex06.tf_function_decay", "train_tf_function_decay"),
+                          ("ex07.adam_accumulation", "train_adam_accumulated")):
         part = course_part(part_id)
         assert part.feedback_outputs == (1,)
         cases = draw(part)[:2]
-        good = trusted_source.find_source(solution_notebook("ex06"), part_id)
+        good = trusted_source.find_source(solution_notebook(part_id.split(".")[0]), part_id)
         honest_losses = [part.expected(*args)[0] for args in cases]
         forged_count = wire(tmp_path, [(losses, 7) for losses in honest_losses])
         assert judge.judge(part, cases, forged_count, good)[0] == "passed"

@@ -16,9 +16,11 @@ the manual part never asks autograd (no backward, grad, requires_grad), MyLinear
 autograd for the gradients (the oracle is autograd itself), TwoLayerNet subclasses
 ``nn.Module`` and builds ``nn.Linear`` layers, the accumulating loop calls backward and Adam. The
 accumulation's oracle is the full batch's Adam (with a summed loss, the micro-batches' gradients
-add up to the batch's); the most rows one module's forward saw is an output, observed in the
-sandbox by a global forward hook. That autograd is switched off, that the backward
-really ran and the layers found in the module are check()'s feedback only.
+add up to the batch's); the most rows one module's forward saw is observed in the sandbox by a
+global forward hook, so, like exercise 6's tracing count, it is check()'s feedback only
+(``feedback_outputs``): a whole batch at once gets the right losses and a hint, not a grade.
+That autograd is switched off, that the backward really ran and the layers found in the module
+are check()'s feedback only.
 """
 
 from __future__ import annotations
@@ -360,8 +362,8 @@ PARTS = [
     Part(
         id="ex07.adam_accumulation", points=3, cases=_adam_cases, expected=_adam_expected,
         compare=COMPARE, call=call_accumulated, source_check=ACCUMULATION_SOURCE,
-        timeout_s=20.0, arg_names=("X", "y", "W1", "b1", "W2", "b2", "lr", "num_steps",
-                                   "micro_batch"),
+        feedback_outputs=(1,), timeout_s=20.0,
+        arg_names=("X", "y", "W1", "b1", "W2", "b2", "lr", "num_steps", "micro_batch"),
         output_names=("losses", "largest_forward_batch"), hints=ADAM_HINTS,
     ),
 ]
