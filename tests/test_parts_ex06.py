@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 import numpy as np
 import pytest
-from exercise_helpers import course_part, run_check, solution_namespace
+from exercise_helpers import course_module, course_part, run_check, solution_namespace
 
 from edu_dl.grading.checking import HIDDEN_SEED, VISIBLE_SEED
 from edu_dl.grading.protocol import roundtrip
@@ -23,7 +23,7 @@ PART_FUNCTIONS = {
     "ex06.tf1_graph": "train_tf1_graph",
     "ex06.tf1_variables": "train_tf1_variables",
     "ex06.tf2_tape": "train_tf2_tape",
-    "ex06.tf_function": "train_tf_function",
+    "ex06.tf_function_decay": "train_tf_function_decay",
 }
 
 
@@ -204,41 +204,74 @@ def test_tf1_code_is_not_a_tape(capsys, sol):
     assert not ok and "never called tape.gradient" in out
 
 
-def test_retracing_tf_function_is_caught(capsys):
+def decaying(X, y, w1_init, w2_init, lr, num_steps, decay, mistake=None):
+    """The decaying-rate tf.function, right or with a mistake: "argument" (the rate passed as a
+    Python float: a new trace per step), "frozen" (a Python rate read from the enclosing function:
+    the trace keeps its first value) or "from_one" (t counted from 1)."""
     import tensorflow as tf
 
-    def retraces(X, y, w1_init, w2_init, lr, num_steps):
-        w1, w2 = tf.Variable(w1_init), tf.Variable(w2_init)
+    w1, w2 = tf.Variable(w1_init), tf.Variable(w2_init)
+    rate = tf.Variable(lr, dtype=tf.float64)
+    python_rate = lr
 
-        @tf.function
-        def step(x, y, t):  # t, a Python int, is part of the trace signature
-            with tf.GradientTape() as tape:
-                loss = tf.reduce_mean(tf.reduce_sum(
-                    (tf.maximum(x @ w1, 0) @ w2 - y) ** 2, axis=1))
-            g1, g2 = tape.gradient(loss, [w1, w2])
-            w1.assign_sub(lr * g1)
-            w2.assign_sub(lr * g2)
-            return loss
+    @tf.function
+    def step(x, y, given_rate):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.reduce_sum(
+                (tf.maximum(x @ w1, 0) @ w2 - y) ** 2, axis=1))
+        g1, g2 = tape.gradient(loss, [w1, w2])
+        used = {"argument": given_rate, "frozen": python_rate}.get(mistake, rate)
+        w1.assign_sub(used * g1)
+        w2.assign_sub(used * g2)
+        return loss
 
-        losses = [step(tf.constant(X), tf.constant(y), t).numpy() for t in range(num_steps)]
-        return losses, step
+    losses = []
+    for t in range(num_steps):
+        python_rate = lr / (1 + decay * (t + (mistake == "from_one")))
+        rate.assign(python_rate)
+        given = python_rate if mistake == "argument" else 0.0
+        losses.append(step(tf.constant(X), tf.constant(y), given).numpy())
+    return losses, step
 
-    ok, out = run(capsys, "ex06.tf_function", retraces)
-    assert not ok
-    assert "output 1 (tracing count): expected 1, got 5" in out
-    assert "hint: traced more than once" in out
+
+@pytest.mark.parametrize(("mistake", "hint"), [
+    (None, None),
+    ("argument", "hint: traced more than once"),
+    ("frozen", "hint: the rate never decayed: a Python number the step reads is frozen"),
+    ("from_one", "hint: the first step is step t = 0"),
+])
+def test_decaying_rate_mistakes(capsys, mistake, hint):
+    ok, out = run(capsys, "ex06.tf_function_decay", lambda *a: decaying(*a, mistake=mistake))
+    if hint is None:
+        assert ok and "hint" not in out, out
+        return
+    assert not ok and hint in out, out
+    if mistake == "argument":
+        assert "output 1 (tracing count): expected 1, got 5" in out
+
+
+def test_decay_zero_is_the_constant_rate():
+    """The decaying oracle with decay = 0 is the other parts' oracle; with a decay it differs."""
+    ex06 = course_module("ex06")
+    for args in ex06._decay_cases(np.random.default_rng(2), True):
+        constant = ex06._edu_dl_losses(*args[:6])
+        assert np.allclose(ex06._edu_dl_losses(*args[:6], 0.0), constant, rtol=0, atol=0)
+        if args[5] > 1:
+            assert not np.allclose(ex06._edu_dl_losses(*args), constant, rtol=1e-9)
+        assert np.allclose(ex06.numpy_losses(*args), ex06._edu_dl_losses(*args), rtol=1e-10)
 
 
 def test_tf_function_must_return_the_function(capsys, sol):
-    ok, out = run(capsys, "ex06.tf_function", sol["train_tf2_tape"])
+    ok, out = run(capsys, "ex06.tf_function_decay", lambda *a: sol["train_tf2_tape"](*a[:6]))
     assert not ok and "return two things: (losses, train_step)" in out
-    ok, out = run(capsys, "ex06.tf_function", lambda *a: (sol["train_tf2_tape"](*a), None))
+    ok, out = run(capsys, "ex06.tf_function_decay",
+                  lambda *a: (sol["train_tf2_tape"](*a[:6]), None))
     assert not ok and "not a tf.function" in out
 
 
 @pytest.mark.parametrize("part_id", list(PART_FUNCTIONS))
 def test_stub_is_not_implemented_yet(capsys, part_id):
-    def stub(X, y, w1_init, w2_init, lr, num_steps):
+    def stub(*args):
         # YOUR CODE HERE
         raise NotImplementedError()
 

@@ -25,7 +25,7 @@ PART_SOLUTIONS = {
     "ex07.manual_gradients": "train_manual",
     "ex07.linear_function": "MyLinear",
     "ex07.two_layer_module": "TwoLayerNet",
-    "ex07.adam_training": "train_adam",
+    "ex07.adam_accumulation": "train_adam_accumulated",
 }
 
 
@@ -225,47 +225,96 @@ def test_module_without_relu_and_with_wrong_layers(capsys):
            "Linear(4, 5, bias=False), Linear(5, 2, bias=True)" in out
 
 
-def adam(X, y, W1, b1, W2, b2, lr, num_steps, reduction="sum", zero_grad=True, twice=False):
+def adam(X, y, W1, b1, W2, b2, lr, num_steps, micro_batch, reduction="sum", zero="step",
+         step_each_micro=False, twice=False, whole_batch=False, functional=False):
+    """Accumulating Adam in torch, with a mistake: zero = "step" (right), "never" or "micro"."""
     model = torch.nn.Sequential(torch.nn.Linear(W1.shape[1], W1.shape[0]), torch.nn.ReLU(),
                                 torch.nn.Linear(W2.shape[1], W2.shape[0])).double()
     with torch.no_grad():
         for p, value in zip(model.parameters(), (W1, b1, W2, b2)):
             p.copy_(value)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    size = len(X) if whole_batch else micro_batch
+
+    def forward(x):
+        if functional:  # the same numbers without calling any nn.Module
+            h = torch.nn.functional.linear(x, model[0].weight, model[0].bias).clamp(min=0)
+            return torch.nn.functional.linear(h, model[2].weight, model[2].bias)
+        return model(x)
+
     losses = []
     for _ in range(num_steps):
-        loss = torch.nn.functional.mse_loss(model(X), y, reduction=reduction)
-        losses.append(loss.item())
-        if zero_grad:
+        if zero == "step":
             optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        total = 0.0
+        for start in range(0, len(X), size):
+            if zero == "micro" or step_each_micro:
+                optimizer.zero_grad()
+            rows = slice(start, start + size)
+            loss = torch.nn.functional.mse_loss(forward(X[rows]), y[rows], reduction=reduction)
+            total += loss.item()
+            loss.backward()
+            if step_each_micro:
+                optimizer.step()
+        if not step_each_micro:
+            optimizer.step()
         if twice:  # the source's listing: a manual update after Adam's
             with torch.no_grad():
                 for p in model.parameters():
                     p -= lr * p.grad
+        losses.append(total)
     return losses
 
 
 @pytest.mark.parametrize(("kwargs", "hint"), [
-    ({"reduction": "mean"}, "hint: you averaged: the lecture's loss is torch.nn.MSELoss"),
-    ({"zero_grad": False}, "hint: the gradients accumulate: call optimizer.zero_grad()"),
+    ({"reduction": "mean"}, "hint: you averaged in each micro-batch"),
+    ({"zero": "never"}, "hint: the gradients pile up from one step to the next"),
+    ({"zero": "micro"}, "hint: only the last micro-batch's gradient reached the step"),
+    ({"step_each_micro": True}, "hint: you took one Adam step per micro-batch"),
     ({"twice": True}, "hint: every weight moves twice per step"),
+    ({"whole_batch": True}, "hint: the model saw the whole batch at once"),
+    ({"functional": True}, "hint: no torch.nn.Module ran a forward pass"),
 ])
 def test_adam_mistakes(capsys, kwargs, hint):
-    ok, out = run(capsys, "ex07.adam_training", lambda *a: adam(*a, **kwargs))
+    ok, out = run(capsys, "ex07.adam_accumulation", lambda *a: adam(*a, **kwargs))
     assert not ok
     assert "case 1 of 2 (X (8, 6), y (8, 3), W1 (5, 6)" in out and hint in out
 
 
+def test_adam_without_mistake_passes_and_no_hint_fires(capsys):
+    """The torch helper without a mistake is right, so every hint above stays quiet on it."""
+    ok, out = run(capsys, "ex07.adam_accumulation", adam)
+    assert ok and "hint" not in out, out
+
+
+def test_adam_whole_batch_is_the_only_difference_the_values_miss():
+    """Running the whole batch at once gives the right losses (a summed loss): only the recorded
+    row count tells it apart, which check() reports (feedback: observed in the sandbox)."""
+    part = course_part("ex07.adam_accumulation")
+    for args in part.cases(np.random.default_rng(7), True):
+        tensors = [torch.tensor(a) if isinstance(a, np.ndarray) else a for a in args]
+        losses, rows = part.call(lambda *a: adam(*a, whole_batch=True), args)
+        want_losses, want_rows = part.expected(*args)
+        assert np.allclose(losses, want_losses, rtol=1e-9, atol=1e-12)
+        assert int(rows) == len(args[0]) and int(want_rows) == min(args[8], len(args[0]))
+        assert np.allclose(adam(*tensors), want_losses, rtol=1e-9, atol=1e-12)
+
+
 def test_adam_reference_matches_torch():
-    """The hints' NumPy Adam is PyTorch's: without a mistake it gives torch.optim.Adam's losses."""
+    """The hints' NumPy Adam is PyTorch's, mistakes included: each replay gives the torch loop's
+    losses with the same mistake."""
     numpy_adam_losses = course_module("ex07").numpy_adam_losses
 
-    part = course_part("ex07.adam_training")
+    part = course_part("ex07.adam_accumulation")
+    pairs = [({}, {}), ({"reduction": "mean"}, {"reduction": "mean"}),
+             ({"zero_grad": False}, {"zero": "never"}),
+             ({"zero_each_micro": True}, {"zero": "micro"}),
+             ({"step_each_micro": True}, {"step_each_micro": True})]
     for args in part.cases(np.random.default_rng(5), True):
         tensors = [torch.tensor(a) if isinstance(a, np.ndarray) else a for a in args]
-        assert np.allclose(numpy_adam_losses(*args), adam(*tensors), rtol=1e-9, atol=1e-12)
+        for replay, mistake in pairs:
+            assert np.allclose(numpy_adam_losses(*args, **replay), adam(*tensors, **mistake),
+                               rtol=1e-9, atol=1e-12), replay
 
 
 @pytest.mark.parametrize("part_id", list(PART_SOLUTIONS))

@@ -27,7 +27,7 @@ def solutions() -> dict[str, Any]:
             **solution_namespace("08b_caffe_and_the_landscape.ipynb", also="def parse_layer")}
 
 
-FUNCTIONS = {"ex08.rnn_eager": "rnn_eager", "ex08.rnn_static": "rnn_static",
+FUNCTIONS = {"ex08.rnn_eager_batch": "rnn_eager_batch", "ex08.rnn_static": "rnn_static",
              "ex08.plan": "plan", "ex08.caffe_forward": "caffe_forward"}
 
 
@@ -83,24 +83,68 @@ def test_the_stub_is_not_implemented_yet(capsys: pytest.CaptureFixture[str],
     assert not ok and out.strip() == f"✗ {part_id}: not implemented yet"
 
 
-def _rnn_always_positive(X, W, U):
+def rnn_batch(X, lengths, W, U, padded=False, one_branch=False, mean=False, no_branch=False):
+    """The batch RNN in edu_dl eager, with a mistake switched on."""
     W, U = ed.tensor(W, requires_grad=True), ed.tensor(U, requires_grad=True)
-    h = ed.zeros((1, W.shape[0]), dtype=np.float64)
-    for t in range(X.shape[0]):
-        h = (h @ W + ed.tensor(X[t:t + 1]) @ U).tanh()
-    loss = (h * h).sum()  # BUG: no branch
+    finals = []
+    for b in range(X.shape[0]):
+        h = ed.zeros((1, W.shape[0]), dtype=np.float64)
+        for t in range(X.shape[1] if padded else int(lengths[b])):
+            h = (h @ W + ed.tensor(X[b, t:t + 1]) @ U).tanh()
+        finals.append(h)
+    total = sum(h.sum().item() for h in finals)
+    loss = None
+    for h in finals:
+        positive = total > 0 if one_branch else h.sum().item() > 0
+        own = (h * h).sum() if positive or no_branch else -h.sum()
+        loss = own if loss is None else loss + own
+    if mean:
+        loss = loss * (1.0 / X.shape[0])
     loss.backward()
     return loss.item(), W.grad.numpy(), U.grad.numpy()
 
 
-def test_rnn_without_the_branch(capsys: pytest.CaptureFixture[str]) -> None:
-    ok, out = run(capsys, "ex08.rnn_eager", _rnn_always_positive)
-    assert not ok and "case 2 of 3 (X (5, 5), W (4, 4), U (5, 4))" in out
-    assert "output 0 (loss)" in out and "when sum(h) <= 0 the loss is -sum(h)" in out
+def test_batch_cases_take_both_branches_and_pad() -> None:
+    for hidden in (False, True):
+        cases = ex08._batch_cases(np.random.default_rng(3), hidden)
+        sums = [ex08._h_final(X[b, :n], W, U).sum()
+                for X, lengths, W, U in cases for b, n in enumerate(lengths)]
+        assert min(sums) < 0 < max(sums)
+        assert any(min(c[1]) < c[0].shape[1] for c in cases)  # some sequence is padded
+
+
+@pytest.mark.parametrize(("mistake", "hint"), [
+    ({}, None),
+    ({"padded": True}, "the padding ran too"),
+    ({"one_branch": True}, "one branch for the whole batch"),
+    ({"mean": True}, "SUM of its sequences' losses, not their mean"),
+    ({"no_branch": True}, "output 0 (loss)"),
+])
+def test_rnn_batch_mistakes(capsys: pytest.CaptureFixture[str], mistake: dict[str, bool],
+                            hint: str | None) -> None:
+    ok, out = run(capsys, "ex08.rnn_eager_batch", lambda *a: rnn_batch(*a, **mistake))
+    if hint is None:
+        assert ok and "hint" not in out, out
+    else:
+        assert not ok and "(X (3, 5, 4), lengths (3,), W (3, 3), U (4, 3))" in out
+        assert hint in out, out
+
+
+def test_rnn_batch_replays_match_the_eager_mistakes() -> None:
+    """Each hint's NumPy replay gives the loss the mistaken eager program gives."""
+    for args in ex08._batch_cases(np.random.default_rng(4), True):
+        for mistake in ({"padded": True}, {"one_branch": True}, {"mean": True}):
+            want = rnn_batch(*args, **mistake)[0]
+            assert np.isclose(ex08._batch_loss(*args, **mistake), want, rtol=1e-10)
+
+
+def one_sequence(X, W, U):
+    """The batch solution on a batch of one: the right values for rnn_static, eagerly."""
+    return solutions()["rnn_eager_batch"](X[None], np.array([len(X)]), W, U)
 
 
 def test_rnn_static_must_run_a_session(capsys: pytest.CaptureFixture[str]) -> None:
-    ok, out = run(capsys, "ex08.rnn_static", solutions()["rnn_eager"])
+    ok, out = run(capsys, "ex08.rnn_static", one_sequence)
     assert not ok and "failed: no edu_dl.graph Session ran" in out
 
 
@@ -187,26 +231,28 @@ def test_caffe_by_the_library_is_refused(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_rnn_eager_in_pytorch_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    def rnn_eager(X, W, U):
+    def rnn_eager_batch(X, lengths, W, U):
         import torch
 
         Wt = torch.tensor(W, requires_grad=True)
         Ut = torch.tensor(U, requires_grad=True)
-        h = torch.zeros((1, W.shape[0]), dtype=torch.float64)
-        for x_t in torch.tensor(X):
-            h = torch.tanh(h @ Wt + x_t[None] @ Ut)
-        loss = (h * h).sum() if h.sum() > 0 else -h.sum()
+        loss = 0
+        for b, n in enumerate(lengths):
+            h = torch.zeros((1, W.shape[0]), dtype=torch.float64)
+            for x_t in torch.tensor(X[b, :n]):
+                h = torch.tanh(h @ Wt + x_t[None] @ Ut)
+            loss = loss + ((h * h).sum() if h.sum() > 0 else -h.sum())
         loss.backward()
         return loss.item(), Wt.grad.numpy(), Ut.grad.numpy()
 
-    ok, out = run(capsys, "ex08.rnn_eager", rnn_eager)
+    ok, out = run(capsys, "ex08.rnn_eager_batch", rnn_eager_batch)
     assert not ok
-    assert out.startswith("✗ ex08.rnn_eager: the values are right, but this part asks you to "
-                          "write the RNN with edu_dl's eager engine")
+    assert out.startswith("✗ ex08.rnn_eager_batch: the values are right, but this part asks you "
+                          "to write the RNN with edu_dl's eager engine")
 
 
 @pytest.mark.parametrize(("part_id", "notebook"), [
-    ("ex08.rnn_eager", "08_static_vs_dynamic.ipynb"),
+    ("ex08.rnn_eager_batch", "08_static_vs_dynamic.ipynb"),
     ("ex08.caffe_forward", "08b_caffe_and_the_landscape.ipynb")])
 def test_the_solutions_source_passes(part_id: str, notebook: str) -> None:
     part = next(p for p in ex08.PARTS if p.id == part_id)

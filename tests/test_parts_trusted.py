@@ -357,10 +357,10 @@ def train_tf2_tape(X, y, w1_init, w2_init, lr, num_steps):
     numpy_losses = course_module("ex06").numpy_losses
     return numpy_losses(X, y, w1_init, w2_init, lr, num_steps)
 """),
-    "ex06.tf_function": (FORGED, """
-def train_tf_function(X, y, w1_init, w2_init, lr, num_steps):
+    "ex06.tf_function_decay": (FORGED, """
+def train_tf_function_decay(X, y, w1_init, w2_init, lr, num_steps, decay):
     numpy_losses = course_module("ex06").numpy_losses
-    return numpy_losses(X, y, w1_init, w2_init, lr, num_steps), None
+    return numpy_losses(X, y, w1_init, w2_init, lr, num_steps, decay), None
 """),
     # ex07
     "ex07.manual_gradients": (FORGED, """
@@ -392,16 +392,16 @@ class TwoLayerNet:  # no nn.Module, no nn.Linear
     def forward(self, x):
         return x
 """),
-    "ex07.adam_training": (RAW, """
-def train_adam(X, y, W1, b1, W2, b2, lr, num_steps):
-    numpy_adam_losses = course_module("ex07").numpy_adam_losses
-    return numpy_adam_losses(X, y, W1, b1, W2, b2, lr, num_steps, reduction="mean")
+    "ex07.adam_accumulation": (FORGED, """
+def train_adam_accumulated(X, y, W1, b1, W2, b2, lr, num_steps, micro_batch):
+    numpy_adam_losses = course_module("ex07").numpy_adam_losses  # no torch, no micro-batches
+    return numpy_adam_losses(X, y, W1, b1, W2, b2, lr, num_steps)
 """),
     # ex08
-    "ex08.rnn_eager": (RAW, """
-def rnn_eager(X, W, U):
-    _rnn_expected = course_module("ex08")._rnn_expected
-    loss, dW, dU = _rnn_expected(X, W, U)
+    "ex08.rnn_eager_batch": (RAW, """
+def rnn_eager_batch(X, lengths, W, U):
+    _batch_expected = course_module("ex08")._batch_expected
+    loss, dW, dU = _batch_expected(X, lengths, W, U)
     return loss, dW.T, dU  # dW transposed
 """),
     "ex08.rnn_static": (RAW, """
@@ -760,14 +760,16 @@ def test_linear_function_db_of_the_batch_shape_fails_check_and_grader(
 
 
 def test_feedback_outputs_are_ignored_by_the_grader(tmp_path: Path) -> None:
-    """ex06: the weight-copy count and the tracing count are observed in the sandbox; forging
-    them helps nothing, and a wrong count alone does not decide the grade either."""
+    """ex06: the weight-copy count and the tracing count, ex07: the most rows one forward saw,
+    are observed in the sandbox; forging them helps nothing, and a wrong count alone does not
+    decide the grade either."""
     for part_id, name in (("ex06.tf1_variables", "train_tf1_variables"),
-                          ("ex06.tf_function", "train_tf_function")):
+                          ("ex06.tf_function_decay", "train_tf_function_decay"),
+                          ("ex07.adam_accumulation", "train_adam_accumulated")):
         part = course_part(part_id)
         assert part.feedback_outputs == (1,)
         cases = draw(part)[:2]
-        good = trusted_source.find_source(solution_notebook("ex06"), part_id)
+        good = trusted_source.find_source(solution_notebook(part_id.split(".")[0]), part_id)
         honest_losses = [part.expected(*args)[0] for args in cases]
         forged_count = wire(tmp_path, [(losses, 7) for losses in honest_losses])
         assert judge.judge(part, cases, forged_count, good)[0] == "passed"

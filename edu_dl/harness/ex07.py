@@ -194,9 +194,24 @@ def call_module(cls: Any, args: Case) -> np.ndarray:
     return out.detach().numpy()
 
 
-# --------------------------------------------------------------------------- 4. Sequential + Adam
+# --------------------------------------------------------------------------- 4. Adam, accumulated
 
 
-def call_adam(fn: Callable[..., Any], args: Case) -> np.ndarray:
-    """fn on torch tensors; its losses as float64."""
-    return numbers(fn(*(to_torch(a) for a in args)))
+def call_accumulated(fn: Callable[..., Any], args: Case) -> tuple[np.ndarray, np.ndarray]:
+    """fn on torch tensors: its losses as float64, and the most rows that any torch.nn.Module's
+    forward received as its first input (0 when no module ran), seen by a global forward hook."""
+    import torch
+
+    most_rows = [0]
+
+    def count_rows(module: Any, inputs: Any, output: Any) -> None:
+        first = inputs[0] if isinstance(inputs, tuple) and inputs else None
+        if isinstance(first, torch.Tensor) and first.dim() > 0:
+            most_rows[0] = max(most_rows[0], int(first.shape[0]))
+
+    handle = torch.nn.modules.module.register_module_forward_hook(count_rows)
+    try:
+        losses = numbers(fn(*(to_torch(a) for a in args)))
+    finally:
+        handle.remove()
+    return losses, np.array(most_rows[0], dtype=np.int64)

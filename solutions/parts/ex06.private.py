@@ -1,8 +1,10 @@
 """Exercise 6, TensorFlow: the lecture's two-layer net in TF 1.x graph mode, with Variables, in
-TF 2 with ``GradientTape`` and with ``tf.function``.
+TF 2 with ``GradientTape``, and with ``tf.function`` under a decaying learning rate (the step the
+lecture leaves open: what a trace freezes).
 
 Every part trains the net ``loss = mean_i sum_j (relu(x w1) w2 - y)_ij²`` for ``num_steps``
-steps of gradient descent and returns the losses. The oracle is edu_dl's eager engine in float64
+steps of gradient descent and returns the losses; the ``tf.function`` part's step t (from 0) uses
+the rate ``lr / (1 + decay t)``. The oracle is edu_dl's eager engine in float64
 (its autograd, not TensorFlow's); the hints replay typical mistakes with a NumPy copy of the loop.
 
 Each part's ``call`` (public: ``edu_dl.harness.ex06``, with the generic rules about losses) also
@@ -90,26 +92,36 @@ def _cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     return [two_layer_case(rng, *size) for size in two_layer_sizes(rng, hidden)]
 
 
+def _decay_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    """The same problems, each with a decay: a rate that halves by step 2 on the visible ones."""
+    cases = _cases(rng, hidden)
+    decays = [0.5] * len(cases) if not hidden else [
+        float(f"{d:.2g}") for d in rng.uniform(0.1, 1.0, size=len(cases))]
+    return [(*case, decay) for case, decay in zip(cases, decays)]
+
+
 # --------------------------------------------------------------------------- the oracle
 
 
 def _edu_dl_losses(x: Array, y: Array, w1: Array, w2: Array, lr: float,
-                   num_steps: int) -> Array:
-    """edu_dl's eager engine: forward, backward, w -= lr * grad; the loss before each update."""
+                   num_steps: int, decay: float = 0.0) -> Array:
+    """edu_dl's eager engine: forward, backward, w -= lr_t * grad with lr_t = lr / (1 + decay t);
+    the loss before each update."""
     import edu_dl as ed
 
     xt, yt = ed.tensor(np.asarray(x, np.float64)), ed.tensor(np.asarray(y, np.float64))
     w1, w2 = np.array(w1, np.float64), np.array(w2, np.float64)
     losses = []
-    for _ in range(int(num_steps)):
+    for t in range(int(num_steps)):
+        rate = lr / (1 + decay * t)
         w1t, w2t = ed.tensor(w1, requires_grad=True), ed.tensor(w2, requires_grad=True)
         diff = ed.ops.relu(xt @ w1t) @ w2t - yt
         loss = (diff ** 2).sum(axis=1).mean()
         loss.backward()
         losses.append(loss.item())
         assert w1t.grad is not None and w2t.grad is not None
-        w1 = w1 - lr * w1t.grad.numpy()
-        w2 = w2 - lr * w2t.grad.numpy()
+        w1 = w1 - rate * w1t.grad.numpy()
+        w2 = w2 - rate * w2t.grad.numpy()
     return np.array(losses)
 
 
@@ -128,15 +140,18 @@ def _expected_one_trace(*args: Any) -> tuple[Array, int]:
 # --------------------------------------------------------------------------- hints
 
 
-def numpy_losses(x: Array, y: Array, w1: Array, w2: Array, lr: float, num_steps: int, *,
-                 reduce: str = "batch_mean", relu: bool = True, sign: float = 1.0) -> Array:
-    """The same loop in NumPy with a mistake switched on: reduce 'sum' (over everything) or 'mean'
-    (over every entry) instead of the batch mean of row sums, no ReLU, or sign=-1 (ascent)."""
+def numpy_losses(x: Array, y: Array, w1: Array, w2: Array, lr: float, num_steps: int,
+                 decay: float = 0.0, *, reduce: str = "batch_mean", relu: bool = True,
+                 sign: float = 1.0, first_t: int = 0) -> Array:
+    """The same loop in NumPy (step t's rate lr / (1 + decay t)) with a mistake switched on:
+    reduce 'sum' (over everything) or 'mean' (over every entry) instead of the batch mean of row
+    sums, no ReLU, sign=-1 (ascent), or the steps counted from first_t instead of 0."""
     w1, w2 = np.array(w1, np.float64), np.array(w2, np.float64)
     n = len(x)
     scale = {"batch_mean": 1.0 / n, "sum": 1.0, "mean": 1.0 / np.size(y)}[reduce]
     losses = []
-    for _ in range(int(num_steps)):
+    for t in range(first_t, first_t + int(num_steps)):
+        rate = lr / (1 + decay * t)
         pre = x @ w1
         h = np.maximum(pre, 0) if relu else pre
         diff = h @ w2 - y
@@ -147,15 +162,17 @@ def numpy_losses(x: Array, y: Array, w1: Array, w2: Array, lr: float, num_steps:
         if relu:
             grad_pre = grad_pre * (pre > 0)
         grad_w1 = x.T @ grad_pre
-        w1 = w1 - sign * lr * grad_w1
-        w2 = w2 - sign * lr * grad_w2
+        w1 = w1 - sign * rate * grad_w1
+        w2 = w2 - sign * rate * grad_w2
     return np.array(losses)
 
 
 def _replay(case: tuple[Any, ...], steps: int | None = None, **mistake: Any) -> Array:
-    """numpy_losses on a case, optionally for another number of steps."""
-    x, y, w1, w2, lr, num_steps = case
-    return numpy_losses(x, y, w1, w2, lr, num_steps if steps is None else steps, **mistake)
+    """numpy_losses on a case (with its decay, if it has one), optionally for another number of
+    steps."""
+    x, y, w1, w2, lr, num_steps, *decay = case
+    return numpy_losses(x, y, w1, w2, lr, num_steps if steps is None else steps, *decay,
+                        **mistake)
 
 
 def _float32_lr(args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -226,9 +243,17 @@ COPIES_HINT = (
 TRACE_HINTS = (
     Equals("the returned tf.function was never called: train with it, then return it",
            output=1, value=0),
-    Greater("traced more than once: every call with a new Python number (the step t, lr) or a "
-            "new shape traces anew. Pass only tensors of fixed shape (X, y) and keep lr and the "
-            "Variables outside the arguments", output=1),
+    Greater("traced more than once: every call with a new Python number (the step t, the "
+            "step's rate) or a new shape traces anew. Pass only tensors of fixed shape, and keep "
+            "the changing rate in a tf.Variable the step reads", output=1),
+)
+DECAY_HINTS = (
+    _losses_mistake(lambda e, a: _replay(a[:6]),
+                    "the rate never decayed: a Python number the step reads is frozen into the "
+                    "graph when it is traced. Keep the rate in a tf.Variable and assign it before "
+                    "each step (or pass it as a tensor)"),
+    _losses_mistake(lambda e, a: _replay(a, first_t=1),
+                    "the first step is step t = 0, at the full rate lr: count the steps from 0"),
 )
 
 SESSION = (("Session", "InteractiveSession"), NO_SESSION)
@@ -274,10 +299,10 @@ PARTS = [
         hints=loss_hints("batch_mean"),
     ),
     Part(
-        id="ex06.tf_function", points=2, cases=_cases, expected=_expected_one_trace,
-        compare=COMPARE, call=call_tf_function, source_check=FUNCTION_SOURCE,
-        feedback_outputs=(1,), arg_names=ARG_NAMES, timeout_s=30.0,
-        output_names=("losses", "tracing count"),
-        hints=(*TRACE_HINTS, *loss_hints("batch_mean")),
+        id="ex06.tf_function_decay", points=2, cases=_decay_cases,
+        expected=_expected_one_trace, compare=COMPARE, call=call_tf_function,
+        source_check=FUNCTION_SOURCE, feedback_outputs=(1,), arg_names=(*ARG_NAMES, "decay"),
+        timeout_s=30.0, output_names=("losses", "tracing count"),
+        hints=(*TRACE_HINTS, *DECAY_HINTS, *loss_hints("batch_mean")),
     ),
 ]

@@ -1,5 +1,6 @@
 """Exercise 7, PyTorch: gradients by hand on tensors, a custom autograd Function, a custom Module,
-and a training loop with nn.Sequential and optim.Adam.
+and Adam on a batch taken in micro-batches (gradient accumulation, the step the lecture's loop
+leaves open).
 
 The student's functions receive torch float64 tensors (``call``, public in ``edu_dl.harness.ex07``,
 converts the grader's NumPy arrays).
@@ -13,8 +14,13 @@ returns them, before autograd can sum a broadcast gradient into shape); from the
 the manual part never asks autograd (no backward, grad, requires_grad), MyLinear subclasses
 ``torch.autograd.Function`` with its own forward and backward, and that backward does not ask
 autograd for the gradients (the oracle is autograd itself), TwoLayerNet subclasses
-``nn.Module`` and builds ``nn.Linear`` layers. That autograd is switched off, that the backward
-really ran and the layers found in the module are check()'s feedback only.
+``nn.Module`` and builds ``nn.Linear`` layers, the accumulating loop calls backward and Adam. The
+accumulation's oracle is the full batch's Adam (with a summed loss, the micro-batches' gradients
+add up to the batch's); the most rows one module's forward saw is observed in the sandbox by a
+global forward hook, so, like exercise 6's tracing count, it is check()'s feedback only
+(``feedback_outputs``): a whole batch at once gets the right losses and a hint, not a grade.
+That autograd is switched off, that the backward really ran and the layers found in the module
+are check()'s feedback only.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from edu_dl.harness.ex06 import Stuck
 from edu_dl.harness.ex07 import (
     ClassCheck,
     ShapeOfArgument,
-    call_adam,
+    call_accumulated,
     call_function,
     call_manual,
     call_module,
@@ -143,28 +149,31 @@ def _module_expected(x: Array, w1: Array, b1: Array, w2: Array, b2: Array) -> Ar
     return np.maximum(x @ w1.T + b1, 0) @ w2.T + b2
 
 
-# --------------------------------------------------------------------------- 4. Sequential + Adam
+# --------------------------------------------------------------------------- 4. Adam, accumulated
 
 
 def _adam_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    """(X, y, W1, b1, W2, b2, lr, num_steps), weights in PyTorch's layout and initialization."""
-    sizes = [(8, 6, 5, 3, 6), (4, 3, 7, 2, 6)] if not hidden else [(1, 1, 1, 1, 2)] + [
-        (*(int(d) for d in rng.integers(1, 10, size=4)), int(rng.integers(2, 11)))
-        for _ in range(3)]
+    """(X, y, W1, b1, W2, b2, lr, num_steps, micro_batch), weights in PyTorch's layout and
+    initialization; micro-batches that do not divide the batch, one row, and the whole batch."""
+    sizes = [(8, 6, 5, 3, 6, 3), (4, 3, 7, 2, 6, 2)] if not hidden else [(1, 1, 1, 1, 2, 1)] + [
+        (n, *(int(d) for d in rng.integers(1, 10, size=3)), int(rng.integers(2, 11)), micro)
+        for n, micro in ((7, 1), (9, 9), (int(rng.integers(5, 13)), int(rng.integers(2, 5))))]
     cases = []
-    for n, d_in, h, d_out, steps in sizes:
+    for n, d_in, h, d_out, steps, micro in sizes:
         x = rng.standard_normal((n, d_in))
         b_in, b_h = 1 / np.sqrt(d_in), 1 / np.sqrt(h)
         weights = [rng.uniform(-b_in, b_in, (h, d_in)), rng.uniform(-b_in, b_in, h),
                    rng.uniform(-b_h, b_h, (d_out, h)), rng.uniform(-b_h, b_h, d_out)]
         lr = 1e-2 if not hidden else float(f"{rng.uniform(1e-3, 5e-2):.2g}")
-        cases.append((x, rng.standard_normal((n, d_out)), *weights, lr, steps))
+        cases.append((x, rng.standard_normal((n, d_out)), *weights, lr, steps, micro))
     return cases
 
 
 def _adam_expected(x: Array, y: Array, w1: Array, b1: Array, w2: Array, b2: Array, lr: float,
-                   num_steps: int) -> Array:
-    """edu_dl.nn.Sequential + edu_dl.optim.Adam (PyTorch's formula); ed.nn.Linear is (in, out)."""
+                   num_steps: int, micro_batch: int) -> tuple[Array, Array]:
+    """edu_dl.nn.Sequential + edu_dl.optim.Adam (PyTorch's formula) on the WHOLE batch: with a
+    summed loss, the micro-batches' accumulated gradients are the batch's. And the most rows a
+    forward may see: one micro-batch."""
     import edu_dl as ed
 
     model = ed.nn.Sequential(
@@ -182,30 +191,41 @@ def _adam_expected(x: Array, y: Array, w1: Array, b1: Array, w2: Array, b2: Arra
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    return np.array(losses)
+    return np.array(losses), np.array(min(int(micro_batch), len(x)))
+
+
+def _loss_and_grads(params: list[Array], x: Array, y: Array, reduction: str
+                    ) -> tuple[float, list[Array]]:
+    """The net's squared error on (x, y), summed or averaged, and its gradients (NumPy)."""
+    w1_, b1_, w2_, b2_ = params
+    scale = 1.0 if reduction == "sum" else 1.0 / np.size(y)
+    pre = x @ w1_.T + b1_
+    h = np.maximum(pre, 0)
+    diff = h @ w2_.T + b2_ - y
+    g_out = 2 * scale * diff
+    g_pre = (g_out @ w2_) * (pre > 0)
+    return scale * float(np.sum(diff ** 2)), [g_pre.T @ x, g_pre.sum(0), g_out.T @ h, g_out.sum(0)]
 
 
 def numpy_adam_losses(x: Array, y: Array, w1: Array, b1: Array, w2: Array, b2: Array, lr: float,
-                      num_steps: int, *, reduction: str = "sum", zero_grad: bool = True,
-                      extra_sgd: bool = False, sgd: bool = False) -> Array:
-    """The Adam loop in NumPy with a mistake switched on: reduction 'mean', gradients never zeroed
-    (they accumulate), the source's extra ``param -= lr * grad`` after the step, or plain SGD."""
+                      num_steps: int, micro_batch: int | None = None, *, reduction: str = "sum",
+                      zero_grad: bool = True, zero_each_micro: bool = False,
+                      step_each_micro: bool = False, extra_sgd: bool = False,
+                      sgd: bool = False) -> Array:
+    """The accumulating Adam loop in NumPy (a step's loss: its micro-batches' losses added up),
+    with a mistake switched on: reduction 'mean' in each micro-batch, gradients never zeroed
+    (they accumulate across steps), zeroed before every micro-batch (only the last one's
+    reaches the step), one step per micro-batch, the source's extra ``param -= lr * grad``
+    after the step, or plain SGD."""
     params = [np.array(p, dtype=np.float64) for p in (w1, b1, w2, b2)]
-    grads = [np.zeros_like(p) for p in params]
-    m = [np.zeros_like(p) for p in params]
-    v = [np.zeros_like(p) for p in params]
-    scale = 1.0 if reduction == "sum" else 1.0 / np.size(y)
-    losses = []
-    for t in range(1, int(num_steps) + 1):
-        w1_, b1_, w2_, b2_ = params
-        pre = x @ w1_.T + b1_
-        h = np.maximum(pre, 0)
-        diff = h @ w2_.T + b2_ - y
-        losses.append(scale * np.sum(diff ** 2))
-        g_out = 2 * scale * diff
-        g_pre = (g_out @ w2_) * (pre > 0)
-        new = [g_pre.T @ x, g_pre.sum(0), g_out.T @ h, g_out.sum(0)]
-        grads = new if zero_grad else [g + n for g, n in zip(grads, new)]
+    zeros = [np.zeros_like(p) for p in params]
+    grads, m, v = list(zeros), list(zeros), list(zeros)
+    size = len(x) if micro_batch is None else max(1, int(micro_batch))
+    t, losses = 0, []
+
+    def update(grads: list[Array]) -> None:
+        nonlocal t
+        t += 1
         for i, g in enumerate(grads):
             if sgd:
                 params[i] = params[i] - lr * g
@@ -216,13 +236,29 @@ def numpy_adam_losses(x: Array, y: Array, w1: Array, b1: Array, w2: Array, b2: A
             params[i] = params[i] - lr * m_hat / (np.sqrt(v_hat) + 1e-8)
             if extra_sgd:
                 params[i] = params[i] - lr * g
+
+    for _ in range(int(num_steps)):
+        if zero_grad:
+            grads = list(zeros)
+        total = 0.0
+        for start in range(0, len(x), size):
+            if zero_each_micro or step_each_micro:
+                grads = list(zeros)
+            loss, new = _loss_and_grads(params, x[start:start + size], y[start:start + size],
+                                        reduction)
+            total += loss
+            grads = [g + n for g, n in zip(grads, new)]
+            if step_each_micro:
+                update(grads)
+        if not step_each_micro:
+            update(grads)
+        losses.append(total)
     return np.array(losses)
 
 
 def _adam_replay(case: tuple[Any, ...], **mistake: Any) -> Array:
     """numpy_adam_losses on a case."""
-    x, y, w1, b1, w2, b2, lr, num_steps = case
-    return numpy_adam_losses(x, y, w1, b1, w2, b2, lr, num_steps, **mistake)
+    return numpy_adam_losses(*case, **mistake)
 
 
 # float64 loops agree to ~1e-14: a replay matches a mistake's result to the comparison's tolerance
@@ -233,20 +269,46 @@ def _mistake(replay: Any, message: str, output: int | None = None) -> Mistake:
     return Mistake(replay, message, output=output, rtol=TOL[0], atol=TOL[1])
 
 
+def _whole_batch_seen(e: Any, a: Case) -> Array | None:
+    """The most rows one forward saw when the whole batch went through at once."""
+    return np.array(len(a[0])) if int(a[8]) < len(a[0]) else None
+
+
 ADAM_HINTS = (
     _mistake(lambda e, a: _adam_replay(a, reduction="mean"),
-             "you averaged: the lecture's loss is torch.nn.MSELoss(reduction='sum')"),
+             "you averaged in each micro-batch: the loss is torch.nn.MSELoss(reduction='sum'), "
+             "whose micro-batch gradients add up to the whole batch's", output=0),
     _mistake(lambda e, a: _adam_replay(a, zero_grad=False),
-             "the gradients accumulate: call optimizer.zero_grad() before each loss.backward()"),
+             "the gradients pile up from one step to the next: zero them once per step, before "
+             "the first micro-batch's backward", output=0),
+    _mistake(lambda e, a: _adam_replay(a, zero_each_micro=True),
+             "only the last micro-batch's gradient reached the step: zero the gradients once per "
+             "step, not before every micro-batch (backward adds into .grad; that is the point)",
+             output=0),
+    _mistake(lambda e, a: _adam_replay(a, step_each_micro=True),
+             "you took one Adam step per micro-batch: let every micro-batch's backward add to "
+             "the gradients, then call optimizer.step() once per step", output=0),
     _mistake(lambda e, a: _adam_replay(a, extra_sgd=True),
              "every weight moves twice per step: remove the source's manual `param.data -= lr * "
-             "param.grad` after optimizer.step() (Adam already updated it)"),
+             "param.grad` after optimizer.step() (Adam already updated it)", output=0),
     _mistake(lambda e, a: _adam_replay(a, sgd=True),
              "those are plain gradient descent's losses: use torch.optim.Adam(model.parameters(), "
-             "lr=lr)"),
+             "lr=lr)", output=0),
+    _mistake(_whole_batch_seen,
+             "the model saw the whole batch at once: run it on micro-batches of at most "
+             "micro_batch rows (X[start:start + micro_batch]), that is what fits in memory",
+             output=1),
+    _mistake(lambda e, a: np.array(0),
+             "no torch.nn.Module ran a forward pass: build the model with nn.Sequential and call "
+             "it on the micro-batches", output=1),
     Stuck("every loss equals the first: the weights never change. Call optimizer.step() each "
           "step, with the optimizer built on model.parameters()", rtol=TOL[0], atol=TOL[1]),
 )
+ACCUMULATION_SOURCE = names_check(required=[
+    (("backward",), "the loop calls no backward(): each micro-batch's loss.backward() adds its "
+                    "gradient to the parameters' .grad"),
+    (("Adam",), "the loop uses no torch.optim.Adam"),
+])
 
 
 def _square_w_dx(e: Any, a: Case) -> Array | None:
@@ -298,8 +360,10 @@ PARTS = [
         arg_names=("x", "W1", "b1", "W2", "b2"), hints=MODULE_HINTS,
     ),
     Part(
-        id="ex07.adam_training", points=3, cases=_adam_cases, expected=_adam_expected,
-        compare=COMPARE, call=call_adam, timeout_s=20.0,
-        arg_names=("X", "y", "W1", "b1", "W2", "b2", "lr", "num_steps"), hints=ADAM_HINTS,
+        id="ex07.adam_accumulation", points=3, cases=_adam_cases, expected=_adam_expected,
+        compare=COMPARE, call=call_accumulated, source_check=ACCUMULATION_SOURCE,
+        feedback_outputs=(1,), timeout_s=20.0,
+        arg_names=("X", "y", "W1", "b1", "W2", "b2", "lr", "num_steps", "micro_batch"),
+        output_names=("losses", "largest_forward_batch"), hints=ADAM_HINTS,
     ),
 ]

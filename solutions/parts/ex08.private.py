@@ -1,7 +1,9 @@
-"""Exercise 8, static vs dynamic: a data-dependent RNN eagerly and unrolled, a Session's plan,
+"""Exercise 8, static vs dynamic: a data-dependent RNN eagerly on a batch of sequences of their
+own lengths (the step the lecture leaves open) and unrolled for one sequence, a Session's plan,
 and a Caffe net's forward pass.
 
-Oracles: ``torch.autograd`` for the RNN's loss and gradients (PyTorch runs the same program
+Oracles: ``torch.autograd`` for the RNN's loss and gradients (a batch's: the sum over its
+sequences) (PyTorch runs the same program
 define-by-run); a transitive closure by boolean matrix products for the plan (no graph search);
 ``edu_dl.caffe``'s own reader and ``Net`` for the Caffe forward pass.
 
@@ -118,6 +120,79 @@ RNN_HINTS = (
     OutputRight("the loss is right but the gradients are not: make W and U tensors with "
                 "requires_grad=True, call loss.backward() once, and return W.grad and U.grad as "
                 "arrays", right=0, rtol=1e-7, atol=1e-10),
+)
+
+
+# --------------------------------------------------------------------------- the batch, eagerly
+
+
+def _batch_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    """(X (B, T_max, D) zero-padded, lengths (B,), W, U): sequences of their own lengths whose
+    final states take both branches (no sequence on a branch's edge); one length may be T_max."""
+    if not hidden:
+        wanted = [(4, 3, [3, 1, 5]), (2, 4, [2, 4]), (5, 2, [1, 3, 2, 4])]
+    else:
+        wanted = [(int(rng.integers(1, 6)), int(rng.integers(1, 5)),
+                   [int(n) for n in rng.integers(1, 8, size=int(rng.integers(b, 5)))])
+                  for b in (1, 2, 2, 3)]
+    cases: list[Case] = []
+    for D, H, lengths in wanted:
+        while True:
+            X = np.zeros((len(lengths), max(lengths), D))
+            for b, n in enumerate(lengths):
+                X[b, :n] = rng.standard_normal((n, D))
+            W, U = 0.5 * rng.standard_normal((H, H)), 0.5 * rng.standard_normal((D, H))
+            sums = [_h_final(X[b, :n], W, U).sum() for b, n in enumerate(lengths)]
+            both = len(lengths) < 2 or min(sums) < 0 < max(sums)
+            if both and min(abs(v) for v in sums) > 1e-3:
+                cases.append((X, np.array(lengths, dtype=np.int64), W, U))
+                break
+    return cases
+
+
+def _batch_expected(X: Array, lengths: Array, W: Array, U: Array) -> tuple[float, Array, Array]:
+    """torch.autograd per sequence (the lecture's rnn_torch); a sum's gradients add up."""
+    parts = [_rnn_expected(X[b, :int(n)], W, U) for b, n in enumerate(lengths)]
+    return (float(sum(q[0] for q in parts)), np.sum([q[1] for q in parts], axis=0),
+            np.sum([q[2] for q in parts], axis=0))
+
+
+def _batch_loss(X: Array, lengths: Array, W: Array, U: Array, *, padded: bool = False,
+                one_branch: bool = False, mean: bool = False) -> float:
+    """The batch's loss with a mistake: padding rows run too, one branch for the whole batch
+    (decided by the sum of all final states), or the mean over the sequences."""
+    finals = [_h_final(X[b] if padded else X[b, :int(n)], W, U) for b, n in enumerate(lengths)]
+    positive = [sum(h.sum() for h in finals) > 0] * len(finals) if one_branch else [
+        h.sum() > 0 for h in finals]
+    losses = [float((h ** 2).sum()) if pos else float(-h.sum())
+              for h, pos in zip(finals, positive)]
+    return sum(losses) / (len(losses) if mean else 1)
+
+
+def _batch_mistake(e: Any, a: Case, *, padded: bool = False, one_branch: bool = False,
+                   mean: bool = False) -> float | None:
+    """The mistake's loss on case a, or None where it is the right one."""
+    X, lengths, W, U = a
+    return _unless_right(_batch_loss(X, lengths, W, U, padded=padded, one_branch=one_branch,
+                                     mean=mean), e)
+
+
+BATCH_HINTS = (
+    Mistake(lambda e, a: _batch_mistake(e, a, padded=True),
+            "the padding ran too: sequence b has lengths[b] rows (X[b, :lengths[b]]), the rest "
+            "of X[b] is zeros that are not part of it", view=loss_of, rtol=1e-7, atol=1e-10),
+    Mistake(lambda e, a: _batch_mistake(e, a, one_branch=True),
+            "one branch for the whole batch: each sequence's own final h decides its loss's "
+            "branch", view=loss_of, rtol=1e-7, atol=1e-10),
+    Mistake(lambda e, a: _batch_mistake(e, a, mean=True),
+            "the batch's loss is the SUM of its sequences' losses, not their mean",
+            view=loss_of, rtol=1e-7, atol=1e-10),
+    RightButTransposed("the loss is right but a gradient looks transposed: dW has W's shape "
+                       "(H, H)", right=0, transposed=(1, 2), rtol=1e-7, atol=1e-10),
+    OutputRight("the loss is right but the gradients are not: make W and U tensors with "
+                "requires_grad=True once, add the sequences' losses and call backward() on the "
+                "sum once (or add up every sequence's gradients)", right=0, rtol=1e-7,
+                atol=1e-10),
 )
 
 
@@ -369,9 +444,9 @@ CAFFE_HINTS = (
 
 PARTS = [
     Part(
-        id="ex08.rnn_eager", points=2, cases=_rnn_cases, expected=_rnn_expected, compare=CLOSE,
-        arg_names=("X", "W", "U"), output_names=("loss", "dW", "dU"), hints=RNN_HINTS,
-        source_check=EAGER_SOURCE,
+        id="ex08.rnn_eager_batch", points=2, cases=_batch_cases, expected=_batch_expected,
+        compare=CLOSE, arg_names=("X", "lengths", "W", "U"), output_names=("loss", "dW", "dU"),
+        hints=BATCH_HINTS, source_check=EAGER_SOURCE,
     ),
     Part(
         id="ex08.rnn_static", points=3, cases=_rnn_cases, expected=_rnn_expected,
