@@ -1,0 +1,84 @@
+"""The speed tasks: each a given slow reference, the inputs of one call and a goal ratio.
+
+A task states a goal, never a recipe: "the same answer, ``goal`` times less CPU time than the
+reference". Inputs are drawn from a seed (the grading secret's, in the grader), fresh arrays for
+every call, so that a submission cannot answer from a cache of earlier calls.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+Inputs = tuple[Any, ...]
+
+
+def standardize_reference(images: np.ndarray) -> np.ndarray:
+    """Per-channel standardization: uint8 (N, H, W, C) to float32 (N, C, H, W),
+    out[n, c] = (images[n, :, :, c] - mean_c) / std_c over the whole batch."""
+    n, h, w, c = images.shape
+    out = np.empty((n, c, h, w), dtype=np.float32)
+    for channel in range(c):
+        values = images[..., channel].astype(np.float64)
+        mean, std = values.mean(), values.std()
+        for i in range(n):
+            for row in range(h):
+                for col in range(w):
+                    out[i, channel, row, col] = (images[i, row, col, channel] - mean) / std
+    return out
+
+
+def standardize_inputs(rng: np.random.Generator, size: int = 32) -> Inputs:
+    """One call's images: a batch of 8 RGB images of size x size pixels, std > 0 per channel."""
+    return (rng.integers(0, 256, size=(8, size, size, 3), dtype=np.uint8),)
+
+
+@dataclass(frozen=True)
+class SpeedTask:
+    """One open-ended task: make ``function`` at least ``goal`` times cheaper than ``reference``."""
+
+    part_id: str
+    function: str  # the name the student's function has
+    reference: Callable[..., np.ndarray]
+    inputs: Callable[[np.random.Generator], Inputs]
+    goal: float  # the ratio asked for (reference CPU time / submission CPU time)
+    calls: int  # calls per timed run: the reference's run should cost about a CPU second
+    rtol: float = 1e-5
+    atol: float = 1e-5
+
+
+TASKS: dict[str, SpeedTask] = {
+    task.part_id: task
+    for task in (
+        SpeedTask("ex02.faster_standardize", "standardize", standardize_reference,
+                  standardize_inputs, goal=10.0, calls=100),
+    )
+}
+
+
+def call_inputs(task: SpeedTask, seed: int, calls: int) -> list[Inputs]:
+    """The arguments of each of ``calls`` calls, drawn from ``seed``: the same in every run."""
+    rng = np.random.default_rng(seed)
+    return [task.inputs(rng) for _ in range(calls)]
+
+
+def indicative_ratio(task: SpeedTask, function: Callable[..., Any], calls: int = 5,
+                     seed: int = 0) -> float:
+    """INDICATIVE ONLY: reference / function process time, measured the simple way, in this
+    process. The grade is measured by the grader, from outside, in separate sandboxed runs."""
+    inputs = call_inputs(task, seed, calls)
+
+    def cost(f: Callable[..., Any]) -> float:
+        best = float("inf")
+        for _ in range(3):  # best of three: a busy machine only ever adds time
+            start = time.process_time()
+            for args in inputs:
+                f(*args)
+            best = min(best, time.process_time() - start)
+        return best
+
+    return cost(task.reference) / max(cost(function), 1e-6)
