@@ -19,6 +19,8 @@ submission run's outputs must match the reference's, or the task scores 0.
 
 from __future__ import annotations
 
+import argparse
+import sys
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -28,10 +30,14 @@ import numpy as np
 
 from ..speed.tasks import TASKS, SpeedTask, call_inputs
 from . import sandbox
+from .notebooks import NotebookError
 from .run import sandbox_env
-from .secret import Secret
-from .trust.notebook import Untrusted
+from .secret import VALIDATION_SECRET, Secret, read_secret
+from .trust.files import Refused, read_bounded
+from .trust.notebook import Untrusted, parse_notebook
+from .trust.source import find_source
 from .trust.speed import read_outputs
+from .trust.text import say
 
 CREDIT_FRACTION = 0.6  # of the goal ratio: what a loaded 2-core grader can still show
 ROUNDS = 3  # best of three of each kind
@@ -39,6 +45,7 @@ FLOOR_FRACTION = 0.01  # a submission's net cost is at least this much of the re
 MIN_REFERENCE_S = 0.1  # below this the reference's net cost is noise: the run says so
 PRELUDE = "import math\n\nimport numpy as np\n\n\n"  # what a submitted function may use
 INSIDE = "/tmp/speed"  # the submission's module file, inside the sandbox
+MAX_NOTEBOOK_BYTES = 32 << 20
 LIMITS = sandbox.Limits(wall_s=300.0, memory_mb=2048, cpu_s=300, processes=64)
 # The watchdog samples the tree's CPU time this often: work in the last interval of a run can
 # go unseen (bwrap's own rusage does not include its namespace), so it is kept short.
@@ -84,7 +91,7 @@ def measure(part_id: str, function_source: str, seed: int, *, rounds: int = ROUN
     task = TASKS[part_id]
     calls = calls or task.calls
     found = Measurement(part_id, task.goal)
-    shape = (calls, *np.asarray(task.reference(*call_inputs(task, seed, 1)[0])).shape)
+    shape = (calls, *task.output_shape(*call_inputs(task, seed, 1)[0]))
     kinds = ("baseline", "reference", "submission")
     with tempfile.TemporaryDirectory(prefix="edu_dl_speed_") as fallback:
         expected: np.ndarray | None = None
@@ -139,9 +146,51 @@ def _timed_run(task: SpeedTask, kind: str, function_source: str, seed: int, call
     if result.killed or result.returncode != 0:
         why = result.killed or f"exit code {result.returncode}"
         return result.cpu_s, np.zeros(0), f"it failed ({why}): {result.log[-500:]}"
-    want = (0,) if kind == "baseline" else shape
     try:
-        outputs = read_outputs(result.output, result.output_size, want, limit=out_bytes)
+        outputs = read_outputs(result.output, result.output_size, shape, limit=out_bytes)
     except Untrusted as exc:
         return result.cpu_s, np.zeros(0), str(exc)
     return result.cpu_s, outputs, ""
+
+
+def measure_notebook(notebook: Path, part_id: str, seed: int, *, rounds: int = ROUNDS,
+                     calls: int | None = None, max_bytes: int = MAX_NOTEBOOK_BYTES
+                     ) -> Measurement:
+    """Measure the function a submitted notebook's test cell for ``part_id`` checks."""
+    found = Measurement(part_id, TASKS[part_id].goal)
+    try:
+        nb = parse_notebook(read_bounded(notebook, max_bytes), notebook.name)
+    except (Refused, NotebookError) as exc:
+        found.message = str(exc)
+        return found
+    source = find_source(nb, part_id)
+    if source is None:
+        found.message = (f"no module-level function checked by {part_id!r} was found (keep the "
+                         "name the notebook gives it, defined with def)")
+        return found
+    return measure(part_id, source, seed, rounds=rounds, calls=calls)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m edu_dl.grading.speed",
+        description="Measure a notebook's speed task against its reference, from outside.")
+    parser.add_argument("notebook", type=Path)
+    parser.add_argument("--part", default="ex02.faster_standardize", choices=sorted(TASKS))
+    parser.add_argument("--secret", type=Path, help="the grading secret (default: validate's "
+                        "public one)")
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
+    parser.add_argument("--calls", type=int, help="calls per timed run (default: the task's)")
+    args = parser.parse_args(argv)
+    secret = read_secret(args.secret) if args.secret else VALIDATION_SECRET
+    found = measure_notebook(args.notebook, args.part, seed_for(secret, args.part),
+                             rounds=args.rounds, calls=args.calls)
+    say(f"{args.part}: {'passed' if found.passed else 'no credit'}: {found.message}")
+    for kind in ("baseline", "reference", "submission"):
+        times = getattr(found, f"{kind}_s")
+        say(f"  {kind:10s} CPU s: {' '.join(f'{t:.3f}' for t in times) or '-'}")
+    return 0 if found.passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -3,10 +3,10 @@
 ``ROLE`` is ``baseline`` (imports and inputs only: no function is called, and no student code is
 ever loaded, so its cost is what the grader subtracts), ``reference`` (the task's given version) or
 ``submission`` (the function ``task.function`` of the module file given). Every role draws the
-same inputs from ``SEED``, calls the function once per input, and writes all outputs stacked as
-one ``.npy`` to the result descriptor: the grader checks them, and reads the CPU time this
-process tree cost from the kernel, outside. Nothing here measures time: any timer in this
-process is the student's to patch.
+same inputs from ``SEED``, calls the function once per input (the baseline makes zeros of the
+same shapes instead), and writes all outputs stacked as one ``.npy`` to the result descriptor:
+the grader checks them, and reads the CPU time this process tree cost from the kernel, outside.
+Nothing here measures time: any timer in this process is the student's to patch.
 """
 
 from __future__ import annotations
@@ -52,8 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     elif args.role == "reference":
         function = task.reference
     inputs = call_inputs(task, args.seed, args.calls)
-    if args.role == "baseline":
-        outputs = np.zeros((0,), dtype=np.float32)
+    if args.role == "baseline":  # the same outputs to stack and write: their cost cancels
+        outputs = np.stack([np.zeros(task.output_shape(*call), dtype=np.float32)
+                            for call in inputs])
     else:
         outputs = np.stack([np.asarray(function(*call), dtype=np.float32) for call in inputs])
     buffer = io.BytesIO()

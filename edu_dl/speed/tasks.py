@@ -37,6 +37,11 @@ def standardize_inputs(rng: np.random.Generator, size: int = 32) -> Inputs:
     return (rng.integers(0, 256, size=(8, size, size, 3), dtype=np.uint8),)
 
 
+def _channels_first(images: np.ndarray) -> tuple[int, ...]:
+    n, h, w, c = images.shape
+    return (n, c, h, w)
+
+
 @dataclass(frozen=True)
 class SpeedTask:
     """One open-ended task: make ``function`` at least ``goal`` times cheaper than ``reference``."""
@@ -44,7 +49,8 @@ class SpeedTask:
     part_id: str
     function: str  # the name the student's function has
     reference: Callable[..., np.ndarray]
-    inputs: Callable[[np.random.Generator], Inputs]
+    inputs: Callable[..., Inputs]  # (rng, size=...) -> one call's arguments
+    output_shape: Callable[..., tuple[int, ...]]  # (one call's arguments) -> its answer's shape
     goal: float  # the ratio asked for (reference CPU time / submission CPU time)
     calls: int  # calls per timed run: the reference's run should cost about a CPU second
     rtol: float = 1e-5
@@ -55,7 +61,7 @@ TASKS: dict[str, SpeedTask] = {
     task.part_id: task
     for task in (
         SpeedTask("ex02.faster_standardize", "standardize", standardize_reference,
-                  standardize_inputs, goal=10.0, calls=100),
+                  standardize_inputs, _channels_first, goal=10.0, calls=100),
     )
 }
 
@@ -82,3 +88,13 @@ def indicative_ratio(task: SpeedTask, function: Callable[..., Any], calls: int =
         return best
 
     return cost(task.reference) / max(cost(function), 1e-6)
+
+
+def show_indicative_ratio(part_id: str, function: Callable[..., Any], calls: int = 3) -> float:
+    """Print (and return) the indicative ratio of ``function`` for a task, labelled as such."""
+    task = TASKS[part_id]
+    ratio = indicative_ratio(task, function, calls)
+    print(f"Indicative only: {ratio:.1f}x less CPU time than the reference here (goal "
+          f"{task.goal:g}x), timed the simple way in this process. Your grade is measured by "
+          "the grader, outside your code, on other inputs.")
+    return ratio
