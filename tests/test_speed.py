@@ -161,3 +161,28 @@ def test_a_crashing_submission_says_so() -> None:
     found = speed.measure(PART, "def standardize(images):\n    raise SystemExit(3)\n", seed=11,
                           rounds=1, calls=CALLS)
     assert not found.passed and "submission run" in found.message and "exit code 3" in found.message
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_the_grader_measures_a_notebook_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
+    """The solution notebook earns the speed credit; the release (a stub) earns nothing."""
+    solved = ROOT / "solutions" / "02_cpu_vs_gpu.ipynb"
+    assert speed.main([str(solved), "--rounds", "1", "--calls", str(CALLS)]) == 0
+    assert "ex02.faster_standardize: passed" in capsys.readouterr().out
+    released = speed.measure_notebook(ROOT / "exercises" / "02_cpu_vs_gpu.ipynb", PART,
+                                      seed=11, rounds=1, calls=CALLS)
+    assert not released.passed and "NotImplementedError" in released.message
+
+
+def test_a_notebook_without_the_function_says_so(tmp_path: Path) -> None:
+    import nbformat
+
+    path = tmp_path / "02_cpu_vs_gpu.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]), path)
+    found = speed.measure_notebook(path, PART, seed=1)
+    assert not found.passed and "no module-level function" in found.message
+    path.write_bytes(b"{not json")
+    assert not speed.measure_notebook(path, PART, seed=1).passed
