@@ -18,7 +18,14 @@ from edu_dl.grading.run import sandbox_env
 from edu_dl.grading.secret import VALIDATION_SECRET
 from edu_dl.grading.trust.notebook import Untrusted
 from edu_dl.grading.trust.speed import read_outputs
-from edu_dl.speed.tasks import TASKS, call_inputs, indicative_ratio, standardize_reference
+from edu_dl.speed.tasks import (
+    TASKS,
+    call_inputs,
+    indicative_ratio,
+    max_pool_reference,
+    sgd_step_reference,
+    standardize_reference,
+)
 
 HERE = Path(__file__).parent / "speed"
 PART = "ex02.faster_standardize"
@@ -63,6 +70,48 @@ def test_inputs_come_from_the_seed() -> None:
     assert not np.array_equal(first[0][0], other[0][0])
     assert not np.array_equal(first[0][0], first[1][0])  # fresh inputs for every call
     assert speed.seed_for(VALIDATION_SECRET, PART) == VALIDATION_SECRET.seed("ex02", PART)
+
+
+SOLUTIONS = {"ex02.faster_standardize": "solution", "ex05.faster_sgd_step": "sgd_step_solution",
+             "ex11.faster_max_pool": "max_pool_solution"}
+
+
+def test_every_task_has_a_solution_here() -> None:
+    assert set(SOLUTIONS) == set(TASKS)
+
+
+def test_sgd_step_reference_is_softmax_regression() -> None:
+    X, y, W = call_inputs(TASKS["ex05.faster_sgd_step"], seed=4, calls=1)[0]
+    new = sgd_step_reference(X, y, W, lr=0.5)
+    # the gradient of the mean cross-entropy, by central differences on two weights
+    def loss(W: np.ndarray) -> float:
+        scores = X @ W
+        scores -= scores.max(axis=1, keepdims=True)
+        return float(np.mean(np.log(np.exp(scores).sum(axis=1)) - scores[np.arange(len(y)), y]))
+
+    for index in [(0, 0), (17, 9)]:
+        step = np.zeros_like(W)
+        step[index] = 1e-6
+        slope = (loss(W + step) - loss(W - step)) / 2e-6
+        assert np.isclose((W - new)[index] / 0.5, slope, rtol=1e-4, atol=1e-8)
+
+
+def test_max_pool_reference_takes_each_window_max() -> None:
+    x = np.arange(2 * 1 * 4 * 4, dtype=np.float32).reshape(2, 1, 4, 4)
+    assert max_pool_reference(x)[0, 0].tolist() == [[5, 7], [13, 15]]
+    assert max_pool_reference(-x)[1, 0].tolist() == [[-16, -18], [-24, -26]]
+
+
+@pytest.mark.parametrize("part_id", sorted(SOLUTIONS))
+def test_each_solution_matches_its_reference(part_id: str) -> None:
+    task = TASKS[part_id]
+    scope: dict[str, object] = {}
+    exec(speed.module_text(submission(SOLUTIONS[part_id])), scope)
+    solve = scope[task.function]
+    for args in call_inputs(task, seed=5, calls=2):
+        want = task.reference(*args)
+        assert want.shape == task.output_shape(*args)
+        assert np.allclose(solve(*args), want, rtol=task.rtol, atol=task.atol)  # type: ignore[operator]
 
 
 # --------------------------------------------------------------------------- reading outputs
@@ -137,6 +186,15 @@ def test_solution_earns_credit() -> None:
     assert found.correct and found.passed, found
     assert len(found.reference_s) == len(found.submission_s) == len(found.baseline_s) == 2
     assert "reaches" in found.message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("part_id", ["ex05.faster_sgd_step", "ex11.faster_max_pool"])
+def test_the_other_tasks_solutions_earn_credit(part_id: str) -> None:
+    calls = TASKS[part_id].calls // 3  # a third of the graded calls: quick, still measurable
+    found = speed.measure(part_id, submission(SOLUTIONS[part_id]), seed=11, rounds=1,
+                          calls=calls)
+    assert found.correct and found.passed, found
 
 
 @pytest.mark.slow

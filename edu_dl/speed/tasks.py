@@ -37,6 +37,43 @@ def standardize_inputs(rng: np.random.Generator, size: int = 32) -> Inputs:
     return (rng.integers(0, 256, size=(8, size, size, 3), dtype=np.uint8),)
 
 
+def sgd_step_reference(X: np.ndarray, y: np.ndarray, W: np.ndarray, lr: float = 0.1
+                       ) -> np.ndarray:
+    """One SGD step of softmax regression: W - lr * mean_i x_i (softmax(x_i W) - onehot(y_i))."""
+    grad = np.zeros_like(W)
+    for i in range(X.shape[0]):
+        scores = X[i] @ W
+        p = np.exp(scores - scores.max())
+        p /= p.sum()
+        p[y[i]] -= 1.0
+        grad += np.outer(X[i], p)
+    return W - lr * grad / X.shape[0]
+
+
+def sgd_step_inputs(rng: np.random.Generator, batch_size: int = 256) -> Inputs:
+    """One call's batch: X (batch_size, 64), labels y among 10 classes, weights W (64, 10)."""
+    return (rng.standard_normal((batch_size, 64)), rng.integers(0, 10, size=batch_size),
+            0.1 * rng.standard_normal((64, 10)))
+
+
+def max_pool_reference(x: np.ndarray) -> np.ndarray:
+    """2x2 max pooling with stride 2: (N, C, H, W) to (N, C, H // 2, W // 2)."""
+    n, c, h, w = x.shape
+    out = np.empty((n, c, h // 2, w // 2), dtype=x.dtype)
+    for i in range(n):
+        for channel in range(c):
+            for row in range(h // 2):
+                for col in range(w // 2):
+                    window = x[i, channel, 2 * row:2 * row + 2, 2 * col:2 * col + 2]
+                    out[i, channel, row, col] = window.max()
+    return out
+
+
+def max_pool_inputs(rng: np.random.Generator, size: int = 16) -> Inputs:
+    """One call's activations: 8 images, 8 channels, size x size (size even)."""
+    return (rng.standard_normal((8, 8, size, size)).astype(np.float32),)
+
+
 def _channels_first(images: np.ndarray) -> tuple[int, ...]:
     n, h, w, c = images.shape
     return (n, c, h, w)
@@ -60,8 +97,16 @@ class SpeedTask:
 TASKS: dict[str, SpeedTask] = {
     task.part_id: task
     for task in (
+        # Lectures 1-3: a preprocessing step, vectorized.
         SpeedTask("ex02.faster_standardize", "standardize", standardize_reference,
                   standardize_inputs, _channels_first, goal=10.0, calls=100),
+        # Lectures 4-10: a training step, batched instead of one sample at a time.
+        SpeedTask("ex05.faster_sgd_step", "sgd_step", sgd_step_reference, sgd_step_inputs,
+                  lambda X, y, W: W.shape, goal=10.0, calls=400),
+        # Lectures 11-12: pooling without a Python loop per window.
+        SpeedTask("ex11.faster_max_pool", "max_pool", max_pool_reference, max_pool_inputs,
+                  lambda x: (*x.shape[:2], x.shape[2] // 2, x.shape[3] // 2), goal=10.0,
+                  calls=150),
     )
 }
 
