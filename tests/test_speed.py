@@ -17,7 +17,7 @@ from edu_dl.grading import sandbox, speed
 from edu_dl.grading.run import sandbox_env
 from edu_dl.grading.secret import VALIDATION_SECRET
 from edu_dl.grading.trust.notebook import Untrusted
-from edu_dl.grading.trust.speed import read_outputs
+from edu_dl.grading.trust.speed import read_outputs, source_problem
 from edu_dl.speed.tasks import (
     TASKS,
     call_inputs,
@@ -244,3 +244,28 @@ def test_a_notebook_without_the_function_says_so(tmp_path: Path) -> None:
     assert not found.passed and "no module-level function" in found.message
     path.write_bytes(b"{not json")
     assert not speed.measure_notebook(path, PART, seed=1).passed
+
+
+GRADED_TEST = {"grade": True, "grade_id": "standardize_tests", "locked": True, "points": 1,
+               "schema_version": 3, "solution": False, "task": False}
+
+
+def test_a_speed_function_may_use_numpy_and_math_only(tmp_path: Path) -> None:
+    """The source check before any timing: the grader's own timing defenses are tested above
+    on submissions that pass it anyway (speed.measure runs whatever it is given)."""
+    for name in SOLUTIONS.values():
+        body = submission(name).replace("import numpy as np\n", "")
+        assert source_problem(body) == "", name
+    assert "imports a module" in source_problem(submission("detached_worker"))
+    assert "__import__" in source_problem("def f(x):\n    return __import__('os')\n")
+    assert "__builtins__" in source_problem("def f(x):\n    return x.__builtins__\n")
+    assert "does not parse" in source_problem("def f(:\n")
+    import nbformat
+
+    path = tmp_path / "02_cpu_vs_gpu.ipynb"
+    cells = [nbformat.v4.new_code_cell(submission("detached_worker")),
+             nbformat.v4.new_code_cell('check("ex02.faster_standardize", standardize)',
+                                       metadata={"nbgrader": GRADED_TEST})]
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
+    found = speed.measure_notebook(path, PART, seed=1)
+    assert not found.passed and "imports a module" in found.message and not found.baseline_s

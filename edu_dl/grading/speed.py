@@ -36,7 +36,7 @@ from .secret import VALIDATION_SECRET, Secret, read_secret
 from .trust.files import Refused, read_bounded
 from .trust.notebook import Untrusted, parse_notebook
 from .trust.source import find_source
-from .trust.speed import read_outputs
+from .trust.speed import read_outputs, source_problem
 from .trust.text import say
 
 CREDIT_FRACTION = 0.6  # of the goal ratio: what a loaded 2-core grader can still show
@@ -167,6 +167,10 @@ def measure_notebook(notebook: Path, part_id: str, seed: int, *, rounds: int = R
     if source is None:
         found.message = (f"no module-level function checked by {part_id!r} was found (keep the "
                          "name the notebook gives it, defined with def)")
+        return found
+    problem = source_problem(source)
+    if problem:
+        found.message = problem
         return found
     return measure(part_id, source, seed, rounds=rounds, calls=calls)
 

@@ -3,6 +3,7 @@ header, no objects, no pickles, the expected dtype and shape exactly, bytes that
 
 from __future__ import annotations
 
+import ast
 import io
 
 import numpy as np
@@ -39,3 +40,27 @@ def read_outputs(data: bytes, size: int, shape: tuple[int, ...],
     if len(body) != int(np.prod(shape, dtype=np.int64)) * want.itemsize:
         raise Untrusted("the array's bytes do not match its header")
     return np.frombuffer(body, dtype=want).reshape(shape)
+
+
+MAX_SOURCE_CHARS = 100_000
+
+
+def source_problem(source: str) -> str:
+    """Why a submitted speed function may not be timed ("" when it may): it must use only the
+    prelude's NumPy and math, so no import of its own and no dunder name (``__import__``,
+    ``__builtins__``, ...) that could fetch one; parsed with ``ast``, never run."""
+    if len(source) > MAX_SOURCE_CHARS:
+        return f"the function's source is over {MAX_SOURCE_CHARS} characters"
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return "the function's source does not parse"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            return (f"line {node.lineno} imports a module: a speed task allows NumPy (np) and "
+                    "math only, imported for you")
+        name = node.id if isinstance(node, ast.Name) else (
+            node.attr if isinstance(node, ast.Attribute) else "")
+        if name.startswith("__") and name.endswith("__"):
+            return f"line {getattr(node, 'lineno', '?')} uses {name}, which a speed task refuses"
+    return ""
