@@ -809,7 +809,10 @@ def _reaped(proc: subprocess.Popen[bytes], result: Result, block: bool = False) 
     (its own CPU time and that of every process reaped beneath it) lands in ``result.cpu_s``."""
     if proc.returncode is not None:
         return proc.returncode
-    pid, status, usage = os.wait4(proc.pid, 0 if block else os.WNOHANG)
+    try:
+        pid, status, usage = os.wait4(proc.pid, 0 if block else os.WNOHANG)
+    except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored): Popen knows what to say
+        return proc.wait() if block else proc.poll()
     if pid == 0:
         return None
     result.cpu_s = usage.ru_utime + usage.ru_stime
