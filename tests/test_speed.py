@@ -24,6 +24,7 @@ from edu_dl.speed.tasks import (
     indicative_ratio,
     max_pool_reference,
     sgd_step_reference,
+    show_indicative_ratio,
     standardize_reference,
 )
 
@@ -61,6 +62,15 @@ def test_solution_matches_reference_and_is_indicatively_faster() -> None:
     for args in call_inputs(task, seed=5, calls=3):
         assert np.allclose(solve(*args), task.reference(*args), rtol=task.rtol, atol=task.atol)
     assert indicative_ratio(task, solve, calls=2) > task.goal
+    assert show_indicative_ratio(PART, solve) > task.goal
+
+
+def test_the_indicative_ratio_of_a_stub_is_no_error(capsys: pytest.CaptureFixture[str]) -> None:
+    def standardize(images):  # type: ignore[no-untyped-def]
+        raise NotImplementedError()
+
+    assert np.isnan(show_indicative_ratio(PART, standardize))
+    assert "not implemented yet" in capsys.readouterr().out
 
 
 def test_inputs_come_from_the_seed() -> None:
