@@ -23,7 +23,7 @@ EX02 = "02_cpu_vs_gpu.ipynb"
 def test_solution_passes_and_exit_code_is_zero(capsys):
     assert main(["validate", str(ROOT / "solutions" / EX02)]) == 0
     out = capsys.readouterr().out
-    assert "score 5/5 points; all parts pass" in out
+    assert "score 6/8 points; all parts pass" in out  # 2 more points are graded by hand
 
 
 @pytest.mark.slow
@@ -53,13 +53,13 @@ def test_wrong_answer_error_cell_and_temp_directory(tmp_path: Path, capsys):
     out = capsys.readouterr().out
     # validate is the grader, with the release beside the notebook: its visible cases only
     # (the hidden ones never ship)
-    assert "✗ ex02.gflops            0/1  0 of 2 cases passed; failed: 1, 2" in out
+    assert "✗ ex02.gflops                0/1  0 of 2 cases passed; failed: 1, 2" in out
     assert "case 1 of 2 (n=1000, seconds=0.05): expected 40, got 20" in out  # visible: values
     assert "hint: half the expected rate" in out
-    assert "✓ ex02.peak_bandwidth    1/1" in out
-    assert "✗ ex02.softmax_xp        0/2  not implemented yet" in out
+    assert "✓ ex02.peak_bandwidth        1/1" in out
+    assert "✗ ex02.softmax_xp            0/2  not implemented yet" in out
     assert f"code cell {last} raised NameError: name 'undefined_name' is not defined" in out
-    assert "score 1/5 points" in out
+    assert "score 1/8 points" in out
     assert not (tmp_path / "written.txt").exists()  # it ran in a temporary directory
     assert not (ROOT / "written.txt").exists()
 
