@@ -30,7 +30,7 @@ import numpy as np
 
 from ..speed.tasks import TASKS, SpeedTask, call_inputs
 from . import sandbox
-from .notebooks import NotebookError
+from .notebooks import Notebook, NotebookError
 from .run import sandbox_env
 from .secret import VALIDATION_SECRET, Secret, read_secret
 from .trust.files import Refused, read_bounded
@@ -60,6 +60,9 @@ class Measurement:
     goal: float
     correct: bool = False
     message: str = ""
+    # the gradebook's status: "passed", "too slow", "failed" (a wrong answer), "crashed",
+    # "timeout", "memory", "processes", "inconclusive", "refused", "no result"
+    status: str = "no result"
     ratio: float = 0.0  # the reference's net CPU time / the submission's (0: not measured)
     baseline_s: list[float] = field(default_factory=list)
     reference_s: list[float] = field(default_factory=list)
@@ -97,10 +100,11 @@ def measure(part_id: str, function_source: str, seed: int, *, rounds: int = ROUN
         expected: np.ndarray | None = None
         for round_ in range(rounds):
             for kind in kinds[round_ % 3:] + kinds[: round_ % 3]:  # interleaved: rotated
-                cpu, outputs, problem = _timed_run(task, kind, function_source, seed, calls,
+                cpu, outputs, problem, status = _timed_run(task, kind, function_source, seed, calls,
                                                    shape, hide, limits, Path(fallback))
                 if problem:
                     found.correct, found.message = False, f"{kind} run: {problem}"
+                    found.status = status
                     return found
                 getattr(found, f"{kind}_s").append(cpu)
                 if kind == "reference" and expected is None:
@@ -108,7 +112,7 @@ def measure(part_id: str, function_source: str, seed: int, *, rounds: int = ROUN
                 elif kind == "submission":
                     assert expected is not None  # round 0 runs the reference before it
                     if not np.allclose(outputs, expected, rtol=task.rtol, atol=task.atol):
-                        found.correct = False
+                        found.correct, found.status = False, "failed"
                         found.message = ("its answers differ from the reference's: a fast wrong "
                                          "answer scores 0")
                         return found
@@ -116,11 +120,13 @@ def measure(part_id: str, function_source: str, seed: int, *, rounds: int = ROUN
     reference = min(found.reference_s) - min(found.baseline_s)
     submission = min(found.submission_s) - min(found.baseline_s)
     if reference < MIN_REFERENCE_S:
+        found.status = "inconclusive"
         found.message = (f"inconclusive: the reference cost only {reference:.3f} s of CPU "
                          "over the baseline; run it with more calls")
         return found
     found.ratio = reference / max(submission, FLOOR_FRACTION * reference)
     verdict = "reaches" if found.passed else "falls short of"
+    found.status = "passed" if found.passed else "too slow"
     found.message = (f"{found.ratio:.1f}x less CPU time than the reference (best of {rounds}, "
                      f"baseline subtracted); {verdict} the {found.needed:.1f}x that earns "
                      f"credit (goal {task.goal:g}x)")
@@ -129,8 +135,9 @@ def measure(part_id: str, function_source: str, seed: int, *, rounds: int = ROUN
 
 def _timed_run(task: SpeedTask, kind: str, function_source: str, seed: int, calls: int,
                shape: tuple[int, ...], hide: Iterable[Path], limits: sandbox.Limits,
-               fallback: Path) -> tuple[float, np.ndarray, str]:
-    """(CPU seconds the kernel accounted, the outputs, "" or what went wrong) of one run."""
+               fallback: Path) -> tuple[float, np.ndarray, str, str]:
+    """(CPU seconds the kernel accounted, the outputs, "" or what went wrong, and its status)
+    of one run."""
     boxed = not sandbox.bwrap_problem()
     inside = INSIDE if boxed else str(fallback)
     argv = [sandbox.python(), "-m", "edu_dl.grading.speed_driver", task.part_id, kind,
@@ -145,12 +152,13 @@ def _timed_run(task: SpeedTask, kind: str, function_source: str, seed: int, call
                          output_limit=out_bytes, poll_s=POLL_S)
     if result.killed or result.returncode != 0:
         why = result.killed or f"exit code {result.returncode}"
-        return result.cpu_s, np.zeros(0), f"it failed ({why}): {result.log[-500:]}"
+        return (result.cpu_s, np.zeros(0), f"it failed ({why}): {result.log[-500:]}",
+                result.killed or "crashed")
     try:
         outputs = read_outputs(result.output, result.output_size, shape, limit=out_bytes)
     except Untrusted as exc:
-        return result.cpu_s, np.zeros(0), str(exc)
-    return result.cpu_s, outputs, ""
+        return result.cpu_s, np.zeros(0), str(exc), "failed"
+    return result.cpu_s, outputs, "", ""
 
 
 def measure_notebook(notebook: Path, part_id: str, seed: int, *, rounds: int = ROUNDS,
@@ -161,8 +169,16 @@ def measure_notebook(notebook: Path, part_id: str, seed: int, *, rounds: int = R
     try:
         nb = parse_notebook(read_bounded(notebook, max_bytes), notebook.name)
     except (Refused, NotebookError) as exc:
-        found.message = str(exc)
+        found.message, found.status = str(exc), "refused"
         return found
+    return measure_submitted(nb, part_id, seed, rounds=rounds, calls=calls)
+
+
+def measure_submitted(nb: Notebook, part_id: str, seed: int, *, rounds: int = ROUNDS,
+                      calls: int | None = None, hide: Iterable[Path] = ()) -> Measurement:
+    """Measure the function a (parsed, restored) notebook's test cell for ``part_id`` checks:
+    its source alone, after the source check; nothing else the notebook did is run."""
+    found = Measurement(part_id, TASKS[part_id].goal)
     source = find_source(nb, part_id)
     if source is None:
         found.message = (f"no module-level function checked by {part_id!r} was found (keep the "
@@ -170,9 +186,9 @@ def measure_notebook(notebook: Path, part_id: str, seed: int, *, rounds: int = R
         return found
     problem = source_problem(source)
     if problem:
-        found.message = problem
+        found.message, found.status = problem, "refused"
         return found
-    return measure(part_id, source, seed, rounds=rounds, calls=calls)
+    return measure(part_id, source, seed, rounds=rounds, calls=calls, hide=hide)
 
 
 def main(argv: list[str] | None = None) -> int:

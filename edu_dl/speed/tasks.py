@@ -92,6 +92,19 @@ class SpeedTask:
     calls: int  # calls per timed run: the reference's run should cost about a CPU second
     rtol: float = 1e-5
     atol: float = 1e-5
+    points: float = 2.0  # the speed row's: all of them at CREDIT_FRACTION x goal, none below
+
+
+SPEED_ROW = ".speed"
+# A speed part's source check: the answers of the reference itself would pass, and its speed
+# run (the function alone, with np and math) would crash.
+CALLS_THE_REFERENCE = ("write the function yourself: the slow reference is the code to beat, not "
+                       "to call (the grader times your function alone, with np and math only)")
+
+
+def speed_row(part_id: str) -> str:
+    """The gradebook row of a task's measured speed, beside its correctness part ``part_id``."""
+    return part_id + SPEED_ROW
 
 
 TASKS: dict[str, SpeedTask] = {
