@@ -15,9 +15,10 @@ from typing import Any
 import numpy as np
 
 from edu_dl.grading.hints import Mistake, Scaled, SumsTo
+from edu_dl.grading.source import all_checks, names_check, speed_rules
 from edu_dl.grading.spec import Part, tolerance
 from edu_dl.harness.ex02 import INTENSITY_SOURCE, XP_SOURCE, call_device_agnostic
-from edu_dl.speed.tasks import TASKS
+from edu_dl.speed.tasks import CALLS_THE_REFERENCE, TASKS
 
 Case = tuple[Any, ...]
 EXACT = tolerance(rtol=1e-9, atol=0.0)
@@ -152,5 +153,7 @@ PARTS = [
     Part(
         id=FASTER.part_id, points=1, cases=_standardize_cases, expected=FASTER.reference,
         compare=tolerance(rtol=FASTER.rtol, atol=FASTER.atol), arg_names=("images",),
+        source_check=all_checks(names_check(forbidden=[((FASTER.reference.__name__,),
+                                                         CALLS_THE_REFERENCE)]), speed_rules),
     ),
 ]

@@ -41,7 +41,8 @@ json.dump({"reference_s": 100.0, "submission_s": 0.001, "ratio": 1e5},
 # Right on the check's small inputs, a crash on the timed runs' 32 x 32 images.
 CRASHES_WHEN_TIMED = FAST.replace('    x = images', '    if images.shape[1] == 32:\n'
                                   '        raise SystemExit(3)\n    x = images', 1)
-# The slow work handed to a worker the function starts (it must import os: refused unread).
+# The slow work handed to a worker the function starts: it must import os, which the part's
+# source check refuses (so its speed is never measured) and the timed run would refuse too.
 DETACHED = (HERE / "detached_worker.py").read_text()
 
 
@@ -74,7 +75,7 @@ CASES: dict[str, tuple[nbformat.NotebookNode | None, str]] = {
     "slow": (student(SLOW), "too slow"),
     "forged_timer": (student(SLOW, before=FORGED_TIMER), "too slow"),
     "crashes_when_timed": (student(CRASHES_WHEN_TIMED), "crashed"),
-    "detached_worker": (student(DETACHED), "refused"),
+    "detached_worker": (student(DETACHED), "not measured"),
     "nothing": (None, "missing"),
 }
 
