@@ -40,9 +40,11 @@ with Gradebook("sqlite:///gradebook.db") as gb:
 CHECK = re.compile(r'check\("([\w.]+)",\s*(\w+)')
 
 
-def graded_points(nb: nbformat.NotebookNode) -> dict[str, float]:
+def graded_points(nb: nbformat.NotebookNode, cell_type: str = "code") -> dict[str, float]:
+    """The points of the graded cells of ``cell_type``: code, the autograded test cells;
+    markdown, the written answers a person grades."""
     return {c.metadata.nbgrader.grade_id: float(c.metadata.nbgrader.points) for c in nb.cells
-            if c.metadata.get("nbgrader", {}).get("grade")}
+            if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == cell_type}
 
 
 def checked_part(cell: nbformat.NotebookNode) -> tuple[str, str]:
@@ -57,7 +59,8 @@ def one_part_wrong(solution: nbformat.NotebookNode) -> tuple[nbformat.NotebookNo
     None (a wrong answer, not a stub) at the end of its solution cell; returns it and the test
     cell's id."""
     nb = copy.deepcopy(solution)
-    test_at = max(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade"))
+    test_at = max(i for i, c in enumerate(nb.cells)
+                  if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code")
     name = checked_part(nb.cells[test_at])[1]
     answer = next(c for c in reversed(nb.cells[:test_at])
                   if c.metadata.get("nbgrader", {}).get("solution"))
@@ -104,6 +107,10 @@ def test_nbgrader_autograde_scores_an_untouched_exercise_0_and_the_solution_full
     scores = json.loads(done.stdout)
 
     points = graded_points(solution)
+    by_hand = set(graded_points(solution, "markdown"))  # a person grades them, not autograde
+    assert set(scores["solved"]) == set(points) | by_hand
+    assert all(scores[s][gid] in (None, 0) for s in scores for gid in by_hand), scores
+    scores = {s: {gid: v for gid, v in got.items() if gid in points} for s, got in scores.items()}
     assert sum(points.values()) > 0 and set(scores["solved"]) == set(points)
     assert scores["solved"] == points
     assert scores["untouched"] == dict.fromkeys(points, 0)
@@ -113,7 +120,8 @@ def test_nbgrader_autograde_scores_an_untouched_exercise_0_and_the_solution_full
 
     # The hidden checks ran, on the instructor's hidden cases, and nothing reached stderr.
     graded = nbformat.read(root / "autograded" / "solved" / ASSIGNMENT / name, as_version=4)
-    tests = [c for c in graded.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    tests = [c for c in graded.cells
+             if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code"]
     assert len(tests) == len(points)
     for cell in tests:
         assert "### BEGIN HIDDEN TESTS" in cell.source

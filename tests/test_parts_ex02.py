@@ -18,7 +18,8 @@ ex02 = course_module("ex02")
 NOTEBOOK = Path(__file__).resolve().parents[1] / "solutions" / "02_cpu_vs_gpu.ipynb"
 SOLUTIONS = solution_namespace("02_cpu_vs_gpu.ipynb")
 FUNCTIONS = {"ex02.gflops": "gflops", "ex02.peak_bandwidth": "peak_bandwidth",
-             "ex02.matmul_intensity": "matmul_intensity", "ex02.softmax_xp": "softmax"}
+             "ex02.matmul_intensity": "matmul_intensity", "ex02.softmax_xp": "softmax",
+             "ex02.faster_standardize": "standardize"}
 
 run = run_check
 

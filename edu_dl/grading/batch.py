@@ -53,6 +53,7 @@ from .report import HTML_FEEDBACK, write_outputs
 from .run import run
 from .secret import Secret, check_unseen, load_or_create, secret_path
 from .settings import GRADER_VERSION, MB, Settings
+from .speed_rows import speed_rows
 from .trust.files import read_bounded
 from .trust.notebook import parse_notebook
 from .trust.text import say_to_stderr
@@ -80,11 +81,12 @@ def _grade_one(job: Job, out: Path, settings: Settings, hide: list[Path], secret
         return prepared
     ran = received(prepared, run(prepared, settings, hide), settings)
     try:
-        return judge_run(job, prepared, ran, settings)
+        rows = judge_run(job, prepared, ran, settings)
     finally:
         if not prepared.boxed:  # the unisolated run's files; run.json stays
             for name in ("grading", "work", "tmp"):
                 shutil.rmtree(prepared.work / name, ignore_errors=True)
+    return rows + speed_rows(job, prepared.notebook, rows, secret, hide)
 
 
 def job_key(job: Job, settings: Settings, data: bytes | None, fingerprint: str) -> str:

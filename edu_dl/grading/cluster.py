@@ -51,6 +51,7 @@ from .receive import received
 from .run import run_sandboxed
 from .secret import Secret
 from .settings import GRADER_VERSION, Settings
+from .speed_rows import speed_rows
 
 ALLOWED_FAILURES = 1  # a task is tried on at most 1 + this many workers that die running it
 WORKER_LOST = "worker lost"
@@ -368,6 +369,7 @@ def grade_on_cluster(options: ClusterOptions, todo: list[Item], out: Path, setti
                 item, data, prepared, sent = running.pop(future)
                 yield from fill()  # the next task starts while this one is judged
                 rows = _finish(future, item[0], prepared, settings, sent, options.timings)
+                rows += speed_rows(item[0], prepared.notebook, rows, secret, hide)  # here
                 yield item, data, rows
         finally:
             if running:  # interrupted (Ctrl-C): what is still running is no grade

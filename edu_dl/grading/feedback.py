@@ -49,6 +49,7 @@ from jinja2 import DictLoader
 from nbconvert import HTMLExporter
 
 from ..hosted import is_install_cell
+from ..speed.tasks import speed_row
 from .model import Job, Row, safe_file_name
 from .nbgrader import BEGIN_HIDDEN, grade_id, strip_hidden_tests
 from .notebooks import write_atomic
@@ -393,11 +394,13 @@ def write_pages(out: Path, rows: list[Row], jobs: list[Job],
                 continue
             mine = by_job.get(key, [])
             where = page_path(job.student, job.assignment, job.exercise.name)
+            placed = [*job.exercise.parts,  # a speed row's banner: above its part's test cell
+                      *((speed_row(p), cell) for p, cell in job.exercise.parts
+                        if speed_row(p) in job.exercise.speed)]
             page = _made_already(out / where, digest(job.student, job.exercise.name, nb, mine,
-                                                     job.exercise.parts))
+                                                     placed))
             if page is None:
-                page = render(job.student, job.exercise.name, nb, mine, job.exercise.parts,
-                              html).encode()
+                page = render(job.student, job.exercise.name, nb, mine, placed, html).encode()
                 write_atomic(out / where, page)
             written[key] = where
             if course is not None:

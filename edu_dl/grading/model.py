@@ -108,11 +108,13 @@ class Exercise:
     specs: dict[str, Any] = field(default_factory=dict)  # part id -> Part (load_parts)
     calls: dict[str, bytes] = field(default_factory=dict)  # part id -> its call=, pickled
     specs_digest: str = ""  # of the part files the specs came from: in the resume key
+    speed: dict[str, float] = field(default_factory=dict)  # speed row -> max points (load_parts)
 
     def items(self) -> list[tuple[str, float, str]]:
         """(row name, max points, judged) of every gradebook row this exercise has."""
         return ([(p, self.points.get(p, 0.0), OUTSIDE) for p, _ in self.parts]
-                + [(c.grade_id, c.points, c.judged) for c in self.cells])
+                + [(c.grade_id, c.points, c.judged) for c in self.cells]
+                + [(row, points, OUTSIDE) for row, points in self.speed.items()])
 
 
 @dataclass

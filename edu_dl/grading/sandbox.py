@@ -65,6 +65,7 @@ from .protocol import RESULT_FD_VAR  # the descriptor the sandbox writes its res
 
 MB = 1 << 20
 PAGE = os.sysconf("SC_PAGE_SIZE")
+TICKS = os.sysconf("SC_CLK_TCK")  # /proc/<pid>/stat counts CPU time in these
 TREE_MEMORY = 1.25  # the tree may hold a quarter more than one process's RLIMIT_DATA
 TAG_VAR = "EDU_DL_SANDBOX_TAG"  # marks every process of one sandbox (fallback cleanup)
 # Tasks the pids cgroup and RLIMIT_NPROC allow beyond Limits.processes: bwrap's own two processes
@@ -155,6 +156,12 @@ class Result:
     memory_accounting: str = ""
     peak_memory_mb: float = 0.0  # the peak of that count
     cgroup: str = ""  # the sandbox's memory cgroup, if it had one (removed after the run)
+    # CPU seconds (user + system) the kernel accounted to its processes, read from outside: the
+    # largest of wait4's rusage (every process reaped inside it), the watchdog's largest sample
+    # of the whole tree (live processes and what they reaped), and the sum of each process's last
+    # sample (a detached one too). Each can only undercount; under bwrap, rusage sees bwrap
+    # alone (it exits before its namespace's init is reaped), so the samples count.
+    cpu_s: float = 0.0
 
 
 # --------------------------------------------------------------------------- what bwrap needs
@@ -750,7 +757,9 @@ def _watch(command: list[str], env: dict[str, str], cwd: str, limits: Limits, re
         )
     fds.close()  # the child holds its copies; ours would only keep the data (and pipes) alive
     try:
-        while proc.poll() is None:
+        cpu_seen: dict[int, float] = {}  # each process's own CPU seconds, last seen
+        cpu_tree = 0.0  # the largest total of the tree seen at once
+        while _reaped(proc, result) is None:
             if STOP.is_set():  # the grader was interrupted: this run is not used
                 result.killed = "interrupted"
                 _kill([proc.pid])
@@ -761,6 +770,7 @@ def _watch(command: list[str], env: dict[str, str], cwd: str, limits: Limits, re
                 _kill([proc.pid])
             pids = _tree(proc.pid, scan_tag)
             rss, tasks, uids = _usage(pids)
+            cpu_tree = max(cpu_tree, _sample_cpu(pids, cpu_seen))
             files = 0
             if group.memory is not None:  # the kernel counts, and kills in the group alone
                 memory, over = group.usage_bytes() / MB, group.oom_kills() > 0
@@ -788,9 +798,10 @@ def _watch(command: list[str], env: dict[str, str], cwd: str, limits: Limits, re
                 break
             time.sleep(poll_s)
     finally:
-        if proc.poll() is None and not result.killed:
+        if _reaped(proc, result) is None and not result.killed:
             _kill([proc.pid])
-        result.returncode = proc.wait()
+        result.returncode = _reaped(proc, result, block=True)
+        result.cpu_s = max(result.cpu_s, cpu_tree, sum(cpu_seen.values()))
         _reap(proc.pid, tag)  # the namespace dies with bwrap; make sure of it
         if group.memory is not None:  # an OOM kill the runner outlived, and the kernel's peak
             if group.oom_kills() and not result.killed:
@@ -800,6 +811,39 @@ def _watch(command: list[str], env: dict[str, str], cwd: str, limits: Limits, re
             result.notes.append(f"the kernel's OOM killer acted in its memory cgroup (limit "
                                 f"{cap_mb:.0f} MB)")
         result.seconds = time.monotonic() - start
+
+
+def _reaped(proc: subprocess.Popen[bytes], result: Result, block: bool = False) -> int | None:
+    """The exit code once ``proc`` has ended (None before), reaped with wait4 so that its rusage
+    (its own CPU time and that of every process reaped beneath it) lands in ``result.cpu_s``."""
+    if proc.returncode is not None:
+        return proc.returncode
+    try:
+        pid, status, usage = os.wait4(proc.pid, 0 if block else os.WNOHANG)
+    except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored): Popen knows what to say
+        return proc.wait() if block else proc.poll()
+    if pid == 0:
+        return None
+    result.cpu_s = usage.ru_utime + usage.ru_stime
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode
+
+
+def _sample_cpu(pids: Iterable[int], seen: dict[int, float]) -> float:
+    """Keep each process's latest own CPU seconds (all its threads) in ``seen``; return the
+    tree's total now: each live process's own time plus that of the children it reaped (so a
+    short-lived orphan reaped by the namespace's init counts too, and nothing counts twice)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            own, reaped = int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
+        except (OSError, IndexError, ValueError):
+            continue
+        seen[pid] = max(seen.get(pid, 0.0), own / TICKS)
+        total += (own + reaped) / TICKS
+    return total
 
 
 def _reap(root: int, tag: str, tries: int = 50) -> None:

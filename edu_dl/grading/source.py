@@ -178,3 +178,12 @@ def own_source(fn: Any) -> str | None:
         if first == line if not isinstance(target, type) else inside:
             return segment(text, node)
     return None
+
+
+def speed_rules(source: str) -> Verdict:
+    """A speed task's rules on its function (NumPy and math only: no import, no dunder name), as
+    a part's source check: check() says at once what the grader's timed run would refuse."""
+    from .trust.speed import source_problem
+
+    problem = source_problem(source)
+    return Verdict(not problem, problem)

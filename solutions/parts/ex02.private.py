@@ -15,8 +15,10 @@ from typing import Any
 import numpy as np
 
 from edu_dl.grading.hints import Mistake, Scaled, SumsTo
+from edu_dl.grading.source import all_checks, names_check, speed_rules
 from edu_dl.grading.spec import Part, tolerance
 from edu_dl.harness.ex02 import INTENSITY_SOURCE, XP_SOURCE, call_device_agnostic
+from edu_dl.speed.tasks import CALLS_THE_REFERENCE, TASKS
 
 Case = tuple[Any, ...]
 EXACT = tolerance(rtol=1e-9, atol=0.0)
@@ -94,6 +96,18 @@ def _softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
+# --------------------------------------------------------------------------- going further
+
+# The answers only: the speed itself is measured by the grader, from outside, in separate
+# sandboxed runs (edu_dl.grading.speed); the written justification is graded by hand.
+FASTER = TASKS["ex02.faster_standardize"]
+
+
+def _standardize_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    sizes = [4, 7] if not hidden else [int(s) for s in rng.integers(3, 12, size=3)]
+    return [FASTER.inputs(rng, size) for size in sizes]
+
+
 N_CUBED = "an nxn matmul computes n² dot products of length n: n³ multiply-adds, not n²"
 
 
@@ -135,5 +149,11 @@ PARTS = [
         call=call_device_agnostic, source_check=XP_SOURCE, arg_names=("x",),
         hints=(SumsTo("normalize each row (axis=-1, keepdims=True), not each column",
                       total=1.0, axis=0),),
+    ),
+    Part(
+        id=FASTER.part_id, points=1, cases=_standardize_cases, expected=FASTER.reference,
+        compare=tolerance(rtol=FASTER.rtol, atol=FASTER.atol), arg_names=("images",),
+        source_check=all_checks(names_check(forbidden=[((FASTER.reference.__name__,),
+                                                         CALLS_THE_REFERENCE)]), speed_rules),
     ),
 ]

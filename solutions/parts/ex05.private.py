@@ -30,6 +30,7 @@ from edu_dl.grading.hints import (
     Transposed,
     close,
 )
+from edu_dl.grading.source import all_checks, names_check, speed_rules
 from edu_dl.grading.spec import Part, tolerance
 from edu_dl.harness.ex05 import (
     BY_HAND,
@@ -44,6 +45,7 @@ from edu_dl.harness.ex05 import (
     record_program,
 )
 from edu_dl.harness.ex11 import OtherShape
+from edu_dl.speed.tasks import CALLS_THE_REFERENCE, TASKS
 
 Array = np.ndarray
 Case = tuple[Any, ...]
@@ -490,6 +492,20 @@ DROPOUT_INVERTED = ("you kept the elements whose draw u is below p: p is the pro
 DROPOUT_BACK = ("the gradient flows back only through the elements the forward pass kept, with "
                 "the same scale: dx is what the forward pass does to dout")
 
+
+# --------------------------------------------------------------------------- going further
+
+# The answers only: the speed itself is measured by the grader, from outside, in separate
+# sandboxed runs (edu_dl.grading.speed, a gradebook row of its own); the written justification
+# is graded by hand.
+FASTER = TASKS["ex05.faster_sgd_step"]
+
+
+def _sgd_step_cases(rng: np.random.Generator, hidden: bool) -> list[tuple[Any, ...]]:
+    sizes = [3, 8] if not hidden else [int(s) for s in rng.integers(2, 40, size=3)]
+    return [FASTER.inputs(rng, size) for size in sizes]
+
+
 PARTS = [
     Part(
         id="ex05.mul_backward", points=1, cases=_mul_cases, expected=_mul_expected,
@@ -664,5 +680,11 @@ PARTS = [
             Mistake(_dropout_at_test, DROPOUT_TEST, **TOL),
             Mistake(_dropout_mask_at_test, DROPOUT_TEST, **TOL),
         ),
+    ),
+    Part(
+        id=FASTER.part_id, points=1, cases=_sgd_step_cases, expected=FASTER.reference,
+        compare=tolerance(rtol=FASTER.rtol, atol=FASTER.atol), arg_names=("X", "y", "W"),
+        source_check=all_checks(names_check(forbidden=[((FASTER.reference.__name__,),
+                                                         CALLS_THE_REFERENCE)]), speed_rules),
     ),
 ]

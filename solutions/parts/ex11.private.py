@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from edu_dl.grading.hints import Mistake, Permuted, Transposed
+from edu_dl.grading.source import all_checks, names_check, speed_rules
 from edu_dl.grading.spec import Part, tolerance
 from edu_dl.harness.ex11 import (
     NO_LIBRARY_CONV,
@@ -34,6 +35,7 @@ from edu_dl.harness.ex11 import (
     OtherShape,
     shape_of,
 )
+from edu_dl.speed.tasks import CALLS_THE_REFERENCE, TASKS
 
 Array = np.ndarray
 Case = tuple[Any, ...]
@@ -511,6 +513,20 @@ POOL_BACKWARD_HINTS = (
             "both: add (+=) the shares, do not assign (=)", **TOL),
 )
 
+
+# --------------------------------------------------------------------------- going further
+
+# The answers only: the speed itself is measured by the grader, from outside, in separate
+# sandboxed runs (edu_dl.grading.speed, a gradebook row of its own); the written justification
+# is graded by hand.
+FASTER = TASKS["ex11.faster_max_pool"]
+
+
+def _max_pool_cases(rng: np.random.Generator, hidden: bool) -> list[tuple[Any, ...]]:
+    sizes = [2, 4, 6] if not hidden else [2 * int(s) for s in rng.integers(1, 7, size=4)]
+    return [FASTER.inputs(rng, size) for size in sizes]
+
+
 PARTS = [
     Part(
         id="ex11.im2col_dilated", points=2, cases=_im2col_cases, expected=im2col_loops,
@@ -544,5 +560,11 @@ PARTS = [
         expected=_pool_backward_expected, compare=COMPARE,
         arg_names=("dout", "x", "k", "stride", "pad"), hints=POOL_BACKWARD_HINTS,
         call=ExplainErrors(image=1, pad=4), source_check=NO_LIBRARY_POOL_BACKWARD,
+    ),
+    Part(
+        id=FASTER.part_id, points=1, cases=_max_pool_cases, expected=FASTER.reference,
+        compare=tolerance(rtol=FASTER.rtol, atol=FASTER.atol), arg_names=("x",),
+        source_check=all_checks(names_check(forbidden=[((FASTER.reference.__name__,),
+                                                         CALLS_THE_REFERENCE)]), speed_rules),
     ),
 ]

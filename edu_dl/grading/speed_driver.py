@@ -1,0 +1,70 @@
+"""One timed run of a speed task, inside a sandbox: ``python -m edu_dl.grading.speed_driver``.
+
+``ROLE`` is ``baseline`` (imports and inputs only: no function is called, and no student code is
+ever loaded, so its cost is what the grader subtracts), ``reference`` (the task's given version) or
+``submission`` (the function ``task.function`` of the module file given). Every role draws the
+same inputs from ``SEED``, calls the function once per input (the baseline makes zeros of the
+same shapes instead), and writes all outputs stacked as one ``.npy`` to the result descriptor:
+the grader checks them, and reads the CPU time this process tree cost from the kernel, outside.
+Nothing here measures time: any timer in this process is the student's to patch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import io
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from edu_dl.grading.protocol import RESULT_FD_VAR
+from edu_dl.speed.tasks import TASKS, call_inputs
+
+ROLES = ("baseline", "reference", "submission")
+
+
+def _load(path: str, name: str) -> Callable[..., Any]:
+    spec = importlib.util.spec_from_file_location("submission", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # import-time work counts: the baseline never does it
+    function: Callable[..., Any] = getattr(module, name)
+    return function
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m edu_dl.grading.speed_driver")
+    parser.add_argument("task", choices=sorted(TASKS))
+    parser.add_argument("role", choices=ROLES)
+    parser.add_argument("seed", type=int)
+    parser.add_argument("calls", type=int)
+    parser.add_argument("--module", help="the submission's module file")
+    args = parser.parse_args(argv)
+    task = TASKS[args.task]
+    result_fd = int(os.environ[RESULT_FD_VAR])
+    if args.role == "submission":
+        function = _load(args.module, task.function)
+    elif args.role == "reference":
+        function = task.reference
+    inputs = call_inputs(task, args.seed, args.calls)
+    if args.role == "baseline":  # the same outputs to stack and write: their cost cancels
+        outputs = np.stack([np.zeros(task.output_shape(*call), dtype=np.float32)
+                            for call in inputs])
+    else:
+        outputs = np.stack([np.asarray(function(*call), dtype=np.float32) for call in inputs])
+    buffer = io.BytesIO()
+    np.save(buffer, outputs, allow_pickle=False)
+    with open(result_fd, "wb", buffering=0) as out:
+        view = memoryview(buffer.getvalue())
+        while view:  # a pipe may take less than all at once
+            view = view[out.write(view) or 0:]
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
