@@ -370,15 +370,15 @@ def test_writing_into_an_input_fails_the_case(capsys: pytest.CaptureFixture[str]
     assert "case 1 of 4" in out and "changed its argument 1 in place" in out
 
 
-@pytest.mark.xfail(strict=True, reason="relu_backward is called plainly; the generic in-place "
-                   "check of edu_dl/grading/checking.py (another branch) refuses this")
 def test_relu_backward_writing_into_dout_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 25: a relu_backward that writes into the caller's dout passed; check()'s generic
+    in-place check fails it and names the argument."""
     def into_dout(dout: np.ndarray, x: np.ndarray) -> np.ndarray:
         dout[x <= 0] = 0.0
         return dout
 
-    ok, _ = run_check(capsys, "ex05.relu_backward", into_dout)
-    assert not ok
+    ok, out = run_check(capsys, "ex05.relu_backward", into_dout)
+    assert not ok and "dout" in out, out
 
 
 # --------------------------------------------------------------------------- nothing re-typed
