@@ -22,7 +22,7 @@ pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts th
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "solutions" / "07_pytorch.ipynb"
 PART_SOLUTIONS = {
-    "ex07.manual_gradients": "train_manual",
+    "ex07.manual_biases": "train_manual_biases",
     "ex07.linear_function": "MyLinear",
     "ex07.two_layer_module": "TwoLayerNet",
     "ex07.adam_accumulation": "train_adam_accumulated",
@@ -66,47 +66,72 @@ def test_solutions_pass_through_check(capsys, sol):
 
 def test_the_inputs_are_not_modified(sol):
     """The solution clones: the check copies the inputs anyway, but the notebook says so."""
-    args = course_part("ex07.manual_gradients").cases(np.random.default_rng(0), False)[0]
+    args = course_part("ex07.manual_biases").cases(np.random.default_rng(0), False)[0]
     tensors = [torch.tensor(a) if isinstance(a, np.ndarray) else a for a in args]
-    before = [t.clone() for t in tensors[:4]]
-    sol["train_manual"](*tensors)
-    assert all(torch.equal(a, b) for a, b in zip(before, tensors[:4]))
+    before = [t.clone() for t in tensors[:6]]
+    sol["train_manual_biases"](*tensors)
+    assert all(torch.equal(a, b) for a, b in zip(before, tensors[:6]))
 
 
 # ----------------------------------------------------------------------------- typical mistakes
 
 
-def manual(X, y, w1_init, w2_init, lr, num_steps, mean=False):
-    w1, w2 = w1_init.clone(), w2_init.clone()
+def manual(X, y, w1, b1, w2, b2, lr, num_steps, mistake=None):
+    """Gradient descent on the net with biases, written independently of the solution, with one
+    typical mistake switched on."""
+    if mistake == "no_biases":
+        b1, b2 = torch.zeros_like(b1), torch.zeros_like(b2)
     losses = []
     for _ in range(num_steps):
-        h = X @ w1
-        y_hat = h.clamp(min=0) @ w2
-        scale = 1.0 / len(X) if mean else 1.0
-        losses.append(scale * (y_hat - y).pow(2).sum().item())
-        grad_y_hat = 2.0 * scale * (y_hat - y)
-        grad_w2 = h.clamp(min=0).t() @ grad_y_hat
-        grad_w1 = X.t() @ ((grad_y_hat @ w2.t()) * (h > 0))
-        w1 -= lr * grad_w1
-        w2 -= lr * grad_w2
+        pre = X @ w1 + b1
+        h = torch.relu(pre)
+        diff = h @ w2 + b2 - y
+        losses.append((diff ** 2).sum().item())
+        g_out = 2 * diff
+        g_h = g_out @ w2.T
+        g_pre = torch.where(pre > 0, g_h, 0.0)
+        db1 = (g_h if mistake == "unmasked_db1" else g_pre).sum(0)
+        db2 = g_out.sum(0)
+        if mistake == "mean_db":
+            db1, db2 = db1 / len(X), db2 / len(X)
+        w1, w2 = w1 - lr * (X.T @ g_pre), w2 - lr * (h.T @ g_out)
+        if mistake not in ("no_biases", "frozen_biases"):
+            b1, b2 = b1 - lr * db1, b2 - lr * db2
     return losses
 
 
-def test_batch_mean_instead_of_sum(capsys):
-    ok, out = run(capsys, "ex07.manual_gradients", lambda *a: manual(*a, mean=True))
-    assert not ok
-    assert "case 1 of 3 (X (4, 6), y (4, 3), w1 (6, 5), w2 (5, 3), lr=" in out
-    assert "hint: you averaged over the batch: the lecture's PyTorch loss is the SUM" in out
+HINTS = ("hint: those are the lecture's net's losses, without biases", "hint: the biases never "
+         "move", "hint: a bias gradient SUMS over the batch's rows", "hint: b1's gradient goes "
+         "through the ReLU")
+
+
+@pytest.mark.parametrize(("mistake", "hint"), [
+    (None, None),
+    ("no_biases", HINTS[0]),
+    ("frozen_biases", HINTS[1]),
+    ("mean_db", HINTS[2]),
+    ("unmasked_db1", HINTS[3]),
+])
+def test_bias_mistakes_get_their_hint(capsys, mistake, hint):
+    for hidden in (False, True):
+        ok, out = run(capsys, "ex07.manual_biases", lambda *a: manual(*a, mistake=mistake),
+                      hidden=hidden)
+        if hint is None:  # an independent right answer passes and no hint speaks
+            assert ok and "hint" not in out, out
+            continue
+        assert not ok, out
+        assert hint in out, out
+        assert [h for h in HINTS if h in out] == [hint], out  # the others stay quiet
 
 
 def test_autograd_is_switched_off_in_the_manual_part(capsys):
-    def with_autograd(X, y, w1_init, w2_init, lr, num_steps):
+    def with_autograd(X, y, w1_init, b1_init, w2_init, b2_init, lr, num_steps):
         w1, w2 = w1_init.clone().requires_grad_(), w2_init.clone().requires_grad_()
-        loss = ((X @ w1).clamp(min=0) @ w2 - y).pow(2).sum()
+        loss = ((X @ w1 + b1_init).clamp(min=0) @ w2 + b2_init - y).pow(2).sum()
         loss.backward()
         return [loss.item()]
 
-    ok, out = run(capsys, "ex07.manual_gradients", with_autograd)
+    ok, out = run(capsys, "ex07.manual_biases", with_autograd)
     assert not ok
     assert "case 1 of 3" in out and "RuntimeError: element 0 of tensors does not require grad" \
         in out

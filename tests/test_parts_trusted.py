@@ -375,19 +375,19 @@ def train_tf_function_decay(X, y, w1_init, w2_init, lr, num_steps, decay):
     return numpy_losses(X, y, w1_init, w2_init, lr, num_steps, decay), None
 """),
     # ex07
-    "ex07.manual_gradients": (FORGED, """
-def train_manual(X, y, w1_init, w2_init, lr, num_steps):  # autograd does the work
-    w1, w2 = w1_init.clone().requires_grad_(), w2_init.clone().requires_grad_()
+    "ex07.manual_biases": (FORGED, """
+def train_manual_biases(X, y, w1_init, b1_init, w2_init, b2_init, lr, num_steps):  # autograd
+    params = [p.clone().requires_grad_() for p in (w1_init, b1_init, w2_init, b2_init)]
     losses = []
     for _ in range(num_steps):
-        loss = ((X @ w1).clamp(min=0) @ w2 - y).pow(2).sum()
+        w1, b1, w2, b2 = params
+        loss = ((X @ w1 + b1).clamp(min=0) @ w2 + b2 - y).pow(2).sum()
         losses.append(loss.item())
         loss.backward()
         with torch.no_grad():
-            w1 -= lr * w1.grad
-            w2 -= lr * w2.grad
-            w1.grad.zero_()
-            w2.grad.zero_()
+            for p in params:
+                p -= lr * p.grad
+                p.grad.zero_()
     return losses
 """),
     "ex07.linear_function": (FORGED, """

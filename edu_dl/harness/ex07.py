@@ -70,8 +70,8 @@ def call_manual(fn: Callable[..., Any], args: Case) -> np.ndarray:
             if "grad" not in str(exc):
                 raise
             raise CheckFailure(f"{type(exc).__name__}: {exc}\n  hint: this part runs with "
-                               "autograd switched off (torch.no_grad()): compute grad_w1 and "
-                               "grad_w2 yourself with the chain rule, as in the lecture's level "
+                               "autograd switched off (torch.no_grad()): compute the gradients "
+                               "yourself with the chain rule, as in the lecture's level "
                                "1") from None
     return numbers(result)
 

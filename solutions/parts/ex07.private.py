@@ -1,4 +1,5 @@
-"""Exercise 7, PyTorch: gradients by hand on tensors, a custom autograd Function, a custom Module,
+"""Exercise 7, PyTorch: gradients by hand on tensors (the lecture's net with a bias on each layer,
+the step its level 1 leaves open), a custom autograd Function, a custom Module,
 and Adam on a batch taken in micro-batches (gradient accumulation, the step the lecture's loop
 leaves open).
 
@@ -43,8 +44,7 @@ from edu_dl.harness.ex07 import (
     call_module,
 )
 
-ex06 = sibling(__file__, "ex06")  # exercise 6's problem and loss hints, reused
-loss_hints = ex06.loss_hints
+ex06 = sibling(__file__, "ex06")  # exercise 6's problem sizes and learning rates, reused
 
 Array = np.ndarray
 Case = tuple[Any, ...]
@@ -56,30 +56,80 @@ COMPARE = tolerance(rtol=1e-9, atol=1e-12)
 
 
 def _manual_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    """The lecture's net with the SUMMED squared error: lr as exercise 6's, divided by N."""
+    """(X, y, w1, b1, w2, b2, lr, num_steps): the lecture's net with a bias on each layer, the
+    SUMMED squared error; lr as exercise 6's, divided by N."""
     two_layer_case, two_layer_sizes = ex06.two_layer_case, ex06.two_layer_sizes
     cases = []
     for size in two_layer_sizes(rng, hidden):
         x, y, w1, w2, lr, steps = two_layer_case(rng, *size)
-        cases.append((x, y, w1, w2, float(f"{lr / len(x):.2g}"), steps))
+        b1, b2 = 0.5 * rng.standard_normal(w1.shape[1]), 0.5 * rng.standard_normal(w2.shape[1])
+        cases.append((x, y, w1, b1, w2, b2, float(f"{lr / len(x):.2g}"), steps))
     return cases
 
 
-def _manual_expected(x: Array, y: Array, w1: Array, w2: Array, lr: float,
+def _manual_expected(x: Array, y: Array, w1: Array, b1: Array, w2: Array, b2: Array, lr: float,
                      num_steps: int) -> Array:
-    """edu_dl's eager engine: loss = sum((relu(x @ w1) @ w2 - y) ** 2), w -= lr * grad."""
+    """edu_dl's eager engine: loss = sum((relu(x @ w1 + b1) @ w2 + b2 - y) ** 2), p -= lr * grad."""
     import edu_dl as ed
 
     xt, yt = ed.tensor(x), ed.tensor(y)
+    params = [w1, b1, w2, b2]
     losses = []
     for _ in range(int(num_steps)):
-        w1t, w2t = ed.tensor(w1, requires_grad=True), ed.tensor(w2, requires_grad=True)
-        loss = ((ed.ops.relu(xt @ w1t) @ w2t - yt) ** 2).sum()
+        w1t, b1t, w2t, b2t = (ed.tensor(p, requires_grad=True) for p in params)
+        loss = ((ed.ops.relu(xt @ w1t + b1t) @ w2t + b2t - yt) ** 2).sum()
         loss.backward()
         losses.append(loss.item())
-        assert w1t.grad is not None and w2t.grad is not None
-        w1, w2 = w1 - lr * w1t.grad.numpy(), w2 - lr * w2t.grad.numpy()
+        grads = [t.grad for t in (w1t, b1t, w2t, b2t)]
+        assert all(g is not None for g in grads)
+        params = [p - lr * g.numpy() for p, g in zip(params, grads) if g is not None]
     return np.array(losses)
+
+
+def numpy_manual_losses(x: Array, y: Array, w1: Array, b1: Array, w2: Array, b2: Array,
+                        lr: float, num_steps: int, *, biases: bool = True,
+                        update_biases: bool = True, bias_reduce: str = "sum",
+                        mask_db1: bool = True) -> Array:
+    """The biased net's gradient descent in NumPy, with a mistake switched on: no biases at all
+    (the lecture's net), biases never updated, bias gradients averaged over the batch, or b1's
+    gradient taken before the ReLU's mask."""
+    w1, w2 = np.array(w1, dtype=np.float64), np.array(w2, dtype=np.float64)
+    b1, b2 = (np.array(b, dtype=np.float64) * biases for b in (b1, b2))
+    reduce = np.sum if bias_reduce == "sum" else np.mean
+    losses = []
+    for _ in range(int(num_steps)):
+        pre = x @ w1 + b1
+        h = np.maximum(pre, 0)
+        g_out = 2 * (h @ w2 + b2 - y)
+        losses.append(float(np.sum((g_out / 2) ** 2)))
+        g_h = g_out @ w2.T
+        g_pre = g_h * (pre > 0)
+        w1, w2 = w1 - lr * (x.T @ g_pre), w2 - lr * (h.T @ g_out)
+        if biases and update_biases:
+            b1 = b1 - lr * reduce(g_pre if mask_db1 else g_h, axis=0)
+            b2 = b2 - lr * reduce(g_out, axis=0)
+    return np.array(losses)
+
+
+# float64 loops agree to ~1e-14: a replay matches a mistake's result to the comparison's tolerance
+TOL = 1e-9, 1e-12
+
+
+def _manual_mistake(message: str, **mistake: Any) -> Mistake:
+    return Mistake(lambda e, a: numpy_manual_losses(*a, **mistake), message, rtol=TOL[0],
+                   atol=TOL[1])
+
+
+MANUAL_HINTS = (
+    _manual_mistake("those are the lecture's net's losses, without biases: the hidden layer is "
+                    "relu(X @ w1 + b1), the output h_relu @ w2 + b2", biases=False),
+    _manual_mistake("the biases never move: update b1 and b2 by their gradients too, each step",
+                    update_biases=False),
+    _manual_mistake("a bias gradient SUMS over the batch's rows (every row added the bias), "
+                    "it is not their mean", bias_reduce="mean"),
+    _manual_mistake("b1's gradient goes through the ReLU: mask it where the hidden layer's input "
+                    "is <= 0, like w1's", mask_db1=False),
+)
 
 
 # --------------------------------------------------------------------------- 2. autograd.Function
@@ -109,7 +159,7 @@ AUTOGRAD_NAMES = ("backward", "grad", "autograd", "requires_grad", "requires_gra
                   "enable_grad", "set_grad_enabled")
 MANUAL_SOURCE = names_check(forbidden=[(
     AUTOGRAD_NAMES, "the function asks autograd for the gradients (backward, .grad, "
-                    "requires_grad, torch.autograd): compute grad_w1 and grad_w2 yourself with "
+                    "requires_grad, torch.autograd): compute the four gradients yourself with "
                     "the chain rule, as in the lecture's level 1")])
 # The oracle is autograd through x @ w + b: a backward that asks autograd (torch.autograd.grad,
 # or .backward() and .grad on a re-run forward) returns it without writing any rule. The class
@@ -261,10 +311,6 @@ def _adam_replay(case: tuple[Any, ...], **mistake: Any) -> Array:
     return numpy_adam_losses(*case, **mistake)
 
 
-# float64 loops agree to ~1e-14: a replay matches a mistake's result to the comparison's tolerance
-TOL = 1e-9, 1e-12
-
-
 def _mistake(replay: Any, message: str, output: int | None = None) -> Mistake:
     return Mistake(replay, message, output=output, rtol=TOL[0], atol=TOL[1])
 
@@ -344,9 +390,9 @@ MODULE_HINTS = (
 
 PARTS = [
     Part(
-        id="ex07.manual_gradients", points=2, cases=_manual_cases, expected=_manual_expected,
+        id="ex07.manual_biases", points=2, cases=_manual_cases, expected=_manual_expected,
         compare=COMPARE, call=call_manual, source_check=MANUAL_SOURCE, timeout_s=20.0,
-        arg_names=("X", "y", "w1", "w2", "lr", "num_steps"), hints=loss_hints("sum"),
+        arg_names=("X", "y", "w1", "b1", "w2", "b2", "lr", "num_steps"), hints=MANUAL_HINTS,
     ),
     Part(
         id="ex07.linear_function", points=2, cases=_linear_cases, expected=_linear_expected,
