@@ -22,7 +22,7 @@ NOTEBOOK = Path(__file__).resolve().parents[1] / "solutions" / "06_tensorflow.ip
 PART_FUNCTIONS = {
     "ex06.tf1_graph": "train_tf1_graph",
     "ex06.tf1_variables": "train_tf1_variables",
-    "ex06.tf2_tape": "train_tf2_tape",
+    "ex06.tape_momentum": "train_tf2_momentum",
     "ex06.tf_function_decay": "train_tf_function_decay",
 }
 
@@ -108,7 +108,7 @@ def test_summed_or_averaged_loss_gets_the_reduction_hint(capsys):
 
 
 def test_eager_code_is_not_a_tf1_program(capsys, sol):
-    ok, out = run(capsys, "ex06.tf1_graph", sol["train_tf2_tape"])
+    ok, out = run(capsys, "ex06.tf1_graph", lambda *a: sol["train_tf2_momentum"](*a, 0.0))
     assert not ok
     assert "failed: your function never ran a tf.compat.v1.Session" in out
 
@@ -166,22 +166,34 @@ def test_float32_learning_rate_gets_its_own_hint(capsys):
     assert "output 0 (losses)" in out and "hint: your learning rate became float32" in out
 
 
-def tape_program(X, y, w1_init, w2_init, lr, num_steps, relu=True, after=False,
-                 dtype="float64"):
+def tape_program(X, y, w1_init, w2_init, lr, num_steps, momentum, relu=True, after=False,
+                 dtype="float64", velocity="kept"):
+    """The momentum tape loop, right or with a mistake: no ReLU, the loss after the update,
+    float32, or a velocity "reset" each step, "dampened" ((1 - momentum) of the gradient) or
+    "stale" (the step taken before the velocity's update)."""
     import tensorflow as tf
 
     w1 = tf.Variable(w1_init.astype(dtype))
     w2 = tf.Variable(w2_init.astype(dtype))
     x_t, y_t = tf.constant(X.astype(dtype)), tf.constant(y.astype(dtype))
+    v1, v2 = np.zeros_like(w1_init, dtype), np.zeros_like(w2_init, dtype)
+    gain = 1.0 - momentum if velocity == "dampened" else 1.0
     losses = []
     for _ in range(num_steps):
         with tf.GradientTape() as tape:
             h = x_t @ w1
             h = tf.maximum(h, 0) if relu else h
             loss = tf.reduce_mean(tf.reduce_sum((h @ w2 - y_t) ** 2, axis=1))
-        g1, g2 = tape.gradient(loss, [w1, w2])
-        w1.assign_sub(lr * g1)
-        w2.assign_sub(lr * g2)
+        g1, g2 = (g.numpy() for g in tape.gradient(loss, [w1, w2]))
+        if velocity == "reset":
+            v1, v2 = np.zeros_like(v1), np.zeros_like(v2)
+        if velocity == "stale":
+            w1.assign_sub(lr * v1)
+            w2.assign_sub(lr * v2)
+        v1, v2 = momentum * v1 + gain * g1, momentum * v2 + gain * g2
+        if velocity != "stale":
+            w1.assign_sub(lr * v1)
+            w2.assign_sub(lr * v2)
         if after:
             h = tf.maximum(x_t @ w1, 0)
             loss = tf.reduce_mean(tf.reduce_sum((h @ w2 - y_t) ** 2, axis=1))
@@ -195,12 +207,41 @@ def tape_program(X, y, w1_init, w2_init, lr, num_steps, relu=True, after=False,
     ({"dtype": "float32"}, "hint: close, but only to float32 precision"),
 ])
 def test_tape_mistakes(capsys, kwargs, hint):
-    ok, out = run(capsys, "ex06.tf2_tape", lambda *a: tape_program(*a, **kwargs))
+    ok, out = run(capsys, "ex06.tape_momentum", lambda *a: tape_program(*a, **kwargs))
     assert not ok and hint in out
 
 
+@pytest.mark.parametrize(("velocity", "hint"), [
+    ("kept", None),
+    ("reset", "hint: these are plain gradient descent's losses"),
+    ("dampened", "hint: the velocity adds the whole gradient, not (1 - momentum) of it"),
+    ("stale", "hint: the weights moved with the velocity from before this step's gradient"),
+])
+def test_momentum_mistakes(capsys, velocity, hint):
+    ok, out = run(capsys, "ex06.tape_momentum", lambda *a: tape_program(*a, velocity=velocity))
+    if hint is None:
+        assert ok and "hint" not in out, out
+        return
+    assert not ok and hint in out, out
+    assert out.count("hint:") == 1, out  # no other mistake's hint fires on it
+
+
+def test_momentum_oracle_is_edu_dl_optim():
+    """The momentum oracle (edu_dl.optim.SGD) with momentum 0 is the plain oracle, with a momentum
+    it differs from the third loss on, and the NumPy replay of the hints agrees with it."""
+    ex06 = course_module("ex06")
+    for args in ex06._momentum_cases(np.random.default_rng(3), True):
+        plain = ex06._edu_dl_losses(*args[:6])
+        assert np.allclose(ex06._edu_dl_momentum_losses(*args[:6], 0.0), plain, rtol=1e-12)
+        with_momentum = ex06._edu_dl_momentum_losses(*args)
+        assert np.allclose(with_momentum[:2], plain[:2], rtol=1e-12)
+        if args[5] > 2:
+            assert not np.allclose(with_momentum[2:], plain[2:], rtol=1e-9)
+        assert np.allclose(ex06._replay_momentum(args), with_momentum, rtol=1e-10)
+
+
 def test_tf1_code_is_not_a_tape(capsys, sol):
-    ok, out = run(capsys, "ex06.tf2_tape", sol["train_tf1_variables"])
+    ok, out = run(capsys, "ex06.tape_momentum", lambda *a: sol["train_tf1_variables"](*a[:6]))
     assert not ok and "never called tape.gradient" in out
 
 
@@ -262,10 +303,10 @@ def test_decay_zero_is_the_constant_rate():
 
 
 def test_tf_function_must_return_the_function(capsys, sol):
-    ok, out = run(capsys, "ex06.tf_function_decay", lambda *a: sol["train_tf2_tape"](*a[:6]))
+    plain = sol["train_tf2_momentum"]
+    ok, out = run(capsys, "ex06.tf_function_decay", lambda *a: plain(*a[:6], 0.0))
     assert not ok and "return two things: (losses, train_step)" in out
-    ok, out = run(capsys, "ex06.tf_function_decay",
-                  lambda *a: (sol["train_tf2_tape"](*a[:6]), None))
+    ok, out = run(capsys, "ex06.tf_function_decay", lambda *a: (plain(*a[:6], 0.0), None))
     assert not ok and "not a tf.function" in out
 
 

@@ -364,10 +364,10 @@ def train_tf1_variables(X, y, w1_init, w2_init, lr, num_steps):  # weights fed e
                 losses.append(loss_val)
     return np.array(losses)
 """),
-    "ex06.tf2_tape": (RAW, """
-def train_tf2_tape(X, y, w1_init, w2_init, lr, num_steps):
+    "ex06.tape_momentum": (RAW, """
+def train_tf2_momentum(X, y, w1_init, w2_init, lr, num_steps, momentum):
     numpy_losses = course_module("ex06").numpy_losses
-    return numpy_losses(X, y, w1_init, w2_init, lr, num_steps)
+    return numpy_losses(X, y, w1_init, w2_init, lr, num_steps, momentum=momentum)
 """),
     "ex06.tf_function_decay": (FORGED, """
 def train_tf_function_decay(X, y, w1_init, w2_init, lr, num_steps, decay):

@@ -1,10 +1,13 @@
 """Exercise 6, TensorFlow: the lecture's two-layer net in TF 1.x graph mode, with Variables, in
-TF 2 with ``GradientTape``, and with ``tf.function`` under a decaying learning rate (the step the
+TF 2 with ``GradientTape`` and momentum (the step the lecture leaves open: state kept across
+steps), and with ``tf.function`` under a decaying learning rate (the step the
 lecture leaves open: what a trace freezes).
 
 Every part trains the net ``loss = mean_i sum_j (relu(x w1) w2 - y)_ij²`` for ``num_steps``
-steps of gradient descent and returns the losses; the ``tf.function`` part's step t (from 0) uses
-the rate ``lr / (1 + decay t)``. The oracle is edu_dl's eager engine in float64
+steps of gradient descent and returns the losses; the tape part steps with momentum
+(``v = momentum v + grad; w -= lr v``, v from 0), the ``tf.function`` part's step t (from 0) uses
+the rate ``lr / (1 + decay t)``. The oracle is edu_dl's eager engine in float64 (with
+``edu_dl.optim.SGD`` for momentum)
 (its autograd, not TensorFlow's); the hints replay typical mistakes with a NumPy copy of the loop.
 
 Each part's ``call`` (public: ``edu_dl.harness.ex06``, with the generic rules about losses) also
@@ -26,6 +29,7 @@ once" and "no weight crosses Session.run" cannot be verified outside: they carry
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -100,6 +104,14 @@ def _decay_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     return [(*case, decay) for case, decay in zip(cases, decays)]
 
 
+def _momentum_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    """The same problems, each with a momentum: 0.9 on the visible ones."""
+    cases = _cases(rng, hidden)
+    momenta = [0.9] * len(cases) if not hidden else [
+        float(f"{m:.2g}") for m in rng.uniform(0.5, 0.95, size=len(cases))]
+    return [(*case, momentum) for case, momentum in zip(cases, momenta)]
+
+
 # --------------------------------------------------------------------------- the oracle
 
 
@@ -125,6 +137,27 @@ def _edu_dl_losses(x: Array, y: Array, w1: Array, w2: Array, lr: float,
     return np.array(losses)
 
 
+def _edu_dl_momentum_losses(x: Array, y: Array, w1: Array, w2: Array, lr: float,
+                            num_steps: int, momentum: float) -> Array:
+    """edu_dl's eager engine stepped by edu_dl.optim.SGD with momentum; the loss before each
+    update."""
+    import edu_dl as ed
+    from edu_dl.optim import SGD
+
+    xt, yt = ed.tensor(np.asarray(x, np.float64)), ed.tensor(np.asarray(y, np.float64))
+    w1t = ed.tensor(np.array(w1, np.float64), requires_grad=True)
+    w2t = ed.tensor(np.array(w2, np.float64), requires_grad=True)
+    optimizer = SGD([w1t, w2t], lr=lr, momentum=momentum)
+    losses = []
+    for _ in range(int(num_steps)):
+        optimizer.zero_grad()
+        loss = ((ed.ops.relu(xt @ w1t) @ w2t - yt) ** 2).sum(axis=1).mean()
+        loss.backward()
+        losses.append(loss.item())
+        optimizer.step()
+    return np.array(losses)
+
+
 def _expected_losses(*args: Any) -> Array:
     return _edu_dl_losses(*args)
 
@@ -142,13 +175,17 @@ def _expected_one_trace(*args: Any) -> tuple[Array, int]:
 
 def numpy_losses(x: Array, y: Array, w1: Array, w2: Array, lr: float, num_steps: int,
                  decay: float = 0.0, *, reduce: str = "batch_mean", relu: bool = True,
-                 sign: float = 1.0, first_t: int = 0) -> Array:
-    """The same loop in NumPy (step t's rate lr / (1 + decay t)) with a mistake switched on:
-    reduce 'sum' (over everything) or 'mean' (over every entry) instead of the batch mean of row
-    sums, no ReLU, sign=-1 (ascent), or the steps counted from first_t instead of 0."""
+                 sign: float = 1.0, first_t: int = 0, momentum: float = 0.0,
+                 velocity: str = "heavy_ball") -> Array:
+    """The same loop in NumPy (step t's rate lr / (1 + decay t); with a momentum, the step
+    w -= rate v after v = momentum v + grad) with a mistake switched on: reduce 'sum' (over
+    everything) or 'mean' (over every entry) instead of the batch mean of row sums, no ReLU,
+    sign=-1 (ascent), the steps counted from first_t instead of 0, or a velocity 'dampened'
+    (v = momentum v + (1 - momentum) grad) or 'stale' (the step taken with v before its update)."""
     w1, w2 = np.array(w1, np.float64), np.array(w2, np.float64)
     n = len(x)
     scale = {"batch_mean": 1.0 / n, "sum": 1.0, "mean": 1.0 / np.size(y)}[reduce]
+    velocities = [np.zeros_like(w1), np.zeros_like(w2)]
     losses = []
     for t in range(first_t, first_t + int(num_steps)):
         rate = lr / (1 + decay * t)
@@ -162,9 +199,23 @@ def numpy_losses(x: Array, y: Array, w1: Array, w2: Array, lr: float, num_steps:
         if relu:
             grad_pre = grad_pre * (pre > 0)
         grad_w1 = x.T @ grad_pre
+        if momentum:
+            steps = [v if velocity == "stale" else None for v in velocities]
+            gain = 1.0 - momentum if velocity == "dampened" else 1.0
+            velocities = [momentum * v + gain * g for v, g in zip(velocities, (grad_w1, grad_w2))]
+            grad_w1, grad_w2 = (new if old is None else old
+                                for old, new in zip(steps, velocities))
         w1 = w1 - sign * rate * grad_w1
         w2 = w2 - sign * rate * grad_w2
     return np.array(losses)
+
+
+def _replay_momentum(case: tuple[Any, ...], steps: int | None = None, **mistake: Any) -> Array:
+    """numpy_losses on a momentum case, with its momentum unless the mistake sets it, optionally
+    for another number of steps."""
+    x, y, w1, w2, lr, num_steps, momentum = case
+    return numpy_losses(x, y, w1, w2, lr, num_steps if steps is None else steps,
+                        **{"momentum": momentum, **mistake})
 
 
 def _replay(case: tuple[Any, ...], steps: int | None = None, **mistake: Any) -> Array:
@@ -188,17 +239,18 @@ def _losses_mistake(replay: Any, message: str, rtol: float = 1e-9) -> Mistake:
     return Mistake(replay, message, rtol=rtol, atol=1e-12, view=losses_of)
 
 
-def loss_hints(reduction: str) -> Hints:
-    """Hints for a list of losses, shared with exercise 7 (whose loss is the plain sum)."""
+def loss_hints(reduction: str, replay: Callable[..., Array] = _replay) -> Hints:
+    """Hints for a list of losses, shared with exercise 7 (whose loss is the plain sum); replay
+    (by default _replay) runs a case with a mistake, as _replay does."""
     if reduction == "batch_mean":
         what = ("the lecture's loss is the batch MEAN of each row's summed squared error: "
                 "tf.reduce_mean(tf.reduce_sum(diff ** 2, axis=1))")
         reduce_hints: Hints = (
-            _losses_mistake(lambda e, a: _replay(a, reduce="sum"),
+            _losses_mistake(lambda e, a: replay(a, reduce="sum"),
                             "you summed over the whole batch: " + what),
-            _losses_mistake(lambda e, a: _replay(a, reduce="mean"),
+            _losses_mistake(lambda e, a: replay(a, reduce="mean"),
                             "you averaged over every entry (outputs too): " + what),
-            _losses_mistake(lambda e, a: _replay(_float32_lr(a)),
+            _losses_mistake(lambda e, a: replay(_float32_lr(a)),
                             "your learning rate became float32: GradientDescentOptimizer turns a "
                             "Python lr into a float32 tensor. Pass tf.constant(lr, tf.float64), "
                             "or update with assign", rtol=1e-11),
@@ -207,22 +259,22 @@ def loss_hints(reduction: str) -> Hints:
         what = ("the lecture's PyTorch loss is the SUM of the squared errors: "
                 "(y_hat - y).pow(2).sum()")
         reduce_hints = (
-            _losses_mistake(lambda e, a: _replay(a, reduce="batch_mean"),
+            _losses_mistake(lambda e, a: replay(a, reduce="batch_mean"),
                             "you averaged over the batch: " + what
                             + " (so grad_y_hat = 2.0 * (y_hat - y))"),
-            _losses_mistake(lambda e, a: _replay(a, reduce="mean"),
+            _losses_mistake(lambda e, a: replay(a, reduce="mean"),
                             "you averaged over every entry: " + what),
         )
     return (
         *reduce_hints,
-        _losses_mistake(lambda e, a: _replay(a, reduce=reduction, relu=False),
+        _losses_mistake(lambda e, a: replay(a, reduce=reduction, relu=False),
                         "apply the ReLU to the hidden layer: h = max(x @ w1, 0), and mask its "
                         "gradient where x @ w1 <= 0"),
         Stuck("every loss equals the first: the weights never change. Update them each step "
               "(w -= lr * grad)", rtol=1e-9, atol=1e-12),
-        _losses_mistake(lambda e, a: _replay(a, reduce=reduction, sign=-1.0),
+        _losses_mistake(lambda e, a: replay(a, reduce=reduction, sign=-1.0),
                         "the loss grows: step AGAINST the gradient, w -= lr * grad"),
-        _losses_mistake(lambda e, a: _replay(a, a[5] + 1, reduce=reduction)[1:],
+        _losses_mistake(lambda e, a: replay(a, a[5] + 1, reduce=reduction)[1:],
                         "record each step's loss BEFORE its update: the first loss is the "
                         "initial weights' loss"),
         Imprecise("close, but only to float32 precision: compute in float64 (tf.float64 "
@@ -254,6 +306,19 @@ DECAY_HINTS = (
                     "each step (or pass it as a tensor)"),
     _losses_mistake(lambda e, a: _replay(a, first_t=1),
                     "the first step is step t = 0, at the full rate lr: count the steps from 0"),
+)
+
+MOMENTUM_HINTS = (
+    _losses_mistake(lambda e, a: _replay_momentum(a, momentum=0.0),
+                    "these are plain gradient descent's losses: the velocity must carry over "
+                    "from step to step (a tf.Variable, or a tensor kept outside the loop, "
+                    "starting at zero), and the weights move by lr times the velocity"),
+    _losses_mistake(lambda e, a: _replay_momentum(a, velocity="dampened"),
+                    "the velocity adds the whole gradient, not (1 - momentum) of it: this is "
+                    "PyTorch's and Keras's momentum, not an exponential moving average"),
+    _losses_mistake(lambda e, a: _replay_momentum(a, velocity="stale"),
+                    "the weights moved with the velocity from before this step's gradient: "
+                    "update the velocity first, then step with the new one"),
 )
 
 SESSION = (("Session", "InteractiveSession"), NO_SESSION)
@@ -293,10 +358,10 @@ PARTS = [
         hints=(*COPIES_HINT, *loss_hints("batch_mean")),
     ),
     Part(
-        id="ex06.tf2_tape", points=2, cases=_cases, expected=_expected_losses,
-        compare=COMPARE, call=call_tape, source_check=TAPE_SOURCE, arg_names=ARG_NAMES,
-        timeout_s=30.0,
-        hints=loss_hints("batch_mean"),
+        id="ex06.tape_momentum", points=2, cases=_momentum_cases,
+        expected=_edu_dl_momentum_losses, compare=COMPARE, call=call_tape,
+        source_check=TAPE_SOURCE, arg_names=(*ARG_NAMES, "momentum"), timeout_s=30.0,
+        hints=(*MOMENTUM_HINTS, *loss_hints("batch_mean", _replay_momentum)),
     ),
     Part(
         id="ex06.tf_function_decay", points=2, cases=_decay_cases,
