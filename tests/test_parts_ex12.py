@@ -1,5 +1,6 @@
 """Exercise 12's parts: the solutions notebook passes every case; typical mistakes get their hint;
-a timer that forgets to synchronize measures the launch and fails."""
+a timer that forgets to synchronize measures the launch and fails, and the lecture's timer (a
+synchronize after every launch) counts each launch's host cost and fails the stream timer."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ NOTEBOOK = Path(__file__).resolve().parents[1] / "solutions" / "12_gpu_practice.
 
 SOLUTIONS = solution_namespace("12_gpu_practice.ipynb")
 FUNCTIONS = {"ex12.memory_budget": "memory_budget", "ex12.max_batch": "max_batch",
-             "ex12.gpu_timer": "time_kernel"}
+             "ex12.stream_timer": "time_kernel"}
 run = run_check
 memory_budget = SOLUTIONS["memory_budget"]
 
@@ -189,29 +190,47 @@ def naive(launch, synchronize, warmup, repeats):
 
 
 def test_a_timer_without_synchronize_fails(capsys: pytest.CaptureFixture[str]) -> None:
-    ok, out = run(capsys, "ex12.gpu_timer", naive)
+    ok, out = run(capsys, "ex12.stream_timer", naive)
     assert not ok and "never called synchronize()" in out
 
 
-def test_the_grader_fails_the_launch_time_too() -> None:
-    # Outside the sandbox only the returned number counts: the launch's microseconds fail it.
-    part = next(p for p in ex12.PARTS if p.id == "ex12.gpu_timer")
-    args = (0.04, 1, 5, 0.0, 0.0)
+def timer_part() -> spec.Part:
+    return next(p for p in ex12.PARTS if p.id == "ex12.stream_timer")
+
+
+def test_the_grader_judges_the_time_per_kernel() -> None:
+    # Outside the sandbox only the returned number counts.
+    part = timer_part()
+    args = (0.04, 1, 10, 0.0, 0.0)
     verdict = spec.judge_case(part, 0, 4, args, 0.04, 3e-6)
     assert not verdict.ok and "measured 3e-06 s for a kernel that takes 0.04 s" in verdict.message
-    assert "hint: that is the time of the launch" in verdict.message
+    assert "hint: the clock stopped while the device was still working" in verdict.message
     assert spec.judge_case(part, 0, 4, args, 0.04, 0.041).ok
-    assert spec.judge_case(part, 0, 4, args, 0.04, 0.15).ok  # a loaded machine
-    assert not spec.judge_case(part, 0, 4, args, 0.04, 0.2).ok  # the 5 repeats' total
+    assert spec.judge_case(part, 0, 4, args, 0.04, 0.053).ok  # a loaded machine
+    per_launch = spec.judge_case(part, 0, 4, args, 0.04, 0.064)  # a launch + a kernel
+    assert not per_launch.ok and "hint: that is a launch plus its kernel" in per_launch.message
+    assert not spec.judge_case(part, 0, 4, args, 0.04, 0.4).ok  # the 10 repeats' total
     # a sleep never ends early: less than the kernel is impossible for a correct timer
     assert not spec.judge_case(part, 0, 4, args, 0.04, 0.035).ok
 
 
-def no_first_sync(launch, synchronize, warmup, repeats):
+@pytest.mark.parametrize("hidden", [False, True])
+def test_no_timer_hint_fires_on_a_right_answer(hidden: bool) -> None:
+    part = timer_part()
+    for args in part.cases(np.random.default_rng(5), hidden):
+        e = part.expected(*args)
+        for got in (e, 1.06 * e, 1.35 * e):  # right, with a loaded machine's margin
+            assert part.compare(e, got).ok
+            assert not [h.message for h in part.hints if h.applies(e, got, args)], (args, got)
+
+
+def lecture_timer(launch, synchronize, warmup, repeats):
+    """edu_dl.gpu_timing.time_synchronized, the lecture's timer: a synchronize per launch."""
     for _ in range(warmup):
         launch()
     times = []
     for _ in range(repeats):
+        synchronize()
         start = time.perf_counter()
         launch()
         synchronize()
@@ -219,44 +238,46 @@ def no_first_sync(launch, synchronize, warmup, repeats):
     return statistics.median(times)
 
 
-def test_a_timer_that_counts_earlier_work(capsys: pytest.CaptureFixture[str]) -> None:
-    ok, out = run(capsys, "ex12.gpu_timer", no_first_sync)
-    assert not ok and "case 2 of 4" in out
-    assert "hint: work launched before your timer started was still running" in out
+def test_the_lectures_timer_counts_every_launch(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex12.stream_timer", lecture_timer)
+    assert not ok and "case 1 of 4" in out and "hint: that is a launch plus its kernel" in out
 
 
-def test_a_timer_without_warmup(capsys: pytest.CaptureFixture[str]) -> None:
-    def cold(launch, synchronize, warmup, repeats):
-        synchronize()
-        times = []
-        for _ in range(warmup + repeats):  # the warm-up launches timed too
-            synchronize()
-            start = time.perf_counter()
-            launch()
-            synchronize()
-            times.append(time.perf_counter() - start)
-        return times[0] if repeats == 1 else statistics.median(times)
-
-    ok, out = run(capsys, "ex12.gpu_timer", cold)
-    assert not ok and "case 3 of 4" in out and "hint: the first launch pays a one-off cost" in out
-
-
-def test_a_timer_that_returns_the_total_or_milliseconds(capsys: pytest.CaptureFixture[str]
-                                                        ) -> None:
-    def total(launch, synchronize, warmup, repeats):
+def test_a_stream_without_the_last_synchronize(capsys: pytest.CaptureFixture[str]) -> None:
+    def host_only(launch, synchronize, warmup, repeats):
         for _ in range(warmup):
             launch()
         synchronize()
-        start = time.perf_counter()
+        begin = time.perf_counter()
+        for _ in range(repeats):
+            launch()
+        return (time.perf_counter() - begin) / repeats  # the host's launches, not the kernels
+
+    ok, out = run(capsys, "ex12.stream_timer", host_only)
+    assert not ok and "case 1 of 4" in out
+    assert "hint: the clock stopped while the device was still working" in out
+
+
+def test_a_stream_that_counts_earlier_work(capsys: pytest.CaptureFixture[str]) -> None:
+    def no_first_sync(launch, synchronize, warmup, repeats):
+        for _ in range(warmup):
+            launch()
+        begin = time.perf_counter()
         for _ in range(repeats):
             launch()
         synchronize()
-        return time.perf_counter() - start
+        return (time.perf_counter() - begin) / repeats
 
-    ok, out = run(capsys, "ex12.gpu_timer", total)
+    ok, out = run(capsys, "ex12.stream_timer", no_first_sync)
+    assert not ok and "case 2 of 4" in out
+    assert "hint: work queued before your clock started was still running" in out
+
+
+def test_a_stream_that_returns_the_total(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex12.stream_timer",
+                  lambda launch, sync, warmup, repeats: repeats * SOLUTIONS["time_kernel"](
+                      launch, sync, warmup, repeats))
     assert not ok and "case 1 of 4" in out and "hint: return the time of ONE kernel" in out
-    ok, out = run(capsys, "ex12.gpu_timer", lambda *a: 1e3 * SOLUTIONS["time_kernel"](*a))
-    assert not ok and "hint: return seconds" in out
 
 
 def test_a_timer_that_launches_too_often(capsys: pytest.CaptureFixture[str]) -> None:
@@ -264,12 +285,12 @@ def test_a_timer_that_launches_too_often(capsys: pytest.CaptureFixture[str]) -> 
         launch()
         return SOLUTIONS["time_kernel"](launch, synchronize, warmup, repeats)
 
-    ok, out = run(capsys, "ex12.gpu_timer", twice)
-    assert not ok and "launch() was called 7 times with warmup=1, repeats=5" in out
+    ok, out = run(capsys, "ex12.stream_timer", twice)
+    assert not ok and "launch() was called 12 times with warmup=1, repeats=10" in out
 
 
 def test_the_timer_source_must_synchronize_and_read_a_clock() -> None:
-    part = next(p for p in ex12.PARTS if p.id == "ex12.gpu_timer")
+    part = next(p for p in ex12.PARTS if p.id == "ex12.stream_timer")
     assert part.source_check is not None
     naive_source = '''
 def time_kernel(launch, synchronize, warmup, repeats):
@@ -298,7 +319,7 @@ def time_kernel(go, wait, warmup, repeats):
 def test_the_grader_refuses_a_forged_timer_by_its_source() -> None:
     from edu_dl.grading import judge
 
-    part = next(p for p in ex12.PARTS if p.id == "ex12.gpu_timer")
+    part = next(p for p in ex12.PARTS if p.id == "ex12.stream_timer")
     cases = protocol.roundtrip(part.cases(np.random.default_rng(7), False))
     forged = [part.expected(*args) for args in cases]  # perfect values from a hacked sandbox
     status, message = judge.judge(part, cases, forged, '''
@@ -327,7 +348,7 @@ def test_the_frame_peek_finds_no_case(tmp_path: Any, monkeypatch: pytest.MonkeyP
 
     from edu_dl.grading import check, judge, load
 
-    part = next(p for p in ex12.PARTS if p.id == "ex12.gpu_timer")
+    part = next(p for p in ex12.PARTS if p.id == "ex12.stream_timer")
     cases = protocol.roundtrip(part.cases(np.random.default_rng(3), False))
     protocol.write_inputs(tmp_path / "inputs" / f"{part.id}.npz", cases)
     (tmp_path / "inputs" / f"{part.id}.call.pkl").write_bytes(load.pickled_call(part))
