@@ -209,7 +209,8 @@ def test_recorded_cells_are_bounded_and_a_broken_submission_costs_only_its_own(
     assert ("huge", "triple") not in recorded and ("stub", "triple") not in recorded
     assert not any(c[0] == "broken" for c in data["cells"])
     assert data["hints"]["hw3"]["hw3.triple"] == {"1:Transposed": "the result is transposed",
-                                                  "2:Mistake": "multiplied by 2, not 3"}
+                                                  "2:Mistake": "multiplied by 2, not 3",
+                                                  "generic": classreport.GENERIC_MESSAGE}
     text = (tmp_path / classreport.CLASS_DATA).read_bytes()
     assert text.isascii() and b"x = 1" not in text  # digests only, no student text
     [shared, _] = sorted(classreport.shared_cells(data["cells"]), key=lambda s: s.cell,

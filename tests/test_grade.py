@@ -257,8 +257,17 @@ def test_solutions_score_full_marks_and_exercises_zero(tmp_path: Path, memory: s
     solved = [r for r in summary.rows if r.student == "solved"]
     unsolved = [r for r in summary.rows if r.student == "unsolved"]
     assert {r.exercise for r in solved} == {nb.stem for nb in sources}
-    assert all(r.status == "passed" and r.points == r.max_points > 0 for r in solved), solved
-    assert all(r.status == "not implemented" and r.points == 0 for r in unsolved), unsolved
+    # The speed tasks' written justifications are graded by a person: left on the manual sheet.
+    by_hand = {"standardize_justification", "sgd_step_justification", "max_pool_justification"}
+    assert {r.part for r in solved if r.status == "needs manual grading"} == by_hand
+    auto = [r for r in solved if r.part not in by_hand]
+    assert all(r.status == "passed" and r.points == r.max_points > 0 for r in auto), \
+        [(r.part, r.status, r.message[:80]) for r in auto if r.status != "passed"]
+    assert all(r.points == 0 for r in unsolved)
+    odd = [(r.part, r.status) for r in unsolved if r.status != "not implemented" and not (
+        r.part in by_hand and r.status == "not answered") and not (
+        r.part.endswith(".speed") and r.status == "not measured")]
+    assert not odd, odd
     want = {"watchdog"} if memory == "fallback" or os.geteuid() != 0 else {"cgroup v1",
                                                                            "cgroup v2"}
     assert accounting and accounting <= want, accounting

@@ -202,7 +202,8 @@ def test_a_pickled_call_carries_no_host_path() -> None:
         call = pickle.loads(data)
         # the course's calls live in edu_dl.harness: sent by name, the sandbox imports them;
         # a part file's own would come by value, its code named after the part
-        assert call is course[pid].call if call.__module__.startswith("edu_dl.") \
+        # (a harness's callable object, such as ex11's ExplainErrors, arrives as an equal copy)
+        assert call == course[pid].call if call.__module__.startswith("edu_dl.") \
             else call.__code__.co_filename == f"<part {pid}>", pid
 
 
