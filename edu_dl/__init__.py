@@ -6,10 +6,8 @@
 - ``edu_dl.backend``: NumPy on the CPU or CuPy on the GPU, through one namespace ``xp``
 """
 
-import sys
-
-from edu_dl import backend, nn, optim
-from edu_dl.autograd import graph, ops
+from edu_dl import backend, graph, nn, optim
+from edu_dl.autograd import ops
 from edu_dl.autograd.gradcheck import gradcheck, rel_error
 from edu_dl.autograd.tensor import (
     Tensor,
@@ -23,9 +21,6 @@ from edu_dl.autograd.tensor import (
 from edu_dl.backend import get_xp, gpu_available, synchronize, to_device, to_numpy
 
 __version__ = "0.1.0"
-
-# `import edu_dl.graph as tf` reads like the lecture's `import tensorflow as tf`.
-sys.modules[__name__ + ".graph"] = graph
 
 __all__ = [
     "Tensor",

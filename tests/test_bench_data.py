@@ -20,8 +20,8 @@ import pytest
 import edu_dl
 from edu_dl.bench import loader, transfer
 from edu_dl.bench.common import format_time
-from edu_dl.bench.worker import WorkerError, run_in_worker
 from edu_dl.cli import main
+from edu_dl.util.worker import WorkerError, run_in_worker
 
 PNG = b"\x89PNG\r\n\x1a\n"
 BATCHES, DELAY_MS = 4, 5

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import edu_dl
-from edu_dl import hardware as hw
 from edu_dl.bench import matmul as bm
+from edu_dl.machine import hardware as hw
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -22,13 +22,13 @@ from types import SimpleNamespace
 import nbformat
 import pytest
 
-from edu_dl import hosted
 from edu_dl.grading import batch as G
 from edu_dl.grading import feedback, manual, nbgrader
 from edu_dl.grading.model import Row
 from edu_dl.grading.nbgrader_course import _code, _md
 from edu_dl.grading.settings import Settings
 from edu_dl.grading.validate import validate
+from edu_dl.notebook import hosted
 
 FAST = Settings(timeout_s=30, memory_mb=2048)
 

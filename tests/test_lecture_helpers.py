@@ -6,7 +6,8 @@ import functools
 
 import pytest
 
-from edu_dl import backend, lecture
+from edu_dl import backend
+from edu_dl.notebook import lecture
 
 
 def test_on_gpu_runs_the_section_when_every_library_has_a_gpu(monkeypatch):

@@ -9,8 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from edu_dl import memory
-from edu_dl import models_zoo as zoo
+from edu_dl.gpu import memory, zoo
 
 
 def mlp(sizes: list[int], device: str = "meta") -> nn.Sequential:

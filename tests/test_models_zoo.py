@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from edu_dl import models_zoo as zoo
+from edu_dl.gpu import zoo
 
 
 @pytest.mark.parametrize("name", zoo.MODELS)

@@ -29,7 +29,7 @@ import nbformat
 import pytest
 from test_browser import CHROMIUM_ARGS, chromium
 
-from edu_dl import hosted
+from edu_dl.notebook import hosted
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "site"))

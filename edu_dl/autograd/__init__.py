@@ -1,5 +1,5 @@
 """Autograd: one set of ops (ops.py), one core (core.py), an eager engine (tensor.py) and a
-static one (graph.py, run by session.py through plan.py and codegen.py)."""
+static one (``edu_dl.graph``, run by session.py through plan.py and codegen.py)."""
 
 from edu_dl.autograd import ops
 from edu_dl.autograd.tensor import (

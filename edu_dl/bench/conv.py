@@ -32,7 +32,6 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.bench.args import positive_int
 from edu_dl.bench.common import (
     add_flags,
     busy_note,
@@ -45,6 +44,7 @@ from edu_dl.bench.common import (
     write_csv,
 )
 from edu_dl.bench.device import Device
+from edu_dl.util.args import positive_int
 
 # (name, input shape (N, C, H, W), output channels): the lecture's convolutions, 3x3 with pad 1.
 SIZES: tuple[tuple[str, tuple[int, int, int, int], int], ...] = (

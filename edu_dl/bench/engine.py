@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edu_dl.bench.args import comma_list, positive_int
 from edu_dl.bench.common import (
     TIMES,
     add_flags,
@@ -50,7 +49,8 @@ from edu_dl.bench.common import (
 )
 from edu_dl.bench.device import Device
 from edu_dl.bench.problems import CPU_SIZES, GPU_SIZES, SIZES
-from edu_dl.bench.worker import DEFAULT_TIMEOUT_S, Worker, WorkerError
+from edu_dl.util.args import comma_list, positive_int
+from edu_dl.util.worker import DEFAULT_TIMEOUT_S, Worker, WorkerError
 
 TRAINERS = "edu_dl.bench.trainers"  # where the workers find setup, calibrate_steps, time_batch
 

@@ -15,8 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from edu_dl.bench.args import positive_int
 from edu_dl.bench.common import TIMES, add_flags, finish, usable_cores
+from edu_dl.util.args import positive_int
 
 SOLUTIONS = Path(__file__).resolve().parents[2] / "solutions"
 

@@ -1,8 +1,8 @@
 """``edu-dl bench loader``: a slow reader feeding a real training step, with and without prefetch.
 
 A deliberately slow reader (``delay`` seconds per batch, a sleep that releases the GIL as disk
-reads do) feeds a real training step of edu_dl (two-layer ReLU net from ``edu_dl.models``, eager,
-SGD; on the GPU with ``--device gpu``, each batch copied there). Without prefetching an epoch
+reads do) feeds a real training step of edu_dl (two-layer ReLU net from ``edu_dl.models.spec``,
+eager, SGD; on the GPU with ``--device gpu``, each batch copied there). Without prefetching an epoch
 costs n * (read + compute); with readers working ahead it costs about
 n * max(read / readers, compute). Measured for edu_dl.data.DataLoader (0 = no prefetch, 1, 2, 4
 threads), PyTorch ``DataLoader(num_workers=0 / 2, prefetch_factor=2)`` and ``tf.data`` (``map``,
@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.bench.args import comma_list, non_negative, positive_int
 from edu_dl.bench.common import (
     add_flags,
     align,
@@ -43,7 +42,8 @@ from edu_dl.bench.common import (
     write_csv,
 )
 from edu_dl.bench.device import Device
-from edu_dl.bench.worker import DEFAULT_TIMEOUT_S, WorkerError, run_in_worker
+from edu_dl.util.args import comma_list, non_negative, positive_int
+from edu_dl.util.worker import DEFAULT_TIMEOUT_S, WorkerError, run_in_worker
 
 LOADER_FRAMEWORKS: tuple[str, ...] = ("edu_dl", "torch", "tf")
 
@@ -124,11 +124,12 @@ def make_loader_data(directory: Path, config: LoaderConfig) -> None:
 def make_compute(config: LoaderConfig) -> Callable[[np.ndarray, np.ndarray], float]:
     """``compute_steps`` real SGD steps of edu_dl's two-layer ReLU net on one batch; the loss.
 
-    The net's starting weights come from ``edu_dl.models`` (seed 1); with ``config.device``
+    The net's starting weights come from ``edu_dl.models.spec`` (seed 1); with ``config.device``
     'gpu' each batch is copied to the GPU and trained there, and the loss copied back (a sync).
     """
-    from edu_dl import models, nn, optim
+    from edu_dl import nn, optim
     from edu_dl.autograd.tensor import tensor
+    from edu_dl.models import spec as models
 
     spec = models.TwoLayerNet(config.batch_size, config.features, config.hidden,
                               config.outputs, "mean_row_sum", seed=1)

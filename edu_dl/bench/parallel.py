@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edu_dl.bench.args import positive_int
 from edu_dl.bench.common import add_flags, device_of, finish, pyplot
 from edu_dl.bench.device import Device
+from edu_dl.util.args import positive_int
 
 SYNCED = ("each step's loss is copied to the host (.item()), which waits for the step, so the "
           "loop times count the GPU's work")

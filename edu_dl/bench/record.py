@@ -27,7 +27,7 @@ from typing import Any
 
 from edu_dl.bench.common import add_flags, cpu_name, now, package_version, usable_cores
 from edu_dl.bench.device import Device, gpu_missing
-from edu_dl.bench.worker import WorkerError, run_in_worker
+from edu_dl.util.worker import WorkerError, run_in_worker
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
@@ -88,7 +88,7 @@ def git_commit() -> str:
 
 def machine_facts(device: Device) -> dict[str, str]:
     """Device, driver, host, Python and versions, for a PROVENANCE file."""
-    from edu_dl.gpu_probes import nvidia_driver
+    from edu_dl.machine.probes import nvidia_driver
 
     driver = nvidia_driver() if device.runs_on == "gpu" else {}
     gpus = [f"{g['name']} ({g['memory']})" for g in driver.get("gpus", [])]
@@ -170,7 +170,7 @@ def add_gpu(kinds: Any) -> None:
 
 
 def _benchmark_list(text: str) -> list[str]:
-    from edu_dl.bench.args import comma_list
+    from edu_dl.util.args import comma_list
 
     return comma_list(tuple(GPU_RUNS), "benchmark")(text)
 

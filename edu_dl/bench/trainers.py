@@ -1,6 +1,6 @@
 """The engine benchmark's training steps, one per framework, and their timing in a worker.
 
-Every framework trains the same ``problems.Problem`` (float32, from ``edu_dl.models``). The GPU
+Every framework trains the same ``problems.Problem`` (float32, from ``edu_dl.models.spec``). The GPU
 mode runs the same code: the arrays come from ``device.xp()`` (CuPy for NumPy) and the
 frameworks get their own device names; a timed batch ends with the device synchronized.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 from edu_dl.bench.device import Device
 from edu_dl.bench.problems import Problem, make_problem
-from edu_dl.bench.worker import THREADS_ENV
+from edu_dl.util.worker import THREADS_ENV
 
 # --------------------------------------------------------------------------- the trainers
 

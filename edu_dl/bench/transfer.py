@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.bench.args import comma_list
 from edu_dl.bench.common import (
     add_flags,
     align,
@@ -39,7 +38,8 @@ from edu_dl.bench.common import (
     write_csv,
 )
 from edu_dl.bench.problems import SIZES, make_problem
-from edu_dl.bench.worker import DEFAULT_TIMEOUT_S, run_in_worker
+from edu_dl.util.args import comma_list
+from edu_dl.util.worker import DEFAULT_TIMEOUT_S, run_in_worker
 
 FEED_FRAMEWORKS: tuple[str, ...] = ("edu_dl", "tf")
 # The lecture's TF 1.x program: N, D, H, D_out.

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edu_dl.bench.args import positive
 from edu_dl.grading.trust.text import say, say_to_stderr
+from edu_dl.util.args import positive
 
 if TYPE_CHECKING:
     from edu_dl.grading.cluster import ClusterOptions

@@ -25,8 +25,8 @@ No HTML or script a student wrote is ever live, by three layers, each enough on 
   from anywhere (images only as data URIs): our template also leaves out nbconvert's
   require.js, MathJax and Mermaid (so math shows as its TeX source).
 
-The hosted install cell (``edu_dl.hosted``) is left out, hidden tests are stripped from every
-source, and an error raised in a cell that held them shows its name and message only.
+The hosted install cell (``edu_dl.notebook.hosted``) is left out, hidden tests are stripped from
+every source, and an error raised in a cell that held them shows its name and message only.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from edu_dl.grading.nbgrader import BEGIN_HIDDEN, grade_id, strip_hidden_tests
 from edu_dl.grading.notebooks import write_atomic
 from edu_dl.grading.trust.files import SUBMISSION_SECRET, TIMESTAMP, read_submission_secret
 from edu_dl.grading.trust.text import for_terminal, visible
-from edu_dl.hosted import is_install_cell
+from edu_dl.notebook.hosted import is_install_cell
 from edu_dl.speed.tasks import speed_row
 
 PAGES = "feedback"  # below --out and below an nbgrader course folder

@@ -13,7 +13,7 @@ import numpy as np
 from edu_dl import backend, nn, optim
 from edu_dl.autograd import ops
 from edu_dl.autograd.tensor import Tensor
-from edu_dl.models import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ModelSpec, loss_scale
+from edu_dl.models.spec import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ModelSpec, loss_scale
 from edu_dl.twins import History, StepTimer, prepare
 
 

@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from edu_dl import backend
-from edu_dl.autograd import graph as tf
-from edu_dl.models import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ModelSpec, loss_scale
+from edu_dl import graph as tf
+from edu_dl.models.spec import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ModelSpec, loss_scale
 from edu_dl.twins import History, StepTimer, prepare
 
 

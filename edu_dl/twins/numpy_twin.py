@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl import backend, models
-from edu_dl.models import ModelSpec
+from edu_dl import backend
+from edu_dl.models import spec as models
+from edu_dl.models.spec import ModelSpec
 from edu_dl.twins import History, StepTimer, prepare
 
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl import models
-from edu_dl.models import ModelSpec
+from edu_dl.models import spec as models
+from edu_dl.models.spec import ModelSpec
 from edu_dl.twins import History, StepTimer, prepare, tf_device
 from edu_dl.twins.tf2_eager import adam_updates, tf_loss
 

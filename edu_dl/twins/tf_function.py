@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.models import ModelSpec
+from edu_dl.models.spec import ModelSpec
 from edu_dl.twins import History, prepare, tf_device
 from edu_dl.twins.tf2_eager import make_step, run_steps
 

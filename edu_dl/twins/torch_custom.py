@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from edu_dl.models import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ModelSpec
+from edu_dl.models.spec import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ModelSpec
 from edu_dl.twins import History, StepTimer, prepare, torch_device
 from edu_dl.twins.torch_raw import torch_loss
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.models import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ModelSpec, loss_scale
+from edu_dl.models.spec import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ModelSpec, loss_scale
 from edu_dl.twins import History, StepTimer, prepare, torch_device
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl import models
-from edu_dl.models import ModelSpec
+from edu_dl.models import spec as models
+from edu_dl.models.spec import ModelSpec
 from edu_dl.twins import History, StepTimer, prepare, torch_device
 
 

@@ -1,6 +1,6 @@
 """Small helpers the lecture notebooks share: quiet TensorFlow, one plot style, GPU fallbacks.
 
-Every notebook starts with ``from edu_dl.lecture import setup; setup()``.
+Every notebook starts with ``from edu_dl.notebook.lecture import setup; setup()``.
 """
 
 from __future__ import annotations

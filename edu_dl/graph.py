@@ -1,7 +1,8 @@
 """The static engine (define-then-run, like TensorFlow 1.x), with TensorFlow's names.
 
-Phase 1 builds a graph of Nodes (``nodes.py``): ``placeholder``, ``Variable``, ``constant`` and
-the ops of ``ops.py`` (the very classes the eager engine runs). Phase 2 runs it:
+Phase 1 builds a graph of Nodes (``autograd/nodes.py``): ``placeholder``, ``Variable``,
+``constant`` and
+the ops of ``autograd/ops.py`` (the very classes the eager engine runs). Phase 2 runs it:
 ``Session.run(fetches, feed_dict)`` (``session.py``) plans the evaluation once per set of fetches
 (``plan.py``) and runs the plan compiled to Python (``codegen.py``).
 """

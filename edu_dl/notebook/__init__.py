@@ -1,0 +1,6 @@
+"""Notebook tooling: helpers every lecture calls, and the tools that execute and host notebooks.
+
+- ``lecture``: ``setup()``, quiet TensorFlow, plot style, GPU fallbacks, recorded results
+- ``run``: ``python -m edu_dl.notebook.run`` executes notebooks and records their sources' digests
+- ``hosted``: the install cell for hosted notebooks (Colab, Kaggle)
+"""
