@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .bench.worker import Worker, WorkerError
+from edu_dl.bench.worker import Worker, WorkerError
 
 # --------------------------------------------------------------------------- GPUs and frameworks
 

@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from tqdm import tqdm
 
-    from .progress import progress_disabled
+    from edu_dl.progress import progress_disabled
 
     failed = []
     for path in tqdm(args.notebooks, desc="notebooks", unit="nb", file=sys.stderr,

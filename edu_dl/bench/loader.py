@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from .args import comma_list, non_negative, positive_int
-from .common import (
+from edu_dl.bench.args import comma_list, non_negative, positive_int
+from edu_dl.bench.common import (
     add_flags,
     align,
     device_of,
@@ -42,8 +42,8 @@ from .common import (
     repeats_of,
     write_csv,
 )
-from .device import Device
-from .worker import DEFAULT_TIMEOUT_S, WorkerError, run_in_worker
+from edu_dl.bench.device import Device
+from edu_dl.bench.worker import DEFAULT_TIMEOUT_S, WorkerError, run_in_worker
 
 LOADER_FRAMEWORKS: tuple[str, ...] = ("edu_dl", "torch", "tf")
 
@@ -112,7 +112,7 @@ class LoaderResult:
 
 def make_loader_data(directory: Path, config: LoaderConfig) -> None:
     """The benchmark's dataset on disk: seeded float32 X (rows, features) and y (rows, outputs)."""
-    from ..data import write_shards
+    from edu_dl.data import write_shards
 
     rng = np.random.default_rng(0)
     rows = config.batches * config.batch_size
@@ -127,8 +127,8 @@ def make_compute(config: LoaderConfig) -> Callable[[np.ndarray, np.ndarray], flo
     The net's starting weights come from ``edu_dl.models`` (seed 1); with ``config.device``
     'gpu' each batch is copied to the GPU and trained there, and the loss copied back (a sync).
     """
-    from .. import models, nn, optim
-    from ..autograd.tensor import tensor
+    from edu_dl import models, nn, optim
+    from edu_dl.autograd.tensor import tensor
 
     spec = models.TwoLayerNet(config.batch_size, config.features, config.hidden,
                               config.outputs, "mean_row_sum", seed=1)
@@ -169,7 +169,7 @@ class BatchReader:
     """Batch k of the on-disk dataset, read slowly; a map-style dataset for PyTorch and tf.data."""
 
     def __init__(self, config: LoaderConfig) -> None:
-        from ..data import ShardedDataset, SlowReader
+        from edu_dl.data import ShardedDataset, SlowReader
 
         self.config = config
         self.reader = SlowReader(ShardedDataset(config.directory), config.delay_s)
@@ -203,7 +203,7 @@ def _time_epochs(config: LoaderConfig, epoch: Callable[[], Iterable[Any]],
 
 
 def _edu_dl_loader_rows(config: LoaderConfig) -> dict[str, Any]:
-    from ..data import DataLoader, ShardedDataset, SlowReader
+    from edu_dl.data import DataLoader, ShardedDataset, SlowReader
 
     compute = make_compute(config)
     slow = SlowReader(ShardedDataset(config.directory), config.delay_s)

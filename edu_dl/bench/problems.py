@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import models
+from edu_dl import models
 
 SIZES = models.SIZES
 CPU_SIZES: tuple[str, ...] = ("tiny", "lecture", "lecture_tf", "large")  # xl: ~1 s a CPU step

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from numba import cuda, float32
 
-from .launch import BLOCK_2D, THREADS_1D, launch_1d, launch_2d
+from edu_dl.cuda.launch import BLOCK_2D, THREADS_1D, launch_1d, launch_2d
 
 TILE = 16  # tile edge of the shared-memory matmul: 16 x 16 = 256 threads per block
 

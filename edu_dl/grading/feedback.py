@@ -48,13 +48,13 @@ import nbformat
 from jinja2 import DictLoader
 from nbconvert import HTMLExporter
 
-from ..hosted import is_install_cell
-from ..speed.tasks import speed_row
-from .model import Job, Row, safe_file_name
-from .nbgrader import BEGIN_HIDDEN, grade_id, strip_hidden_tests
-from .notebooks import write_atomic
-from .trust.files import SUBMISSION_SECRET, TIMESTAMP, read_submission_secret
-from .trust.text import for_terminal, visible
+from edu_dl.grading.model import Job, Row, safe_file_name
+from edu_dl.grading.nbgrader import BEGIN_HIDDEN, grade_id, strip_hidden_tests
+from edu_dl.grading.notebooks import write_atomic
+from edu_dl.grading.trust.files import SUBMISSION_SECRET, TIMESTAMP, read_submission_secret
+from edu_dl.grading.trust.text import for_terminal, visible
+from edu_dl.hosted import is_install_cell
+from edu_dl.speed.tasks import speed_row
 
 PAGES = "feedback"  # below --out and below an nbgrader course folder
 KEPT_DATA = ("text/plain", "image/png", "image/jpeg")

@@ -24,8 +24,8 @@ import hashlib
 import re
 from typing import Any
 
-from .model import GradedCell
-from .notebooks import Cell, Notebook, NotebookError
+from edu_dl.grading.model import GradedCell
+from edu_dl.grading.notebooks import Cell, Notebook, NotebookError
 
 BEGIN_SOLUTION = "### BEGIN SOLUTION"
 END_SOLUTION = "### END SOLUTION"

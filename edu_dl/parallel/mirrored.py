@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from ..bench.worker import WorkerError as BenchWorkerError
-from ..bench.worker import run_in_worker
-from .launch import WorkerError
-from .problem import LR, TwoLayerProblem, make_problem
+from edu_dl.bench.worker import WorkerError as BenchWorkerError
+from edu_dl.bench.worker import run_in_worker
+from edu_dl.parallel.launch import WorkerError
+from edu_dl.parallel.problem import LR, TwoLayerProblem, make_problem
 
 ARRAYS = ("X", "Y", "w1", "w2")
 

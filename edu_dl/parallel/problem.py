@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .. import models
+from edu_dl import models
 
 # The lecture's PyTorch program: N, D_in, H, D_out = 64, 1000, 100, 10.
 N, D_IN, HIDDEN, D_OUT = models.SIZES["lecture"]

@@ -23,8 +23,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..backend import DEVICES, DeviceError
-from ..models import ModelSpec, check_optimizer
+from edu_dl.backend import DEVICES, DeviceError
+from edu_dl.models import ModelSpec, check_optimizer
 
 # name -> (module in this package, function, title): the order of the lecture.
 TWINS: dict[str, tuple[str, str, str]] = {
