@@ -20,8 +20,8 @@ pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts th
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "solutions" / "06_tensorflow.ipynb"
 PART_FUNCTIONS = {
-    "ex06.tf1_graph": "train_tf1_graph",
-    "ex06.tf1_variables": "train_tf1_variables",
+    "ex06.tf1_minibatch": "train_tf1_minibatch",
+    "ex06.tf1_loss_after_update": "train_tf1_loss_after_update",
     "ex06.tape_momentum": "train_tf2_momentum",
     "ex06.tf_function_decay": "train_tf_function_decay",
 }
@@ -55,15 +55,6 @@ def test_solution_matches_the_oracle_on_visible_and_hidden_cases(sol, part_id):
             assert verdict.ok, verdict.message
 
 
-def test_cases_never_give_data_a_weight_shape():
-    part = course_part("ex06.tf1_variables")
-    for seed in range(20):
-        for x, y, w1, w2, lr, steps in part.cases(np.random.default_rng(seed), True):
-            assert {x.shape, y.shape}.isdisjoint({w1.shape, w2.shape})
-            losses = part.expected(x, y, w1, w2, lr, steps)[0]
-            assert np.all(np.isfinite(losses)) and losses[-1] <= losses[0] * (1 + 1e-12)
-
-
 def test_solutions_pass_through_check(capsys, sol):
     for part_id, name in PART_FUNCTIONS.items():
         ok, out = run(capsys, part_id, sol[name], hidden=True)
@@ -74,96 +65,178 @@ def test_solutions_pass_through_check(capsys, sol):
 # ----------------------------------------------------------------------------- typical mistakes
 
 
-def tf1_program(X, y, w1_init, w2_init, lr, num_steps, reduce="batch_mean"):
-    """Part 1's program with the loss reduced the wrong way."""
+def minibatch_program(X, y, w1_init, w2_init, lr, batch_size, num_epochs, mistake=None):
+    """Part 1, right or with a mistake: "rebuilt" (a graph with fixed shapes per batch),
+    "fixed_shape" (one graph whose placeholders have batch_size rows), "drop_last", "divided"
+    (each batch's error divided by batch_size), "whole" (one step per epoch on all of X), "sum"
+    (the batch's error summed)."""
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+
+    def build(rows):
+        x_ph = v1.placeholder(tf.float64, (rows, X.shape[1]))
+        y_ph = v1.placeholder(tf.float64, (rows, y.shape[1]))
+        w1, w2 = v1.placeholder(tf.float64, w1_init.shape), v1.placeholder(tf.float64,
+                                                                            w2_init.shape)
+        errors = tf.reduce_sum((tf.maximum(x_ph @ w1, 0) @ w2 - y_ph) ** 2, axis=1)
+        loss = {"divided": tf.reduce_sum(errors) / batch_size,
+                "sum": tf.reduce_sum(errors)}.get(mistake, tf.reduce_mean(errors))
+        return (x_ph, y_ph, w1, w2), loss, v1.gradients(loss, [w1, w2])
+
+    size = len(X) if mistake == "whole" else batch_size
+    starts = range(0, len(X), size)
+    if mistake == "drop_last":
+        starts = [s for s in starts if s + size <= len(X)]
+    weights = [w1_init, w2_init]
+    losses = []
+    graph = tf.Graph()
+    with graph.as_default():
+        built = build(batch_size if mistake == "fixed_shape" else None)
+    for _ in range(num_epochs):
+        for start in starts:
+            if mistake == "rebuilt":
+                graph = tf.Graph()
+                with graph.as_default():
+                    built = build(len(X[start:start + size]))
+            (x_ph, y_ph, w1, w2), loss, grads = built
+            with v1.Session(graph=graph) as sess:
+                feed = {x_ph: X[start:start + size], y_ph: y[start:start + size],
+                        w1: weights[0], w2: weights[1]}
+                loss_val, g1, g2 = sess.run([loss, *grads], feed)
+            weights = [weights[0] - lr * g1, weights[1] - lr * g2]
+            losses.append(loss_val)
+    return np.array(losses)
+
+
+@pytest.mark.parametrize(("mistake", "hint"), [
+    (None, None),
+    ("rebuilt", "hint: your training runs used more than one graph"),
+    ("drop_last", "hint: the last, shorter batch of each epoch is missing"),
+    ("divided", "hint: the short batch's loss was divided by batch_size"),
+    ("whole", "hint: one step per epoch on all of X is the lecture's full-batch loop"),
+    ("sum", "hint: you summed over the whole batch"),
+])
+def test_minibatch_mistakes(capsys, mistake, hint):
+    ok, out = run(capsys, "ex06.tf1_minibatch",
+                  lambda *a: minibatch_program(*a, mistake=mistake))
+    if hint is None:
+        assert ok and "hint" not in out, out
+        return
+    assert not ok and hint in out, out
+    assert out.count("hint:") == 1, out  # no other mistake's hint fires on it
+    if mistake == "rebuilt":  # case 1: 5 rows in batches of 2, 2 epochs: 6 graphs
+        assert "output 1 (graphs built): expected 1, got 6" in out
+
+
+def test_a_fixed_batch_dimension_is_named(capsys):
+    ok, out = run(capsys, "ex06.tf1_minibatch",
+                  lambda *a: minibatch_program(*a, mistake="fixed_shape"))
+    assert not ok and "a placeholder's shape fixed the batch size" in out, out
+    assert "Cannot feed value of shape (1, 6)" in out, out
+
+
+def test_minibatch_cases_and_oracle():
+    """Visible cases end their epochs with a short batch but one; hidden ones take a batch of one
+    row and one larger than X; the oracle agrees with the NumPy replay, and with batch_size >= N
+    it is the full-batch oracle, one step per epoch."""
+    ex06 = course_module("ex06")
+    visible = ex06._minibatch_cases(np.random.default_rng(VISIBLE_SEED), False)
+    assert [len(x) % b != 0 for x, _, _, _, _, b, _ in visible] == [True, True, False]
+    for seed in range(10):
+        hidden = ex06._minibatch_cases(np.random.default_rng(seed), True)
+        assert hidden[0][5] == 1 and hidden[1][5] > len(hidden[1][0])
+        for args in hidden:
+            x, y, w1, w2, lr, batch_size, epochs = args
+            losses = ex06._edu_dl_minibatch_losses(*args)
+            assert len(losses) == epochs * -(-len(x) // batch_size)
+            assert np.all(np.isfinite(losses))
+            assert np.allclose(ex06.numpy_minibatch_losses(*args), losses, rtol=1e-10)
+            if batch_size >= len(x):
+                assert np.allclose(losses, ex06._edu_dl_losses(x, y, w1, w2, lr, epochs),
+                                   rtol=1e-12)
+
+
+def after_update_program(X, y, w1_init, w2_init, lr, num_steps, mistake=None):
+    """Part 2, right or with a mistake: "before" (the loss fetched beside the update: the loss
+    before it), "racy" (the new loss's reads unordered with the update), "two_runs" (the update,
+    then the new loss in a run of its own), "float32_lr" (GradientDescentOptimizer(lr)), or
+    "minimize" (right, with an optimizer)."""
     import tensorflow as tf
 
     v1 = tf.compat.v1
     with tf.Graph().as_default():
         x_ph, y_ph = v1.placeholder(tf.float64, X.shape), v1.placeholder(tf.float64, y.shape)
-        w1, w2 = v1.placeholder(tf.float64, w1_init.shape), v1.placeholder(tf.float64,
-                                                                            w2_init.shape)
-        diff = tf.matmul(tf.maximum(tf.matmul(x_ph, w1), 0), w2) - y_ph
-        loss = {"batch_mean": tf.reduce_mean(tf.reduce_sum(diff ** 2, axis=1)),
-                "sum": tf.reduce_sum(diff ** 2), "mean": tf.reduce_mean(diff ** 2)}[reduce]
-        grads = v1.gradients(loss, [w1, w2])
+        w1, w2 = v1.Variable(w1_init), v1.Variable(w2_init)
+
+        def loss_at(a, b):
+            return tf.reduce_mean(tf.reduce_sum((tf.maximum(x_ph @ a, 0) @ b - y_ph) ** 2, 1))
+
+        loss = loss_at(w1, w2)
+        if mistake in ("float32_lr", "minimize"):
+            rate = lr if mistake == "float32_lr" else tf.constant(lr, tf.float64)
+            update = v1.train.GradientDescentOptimizer(rate).minimize(loss)
+        else:
+            g1, g2 = v1.gradients(loss, [w1, w2])
+            update = tf.group(w1.assign_sub(lr * g1), w2.assign_sub(lr * g2))
+        if mistake in ("racy", "two_runs"):
+            new_loss = loss_at(w1, w2)
+        else:
+            with tf.control_dependencies([update]):
+                new_loss = loss_at(w1, w2)  # resource variables: new reads, ordered
+        feed = {x_ph: X, y_ph: y}
         with v1.Session() as sess:
-            values = {x_ph: X, y_ph: y, w1: w1_init, w2: w2_init}
+            sess.run(v1.global_variables_initializer())
             losses = []
             for _ in range(num_steps):
-                loss_val, g1, g2 = sess.run([loss, *grads], feed_dict=values)
-                values[w1], values[w2] = values[w1] - lr * g1, values[w2] - lr * g2
-                losses.append(loss_val)
-    return losses
+                if mistake == "before":
+                    losses.append(sess.run([loss, update], feed)[0])
+                elif mistake == "racy":
+                    losses.append(sess.run([new_loss, update], feed)[0])
+                elif mistake == "two_runs":
+                    sess.run(update, feed)
+                    losses.append(sess.run(new_loss, feed))
+                else:
+                    losses.append(sess.run(new_loss, feed))
+    return np.array(losses)
 
 
-def test_summed_or_averaged_loss_gets_the_reduction_hint(capsys):
-    ok, out = run(capsys, "ex06.tf1_graph", lambda *a: tf1_program(*a, reduce="sum"))
-    assert not ok
-    assert "case 1 of 3 (X (4, 6), y (4, 3), w1 (6, 5), w2 (5, 3), lr=" in out
-    assert "5 of 5 entries differ" in out and "[0]: expected" in out
-    assert "hint: you summed over the whole batch" in out
-    ok, out = run(capsys, "ex06.tf1_graph", lambda *a: tf1_program(*a, reduce="mean"))
-    assert not ok and "hint: you averaged over every entry" in out
+@pytest.mark.parametrize(("mistake", "hint"), [
+    (None, None),
+    ("minimize", None),
+    ("before", "hint: these are the losses BEFORE each update"),
+    ("racy", "hint: in some runs the loss read w1 or w2 with nothing ordering that read"),
+    ("two_runs", "hint: some runs fetched a value without updating any Variable"),
+    ("float32_lr", "hint: your learning rate became float32"),
+])
+def test_loss_after_update_mistakes(capsys, mistake, hint):
+    ok, out = run(capsys, "ex06.tf1_loss_after_update",
+                  lambda *a: after_update_program(*a, mistake=mistake))
+    if hint is None:
+        assert ok and "hint" not in out, out
+        return
+    assert not ok and hint in out, out
+    assert out.count("hint:") == 1, out
+    if mistake == "two_runs":  # case 1 has 5 steps, each reading the loss in a run of its own
+        assert "output 1 (runs that updated nothing): expected 0, got 5" in out
+
+
+def test_loss_after_update_oracle():
+    """The oracle's losses are the full-batch oracle's, one step later; the NumPy replay of the
+    hints agrees with it."""
+    part, ex06 = course_part("ex06.tf1_loss_after_update"), course_module("ex06")
+    for args in part.cases(np.random.default_rng(4), True):
+        losses, no_update, unordered = part.expected(*args)
+        assert (no_update, unordered) == (0, 0)
+        assert np.allclose(losses[:-1], ex06._edu_dl_losses(*args)[1:], rtol=1e-12)
+        assert np.allclose(ex06._replay_after(args), losses, rtol=1e-10)
 
 
 def test_eager_code_is_not_a_tf1_program(capsys, sol):
-    ok, out = run(capsys, "ex06.tf1_graph", lambda *a: sol["train_tf2_momentum"](*a, 0.0))
-    assert not ok
-    assert "failed: your function never ran a tf.compat.v1.Session" in out
-
-
-def test_fed_weights_are_counted_in_the_variables_part(capsys, sol):
-    ok, out = run(capsys, "ex06.tf1_variables", sol["train_tf1_graph"])
-    assert not ok
-    # case 1: w1 (6, 5) and w2 (5, 3) fed and both gradients fetched, 5 steps: 2 * 45 * 5 values
-    assert "output 1 (weight values fed or fetched in the training steps): expected 0, got 450" \
-        in out
-    assert "hint: weights still travel between Python and the session" in out
-
-
-def test_fetching_gradients_next_to_minimize_is_counted(capsys):
-    """The source's fault: its loop still fetches the gradients the optimizer applies."""
-    import tensorflow as tf
-
-    v1 = tf.compat.v1
-
-    def fetches_grads(X, y, w1_init, w2_init, lr, num_steps):
-        with tf.Graph().as_default():
-            x_ph, y_ph = v1.placeholder(tf.float64, X.shape), v1.placeholder(tf.float64, y.shape)
-            w1, w2 = v1.Variable(w1_init), v1.Variable(w2_init)
-            diff = tf.matmul(tf.maximum(tf.matmul(x_ph, w1), 0), w2) - y_ph
-            loss = tf.reduce_mean(tf.reduce_sum(diff ** 2, axis=1))
-            grads = v1.gradients(loss, [w1, w2])
-            update = v1.train.GradientDescentOptimizer(tf.constant(lr, tf.float64)).minimize(loss)
-            with v1.Session() as sess:
-                sess.run(v1.global_variables_initializer())
-                return [sess.run([loss, update, *grads], {x_ph: X, y_ph: y})[0]
-                        for _ in range(num_steps)]
-
-    ok, out = run(capsys, "ex06.tf1_variables", fetches_grads)
-    assert not ok and "expected 0, got 225" in out and "fetch only the loss" in out
-
-
-def test_float32_learning_rate_gets_its_own_hint(capsys):
-    import tensorflow as tf
-
-    v1 = tf.compat.v1
-
-    def minimize_float32_lr(X, y, w1_init, w2_init, lr, num_steps):
-        with tf.Graph().as_default():
-            x_ph, y_ph = v1.placeholder(tf.float64, X.shape), v1.placeholder(tf.float64, y.shape)
-            w1, w2 = v1.Variable(w1_init), v1.Variable(w2_init)
-            diff = tf.matmul(tf.maximum(tf.matmul(x_ph, w1), 0), w2) - y_ph
-            loss = tf.reduce_mean(tf.reduce_sum(diff ** 2, axis=1))
-            update = v1.train.GradientDescentOptimizer(lr).minimize(loss)
-            with v1.Session() as sess:
-                sess.run(v1.global_variables_initializer())
-                return [sess.run([loss, update], {x_ph: X, y_ph: y})[0] for _ in range(num_steps)]
-
-    ok, out = run(capsys, "ex06.tf1_variables", minimize_float32_lr)
-    assert not ok
-    assert "output 0 (losses)" in out and "hint: your learning rate became float32" in out
+    for part_id in ("ex06.tf1_minibatch", "ex06.tf1_loss_after_update"):
+        ok, out = run(capsys, part_id, lambda *a: sol["train_tf2_momentum"](*a[:5], 2, 0.0))
+        assert not ok
+        assert "failed: your function never ran a tf.compat.v1.Session" in out
 
 
 def tape_program(X, y, w1_init, w2_init, lr, num_steps, momentum, relu=True, after=False,
@@ -241,7 +314,8 @@ def test_momentum_oracle_is_edu_dl_optim():
 
 
 def test_tf1_code_is_not_a_tape(capsys, sol):
-    ok, out = run(capsys, "ex06.tape_momentum", lambda *a: sol["train_tf1_variables"](*a[:6]))
+    ok, out = run(capsys, "ex06.tape_momentum",
+                  lambda *a: sol["train_tf1_loss_after_update"](*a[:6]))
     assert not ok and "never called tape.gradient" in out
 
 

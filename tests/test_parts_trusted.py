@@ -339,16 +339,27 @@ def softmax_cross_entropy(logits, y):
     return -np.log(p[rows, y]).mean(), dlogits  # not divided by N
 """),
     # ex06: the losses in NumPy (right), the flags forged
-    "ex06.tf1_graph": (RAW, """
-def train_tf1_graph(X, y, w1_init, w2_init, lr, num_steps):
-    numpy_losses = course_module("ex06").numpy_losses
-    return numpy_losses(X, y, w1_init, w2_init, lr, num_steps)
+    "ex06.tf1_minibatch": (FORGED, """
+def train_tf1_minibatch(X, y, w1_init, w2_init, lr, batch_size, num_epochs):  # constants
+    w1, w2, losses = w1_init, w2_init, []
+    for _ in range(num_epochs):
+        for start in range(0, len(X), batch_size):
+            rows = slice(start, start + batch_size)
+            with tf.Graph().as_default():  # a graph per batch, its data baked in
+                a, b = tf.constant(w1), tf.constant(w2)
+                diff = tf.maximum(X[rows] @ a, 0) @ b - y[rows]
+                loss = tf.reduce_mean(tf.reduce_sum(diff ** 2, axis=1))
+                grads = v1.gradients(loss, [a, b])
+                with v1.Session() as sess:
+                    value, g1, g2 = sess.run([loss, *grads])
+            w1, w2 = w1 - lr * g1, w2 - lr * g2
+            losses.append(value)
+    return np.array(losses)
 """),
-    "ex06.tf1_variables": (FORGED, """
-def train_tf1_variables(X, y, w1_init, w2_init, lr, num_steps):  # weights fed every step
+    "ex06.tf1_loss_after_update": (FORGED, """
+def train_tf1_loss_after_update(X, y, w1_init, w2_init, lr, num_steps):  # weights fed, 2 runs
     with tf.Graph().as_default():
-        x_ph = v1.placeholder(tf.float64, shape=X.shape)
-        y_ph = v1.placeholder(tf.float64, shape=y.shape)
+        x_ph, y_ph = v1.placeholder(tf.float64, X.shape), v1.placeholder(tf.float64, y.shape)
         w1 = v1.placeholder(tf.float64, shape=w1_init.shape)
         w2 = v1.placeholder(tf.float64, shape=w2_init.shape)
         diff = tf.matmul(tf.maximum(tf.matmul(x_ph, w1), 0), w2) - y_ph
@@ -358,10 +369,10 @@ def train_tf1_variables(X, y, w1_init, w2_init, lr, num_steps):  # weights fed e
             values = {x_ph: X, y_ph: y, w1: w1_init, w2: w2_init}
             losses = []
             for _ in range(num_steps):
-                loss_val, g1, g2 = sess.run([loss, grad_w1, grad_w2], feed_dict=values)
+                g1, g2 = sess.run([grad_w1, grad_w2], feed_dict=values)
                 values[w1] = values[w1] - lr * g1
                 values[w2] = values[w2] - lr * g2
-                losses.append(loss_val)
+                losses.append(sess.run(loss, feed_dict=values))
     return np.array(losses)
 """),
     "ex06.tape_momentum": (RAW, """
@@ -774,23 +785,21 @@ def test_linear_function_db_of_the_batch_shape_fails_check_and_grader(
 
 
 def test_feedback_outputs_are_ignored_by_the_grader(tmp_path: Path) -> None:
-    """ex06: the weight-copy count and the tracing count, ex07: the most rows one forward saw,
-    are observed in the sandbox; forging them helps nothing, and a wrong count alone does not
-    decide the grade either."""
-    for part_id, name in (("ex06.tf1_variables", "train_tf1_variables"),
-                          ("ex06.tf_function_decay", "train_tf_function_decay"),
-                          ("ex07.adam_accumulation", "train_adam_accumulated")):
+    """ex06: the graphs built, the runs without an update or with an unordered read, and the
+    tracing count, ex07: the most rows one forward saw, are observed in the sandbox; forging them
+    helps nothing, and a wrong count alone does not decide the grade either."""
+    for part_id, counts in (("ex06.tf1_minibatch", 1), ("ex06.tf1_loss_after_update", 2),
+                            ("ex06.tf_function_decay", 1), ("ex07.adam_accumulation", 1)):
         part = course_part(part_id)
-        assert part.feedback_outputs == (1,)
+        assert part.feedback_outputs == tuple(range(1, counts + 1))
         cases = draw(part)[:2]
         good = trusted_source.find_source(solution_notebook(part_id.split(".")[0]), part_id)
-        honest_losses = [part.expected(*args)[0] for args in cases]
-        forged_count = wire(tmp_path, [(losses, 7) for losses in honest_losses])
+        honest = [part.expected(*args) for args in cases]
+        forged_count = wire(tmp_path, [(e[0], *[7] * counts) for e in honest])
         assert judge.judge(part, cases, forged_count, good)[0] == "passed"
-        assert not spec.judge_case(part, 0, 1, cases[0], part.expected(*cases[0]),
-                                       (honest_losses[0], 7)).ok  # check() still says so
-        wrong = wire(tmp_path, [(losses * 1.01, 0 if name.endswith("variables") else 1)
-                                for losses in honest_losses])
+        assert not spec.judge_case(part, 0, 1, cases[0], honest[0],
+                                   (honest[0][0], *[7] * counts)).ok  # check() still says so
+        wrong = wire(tmp_path, [(e[0] * 1.01, *e[1:]) for e in honest])
         assert judge.judge(part, cases, wrong, good)[0] == "failed"
 
 

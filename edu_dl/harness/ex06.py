@@ -1,12 +1,13 @@
 """Exercise 6 (TensorFlow), public half: how its parts call a student's training function, and the
 generic hints about a list of losses. Nothing here computes an answer.
 
-The call adapters watch how the function ran (``Session.run`` in the TF 1.x parts, the number of
-weight-shaped values crossing it, ``GradientTape.gradient`` in the tape part, the tracing count of
-the returned ``tf.function``): feedback for ``check()`` only, the grader ignores it. The rules
-compare a result with the expected losses (shipped anyway), never with a value computed from the
-arguments; the mistake replays and the oracle stay in the private part file. Exercise 7 reuses
-:func:`losses_of` and the rules for its own lists of losses.
+The call adapters watch how the function ran (``Session.run`` in the TF 1.x parts: the graphs
+the training runs used, whether each run updated the Variables and read them in order;
+``GradientTape.gradient`` in the tape part, the tracing count of the returned ``tf.function``):
+feedback for ``check()`` only, the grader ignores it. The rules compare a result with the
+expected losses (shipped anyway), never with a value computed from the arguments; the mistake
+replays and the oracle stay in the private part file. Exercise 7 reuses :func:`losses_of` and the
+rules for its own lists of losses.
 """
 
 from __future__ import annotations
@@ -69,6 +70,18 @@ class Imprecise(Rule):
             mine, want, self.loose_rtol, self.atol)
 
 
+@dataclass(frozen=True)
+class ObservedMore(Rule):
+    """Output ``index`` (a count the call observed) exceeds the expected count. Judged whichever
+    output failed (``output`` stays None): the observation explains the losses too, say a race
+    that mixed old and new weights into them."""
+
+    index: int = 1
+
+    def judge(self, expected: Any, got: Any, args: Case) -> bool:
+        return float(got[self.index]) > float(expected[self.index])
+
+
 # --------------------------------------------------------------------------- spies
 
 
@@ -84,24 +97,91 @@ def _leaves(value: Any) -> Iterator[Any]:
         yield value
 
 
-class SessionSpy:
-    """Counts Session.run calls and the weight-shaped values fed in or fetched out of them.
+def _is_update(op: Any) -> bool:
+    """An op that writes a Variable: assign, assign_sub, an optimizer's apply."""
+    return "Assign" in op.type or op.type.startswith(("Apply", "ResourceApply", "Scatter",
+                                                      "ResourceScatter"))
 
-    Only runs that fetch a value count (training steps); a run that fetches only operations, such
-    as the initializer's, may be fed the initial weights once.
+
+def _ancestors(ops: list[Any], stop: Callable[[Any], bool] = lambda op: False) -> set[Any]:
+    """The ops these ops depend on (themselves included), through inputs and control inputs,
+    not walking past an op for which ``stop`` holds."""
+    seen: set[Any] = set()
+    todo = list(ops)
+    while todo:
+        op = todo.pop()
+        if op in seen:
+            continue
+        seen.add(op)
+        if not stop(op):
+            todo.extend(t.op for t in op.inputs)
+            todo.extend(op.control_inputs)
+    return seen
+
+
+@dataclass
+class RunSeen:
+    """One training run (a Session.run that fetched a value), as the graph says it ran."""
+
+    updates: bool  # it wrote a Variable
+    unordered_reads: bool  # a fetched value reads an updated Variable, unordered with its update
+
+
+def classify_run(graph: Any, fetches: Any) -> RunSeen:
+    """Whether a run updates Variables, and whether a value it fetches reads an updated
+    Variable with nothing ordering that read before or after the update (TensorFlow may then
+    run them in either order)."""
+    elements = []
+    for fetch in _leaves(fetches):
+        try:
+            elements.append(graph.as_graph_element(fetch, allow_tensor=True,
+                                                   allow_operation=True))
+        except Exception:  # not a graph element (a string TF would refuse, say): no op
+            continue
+    ops = [e if not hasattr(e, "op") else e.op for e in elements]
+    updates = [op for op in _ancestors(ops) if _is_update(op)]
+    values = [e.op for e in elements if hasattr(e, "op")]
+    # The reads a fetched value uses itself, not the ones that only feed an update.
+    reads = [op for op in _ancestors(values, stop=_is_update) if op.type == "ReadVariableOp"]
+    unordered = False
+    for read in reads:
+        handle = read.inputs[0].op  # the Variable's VarHandleOp
+        writes = [u for u in updates if u.inputs and u.inputs[0].op is handle]
+        if not writes:
+            continue
+        before = _ancestors(list(writes))  # the read feeds the update: ordered before it
+        after = _ancestors([read])  # the update precedes the read
+        if read not in before and not any(u in after for u in writes):
+            unordered = True
+    return RunSeen(bool(updates), unordered)
+
+
+class SessionSpy:
+    """Watches Session.run: the training runs (those that fetch a value; an initializer's run
+    fetches only None) and the graph each ran, by identity and size.
+
+    ``graphs_built`` counts the distinct graphs the training runs used, a graph that grew ops
+    between two runs counting again; the graphs are kept, so no freed graph's id is reused.
+    With ``classify``, each training run is also described by :func:`classify_run`.
     """
 
-    def __init__(self, weight_shapes: set[tuple[int, ...]]) -> None:
-        self.weight_shapes = weight_shapes
+    def __init__(self, classify: bool = False) -> None:
+        self.classify = classify
         self.runs = 0
-        self.weight_values = 0
+        self.graphs: list[tuple[Any, int]] = []
+        self.seen: list[RunSeen] = []
 
-    def _count(self, value: Any) -> None:
-        shape = getattr(value, "shape", None)
-        if shape is None and isinstance(value, list | tuple):
-            shape = np.shape(value)
-        if shape is not None and tuple(shape) in self.weight_shapes:
-            self.weight_values += int(np.prod(shape))
+    @property
+    def graphs_built(self) -> int:
+        return len(self.graphs)
+
+    def _training_run(self, session: Any, fetches: Any) -> None:
+        graph = session.graph
+        state = (graph, len(graph.get_operations()))
+        if not any(g is graph and n == state[1] for g, n in self.graphs):
+            self.graphs.append(state)
+        if self.classify:
+            self.seen.append(classify_run(graph, fetches))
 
     @contextlib.contextmanager
     def watching(self) -> Iterator[SessionSpy]:
@@ -116,11 +196,8 @@ class SessionSpy:
                 **kwargs: Any) -> Any:
             result = original(session, fetches, feed_dict, *args, **kwargs)
             spy.runs += 1
-            fetched = list(_leaves(result))
-            if any(value is not None for value in fetched):
-                # a training step (it fetches a value): an initializer run fetches only None
-                for value in [*_leaves(feed_dict or {}), *fetched]:
-                    spy._count(value)
+            if any(value is not None for value in _leaves(result)):
+                spy._training_run(session, fetches)
             return result
 
         owner.run = run
@@ -132,24 +209,34 @@ class SessionSpy:
 
 # --------------------------------------------------------------------------- calls
 
+FIXED_BATCH = ("a placeholder's shape fixed the batch size, so a batch of another size could not "
+               "be fed: leave the batch dimension of the placeholders unknown, so that the one "
+               "graph takes every batch")
 
-def call_tf1(fn: Callable[..., Any], args: Case) -> Any:
-    """fn(*args), which must run a Session."""
-    with SessionSpy(set()).watching() as spy:
+
+def call_tf1_minibatch(fn: Callable[..., Any], args: Case) -> tuple[Any, int]:
+    """(losses, how many graphs the training runs used: 1 when the graph is built once)."""
+    with SessionSpy().watching() as spy:
+        try:
+            result = fn(*args)
+        except ValueError as exc:
+            if "Cannot feed value of shape" in str(exc):
+                raise CheckFailure(f"{FIXED_BATCH} ({str(exc).splitlines()[0]})") from None
+            raise
+    if spy.runs == 0:
+        raise CheckFailure(NO_SESSION)
+    return result, spy.graphs_built
+
+
+def call_tf1_loss_after_update(fn: Callable[..., Any], args: Case) -> tuple[Any, int, int]:
+    """(losses, training runs that updated no Variable, training runs whose fetched values read
+    an updated Variable unordered with its update)."""
+    with SessionSpy(classify=True).watching() as spy:
         result = fn(*args)
     if spy.runs == 0:
         raise CheckFailure(NO_SESSION)
-    return result
-
-
-def call_tf1_variables(fn: Callable[..., Any], args: Case) -> tuple[Any, int]:
-    """(losses, how many weight or weight-gradient values crossed Session.run's boundary)."""
-    weight_shapes = {np.shape(args[2]), np.shape(args[3])}
-    with SessionSpy(weight_shapes).watching() as spy:
-        result = fn(*args)
-    if spy.runs == 0:
-        raise CheckFailure(NO_SESSION)
-    return result, spy.weight_values
+    return (result, sum(not run.updates for run in spy.seen),
+            sum(run.unordered_reads for run in spy.seen))
 
 
 def call_tape(fn: Callable[..., Any], args: Case) -> Any:

@@ -1,10 +1,13 @@
-"""Exercise 6, TensorFlow: the lecture's two-layer net in TF 1.x graph mode, with Variables, in
-TF 2 with ``GradientTape`` and momentum (the step the lecture leaves open: state kept across
-steps), and with ``tf.function`` under a decaying learning rate (the step the
-lecture leaves open: what a trace freezes).
+"""Exercise 6, TensorFlow: the lecture's two-layer net, each part one step past the lecture:
+TF 1.x minibatches through one graph whose batch size is a run-time dimension, TF 1.x Variables
+whose run returns the loss at the weights it just updated (the read ordered after the assign:
+TF 1.x's dataflow), TF 2 with ``GradientTape`` and momentum (state kept across steps), and
+``tf.function`` under a decaying learning rate (what a trace freezes).
 
-Every part trains the net ``loss = mean_i sum_j (relu(x w1) w2 - y)_ij²`` for ``num_steps``
-steps of gradient descent and returns the losses; the tape part steps with momentum
+Every part trains the net ``loss = mean_i sum_j (relu(x w1) w2 - y)_ij²`` by gradient descent and
+returns the losses: the minibatch part takes one step per batch of ``batch_size`` rows, in order,
+the last batch shorter, for ``num_epochs`` epochs, each loss its batch's before the update; the
+Variables part returns each step's loss at the updated weights; the tape part steps with momentum
 (``v = momentum v + grad; w -= lr v``, v from 0), the ``tf.function`` part's step t (from 0) uses
 the rate ``lr / (1 + decay t)``. The oracle is edu_dl's eager engine in float64 (with
 ``edu_dl.optim.SGD`` for momentum)
@@ -13,18 +16,21 @@ the rate ``lr / (1 + decay t)``. The oracle is edu_dl's eager engine in float64 
 Each part's ``call`` (public: ``edu_dl.harness.ex06``, with the generic rules about losses) also
 watches how the function ran, and says so in check()'s result:
 - TF 1.x parts spy on ``Session.run`` (which every session, ``Tensor.eval`` and ``Operation.run``
-  go through): no run at all means the function was not written in graph mode; in the Variables part
-  the number of weight-shaped values fed or fetched is returned as a second output, expected 0;
+  go through): no run at all means the function was not written in graph mode; the minibatch part
+  returns the number of graphs its training runs used as a second output, expected 1 (a graph
+  rebuilt per batch, or grown, counts again); the Variables part returns the training runs that
+  updated nothing and those whose loss read a Variable unordered with its update, expected 0 and 0;
 - the TF 2 part counts ``GradientTape.gradient`` calls (at least one, or it is not the tape);
 - the ``tf.function`` part returns the function's tracing count as a second output, expected 1.
 
 Those observations happen in the student's process, so they are check()'s feedback only: the
 grader ignores the observed outputs (``feedback_outputs``) and judges, outside the sandbox, the
 losses against the oracle and the submitted source of the function (``source_check``): a TF 1.x
-part runs a ``Session`` (the Variables part also builds ``Variable``s and updates them in the
-graph with ``assign``/``minimize``), the tape part calls ``GradientTape`` and ``gradient``, the
-``tf.function`` part wraps its step with ``tf.function`` and a ``GradientTape``. "Traced exactly
-once" and "no weight crosses Session.run" cannot be verified outside: they carry no points alone.
+part runs a ``Session`` (the minibatch part feeds ``placeholder``s, the Variables part builds
+``Variable``s and updates them in the graph with ``assign``/``minimize``), the tape part calls
+``GradientTape`` and ``gradient``, the ``tf.function`` part wraps its step with ``tf.function`` and
+a ``GradientTape``. "Built once", "one ordered run per step" and "traced exactly once" cannot be
+verified outside: they carry no points alone.
 """
 
 from __future__ import annotations
@@ -40,10 +46,11 @@ from edu_dl.grading.spec import Part, tolerance
 from edu_dl.harness.ex06 import (
     NO_SESSION,
     Imprecise,
+    ObservedMore,
     Stuck,
     call_tape,
-    call_tf1,
-    call_tf1_variables,
+    call_tf1_loss_after_update,
+    call_tf1_minibatch,
     call_tf_function,
     losses_of,
 )
@@ -55,6 +62,7 @@ Case = tuple[Any, ...]
 # each with its own hint, as the lecture compares its engines to 1e-9.
 COMPARE = tolerance(rtol=1e-9, atol=1e-12)
 ARG_NAMES = ("X", "y", "w1", "w2", "lr", "num_steps")
+MINIBATCH_ARG_NAMES = ("X", "y", "w1", "w2", "lr", "batch_size", "num_epochs")
 
 
 # --------------------------------------------------------------------------- cases
@@ -71,11 +79,29 @@ def two_layer_case(rng: np.random.Generator, n: int, d_in: int, h: int, d_out: i
     y = rng.standard_normal((n, d_out))
     w1 = rng.standard_normal((d_in, h)) / np.sqrt(d_in)
     w2 = rng.standard_normal((h, d_out)) / np.sqrt(h)
-    h_relu = np.maximum(x @ w1, 0)
-    curvature = 2.0 * float(np.linalg.norm(x, 2) ** 2 * np.linalg.norm(w2, 2) ** 2
-                            + np.linalg.norm(h_relu, 2) ** 2) / n
-    lr = float(f"{0.1 / max(curvature, 1e-3):.2g}")
+    lr = float(f"{0.1 / max(_curvature(x, w1, w2), 1e-3):.2g}")
     return x, y, w1, w2, lr, steps
+
+
+def _curvature(x: Array, w1: Array, w2: Array) -> float:
+    """A bound on the curvature of the batch mean loss on the rows x, at these weights."""
+    h_relu = np.maximum(x @ w1, 0)
+    return 2.0 * float(np.linalg.norm(x, 2) ** 2 * np.linalg.norm(w2, 2) ** 2
+                       + np.linalg.norm(h_relu, 2) ** 2) / len(x)
+
+
+def batches(n: int, batch_size: int) -> list[slice]:
+    """The rows of one epoch's batches, in order: [0, B), [B, 2B), ..., the last one shorter."""
+    return [slice(start, min(start + batch_size, n)) for start in range(0, n, batch_size)]
+
+
+def minibatch_case(rng: np.random.Generator, n: int, d_in: int, h: int, d_out: int,
+                   batch_size: int, epochs: int) -> Case:
+    """A two-layer problem whose rate is safe for its most curved batch (a batch of one row is
+    far more curved than the whole batch's mean)."""
+    x, y, w1, w2, _, _ = two_layer_case(rng, n, d_in, h, d_out, 0)
+    curvature = max(_curvature(x[rows], w1, w2) for rows in batches(n, batch_size))
+    return x, y, w1, w2, float(f"{0.1 / max(curvature, 1e-3):.2g}"), batch_size, epochs
 
 
 def two_layer_sizes(rng: np.random.Generator,
@@ -94,6 +120,22 @@ def two_layer_sizes(rng: np.random.Generator,
 
 def _cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     return [two_layer_case(rng, *size) for size in two_layer_sizes(rng, hidden)]
+
+
+def _minibatch_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    """(N, D_in, H, D_out, batch_size, num_epochs): the visible cases end each epoch with a
+    short batch, but one whose batch size divides N; the hidden ones start with a batch of one
+    row and a batch larger than X, then draw sizes with a short last batch."""
+    if not hidden:
+        sizes = [(5, 6, 4, 3, 2, 2), (8, 10, 3, 4, 3, 2), (6, 3, 5, 2, 3, 2)]
+    else:
+        sizes = [(3, 2, 3, 1, 1, 2), (4, 3, 2, 2, 6, 2)]
+        while len(sizes) < 4:
+            n, d_in, h, d_out = (int(v) for v in rng.integers(2, 13, size=4))
+            batch_size = int(rng.integers(1, n))
+            if n % batch_size:
+                sizes.append((n, d_in, h, min(d_out, 6), batch_size, int(rng.integers(1, 4))))
+    return [minibatch_case(rng, *size) for size in sizes]
 
 
 def _decay_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -115,25 +157,46 @@ def _momentum_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
 # --------------------------------------------------------------------------- the oracle
 
 
+def _edu_dl_step(x: Array, y: Array, w1: Array, w2: Array) -> tuple[float, Array, Array]:
+    """edu_dl's eager engine on one batch: (the batch mean loss, dL/dw1, dL/dw2)."""
+    import edu_dl as ed
+
+    xt, yt = ed.tensor(np.asarray(x, np.float64)), ed.tensor(np.asarray(y, np.float64))
+    w1t = ed.tensor(np.array(w1, np.float64), requires_grad=True)
+    w2t = ed.tensor(np.array(w2, np.float64), requires_grad=True)
+    loss = ((ed.ops.relu(xt @ w1t) @ w2t - yt) ** 2).sum(axis=1).mean()
+    loss.backward()
+    assert w1t.grad is not None and w2t.grad is not None
+    return loss.item(), w1t.grad.numpy(), w2t.grad.numpy()
+
+
 def _edu_dl_losses(x: Array, y: Array, w1: Array, w2: Array, lr: float,
                    num_steps: int, decay: float = 0.0) -> Array:
     """edu_dl's eager engine: forward, backward, w -= lr_t * grad with lr_t = lr / (1 + decay t);
     the loss before each update."""
-    import edu_dl as ed
-
-    xt, yt = ed.tensor(np.asarray(x, np.float64)), ed.tensor(np.asarray(y, np.float64))
     w1, w2 = np.array(w1, np.float64), np.array(w2, np.float64)
     losses = []
     for t in range(int(num_steps)):
         rate = lr / (1 + decay * t)
-        w1t, w2t = ed.tensor(w1, requires_grad=True), ed.tensor(w2, requires_grad=True)
-        diff = ed.ops.relu(xt @ w1t) @ w2t - yt
-        loss = (diff ** 2).sum(axis=1).mean()
-        loss.backward()
-        losses.append(loss.item())
-        assert w1t.grad is not None and w2t.grad is not None
-        w1 = w1 - rate * w1t.grad.numpy()
-        w2 = w2 - rate * w2t.grad.numpy()
+        loss, grad_w1, grad_w2 = _edu_dl_step(x, y, w1, w2)
+        losses.append(loss)
+        w1 = w1 - rate * grad_w1
+        w2 = w2 - rate * grad_w2
+    return np.array(losses)
+
+
+def _edu_dl_minibatch_losses(x: Array, y: Array, w1: Array, w2: Array, lr: float,
+                             batch_size: int, num_epochs: int) -> Array:
+    """edu_dl's eager engine, one step per batch (in order, the last one shorter), each loss its
+    batch's before the update."""
+    w1, w2 = np.array(w1, np.float64), np.array(w2, np.float64)
+    losses = []
+    for _ in range(int(num_epochs)):
+        for rows in batches(len(x), int(batch_size)):
+            loss, grad_w1, grad_w2 = _edu_dl_step(x[rows], y[rows], w1, w2)
+            losses.append(loss)
+            w1 = w1 - lr * grad_w1
+            w2 = w2 - lr * grad_w2
     return np.array(losses)
 
 
@@ -158,12 +221,15 @@ def _edu_dl_momentum_losses(x: Array, y: Array, w1: Array, w2: Array, lr: float,
     return np.array(losses)
 
 
-def _expected_losses(*args: Any) -> Array:
-    return _edu_dl_losses(*args)
+def _expected_built_once(*args: Any) -> tuple[Array, int]:
+    return _edu_dl_minibatch_losses(*args), 1
 
 
-def _expected_no_copies(*args: Any) -> tuple[Array, int]:
-    return _edu_dl_losses(*args), 0
+def _expected_after_update(x: Array, y: Array, w1: Array, w2: Array, lr: float,
+                           num_steps: int) -> tuple[Array, int, int]:
+    """Each step's loss at the weights it produced (one step more, its first loss dropped); no
+    training run without an update, none with an unordered read."""
+    return _edu_dl_losses(x, y, w1, w2, lr, int(num_steps) + 1)[1:], 0, 0
 
 
 def _expected_one_trace(*args: Any) -> tuple[Array, int]:
@@ -173,32 +239,43 @@ def _expected_one_trace(*args: Any) -> tuple[Array, int]:
 # --------------------------------------------------------------------------- hints
 
 
+def numpy_step(x: Array, y: Array, w1: Array, w2: Array, scale: float,
+               relu: bool = True) -> tuple[float, Array, Array]:
+    """(scale * the summed squared error, its gradients for w1 and w2), with or without ReLU."""
+    pre = x @ w1
+    h = np.maximum(pre, 0) if relu else pre
+    diff = h @ w2 - y
+    grad_out = 2 * scale * diff
+    grad_pre = grad_out @ w2.T
+    if relu:
+        grad_pre = grad_pre * (pre > 0)
+    return scale * float(np.sum(diff ** 2)), x.T @ grad_pre, h.T @ grad_out
+
+
+def _scale(reduce: str, rows: int, entries: int) -> float:
+    """What the summed squared error is multiplied by: the batch mean of row sums ('batch_mean'),
+    nothing ('sum'), the mean over every entry ('mean')."""
+    return {"batch_mean": 1.0 / rows, "sum": 1.0, "mean": 1.0 / entries}[reduce]
+
+
 def numpy_losses(x: Array, y: Array, w1: Array, w2: Array, lr: float, num_steps: int,
                  decay: float = 0.0, *, reduce: str = "batch_mean", relu: bool = True,
                  sign: float = 1.0, first_t: int = 0, momentum: float = 0.0,
-                 velocity: str = "heavy_ball") -> Array:
+                 velocity: str = "heavy_ball", after: bool = False) -> Array:
     """The same loop in NumPy (step t's rate lr / (1 + decay t); with a momentum, the step
     w -= rate v after v = momentum v + grad) with a mistake switched on: reduce 'sum' (over
     everything) or 'mean' (over every entry) instead of the batch mean of row sums, no ReLU,
     sign=-1 (ascent), the steps counted from first_t instead of 0, or a velocity 'dampened'
-    (v = momentum v + (1 - momentum) grad) or 'stale' (the step taken with v before its update)."""
+    (v = momentum v + (1 - momentum) grad) or 'stale' (the step taken with v before its update).
+    after=True: each step's loss at the weights it produced instead of before its update."""
     w1, w2 = np.array(w1, np.float64), np.array(w2, np.float64)
-    n = len(x)
-    scale = {"batch_mean": 1.0 / n, "sum": 1.0, "mean": 1.0 / np.size(y)}[reduce]
+    scale = _scale(reduce, len(x), np.size(y))
     velocities = [np.zeros_like(w1), np.zeros_like(w2)]
     losses = []
     for t in range(first_t, first_t + int(num_steps)):
         rate = lr / (1 + decay * t)
-        pre = x @ w1
-        h = np.maximum(pre, 0) if relu else pre
-        diff = h @ w2 - y
-        losses.append(scale * np.sum(diff ** 2))
-        grad_out = 2 * scale * diff
-        grad_w2 = h.T @ grad_out
-        grad_pre = grad_out @ w2.T
-        if relu:
-            grad_pre = grad_pre * (pre > 0)
-        grad_w1 = x.T @ grad_pre
+        loss, grad_w1, grad_w2 = numpy_step(x, y, w1, w2, scale, relu)
+        losses.append(loss)
         if momentum:
             steps = [v if velocity == "stale" else None for v in velocities]
             gain = 1.0 - momentum if velocity == "dampened" else 1.0
@@ -207,7 +284,50 @@ def numpy_losses(x: Array, y: Array, w1: Array, w2: Array, lr: float, num_steps:
                                 for old, new in zip(steps, velocities))
         w1 = w1 - sign * rate * grad_w1
         w2 = w2 - sign * rate * grad_w2
+        if after:
+            losses[-1] = numpy_step(x, y, w1, w2, scale, relu)[0]
     return np.array(losses)
+
+
+def numpy_minibatch_losses(x: Array, y: Array, w1: Array, w2: Array, lr: float,
+                           batch_size: int, num_epochs: int, *, reduce: str = "batch_mean",
+                           relu: bool = True, sign: float = 1.0, drop_last: bool = False,
+                           divide_by_batch_size: bool = False, whole_batch: bool = False
+                           ) -> Array:
+    """The minibatch loop in NumPy with a mistake switched on: the reduction, ReLU and sign as
+    numpy_losses', the last short batch dropped, every batch's error divided by batch_size (the
+    short one's too), or one step per epoch on the whole X."""
+    w1, w2 = np.array(w1, np.float64), np.array(w2, np.float64)
+    n = len(x)
+    epoch = [slice(0, n)] if whole_batch else batches(n, int(batch_size))
+    if drop_last:
+        epoch = [rows for rows in epoch if rows.stop - rows.start == batch_size]
+    losses = []
+    for _ in range(int(num_epochs)):
+        for rows in epoch:
+            xb, yb = x[rows], y[rows]
+            scale = 1.0 / batch_size if divide_by_batch_size else _scale(reduce, len(xb),
+                                                                          np.size(yb))
+            loss, grad_w1, grad_w2 = numpy_step(xb, yb, w1, w2, scale, relu)
+            losses.append(loss)
+            w1 = w1 - sign * lr * grad_w1
+            w2 = w2 - sign * lr * grad_w2
+    return np.array(losses)
+
+
+def _replay_minibatch(case: tuple[Any, ...], steps: int | None = None, **mistake: Any) -> Array:
+    """numpy_minibatch_losses on a minibatch case (``steps``: unused, for loss_hints' sake)."""
+    return numpy_minibatch_losses(*case, **mistake)
+
+
+def _if_short_batch(case: tuple[Any, ...], **mistake: Any) -> Array | None:
+    """A mistake about the short batch, replayed where an epoch ends with one (else None)."""
+    return None if len(case[0]) % case[5] == 0 else _replay_minibatch(case, **mistake)
+
+
+def _replay_after(case: tuple[Any, ...], steps: int | None = None, **mistake: Any) -> Array:
+    """_replay with each step's loss taken at the weights it produced."""
+    return _replay(case, steps, after=True, **mistake)
 
 
 def _replay_momentum(case: tuple[Any, ...], steps: int | None = None, **mistake: Any) -> Array:
@@ -239,9 +359,12 @@ def _losses_mistake(replay: Any, message: str, rtol: float = 1e-9) -> Mistake:
     return Mistake(replay, message, rtol=rtol, atol=1e-12, view=losses_of)
 
 
-def loss_hints(reduction: str, replay: Callable[..., Array] = _replay) -> Hints:
+def loss_hints(reduction: str, replay: Callable[..., Array] = _replay,
+               before: bool = True) -> Hints:
     """Hints for a list of losses, shared with exercise 7 (whose loss is the plain sum); replay
-    (by default _replay) runs a case with a mistake, as _replay does."""
+    (by default _replay) runs a case with a mistake, as _replay does. ``before``: the losses are
+    taken before each update, so a loss taken after it gets a hint (parts that count steps
+    otherwise, or take the loss after the update, leave it out)."""
     if reduction == "batch_mean":
         what = ("the lecture's loss is the batch MEAN of each row's summed squared error: "
                 "tf.reduce_mean(tf.reduce_sum(diff ** 2, axis=1))")
@@ -274,9 +397,9 @@ def loss_hints(reduction: str, replay: Callable[..., Array] = _replay) -> Hints:
               "(w -= lr * grad)", rtol=1e-9, atol=1e-12),
         _losses_mistake(lambda e, a: replay(a, reduce=reduction, sign=-1.0),
                         "the loss grows: step AGAINST the gradient, w -= lr * grad"),
-        _losses_mistake(lambda e, a: replay(a, a[5] + 1, reduce=reduction)[1:],
-                        "record each step's loss BEFORE its update: the first loss is the "
-                        "initial weights' loss"),
+        *([_losses_mistake(lambda e, a: replay(a, a[5] + 1, reduce=reduction)[1:],
+                           "record each step's loss BEFORE its update: the first loss is the "
+                           "initial weights' loss")] if before else []),
         Imprecise("close, but only to float32 precision: compute in float64 (tf.float64 "
                   "placeholders and Variables, torch.float64 tensors)", rtol=1e-9,
                   loose_rtol=1e-4, atol=1e-12),
@@ -285,11 +408,37 @@ def loss_hints(reduction: str, replay: Callable[..., Array] = _replay) -> Hints:
 
 # --------------------------------------------------------------------------- the parts
 
-COPIES_HINT = (
-    Greater("weights still travel between Python and the session: keep w1 and w2 in "
-            "tf.compat.v1.Variable(w1_init), update them in the graph (w1.assign(w1 - lr * "
-            "grad_w1), or an optimizer's minimize), feed only x and y, and fetch only the loss "
-            "and the update op", output=1),
+MINIBATCH_HINTS = (
+    Greater("your training runs used more than one graph: the graph was rebuilt (or grew new "
+            "ops) between steps. Build it once, before the loop, with the batch size left for "
+            "each run to decide, and only run it in the loop", output=1),
+    _losses_mistake(lambda e, a: _if_short_batch(a, drop_last=True),
+                    "the last, shorter batch of each epoch is missing: an epoch's batches cover "
+                    "every row of X, and the last one holds what is left"),
+    _losses_mistake(lambda e, a: _if_short_batch(a, divide_by_batch_size=True),
+                    "the short batch's loss was divided by batch_size: each batch's loss is the "
+                    "mean over the rows it actually holds"),
+    _losses_mistake(lambda e, a: _replay_minibatch(a, whole_batch=True),
+                    "one step per epoch on all of X is the lecture's full-batch loop: take one "
+                    "step per batch of batch_size rows"),
+    _losses_mistake(lambda e, a: _replay_minibatch(a)[1:],
+                    "record each step's loss BEFORE its update: the first loss is the first "
+                    "batch's at the initial weights"),
+)
+
+AFTER_UPDATE_HINTS = (
+    ObservedMore("in some runs the loss read w1 or w2 with nothing ordering that read after the "
+                 "Variable's update in the same run: TensorFlow may run them in either order, "
+                 "so the loss mixes old and new weights (and may change from run to run). Make "
+                 "the reads the new loss depends on wait for the update", index=2),
+    _losses_mistake(lambda e, a: _replay(a),
+                    "these are the losses BEFORE each update (the lecture's): return the loss at "
+                    "the weights the step has just written: compute the loss again from reads "
+                    "of the Variables that wait for the update (an ordering applies only to the "
+                    "ops created under it, not to the loss the gradients came from)"),
+    Greater("some runs fetched a value without updating any Variable: a run that only reads "
+            "the loss after another run updated the weights is two runs per step. Each step is "
+            "ONE Session.run that updates the weights and returns the new loss", output=1),
 )
 
 TRACE_HINTS = (
@@ -322,14 +471,18 @@ MOMENTUM_HINTS = (
 )
 
 SESSION = (("Session", "InteractiveSession"), NO_SESSION)
-TF1_SOURCE = names_check(required=[SESSION])
+MINIBATCH_SOURCE = names_check(required=[
+    SESSION,
+    (("placeholder",), "the batches are not fed: each run feeds its batch's rows into "
+                       "tf.compat.v1.placeholder tensors of the graph"),
+])
 VARIABLES_SOURCE = names_check(required=[
     SESSION,
     (("Variable", "get_variable"), "the weights are not Variables: keep w1 and w2 in "
                                    "tf.compat.v1.Variable(w1_init) inside the graph"),
     (("assign", "assign_sub", "assign_add", "minimize", "apply_gradients"),
-     "the Variables are never updated in the graph: w1.assign(w1 - lr * grad_w1) (or an "
-     "optimizer's minimize), run with the loss each step"),
+     "the Variables are never updated in the graph: the update (assign, or an optimizer's "
+     "minimize) belongs to the graph the session runs"),
 ])
 TAPE_NOTE = ("record the forward pass in `with tf.GradientTape() as tape:` and take "
              "tape.gradient(loss, [w1, w2])")
@@ -345,17 +498,20 @@ FUNCTION_SOURCE = names_check(required=[
 
 PARTS = [
     Part(
-        id="ex06.tf1_graph", points=2, cases=_cases, expected=_expected_losses,
-        compare=COMPARE, call=call_tf1, source_check=TF1_SOURCE, arg_names=ARG_NAMES,
-        timeout_s=30.0,
-        hints=loss_hints("batch_mean"),
+        id="ex06.tf1_minibatch", points=2, cases=_minibatch_cases,
+        expected=_expected_built_once, compare=COMPARE, call=call_tf1_minibatch,
+        source_check=MINIBATCH_SOURCE, feedback_outputs=(1,), arg_names=MINIBATCH_ARG_NAMES,
+        timeout_s=30.0, output_names=("losses", "graphs built"),
+        hints=(*MINIBATCH_HINTS, *loss_hints("batch_mean", _replay_minibatch, before=False)),
     ),
     Part(
-        id="ex06.tf1_variables", points=2, cases=_cases, expected=_expected_no_copies,
-        compare=COMPARE, call=call_tf1_variables, source_check=VARIABLES_SOURCE,
-        feedback_outputs=(1,), arg_names=ARG_NAMES, timeout_s=30.0,
-        output_names=("losses", "weight values fed or fetched in the training steps"),
-        hints=(*COPIES_HINT, *loss_hints("batch_mean")),
+        id="ex06.tf1_loss_after_update", points=2, cases=_cases,
+        expected=_expected_after_update, compare=COMPARE, call=call_tf1_loss_after_update,
+        source_check=VARIABLES_SOURCE, feedback_outputs=(1, 2), arg_names=ARG_NAMES,
+        timeout_s=30.0,
+        output_names=("losses", "runs that updated nothing",
+                      "runs whose loss read a Variable unordered with its update"),
+        hints=(*AFTER_UPDATE_HINTS, *loss_hints("batch_mean", _replay_after, before=False)),
     ),
     Part(
         id="ex06.tape_momentum", points=2, cases=_momentum_cases,
