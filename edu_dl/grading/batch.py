@@ -54,7 +54,7 @@ from edu_dl.grading.run import run
 from edu_dl.grading.secret import Secret, check_unseen, load_or_create, secret_path
 from edu_dl.grading.settings import GRADER_VERSION, MB, Settings
 from edu_dl.grading.speed_rows import speed_rows
-from edu_dl.grading.trust.files import read_bounded
+from edu_dl.grading.trust.bounded import read_bounded
 from edu_dl.grading.trust.notebook import parse_notebook
 from edu_dl.grading.trust.text import say_to_stderr
 

@@ -32,8 +32,8 @@ from edu_dl.grading.notebooks import NotebookError, write_atomic
 from edu_dl.grading.policy import LATE
 from edu_dl.grading.settings import MB, Settings
 from edu_dl.grading.spec import GENERIC
+from edu_dl.grading.trust.bounded import read_bounded
 from edu_dl.grading.trust.cells import MIN_TOKENS, cell_print
-from edu_dl.grading.trust.files import read_bounded
 from edu_dl.grading.trust.notebook import parse_notebook
 from edu_dl.grading.trust.text import for_terminal, visible
 

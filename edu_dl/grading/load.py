@@ -33,7 +33,7 @@ from edu_dl.grading.nbgrader import (
 from edu_dl.grading.notebooks import read_notebook
 from edu_dl.grading.settings import MB, Settings
 from edu_dl.grading.spec import Part, plain_call
-from edu_dl.grading.trust.files import read_bounded
+from edu_dl.grading.trust.bounded import read_bounded
 from edu_dl.speed.tasks import TASKS, speed_row
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from edu_dl.grading.feedback import anchor
 from edu_dl.grading.model import BY_HAND, Row, cap_text
 from edu_dl.grading.notebooks import NotebookError
+from edu_dl.grading.trust.bounded import read_named_file
 from edu_dl.grading.trust.text import for_terminal
 
 COLUMNS = ("student", "exercise", "cell", "max_points", "answer", "answer_id", "points",
@@ -91,13 +92,7 @@ def _unquote(value: str) -> str:
 def read_sheet(path: Path) -> dict[Key, Filled]:
     """(student, exercise, cell) -> (points, comment, answer_id) of every line with points
     filled in."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_SHEET_BYTES + 1)
-    except OSError as exc:
-        raise ManualSheetError(f"--manual {path}: cannot read it ({exc.strerror})") from None
-    if len(data) > MAX_SHEET_BYTES:
-        raise ManualSheetError(f"--manual {path}: over {MAX_SHEET_BYTES >> 20} MB")
+    data = read_named_file(path, "--manual", MAX_SHEET_BYTES, ManualSheetError)
     reader = csv.DictReader(io.StringIO(data.decode("utf-8-sig", "replace")))
     try:
         lines = list(reader)

@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from edu_dl.grading.model import Job, Row
+from edu_dl.grading.trust.bounded import read_named_file
 
 MAX_ROSTER_BYTES = 8 << 20
 LATE = "late penalty"  # the part name of a penalty row
@@ -159,12 +160,7 @@ class Person:
 
 def read_roster(path: Path) -> dict[str, Person]:
     """student id -> names and e-mail, from a CSV with nbgrader's columns (id required)."""
-    try:
-        data = path.read_bytes()[: MAX_ROSTER_BYTES + 1]
-    except OSError as exc:
-        raise PolicyError(f"--roster {path}: cannot read it ({exc.strerror})") from None
-    if len(data) > MAX_ROSTER_BYTES:
-        raise PolicyError(f"--roster {path}: over {MAX_ROSTER_BYTES >> 20} MB")
+    data = read_named_file(path, "--roster", MAX_ROSTER_BYTES, PolicyError)
     reader = csv.DictReader(io.StringIO(data.decode("utf-8-sig", "replace")))
     if not reader.fieldnames or "id" not in reader.fieldnames:
         raise PolicyError(f"--roster {path}: needs a header with an 'id' column (and "
@@ -186,12 +182,7 @@ def read_extensions(path: Path) -> Extensions:
     """Per-student due dates from a CSV with columns student, due and optionally exercise
     (blank: every exercise of the student). The instructor's file, read strictly: every line
     that cannot be used stops the batch with its file and line."""
-    try:
-        data = path.read_bytes()[: MAX_EXTENSIONS_BYTES + 1]
-    except OSError as exc:
-        raise PolicyError(f"--extensions {path}: cannot read it ({exc.strerror})") from None
-    if len(data) > MAX_EXTENSIONS_BYTES:
-        raise PolicyError(f"--extensions {path}: over {MAX_EXTENSIONS_BYTES >> 20} MB")
+    data = read_named_file(path, "--extensions", MAX_EXTENSIONS_BYTES, PolicyError)
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -23,7 +23,7 @@ from edu_dl.grading.restore import is_other_exercise, restore
 from edu_dl.grading.secret import Secret
 from edu_dl.grading.settings import MB, Settings
 from edu_dl.grading.spec import Part
-from edu_dl.grading.trust.files import read_bounded
+from edu_dl.grading.trust.bounded import read_bounded
 from edu_dl.grading.trust.notebook import compact_bytes, parse_notebook
 
 

@@ -32,7 +32,7 @@ from edu_dl.grading.receive import RESULT_FILE, RUN_FILE, Ran
 from edu_dl.grading.secret import Secret, read_secret, secret_path
 from edu_dl.grading.settings import MB, Settings
 from edu_dl.grading.spec import judge_case, trusted_result
-from edu_dl.grading.trust.files import read_bounded
+from edu_dl.grading.trust.bounded import read_bounded
 from edu_dl.grading.trust.notebook import parse_notebook
 from edu_dl.grading.trust.result import RunResult, parse_record, read_run
 

@@ -27,6 +27,7 @@ from typing import Any
 from edu_dl.grading.lms.roster import Roster, Student
 from edu_dl.grading.policy import LATE, PolicyError
 from edu_dl.grading.report import csv_cell
+from edu_dl.grading.trust.bounded import read_named_file
 
 MAX_GRADES_BYTES = 256 << 20
 CANVAS_IDS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
@@ -53,14 +54,8 @@ class Gradebook:
 def read_grades(folder: Path) -> Gradebook:
     """grades.csv of an ``edu-dl grade --out`` folder, summed per student and exercise."""
     path = folder / "grades.csv" if folder.is_dir() else folder
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_GRADES_BYTES + 1)
-    except OSError as exc:
-        raise PolicyError(f"{path}: cannot read it ({exc.strerror}); pass the folder "
-                          "edu-dl grade wrote (--out)") from None
-    if len(data) > MAX_GRADES_BYTES:
-        raise PolicyError(f"{path}: over {MAX_GRADES_BYTES >> 20} MB")
+    data = read_named_file(path, "the grades (the folder edu-dl grade wrote with --out)",
+                           MAX_GRADES_BYTES, PolicyError)
     reader = csv.DictReader(io.StringIO(data.decode("utf-8", "replace")))
     needed = {"student", "exercise", "part", "points", "max_points", "status"}
     if not needed <= set(reader.fieldnames or ()):

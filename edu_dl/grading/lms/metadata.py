@@ -31,6 +31,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from edu_dl.grading.notebooks import NotebookError
 from edu_dl.grading.policy import PolicyError, parse_time
+from edu_dl.grading.trust.bounded import read_named_file
 from edu_dl.grading.trust.notebook import load_json
 
 MAX_METADATA_BYTES = 32 << 20
@@ -58,14 +59,7 @@ class Metadata:
 
 
 def _read(path: Path) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_METADATA_BYTES + 1)
-    except OSError as exc:
-        raise PolicyError(f"--metadata {path}: cannot read it ({exc.strerror})") from None
-    if len(data) > MAX_METADATA_BYTES:
-        raise PolicyError(f"--metadata {path}: over {MAX_METADATA_BYTES >> 20} MB")
-    return data
+    return read_named_file(path, "--metadata", MAX_METADATA_BYTES, PolicyError)
 
 
 def _text(value: Any) -> str:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from edu_dl.grading.model import HASHED, SAFE_NAME
 from edu_dl.grading.policy import MAX_ROSTER_BYTES, PolicyError
+from edu_dl.grading.trust.bounded import read_named_file
 
 MAX_CELL = 200  # characters kept of a roster cell
 
@@ -76,13 +77,7 @@ def _key(key: str, value: str) -> str:
 
 def read_lms_roster(path: Path) -> Roster:
     """The roster at ``path``: PolicyError (one sentence) when it cannot be used."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_ROSTER_BYTES + 1)
-    except OSError as exc:
-        raise PolicyError(f"--roster {path}: cannot read it ({exc.strerror})") from None
-    if len(data) > MAX_ROSTER_BYTES:
-        raise PolicyError(f"--roster {path}: over {MAX_ROSTER_BYTES >> 20} MB")
+    data = read_named_file(path, "--roster", MAX_ROSTER_BYTES, PolicyError)
     reader = csv.DictReader(io.StringIO(data.decode("utf-8-sig", "replace")))
     if not reader.fieldnames or "id" not in reader.fieldnames:
         raise PolicyError(f"--roster {path}: needs a header with an 'id' column (and "

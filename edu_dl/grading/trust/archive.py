@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from edu_dl.grading.trust.files import read_bounded
+from edu_dl.grading.trust.bounded import read_bounded
 from edu_dl.grading.trust.text import visible
 
 MB = 1 << 20

@@ -7,17 +7,15 @@ the open file and no more than the limit is read. A walk looks at a bounded numb
 
 from __future__ import annotations
 
-import errno
 import os
 import re
-import stat
 from datetime import datetime
 from pathlib import Path
 
 from edu_dl.grading.model import Refused
 from edu_dl.grading.policy import parse_time
+from edu_dl.grading.trust.bounded import read_bounded
 
-MB = 1 << 20
 TIMESTAMP = "timestamp.txt"  # nbgrader's, beside the submitted notebooks
 MAX_TIMESTAMP_BYTES = 256
 SUBMISSION_SECRET = "submission_secret.txt"  # nbgrader's; its release_feedback names pages by it
@@ -28,35 +26,6 @@ SECRET = re.compile(rb"[A-Za-z0-9_-]{1,200}\r?\n?")
 IGNORED = frozenset({".ipynb_checkpoints", "__pycache__", ".git", ".hg", ".svn", ".DS_Store"})
 MAX_WALK = 10_000  # entries looked at in one student's folder
 MAX_DEPTH = 4  # folders below a student's
-
-
-def read_bounded(path: Path, max_bytes: int,
-                 limit: str = "for one notebook (--max-notebook-mb)") -> bytes:
-    """The file's bytes, never through a link, never from anything but a regular file.
-
-    O_NOFOLLOW refuses a link planted after collecting; O_NONBLOCK keeps a FIFO from hanging the
-    grader; the size is checked on the open file, and no more than the limit is read.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        reason = "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
-        raise Refused(f"{path.name}: not read ({reason})") from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise Refused(f"{path.name}: not a regular file; not read")
-        if st.st_size > max_bytes:
-            raise Refused(f"{path.name} is {_size(st.st_size, '.1f')}, over the limit of "
-                          f"{_size(max_bytes)} {limit}; not read")
-        data = f.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        raise Refused(f"{path.name} grew past the limit of {_size(max_bytes)} while read")
-    return data
-
-
-def _size(n: int, spec: str = "g") -> str:
-    return f"{n / MB:{spec}} MB" if n >= MB else f"{n} bytes"
 
 
 def read_timestamp(folder: Path) -> datetime | None:
