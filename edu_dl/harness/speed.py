@@ -1,4 +1,4 @@
-"""The speed tasks: each a given slow reference, the inputs of one call and a goal ratio.
+"""The open-ended speed tasks: each a given slow reference, the inputs of one call and a goal ratio.
 
 A task states a goal, never a recipe: "the same answer, ``goal`` times less CPU time than the
 reference". Inputs are drawn from a seed (the grading secret's, in the grader), fresh arrays for
