@@ -212,6 +212,8 @@ def test_theoretical_peak_needs_fma_units_and_labels_the_assumption() -> None:
 
 def test_matmul_flop_count_and_intensity() -> None:
     assert hw.matmul_flops(3) == 54 and hw.matmul_flops(2048) == 2 * 2048**3
+    # an (m, k) @ (k, n) product: m*n outputs of k multiply-adds; a missing size is m's
+    assert hw.matmul_flops(2, 3, 4) == 2 * 2 * 3 * 4 and hw.matmul_flops(2, 3) == 2 * 2 * 3 * 2
     assert hw.matmul_intensity(6) == pytest.approx(1.0)  # n/6 FLOPs per byte in float32
     assert hw.matmul_intensity(1024) == pytest.approx(1024 / 6)
 
