@@ -20,6 +20,7 @@ from edu_dl.machine import hardware as hw
 from edu_dl.machine import probes as gp
 from edu_dl.machine.hardware import Fact
 from edu_dl.util.args import positive
+from edu_dl.util.units import format_bytes
 
 Subparsers = Any  # argparse's _SubParsersAction is private
 
@@ -138,8 +139,8 @@ def _fact(d: dict[str, Any], fmt: str = "{}") -> str:
     return fact.text(fmt) + (f"  [{fact.source}]" if fact.known and fact.source else "")
 
 
-def _gib(d: dict[str, Any]) -> str:
-    return f"{d['value'] / 2**30:.1f} GiB" if d["value"] is not None else Fact(**d).text()
+def _bytes(d: dict[str, Any]) -> str:
+    return format_bytes(d["value"], ".1f") if d["value"] is not None else Fact(**d).text()
 
 
 def _key_values(title: str, pairs: list[tuple[str, str]], width: int) -> list[str]:
@@ -199,7 +200,7 @@ def render(report: dict[str, Any], width: int | None = None) -> str:
     lines += _key_values("CPU and memory", [
         ("CPU model", _fact(cpu["model"])), ("architecture", cpu["architecture"]),
         ("cores", cores), ("SIMD", simd), ("clock", _fact(cpu["clock_mhz"], "{:.0f}")),
-        ("RAM", _gib(report["ram"])),
+        ("RAM", _bytes(report["ram"])),
     ], width)
     lines.append("")
     lines += _key_values("Compute, float32", [
