@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import shutil
 import sys
 import textwrap
@@ -18,7 +17,7 @@ from typing import Any
 
 from edu_dl.machine import hardware as hw
 from edu_dl.machine import probes as gp
-from edu_dl.machine.hardware import Fact
+from edu_dl.machine.hardware import Fact, machine_label
 from edu_dl.util.args import positive
 from edu_dl.util.units import format_bytes
 
@@ -50,13 +49,6 @@ def add_machine_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--bus-bytes", type=positive(int), default=8, metavar="B",
                        help="bytes per transfer per channel (default: 8, a 64-bit DDR channel)")
 
-
-
-def machine_label(cpu: hw.CpuFacts) -> str:
-    """One line naming the machine that absolute numbers come from."""
-    model = cpu.model.value if cpu.model.known else "unknown CPU"
-    system = f"{platform.system()} {platform.machine()}"
-    return f"{model}, {cpu.usable_cores.value} usable cores, {system}"
 
 
 # --------------------------------------------------------------------------- collect

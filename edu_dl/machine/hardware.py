@@ -174,6 +174,13 @@ class CpuFacts:
         }
 
 
+def machine_label(cpu: CpuFacts) -> str:
+    """One line naming the machine that absolute numbers come from."""
+    model = cpu.model.value if cpu.model.known else "unknown CPU"
+    architecture = cpu.architecture or platform.machine()
+    return f"{model}, {cpu.usable_cores.value} usable cores, {platform.system()} {architecture}"
+
+
 def parse_cpuinfo(text: str) -> tuple[list[dict[str, str]], dict[str, str]]:
     """(one dict per 'processor' block, the machine-wide lines such as ARM's 'Hardware')."""
     processors: list[dict[str, str]] = []
