@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 from types import ModuleType
 from typing import Any, Literal
 
@@ -33,9 +34,10 @@ def _import_cupy() -> ModuleType | None:
         return None
 
 
-@functools.cache
-def gpu_status() -> tuple[bool, str]:
-    """(usable, reason): whether CuPy can run on a CUDA GPU here, and if not, why not."""
+GPU_FRAMEWORKS: tuple[str, ...] = ("cupy", "torch", "tensorflow", "numba")
+
+
+def _cupy_status() -> tuple[bool, str]:
     cupy = _import_cupy()
     if cupy is None:
         return False, "CuPy is not installed"
@@ -48,6 +50,73 @@ def gpu_status() -> tuple[bool, str]:
     return True, f"{count} CUDA device(s)"
 
 
+def _torch_status() -> tuple[bool, str]:
+    try:
+        torch = importlib.import_module("torch")
+    except ImportError:
+        return False, "PyTorch is not installed"
+    if not torch.cuda.is_available():
+        return False, f"PyTorch {torch.__version__} sees no CUDA device"
+    return True, f"{torch.cuda.device_count()} CUDA device(s) visible to PyTorch"
+
+
+def _tensorflow_status() -> tuple[bool, str]:
+    try:
+        tf = importlib.import_module("tensorflow")
+    except ImportError:
+        return False, "TensorFlow is not installed"
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        return False, f"TensorFlow {tf.__version__} sees no GPU"
+    return True, f"{len(gpus)} GPU(s) visible to TensorFlow"
+
+
+def driver_device_count() -> int | None:
+    """CUDA devices the NVIDIA driver library reports (cuInit, cuDeviceGetCount); None without a
+    working driver library. Asks libcuda directly: importing numba.cuda would fix this process to
+    real CUDA before a caller could choose Numba's simulator."""
+    import ctypes
+
+    try:
+        libcuda = ctypes.CDLL("libcuda.so.1")
+        count = ctypes.c_int(0)
+        if libcuda.cuInit(0) != 0 or libcuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+            return None
+    except Exception:  # no driver library (or not Linux): no GPU for Numba
+        return None
+    return count.value
+
+
+def _numba_status() -> tuple[bool, str]:
+    # find_spec, not an import: numba.cuda must stay unimported (see driver_device_count).
+    if importlib.util.find_spec("numba") is None:
+        return False, "Numba is not installed"
+    count = driver_device_count()
+    if not count:
+        return False, "Numba finds no CUDA device (no NVIDIA driver reports one)"
+    return True, f"{count} CUDA device(s) reported by the driver"
+
+
+_STATUS = {"cupy": _cupy_status, "torch": _torch_status, "tensorflow": _tensorflow_status,
+           "numba": _numba_status}
+
+
+@functools.cache
+def gpu_status(framework: str = "cupy") -> tuple[bool, str]:
+    """(usable, reason): whether ``framework`` ('cupy', 'torch', 'tensorflow' or 'numba') can run
+    on a CUDA GPU here, and if not, why not, as a clause ("CuPy is not installed").
+
+    Each framework finds the GPU on its own (a CPU build of PyTorch sees none where CuPy does);
+    frameworks are imported only when asked about, and the answer is cached per framework."""
+    if framework not in _STATUS:
+        raise ValueError(f"gpu_status: unknown framework {framework!r}; choose from "
+                         f"{', '.join(GPU_FRAMEWORKS)}")
+    try:
+        return _STATUS[framework]()
+    except Exception as exc:  # a broken install: no GPU, and the reason why
+        return False, f"{framework} could not be checked ({type(exc).__name__}: {exc})"
+
+
 def gpu_available() -> bool:
     """True when CuPy is installed and sees at least one CUDA GPU. Never raises."""
     try:
@@ -56,11 +125,21 @@ def gpu_available() -> bool:
         return False
 
 
-def require_gpu() -> ModuleType:
-    """Return the CuPy module, or raise one clear DeviceError saying how to run on the CPU."""
-    usable, reason = gpu_status()
+def _refuse_unless_usable(status: tuple[bool, str]) -> None:
+    usable, reason = status
     if not usable:
         raise DeviceError(f"No GPU is available: {reason}. {_HOW_TO_RUN_ON_CPU}")
+
+
+def require_gpu_for(framework: str) -> None:
+    """Raise one clear DeviceError, saying why and how to run on the CPU, when ``framework``
+    ('cupy', 'torch', 'tensorflow', 'numba') cannot use a GPU here."""
+    _refuse_unless_usable(gpu_status(framework))
+
+
+def require_gpu() -> ModuleType:
+    """Return the CuPy module, or raise one clear DeviceError saying how to run on the CPU."""
+    _refuse_unless_usable(gpu_status())
     cupy = _import_cupy()
     assert cupy is not None
     return cupy

@@ -8,6 +8,7 @@ monkeypatching ``gpu_status`` / ``require_gpu``. The real GPU cases skip where t
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 import types
 
@@ -152,6 +153,91 @@ def test_gpu_available_never_raises(monkeypatch):
 
     monkeypatch.setattr(backend, "gpu_status", broken)
     assert backend.gpu_available() is False
+
+
+# --------------------------------------------------------------------------- each framework's GPU
+
+
+def _without(monkeypatch, name):
+    """Importing ``name`` fails as if it were not installed."""
+    monkeypatch.setitem(sys.modules, name, None)  # import raises ImportError
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(backend.importlib.util, "find_spec",
+                        lambda n, *a: None if n == name else real_find_spec(n, *a))
+
+
+def _fake_torch(count):
+    torch = types.ModuleType("torch")
+    torch.__version__ = "2.13.0+cpu" if count == 0 else "2.13.0+cu128"
+    torch.cuda = types.SimpleNamespace(is_available=lambda: count > 0, device_count=lambda: count)
+    return torch
+
+
+def _fake_tensorflow(gpus):
+    tf = types.ModuleType("tensorflow")
+    tf.__version__ = "2.18.0"
+    tf.config = types.SimpleNamespace(list_physical_devices=lambda kind: list(gpus))
+    return tf
+
+
+@pytest.mark.parametrize(("framework", "reason"), [
+    ("cupy", "CuPy is not installed"), ("torch", "PyTorch is not installed"),
+    ("tensorflow", "TensorFlow is not installed"), ("numba", "Numba is not installed"),
+])
+def test_gpu_status_of_a_missing_framework_says_so(monkeypatch, fresh_gpu_status, framework,
+                                                   reason):
+    _without(monkeypatch, framework)
+    assert backend.gpu_status(framework) == (False, reason)
+    with pytest.raises(backend.DeviceError, match=f"No GPU is available: {reason}\\. Run on"):
+        backend.require_gpu_for(framework)
+
+
+def test_gpu_status_of_torch_and_tensorflow_without_and_with_a_gpu(monkeypatch, fresh_gpu_status):
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch(0))
+    monkeypatch.setitem(sys.modules, "tensorflow", _fake_tensorflow([]))
+    # the sentences the lectures print on a CPU machine
+    assert backend.gpu_status("torch") == (False, "PyTorch 2.13.0+cpu sees no CUDA device")
+    assert backend.gpu_status("tensorflow") == (False, "TensorFlow 2.18.0 sees no GPU")
+    backend.gpu_status.cache_clear()
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch(2))
+    monkeypatch.setitem(sys.modules, "tensorflow", _fake_tensorflow(["GPU:0"]))
+    assert backend.gpu_status("torch") == (True, "2 CUDA device(s) visible to PyTorch")
+    assert backend.gpu_status("tensorflow") == (True, "1 GPU(s) visible to TensorFlow")
+    backend.require_gpu_for("torch")  # no error
+
+
+def test_gpu_status_of_numba_asks_the_driver_not_numba_cuda(monkeypatch, fresh_gpu_status):
+    monkeypatch.setattr(backend, "driver_device_count", lambda: None)
+    usable, reason = backend.gpu_status("numba")
+    assert not usable and reason == "Numba finds no CUDA device (no NVIDIA driver reports one)"
+    backend.gpu_status.cache_clear()
+    monkeypatch.setattr(backend, "driver_device_count", lambda: 1)
+    assert backend.gpu_status("numba") == (True, "1 CUDA device(s) reported by the driver")
+
+
+def test_gpu_status_is_asked_once_per_framework_and_never_raises(monkeypatch, fresh_gpu_status):
+    torch = _fake_torch(0)
+    calls = []
+
+    def broken():
+        calls.append(1)
+        raise RuntimeError("driver exploded")
+
+    torch.cuda.is_available = broken
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    first = backend.gpu_status("torch")
+    assert first == (False, "torch could not be checked (RuntimeError: driver exploded)")
+    assert backend.gpu_status("torch") == first and calls == [1]  # cached
+
+
+def test_gpu_status_of_an_unknown_framework_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown framework 'jax'; choose from cupy, torch"):
+        backend.gpu_status("jax")
+
+
+def test_driver_device_count_is_none_or_a_count():
+    count = backend.driver_device_count()
+    assert count is None or (isinstance(count, int) and count >= 0)
 
 
 # --------------------------------------------------------------------------- choosing a device

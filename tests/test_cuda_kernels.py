@@ -27,10 +27,11 @@ from edu_dl.gpu import (
     mistakes,
     run_in_simulator,
     simulate,
+    timing,
 )
-from edu_dl.gpu import kernel_timing as timing
 from edu_dl.gpu.launch import LaunchConfig
 from edu_dl.grading.hints import Rule, first_hint
+from edu_dl.machine.hardware import matmul_flops
 
 BLOCK = 8  # 8 x 8 = 64 simulated threads per block keeps the simulator fast
 RTOL, ATOL = 1e-5, 1e-5
@@ -408,8 +409,10 @@ def test_time_it_synchronizes_every_run_and_gflops() -> None:
     calls: list[str] = []
     seconds = timing.time_it(lambda: calls.append("run"), repeats=3, warmup=1,
                              sync=lambda: calls.append("sync"))
-    assert calls == ["run", "sync"] + ["run", "sync"] * 3 and seconds >= 0
-    assert timing.matmul_flops(2, 3, 4) == 2 * 2 * 3 * 4
+    # the lecture's timer: a warm-up, then synchronize, start, run, synchronize, stop
+    assert calls == ["run"] + ["sync", "run", "sync"] * 3 and seconds >= 0
+    with pytest.raises(ValueError, match="repeats"):
+        timing.time_it(lambda: None, repeats=0)
     assert timing.gflops(4e9, 2.0) == pytest.approx(2.0)
     assert timing.fraction_of_peak(10.0, None) is None
     with pytest.raises(ValueError, match="seconds"):
@@ -428,4 +431,4 @@ def test_kernels_on_the_gpu_match_numpy() -> None:
     dA, dB = cuda.to_device(A), cuda.to_device(B)
     seconds = timing.time_it(lambda: kernels.matmul_tiled(dA, dB), repeats=3)
     peak, _ = timing.gpu_peak()
-    assert peak is not None and 0 < timing.gflops(timing.matmul_flops(300, 130, 200), seconds)
+    assert peak is not None and 0 < timing.gflops(matmul_flops(300, 130, 200), seconds)

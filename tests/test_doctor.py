@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import subprocess
 import sys
 from importlib import metadata
@@ -108,6 +109,9 @@ def test_the_table_shows_every_section(report: dict[str, Any]) -> None:
     for name in gp.FRAMEWORKS:
         assert f"\n  {name} " in text
     assert "93.9 GB/s" in text or "CONTRADICTED" in text
+    for value, shown in ((3 * 2**30 + 2**29, "3.5 GiB"), (2**29, "512.0 MiB")):  # format_bytes
+        ram = {**report["ram"], "value": value}
+        assert re.search(rf"\n  RAM +{shown}\n", doctor.render({**report, "ram": ram}))
     if report["gpu_explanation"]:
         assert "Why no GPU is seen" in text
 

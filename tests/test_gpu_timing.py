@@ -100,3 +100,38 @@ def test_profile_step_is_quiet_and_sees_the_ops(capfd: pytest.CaptureFixture[str
     assert "profiler_start" not in capfd.readouterr().err
     print("still", file=__import__("sys").stderr)
     assert "still" in capfd.readouterr().err  # stderr is back
+
+
+# --------------------------------------------------------------------------- real GPUs, faked
+
+
+def test_synchronize_waits_only_for_libraries_in_use_with_a_gpu(monkeypatch) -> None:
+    import sys
+    import types
+
+    from edu_dl import backend
+
+    waited: list[str] = []
+    numba_cuda = types.SimpleNamespace(synchronize=lambda: waited.append("numba"))
+    torch = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        synchronize=lambda: waited.append("torch")))
+    monkeypatch.setitem(sys.modules, "numba.cuda", numba_cuda)
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setattr(backend, "synchronize", lambda: waited.append("cupy"))
+    gpus = {"numba": True, "torch": False}
+    monkeypatch.setattr(backend, "gpu_status", lambda name="cupy": (gpus[name], "faked"))
+    gpu_timing.synchronize()
+    assert waited == ["numba", "cupy"]  # PyTorch has no GPU here: nothing of it to wait for
+    waited.clear()
+    gpus.update(numba=False, torch=True)
+    gpu_timing.synchronize()
+    assert waited == ["cupy", "torch"]
+
+
+def test_gpu_peak_without_a_gpu_gives_the_backends_reason(monkeypatch) -> None:
+    from edu_dl import backend
+
+    monkeypatch.setattr(backend, "gpu_status",
+                        lambda name="cupy": (False, f"{name} finds no CUDA device"))
+    assert gpu_timing.gpu_peak() == (None, "numba finds no CUDA device")
+    assert gpu_timing.cuda_available() is False

@@ -210,8 +210,17 @@ def test_theoretical_peak_needs_fma_units_and_labels_the_assumption() -> None:
     assert capped.value == pytest.approx(theory.value / 2)
 
 
+def test_machine_label_names_model_usable_cores_and_system() -> None:
+    cpu = hw.cpu_from_cpuinfo(INTEL_BARE_METAL, architecture="x86_64",
+                              usable=hw.Fact(3, "cores", "test"))
+    label = hw.machine_label(cpu)
+    assert label.startswith(f"{cpu.model.value}, 3 usable cores, ") and label.endswith(" x86_64")
+
+
 def test_matmul_flop_count_and_intensity() -> None:
     assert hw.matmul_flops(3) == 54 and hw.matmul_flops(2048) == 2 * 2048**3
+    # an (m, k) @ (k, n) product: m*n outputs of k multiply-adds; a missing size is m's
+    assert hw.matmul_flops(2, 3, 4) == 2 * 2 * 3 * 4 and hw.matmul_flops(2, 3) == 2 * 2 * 3 * 2
     assert hw.matmul_intensity(6) == pytest.approx(1.0)  # n/6 FLOPs per byte in float32
     assert hw.matmul_intensity(1024) == pytest.approx(1024 / 6)
 

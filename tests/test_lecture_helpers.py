@@ -10,16 +10,25 @@ from edu_dl import backend
 from edu_dl.notebook import lecture
 
 
+def fake_gpu_status(monkeypatch, reasons, asked=None):
+    """backend.gpu_status answering from ``reasons`` ({framework: None when usable, else why})."""
+    def status(framework="cupy"):
+        if asked is not None:
+            asked.append(framework)
+        reason = reasons[framework]
+        return (True, "a GPU") if reason is None else (False, reason)
+
+    monkeypatch.setattr(backend, "gpu_status", status)
+
+
 def test_on_gpu_runs_the_section_when_every_library_has_a_gpu(monkeypatch):
-    monkeypatch.setitem(lecture._GPU_PROBES, "cupy", lambda: None)
-    monkeypatch.setitem(lecture._GPU_PROBES, "torch", lambda: None)
+    fake_gpu_status(monkeypatch, {"cupy": None, "torch": None})
     assert lecture.on_gpu(lambda: 42, "the test", needs=("cupy", "torch")) == 42
 
 
 def test_on_gpu_skips_with_one_sentence_naming_the_library_without_a_gpu(monkeypatch, capsys):
-    monkeypatch.setitem(lecture._GPU_PROBES, "cupy", lambda: None)
     reason = "PyTorch 2.13.0+cpu sees no CUDA device"
-    monkeypatch.setitem(lecture._GPU_PROBES, "torch", lambda: reason)
+    fake_gpu_status(monkeypatch, {"cupy": None, "torch": reason})
     ran = []
     assert lecture.on_gpu(lambda: ran.append(1), "the NCCL run", needs=("torch",)) is None
     assert ran == []
@@ -29,10 +38,9 @@ def test_on_gpu_skips_with_one_sentence_naming_the_library_without_a_gpu(monkeyp
 
 
 def test_cupy_is_asked_first_so_a_machine_without_gpu_gets_its_reason(monkeypatch, capsys):
-    asked = []
-    monkeypatch.setitem(lecture._GPU_PROBES, "cupy", lambda: asked.append("cupy") or "no GPU")
-    monkeypatch.setitem(lecture._GPU_PROBES, "tensorflow",
-                        lambda: asked.append("tensorflow") or "TensorFlow sees no GPU")
+    asked: list[str] = []
+    fake_gpu_status(monkeypatch, {"cupy": "no GPU", "tensorflow": "TensorFlow sees no GPU"},
+                    asked)
     assert lecture.gpu_missing(("tensorflow", "cupy")) == "no GPU"
     assert asked == ["cupy"]  # TensorFlow (slow to import) is never asked
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from edu_dl.gpu import memory, zoo
+from edu_dl.util.units import GiB
 
 
 def mlp(sizes: list[int], device: str = "meta") -> nn.Sequential:
@@ -114,12 +115,12 @@ def test_max_batch_is_the_largest_that_fits_and_monotonic(a: int, b: int) -> Non
 def test_max_batch_limit_and_large_models() -> None:
     assert memory.max_batch(mlp([4, 5, 3]), (4,), 1e12, limit=1000) == 1000
     resnet = zoo.resnet50()
-    in_16 = memory.max_batch(resnet, zoo.IMAGE_SHAPE, 16 * memory.GiB, "sgd_momentum")
-    in_80 = memory.max_batch(resnet, zoo.IMAGE_SHAPE, 80 * memory.GiB, "sgd_momentum")
+    in_16 = memory.max_batch(resnet, zoo.IMAGE_SHAPE, 16 * GiB, "sgd_momentum")
+    in_80 = memory.max_batch(resnet, zoo.IMAGE_SHAPE, 80 * GiB, "sgd_momentum")
     assert 0 < in_16 < in_80
-    assert memory.budget(resnet, zoo.IMAGE_SHAPE, in_16, "sgd_momentum").total <= 16 * memory.GiB
+    assert memory.budget(resnet, zoo.IMAGE_SHAPE, in_16, "sgd_momentum").total <= 16 * GiB
     assert memory.budget(resnet, zoo.IMAGE_SHAPE, in_16 + 1, "sgd_momentum").total > \
-        16 * memory.GiB
+        16 * GiB
 
 
 def test_fit_batch_halves_until_the_step_fits() -> None:
@@ -133,8 +134,3 @@ def test_fit_batch_halves_until_the_step_fits() -> None:
         "batch 512: OutOfMemoryError: (simulated) a step at batch 512 needs")
     with pytest.raises(torch.OutOfMemoryError):
         memory.fit_batch(memory.simulated_step(model, (4,), 10), 8, log=None)
-
-
-def test_format_bytes() -> None:
-    assert [memory.format_bytes(n) for n in (512, 1536, 3 * 2 ** 20, 2.25 * 2 ** 30)] == \
-        ["512 B", "1.50 KiB", "3.00 MiB", "2.25 GiB"]

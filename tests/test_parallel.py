@@ -125,6 +125,15 @@ def test_backend_choice():
             choose_backend("nccl", 64)
 
 
+def test_nccl_without_a_gpu_says_why_pytorch_sees_none(monkeypatch):
+    from edu_dl.parallel import launch
+
+    monkeypatch.setattr(launch, "gpu_status", lambda name="cupy": (False, f"{name} sees none"))
+    with pytest.raises(DeviceError, match=r"this machine has 0 \(torch sees none\)"):
+        choose_backend("nccl", 1)
+    assert choose_backend(None, 1) == "gloo"
+
+
 # Workers for the failure tests: module-level, so the spawned children can import them.
 def _rank1_raises(rank: int, world_size: int, device: torch.device) -> None:
     if rank == 1:

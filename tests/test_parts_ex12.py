@@ -140,8 +140,8 @@ def max_batch(sizes, itemsize, optimizer, budget_bytes):
     return memory.max_batch(models_zoo.mlp(sizes), (sizes[0],), budget_bytes, optimizer, dtype)
 '''
     namespace: dict[str, Any] = {}
-    exec(compile("import torch\nfrom edu_dl import memory, models_zoo\n" + text, "<cell>",
-                 "exec"), namespace)
+    imports = "import torch\nfrom edu_dl.gpu import memory, zoo as models_zoo\n"
+    exec(compile(imports + text, "<cell>", "exec"), namespace)
     part = next(p for p in ex12.PARTS if p.id == "ex12.max_batch")
     rng = np.random.default_rng(checking.VISIBLE_SEED)
     assert_solution_passes(part, namespace["max_batch"], False, rng)  # right values ...

@@ -11,7 +11,7 @@ import pytest
 
 import edu_dl
 from edu_dl.models import spec as models
-from edu_dl.twins import TWINS, History, get_twin
+from edu_dl.twins import TWINS, History, get_twin, tf_device, torch_device
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -172,6 +172,26 @@ def test_unknown_twin_and_missing_gpu_are_clear_errors():
         with pytest.raises(edu_dl.backend.DeviceError, match="No GPU"):
             get_twin("numpy")(spec, X, Y, 2, 0.01, device="gpu")
 
+
+
+@pytest.mark.parametrize(("to_device", "framework", "gpu_name"),
+                         [(torch_device, "torch", "cuda"), (tf_device, "tensorflow", "/GPU:0")])
+def test_framework_device_asks_the_backend_and_says_why_not(monkeypatch, to_device, framework,
+                                                            gpu_name):
+    asked: list[str] = []
+
+    def no_gpu(name="cupy"):
+        asked.append(name)
+        return False, f"{name} sees no GPU in this test"
+
+    monkeypatch.setattr(edu_dl.backend, "gpu_status", no_gpu)
+    with pytest.raises(edu_dl.backend.DeviceError,
+                       match=f"No GPU is available: {framework} sees no GPU in this test"):
+        to_device("gpu")
+    assert asked == [framework]
+    assert to_device("cpu") in ("cpu", "/CPU:0")
+    monkeypatch.setattr(edu_dl.backend, "gpu_status", lambda name="cupy": (True, "a GPU"))
+    assert to_device("gpu") == gpu_name
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not edu_dl.gpu_available(), reason="no CUDA GPU here")

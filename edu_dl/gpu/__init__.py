@@ -7,8 +7,8 @@ in memory.
 - ``simulator``: run kernels without a GPU, in a fresh process, with NaN-filled shared memory
 - ``mistakes``: ``diagnose`` names the usual mistake (bounds check, swapped indices,
   missing syncthreads)
-- ``timing``: timing asynchronous work (synchronize, events; a CPU stand-in for a device)
-- ``kernel_timing``: a kernel's GFLOP/s and the fraction of the card's peak
+- ``timing``: timing asynchronous work (synchronize, events; a CPU stand-in for a device), a
+  kernel's GFLOP/s and the fraction of the card's FP32 peak
 - ``memory``: what one training step keeps in GPU memory, computed without a GPU
 - ``zoo``: AlexNet, VGG-16 and ResNet-50 layer for layer, on PyTorch's meta device
 """

@@ -23,11 +23,13 @@ from typing import TypeVar
 import torch
 from torch import nn
 
+from edu_dl.backend import gpu_status
+from edu_dl.util.units import format_bytes
+
 T = TypeVar("T")
 
 # Buffers of the parameters' size that each optimizer keeps between steps.
 OPTIMIZER_BUFFERS = {"sgd": 0, "sgd_momentum": 1, "adam": 2}
-GiB = 2 ** 30
 
 
 @dataclass(frozen=True)
@@ -184,7 +186,7 @@ def fit_batch(step: Callable[[int], T], batch_size: int, min_batch: int = 1,
             if log is not None:
                 log(f"batch {batch_size}: {type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
                     f"; retrying with {batch_size // 2}")
-            if torch.cuda.is_available():
+            if gpu_status("torch")[0]:
                 torch.cuda.empty_cache()
             batch_size //= 2
 
@@ -203,11 +205,3 @@ def simulated_step(model: nn.Module, input_shape: tuple[int, ...], capacity_byte
         return need
 
     return step
-
-
-def format_bytes(n: float) -> str:
-    """Bytes in binary units: '512 B', '1.50 KiB', '2.25 GiB'."""
-    for unit, size in (("GiB", GiB), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{int(n)} B"

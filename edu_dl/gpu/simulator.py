@@ -13,7 +13,6 @@ NaN instead of a plausible stale value.
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import importlib.util
 import inspect
@@ -51,15 +50,7 @@ def gpu_present() -> bool:
     """
     from edu_dl import backend
 
-    if backend.gpu_available():
-        return True
-    try:
-        libcuda = ctypes.CDLL("libcuda.so.1")
-        count = ctypes.c_int(0)
-        return libcuda.cuInit(0) == 0 and libcuda.cuDeviceGetCount(ctypes.byref(count)) == 0 \
-            and count.value > 0
-    except Exception:  # no driver library: no GPU
-        return False
+    return backend.gpu_available() or bool(backend.driver_device_count())
 
 
 def _numba_probe() -> bool:

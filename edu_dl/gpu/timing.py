@@ -9,6 +9,10 @@ therefore measures the launch (microseconds), not the work. Two fixes: wait for 
 :class:`FakeAsyncDevice` is a CPU analogy that runs everywhere: a background thread (the "device")
 works through a queue of kernels; ``launch`` returns at once, ``synchronize`` waits for the queue,
 and :class:`FakeEvent` stamps the time when the device reaches it, as ``torch.cuda.Event`` does.
+
+On a real GPU, :func:`synchronize` waits for every library this process uses (Numba, CuPy,
+PyTorch); :func:`time_it` is the synchronized timer's median, and :func:`gpu_peak` the card's FP32
+peak (SMs x FP32 lanes per SM x 2 x clock) that a kernel's GFLOP/s is a fraction of.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
+
+from edu_dl import backend
 
 Kernel = Callable[[], Any] | float  # a function the device runs, or seconds of "work"
 
@@ -184,11 +190,29 @@ def time_events(fn: Callable[[], Any], make_event: Callable[[], Event], warmup: 
 
 def cuda_available() -> bool:
     """Whether PyTorch sees a CUDA GPU here."""
-    try:
-        import torch
-    except ImportError:
-        return False
-    return bool(torch.cuda.is_available())
+    return backend.gpu_status("torch")[0]
+
+
+# --------------------------------------------------------------------------- real GPUs
+
+
+def synchronize() -> None:
+    """Wait for queued GPU work in Numba, CuPy and PyTorch (no-op without a GPU)."""
+    cuda = sys.modules.get("numba.cuda")  # only a library already in use can have work queued
+    if cuda is not None and backend.gpu_status("numba")[0]:
+        with contextlib.suppress(Exception):  # the simulator: nothing queued to wait for
+            cuda.synchronize()
+    backend.synchronize()
+    if "torch" in sys.modules and backend.gpu_status("torch")[0]:
+        sys.modules["torch"].cuda.synchronize()
+
+
+def time_it(fn: Callable[[], Any], repeats: int = 5, warmup: int = 1,
+            sync: Callable[[], None] = synchronize) -> float:
+    """Median seconds of ``fn()`` over ``repeats`` runs of :func:`time_synchronized`."""
+    if repeats < 1:
+        raise ValueError(f"time_it: repeats must be >= 1, got {repeats}")
+    return statistics.median(time_synchronized(fn, sync, warmup, repeats))
 
 
 def cuda_timers(fn: Callable[[], Any], warmup: int = 3, repeats: int = 10
@@ -201,8 +225,7 @@ def cuda_timers(fn: Callable[[], Any], warmup: int = 3, repeats: int = 10
     torch.cuda.synchronize()
     result = {"launch_only": statistics.median(time_launch_only(fn, repeats))}
     torch.cuda.synchronize()
-    result["synchronize"] = statistics.median(
-        time_synchronized(fn, torch.cuda.synchronize, 0, repeats))
+    result["synchronize"] = time_it(fn, repeats, 0, torch.cuda.synchronize)
     result["cuda_events"] = statistics.median(
         time_events(fn, lambda: torch.cuda.Event(enable_timing=True), 0, repeats))
     return result
@@ -237,3 +260,58 @@ def profile_step(step: Callable[[], Any], cuda: bool | None = None) -> Any:
 
             torch.cuda.synchronize()
     return prof
+
+
+# --------------------------------------------------------------------------- GFLOP/s and peaks
+
+# FP32 lanes per streaming multiprocessor by compute capability (CUDA C Programming Guide,
+# "Arithmetic Instructions" throughput table); a major version alone is the fallback.
+FP32_LANES_PER_SM: dict[tuple[int, int] | int, int] = {
+    (6, 0): 64, (7, 0): 64, (7, 2): 64, (7, 5): 64, (8, 0): 64,
+    3: 192, 5: 128, 6: 128, 7: 64, 8: 128, 9: 128, 10: 128, 12: 128,
+}
+
+
+def gflops(flops: float, seconds: float) -> float:
+    """GFLOP/s = FLOPs / seconds / 1e9."""
+    if seconds <= 0:
+        raise ValueError(f"gflops: seconds must be > 0, got {seconds}")
+    return flops / seconds / 1e9
+
+
+def fp32_lanes(major: int, minor: int) -> int | None:
+    """FP32 lanes per SM for compute capability major.minor, or None if unknown."""
+    return FP32_LANES_PER_SM.get((major, minor), FP32_LANES_PER_SM.get(major))
+
+
+def peak_fp32_gflops(sm_count: int, clock_khz: float, major: int, minor: int) -> float | None:
+    """Peak = SMs x FP32 lanes per SM x 2 (a fused multiply-add is 2 FLOPs) x clock."""
+    lanes = fp32_lanes(major, minor)
+    if lanes is None:
+        return None
+    return sm_count * lanes * 2 * clock_khz * 1e3 / 1e9
+
+
+def gpu_peak() -> tuple[float | None, str]:
+    """(peak FP32 GFLOP/s of the current Numba CUDA device, how it was computed) or (None, why)."""
+    usable, why_not = backend.gpu_status("numba")
+    if not usable:
+        return None, why_not
+    try:
+        from numba import cuda
+
+        dev = cuda.get_current_device()
+        sms, clock_khz = int(dev.MULTIPROCESSOR_COUNT), float(dev.CLOCK_RATE)
+        major, minor = dev.compute_capability
+    except Exception as exc:  # a driver without these attributes: say so, do not guess
+        return None, f"peak unknown ({type(exc).__name__}: {exc})"
+    peak = peak_fp32_gflops(sms, clock_khz, major, minor)
+    if peak is None:
+        return None, f"peak unknown for compute capability {major}.{minor}"
+    return peak, (f"{sms} SMs x {fp32_lanes(major, minor)} FP32 lanes x 2 x "
+                  f"{clock_khz / 1e6:.2f} GHz (boost clock)")
+
+
+def fraction_of_peak(measured_gflops: float, peak_gflops: float | None) -> float | None:
+    """measured / peak, or None when the peak is unknown."""
+    return None if not peak_gflops else measured_gflops / peak_gflops

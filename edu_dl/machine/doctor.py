@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import shutil
 import sys
 import textwrap
@@ -18,8 +17,9 @@ from typing import Any
 
 from edu_dl.machine import hardware as hw
 from edu_dl.machine import probes as gp
-from edu_dl.machine.hardware import Fact
+from edu_dl.machine.hardware import Fact, machine_label
 from edu_dl.util.args import positive
+from edu_dl.util.units import format_bytes
 
 Subparsers = Any  # argparse's _SubParsersAction is private
 
@@ -49,13 +49,6 @@ def add_machine_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--bus-bytes", type=positive(int), default=8, metavar="B",
                        help="bytes per transfer per channel (default: 8, a 64-bit DDR channel)")
 
-
-
-def machine_label(cpu: hw.CpuFacts) -> str:
-    """One line naming the machine that absolute numbers come from."""
-    model = cpu.model.value if cpu.model.known else "unknown CPU"
-    system = f"{platform.system()} {platform.machine()}"
-    return f"{model}, {cpu.usable_cores.value} usable cores, {system}"
 
 
 # --------------------------------------------------------------------------- collect
@@ -138,8 +131,8 @@ def _fact(d: dict[str, Any], fmt: str = "{}") -> str:
     return fact.text(fmt) + (f"  [{fact.source}]" if fact.known and fact.source else "")
 
 
-def _gib(d: dict[str, Any]) -> str:
-    return f"{d['value'] / 2**30:.1f} GiB" if d["value"] is not None else Fact(**d).text()
+def _bytes(d: dict[str, Any]) -> str:
+    return format_bytes(d["value"], ".1f") if d["value"] is not None else Fact(**d).text()
 
 
 def _key_values(title: str, pairs: list[tuple[str, str]], width: int) -> list[str]:
@@ -199,7 +192,7 @@ def render(report: dict[str, Any], width: int | None = None) -> str:
     lines += _key_values("CPU and memory", [
         ("CPU model", _fact(cpu["model"])), ("architecture", cpu["architecture"]),
         ("cores", cores), ("SIMD", simd), ("clock", _fact(cpu["clock_mhz"], "{:.0f}")),
-        ("RAM", _gib(report["ram"])),
+        ("RAM", _bytes(report["ram"])),
     ], width)
     lines.append("")
     lines += _key_values("Compute, float32", [

@@ -94,9 +94,14 @@ def peak_flops(cores: int, clock_hz: float, per_cycle: int) -> float:
     return cores * clock_hz * per_cycle
 
 
-def matmul_flops(n: int) -> int:
-    """FLOPs of an n x n by n x n matmul: n² outputs, each n multiplies and n adds = 2n³."""
-    return 2 * n**3
+def matmul_flops(m: int, n: int | None = None, k: int | None = None) -> int:
+    """FLOPs of an (m, k) @ (k, n) product: m·n outputs, each k multiplies and k adds = 2mnk.
+
+    One argument is the square case: ``matmul_flops(n)`` = 2n³ (a missing size defaults to ``m``).
+    """
+    n = m if n is None else n
+    k = m if k is None else k
+    return 2 * m * n * k
 
 
 def matmul_intensity(n: int, itemsize: int = 4) -> float:
@@ -167,6 +172,13 @@ class CpuFacts:
             "fma": self.fma,
             "clock_mhz": self.clock_mhz.as_dict(),
         }
+
+
+def machine_label(cpu: CpuFacts) -> str:
+    """One line naming the machine that absolute numbers come from."""
+    model = cpu.model.value if cpu.model.known else "unknown CPU"
+    architecture = cpu.architecture or platform.machine()
+    return f"{model}, {cpu.usable_cores.value} usable cores, {platform.system()} {architecture}"
 
 
 def parse_cpuinfo(text: str) -> tuple[list[dict[str, str]], dict[str, str]]:

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from edu_dl.backend import gpu_status
 from edu_dl.util.worker import Worker, WorkerError
 
 # --------------------------------------------------------------------------- GPUs and frameworks
@@ -80,7 +81,7 @@ def _probe_torch() -> dict[str, Any]:
         "cuda_build": torch.version.cuda is not None,
         "gpus": [],
     }
-    if torch.cuda.is_available():
+    if gpu_status("torch")[0]:
         for i in range(torch.cuda.device_count()):
             props = torch.cuda.get_device_properties(i)
             info["gpus"].append(

@@ -75,44 +75,17 @@ def device_or_cpu(device: str = "gpu") -> str:
     return "cpu"
 
 
-def _torch_gpu() -> str | None:
-    try:
-        import torch
-    except ImportError:
-        return "PyTorch is not installed"
-    if not torch.cuda.is_available():
-        return f"PyTorch {torch.__version__} sees no CUDA device"
-    return None
-
-
-def _tensorflow_gpu() -> str | None:
-    try:
-        import tensorflow as tf
-    except ImportError:
-        return "TensorFlow is not installed"
-    if not tf.config.list_physical_devices("GPU"):
-        return f"TensorFlow {tf.__version__} sees no GPU"
-    return None
-
-
-# Each library finds the GPU on its own: CuPy can see one while a CPU build of PyTorch cannot.
-_GPU_PROBES: dict[str, Callable[[], str | None]] = {
-    "cupy": lambda: None if backend.gpu_available() else backend.gpu_status()[1],
-    "torch": _torch_gpu,
-    "tensorflow": _tensorflow_gpu,
-}
-
-
 def gpu_missing(needs: tuple[str, ...] = ("cupy",)) -> str | None:
-    """Why the libraries in ``needs`` cannot run on a GPU here, or None when all of them can."""
-    unknown = [name for name in needs if name not in _GPU_PROBES]
+    """Why the libraries in ``needs`` cannot run on a GPU here, or None when all of them can
+    (each library's own answer: ``edu_dl.backend.gpu_status``)."""
+    unknown = [name for name in needs if name not in backend.GPU_FRAMEWORKS]
     if unknown:
         raise ValueError(f"gpu_missing: unknown libraries {unknown}; choose from "
-                         f"{sorted(_GPU_PROBES)}")
-    # CuPy's probe first when asked for: it is cheap and says why when there is no GPU at all.
+                         f"{sorted(backend.GPU_FRAMEWORKS)}")
+    # CuPy first when asked for: it is cheap and says why when there is no GPU at all.
     for name in sorted(needs, key=lambda n: n != "cupy"):
-        reason = _GPU_PROBES[name]()
-        if reason is not None:
+        usable, reason = backend.gpu_status(name)
+        if not usable:
             return reason
     return None
 

@@ -26,7 +26,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.multiprocessing.spawn import ProcessException
 
-from edu_dl.backend import DeviceError
+from edu_dl.backend import DeviceError, gpu_status
 
 HOST = "127.0.0.1"  # loopback only: the workers never talk beyond this machine
 BACKENDS = ("gloo", "nccl")
@@ -39,7 +39,8 @@ class WorkerError(RuntimeError):
 
 def choose_backend(backend: str | None, world_size: int) -> str:
     """NCCL when every rank can have its own CUDA GPU, else gloo (CPU processes)."""
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    usable, why_not = gpu_status("torch")
+    gpus = torch.cuda.device_count() if usable else 0
     if backend is None:
         return "nccl" if dist.is_nccl_available() and gpus >= world_size else "gloo"
     if backend not in BACKENDS:
@@ -47,7 +48,8 @@ def choose_backend(backend: str | None, world_size: int) -> str:
     if backend == "nccl" and (not dist.is_nccl_available() or gpus < world_size):
         raise DeviceError(
             f"backend 'nccl' needs {world_size} CUDA GPUs, one per worker; this machine has "
-            f"{gpus}. Use backend='gloo' (CPU processes) or backend=None to choose automatically."
+            f"{gpus}{'' if usable else f' ({why_not})'}. Use backend='gloo' (CPU processes) or "
+            "backend=None to choose automatically."
         )
     return backend
 

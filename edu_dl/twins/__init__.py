@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from edu_dl.backend import DEVICES, DeviceError
+from edu_dl.backend import DEVICES, require_gpu_for
 from edu_dl.models.spec import ModelSpec, check_optimizer
 
 # name -> (module in this package, function, title): the order of the lecture.
@@ -118,25 +118,16 @@ class StepTimer:
 
 def torch_device(device: str) -> str:
     """'cpu' or 'cuda' for PyTorch; 'gpu' without a CUDA device PyTorch can use is an error."""
-    import torch
-
     if device == "gpu":
-        if not torch.cuda.is_available():
-            raise DeviceError("No GPU is available to PyTorch (torch.cuda.is_available() is "
-                              "False); run with device='cpu'.")
+        require_gpu_for("torch")
         return "cuda"
     return "cpu"
 
 
 def tf_device(device: str) -> str:
     """'/CPU:0' or '/GPU:0' for TensorFlow; 'gpu' without a GPU TensorFlow sees is an error."""
-    import tensorflow as tf
-
     if device == "gpu":
-        if not tf.config.list_physical_devices("GPU"):
-            raise DeviceError("No GPU is visible to TensorFlow "
-                              "(tf.config.list_physical_devices('GPU') is empty); run with "
-                              "device='cpu'.")
+        require_gpu_for("tensorflow")
         return "/GPU:0"
     return "/CPU:0"
 
