@@ -23,7 +23,7 @@ from pathlib import Path
 
 import nbformat
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1]  # edu_dl/, this module being edu_dl/notebook/run.py
 ROOT = PACKAGE.parent
 META_KEY = "edu_dl"
 DIGEST_CHARS = 16
