@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from edu_dl.notebook.measured import compare, quartiles, spread, time_in_turns
+from edu_dl.notebook.measured import compare, quartiles, spread, time_in_turns, verdict
 
 
 def test_a_clear_gap_is_ranked_both_ways() -> None:
@@ -57,3 +57,10 @@ def test_programs_take_turns_after_one_warm_up_each() -> None:
 def test_time_in_turns_needs_a_round() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         time_in_turns({"a": lambda: None}, rounds=0)
+
+
+def test_verdict_agrees_with_the_sentence() -> None:
+    fast, slow, mixed = [1.0] * 5, [2.0] * 5, [1.1, 0.9, 1.2, 0.8, 1.05]
+    assert verdict(slow, fast) == 1 and "slower" in compare("a", slow, "b", fast)
+    assert verdict(fast, slow) == -1 and "faster" in compare("a", fast, "b", slow)
+    assert verdict(mixed, fast) == 0 and "about the same" in compare("a", mixed, "b", fast)

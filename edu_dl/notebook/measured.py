@@ -52,6 +52,19 @@ def spread(samples: Sequence[float], scale: float = 1e3, unit: str = "ms") -> st
     return f"{middle:.3g} {unit} ({low:.3g} to {high:.3g})"
 
 
+def verdict(samples_a: Sequence[float], samples_b: Sequence[float]) -> int:
+    """+1 if A is slower than B, -1 if faster, 0 if this machine cannot tell (see `compare`)."""
+    low, _, high = quartiles(paired_ratios(samples_a, samples_b))
+    return 1 if low > 1 else -1 if high < 1 else 0
+
+
+def paired_ratios(samples_a: Sequence[float], samples_b: Sequence[float]) -> list[float]:
+    """Round k of A divided by round k of B."""
+    if not samples_a or len(samples_a) != len(samples_b):
+        raise ValueError(f"need paired rounds, got {len(samples_a)} and {len(samples_b)}")
+    return [a / b for a, b in zip(samples_a, samples_b, strict=True)]
+
+
 def compare(name_a: str, samples_a: Sequence[float], name_b: str,
             samples_b: Sequence[float]) -> str:
     """One sentence comparing A's time with B's, from the rounds' paired ratios.
@@ -59,14 +72,13 @@ def compare(name_a: str, samples_a: Sequence[float], name_b: str,
     Round k of A is divided by round k of B; the sentence ranks them only when the middle half of
     those ratios lies on one side of 1.
     """
-    if not samples_a or len(samples_a) != len(samples_b):
-        raise ValueError(f"need paired rounds, got {len(samples_a)} and {len(samples_b)}")
-    ratios = [a / b for a, b in zip(samples_a, samples_b, strict=True)]
+    ratios = paired_ratios(samples_a, samples_b)
     low, middle, high = quartiles(ratios)
     spread_text = f"the middle half of {len(ratios)} rounds between {low:.2f}x and {high:.2f}x"
-    if low > 1:
+    side = verdict(samples_a, samples_b)
+    if side > 0:
         return f"{name_a} is slower than {name_b}: it takes {middle:.2f}x the time ({spread_text})"
-    if high < 1:
+    if side < 0:
         return f"{name_a} is faster than {name_b}: it takes {middle:.2f}x the time ({spread_text})"
     return (f"{name_a} and {name_b} take about the same time here: {middle:.2f}x, with "
             f"{spread_text}, too close to rank on this machine")
