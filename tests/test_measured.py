@@ -64,3 +64,10 @@ def test_verdict_agrees_with_the_sentence() -> None:
     assert verdict(slow, fast) == 1 and "slower" in compare("a", slow, "b", fast)
     assert verdict(fast, slow) == -1 and "faster" in compare("a", fast, "b", slow)
     assert verdict(mixed, fast) == 0 and "about the same" in compare("a", mixed, "b", fast)
+
+
+def test_a_steady_gap_within_the_margin_is_not_ranked() -> None:
+    # every round 3% slower: steady, but too small to teach anything on a shared machine
+    assert verdict([1.03] * 7, [1.0] * 7) == 0
+    assert verdict([1.0] * 7, [1.03] * 7) == 0
+    assert verdict([1.08] * 7, [1.0] * 7) == 1

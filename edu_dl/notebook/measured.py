@@ -2,8 +2,8 @@
 
 A lecture that writes "A is faster than B" in its prose is contradicted the day a busy machine
 measures the opposite. Lectures instead print the sentence that `compare` computes from their own
-measurements: it ranks two programs only when the middle half of the per-round ratios lies on one
-side of 1, and otherwise says that this machine cannot tell them apart.
+measurements: it ranks two programs only when the middle half of the per-round ratios lies beyond
+5% on one side of 1, and otherwise says that this machine cannot tell them apart.
 
 `time_in_turns` runs the programs round-robin (a, b, c, a, b, c, ...), so a load that comes and
 goes on a shared machine falls on all of them alike, and round k of one program can be paired with
@@ -15,6 +15,9 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
+
+# A ratio within 5% of 1 ranks nothing: on a shared machine that is noise, and no lesson of its own.
+MARGIN = 1.05
 
 
 def quartiles(samples: Sequence[float]) -> tuple[float, float, float]:
@@ -55,7 +58,7 @@ def spread(samples: Sequence[float], scale: float = 1e3, unit: str = "ms") -> st
 def verdict(samples_a: Sequence[float], samples_b: Sequence[float]) -> int:
     """+1 if A is slower than B, -1 if faster, 0 if this machine cannot tell (see `compare`)."""
     low, _, high = quartiles(paired_ratios(samples_a, samples_b))
-    return 1 if low > 1 else -1 if high < 1 else 0
+    return 1 if low > MARGIN else -1 if high < 1 / MARGIN else 0
 
 
 def paired_ratios(samples_a: Sequence[float], samples_b: Sequence[float]) -> list[float]:
@@ -70,7 +73,7 @@ def compare(name_a: str, samples_a: Sequence[float], name_b: str,
     """One sentence comparing A's time with B's, from the rounds' paired ratios.
 
     Round k of A is divided by round k of B; the sentence ranks them only when the middle half of
-    those ratios lies on one side of 1.
+    those ratios lies on one side of 1, beyond MARGIN.
     """
     ratios = paired_ratios(samples_a, samples_b)
     low, middle, high = quartiles(ratios)
