@@ -1,0 +1,87 @@
+"""Timings a lecture can state a conclusion from: measured in turns, compared with their spread.
+
+A lecture that writes "A is faster than B" in its prose is contradicted the day a busy machine
+measures the opposite. Lectures instead print the sentence that `compare` computes from their own
+measurements: it ranks two programs only when the middle half of the per-round ratios lies beyond
+5% on one side of 1, and otherwise says that this machine cannot tell them apart.
+
+`time_in_turns` runs the programs round-robin (a, b, c, a, b, c, ...), so a load that comes and
+goes on a shared machine falls on all of them alike, and round k of one program can be paired with
+round k of another.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+# A ratio within 5% of 1 ranks nothing: on a shared machine that is noise, and no lesson of its own.
+MARGIN = 1.05
+
+
+def quartiles(samples: Sequence[float]) -> tuple[float, float, float]:
+    """(first quartile, median, third quartile); a single sample is all three."""
+    if len(samples) == 1:
+        return samples[0], samples[0], samples[0]
+    low, middle, high = statistics.quantiles(samples, n=4, method="inclusive")
+    return low, middle, high
+
+
+def time_in_turns(programs: Mapping[str, Callable[[], object]], rounds: int = 7,
+                  number: int = 1, clock: Callable[[], float] = time.perf_counter,
+                  ) -> dict[str, list[float]]:
+    """Seconds per call of each program, one figure per round, the programs taking turns.
+
+    Each program is called once first, untimed (warm-up: plans, traces, allocations).
+    """
+    if rounds < 1 or number < 1:
+        raise ValueError(f"rounds and number must be at least 1, not {rounds} and {number}")
+    for program in programs.values():
+        program()
+    samples: dict[str, list[float]] = {name: [] for name in programs}
+    for _ in range(rounds):
+        for name, program in programs.items():
+            start = clock()
+            for _ in range(number):
+                program()
+            samples[name].append((clock() - start) / number)
+    return samples
+
+
+def spread(samples: Sequence[float], scale: float = 1e3, unit: str = "ms") -> str:
+    """'2.51 ms (2.40 to 2.73)': the median and the middle half of the samples."""
+    low, middle, high = quartiles([s * scale for s in samples])
+    return f"{middle:.3g} {unit} ({low:.3g} to {high:.3g})"
+
+
+def verdict(samples_a: Sequence[float], samples_b: Sequence[float]) -> int:
+    """+1 if A is slower than B, -1 if faster, 0 if this machine cannot tell (see `compare`)."""
+    low, _, high = quartiles(paired_ratios(samples_a, samples_b))
+    return 1 if low > MARGIN else -1 if high < 1 / MARGIN else 0
+
+
+def paired_ratios(samples_a: Sequence[float], samples_b: Sequence[float]) -> list[float]:
+    """Round k of A divided by round k of B."""
+    if not samples_a or len(samples_a) != len(samples_b):
+        raise ValueError(f"need paired rounds, got {len(samples_a)} and {len(samples_b)}")
+    return [a / b for a, b in zip(samples_a, samples_b, strict=True)]
+
+
+def compare(name_a: str, samples_a: Sequence[float], name_b: str,
+            samples_b: Sequence[float]) -> str:
+    """One sentence comparing A's time with B's, from the rounds' paired ratios.
+
+    Round k of A is divided by round k of B; the sentence ranks them only when the middle half of
+    those ratios lies on one side of 1, beyond MARGIN.
+    """
+    ratios = paired_ratios(samples_a, samples_b)
+    low, middle, high = quartiles(ratios)
+    spread_text = f"the middle half of {len(ratios)} rounds between {low:.2f}x and {high:.2f}x"
+    side = verdict(samples_a, samples_b)
+    if side > 0:
+        return f"{name_a} is slower than {name_b}: it takes {middle:.2f}x the time ({spread_text})"
+    if side < 0:
+        return f"{name_a} is faster than {name_b}: it takes {middle:.2f}x the time ({spread_text})"
+    return (f"{name_a} and {name_b} take about the same time here: {middle:.2f}x, with "
+            f"{spread_text}, too close to rank on this machine")
