@@ -126,7 +126,7 @@ def build(root: Path) -> tuple[Path, Path]:
 
 
 # Per cell: the points nbgrader 0.9's determine_grade gives (None: needs a person), as read
-# from its code; tests/grading/test_nbgrader_course.py also checks them against nbgrader itself.
+# from its code; tests/test_nbgrader_course.py also checks them against nbgrader itself.
 EXPECTED: dict[str, dict[str, float | None]] = {
     "alice": {"test_squares": 2, "test_double": 1, "test_double_more": 1, "test_partial": 3,
               "explain": None, "why": None},
