@@ -14,8 +14,6 @@ import pytest
 import torch
 from fixtures.exercise_helpers import course_module, course_part, run_check, solution_namespace
 
-from edu_dl.grading.checking import HIDDEN_SEED, VISIBLE_SEED
-from edu_dl.grading.protocol import roundtrip
 from edu_dl.grading.trust.source import find_source
 
 pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there
@@ -43,18 +41,6 @@ def test_points_match_the_notebook():
     points = {c.source.split('"')[1]: c.metadata.nbgrader["points"] for c in nb.cells
               if c.metadata.get("nbgrader", {}).get("grade")}
     assert points == {pid: course_part(pid).points for pid in PART_SOLUTIONS}
-
-
-@pytest.mark.parametrize("part_id", list(PART_SOLUTIONS))
-def test_solution_matches_the_oracle_on_visible_and_hidden_cases(sol, part_id):
-    part = course_part(part_id)
-    fn = sol[PART_SOLUTIONS[part_id]]
-    for seed, hidden in ((VISIBLE_SEED, False), (HIDDEN_SEED, True), (123, True)):
-        cases = roundtrip(part.cases(np.random.default_rng(seed), hidden))
-        assert len(cases) >= 2
-        for args in cases:
-            verdict = part.compare(part.expected(*args), part.call(fn, args))
-            assert verdict.ok, verdict.message
 
 
 def test_solutions_pass_through_check(capsys, sol):
@@ -342,12 +328,10 @@ def test_adam_reference_matches_torch():
                                rtol=1e-9, atol=1e-12), replay
 
 
-@pytest.mark.parametrize("part_id", list(PART_SOLUTIONS))
-def test_stub_is_not_implemented_yet(capsys, part_id):
-    def stub(*args):
-        # YOUR CODE HERE
-        raise NotImplementedError()
-
+# A function-shaped part's stub is checked for every part in test_parts_trusted.py; these two
+# parts take a class, and the notebook's stub is a class whose methods raise.
+@pytest.mark.parametrize("part_id", ["ex07.linear_function", "ex07.two_layer_module"])
+def test_a_stub_class_is_not_implemented_yet(capsys, part_id):
     class StubFunction(torch.autograd.Function):
         @staticmethod
         def forward(ctx, x, w, b):
@@ -362,7 +346,6 @@ def test_stub_is_not_implemented_yet(capsys, part_id):
             super().__init__()
             raise NotImplementedError()
 
-    fn = {"ex07.linear_function": StubFunction, "ex07.two_layer_module": StubModule}.get(
-        part_id, stub)
+    fn = {"ex07.linear_function": StubFunction, "ex07.two_layer_module": StubModule}[part_id]
     ok, out = run(capsys, part_id, fn)
     assert not ok and out == f"✗ {part_id}: not implemented yet\n"

@@ -12,10 +12,9 @@ from typing import Any
 import nbformat
 import numpy as np
 import pytest
-from fixtures.exercise_helpers import assert_solution_passes, course_module, course_part
+from fixtures.exercise_helpers import course_module, course_part
 
 from edu_dl.grading import CheckFailed, check, checking
-from edu_dl.grading.checking import HIDDEN_SEED, VISIBLE_SEED
 from edu_dl.grading.protocol import GRADING_ENV, read_outputs, roundtrip, write_inputs
 from edu_dl.grading.spec import judge_case
 
@@ -68,17 +67,6 @@ def test_parts_and_points_match_the_notebook() -> None:
 
 
 @pytest.mark.parametrize("part_id", list(PART_FUNCTIONS))
-@pytest.mark.parametrize("hidden", [False, True])
-def test_oracle_agrees_with_the_solution(solution: dict[str, Any], part_id: str,
-                                         hidden: bool) -> None:
-    part = course_part(part_id)
-    fn = solution[PART_FUNCTIONS[part_id]]
-    rng = np.random.default_rng(HIDDEN_SEED if hidden else VISIBLE_SEED)
-    assert assert_solution_passes(part, fn, hidden, rng) >= 4
-    assert run_check(part_id, fn, hidden).startswith(f"✓ {part_id}: ")
-
-
-@pytest.mark.parametrize("part_id", list(PART_FUNCTIONS))
 def test_fresh_hidden_cases_also_pass(solution: dict[str, Any], part_id: str) -> None:
     # The grader draws hidden cases from fresh seeds: any seed must work for the solution.
     part = course_part(part_id)
@@ -99,14 +87,6 @@ def test_hidden_cases_cover_the_awkward_sizes() -> None:
     dp = roundtrip(ex10._dp_cases(np.random.default_rng(0), False))
     assert {c[4] for c in dp} == {"mean", "sum"}
     assert any(len(c[1]) % c[3] for c in dp if c[4] == "mean")  # an uneven split, visibly
-
-
-def test_the_unsolved_stub_reports_not_implemented() -> None:
-    def stub(*args: Any) -> Any:
-        raise NotImplementedError()
-
-    for part_id in PART_FUNCTIONS:
-        assert run_check(part_id, stub) == f"✗ {part_id}: not implemented yet\n"
 
 
 # --------------------------------------------------------------------------- typical mistakes

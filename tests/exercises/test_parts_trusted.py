@@ -24,6 +24,7 @@ import pytest
 from fixtures.exercise_helpers import (
     SIMULATED_SOLUTIONS,
     all_course_parts,
+    assert_solution_passes,
     course_module,
     course_part,
     run_check,
@@ -644,6 +645,35 @@ def test_the_kernel_solutions_pass_the_trusted_judgement(tmp_path: Path) -> None
         got = protocol.read_outputs(tmp_path / "outputs" / f"{part.id}.1.npz")[1]
         found = trusted_source.find_source(nb, part.id)
         assert judge.judge(part, cases[part.id], got, found)[0] == "passed", part.id
+
+
+# ------------------------------------------------- every part: the solution passes, a stub does not
+
+# What each exercise's own test file once repeated, one test for every part of the course: the
+# solution notebook's object passes every case check() draws, visible (the notebook's seed) and
+# hidden (the release's seed, and a fresh seed as the grader draws one per gradebook); a stub that
+# raises NotImplementedError is told "not implemented yet". ex02b's kernels need the simulator
+# (test_parts_ex02b.py); a class-shaped part's stub is a class (test_parts_ex07.py).
+SEEDS = {"visible": (checking.VISIBLE_SEED, False), "hidden": (checking.HIDDEN_SEED, True),
+         "fresh": (1, True)}
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("part", [p for p in ALL_PARTS if module_of(p.id) != "ex02b"],
+                         ids=lambda p: p.id)
+def test_the_solution_passes_and_a_stub_is_not_implemented_yet(
+        part: spec.Part, seed: str, capsys: pytest.CaptureFixture[str]) -> None:
+    fn = part_namespace(part.id)[checked_name(part_notebook(part.id), part.id)]
+    number, hidden = SEEDS[seed]
+    assert assert_solution_passes(part, fn, hidden, np.random.default_rng(number)) > 0
+    if isinstance(fn, type):
+        return
+
+    def stub(*args: Any) -> Any:
+        raise NotImplementedError()
+
+    ok, out = run_check(capsys, part.id, stub, hidden)
+    assert not ok and out == f"✗ {part.id}: not implemented yet\n"
 
 
 # --------------------------------------------------------------------------- named cases
