@@ -273,7 +273,6 @@ def test_solutions_score_full_marks_and_exercises_zero(tmp_path: Path, memory: s
     assert accounting and accounting <= want, accounting
 
 
-@pytest.mark.slow
 def assert_no_live_markup(html: str) -> None:
     """No script element, event handler, javascript: link, frame or SVG in a page."""
     from html.parser import HTMLParser
@@ -288,6 +287,7 @@ def assert_no_live_markup(html: str) -> None:
     Tags().feed(html)
 
 
+@pytest.mark.slow
 def test_hostile_corpus(tmp_path: Path) -> None:
     """Every hostile or broken submission gets its rows and status; nothing leaks or lingers."""
     escape = ROOT / "HOSTILE_ESCAPE.txt"

@@ -193,6 +193,7 @@ def _private_course(root: Path) -> Path:
     return src
 
 
+@pytest.mark.slow
 def test_a_private_exercise_is_graded_from_a_source_outside_the_repository(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
         ) -> None:
@@ -273,6 +274,7 @@ def _csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_manual_sheet_merges_into_both_gradebooks_and_html_feedback_is_escaped(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import shutil
@@ -366,6 +368,7 @@ def test_manual_sheet_merges_into_both_gradebooks_and_html_feedback_is_escaped(
 # --------------------------------------------------------------------------- validate is the grader
 
 
+@pytest.mark.slow
 def test_validate_agrees_with_grade_on_the_nbgrader_course(tmp_path: Path) -> None:
     from edu_dl.grading import nbgrader_course as course
     from edu_dl.grading.validate import validate
@@ -415,6 +418,7 @@ def test_stderr_dropped_by_the_output_cap_still_scores_zero_as_nbgrader(tmp_path
     assert warns.outputs == []  # the stderr output itself was cut
 
 
+@pytest.mark.slow
 def test_submissions_and_grades_inside_the_source_folder_never_reach_a_sandbox(
         tmp_path: Path) -> None:
     src = tmp_path / "hw1"
