@@ -3,6 +3,9 @@ measure the work, errors surface at the next synchronize; on CUDA when there is 
 
 from __future__ import annotations
 
+import sys
+import types
+
 import pytest
 
 from edu_dl import gpu_timing
@@ -86,8 +89,16 @@ def test_cuda_timers() -> None:  # pragma: no cover - needs a GPU
     assert result["cuda_events"] <= result["synchronize"] * 1.5
 
 
-def test_cuda_available_is_a_bool() -> None:
-    assert isinstance(gpu_timing.cuda_available(), bool)
+def test_cuda_available_is_false_without_torch_and_a_bool_from_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without PyTorch there is no CUDA to time (not an ImportError); with it, torch's answer as
+    a bool, whatever truthy value it gives (an isinstance check of it alone could not fail)."""
+    monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` raise ImportError
+    assert gpu_timing.cuda_available() is False
+    for answer, want in ((1, True), (0, False)):
+        cuda = types.SimpleNamespace(is_available=lambda answer=answer: answer)
+        monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+        assert gpu_timing.cuda_available() is want
 
 
 def test_profile_step_is_quiet_and_sees_the_ops(capfd: pytest.CaptureFixture[str]) -> None:
