@@ -197,6 +197,7 @@ def test_edu_dl_feed_bytes_per_step() -> None:
     assert all(positive_finite(r.step_s) for r in rows)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not edu_dl.gpu_available(), reason="no CUDA GPU here")
 def test_cupy_transfers_measured() -> None:
     rows = transfer.cupy_rows([2**16, 2**20], repeats=1, batch_s=0.001)

@@ -261,6 +261,16 @@ def test_scatter_add_adds_repeated_indices(device):
     np.testing.assert_array_equal(backend.to_numpy(grid), [[5.0, 0, 0], [0, 0, 2.0]])
 
 
+@pytest.mark.usefixtures("numpy_as_cupy")
+@pytest.mark.parametrize("gpu_case", [test_to_device_round_trip, test_synchronize_returns,
+                                      test_scatter_add_adds_repeated_indices],
+                         ids=lambda case: case.__name__)
+def test_the_gpu_cases_on_numpy_as_cupy(gpu_case):
+    """The [gpu] cases above where CI has no GPU: NumPy stands in for CuPy, so their path
+    (to_device, to_numpy's .get(), the stream's synchronize, cupyx.scatter_add) runs."""
+    gpu_case("gpu")
+
+
 @GPU
 @pytest.mark.gpu
 def test_real_cupy_arrays():

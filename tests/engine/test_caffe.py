@@ -473,6 +473,7 @@ def test_random_seed_makes_training_repeatable(two_layer) -> None:
     assert a.losses == b.losses and a.losses[0] != c.losses[0]
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not edu_dl.gpu_available(), reason="no CUDA GPU here")
 def test_gpu_gives_the_cpu_losses(two_layer, tmp_path: Path) -> None:
     net_path, solver_path, _ = two_layer
@@ -480,6 +481,12 @@ def test_gpu_gives_the_cpu_losses(two_layer, tmp_path: Path) -> None:
     runs = [caffe.train(net_path, solver_path, weights=tmp_path / "w0.npz", dtype=np.float64,
                         device=device, display=0) for device in ("cpu", "gpu")]
     assert edu_dl.rel_error(np.array(runs[0].losses), np.array(runs[1].losses)) < 1e-10
+
+
+@pytest.mark.usefixtures("numpy_as_cupy")
+def test_gpu_gives_the_cpu_losses_on_numpy_as_cupy(two_layer, tmp_path: Path) -> None:
+    """The test above where CI has no GPU: NumPy stands in for CuPy behind device='gpu'."""
+    test_gpu_gives_the_cpu_losses(two_layer, tmp_path)
 
 
 # --------------------------------------------------------------------------- the command

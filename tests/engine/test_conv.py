@@ -135,6 +135,14 @@ def test_max_pool2d_matches_torch(case, seed, device):
           device)
 
 
+@pytest.mark.usefixtures("numpy_as_cupy")
+@pytest.mark.parametrize("gpu_case", [test_conv2d_matches_torch, test_max_pool2d_matches_torch],
+                         ids=lambda case: case.__name__)
+def test_the_gpu_cases_on_numpy_as_cupy(gpu_case):
+    """The [gpu] cases where CI has no GPU: NumPy stands in for CuPy (the same drawn cases)."""
+    gpu_case(device="gpu")
+
+
 def test_the_lecture_geometry_runs_through_both_ops():
     """Caffe's LeNet adapted to 8x8 digits: 3x3 pad 1 convolutions and 2x2 pooling."""
     rng = np.random.default_rng(0)

@@ -318,6 +318,22 @@ def test_array_dataset_and_cpu_device(arrays) -> None:
         ArrayDataset(X, y[:3])
 
 
+@pytest.mark.parametrize("prefetch", [0, 2], ids=["in_the_consumer", "in_reader_threads"])
+def test_device_gpu_hands_every_array_of_every_batch_to_to_device(arrays, prefetch: int,
+                                                                    monkeypatch) -> None:
+    """test_gpu_device_moves_batches' logic without a GPU: with device='gpu' each array the
+    dataset reads goes through backend.to_device(array, 'gpu'), batch by batch, in order."""
+    monkeypatch.setattr(edu_dl.backend, "check_device", lambda device: None)
+    monkeypatch.setattr(edu_dl.backend, "to_device", lambda a, device: (device, a))
+    X, y = arrays
+    batches = list(DataLoader(ArrayDataset(X, y), batch_size=20, device="gpu",
+                              prefetch=prefetch, num_threads=2))
+    assert [device for batch in batches for device, _ in batch] == ["gpu"] * 2 * len(batches)
+    np.testing.assert_array_equal(np.concatenate([b[0][1] for b in batches]), X)
+    np.testing.assert_array_equal(np.concatenate([b[1][1] for b in batches]), y)
+
+
+@pytest.mark.gpu
 @pytest.mark.skipif(not edu_dl.gpu_available(), reason="no CUDA GPU here")
 def test_gpu_device_moves_batches(arrays) -> None:
     X, y = arrays

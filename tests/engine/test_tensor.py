@@ -507,3 +507,11 @@ def test_to_device_gradient_flows_back_to_the_cpu():
     y.backward()
     assert x.grad.device == "cpu"
     np.testing.assert_array_equal(x.grad.numpy(), [3.0, 3.0])
+
+
+@pytest.mark.usefixtures("numpy_as_cupy")
+def test_the_gpu_cases_on_numpy_as_cupy():
+    """The two GPU tests above where CI has no GPU: NumPy stands in for CuPy, so a tensor's
+    trip to the 'gpu' and its gradient's way back run through the same code."""
+    test_forward_backward_on_each_device_matches_cpu("gpu")
+    test_to_device_gradient_flows_back_to_the_cpu()

@@ -79,6 +79,20 @@ def test_close_finishes_the_queue() -> None:
     assert done == [1] and not dev._thread.is_alive()
 
 
+def test_cuda_timers_logic_on_a_fake_torch_cuda(device: FakeAsyncDevice,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """test_cuda_timers' logic without a GPU: torch.cuda's synchronize and Event are the fake
+    device's, so the three timers see a launch return at once and the work take KERNEL_S."""
+    cuda = types.SimpleNamespace(synchronize=device.synchronize,
+                                 Event=lambda enable_timing: device.event())
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    result = gpu_timing.cuda_timers(lambda: device.launch(KERNEL_S), warmup=1, repeats=3)
+    assert set(result) == {"launch_only", "synchronize", "cuda_events"}
+    assert result["launch_only"] < KERNEL_S <= result["synchronize"]
+    assert result["cuda_events"] >= KERNEL_S
+
+
+@pytest.mark.gpu
 @pytest.mark.skipif(not gpu_timing.cuda_available(), reason="No CUDA GPU")
 def test_cuda_timers() -> None:  # pragma: no cover - needs a GPU
     import torch
