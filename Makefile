@@ -29,7 +29,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # the cores and spin (a 64x1000 @ 1000x100 matmul was seen taking 21-70 ms instead of 0.3 ms).
 TEST_ENV := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 PYTEST_NOTEBOOK_FLAGS := --nbval-lax --nbval-current-env -p no:randomly
-# tests/test_browser.py drives Debian's Chromium through Playwright; nothing downloads a browser.
+# tests/notebooks/test_browser.py drives Debian's Chromium through Playwright; nothing downloads a browser.
 CHROMIUM := /usr/bin/chromium
 # Only the folders that hold notebooks: pytest on a folder without any would collect nothing.
 NOTEBOOK_DIRS := $(foreach d,lectures solutions,$(if $(shell find $(d) -name '*.ipynb' \
@@ -88,7 +88,7 @@ test: install system-deps
 # (no cgroup: shm and memfds denied, tmpfs files capped) is tested here instead. As root, the
 # user is created and given search permission (an access list) on the folders above the Python;
 # run by an ordinary user, `make test` itself was that run.
-HOSTILE_TESTS := tests/hostile tests/test_sandbox.py
+HOSTILE_TESTS := tests/grading/hostile tests/grading/test_sandbox.py
 CI_USER := edu-dl-ci
 test-unprivileged: install system-deps
 	@if [ "$$(id -u)" != 0 ]; then echo "test-unprivileged: already an ordinary user"; exit 0; fi; \
@@ -122,7 +122,7 @@ endif
 
 # Execute notebooks in place, as they are committed (NB=... for some only): no per-cell timestamps
 # and no widget state (they differ on every run), and in each notebook's metadata a digest of the
-# course code it ran, which tests/test_notebook_freshness.py compares with today's code.
+# course code it ran, which tests/notebooks/test_notebook_freshness.py compares with today's code.
 NB ?= lectures/*.ipynb solutions/*.ipynb
 notebooks: install
 	TQDM_DISABLE=1 $(BIN)/python -m edu_dl.notebook.run $(NB)
@@ -133,7 +133,7 @@ notebooks: install
 site: install
 	$(BIN)/python site/build.py
 
-# System packages the tests use: Debian's Chromium (tests/test_browser.py, driven by Playwright;
+# System packages the tests use: Debian's Chromium (tests/notebooks/test_browser.py, driven by Playwright;
 # nothing downloads a browser), bubblewrap (the grading sandbox) and acl (setfacl, for the run as
 # an ordinary user). Installed with apt-get when
 # missing and run as root (as in CI); otherwise a message says how.

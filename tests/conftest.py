@@ -1,14 +1,19 @@
-"""Shared test set-up: hypothesis profiles, and a guard that no test leaks grad mode."""
+"""Shared test set-up: hypothesis profiles, the in_solutions and numpy_as_cupy fixtures, and a
+guard that no test leaks grad mode."""
 
 from __future__ import annotations
 
 import os
+import sys
+import types
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 import edu_dl
+from edu_dl import backend
 
 # CI runs the same examples every time (derandomize); locally hypothesis explores freely.
 # No deadline: the first example of a test pays for imports and warm-up.
@@ -30,6 +35,21 @@ def in_solutions(monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = Path(__file__).resolve().parents[1] / "solutions"
     monkeypatch.chdir(folder)
     return folder
+
+
+@pytest.fixture
+def numpy_as_cupy(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """NumPy in CuPy's place (fixtures/fake_cupy.py): a GPU test's path through ``xp``, run on
+    the CPU, where CI has no GPU."""
+    from fixtures import fake_cupy
+
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy.module())
+    cupyx = types.ModuleType("cupyx")
+    cupyx.scatter_add = fake_cupy.scatter_add  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "cupyx", cupyx)
+    backend.gpu_status.cache_clear()
+    yield
+    backend.gpu_status.cache_clear()
 
 
 @pytest.fixture(autouse=True)

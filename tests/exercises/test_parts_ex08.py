@@ -1,0 +1,238 @@
+"""Exercise 8's parts: the oracles agree with the solution notebook, and wrong answers get hints."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import numpy as np
+import pytest
+from fixtures.exercise_helpers import course_module, run_check, solution_namespace
+
+import edu_dl as ed
+from edu_dl.grading.trust import source as trusted_source
+
+ex08 = course_module("ex08")
+
+SOLUTIONS = Path(__file__).resolve().parents[2] / "solutions"
+
+
+def solutions() -> dict[str, Any]:
+    """The solution functions: the RNN and plan parts in exercise 8, the Caffe part (which kept its
+    id, ex08.caffe_forward) in exercise 8b."""
+    return {**solution_namespace("08_static_vs_dynamic.ipynb"),
+            **solution_namespace("08b_caffe_and_the_landscape.ipynb", also="def parse_layer")}
+
+
+FUNCTIONS = {"ex08.rnn_eager_batch": "rnn_eager_batch", "ex08.rnn_static": "rnn_static",
+             "ex08.plan": "plan", "ex08.caffe_forward": "caffe_forward"}
+
+
+run = run_check
+
+
+def test_every_part_has_a_solution() -> None:
+    assert {p.id for p in ex08.PARTS} == set(FUNCTIONS)
+
+
+def test_rnn_cases_take_both_branches() -> None:
+    for hidden in (False, True):
+        sums = [ex08._h_final(*c).sum() for c in ex08._rnn_cases(np.random.default_rng(3), hidden)]
+        assert min(sums) < 0 < max(sums)
+
+
+def test_plan_oracle_matches_edu_dl_session() -> None:
+    """The lecture graph in edu_dl.graph: plan_for runs exactly the ops of the oracle's set."""
+    from edu_dl import graph as eg
+
+    g = eg.Graph()
+    with g.as_default():
+        x, y, z = (eg.placeholder(eg.float64, shape=(2,), name=n) for n in "xyz")
+        c = eg.reduce_sum(x * y + z)
+        d = eg.reduce_sum(x)
+    feed = {p: np.ones(2) for p in (x, y, z)}
+    sess = eg.Session(g)
+    for fetch, index in ((c, 5), (d, 6)):
+        nodes = ex08._plan_expected(ex08.LECTURE_PARENTS, np.array([index]))
+        ops = [i for i in nodes if ex08.LECTURE_PARENTS[i][0] >= 0]
+        assert sess.plan_for(fetch, feed).ops_run == len(ops)
+
+
+def rnn_batch(X, lengths, W, U, padded=False, one_branch=False, mean=False, no_branch=False):
+    """The batch RNN in edu_dl eager, with a mistake switched on."""
+    W, U = ed.tensor(W, requires_grad=True), ed.tensor(U, requires_grad=True)
+    finals = []
+    for b in range(X.shape[0]):
+        h = ed.zeros((1, W.shape[0]), dtype=np.float64)
+        for t in range(X.shape[1] if padded else int(lengths[b])):
+            h = (h @ W + ed.tensor(X[b, t:t + 1]) @ U).tanh()
+        finals.append(h)
+    total = sum(h.sum().item() for h in finals)
+    loss = None
+    for h in finals:
+        positive = total > 0 if one_branch else h.sum().item() > 0
+        own = (h * h).sum() if positive or no_branch else -h.sum()
+        loss = own if loss is None else loss + own
+    if mean:
+        loss = loss * (1.0 / X.shape[0])
+    loss.backward()
+    return loss.item(), W.grad.numpy(), U.grad.numpy()
+
+
+def test_batch_cases_take_both_branches_and_pad() -> None:
+    for hidden in (False, True):
+        cases = ex08._batch_cases(np.random.default_rng(3), hidden)
+        sums = [ex08._h_final(X[b, :n], W, U).sum()
+                for X, lengths, W, U in cases for b, n in enumerate(lengths)]
+        assert min(sums) < 0 < max(sums)
+        assert any(min(c[1]) < c[0].shape[1] for c in cases)  # some sequence is padded
+
+
+@pytest.mark.parametrize(("mistake", "hint"), [
+    ({}, None),
+    ({"padded": True}, "the padding ran too"),
+    ({"one_branch": True}, "one branch for the whole batch"),
+    ({"mean": True}, "SUM of its sequences' losses, not their mean"),
+    ({"no_branch": True}, "output 0 (loss)"),
+])
+def test_rnn_batch_mistakes(capsys: pytest.CaptureFixture[str], mistake: dict[str, bool],
+                            hint: str | None) -> None:
+    ok, out = run(capsys, "ex08.rnn_eager_batch", lambda *a: rnn_batch(*a, **mistake))
+    if hint is None:
+        assert ok and "hint" not in out, out
+    else:
+        assert not ok and "(X (3, 5, 4), lengths (3,), W (3, 3), U (4, 3))" in out
+        assert hint in out, out
+
+
+def test_rnn_batch_replays_match_the_eager_mistakes() -> None:
+    """Each hint's NumPy replay gives the loss the mistaken eager program gives."""
+    for args in ex08._batch_cases(np.random.default_rng(4), True):
+        for mistake in ({"padded": True}, {"one_branch": True}, {"mean": True}):
+            want = rnn_batch(*args, **mistake)[0]
+            assert np.isclose(ex08._batch_loss(*args, **mistake), want, rtol=1e-10)
+
+
+def one_sequence(X, W, U):
+    """The batch solution on a batch of one: the right values for rnn_static, eagerly."""
+    return solutions()["rnn_eager_batch"](X[None], np.array([len(X)]), W, U)
+
+
+def test_rnn_static_must_run_a_session(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex08.rnn_static", one_sequence)
+    assert not ok and "failed: no edu_dl.graph Session ran" in out
+
+
+def test_rnn_static_right_loss_wrong_gradients(capsys: pytest.CaptureFixture[str]) -> None:
+    def wrong(X, W, U):
+        loss, dW, dU = solutions()["rnn_static"](X, W, U)
+        return loss, dW.T, dU
+
+    ok, out = run(capsys, "ex08.rnn_static", wrong)
+    assert not ok and "output 1 (dW)" in out and "looks transposed" in out
+
+
+def test_plan_with_direct_inputs_only(capsys: pytest.CaptureFixture[str]) -> None:
+    def direct(parents, fetches):
+        return {int(f) for f in fetches} | {int(p) for f in fetches for p in parents[f] if p >= 0}
+
+    ok, out = run(capsys, "ex08.plan", direct)
+    assert not ok
+    assert "expected nodes [0, 1, 2, 3, 4, 5], got [4, 5]: missing nodes [0, 1, 2, 3]" in out
+    assert "only the direct inputs" in out
+
+
+def test_plan_without_pruning(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex08.plan", lambda parents, fetches: range(len(parents)))
+    assert not ok and "nodes not needed [6, 7, 8]" in out and "prune" in out
+
+
+def test_caffe_without_transposing_w(capsys: pytest.CaptureFixture[str]) -> None:
+    parse_layer = solutions()["parse_layer"]
+
+    def forward(lines, x, y, *params):
+        blobs, it = {"x": x, "y": y}, iter(params)
+        for line in lines:
+            layer = parse_layer(line)
+            b = blobs[layer.bottom[0]]
+            if layer.type == "InnerProduct":
+                W, bias = next(it), next(it)
+                blobs[layer.top[0]] = b @ W + bias if W.shape[0] == b.shape[1] else b @ W.T + bias
+            elif layer.type == "ReLU":
+                blobs[layer.top[0]] = np.maximum(b, 0)
+            else:
+                return float(np.sum((b - y) ** 2) / (2 * len(b))), b
+        return None
+
+    ok, out = run(capsys, "ex08.caffe_forward", forward)
+    assert not ok and "case 2 of 3" in out and "params[0] (4, 4)" in out
+    # loss and top blob both differ; the hint explains the blob, so the report names it
+    assert "output 1" in out and "output 0 (loss)" not in out
+    assert "y = x @ W.T + b" in out
+
+
+def test_caffe_loss_as_a_mean(capsys: pytest.CaptureFixture[str]) -> None:
+    right = solutions()["caffe_forward"]
+
+    def forward(lines, x, y, *params):
+        _, y_hat = right(lines, x, y, *params)
+        return float(np.mean((y_hat - y) ** 2)), y_hat
+
+    ok, out = run(capsys, "ex08.caffe_forward", forward)
+    assert not ok and "output 0 (loss)" in out and "sum((y_hat - y)**2) / (2 N)" in out
+
+
+def test_caffe_by_the_library_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """edu_dl.caffe's Net gives the right values, but the part asks for the layers by hand."""
+    def caffe_forward(lines, x, y, *params):
+        from edu_dl.caffe import Net, read_net
+
+        with tempfile.TemporaryDirectory() as tmp:
+            np.savez(Path(tmp) / "data.npz", x=x, y=y)
+            data = ('layer { name: "data" type: "HDF5Data" top: "x" top: "y" '
+                    f'hdf5_data_param {{ source: "data.npz" batch_size: {len(x)} }} }}')
+            (Path(tmp) / "net.prototxt").write_text("\n".join([data, *map(str, lines)]))
+            net = Net(*read_net(Path(tmp) / "net.prototxt"), Path(tmp), dtype=np.float64)
+            for param, value in zip(net.params, params):
+                param.tensor.data = np.asarray(value, dtype=np.float64)
+            loss, blobs = net.forward()
+        (last,) = [layer for layer in net.layers if layer.loss_weight]
+        return float(loss.item()), blobs[last.bottom[0]].numpy().copy()
+
+    ok, out = run(capsys, "ex08.caffe_forward", caffe_forward)
+    assert not ok
+    assert out.startswith("✗ ex08.caffe_forward: the values are right, but this part asks you "
+                          "to run the layers yourself")
+
+
+def test_rnn_eager_in_pytorch_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    def rnn_eager_batch(X, lengths, W, U):
+        import torch
+
+        Wt = torch.tensor(W, requires_grad=True)
+        Ut = torch.tensor(U, requires_grad=True)
+        loss = 0
+        for b, n in enumerate(lengths):
+            h = torch.zeros((1, W.shape[0]), dtype=torch.float64)
+            for x_t in torch.tensor(X[b, :n]):
+                h = torch.tanh(h @ Wt + x_t[None] @ Ut)
+            loss = loss + ((h * h).sum() if h.sum() > 0 else -h.sum())
+        loss.backward()
+        return loss.item(), Wt.grad.numpy(), Ut.grad.numpy()
+
+    ok, out = run(capsys, "ex08.rnn_eager_batch", rnn_eager_batch)
+    assert not ok
+    assert out.startswith("✗ ex08.rnn_eager_batch: the values are right, but this part asks you "
+                          "to write the RNN with edu_dl's eager engine")
+
+
+@pytest.mark.parametrize(("part_id", "notebook"), [
+    ("ex08.rnn_eager_batch", "08_static_vs_dynamic.ipynb"),
+    ("ex08.caffe_forward", "08b_caffe_and_the_landscape.ipynb")])
+def test_the_solutions_source_passes(part_id: str, notebook: str) -> None:
+    part = next(p for p in ex08.PARTS if p.id == part_id)
+    found = trusted_source.find_source(nbformat.read(SOLUTIONS / notebook, as_version=4), part_id)
+    assert found is not None and part.source_check is not None
+    assert part.source_check(found).ok

@@ -1,0 +1,366 @@
+"""Exercise 12's parts: the solutions notebook passes every case; typical mistakes get their hint;
+a timer that forgets to synchronize measures the launch and fails, and the lecture's timer (a
+synchronize after every launch) counts each launch's host cost and fails the stream timer."""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import numpy as np
+import pytest
+from fixtures.exercise_helpers import (
+    assert_solution_passes,
+    course_module,
+    run_check,
+    solution_namespace,
+)
+
+from edu_dl.grading import checking, protocol, spec
+from edu_dl.grading.trust import source as trusted_source
+
+ex12 = course_module("ex12")
+NOTEBOOK = Path(__file__).resolve().parents[2] / "solutions" / "12_gpu_practice.ipynb"
+
+SOLUTIONS = solution_namespace("12_gpu_practice.ipynb")
+run = run_check
+memory_budget = SOLUTIONS["memory_budget"]
+
+
+def test_the_solution_passes_check(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex12.memory_budget", memory_budget)
+    assert ok and out.strip() == "✓ ex12.memory_budget: 4 cases passed"
+
+
+# --------------------------------------------------------------------------- the budget
+
+
+def with_activations(extra):
+    def budget(sizes, batch_size, itemsize, optimizer):
+        p, g, s, a = memory_budget(sizes, batch_size, itemsize, optimizer)
+        return p, g, s, a + extra(sizes, batch_size) * itemsize
+    return budget
+
+
+@pytest.mark.parametrize(("mistake", "hint"), [
+    (lambda sizes, n: n * sum(sizes[1:-1]), "the Linear outputs before each ReLU are not saved"),
+    (lambda sizes, n: n * sizes[-1], "the network's output is not saved by the network"),
+    (lambda sizes, n: -n * sizes[0], "the input batch is saved too"),
+])
+def test_budget_activation_mistakes(capsys: pytest.CaptureFixture[str], mistake: Any,
+                                    hint: str) -> None:
+    ok, out = run(capsys, "ex12.memory_budget", with_activations(mistake))
+    assert not ok and "output 3 (activations)" in out and f"hint: {hint}" in out
+
+
+def test_budget_without_biases(capsys: pytest.CaptureFixture[str]) -> None:
+    def no_bias(sizes, batch_size, itemsize, optimizer):
+        _, _, _, a = memory_budget(sizes, batch_size, itemsize, optimizer)
+        p = sum(x * y for x, y in itertools.pairwise(sizes)) * itemsize
+        return p, p, {"sgd": 0, "sgd_momentum": 1, "adam": 2}[optimizer] * p, a
+
+    ok, out = run(capsys, "ex12.memory_budget", no_bias)
+    assert not ok and "case 1 of 4" in out and "output 0 (parameters): expected 172, got 140" in out
+    assert "hint: the biases are parameters too" in out
+
+
+def test_budget_in_values_not_bytes(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex12.memory_budget",
+                  lambda s, n, size, o: tuple(v // size for v in memory_budget(s, n, size, o)))
+    assert not ok and "hint: count bytes, not values" in out
+
+
+def test_budget_with_one_adam_buffer(capsys: pytest.CaptureFixture[str]) -> None:
+    def one_buffer(sizes, batch_size, itemsize, optimizer):
+        p, g, s, a = memory_budget(sizes, batch_size, itemsize, optimizer)
+        return p, g, (p if optimizer == "adam" else s), a
+
+    ok, out = run(capsys, "ex12.memory_budget", one_buffer)
+    assert not ok and "output 2 (optimizer_state): expected 344, got 172" in out
+    assert "hint: Adam keeps two buffers per parameter" in out
+
+
+def test_asking_the_oracle_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    namespace: dict[str, Any] = {}
+    exec(compile('''
+import torch
+from edu_dl.gpu import memory
+from edu_dl.gpu import zoo as models_zoo
+
+def memory_budget(sizes, batch_size, itemsize, optimizer):
+    dtype = {2: torch.float16, 4: torch.float32, 8: torch.float64}[itemsize]
+    b = memory.budget(models_zoo.mlp(sizes), (sizes[0],), batch_size, optimizer, dtype)
+    return b.params, b.grads, b.optimizer_state, b.activations
+''', "<cell>", "exec"), namespace)
+    fn = namespace["memory_budget"]
+    rng = np.random.default_rng(checking.VISIBLE_SEED)
+    part = next(p for p in ex12.PARTS if p.id == "ex12.memory_budget")
+    assert_solution_passes(part, fn, False, rng)  # right values ...
+    assert part.source_check is not None
+    verdict = part.source_check('''
+def memory_budget(sizes, batch_size, itemsize, optimizer):
+    b = memory.budget(models_zoo.mlp(sizes), (sizes[0],), batch_size, optimizer)
+    return b.params, b.grads, b.optimizer_state, b.activations
+''')
+    assert not verdict.ok and "asks edu_dl.gpu.memory" in verdict.message  # ... asked for
+    assert part.source_check('''
+def memory_budget(sizes, batch_size, itemsize, optimizer):
+    budget_bytes = sum(sizes) * itemsize
+    return budget_bytes, 0, 0, 0
+''').ok  # a local that happens to be called budget-something is fine
+
+
+# --------------------------------------------------------------------------- the largest batch
+
+
+max_batch = SOLUTIONS["max_batch"]
+
+
+def test_asking_the_oracle_for_the_largest_batch_is_refused() -> None:
+    text = '''
+def max_batch(sizes, itemsize, optimizer, budget_bytes):
+    dtype = {2: torch.float16, 4: torch.float32, 8: torch.float64}[itemsize]
+    return memory.max_batch(models_zoo.mlp(sizes), (sizes[0],), budget_bytes, optimizer, dtype)
+'''
+    namespace: dict[str, Any] = {}
+    imports = "import torch\nfrom edu_dl.gpu import memory, zoo as models_zoo\n"
+    exec(compile(imports + text, "<cell>", "exec"), namespace)
+    part = next(p for p in ex12.PARTS if p.id == "ex12.max_batch")
+    rng = np.random.default_rng(checking.VISIBLE_SEED)
+    assert_solution_passes(part, namespace["max_batch"], False, rng)  # right values ...
+    assert part.source_check is not None
+    verdict = part.source_check(text)
+    assert not verdict.ok and "asks edu_dl.gpu.memory" in verdict.message  # ... asked for
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    found = trusted_source.find_source(nb, "ex12.max_batch")
+    assert found is not None and part.source_check(found).ok  # the solution counts itself
+
+
+@pytest.mark.parametrize(("wrong", "hint"), [
+    (lambda *a: max_batch(*a) + 1, "one too many"),
+    (lambda *a: max(0, max_batch(*a) - 1) if max_batch(*a) else 0, "one too few"),
+])
+def test_max_batch_off_by_one(capsys: pytest.CaptureFixture[str], wrong: Any, hint: str) -> None:
+    ok, out = run(capsys, "ex12.max_batch", wrong)
+    assert not ok and f"hint: {hint}" in out
+
+
+def test_max_batch_negative_and_without_the_fixed_part(capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    def raw(sizes, itemsize, optimizer, budget_bytes):
+        p, g, s, per = memory_budget(sizes, 1, itemsize, optimizer)
+        return (budget_bytes - p - g - s) // per
+
+    ok, out = run(capsys, "ex12.max_batch", raw)
+    assert not ok and "hint: when not even one example fits, return 0" in out
+
+    def no_fixed(sizes, itemsize, optimizer, budget_bytes):
+        return budget_bytes // memory_budget(sizes, 1, itemsize, optimizer)[3]
+
+    ok, out = run(capsys, "ex12.max_batch", no_fixed)
+    assert not ok and "hint: parameters, gradients and optimizer state take their share" in out
+
+
+# --------------------------------------------------------------------------- the timer
+
+
+def naive(launch, synchronize, warmup, repeats):
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        launch()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def test_a_timer_without_synchronize_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex12.stream_timer", naive)
+    assert not ok and "never called synchronize()" in out
+
+
+def timer_part() -> spec.Part:
+    return next(p for p in ex12.PARTS if p.id == "ex12.stream_timer")
+
+
+def test_the_grader_judges_the_time_per_kernel() -> None:
+    # Outside the sandbox only the returned number counts.
+    part = timer_part()
+    args = (0.04, 1, 10, 0.0, 0.0)
+    verdict = spec.judge_case(part, 0, 4, args, 0.04, 3e-6)
+    assert not verdict.ok and "measured 3e-06 s for a kernel that takes 0.04 s" in verdict.message
+    assert "hint: the clock stopped while the device was still working" in verdict.message
+    assert spec.judge_case(part, 0, 4, args, 0.04, 0.041).ok
+    assert spec.judge_case(part, 0, 4, args, 0.04, 0.053).ok  # a loaded machine
+    per_launch = spec.judge_case(part, 0, 4, args, 0.04, 0.064)  # a launch + a kernel
+    assert not per_launch.ok and "hint: that is a launch plus its kernel" in per_launch.message
+    assert not spec.judge_case(part, 0, 4, args, 0.04, 0.4).ok  # the 10 repeats' total
+    # a sleep never ends early: less than the kernel is impossible for a correct timer
+    assert not spec.judge_case(part, 0, 4, args, 0.04, 0.035).ok
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_no_timer_hint_fires_on_a_right_answer(hidden: bool) -> None:
+    part = timer_part()
+    for args in part.cases(np.random.default_rng(5), hidden):
+        e = part.expected(*args)
+        for got in (e, 1.06 * e, 1.35 * e):  # right, with a loaded machine's margin
+            assert part.compare(e, got).ok
+            assert not [h.message for h in part.hints if h.applies(e, got, args)], (args, got)
+
+
+def lecture_timer(launch, synchronize, warmup, repeats):
+    """edu_dl.gpu.timing.time_synchronized, the lecture's timer: a synchronize per launch."""
+    for _ in range(warmup):
+        launch()
+    times = []
+    for _ in range(repeats):
+        synchronize()
+        start = time.perf_counter()
+        launch()
+        synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def test_the_lectures_timer_counts_every_launch(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex12.stream_timer", lecture_timer)
+    assert not ok and "case 1 of 4" in out and "hint: that is a launch plus its kernel" in out
+
+
+def test_a_stream_without_the_last_synchronize(capsys: pytest.CaptureFixture[str]) -> None:
+    def host_only(launch, synchronize, warmup, repeats):
+        for _ in range(warmup):
+            launch()
+        synchronize()
+        begin = time.perf_counter()
+        for _ in range(repeats):
+            launch()
+        return (time.perf_counter() - begin) / repeats  # the host's launches, not the kernels
+
+    ok, out = run(capsys, "ex12.stream_timer", host_only)
+    assert not ok and "case 1 of 4" in out
+    assert "hint: the clock stopped while the device was still working" in out
+
+
+def test_a_stream_that_counts_earlier_work(capsys: pytest.CaptureFixture[str]) -> None:
+    def no_first_sync(launch, synchronize, warmup, repeats):
+        for _ in range(warmup):
+            launch()
+        begin = time.perf_counter()
+        for _ in range(repeats):
+            launch()
+        synchronize()
+        return (time.perf_counter() - begin) / repeats
+
+    ok, out = run(capsys, "ex12.stream_timer", no_first_sync)
+    assert not ok and "case 2 of 4" in out
+    assert "hint: work queued before your clock started was still running" in out
+
+
+def test_a_stream_that_returns_the_total(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex12.stream_timer",
+                  lambda launch, sync, warmup, repeats: repeats * SOLUTIONS["time_kernel"](
+                      launch, sync, warmup, repeats))
+    assert not ok and "case 1 of 4" in out and "hint: return the time of ONE kernel" in out
+
+
+def test_a_timer_that_launches_too_often(capsys: pytest.CaptureFixture[str]) -> None:
+    def twice(launch, synchronize, warmup, repeats):
+        launch()
+        return SOLUTIONS["time_kernel"](launch, synchronize, warmup, repeats)
+
+    ok, out = run(capsys, "ex12.stream_timer", twice)
+    assert not ok and "launch() was called 12 times with warmup=1, repeats=10" in out
+
+
+def test_the_timer_source_must_synchronize_and_read_a_clock() -> None:
+    part = next(p for p in ex12.PARTS if p.id == "ex12.stream_timer")
+    assert part.source_check is not None
+    naive_source = '''
+def time_kernel(launch, synchronize, warmup, repeats):
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        launch()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+'''
+    verdict = part.source_check(naive_source)
+    assert not verdict.ok and "never calls synchronize()" in verdict.message
+    renamed = '''
+def time_kernel(go, wait, warmup, repeats):
+    wait()
+    start = perf_counter()
+    go()
+    wait()
+    return perf_counter() - start
+'''
+    assert part.source_check(renamed).ok  # the parameters' own names count
+    no_clock = renamed.replace("perf_counter()", "0.0")
+    assert "reads no clock" in part.source_check(no_clock).message
+
+
+def test_the_grader_refuses_a_forged_timer_by_its_source() -> None:
+    from edu_dl.grading import judge
+
+    part = next(p for p in ex12.PARTS if p.id == "ex12.stream_timer")
+    cases = protocol.roundtrip(part.cases(np.random.default_rng(7), False))
+    forged = [part.expected(*args) for args in cases]  # perfect values from a hacked sandbox
+    status, message = judge.judge(part, cases, forged, '''
+def time_kernel(launch, synchronize, warmup, repeats):
+    start = time.perf_counter()
+    launch()
+    return time.perf_counter() - start
+''')
+    assert status != "passed" and message.startswith("the values are right, but")
+
+
+PEEK = '''
+def time_kernel(launch, synchronize, warmup, repeats):
+    synchronize()
+    time.perf_counter()  # looks like a timer
+    return sys._getframe(1).f_locals["args"][0]
+'''
+
+
+def test_the_frame_peek_finds_no_case(tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The review's attack scored 3/3: a timer returning the caller's args[0], the kernel's own
+    duration. Run as the sandbox runs it (the pickled call=, the inputs file), no frame above
+    the student's function holds a case, and the grader refuses the source."""
+    import sys
+
+    from edu_dl.grading import check, judge, load
+
+    part = next(p for p in ex12.PARTS if p.id == "ex12.stream_timer")
+    cases = protocol.roundtrip(part.cases(np.random.default_rng(3), False))
+    protocol.write_inputs(tmp_path / "inputs" / f"{part.id}.npz", cases)
+    (tmp_path / "inputs" / f"{part.id}.call.pkl").write_bytes(load.pickled_call(part))
+    monkeypatch.setenv(protocol.GRADING_ENV, str(tmp_path))
+    seen: list[Any] = []
+    this_test = sys._getframe(0).f_code  # in a notebook, check()'s caller is the cell
+
+    def peek(launch: Any, synchronize: Any, warmup: int, repeats: int) -> Any:
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code is not this_test:  # every frame up to check()
+            seen.extend(frame.f_locals.values())
+            frame = frame.f_back
+        synchronize()
+        return sys._getframe(1).f_locals["args"][0]
+
+    check(part.id, peek)
+    _, got = protocol.read_outputs(tmp_path / "outputs" / f"{part.id}.1.npz")
+    durations = {float(args[0]) for args in cases}
+    assert len(seen) > 10
+    held = seen + [x for value in seen if isinstance(value, tuple | list) for x in value]
+    assert not [v for v in held if isinstance(v, float) and v in durations]
+    assert not [v for v in held if isinstance(v, tuple) and v in cases]
+    status, message = judge.judge(part, cases, got, PEEK)
+    assert status == "failed" and "KeyError" in message, message
+    # Had the values been right, the source would still give it away.
+    status, message = judge.judge(part, cases, [part.expected(*a) for a in cases], PEEK)
+    assert status == "failed" and "look its duration up: it uses _getframe" in message

@@ -1,0 +1,1019 @@
+"""Every grade is judged outside the student's process (issue 10, items 3 to 5).
+
+For every part of every exercise: a submission whose function breaks what the part grades, with
+the in-sandbox ``call`` bypassed (the recorded result is the raw return of the function, or
+values and flags forged to look perfect, as a notebook that patches ``Part.call`` records them),
+scores 0 in ``judge.judge`` with the source ``trust.source.find_source`` reads from the notebook;
+the solution notebook's function, recorded the honest way, passes. Plus the named cases of the
+issue.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import numpy as np
+import pytest
+from fixtures.exercise_helpers import (
+    SIMULATED_SOLUTIONS,
+    all_course_parts,
+    assert_solution_passes,
+    course_module,
+    course_part,
+    run_check,
+    solution_namespace,
+)
+
+from edu_dl.grading import check, checking, judge, load, prepare, protocol, source, spec
+from edu_dl.grading.nbgrader import is_solution
+from edu_dl.grading.notebooks import Notebook
+from edu_dl.grading.trust import source as trusted_source
+
+pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there
+
+SOLUTIONS = Path(__file__).resolve().parents[2] / "solutions"
+NOTEBOOKS = {"ex01": "01_getting_started.ipynb", "ex02": "02_cpu_vs_gpu.ipynb",
+             "ex02b": "02b_writing_a_gpu_kernel.ipynb", "ex03": "03_feeding_the_gpu.ipynb",
+             "ex04": "04_computational_graphs.ipynb", "ex05": "05_autograd_from_scratch.ipynb",
+             "ex06": "06_tensorflow.ipynb", "ex06b": "06b_feeding_a_graph.ipynb",
+             "ex07": "07_pytorch.ipynb",
+             "ex08": "08_static_vs_dynamic.ipynb", "ex08b": "08b_caffe_and_the_landscape.ipynb",
+             "ex09": "09_shootout.ipynb", "ex10": "10_many_devices.ipynb",
+             "ex11": "11_convolutions.ipynb", "ex12": "12_gpu_practice.ipynb"}
+ALSO = {"ex08b": "def parse_layer"}  # given helpers the solution functions use
+# Parts that moved to a suffixed notebook keep their ids (gradebooks hold them): their notebook.
+MOVED = {"ex03.feed_bytes": "ex06b", "ex08.caffe_forward": "ex08b"}
+ALL_PARTS = all_course_parts()
+
+
+def module_of(part_id: str) -> str:
+    """The key of the solution notebook that checks ``part_id`` (in NOTEBOOKS)."""
+    return MOVED.get(part_id, part_id.split(".")[0])
+
+
+def solution_notebook(module: str) -> Notebook:
+    return nbformat.read(SOLUTIONS / NOTEBOOKS[module], as_version=4)
+
+
+def part_notebook(part_id: str) -> Notebook:
+    """The solution notebook whose test cell checks ``part_id``."""
+    name = NOTEBOOKS[module_of(part_id)]
+    return nbformat.read(SOLUTIONS / name, as_version=4)
+
+
+def namespace(module: str) -> dict[str, Any]:
+    return solution_namespace(NOTEBOOKS[module], also=ALSO.get(module, ""))
+
+
+def part_namespace(part_id: str) -> dict[str, Any]:
+    module = module_of(part_id)
+    return solution_namespace(NOTEBOOKS[module], also=ALSO.get(module, ""))
+
+
+def checked_name(nb: Notebook, part_id: str) -> str:
+    for cell in nb.cells:
+        name = (trusted_source.checked_name(cell.source, part_id) if cell.cell_type == "code"
+                else None)
+        if name:
+            return name
+    raise AssertionError(f"no test cell checks {part_id}")
+
+
+def with_solution(nb: Notebook, name: str, text: str) -> Notebook:
+    """The notebook with the solution cell that defines ``name`` replaced by ``text``."""
+    nb = copy.deepcopy(nb)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and is_solution(cell) and \
+                trusted_source.definition([cell], name) is not None:
+            cell.source = text
+            return nb
+    raise AssertionError(f"no solution cell defines {name}")
+
+
+def draw(part: spec.Part, seed: int = 7) -> list[tuple[Any, ...]]:
+    """The grader's draw: visible and hidden cases from one secret seed, as the npz delivers."""
+    rng = np.random.default_rng(seed)
+    return protocol.roundtrip([*part.cases(rng, False), *part.cases(rng, True)])
+
+
+def wire(tmp_path: Path, results: list[Any]) -> list[Any]:
+    """Results as the grader reads them back from the sandbox's npz file."""
+    arrays: dict[str, np.ndarray] = {"hidden": np.array(False),
+                                     "n_cases": np.array(len(results))}
+    for i, result in enumerate(results):
+        arrays.update(checking._encode_result(i, result))
+    path = tmp_path / f"outputs-{len(list(tmp_path.glob('outputs-*')))}.npz"
+    with open(path, "wb") as f:
+        protocol.savez(f, arrays)
+    return protocol.read_outputs(path)[1]
+
+
+def write_grading_files(root: Path, part: spec.Part, cases: list[tuple[Any, ...]]) -> None:
+    """What the grader gives the sandbox for a part: its cases, and its pickled call=."""
+    for name, data in prepare.grading_files(str(root), part.id, cases,
+                                          load.pickled_call(part)).items():
+        Path(name).parent.mkdir(parents=True, exist_ok=True)
+        Path(name).write_bytes(data)
+
+
+def recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, part: spec.Part, fn: Any,
+             cases: list[tuple[Any, ...]]) -> list[Any]:
+    """check() in grading mode, as in the sandbox: the results the grader reads back."""
+    root = tmp_path / "grading"
+    write_grading_files(root, part, cases)
+    monkeypatch.setenv(protocol.GRADING_ENV, str(root))
+    try:
+        assert check(part.id, fn)
+    finally:
+        monkeypatch.delenv(protocol.GRADING_ENV)
+    (path,) = sorted((root / "outputs").glob(f"{part.id}.*.npz"))[-1:]
+    results = protocol.read_outputs(path)[1]
+    path.unlink()
+    return results
+
+
+# --------------------------------------------------------------------------- the attacks
+
+FORGED = "forged"  # a patched call records the oracle's values (and perfect flags, counts)
+RAW = "raw"  # a patched call records the function's raw return on the drawn arguments
+
+ATTACKS: dict[str, tuple[str, str]] = {
+    # ex01: values only
+    "ex01.peak_gflops": (RAW, """
+def peak_gflops(cores, clock_mhz, simd_bits, fma_units):
+    return cores * clock_mhz * 1e6 * (simd_bits / 32) * fma_units / 1e9  # an FMA as 1 FLOP
+"""),
+    "ex01.choose_gpus": (RAW, """
+def choose_gpus(vendors, cuda_cores, memory_gb, bandwidth_gb_s):
+    ok = (vendors == "NVIDIA") & (cuda_cores > 1000) & (memory_gb > 8)  # > instead of >=
+    rows = np.flatnonzero(ok)
+    return rows[np.argsort(-bandwidth_gb_s[rows], kind="stable")]
+"""),
+    "ex01.pick_device": (RAW, """
+def pick_device(cuda_available, device_count, index):
+    return f"cuda:{index}" if cuda_available else "cpu"  # any index, even past the last GPU
+"""),
+    "ex01.machine_peak": (RAW, """
+def machine_peak(physical_id, core_id, flags, clock_mhz, fma_units):
+    logical = len(physical_id)  # hyperthreads counted as cores
+    bits = 512 if "avx512f" in flags.split() else 256 if "avx" in flags.split() else 128
+    per_lane = 2 if "fma" in flags.split() else 1
+    return logical * clock_mhz * 1e6 * bits / 32 * per_lane * fma_units / 1e9
+"""),
+    # ex02
+    "ex02.gflops": (RAW, """
+def gflops(n, seconds):
+    return n**3 / seconds / 1e9  # a multiply-add as 1 FLOP
+"""),
+    "ex02.peak_bandwidth": (RAW, """
+def peak_bandwidth(mega_transfers_per_s, bus_width_bytes, channels):
+    return mega_transfers_per_s * bus_width_bytes * 8 * channels  # bits
+"""),
+    "ex02.matmul_intensity": (RAW, """
+def matmul_intensity(n, itemsize):
+    return 2.0 * n**3 / (2 * n**2 * itemsize)  # C is written too
+"""),
+    "ex02.softmax_xp": (RAW, """
+def softmax(x):  # right values, but NumPy by name: never runs on CuPy
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+"""),
+    "ex02.faster_standardize": (RAW, """
+def standardize(images):
+    x = images.astype(np.float64)  # statistics per image, not over the whole batch
+    mean = x.mean(axis=(1, 2), keepdims=True)
+    std = x.std(axis=(1, 2), keepdims=True)
+    return ((x - mean) / std).astype(np.float32).transpose(0, 3, 1, 2)
+"""),
+    # ex02b
+    "ex02b.global_index": (RAW, """
+def global_index(block_idx, block_dim, thread_idx):
+    return block_idx + thread_idx  # blocks counted as threads
+"""),
+    "ex02b.leaky_relu_kernel": (FORGED, """
+def leaky_relu_kernel(x, alpha, out):  # NumPy, not a kernel
+    out[:] = np.where(x > 0, x, alpha * x)
+"""),
+    "ex02b.linear_relu": (FORGED, """
+def linear_relu_kernel(X, W, b, out):  # NumPy, not a kernel
+    out[:] = np.maximum(X @ W + b, 0)
+"""),
+    "ex02b.row_sums": (FORGED, """
+def make_row_sum_kernel(threads):
+    @cuda.jit
+    def row_sums(X, out):  # one thread adds the whole row: no shared memory, no cooperation
+        row = cuda.blockIdx.x
+        if cuda.threadIdx.x == 0:
+            acc = float32(0.0)
+            for col in range(X.shape[1]):
+                acc += X[row, col]
+            out[row] = acc
+
+    return row_sums
+"""),
+    # ex03
+    "ex03.feed_bytes": (RAW, """
+def feed_bytes(N, D, H, D_out, itemsize):  # elements, not bytes
+    return N * D + N * D_out + D * H + H * D_out, 1 + D * H + H * D_out, N * D + N * D_out, 1
+"""),
+    "ex03.ideal_epoch": (RAW, """
+def ideal_epoch(read_s, compute_s, n, readers):  # the steady state only
+    return n * (read_s + compute_s) if readers == 0 else n * max(read_s / readers, compute_s)
+"""),
+    "ex03.prefetch": (FORGED, """
+def prefetch(batches, depth):
+    yield from batches  # no thread at all
+"""),
+    "ex03.prefetch_errors": (RAW, """
+def prefetch(batches, depth):
+    items = []
+    try:
+        for batch in batches:
+            items.append(batch)
+    except Exception as exc:
+        raise exc  # the batches read before the error are lost
+    yield from items
+"""),
+    "ex03.pipeline_epoch": (RAW, """
+def pipeline_epoch(read_s, compute_s, depth):  # the queue never fills: depth ignored
+    put = step_end = 0.0
+    for read in read_s:
+        put += read
+        step_end = max(put, step_end) + compute_s
+    return step_end
+"""),
+    # ex04
+    "ex04.four_input_backward": (RAW, """
+def four_input_backward(x, y, z, w):
+    return y, x, np.ones_like(z), x * y + z  # forgot w
+"""),
+    "ex04.three_input_numpy": (RAW, """
+def three_input_numpy(x, y, z):
+    return np.sum(x * y + z), y, x, 1.0  # grad_z a number
+"""),
+    "ex04.static_graph": (RAW, """
+def static_graph(x, y, z, w):  # right values, by hand in NumPy: no graph, no Session
+    b = x * y + z
+    return w * y, w * x, w, b
+"""),
+    "ex04.topological_order": (RAW, """
+def topological_order(n_nodes, edges):  # every node once, in the BACKWARD order
+    from graphlib import TopologicalSorter
+    sorter = TopologicalSorter({k: set() for k in range(n_nodes)})
+    for src, dst in edges:
+        sorter.add(int(dst), int(src))
+    return np.array(list(sorter.static_order())[::-1], dtype=np.int64)
+"""),
+    # ex05: values only
+    "ex05.faster_sgd_step": (FORGED, """
+def sgd_step(X, y, W, lr=0.1):
+    from edu_dl.harness.speed import sgd_step_reference  # values right, speed run refused
+    return sgd_step_reference(X, y, W, lr)
+"""),
+    "ex05.mul_backward": (RAW, """
+def mul_backward(dout, x, y):
+    return dout * x, dout * y  # swapped
+"""),
+    "ex05.relu_backward": (RAW, """
+def relu_backward(dout, x):
+    return dout * (x >= 0)  # relu'(0) = 1
+"""),
+    "ex05.unbroadcast": (RAW, """
+def unbroadcast(grad, shape):
+    return np.asarray(grad).sum(axis=0)  # the first axis, whatever the shape
+"""),
+    "ex05.tape_ops": (FORGED, """
+class Tape:  # right values: every vjp asks torch.autograd
+    def __init__(self):
+        self.values, self.records = [], []
+
+    def input(self, value):
+        self.values.append(np.asarray(value, dtype=np.float64))
+        return len(self.values) - 1
+
+    def exp(self, a):
+        x = torch.tensor(self.values[a], requires_grad=True)
+        out = torch.exp(x)
+        self.values.append(out.detach().numpy())
+        vjp = lambda g: torch.autograd.grad(out, [x], torch.tensor(g), retain_graph=True)
+        self.records.append((len(self.values) - 1, (a,), vjp))
+        return len(self.values) - 1
+"""),
+    "ex05.tape_backward": (RAW, """
+def backward(leaves, program, coeffs, dout):  # the raw case: dout to every leaf
+    return np.stack([np.asarray(dout, dtype=float)] * len(leaves))
+"""),
+    "ex05.batchnorm_forward": (RAW, """
+def batchnorm_forward(x, gamma, beta, running_mean, running_var, train, momentum, eps):
+    mu, var = x.mean(0), x.var(0, ddof=1)  # unbiased variance in the normalisation
+    out = gamma * (x - mu) / np.sqrt(var + eps) + beta
+    return out, (1 - momentum) * running_mean + momentum * mu, running_var
+"""),
+    "ex05.batchnorm_backward": (RAW, """
+def batchnorm_backward(dout, x, gamma, eps):  # the path through the batch statistics missing
+    std = np.sqrt(x.var(0) + eps)
+    return dout * gamma / std, (dout * (x - x.mean(0)) / std).sum(0), dout.sum(0)
+"""),
+    "ex05.dropout_forward": (RAW, """
+def dropout_forward(x, p, train, seed):  # not scaled, and applied at test time
+    return x * (np.random.default_rng(seed).random(x.shape) >= p)
+"""),
+    "ex05.dropout_backward": (RAW, """
+def dropout_backward(dout, p, train, seed):
+    return dout.copy()
+"""),
+    "ex05.softmax_cross_entropy": (RAW, """
+def softmax_cross_entropy(logits, y):
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    p = np.exp(shifted)
+    p /= p.sum(axis=1, keepdims=True)
+    rows = np.arange(len(y))
+    dlogits = p.copy()
+    dlogits[rows, y] -= 1
+    return -np.log(p[rows, y]).mean(), dlogits  # not divided by N
+"""),
+    # ex06: the losses in NumPy (right), the flags forged
+    "ex06.tf1_minibatch": (FORGED, """
+def train_tf1_minibatch(X, y, w1_init, w2_init, lr, batch_size, num_epochs):  # constants
+    w1, w2, losses = w1_init, w2_init, []
+    for _ in range(num_epochs):
+        for start in range(0, len(X), batch_size):
+            rows = slice(start, start + batch_size)
+            with tf.Graph().as_default():  # a graph per batch, its data baked in
+                a, b = tf.constant(w1), tf.constant(w2)
+                diff = tf.maximum(X[rows] @ a, 0) @ b - y[rows]
+                loss = tf.reduce_mean(tf.reduce_sum(diff ** 2, axis=1))
+                grads = v1.gradients(loss, [a, b])
+                with v1.Session() as sess:
+                    value, g1, g2 = sess.run([loss, *grads])
+            w1, w2 = w1 - lr * g1, w2 - lr * g2
+            losses.append(value)
+    return np.array(losses)
+"""),
+    "ex06.tf1_loss_after_update": (FORGED, """
+def train_tf1_loss_after_update(X, y, w1_init, w2_init, lr, num_steps):  # weights fed, 2 runs
+    with tf.Graph().as_default():
+        x_ph, y_ph = v1.placeholder(tf.float64, X.shape), v1.placeholder(tf.float64, y.shape)
+        w1 = v1.placeholder(tf.float64, shape=w1_init.shape)
+        w2 = v1.placeholder(tf.float64, shape=w2_init.shape)
+        diff = tf.matmul(tf.maximum(tf.matmul(x_ph, w1), 0), w2) - y_ph
+        loss = tf.reduce_mean(tf.reduce_sum(diff ** 2, axis=1))
+        grad_w1, grad_w2 = v1.gradients(loss, [w1, w2])
+        with v1.Session() as sess:
+            values = {x_ph: X, y_ph: y, w1: w1_init, w2: w2_init}
+            losses = []
+            for _ in range(num_steps):
+                g1, g2 = sess.run([grad_w1, grad_w2], feed_dict=values)
+                values[w1] = values[w1] - lr * g1
+                values[w2] = values[w2] - lr * g2
+                losses.append(sess.run(loss, feed_dict=values))
+    return np.array(losses)
+"""),
+    "ex06.tape_momentum": (RAW, """
+def train_tf2_momentum(X, y, w1_init, w2_init, lr, num_steps, momentum):
+    numpy_losses = course_module("ex06").numpy_losses
+    return numpy_losses(X, y, w1_init, w2_init, lr, num_steps, momentum=momentum)
+"""),
+    "ex06.tf_function_decay": (FORGED, """
+def train_tf_function_decay(X, y, w1_init, w2_init, lr, num_steps, decay):
+    numpy_losses = course_module("ex06").numpy_losses
+    return numpy_losses(X, y, w1_init, w2_init, lr, num_steps, decay), None
+"""),
+    # ex07
+    "ex07.manual_biases": (FORGED, """
+def train_manual_biases(X, y, w1_init, b1_init, w2_init, b2_init, lr, num_steps):  # autograd
+    params = [p.clone().requires_grad_() for p in (w1_init, b1_init, w2_init, b2_init)]
+    losses = []
+    for _ in range(num_steps):
+        w1, b1, w2, b2 = params
+        loss = ((X @ w1 + b1).clamp(min=0) @ w2 + b2 - y).pow(2).sum()
+        losses.append(loss.item())
+        loss.backward()
+        with torch.no_grad():
+            for p in params:
+                p -= lr * p.grad
+                p.grad.zero_()
+    return losses
+"""),
+    "ex07.linear_function": (FORGED, """
+class MyLinear:  # not an autograd.Function: no backward at all
+    @staticmethod
+    def apply(x, w, b):
+        return x @ w + b
+"""),
+    "ex07.two_layer_module": (FORGED, """
+class TwoLayerNet:  # no nn.Module, no nn.Linear
+    def __init__(self, D_in, H, D_out):
+        self.sizes = D_in, H, D_out
+
+    def forward(self, x):
+        return x
+"""),
+    "ex07.adam_accumulation": (FORGED, """
+def train_adam_accumulated(X, y, W1, b1, W2, b2, lr, num_steps, micro_batch):
+    numpy_adam_losses = course_module("ex07").numpy_adam_losses  # no torch, no micro-batches
+    return numpy_adam_losses(X, y, W1, b1, W2, b2, lr, num_steps)
+"""),
+    # ex08
+    "ex08.rnn_eager_batch": (RAW, """
+def rnn_eager_batch(X, lengths, W, U):
+    _batch_expected = course_module("ex08")._batch_expected
+    loss, dW, dU = _batch_expected(X, lengths, W, U)
+    return loss, dW.T, dU  # dW transposed
+"""),
+    "ex08.rnn_static": (RAW, """
+def rnn_static(X, W, U):  # right values, eagerly in torch: no graph, no Session
+    _rnn_expected = course_module("ex08")._rnn_expected
+    return _rnn_expected(X, W, U)
+"""),
+    "ex08.plan": (RAW, """
+def plan(parents, fetches):  # the direct inputs only
+    out = {int(f) for f in fetches}
+    for f in fetches:
+        out |= {int(p) for p in parents[int(f)] if p >= 0}
+    return sorted(out)
+"""),
+    "ex08.caffe_forward": (RAW, """
+def caffe_forward(lines, x, y, *params):
+    _caffe_expected = course_module("ex08")._caffe_expected
+    loss, y_hat = _caffe_expected(lines, x, y, *params)
+    return 2 * loss, y_hat  # divided by N, not 2 N
+"""),
+    # ex09: values only
+    "ex09.adam_step": (RAW, """
+def adam_step(p, g, m, v, t, lr, beta1, beta2, eps):
+    m = beta1 * m + (1 - beta1) * g
+    v = beta2 * v + (1 - beta2) * g * g
+    return p - lr * m / (np.sqrt(v) + eps), m, v  # no bias correction
+"""),
+    "ex09.keras_adam_step": (RAW, """
+def keras_adam_step(p, g, m, v, t, lr, beta1, beta2, eps):
+    _torch_adam = course_module("ex09")._torch_adam
+    return _torch_adam(p, g, m, v, t, lr, beta1, beta2, eps)[0]  # PyTorch's Adam
+"""),
+    "ex09.max_rel_diff": (RAW, """
+def max_rel_diff(a, b):
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(a)))  # divided by max |a|
+"""),
+    "ex09.squared_error_losses": (RAW, """
+def squared_error_losses(y_hat, y):
+    total = np.sum((y_hat - y) ** 2)
+    return np.mean((y_hat - y) ** 2), total, total / (2 * len(y))  # TF: mean of everything
+"""),
+    "ex09.squared_error_grads": (RAW, """
+def squared_error_grads(y_hat, y):
+    d = y_hat - y  # the 2 forgotten
+    return d / len(y), d, d / (2 * len(y))
+"""),
+    "ex09.matching_lr": (RAW, """
+def matching_lr(lr, loss_from, loss_to, n, optimizer):
+    scale = {"tf": 1 / n, "torch": 1.0, "caffe": 1 / (2 * n)}
+    return lr * scale[loss_from] / scale[loss_to]  # Adam scaled like SGD
+"""),
+    # ex10: values only
+    "ex10.shard_indices": (RAW, """
+def shard_indices(n, k, rank):
+    return np.arange(rank * (n // k), (rank + 1) * (n // k))  # the rest dropped
+"""),
+    "ex10.all_reduce_mean": (RAW, """
+def all_reduce_mean(grads):
+    total = sum(grads)
+    return [total.copy() for _ in grads]  # the sum, not the mean
+"""),
+    "ex10.data_parallel_grad": (RAW, """
+def data_parallel_grad(X, y, w, k, reduction):
+    _shard_grads = course_module("ex10")._shard_grads
+    return np.mean(_shard_grads(X, y, w, k, reduction), axis=0)  # a plain average
+"""),
+    "ex10.allreduce_traffic": (RAW, """
+def allreduce_traffic(layer_sizes, dtype, k):
+    n = sum(int(a) * int(b) for a, b in zip(layer_sizes[:-1], layer_sizes[1:]))  # no biases
+    grad = n * np.dtype(dtype).itemsize
+    return grad, 2 * (k - 1) / k * grad
+"""),
+    "ex10.ring_all_reduce": (RAW, """
+def ring_all_reduce(arrays):
+    _ring_expected = course_module("ex10")._ring_expected
+    total, sent = _ring_expected(arrays)
+    return total / len(arrays), sent  # the mean, not the sum
+"""),
+    # ex11: values only
+    "ex11.faster_max_pool": (FORGED, """
+def max_pool(x):
+    return max_pool_reference(x)  # the reference's values, and its speed
+"""),
+    "ex11.im2col_dilated": (RAW, """
+def im2col_dilated(x, kh, kw, stride=1, pad=0, dilation=1):
+    return course_module("ex11").im2col_loops(x, kh, kw, stride, pad, dilation).T  # ROWS
+"""),
+    "ex11.conv_forward_nhwc": (RAW, """
+def conv_forward_nhwc(x, w, b, stride=1, pad=0, dilation=1):
+    return course_module("ex11")._torch_conv_nhwc(x, w, None, stride, pad, dilation)  # no bias
+"""),
+    "ex11.conv_backward_nhwc": (RAW, """
+def conv_backward_nhwc(dout, x, w, stride=1, pad=0, dilation=1):
+    dx, dw, db = course_module("ex11")._backward_expected(dout, x, w, stride, pad, dilation)
+    return dx, dw, dout[0].sum(axis=(0, 1))  # db from one image
+"""),
+    "ex11.avg_pool_forward": (RAW, """
+def avg_pool_forward(x, k, stride, pad):
+    return course_module("ex11")._torch_avg_pool(x, k, stride, pad, True)  # the padding counted
+"""),
+    "ex11.avg_pool_backward": (RAW, """
+def avg_pool_backward(dout, x, k, stride, pad):
+    _pool_sum_backward = course_module("ex11")._pool_sum_backward
+    return _pool_sum_backward(dout, x, k, stride, pad)  # the whole gradient to every pixel
+"""),
+    # ex12
+    "ex12.memory_budget": (RAW, """
+def memory_budget(sizes, batch_size, itemsize, optimizer):
+    values = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
+    buffers = {"sgd": 0, "sgd_momentum": 1, "adam": 2}[optimizer]
+    saved = batch_size * (sum(sizes[:-1]) + sum(sizes[1:-1])) * itemsize  # pre-activations too
+    return values * itemsize, values * itemsize, buffers * values * itemsize, saved
+"""),
+    "ex12.max_batch": (RAW, """
+def max_batch(sizes, itemsize, optimizer, budget_bytes):
+    values = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
+    fixed = (2 + {"sgd": 0, "sgd_momentum": 1, "adam": 2}[optimizer]) * values * itemsize
+    return max(0, (budget_bytes - fixed) // (sum(sizes[:-1]) * itemsize) + 1)  # one too many
+"""),
+    "ex12.stream_timer": (FORGED, """
+def time_kernel(launch, synchronize, warmup, repeats):
+    begin = time.perf_counter()
+    for _ in range(warmup + repeats):  # the host's launches only: no synchronize
+        launch()
+    return (time.perf_counter() - begin) / repeats
+"""),
+}
+
+
+def test_every_part_has_an_attack() -> None:
+    assert set(ATTACKS) == {p.id for p in ALL_PARTS}
+
+
+def raw_prefetch_errors(fn: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The prefetch_errors result with the in-sandbox order check bypassed."""
+    ex03 = course_module("ex03")
+
+    data, depth, fail_at, name = args
+    watched = ex03._Watched(np.asarray(data), int(fail_at), ex03.ERRORS[name](
+        ex03._message(int(fail_at))))
+    received, error = [], None
+    try:
+        for batch in fn(iter(watched), int(depth)):
+            received.append(np.asarray(batch))
+    except Exception as exc:
+        error = exc
+    stacked = ex03._stacked(received, np.asarray(data))
+    return (stacked, "no error", "") if error is None else (
+        stacked, type(error).__name__, str(error))
+
+
+def attack_results(part: spec.Part, fn: Any, mode: str,
+                   cases: list[tuple[Any, ...]]) -> list[Any]:
+    if mode == FORGED:
+        return [part.expected(*copy.deepcopy(args)) for args in cases]
+    if part.id == "ex03.prefetch_errors":
+        return [raw_prefetch_errors(fn, args) for args in cases]
+    return [fn(*copy.deepcopy(args)) for args in cases]
+
+
+@pytest.mark.parametrize("part", ALL_PARTS, ids=lambda p: p.id)
+def test_a_bypassed_or_forged_call_scores_zero(part: spec.Part, tmp_path: Path) -> None:
+    mode, text = ATTACKS[part.id]
+    nb = part_notebook(part.id)
+    name = checked_name(nb, part.id)
+    attacked = with_solution(nb, name, text.strip() + "\n")
+    found = trusted_source.find_source(attacked, part.id)
+    assert found is not None and found.strip() == text.strip()
+    cases = draw(part)
+    fn = None
+    if mode == RAW:
+        # course_module: the public half of a part is the student's too; an attack may call
+        # its oracle, as if pasted into the notebook.
+        ns: dict[str, Any] = {"np": np, "course_module": course_module}
+        exec(compile(text, f"<attack {part.id}>", "exec"), ns)
+        fn = ns[name]
+    got = wire(tmp_path, attack_results(part, fn, mode, cases))
+    status, message = judge.judge(part, cases, got, found)
+    assert status != "passed", (part.id, message)
+    if mode == FORGED:  # perfect values: only the source can tell
+        assert part.source_check is not None, part.id
+        assert message.startswith("the values are right, but"), message
+
+
+def honest_results(part: spec.Part, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                   cases: list[tuple[Any, ...]]) -> list[Any]:
+    fn = part_namespace(part.id)[checked_name(part_notebook(part.id), part.id)]
+    return recorded(tmp_path, monkeypatch, part, fn, cases)
+
+
+@pytest.mark.parametrize("part", [p for p in ALL_PARTS if module_of(p.id) != "ex02b"],
+                         ids=lambda p: p.id)
+def test_the_solution_passes_the_trusted_judgement(part: spec.Part, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    cases = draw(part)
+    got = honest_results(part, tmp_path, monkeypatch, cases)
+    found = trusted_source.find_source(part_notebook(part.id), part.id)
+    assert found is not None or part.source_check is None
+    assert judge.judge(part, cases, got, found) == ("passed", f"{len(cases)} cases passed")
+
+
+KERNEL_CHILD = SIMULATED_SOLUTIONS + r'''
+from edu_dl.grading import check, protocol
+
+os.environ[protocol.GRADING_ENV] = sys.argv[2]
+for part_id, name in zip(sys.argv[3::2], sys.argv[4::2]):
+    assert check(part_id, ns[name])
+'''
+
+
+def test_the_kernel_solutions_pass_the_trusted_judgement(tmp_path: Path) -> None:
+    """ex02b: the solution kernels run under the CUDA simulator in a child, recorded by check()
+    in grading mode; judged here with their source from the notebook."""
+    nb = solution_notebook("ex02b")
+    kernel_parts = [p for p in ALL_PARTS if module_of(p.id) == "ex02b"]
+    cases = {}
+    argv = []
+    for part in kernel_parts:
+        cases[part.id] = draw(part)
+        write_grading_files(tmp_path, part, cases[part.id])
+        argv += [part.id, checked_name(nb, part.id)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop(protocol.GRADING_ENV, None)
+    subprocess.run([sys.executable, "-c", KERNEL_CHILD, str(SOLUTIONS / NOTEBOOKS["ex02b"]),
+                    str(tmp_path), *argv], check=True, env=env, timeout=600,
+                   capture_output=True)
+    for part in kernel_parts:
+        got = protocol.read_outputs(tmp_path / "outputs" / f"{part.id}.1.npz")[1]
+        found = trusted_source.find_source(nb, part.id)
+        assert judge.judge(part, cases[part.id], got, found)[0] == "passed", part.id
+
+
+# ------------------------------------------------- every part: the solution passes, a stub does not
+
+# What each exercise's own test file once repeated, one test for every part of the course: the
+# solution notebook's object passes every case check() draws, visible (the notebook's seed) and
+# hidden (the release's seed, and a fresh seed as the grader draws one per gradebook); a stub that
+# raises NotImplementedError is told "not implemented yet". ex02b's kernels need the simulator
+# (test_parts_ex02b.py); a class-shaped part's stub is a class (test_parts_ex07.py).
+SEEDS = {"visible": (checking.VISIBLE_SEED, False), "hidden": (checking.HIDDEN_SEED, True),
+         "fresh": (1, True)}
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("part", [p for p in ALL_PARTS if module_of(p.id) != "ex02b"],
+                         ids=lambda p: p.id)
+def test_the_solution_passes_and_a_stub_is_not_implemented_yet(
+        part: spec.Part, seed: str, capsys: pytest.CaptureFixture[str]) -> None:
+    fn = part_namespace(part.id)[checked_name(part_notebook(part.id), part.id)]
+    number, hidden = SEEDS[seed]
+    assert assert_solution_passes(part, fn, hidden, np.random.default_rng(number)) > 0
+    if isinstance(fn, type):
+        return
+
+    def stub(*args: Any) -> Any:
+        raise NotImplementedError()
+
+    ok, out = run_check(capsys, part.id, stub, hidden)
+    assert not ok and out == f"✗ {part.id}: not implemented yet\n"
+
+
+# --------------------------------------------------------------------------- named cases
+
+
+class patched_call:
+    """What a hostile notebook does in the sandbox: replace a part's call (a frozen field)."""
+
+    def __init__(self, part: spec.Part, call: Any) -> None:
+        self.part, self.call, self.saved = part, call, part.call
+
+    def __enter__(self) -> None:
+        object.__setattr__(self.part, "call", self.call)
+
+    def __exit__(self, *exc: Any) -> None:
+        object.__setattr__(self.part, "call", self.saved)
+
+
+PLAIN_PREFETCH = """def prefetch(batches, depth):
+    yield from batches
+"""
+
+
+def test_prefetch_without_a_thread_scores_zero(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 10, item 3: `yield from batches` with the in-sandbox thread check patched away
+    scored 3/3; the grader now reads the generator's source."""
+    part = course_part("ex03.prefetch")
+    nb = with_solution(solution_notebook("ex03"), "prefetch", PLAIN_PREFETCH)
+    ns: dict[str, Any] = {}
+    exec(PLAIN_PREFETCH, ns)
+    cases = draw(part)
+
+    def consume_only(fn: Any, args: tuple[Any, ...]) -> Any:  # no thread check, no lead check
+        batches = [np.asarray(b) for b in fn(iter(args[0]), args[1])]
+        return np.stack(batches) if batches else np.zeros((0, 3)), len(batches)
+
+    with patched_call(part, consume_only):
+        got = recorded(tmp_path, monkeypatch, part, ns["prefetch"], cases)
+    assert [np.asarray(g[0]).shape for g in got] == [np.shape(a[0]) for a in cases]
+    status, message = judge.judge(part, cases, got, trusted_source.find_source(nb, part.id))
+    assert status == "failed" and part.points > 0
+    assert "the values are right, but the generator starts no thread" in message
+    # the solution's generator, judged the same way, passes
+    good = trusted_source.find_source(solution_notebook("ex03"), part.id)
+    assert judge.judge(part, cases, got, good)[0] == "passed"
+
+
+def test_prefetch_without_a_bound_scores_zero() -> None:
+    unbounded = textwrap.dedent("""\
+        def prefetch(batches, depth):
+            slots = queue.Queue()
+            threading.Thread(target=lambda: [slots.put(b) for b in batches], daemon=True).start()
+            for _ in range(len(batches)):
+                yield slots.get()
+        """)
+    verdict = course_part("ex03.prefetch").source_check(unbounded)  # type: ignore[misc]
+    assert not verdict.ok and "queue.Queue(maxsize=depth)" in verdict.message
+    sized = unbounded.replace("queue.Queue()", "queue.Queue(depth)")
+    assert course_part("ex03.prefetch").source_check(sized).ok  # type: ignore[misc]
+
+
+def test_topological_order_in_a_wrong_order_scores_zero(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 10, item 3: a valid permutation in a wrong order, the in-sandbox edge check
+    bypassed, scores 0: the grader checks every edge against the case's edge list."""
+    part = course_part("ex04.topological_order")
+    solution = namespace("ex04")["topological_order"]
+
+    def sorted_ids(n_nodes: int, edges: Any) -> Any:  # every node once, ignoring the edges
+        return np.arange(n_nodes)[::-1].copy()
+
+    cases = draw(part)
+    with patched_call(part, lambda fn, args: fn(*args)):
+        got = recorded(tmp_path, monkeypatch, part, sorted_ids, cases)
+    nb = solution_notebook("ex04")
+    status, message = judge.judge(part, cases, got, trusted_source.find_source(nb, part.id))
+    assert status == "failed"
+    assert "edge " in message and "comes before its input" in message
+    with patched_call(part, lambda fn, args: fn(*args)):
+        got = recorded(tmp_path, monkeypatch, part, solution, cases)
+    assert judge.judge(part, cases, got, None)[0] == "passed"  # no source check here
+
+
+def test_topological_order_reversed_gets_the_backward_hint() -> None:
+    part = course_part("ex04.topological_order")
+    edges = np.array([[0, 1], [1, 2]], dtype=np.int64)
+    verdict = spec.judge_case(part, 0, 1, (3, edges), part.expected(3, edges),
+                                  np.array([2, 1, 0]))
+    assert not verdict.ok and "edge 0 -> 1: node 1 comes before its input 0" in verdict.message
+    assert "exactly reversed: that is the order of the BACKWARD pass" in verdict.message
+
+
+def db_without_the_batch_sum() -> Any:
+    import torch
+
+    class MyLinear(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: Any, w: Any, b: Any) -> Any:
+            ctx.save_for_backward(x, w)
+            return x @ w + b
+
+        @staticmethod
+        def backward(ctx: Any, grad_output: Any) -> Any:
+            x, w = ctx.saved_tensors
+            return grad_output @ w.t(), x.t() @ grad_output, grad_output  # db: (N, M)
+
+    return MyLinear
+
+
+def test_linear_function_db_of_the_batch_shape_fails_check_and_grader(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 10, item 4: autograd summed db = grad_output (N, M) into b's shape (M,) silently,
+    so check(), gradcheck and the grader passed it; the raw gradient is recorded now."""
+    cls = db_without_the_batch_sum()
+    ok, out = run_check(capsys, "ex07.linear_function", cls)
+    assert not ok
+    assert "output 3 (db): expected shape (4,), got shape (2, 4)" in out
+    assert "hint: db has b's shape (M,): sum grad_output over the batch" in out
+    part = course_part("ex07.linear_function")
+    cases = draw(part)
+    got = recorded(tmp_path, monkeypatch, part, cls, cases)
+    found = trusted_source.find_source(solution_notebook("ex07"), part.id)
+    status, message = judge.judge(part, cases, got, found)
+    assert status == "failed" and "output 3 (db): expected shape" in message
+    capsys.readouterr()
+
+
+def test_feedback_outputs_are_ignored_by_the_grader(tmp_path: Path) -> None:
+    """ex06: the graphs built, the runs without an update or with an unordered read, and the
+    tracing count, ex07: the most rows one forward saw, are observed in the sandbox; forging them
+    helps nothing, and a wrong count alone does not decide the grade either."""
+    for part_id, counts in (("ex06.tf1_minibatch", 1), ("ex06.tf1_loss_after_update", 2),
+                            ("ex06.tf_function_decay", 1), ("ex07.adam_accumulation", 1)):
+        part = course_part(part_id)
+        assert part.feedback_outputs == tuple(range(1, counts + 1))
+        cases = draw(part)[:2]
+        good = trusted_source.find_source(solution_notebook(part_id.split(".")[0]), part_id)
+        honest = [part.expected(*args) for args in cases]
+        forged_count = wire(tmp_path, [(e[0], *[7] * counts) for e in honest])
+        assert judge.judge(part, cases, forged_count, good)[0] == "passed"
+        assert not spec.judge_case(part, 0, 1, cases[0], honest[0],
+                                   (honest[0][0], *[7] * counts)).ok  # check() still says so
+        wrong = wire(tmp_path, [(e[0] * 1.01, *e[1:]) for e in honest])
+        assert judge.judge(part, cases, wrong, good)[0] == "failed"
+
+
+def test_a_source_check_part_without_a_source_fails_clearly() -> None:
+    part = course_part("ex03.prefetch")
+    cases = draw(part)[:1]
+    got = [part.expected(*cases[0])]
+    status, message = judge.judge(part, cases, got, None)
+    assert status == "failed" and source.NOT_FOUND in message
+
+
+# --------------------------------------------------------------------------- bounded work
+
+
+def python_lines(fn: Any, *args: Any) -> tuple[Any, int]:
+    """fn(*args), and how many lines of Python it ran: a loop over the elements shows as lines
+    that grow with n, however fast or loaded the machine (no wall clock in a test)."""
+    count = 0
+
+    def trace(frame: Any, event: str, arg: Any) -> Any:
+        nonlocal count
+        if event == "line":
+            count += 1
+        return trace
+
+    sys.settrace(trace)
+    try:
+        result = fn(*args)
+    finally:
+        sys.settrace(None)
+    return result, count
+
+
+def test_topological_compare_is_linear() -> None:
+    """Issue 10, item 5: `g.tolist().count(x)` in a loop took 20 s at n = 60,000. The compare and
+    the result check run whole-array operations: as many Python lines at n = 60,000 as at 1,000
+    (and 10**7 ids are still judged right)."""
+    part = course_part("ex04.topological_order")
+    assert part.result_check is not None
+    lines = {}
+    for n in (1_000, 60_000, 10**7):
+        expected = np.arange(n, dtype=np.int64)
+        wrong = np.zeros(n, dtype=np.int64)  # every id repeated: the old worst case
+        wrong[: n // 2] = np.arange(n // 2)
+        verdict, lines[("wrong", n)] = python_lines(part.compare, expected, wrong)
+        assert not verdict.ok and "repeated [0]" in verdict.message
+        assert "missing [" in verdict.message and f"({n - n // 2})" in verdict.message
+        assert len(verdict.message) < 400
+        edges = np.array([[0, n - 1]], dtype=np.int64)
+        right = np.arange(n, dtype=np.int64)
+        ok, lines[("right", n)] = python_lines(part.compare, expected, right)
+        assert ok.ok
+        checked, lines[("check", n)] = python_lines(part.result_check, right, (n, edges))
+        assert checked.ok
+        assert not part.result_check(right[::-1].copy(), (n, edges)).ok
+        if n == 60_000:  # before 10**7: a loop over 60,000 ids adds 60,000 lines; stop here
+            for kind in ("wrong", "right", "check"):
+                assert lines[(kind, n)] <= lines[(kind, 1_000)] + 20, lines
+
+
+def test_a_huge_result_fails_before_any_comparison() -> None:
+    part = course_part("ex04.topological_order")
+    case = draw(part)[-1]
+    expected = part.expected(*case)
+    verdict, lines = python_lines(spec.judge_case, part, 0, 1, case, expected,
+                                  np.zeros(10**7, dtype=np.int64))
+    _, small = python_lines(spec.judge_case, part, 0, 1, case, expected,
+                            np.zeros(10, dtype=np.int64))
+    assert lines <= small + 20, (lines, small)  # refused on its size, never walked
+    assert not verdict.ok and "the result holds 10000000 values where" in verdict.message
+    assert "hint" not in verdict.message
+    text = spec.judge_case(course_part("ex01.pick_device"), 0, 1, (True, 1, 0), "cuda:0",
+                               "c" * 10**6)
+    assert not text.ok and "not compared" in text.message
+
+
+def test_the_plan_compare_takes_integers_only() -> None:
+    part = course_part("ex08.plan")
+    assert part.compare(np.array([0, 1, 3]), np.array([3, 1, 0, 1])).ok
+    assert not part.compare(np.array([0, 1, 3]), np.array([0.0, 1.7, 3.0])).ok
+
+
+# --------------------------------------------------------------------------- source.py
+
+
+def nb_of(*cells: str, check_line: str = 'check("ex03.prefetch", prefetch)') -> Notebook:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+    test = nbformat.v4.new_code_cell(check_line)
+    test.metadata["nbgrader"] = {"grade": True, "grade_id": "prefetch_tests", "points": 3,
+                                 "locked": True, "solution": False, "schema_version": 3}
+    nb.cells.append(test)
+    nb.cells.append(nbformat.v4.new_code_cell("def prefetch(b, d):\n    return 'after the test'"))
+    return nb
+
+
+GOOD = "def prefetch(batches, depth):\n    return threading.Thread\n"
+
+
+@pytest.mark.parametrize(("cells", "found"), [
+    ((GOOD,), GOOD),
+    (("import threading", GOOD, "x = 1"), GOOD),
+    (("def prefetch(b, d):\n    pass", GOOD), GOOD),  # the last definition counts
+    (("if True:\n    " + GOOD.replace("\n    ", "\n        ").rstrip(),), GOOD),
+    (("@functools.cache\n" + GOOD,), "@functools.cache\n" + GOOD),
+    (("%time x = 1\n" + GOOD,), GOOD),  # a line magic
+    (("%%capture\n" + GOOD,), GOOD),  # a cell magic that runs Python
+    ((GOOD, "this is not Python ("), GOOD),  # a cell that does not parse runs nothing
+    ((GOOD, "def train():\n    prefetch = None\n    return prefetch"), GOOD),  # a local
+    ((GOOD, "class C:\n    prefetch = None"), GOOD),  # a class attribute
+    ((GOOD, "prefetch = lambda b, d: iter(b)"), None),  # rebound after the def
+    ((GOOD, "from mymod import prefetch"), None),
+    ((GOOD, "from mymod import *"), None),
+    ((GOOD, "for prefetch in [1]:\n    pass"), None),
+    ((GOOD, "def f():\n    global prefetch\n    prefetch = 1"), None),
+    ((GOOD, "[(prefetch := 1) for _ in [0]]"), None),
+    ((GOOD, "del prefetch"), None),
+    (("prefetch = lambda b, d: iter(b)",), None),
+    (("exec('def prefetch(b, d): pass')",), None),
+    (("%%bash\necho def prefetch",), None),
+])
+def test_find_source(cells: tuple[str, ...], found: str | None) -> None:
+    assert trusted_source.find_source(nb_of(*cells), "ex03.prefetch") == found
+
+
+def test_find_source_reads_the_checked_name_from_the_test_cell() -> None:
+    nb = nb_of(GOOD.replace("prefetch", "my_loader"),
+               check_line='check("ex03.prefetch", my_loader)\ncheck("ex03.x", other)')
+    assert trusted_source.find_source(nb, "ex03.prefetch") == GOOD.replace("prefetch", "my_loader")
+    assert trusted_source.find_source(nb, "ex03.epoch_batches") is None
+    nb = nb_of(GOOD, check_line='check("ex03.prefetch", lambda b, d: b)')
+    assert trusted_source.find_source(nb, "ex03.prefetch") is None
+    ungraded = nb_of(GOOD)
+    ungraded.cells[1].metadata = {}
+    assert trusted_source.find_source(ungraded, "ex03.prefetch") is None
+
+
+def test_source_checks_only_compile(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    evil = f"def softmax(x=open({str(marker)!r}, 'w')):\n    return edu_dl.get_xp(x)\n"
+    assert course_part("ex02.softmax_xp").source_check(evil).ok  # type: ignore[misc]
+    assert not marker.exists()
+    assert source.judge_source(course_part("ex02.softmax_xp"), "x = 1").ok is False
+
+
+def test_every_source_checked_solution_is_found_and_passes() -> None:
+    for part in ALL_PARTS:
+        if part.source_check is None:
+            continue
+        found = trusted_source.find_source(part_notebook(part.id), part.id)
+        assert found is not None, part.id
+        assert source.judge_source(part, found).ok, part.id
+
+
+def test_check_gives_the_graders_source_feedback(capsys: pytest.CaptureFixture[str],
+                                                 tmp_path: Path) -> None:
+    """check() runs the part's source check on the function's own source (inspect's view of the
+    file or notebook cell), so a student sees what the grader will say: here a module whose
+    layers come from a helper passes the in-process check, but its source builds no Linear."""
+    path = tmp_path / "helper_layers.py"
+    path.write_text(textwrap.dedent("""\
+        import torch
+
+        def make_layers(D_in, H, D_out):
+            return torch.nn.Sequential(torch.nn.Linear(D_in, H), torch.nn.ReLU(),
+                                       torch.nn.Linear(H, D_out))
+
+
+        class TwoLayerNet(torch.nn.Module):
+            def __init__(self, D_in, H, D_out):
+                super().__init__()
+                self.net = make_layers(D_in, H, D_out)
+
+            def forward(self, x):
+                return self.net(x)
+        """))
+    ns: dict[str, Any] = {"__name__": "helper_layers"}
+    exec(compile(path.read_text(), str(path), "exec"), ns)
+    found = source.own_source(ns["TwoLayerNet"])
+    assert found is not None and found.startswith("class TwoLayerNet(torch.nn.Module):")
+    assert source.own_source(ns["make_layers"]) == textwrap.dedent(path.read_text()).split(
+        "\n\n\n")[0].split("\n\n", 1)[1] + "\n"
+    ok, out = run_check(capsys, "ex07.two_layer_module", ns["TwoLayerNet"])
+    assert not ok
+    assert out == ("✗ ex07.two_layer_module: the values are right, but TwoLayerNet builds no "
+                   "torch.nn.Linear layers: self.linear1 = torch.nn.Linear(D_in, H), ...\n")
+    assert source.own_source(lambda x: x) is None

@@ -1,0 +1,162 @@
+"""Timing asynchronous work: the fake device's launches return at once, synchronize and events
+measure the work, errors surface at the next synchronize; on CUDA when there is one."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from edu_dl.gpu import timing as gpu_timing
+from edu_dl.gpu.timing import FakeAsyncDevice
+
+KERNEL_S = 0.03  # a sleep never ends early: every lower bound below is exact
+
+
+@pytest.fixture
+def device():
+    with FakeAsyncDevice() as dev:
+        yield dev
+
+
+def test_a_launch_returns_before_the_work_is_done(device: FakeAsyncDevice) -> None:
+    times = gpu_timing.time_launch_only(lambda: device.launch(0.1), repeats=3)
+    assert max(times) < 0.1  # three launches return before the first kernel could end
+    assert device.pending() >= 2 and device.launches == 3
+    device.synchronize()
+    assert device.pending() == 0 and device.syncs == 1
+
+
+def test_synchronized_timer_measures_the_work(device: FakeAsyncDevice) -> None:
+    times = gpu_timing.time_synchronized(lambda: device.launch(KERNEL_S), device.synchronize,
+                                         warmup=1, repeats=3)
+    assert len(times) == 3 and min(times) >= KERNEL_S
+    assert device.launches == 4 and device.syncs == 6
+
+
+def test_events_measure_the_work_on_the_device_clock(device: FakeAsyncDevice) -> None:
+    times = gpu_timing.time_events(lambda: device.launch(KERNEL_S), device.event, repeats=3)
+    assert min(times) >= KERNEL_S
+
+
+def test_earlier_work_is_kept_out(device: FakeAsyncDevice) -> None:
+    device.launch(0.3)  # still running when the timer starts
+    (synced,) = gpu_timing.time_synchronized(lambda: device.launch(0.01), device.synchronize,
+                                             warmup=0, repeats=1)
+    assert 0.01 <= synced < 0.3
+
+
+def test_kernels_run_in_order_and_functions_too(device: FakeAsyncDevice) -> None:
+    order: list[int] = []
+    for k in range(5):
+        device.launch(lambda k=k: order.append(k))
+    device.synchronize()
+    assert order == [0, 1, 2, 3, 4]
+
+
+def test_an_error_surfaces_at_the_next_synchronize(device: FakeAsyncDevice) -> None:
+    ran: list[str] = []
+    device.launch(lambda: 1 / 0)
+    device.launch(lambda: ran.append("after the error"))  # skipped, as CUDA would
+    end = device.event()
+    end.record()  # an event still stamps: waiting on it cannot hang
+    end.synchronize()
+    with pytest.raises(ZeroDivisionError):
+        device.synchronize()
+    assert ran == []
+    device.launch(lambda: ran.append("fresh"))
+    device.synchronize()  # the error was reported once; the device works again
+    assert ran == ["fresh"]
+
+
+def test_close_finishes_the_queue() -> None:
+    dev = FakeAsyncDevice()
+    done: list[int] = []
+    dev.launch(0.01)
+    dev.launch(lambda: done.append(1))
+    dev.close()
+    assert done == [1] and not dev._thread.is_alive()
+
+
+def test_cuda_timers_logic_on_a_fake_torch_cuda(device: FakeAsyncDevice,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """test_cuda_timers' logic without a GPU: torch.cuda's synchronize and Event are the fake
+    device's, so the three timers see a launch return at once and the work take KERNEL_S."""
+    cuda = types.SimpleNamespace(synchronize=device.synchronize,
+                                 Event=lambda enable_timing: device.event())
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    result = gpu_timing.cuda_timers(lambda: device.launch(KERNEL_S), warmup=1, repeats=3)
+    assert set(result) == {"launch_only", "synchronize", "cuda_events"}
+    assert result["launch_only"] < KERNEL_S <= result["synchronize"]
+    assert result["cuda_events"] >= KERNEL_S
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_timing.cuda_available(), reason="No CUDA GPU")
+def test_cuda_timers() -> None:  # pragma: no cover - needs a GPU
+    import torch
+
+    a = torch.randn(4096, 4096, device="cuda")
+    result = gpu_timing.cuda_timers(lambda: a @ a, warmup=2, repeats=5)
+    assert result["launch_only"] < result["synchronize"]
+    assert result["cuda_events"] <= result["synchronize"] * 1.5
+
+
+def test_cuda_available_is_false_without_torch_and_a_bool_from_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without PyTorch there is no CUDA to time (not an ImportError); with it, torch's answer as
+    a bool, whatever truthy value it gives (an isinstance check of it alone could not fail)."""
+    monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` raise ImportError
+    assert gpu_timing.cuda_available() is False
+    for answer, want in ((1, True), (0, False)):
+        cuda = types.SimpleNamespace(is_available=lambda answer=answer: answer)
+        monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+        assert gpu_timing.cuda_available() is want
+
+
+def test_profile_step_is_quiet_and_sees_the_ops(capfd: pytest.CaptureFixture[str]) -> None:
+    import torch
+
+    x = torch.randn(16, 16)
+    prof = gpu_timing.profile_step(lambda: (x @ x).relu(), cuda=False)
+    names = {event.key for event in prof.key_averages()}
+    assert {"aten::mm", "aten::relu"} <= names or "aten::matmul" in names
+    assert "profiler_start" not in capfd.readouterr().err
+    print("still", file=__import__("sys").stderr)
+    assert "still" in capfd.readouterr().err  # stderr is back
+
+
+# --------------------------------------------------------------------------- real GPUs, faked
+
+
+def test_synchronize_waits_only_for_libraries_in_use_with_a_gpu(monkeypatch) -> None:
+    import sys
+    import types
+
+    from edu_dl import backend
+
+    waited: list[str] = []
+    numba_cuda = types.SimpleNamespace(synchronize=lambda: waited.append("numba"))
+    torch = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        synchronize=lambda: waited.append("torch")))
+    monkeypatch.setitem(sys.modules, "numba.cuda", numba_cuda)
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setattr(backend, "synchronize", lambda: waited.append("cupy"))
+    gpus = {"numba": True, "torch": False}
+    monkeypatch.setattr(backend, "gpu_status", lambda name="cupy": (gpus[name], "faked"))
+    gpu_timing.synchronize()
+    assert waited == ["numba", "cupy"]  # PyTorch has no GPU here: nothing of it to wait for
+    waited.clear()
+    gpus.update(numba=False, torch=True)
+    gpu_timing.synchronize()
+    assert waited == ["cupy", "torch"]
+
+
+def test_gpu_peak_without_a_gpu_gives_the_backends_reason(monkeypatch) -> None:
+    from edu_dl import backend
+
+    monkeypatch.setattr(backend, "gpu_status",
+                        lambda name="cupy": (False, f"{name} finds no CUDA device"))
+    assert gpu_timing.gpu_peak() == (None, "numba finds no CUDA device")
+    assert gpu_timing.cuda_available() is False

@@ -1,0 +1,138 @@
+"""nbgrader 0.9's own `autograde` scores the course's check() notebooks right (issue 23, item 3).
+
+nbgrader scores a test cell 0 only when its output holds an error or anything on stderr; a
+check() that printed its ✗ and returned was full marks (an untouched exercise 05 scored 12/12).
+Here nbgrader itself, installed in a venv of its own as in
+tests/grading/test_nbgrader_compat.py, grades
+three students per exercise: the untouched student version from exercises/ (0 points), the
+solution (full marks, its hidden checks included) and the solution with one function wrong (that
+part's points lost, no other). As nbgrader does, `autograde` restores the test cells from the
+gradebook, hidden tests included, and copies the source folder's files (the instructor's
+`parts/`) over the submission, so each `check(..., hidden=True)` finds the hidden cases there.
+
+nbgrader runs the notebooks in the kernel the notebook names (`python3`); a kernelspec of that
+name on JUPYTER_PATH starts it with the course's own Python, where edu_dl is installed.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from edu_dl.grading import nbgrader_course as course
+
+ROOT = Path(__file__).resolve().parents[2]
+ASSIGNMENT = "ps"
+SCORES = """
+import json, sys
+from nbgrader.api import Gradebook
+with Gradebook("sqlite:///gradebook.db") as gb:
+    print(json.dumps({s.id: {g.name: g.auto_score for g in gb.find_submission_notebook(
+        sys.argv[1], "ps", s.id).grades} for s in gb.students}))
+"""
+CHECK = re.compile(r'check\("([\w.]+)",\s*(\w+)')
+
+
+def graded_points(nb: nbformat.NotebookNode, cell_type: str = "code") -> dict[str, float]:
+    """The points of the graded cells of ``cell_type``: code, the autograded test cells;
+    markdown, the written answers a person grades."""
+    return {c.metadata.nbgrader.grade_id: float(c.metadata.nbgrader.points) for c in nb.cells
+            if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == cell_type}
+
+
+def checked_part(cell: nbformat.NotebookNode) -> tuple[str, str]:
+    """(part id, function name) of a test cell's first check() call."""
+    found = CHECK.search(cell.source)
+    assert found, cell.source
+    return found.group(1), found.group(2)
+
+
+def one_part_wrong(solution: nbformat.NotebookNode) -> tuple[nbformat.NotebookNode, str]:
+    """The solution with the last checked function (no later part uses it) redefined to return
+    None (a wrong answer, not a stub) at the end of its solution cell; returns it and the test
+    cell's id."""
+    nb = copy.deepcopy(solution)
+    test_at = max(i for i, c in enumerate(nb.cells)
+                  if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code")
+    name = checked_part(nb.cells[test_at])[1]
+    answer = next(c for c in reversed(nb.cells[:test_at])
+                  if c.metadata.get("nbgrader", {}).get("solution"))
+    answer.source += f"\n\n\ndef {name}(*args, **kwargs):\n    return None  # wrong\n"
+    return nb, nb.cells[test_at].metadata.nbgrader.grade_id
+
+
+def course_kernel(folder: Path) -> Path:
+    """A JUPYTER_PATH folder whose `python3` kernel is the course's Python."""
+    spec = folder / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (ipykernel)", "language": "python"}))
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("exercise", ["05_autograd_from_scratch", "04_computational_graphs"])
+def test_nbgrader_autograde_scores_an_untouched_exercise_0_and_the_solution_full(
+        request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        exercise: str) -> None:
+    bin_dir = course.nbgrader_venv(Path(request.config.cache.mkdir("nbgrader-0.9-venv")))
+    monkeypatch.setenv("JUPYTER_PATH", str(course_kernel(tmp_path / "jupyter")))
+    name = f"{exercise}.ipynb"
+    root = tmp_path / "course"
+    src = root / "source" / ASSIGNMENT
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(ROOT / "solutions" / "parts", src / "parts", ignore=ignore)  # both halves
+    shutil.copy(ROOT / "solutions" / name, src / name)
+    solution = nbformat.read(ROOT / "solutions" / name, as_version=4)
+    wrong, wrong_cell = one_part_wrong(solution)
+    submissions = {"untouched": nbformat.read(ROOT / "exercises" / name, as_version=4),
+                   "solved": solution, "one_wrong": wrong}
+    for student, nb in submissions.items():
+        folder = root / "submitted" / student / ASSIGNMENT
+        shutil.copytree(ROOT / "exercises" / "parts", folder / "parts", ignore=ignore)
+        nbformat.write(nb, folder / name)
+
+    course.run_nbgrader(bin_dir, root, "generate_assignment", ASSIGNMENT, "--force")
+    course.run_nbgrader(bin_dir, root, "autograde", ASSIGNMENT, "--force")
+    done = subprocess.run([str(bin_dir / "python"), "-c", SCORES, exercise], cwd=root,
+                          capture_output=True, text=True, timeout=120, check=True)
+    scores = json.loads(done.stdout)
+
+    points = graded_points(solution)
+    by_hand = set(graded_points(solution, "markdown"))  # a person grades them, not autograde
+    assert set(scores["solved"]) == set(points) | by_hand
+    assert all(scores[s][gid] in (None, 0) for s in scores for gid in by_hand), scores
+    scores = {s: {gid: v for gid, v in got.items() if gid in points} for s, got in scores.items()}
+    assert sum(points.values()) > 0 and set(scores["solved"]) == set(points)
+    assert scores["solved"] == points
+    assert scores["untouched"] == dict.fromkeys(points, 0)
+    assert scores["one_wrong"] == {**points, wrong_cell: 0}
+    print(f"nbgrader autograde, {exercise}: " + ", ".join(
+        f"{s} {sum(v.values()):g}/{sum(points.values()):g}" for s, v in scores.items()))
+
+    # The hidden checks ran, on the instructor's hidden cases, and nothing reached stderr.
+    graded = nbformat.read(root / "autograded" / "solved" / ASSIGNMENT / name, as_version=4)
+    tests = [c for c in graded.cells
+             if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code"]
+    assert len(tests) == len(points)
+    for cell in tests:
+        assert "### BEGIN HIDDEN TESTS" in cell.source
+        text = "".join(o.get("text", "") for o in cell.outputs)
+        assert {(o.output_type, o.get("name")) for o in cell.outputs} == {("stream", "stdout")}
+        assert "hidden cases passed" in text and "✗" not in text, text
+    # A failure shows the report alone: an error output, its traceback the ✗ line and hint.
+    untouched = nbformat.read(root / "autograded" / "untouched" / ASSIGNMENT / name,
+                              as_version=4)
+    first = next(c for c in untouched.cells if c.metadata.get("nbgrader", {}).get("grade"))
+    (error,) = first.outputs
+    assert error.output_type == "error" and error.ename == "CheckFailed"
+    assert error.traceback == [f"✗ {checked_part(first)[0]}: not implemented yet"]

@@ -1,0 +1,282 @@
+"""Speed tasks: the reference, CPU time read from outside the sandbox, and the grader's ratio.
+
+The submissions in tests/fixtures/speed/ are module
+bodies as ``edu_dl.grading.speed`` runs them (after
+its prelude): a vectorized solution, a fast wrong answer, and three attacks on the timing.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edu_dl.grading import sandbox, speed
+from edu_dl.grading.run import sandbox_env
+from edu_dl.grading.secret import VALIDATION_SECRET
+from edu_dl.grading.trust.notebook import Untrusted
+from edu_dl.grading.trust.speed import read_outputs, source_problem
+from edu_dl.harness.speed import (
+    TASKS,
+    call_inputs,
+    indicative_ratio,
+    max_pool_reference,
+    sgd_step_reference,
+    show_indicative_ratio,
+    standardize_reference,
+)
+
+HERE = Path(__file__).resolve().parents[1] / "fixtures" / "speed"
+PART = "ex02.faster_standardize"
+CALLS = 30  # the reference's run costs about 0.3 s of CPU: enough over the noise, quick
+
+
+def submission(name: str) -> str:
+    return (HERE / f"{name}.py").read_text()
+
+
+def function(name: str):  # type: ignore[no-untyped-def]
+    scope: dict[str, object] = {}
+    exec(speed.module_text(submission(name)), scope)
+    return scope["standardize"]
+
+
+# --------------------------------------------------------------------------- the task itself
+
+
+def test_reference_standardizes_each_channel() -> None:
+    (images,) = call_inputs(TASKS[PART], seed=3, calls=1)[0]
+    out = standardize_reference(images)
+    assert out.shape == (8, 3, 32, 32) and out.dtype == np.float32
+    assert np.allclose(out.mean(axis=(0, 2, 3)), 0, atol=1e-5)
+    assert np.allclose(out.std(axis=(0, 2, 3)), 1, atol=1e-5)
+    assert np.allclose(out[2, 1], (images[2, :, :, 1] - images[..., 1].mean())
+                       / images[..., 1].std(), atol=1e-5)
+
+
+def test_solution_matches_reference_and_is_indicatively_faster() -> None:
+    task = TASKS[PART]
+    solve = function("solution")
+    for args in call_inputs(task, seed=5, calls=3):
+        assert np.allclose(solve(*args), task.reference(*args), rtol=task.rtol, atol=task.atol)
+    assert indicative_ratio(task, solve, calls=2) > task.goal
+    assert show_indicative_ratio(PART, solve) > task.goal
+
+
+def test_the_indicative_ratio_of_a_stub_is_no_error(capsys: pytest.CaptureFixture[str]) -> None:
+    def standardize(images):  # type: ignore[no-untyped-def]
+        raise NotImplementedError()
+
+    assert np.isnan(show_indicative_ratio(PART, standardize))
+    assert "not implemented yet" in capsys.readouterr().out
+
+
+def test_inputs_come_from_the_seed() -> None:
+    task = TASKS[PART]
+    first, again, other = (call_inputs(task, s, 2) for s in (1, 1, 2))
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(first, again))
+    assert not np.array_equal(first[0][0], other[0][0])
+    assert not np.array_equal(first[0][0], first[1][0])  # fresh inputs for every call
+    assert speed.seed_for(VALIDATION_SECRET, PART) == VALIDATION_SECRET.seed("ex02", PART)
+
+
+SOLUTIONS = {"ex02.faster_standardize": "solution", "ex05.faster_sgd_step": "sgd_step_solution",
+             "ex11.faster_max_pool": "max_pool_solution"}
+
+
+def test_every_task_has_a_solution_here() -> None:
+    assert set(SOLUTIONS) == set(TASKS)
+
+
+def test_sgd_step_reference_is_softmax_regression() -> None:
+    X, y, W = call_inputs(TASKS["ex05.faster_sgd_step"], seed=4, calls=1)[0]
+    new = sgd_step_reference(X, y, W, lr=0.5)
+    # the gradient of the mean cross-entropy, by central differences on two weights
+    def loss(W: np.ndarray) -> float:
+        scores = X @ W
+        scores -= scores.max(axis=1, keepdims=True)
+        return float(np.mean(np.log(np.exp(scores).sum(axis=1)) - scores[np.arange(len(y)), y]))
+
+    for index in [(0, 0), (17, 9)]:
+        step = np.zeros_like(W)
+        step[index] = 1e-6
+        slope = (loss(W + step) - loss(W - step)) / 2e-6
+        assert np.isclose((W - new)[index] / 0.5, slope, rtol=1e-4, atol=1e-8)
+
+
+def test_max_pool_reference_takes_each_window_max() -> None:
+    x = np.arange(2 * 1 * 4 * 4, dtype=np.float32).reshape(2, 1, 4, 4)
+    assert max_pool_reference(x)[0, 0].tolist() == [[5, 7], [13, 15]]
+    assert max_pool_reference(-x)[1, 0].tolist() == [[-16, -18], [-24, -26]]
+
+
+@pytest.mark.parametrize("part_id", sorted(SOLUTIONS))
+def test_each_solution_matches_its_reference(part_id: str) -> None:
+    task = TASKS[part_id]
+    scope: dict[str, object] = {}
+    exec(speed.module_text(submission(SOLUTIONS[part_id])), scope)
+    solve = scope[task.function]
+    for args in call_inputs(task, seed=5, calls=2):
+        want = task.reference(*args)
+        assert want.shape == task.output_shape(*args)
+        assert np.allclose(solve(*args), want, rtol=task.rtol, atol=task.atol)  # type: ignore[operator]
+
+
+# --------------------------------------------------------------------------- reading outputs
+
+
+def npy(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=array.dtype.hasobject)
+    return buffer.getvalue()
+
+
+def test_outputs_are_read_strictly() -> None:
+    good = npy(np.ones((2, 3), np.float32))
+    assert read_outputs(good, len(good), (2, 3)).sum() == 6
+    hostile = {
+        "wrong shape": npy(np.ones((3, 2), np.float32)),
+        "wrong dtype": npy(np.ones((2, 3), np.float64)),
+        "objects": npy(np.array([[None] * 3] * 2, dtype=object)),
+        "a pickle": pickle.dumps(np.ones((2, 3), np.float32)),
+        "cut short": good[:-4],
+        "too long": good + b"\0" * 4,
+        "empty": b"",
+    }
+    for why, data in hostile.items():
+        with pytest.raises(Untrusted):
+            read_outputs(data, len(data), (2, 3))
+            pytest.fail(why)
+    with pytest.raises(Untrusted):
+        read_outputs(good, len(good) + 1, (2, 3))  # the sandbox wrote more than was kept
+    with pytest.raises(Untrusted):
+        read_outputs(good, len(good), (2, 3), limit=len(good) - 1)
+
+
+# --------------------------------------------------------------------------- CPU time, outside
+
+BUSY = "s = 0\nfor i in range(3_000_000):\n    s += i\n"
+ORPHANS = """import os
+done_r, done_w = os.pipe()
+for _ in range(4):  # four grandchildren, orphaned at once: nobody here waits for them
+    if os.fork() == 0:
+        if os.fork() == 0:
+            s = 0
+            for i in range(1_000_000):
+                s += i
+            os._exit(0)  # closes its copy of done_w
+        os._exit(0)
+    os.wait()
+os.close(done_w)
+os.read(done_r, 1)  # end of file once every orphan has finished its work
+"""
+
+
+def cpu_of(code: str) -> float:
+    result = sandbox.run([sandbox.python(), "-c", code], limits=speed.LIMITS, env=sandbox_env())
+    assert result.returncode == 0, result.log
+    return result.cpu_s
+
+
+def test_cpu_time_counts_orphaned_children() -> None:
+    idle, busy, orphans = cpu_of("pass"), cpu_of(BUSY), cpu_of(ORPHANS)
+    assert busy - idle > 0.1  # the loop's work is seen from outside
+    # 4 x 1e6 additions in orphans, 3e6 in busy: the orphans' work is not lost
+    assert orphans - idle > 0.7 * (busy - idle)
+
+
+# --------------------------------------------------------------------------- the grader
+
+
+@pytest.mark.slow
+def test_solution_earns_credit() -> None:
+    found = speed.measure(PART, submission("solution"), seed=11, rounds=2, calls=CALLS)
+    assert found.correct and found.passed, found
+    assert len(found.reference_s) == len(found.submission_s) == len(found.baseline_s) == 2
+    assert "reaches" in found.message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("part_id", ["ex05.faster_sgd_step", "ex11.faster_max_pool"])
+def test_the_other_tasks_solutions_earn_credit(part_id: str) -> None:
+    calls = TASKS[part_id].calls // 3  # a third of the graded calls: quick, still measurable
+    found = speed.measure(part_id, submission(SOLUTIONS[part_id]), seed=11, rounds=1,
+                          calls=calls)
+    assert found.correct and found.passed, found
+
+
+@pytest.mark.slow
+def test_fast_wrong_answer_scores_zero() -> None:
+    found = speed.measure(PART, submission("wrong_fast"), seed=11, rounds=2, calls=CALLS)
+    assert not found.correct and not found.passed and found.ratio == 0
+    assert "differ" in found.message
+    assert len(found.submission_s) == 1  # stopped at the first wrong run
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attack", ["patched_timers", "detached_worker", "daemon_worker"])
+def test_timing_attacks_earn_nothing(attack: str) -> None:
+    """Each does the reference's work, hidden from a timer in its process or from its parent."""
+    found = speed.measure(PART, submission(attack), seed=11, rounds=1, calls=CALLS)
+    assert found.correct, found  # the answers are right: only the timing is attacked
+    assert not found.passed and found.ratio < 2, found
+
+
+@pytest.mark.slow
+def test_a_crashing_submission_says_so() -> None:
+    found = speed.measure(PART, "def standardize(images):\n    raise SystemExit(3)\n", seed=11,
+                          rounds=1, calls=CALLS)
+    assert not found.passed and "submission run" in found.message and "exit code 3" in found.message
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_the_grader_measures_a_notebook_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
+    """The solution notebook earns the speed credit; the release (a stub) earns nothing."""
+    solved = ROOT / "solutions" / "02_cpu_vs_gpu.ipynb"
+    assert speed.main([str(solved), "--rounds", "1", "--calls", str(CALLS)]) == 0
+    assert "ex02.faster_standardize: passed" in capsys.readouterr().out
+    released = speed.measure_notebook(ROOT / "exercises" / "02_cpu_vs_gpu.ipynb", PART,
+                                      seed=11, rounds=1, calls=CALLS)
+    assert not released.passed and "NotImplementedError" in released.message
+
+
+def test_a_notebook_without_the_function_says_so(tmp_path: Path) -> None:
+    import nbformat
+
+    path = tmp_path / "02_cpu_vs_gpu.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]), path)
+    found = speed.measure_notebook(path, PART, seed=1)
+    assert not found.passed and "no module-level function" in found.message
+    path.write_bytes(b"{not json")
+    assert not speed.measure_notebook(path, PART, seed=1).passed
+
+
+GRADED_TEST = {"grade": True, "grade_id": "standardize_tests", "locked": True, "points": 1,
+               "schema_version": 3, "solution": False, "task": False}
+
+
+def test_a_speed_function_may_use_numpy_and_math_only(tmp_path: Path) -> None:
+    """The source check before any timing: the grader's own timing defenses are tested above
+    on submissions that pass it anyway (speed.measure runs whatever it is given)."""
+    for name in SOLUTIONS.values():
+        body = submission(name).replace("import numpy as np\n", "")
+        assert source_problem(body) == "", name
+    assert "imports a module" in source_problem(submission("detached_worker"))
+    assert "__import__" in source_problem("def f(x):\n    return __import__('os')\n")
+    assert "__builtins__" in source_problem("def f(x):\n    return x.__builtins__\n")
+    assert "does not parse" in source_problem("def f(:\n")
+    import nbformat
+
+    path = tmp_path / "02_cpu_vs_gpu.ipynb"
+    cells = [nbformat.v4.new_code_cell(submission("detached_worker")),
+             nbformat.v4.new_code_cell('check("ex02.faster_standardize", standardize)',
+                                       metadata={"nbgrader": GRADED_TEST})]
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
+    found = speed.measure_notebook(path, PART, seed=1)
+    assert not found.passed and "imports a module" in found.message and not found.baseline_s

@@ -1,0 +1,262 @@
+"""Issue 24 (1b): a timeout skips the rest of its notebook and can be retried alone; a student
+version is refused as --source; Ctrl-C stops a batch in one line and resumes; the cell whose
+error broke a part is named as the cause."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from fixtures.hostile import corpus
+
+from edu_dl.cli import main
+from edu_dl.grading import batch as G
+from edu_dl.grading import sandbox
+from edu_dl.grading.cli import command_again
+from edu_dl.grading.model import AFTER_TIMEOUT
+from edu_dl.grading.settings import Settings
+from edu_dl.grading.trust.errors import CellError, cause_of, defines, parse_error
+from edu_dl.grading.validate import validate
+
+ROOT = Path(__file__).resolve().parents[2]
+SHORT = Settings(timeout_s=2, memory_mb=2048)  # a looping cell costs 2 s, not 60
+GROUP = f"pytest{os.getpid()}-"
+
+
+@pytest.fixture(autouse=True)
+def _own_sandbox_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(sandbox.GROUP_VAR, GROUP)
+
+
+def rows_of(summary: G.Summary, student: str) -> dict[str, G.Row]:
+    return {r.part: r for r in summary.rows if r.student == student}
+
+
+def state(out: Path, student: str) -> Path:
+    return out / ".state" / student / f"{corpus.EXERCISE}.json"
+
+
+def run_json(out: Path, student: str) -> Path:
+    return out / ".work" / student / corpus.EXERCISE / "run.json"
+
+
+# --------------------------------------------------------------------------- timeouts
+
+
+def test_a_timeout_skips_the_rest_and_only_timeouts_are_retried(tmp_path: Path) -> None:
+    corpus.build(tmp_path, tmp_path / "escape", ["good", "infinite_loop"])
+    subs, source, out = tmp_path / "submissions", tmp_path / "source", tmp_path / "grades"
+    start = time.monotonic()
+    first = G.grade(subs, source, out, settings=SHORT, progress=False)
+    looping = rows_of(first, "infinite_loop")
+    assert looping["ex02.gflops"].status == "timeout"
+    skipped = looping["ex02.peak_bandwidth"]
+    assert skipped.status == "not run" and skipped.points == 0
+    # cell 4 of the notebook (counted from 1, Markdown included) is gflops' test cell
+    assert skipped.message.startswith(f"{AFTER_TIMEOUT}: cell 4 (the test of ex02.gflops) "
+                                      "ran over 2 s"), skipped.message
+    assert {r.status for r in rows_of(first, "good").values()} == {"passed"}
+    assert first.graded == 2 and time.monotonic() - start < 120
+
+    # --retry-timeouts under a longer --timeout: the timeout is graded again, the good
+    # notebook keeps its grade, run and state untouched (a new --timeout alone regrades all).
+    kept = {p: (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in (state(out, "good"), run_json(out, "good"))}
+    retried = state(out, "infinite_loop").read_bytes()
+    again = G.grade(subs, source, out, settings=Settings(timeout_s=3, memory_mb=2048),
+                    progress=False, retry_timeouts=True)
+    assert (again.graded, again.reused) == (1, 1)
+    assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in kept} == kept
+    assert state(out, "infinite_loop").read_bytes() != retried
+    assert "ran over 3 s" in rows_of(again, "infinite_loop")["ex02.peak_bandwidth"].message
+    assert {r.status for r in rows_of(again, "good").values()} == {"passed"}
+    # A plain run keeps what --retry-timeouts graded under these limits.
+    same = G.grade(subs, source, out, settings=Settings(timeout_s=3, memory_mb=2048),
+                   progress=False)
+    assert same.graded == 1  # the good one, graded under 2 s so far
+    assert not corpus.sandbox_processes(GROUP)
+
+
+def test_no_skip_after_timeout_runs_the_later_cells(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    corpus.build(tmp_path, tmp_path / "escape", ["infinite_loop"])
+    out = tmp_path / "grades"
+    argv = ["grade", str(tmp_path / "submissions"), "--source", str(tmp_path / "source"),
+            "--out", str(out), "--timeout", "2", "--memory", "2048", "--no-skip-after-timeout"]
+    assert main(argv) == 0
+    got = {r["part"]: r for r in _csv(out)}
+    assert got["ex02.gflops"]["status"] == "timeout"
+    assert got["ex02.peak_bandwidth"]["status"] == "passed"
+    said = capsys.readouterr().out
+    assert f"1 submission(s) timed out; to grade only them again (say with a longer " \
+        f"--timeout), run: {shlex.join(['edu-dl', *argv, '--retry-timeouts'])}" in said
+
+
+def test_the_command_to_run_again() -> None:
+    argv = ["grade", "subs dir", "--forc", "--out", "o", "--rotate-secret", "--retry-timeouts"]
+    assert command_again(argv) == "edu-dl grade 'subs dir' --out o --retry-timeouts"
+    assert command_again(argv[:4], "--retry-timeouts") == \
+        "edu-dl grade 'subs dir' --out --retry-timeouts"
+
+
+def _csv(out: Path) -> list[dict[str, str]]:
+    import csv
+
+    with open(out / "grades.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+# --------------------------------------------------------------------------- the source
+
+
+def test_a_student_version_as_source_is_refused_in_one_sentence(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    corpus.build(tmp_path, tmp_path / "escape", ["good"])
+    released = tmp_path / "released"
+    corpus.write_source(released, corpus.student(solved=False))  # what assign writes
+    argv = ["grade", str(tmp_path / "submissions"), "--out", str(tmp_path / "grades")]
+    assert main([*argv, "--source", str(released)]) == 2
+    said = capsys.readouterr().err.strip()
+    assert len(said.splitlines()) == 1, said
+    assert "02_mini.ipynb is a student version" in said and "--source solutions/" in said
+    assert not (tmp_path / "grades").exists()  # refused before anything was graded
+    # The course's own exercises/, whose solution cells hold the stub inside their functions.
+    subs = tmp_path / "course"
+    name = "05_autograd_from_scratch.ipynb"
+    (subs / "alice").mkdir(parents=True)
+    (subs / "alice" / name).write_bytes((ROOT / "exercises" / name).read_bytes())
+    assert main(["grade", str(subs), "--out", str(tmp_path / "grades"),
+                 "--source", str(ROOT / "exercises")]) == 2
+    assert f"{name} is a student version" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- causes
+
+
+def test_a_broken_cell_is_named_as_the_cause(tmp_path: Path) -> None:
+    """A SyntaxError in one solution and a top-level error in another: each part names the
+    cell, in the gradebook's rows and in edu-dl validate's report (the same rows)."""
+    corpus.write_source(tmp_path / "source", corpus.source())
+    nb = corpus.student()
+    corpus._replace("gflops", "return 2.0 * n**3", "return 2.0 * n**3 +")(nb)
+    corpus._prepend("peak_bandwidth", "1 / 0")(nb)
+    path = corpus.write(tmp_path / "alice", nb)
+    report = validate(path, timeout=10, progress=False, source=tmp_path / "source")
+    got = {p.part_id: p.message for p in report.parts}
+    assert got["ex02.gflops"].startswith(
+        "not graded: cell 3 (the solution of `gflops`) raised SyntaxError: invalid syntax "
+        "(line 4); so test cell 'gflops_tests' failed: NameError: name 'gflops' is not "
+        "defined"), got
+    assert got["ex02.peak_bandwidth"].startswith(
+        "not graded: cell 5 (the solution of `peak_bandwidth`) raised ZeroDivisionError: "
+        "division by zero; so"), got
+    assert "not graded: cell 3" in str(report)
+
+
+def test_cell_errors_are_read_strictly() -> None:
+    syntax = parse_error("SyntaxError: invalid syntax (497993260.py, line 3)")
+    assert syntax == CellError("SyntaxError", "invalid syntax", 3)
+    assert str(syntax) == "SyntaxError: invalid syntax (line 3)"
+    assert parse_error("NameError: name 'relu' is not defined").undefined == "relu"  # type: ignore[union-attr]
+    assert parse_error("ValueError: name 'relu' is not defined").undefined is None  # type: ignore[union-attr]
+    assert parse_error("not an error\x1b[2J") is None and parse_error("") is None
+    huge = parse_error("E: " + "x" * 10**6 + "\nsecond line")
+    assert huge is not None and len(huge.value) < 300 and "second" not in huge.value
+    # a forged location is kept as text unless it has the form IPython writes
+    assert parse_error("SyntaxError: bad (line 99999999)") == \
+        CellError("SyntaxError", "bad (line 99999999)")
+    assert defines("import numpy as np\ndef relu(x):\n    return x +", "relu")
+    assert defines("from m import relu", "relu") and defines("relu = lambda x: x", "relu")
+    assert not defines("y = relu(x)", "relu") and not defines("relu == 1", "relu")
+    assert not defines("    def relu(x): pass", "relu")  # not at the top level
+    assert not defines("def relu(): pass\n" + "#" * 200_000, "relu")  # over the bound
+    name_error = parse_error("NameError: name 'relu' is not defined")
+    bad = parse_error("SyntaxError: invalid syntax (1.py, line 2)")
+    assert bad is not None
+    errors = [(2, bad, "def relu(x):\n    return x +"), (7, bad, "def relu(x):\n    return")]
+    assert cause_of(5, name_error, errors) == (2, bad)  # earlier cells only, the last one
+    assert cause_of(9, name_error, errors) == (7, bad)
+    assert cause_of(5, bad, errors) is None  # not a NameError: nothing to explain
+
+
+# --------------------------------------------------------------------------- Ctrl-C
+
+
+def _submissions(root: Path) -> list[str]:
+    """a_good, b_sleepy (one cell sleeps over the 4 s timeout) and c_good."""
+    corpus.build(root, root / "escape", ["good"])
+    subs = root / "submissions"
+    good = (subs / "good" / f"{corpus.EXERCISE}.ipynb").read_bytes()
+    for name in ("a_good", "c_good"):
+        (subs / name).mkdir()
+        (subs / name / f"{corpus.EXERCISE}.ipynb").write_bytes(good)
+    sleepy = corpus.student()
+    sleepy.cells.insert(2, nbformat.v4.new_code_cell("import time\ntime.sleep(30)"))
+    corpus.write(subs / "b_sleepy", sleepy)
+    (subs / "good" / f"{corpus.EXERCISE}.ipynb").unlink()
+    (subs / "good").rmdir()
+    return ["a_good", "b_sleepy", "c_good"]
+
+
+def _interrupt(argv: list[str], out: Path, first: str) -> tuple[int, str]:
+    """Start ``edu-dl grade`` in its own process group, press Ctrl-C (SIGINT to the whole
+    group, as a terminal does) once ``first`` is saved; (exit status, stderr)."""
+    env = {**os.environ, sandbox.GROUP_VAR: GROUP, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "edu_dl.cli", *argv], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 240
+    while not state(out, first).exists() and proc.poll() is None:
+        assert time.monotonic() < deadline, "the first submission was never saved"
+        time.sleep(0.2)
+    time.sleep(1.0)  # the next one is in its sandbox now
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    return proc.returncode, err
+
+
+def _resume(err: str, cwd: Path) -> tuple[int, str]:
+    command = shlex.split(err.split("run: ", 1)[1].strip())
+    assert command[0] == "edu-dl" and "--force" not in command
+    done = subprocess.run([sys.executable, "-m", "edu_dl.cli", *command[1:]], cwd=cwd,
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, sandbox.GROUP_VAR: GROUP, "OMP_NUM_THREADS": "1"})
+    return done.returncode, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("where", ["here", pytest.param("dask", marks=pytest.mark.slow)])
+def test_ctrl_c_says_one_line_and_the_batch_resumes(tmp_path: Path, where: str) -> None:
+    students = _submissions(tmp_path)
+    out = tmp_path / "grades"
+    argv = ["grade", str(tmp_path / "submissions"), "--source", str(tmp_path / "source"),
+            "--out", str(out), "--timeout", "4", "--memory", "2048", "--force"]
+    if where == "dask":
+        argv += ["--local-cluster", "1"]
+    status, err = _interrupt(argv, out, "a_good")
+    assert status == 130, err
+    for noise in ("Traceback", "KeyboardInterrupt", "CancelledError", "ERROR"):
+        assert noise not in err, err
+    said = [line for line in err.splitlines() if "interrupted" in line]
+    assert len(said) == 1, err
+    saved = [s for s in students if state(out, s).exists()]
+    assert f"interrupted; {len(saved)} of 3 submissions graded and saved" in said[0]
+    assert "b_sleepy" not in saved  # cut short in its sandbox: no grade kept
+    assert not (out / "grades.csv").exists()
+    deadline = time.monotonic() + 20  # the interrupted sandbox is gone
+    while corpus.sandbox_processes(GROUP) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not corpus.sandbox_processes(GROUP)
+
+    status, said_again = _resume(said[0], tmp_path)
+    assert status == 0, said_again
+    assert f"graded {3 - len(saved)} submissions ({len(saved)} unchanged" in said_again
+    got = {(r["student"], r["part"]): r["status"] for r in _csv(out)}
+    assert got[("b_sleepy", "ex02.gflops")] == "not run"  # its cell 3 timed out
+    assert {got[(s, p)] for s in ("a_good", "c_good") for p in corpus.PARTS} == {"passed"}

@@ -1,0 +1,258 @@
+"""The trust boundary (edu_dl/grading/trust/): what a student or a sandbox wrote is read strictly,
+within bounds, and written out harmlessly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from edu_dl.grading import load, parts
+from edu_dl.grading.notebooks import NotebookError
+from edu_dl.grading.trust import notebook as tnb
+from edu_dl.grading.trust import source as tsource
+from edu_dl.grading.trust.result import RunRecord, parse_record
+from edu_dl.grading.trust.text import for_markdown, for_terminal, visible
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# --------------------------------------------------------------------------- text
+
+
+def test_text_for_each_writer() -> None:
+    assert visible("a\udcff\ud800b") == "a\\xff\\ud800b"
+    assert visible("a\udcffb").encode("utf-8") == b"a\\xffb"
+    assert for_terminal("\x1b]0;t\x07\x1b[2J ok\r\u202e\x00\x9b\n\t") == \
+        "\\x1b]0;t\\x07\\x1b[2J ok\\x0d\\u202e\\x00\\x9b\n\t"
+    assert for_markdown("<b>|</b>\nx") == "&lt;b&gt;\\|&lt;/b&gt;<br>x"
+    assert for_terminal("李娜 ü ✓") == "李娜 ü ✓"  # ordinary text is left as it is
+
+
+@given(st.text())
+def test_any_string_encodes_after_visible(text: str) -> None:
+    visible(text).encode("utf-8")
+    shown = for_terminal(text)
+    assert not any(ord(c) < 32 and c not in "\n\t" for c in shown)
+
+
+# --------------------------------------------------------------------------- run records
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+                    lambda inner: st.lists(inner, max_size=4)
+                    | st.dictionaries(st.text(), inner, max_size=4), max_leaves=20)
+
+
+@given(st.dictionaries(st.sampled_from(["cells", "kernel", "message", "output_cut", "x"]),
+                       JSON | st.lists(st.dictionaries(
+                           st.sampled_from(["index", "grade_id", "status", "error", "stderr"]),
+                           JSON), max_size=4)))
+def test_a_run_record_of_any_shape_reads_without_raising(raw: dict[str, object]) -> None:
+    record = parse_record(raw)
+    assert isinstance(record, RunRecord)
+    assert all(isinstance(c.index, int) and isinstance(c.grade_id, str) for c in record.cells)
+
+
+def test_a_run_record_keeps_only_the_runners_types() -> None:
+    record = parse_record({"cells": [{"index": 3, "grade_id": "t", "status": "error",
+                                      "error": "E" * 5000, "stderr": True},
+                                     {"index": True, "grade_id": "u", "status": "ok"},
+                                     {"index": 4, "grade_id": "v", "status": ["ok"]},
+                                     {"index": 5, "grade_id": "w", "status": "passed"}],
+                           "kernel": {"ok": 1}, "message": ["x"], "output_cut": "yes"})
+    assert [(c.index, c.grade_id, c.status, len(c.error), c.stderr) for c in record.cells] == \
+        [(3, "t", "error", 2000, True)]
+    assert (record.kernel, record.message, record.output_cut) == ("", "", False)
+
+
+# --------------------------------------------------------------------------- notebooks
+
+
+def test_json_nesting_is_bounded() -> None:
+    assert not tnb.too_deep([[[]]], 3) and tnb.too_deep([[[[]]]], 3)
+    deep = b"[" * 100_000 + b"]" * 100_000  # past Python's own recursion limit too
+    with pytest.raises(NotebookError, match="nested deeper than 64"):
+        tnb.load_json(deep, "x")
+    with pytest.raises(NotebookError, match="not UTF-8"):
+        tnb.load_json(b'{"a": "\xff"}', "x")
+
+
+def test_a_submitted_notebook_must_be_made_of_cells() -> None:
+    good = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
+    assert tnb.parse_notebook(nbformat.writes(good).encode(), "nb").cells[0].source == "x = 1"
+    for broken, why in (({"cell_type": "code", "source": {"a": 1}, "metadata": {}}, "source"),
+                        ({"cell_type": "picture", "source": "", "metadata": {}}, "cell type"),
+                        ({"cell_type": "code", "source": "", "metadata": [1]},
+                         "metadata|not a readable")):
+        bad = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [broken]}
+        with pytest.raises(NotebookError, match=why):
+            tnb.parse_notebook(json.dumps(bad).encode(), "nb")
+
+
+def ran() -> nbformat.NotebookNode:
+    return nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# t"),
+                                           nbformat.v4.new_code_cell("print(1)")])
+
+
+def executed(outputs: object, cells: list[object] | None = None) -> bytes:
+    nb = json.loads(nbformat.writes(ran()))
+    nb["cells"][1]["outputs"] = outputs
+    if cells is not None:
+        nb["cells"] = cells
+    return json.dumps(nb).encode()
+
+
+def test_only_checked_outputs_are_taken_from_the_executed_notebook() -> None:
+    png = "iVBORw0KGgo="
+    outputs = [{"output_type": "stream", "name": "stdout", "text": ["a", "b"]},
+               {"output_type": "display_data", "metadata": {"x": 1},
+                "data": {"text/html": "<script>x</script>", "image/png": png + "\n",
+                         "text/plain": "fig"}},
+               {"output_type": "error", "ename": "E", "evalue": "v", "traceback": ["t"]}]
+    got = tnb.executed_outputs(executed(outputs), ran())
+    assert got[0] == []
+    assert got[1][0]["text"] == "ab"
+    assert got[1][1]["data"] == {"text/plain": "fig", "image/png": png}  # no HTML kept
+    assert got[1][2]["traceback"] == ["t"]
+    nbformat.validate(nbformat.from_dict({**json.loads(nbformat.writes(ran())), "cells": [
+        {**ran().cells[1], "outputs": got[1]}]}))
+
+
+@pytest.mark.parametrize("outputs, cells, why", [
+    ([{"output_type": "execute_result", "data": {"text/plain": [1, 2]}}], None, "not text"),
+    ({}, None, "not a list"),
+    ([{"output_type": "stream", "name": "stdin", "text": "x"}], None, "stdout"),
+    ([{"output_type": "javascript"}], None, "unknown type"),
+    ([{"output_type": "execute_result", "execution_count": "1", "data": {}}], None, "count"),
+    ([], [], "do not match"),
+    ([], [{"cell_type": "code"}, {"cell_type": "code"}], "not the cell that was run"),
+])
+def test_a_forged_executed_notebook_is_not_used(outputs: object, cells: list[object] | None,
+                                                why: str) -> None:
+    with pytest.raises(tnb.Untrusted, match=why):
+        tnb.executed_outputs(executed(outputs, cells), ran())
+
+
+def test_the_grader_writes_student_data_compactly() -> None:
+    nb = ran()
+    nb.metadata["x"] = "\udcff 李"
+    data = tnb.compact_bytes(nb)
+    data.decode("ascii")
+    assert b"\n" not in data and json.loads(data)["metadata"]["x"] == "\udcff 李"
+
+
+# --------------------------------------------------------------------------- cell sources
+
+
+def notebook(*sources: str, test: str = 'check("hw.part", square)') -> nbformat.NotebookNode:
+    cells = [nbformat.v4.new_code_cell(s) for s in sources]
+    cells.append(nbformat.v4.new_code_cell(test, metadata={"nbgrader": {
+        "grade": True, "grade_id": "t", "locked": True, "points": 1}}))
+    return nbformat.v4.new_notebook(cells=cells)
+
+
+def test_a_cell_that_only_calls_the_name_is_never_parsed(monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    parsed: list[str] = []
+    real = tsource.parse_cell
+    monkeypatch.setattr(tsource, "parse_cell", lambda text: parsed.append(text) or real(text))
+    nb = notebook("def square(n):\n    return n * n", "print(square(3), square (4))",
+                  "y = [square(i) for i in range(3)]\n")
+    assert tsource.find_source(nb, "hw.part") == "def square(n):\n    return n * n\n"
+    assert [text[:10] for text in parsed] == ['check("hw.', "def square"]
+    for binding in ("square = print", "import square", "def square(x): pass",
+                    "from m import *", "async def \\\n  square(): pass", "y = square"):
+        assert tsource.may_bind(binding, "square"), binding
+
+
+def test_a_huge_cell_that_may_bind_the_name_is_not_parsed() -> None:
+    huge = "if False:\n    names = [" + "square, " * 200_000 + "]"
+    reader = tsource.SourceReader(notebook("def square(n):\n    return n * n", huge))
+    assert reader.find("hw.part") is None
+    assert f"code cell 2 holds {len(huge)} characters and may define square" in \
+        reader.problems["hw.part"]
+    assert 1 not in reader._parsed  # the huge cell was never parsed
+    calls = tsource.SourceReader(notebook("def square(n):\n    return n * n",
+                                          "x = [" + "square(1), " * 200_000 + "]"))
+    assert calls.find("hw.part") == "def square(n):\n    return n * n\n"  # calls only
+
+
+def test_no_cache_keeps_a_students_cells_across_submissions() -> None:
+    assert not hasattr(tsource.parse_cell, "cache_info")
+    reader = tsource.SourceReader(notebook("def square(n):\n    return n * n"))
+    reader.find("hw.part")
+    assert len(reader._parsed) == 2  # one reader per submission holds them
+
+
+# --------------------------------------------------------------------------- what travels
+
+
+def test_a_pickled_call_carries_no_host_path() -> None:
+    import pickle
+
+    course = parts.course_parts(ROOT / "solutions")
+    sent = {pid: load.pickled_call(part) for pid, part in course.items()}
+    sent = {pid: data for pid, data in sent.items() if data is not None}
+    assert len(sent) >= 20
+    for pid, data in sent.items():
+        assert str(ROOT).encode() not in data and b"parts/ex" not in data, pid
+        call = pickle.loads(data)
+        # the course's calls live in edu_dl.harness: sent by name, the sandbox imports them;
+        # a part file's own would come by value, its code named after the part
+        # (a harness's callable object, such as ex11's ExplainErrors, arrives as an equal copy)
+        assert call == course[pid].call if call.__module__.startswith("edu_dl.") \
+            else call.__code__.co_filename == f"<part {pid}>", pid
+
+
+def test_a_call_defined_in_a_part_file_travels_by_value_without_its_path(tmp_path: Path
+                                                                        ) -> None:
+    import pickle
+
+    (tmp_path / "parts").mkdir()
+    (tmp_path / "parts" / "hw7.private.py").write_text(
+        "from edu_dl.grading import Part\n\n"
+        "def twice(fn, args):\n    return fn(*args) * 2\n\n"
+        "PARTS = [Part(id='hw7.double', points=1, cases=lambda rng, hidden: [(1,)],\n"
+        "              expected=lambda n: 2 * n, call=twice)]\n")
+    part = parts.course_parts(tmp_path)["hw7.double"]
+    data = load.pickled_call(part)
+    assert data is not None and str(tmp_path).encode() not in data
+    call = pickle.loads(data)
+    assert call.__code__.co_filename == "<part hw7.double>" and call(lambda n: n, (3,)) == 6
+
+
+@given(st.binary(max_size=300))
+def test_a_submission_secret_of_any_bytes_is_one_token_or_nothing(data: bytes) -> None:
+    import tempfile
+
+    from edu_dl.grading.trust.files import SUBMISSION_SECRET, read_submission_secret
+
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / SUBMISSION_SECRET).write_bytes(data)
+        got = read_submission_secret(Path(tmp))
+    token = set(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
+    assert got is None or (got == data and set(got.rstrip(b"\r\n")) <= token)
+
+
+def test_a_submission_secret_is_never_read_through_a_link_a_fifo_or_past_its_bound(
+        tmp_path: Path) -> None:
+    import os
+
+    from edu_dl.grading.trust.files import SUBMISSION_SECRET, read_submission_secret
+
+    folders = {name: tmp_path / name for name in ("good", "link", "fifo", "big", "markup",
+                                                  "none")}
+    for folder in folders.values():
+        folder.mkdir()
+    (folders["good"] / SUBMISSION_SECRET).write_bytes(b"0123abcdef\n")
+    (tmp_path / "elsewhere").write_bytes(b"0123abcdef\n")
+    os.symlink(tmp_path / "elsewhere", folders["link"] / SUBMISSION_SECRET)
+    os.mkfifo(folders["fifo"] / SUBMISSION_SECRET)  # would block a plain open()
+    (folders["big"] / SUBMISSION_SECRET).write_bytes(b"a" * 10_000)
+    (folders["markup"] / SUBMISSION_SECRET).write_bytes(b"<script>alert(1)</script>")
+    got = {name: read_submission_secret(folder) for name, folder in folders.items()}
+    assert got == {"good": b"0123abcdef\n", "link": None, "fifo": None, "big": None,
+                   "markup": None, "none": None}

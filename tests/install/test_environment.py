@@ -1,0 +1,290 @@
+"""The set-up files agree: pyproject.toml, environment.yml, constraints.txt, README, CI."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# PEP 508: a name, optional [extras], then the version specifier (no environment markers here).
+REQUIREMENT = re.compile(
+    r"^\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[(?P<extras>[^\]]*)\])?\s*(?P<spec>[^;#]*?)\s*$"
+)
+
+
+def normalize(name: str) -> str:
+    """PEP 503: lowercase, runs of '-', '_', '.' become one '-'."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def parse_requirement(line: str) -> tuple[str, str]:
+    """'tensorflow[and-cuda] >= 2.16' -> ('tensorflow[and-cuda]', '>=2.16')."""
+    match = REQUIREMENT.match(line)
+    assert match, f"cannot parse requirement {line!r}"
+    name = normalize(match["name"])
+    if match["extras"]:
+        extras = ",".join(sorted(normalize(e) for e in match["extras"].split(",") if e.strip()))
+        name = f"{name}[{extras}]"
+    spec = ",".join(sorted(s.replace(" ", "") for s in match["spec"].split(",") if s.strip()))
+    return name, spec
+
+
+def requirements(lines: list[str]) -> dict[str, str]:
+    parsed = [parse_requirement(line) for line in lines]
+    names = [name for name, _ in parsed]
+    assert len(names) == len(set(names)), f"a package is listed twice: {names}"
+    return dict(parsed)
+
+
+def bare(name: str) -> str:
+    """'tensorflow[and-cuda]' -> 'tensorflow'."""
+    return name.split("[", 1)[0]
+
+
+@pytest.fixture(scope="module")
+def project() -> dict:
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)["project"]
+
+
+@pytest.fixture(scope="module")
+def extras(project: dict) -> dict[str, dict[str, str]]:
+    return {k: requirements(v) for k, v in project["optional-dependencies"].items()}
+
+
+# The extras `make install` adds to the runtime for the course on a CPU (beside the website's
+# and Dask's): TensorFlow, Caffe's protobuf, JupyterLab, the test tools.
+COURSE_EXTRAS = ("cpu", "caffe", "lab", "dev")
+
+
+@pytest.fixture(scope="module")
+def course_stack(project: dict, extras: dict[str, dict[str, str]]) -> dict[str, str]:
+    """What `make install` installs for the course: dependencies + COURSE_EXTRAS."""
+    stack = requirements(project["dependencies"])
+    for extra in COURSE_EXTRAS:
+        overlap = stack.keys() & extras[extra].keys()
+        assert not overlap, f"extra {extra!r} repeats {sorted(overlap)}"
+        stack |= extras[extra]
+    return stack
+
+
+def conda_pip_lines(text: str) -> list[str]:
+    """The entries of the `- pip:` list in environment.yml (a small parse: no YAML dependency)."""
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if re.fullmatch(r"\s*-\s+pip:\s*(#.*)?", line)]
+    assert len(starts) == 1, "environment.yml needs exactly one '- pip:' list"
+    start = starts[0]
+    parent_indent = len(lines[start]) - len(lines[start].lstrip())
+    entries = []
+    for line in lines[start + 1 :]:
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        if len(line) - len(line.lstrip()) <= parent_indent:
+            break
+        assert stripped.startswith("- "), f"unexpected line in the pip list: {line!r}"
+        entries.append(re.sub(r"\s+#.*$", "", stripped[2:]).strip().strip("'\""))
+    return entries
+
+
+def conda_dependencies(text: str) -> list[str]:
+    """The conda-level entries (`- python=3.11`, `- pip`) of environment.yml."""
+    out = []
+    in_deps = False
+    for line in text.splitlines():
+        if re.match(r"^dependencies:\s*$", line):
+            in_deps = True
+            continue
+        if in_deps and line and not line[0].isspace() and not line.startswith("#"):
+            break
+        match = re.fullmatch(r"  - ([^\s:]+)\s*(#.*)?", line)
+        if in_deps and match:
+            out.append(match[1])
+    return out
+
+
+def constraint_pins() -> dict[str, str]:
+    pins: dict[str, str] = {}
+    for raw in (ROOT / "constraints.txt").read_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        assert not line.startswith("-"), f"constraints.txt must hold only pins, not {line!r}"
+        assert "file:" not in line and " @ " not in line, f"a local path in constraints: {line!r}"
+        match = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;]+)", line)
+        assert match, f"constraints.txt lines must be name==version, not {line!r}"
+        name = normalize(match[1])
+        assert name not in pins, f"{name} is pinned twice in constraints.txt"
+        pins[name] = match[2]
+    return pins
+
+
+# ---------------------------------------------------------------------------------------------
+# pyproject.toml itself
+
+
+def test_torch_is_a_range_in_pyproject(project: dict) -> None:
+    """The exact version is in constraints.txt (the pin's one test: the constraints' below)."""
+    deps = requirements(project["dependencies"])
+    assert deps.get("torch", "").startswith(">="), "a range in pyproject (test_install.py)"
+
+
+def test_make_and_conda_install_with_the_constraints() -> None:
+    """The exact versions reach every install of the course's own: make (and so CI), conda."""
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"pip install [^\n]*-c \$\(CONSTRAINTS\) -e", makefile), "make lost -c"
+    assert re.search(r"^CONSTRAINTS := .*constraints\.txt", makefile, re.M)
+    assert "-c constraints.txt" in conda_pip_lines((ROOT / "environment.yml").read_text())
+
+
+def test_gpu_extras_are_cpu_extra_with_gpu_tensorflow_cupy_and_capped_numpy(
+    extras: dict[str, dict[str, str]],
+) -> None:
+    cpu = extras["cpu"]
+    assert "tensorflow-cpu" in cpu
+    for cuda in ("12", "13"):
+        gpu = extras[f"cuda{cuda}"]
+        expected = {k: v for k, v in cpu.items() if k != "tensorflow-cpu"}
+        expected["tensorflow[and-cuda]"] = cpu["tensorflow-cpu"]
+        extra = {f"cupy-cuda{cuda}x", f"numba-cuda[cu{cuda}]", "numpy"}
+        assert extra <= gpu.keys(), f"cuda{cuda} lacks {sorted(extra - gpu.keys())}"
+        assert {k: v for k, v in gpu.items() if k not in extra} == expected
+
+
+def test_the_issue_stack_is_named(course_stack: dict[str, str]) -> None:
+    needed = {"torch", "tensorflow-cpu", "numpy", "matplotlib", "jupyterlab", "nbval", "pytest",
+              "scikit-learn", "tqdm"}
+    assert needed <= course_stack.keys(), f"missing: {sorted(needed - course_stack.keys())}"
+
+
+def test_the_runtime_is_what_a_notebook_needs(project: dict,
+                                              extras: dict[str, dict[str, str]]) -> None:
+    """A hosted service installs the dependencies alone: no JupyterLab, no test tools, and no
+    protobuf 7 over the service's TensorFlow (issue 26); `make` adds them as extras."""
+    runtime = requirements(project["dependencies"])
+    for tool in ("jupyterlab", "pytest", "nbval", "protobuf"):
+        assert tool not in runtime, f"{tool} is a hard dependency: it belongs in an extra"
+    assert "jupyterlab" in extras["lab"]
+    assert {"pytest", "nbval"} <= extras["dev"].keys()
+    assert extras["caffe"] == {"protobuf": ">=7.35.1"}
+    # What the course's own code imports at run time, hosted services included.
+    assert {"nbformat", "nbclient", "ipykernel"} <= runtime.keys()
+
+
+def test_make_installs_the_course_extras() -> None:
+    """`make lab` and `make test` still get JupyterLab, the test tools and protobuf 7."""
+    line = re.search(r"^EXTRAS := (.*)$", (ROOT / "Makefile").read_text(), re.M)
+    assert line, "the Makefile lost its EXTRAS"
+    installed = set(line[1].split(","))
+    assert set(COURSE_EXTRAS) - {"cpu"} <= installed, line[1]
+    assert "$(CUDA_EXTRA)" in installed  # cpu, or a GPU extra with GPU=1
+
+
+# ---------------------------------------------------------------------------------------------
+# environment.yml
+
+
+def test_environment_yml_names_the_same_packages_as_pyproject(course_stack: dict[str, str]) -> None:
+    entries = conda_pip_lines((ROOT / "environment.yml").read_text())
+    assert "-e ." in entries, "environment.yml must install the course itself (-e .)"
+    conda = requirements([e for e in entries if not e.startswith("-")])
+    assert conda == course_stack, (
+        f"only in environment.yml: {sorted(conda.items() - course_stack.items())}; "
+        f"only in pyproject.toml: {sorted(course_stack.items() - conda.items())}"
+    )
+
+
+def test_environment_yml_uses_python_311_and_pip() -> None:
+    deps = conda_dependencies((ROOT / "environment.yml").read_text())
+    assert "python=3.11" in deps
+    assert "pip" in deps
+
+
+def test_conda_pip_list_parser_sees_every_entry() -> None:
+    text = "dependencies:\n  - pip\n  - pip:\n      - a>=1  # why\n\n      - B_c==2\n  - other\n"
+    assert conda_pip_lines(text) == ["a>=1", "B_c==2"]
+    assert conda_dependencies(text) == ["pip", "other"]
+
+
+# ---------------------------------------------------------------------------------------------
+# constraints.txt
+
+
+def test_constraints_pin_every_installed_package(course_stack: dict[str, str]) -> None:
+    pins = constraint_pins()
+    missing = sorted(bare(name) for name in course_stack if bare(name) not in pins)
+    assert not missing, f"constraints.txt lacks pins for {missing}: run `make constraints`"
+
+
+def test_constraints_satisfy_pyproject(course_stack: dict[str, str]) -> None:
+    from packaging.specifiers import SpecifierSet
+
+    pins = constraint_pins()
+    bad = [f"{name}{spec} but pinned =={pins[bare(name)]}"
+           for name, spec in course_stack.items()
+           if bare(name) in pins and pins[bare(name)] not in SpecifierSet(spec)]
+    assert not bad, bad
+
+
+def test_constraints_pin_torch_without_local_label_and_both_tensorflows() -> None:
+    pins = constraint_pins()
+    # The course's one assertion of the torch pin: an unpinned torch pulls a multi-GB CUDA build.
+    assert pins["torch"] == "2.13.0", "write torch==2.13.0, not a local build such as +cpu"
+    assert not [f"{k}=={v}" for k, v in pins.items() if "+" in v], "no local version labels"
+    assert "tensorflow-cpu" in pins
+    assert pins.get("tensorflow") == pins["tensorflow-cpu"], "GPU=1 must get the same TensorFlow"
+    assert "edu-dl" not in pins
+
+
+# ---------------------------------------------------------------------------------------------
+# README.md, Makefile, .ci/run
+
+
+def readme_commands() -> list[str]:
+    """Shell commands in README.md's fenced code blocks, in order."""
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"^```(?:bash|sh|shell|console)?\n(.*?)^```", text, re.M | re.S)
+    commands = []
+    for block in blocks:
+        for line in block.splitlines():
+            line = line.split("#", 1)[0].strip().removeprefix("$ ")
+            if line:
+                commands.append(line)
+    return commands
+
+
+def makefile_targets() -> set[str]:
+    text = (ROOT / "Makefile").read_text()
+    return {m for m in re.findall(r"^([A-Za-z0-9_.-]+)\s*:(?!=)", text, re.M)}
+
+
+def test_readme_opens_with_make_lab_and_make_test() -> None:
+    assert readme_commands()[:2] == ["make lab", "make test"]
+
+
+def test_every_make_target_in_the_docs_exists() -> None:
+    """The README and the website's pages for instructors and developers (site/*.md)."""
+    docs = [ROOT / "README.md", *sorted((ROOT / "site").glob("*.md"))]
+    used = {path.name: set(re.findall(r"(?:^|`)make ([a-z][a-z0-9_-]*)", path.read_text(), re.M))
+            for path in docs}
+    assert {"lab", "test", "site"} <= used["README.md"]
+    assert {"test-fast", "constraints", "notebooks"} <= used["developers.md"]
+    missing = set().union(*used.values()) - makefile_targets()
+    assert not missing, f"the docs name Makefile targets that do not exist: {sorted(missing)}"
+
+
+def test_makefile_keeps_its_targets() -> None:
+    expected = {"install", "lab", "test", "test-fast", "test-notebooks", "lint", "typecheck",
+                "bench", "constraints", "clean"}
+    assert expected <= makefile_targets()
+
+
+def test_ci_runs_make_test() -> None:
+    lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert lines[0] == "#!/usr/bin/env bash"
+    assert "set -euo pipefail" in lines
+    assert "make test" in lines

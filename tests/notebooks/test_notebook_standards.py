@@ -1,0 +1,500 @@
+"""Static checks of the course notebooks: the "Standards for every notebook" of the lectures issue.
+
+These read the committed .ipynb files only (no kernel runs; nbval does that in `make
+test-notebooks`). nbval compares outputs only for cells that were executed and only where a cell is
+tagged `nbval-check-output`, so a notebook committed unexecuted, or with too few checked cells,
+would pass nbval while checking nothing: these tests close that gap. Others keep the harness out of
+the students' sight (tags, not `# NBVAL_...` comments; no printed `True` for a check) and keep the
+notebooks alike (one title style).
+
+One test item per (notebook, standard), so a failure names both. To check another folder, add it to
+FOLDERS with the standards that apply there.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CHECK_TAG = "nbval-check-output"
+IGNORE_TAG = "nbval-ignore-output"
+HARNESS_COMMENT = re.compile(r"^\s*#\s*NBVAL_\w*", re.MULTILINE)
+# "01_x.ipynb" -> "1", "02b_x.ipynb" -> "2b": the number a notebook's title carries.
+NUMBER = re.compile(r"^0*(\d+[a-z]?)_")
+# A printed check: a line ending in True/False after a comparison ("losses agree: True"), two or
+# more booleans in a row (a table of checks), or a boolean alone. A fact ("CUDA available: False")
+# passes: it has no comparison before its boolean.
+COMPARISON = (r"==|\s=\s|≈|<|>|\b(?:equal|equals|agree|agrees|same|match|matches|pass|passes|"
+              r"passed|fail|fails|identical|below|above|fell|moved|removed|freed|arrive)\b")
+PRINTED_CHECK = re.compile(rf"(?:{COMPARISON}).*\b(?:True|False)\s*$"
+                           r"|(?:\b(?:True|False)\s+){1,}(?:True|False)\s*$|^\s*(?:True|False)\s*$")
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+# A printed duration or rate: "0.52 s", "12 ms", "3.1 µs", "1.5e+03 ns", "2 seconds", "7.3 it/s".
+TIMING = re.compile(
+    r"\d\s*(?:ns|us|µs|μs|ms|s|sec|secs|seconds?|min|minutes?)\b(?!/)|it/s|s/it", re.IGNORECASE
+)
+TF_IMPORT = re.compile(r"^\s*(?:import|from)\s+(?:tensorflow|keras)\b", re.MULTILINE)
+# setup() calls quiet_tensorflow(); exercise notebooks call it alone.
+SETUP_CALL = re.compile(r"^[^#\n]*\b(?:setup|quiet_tensorflow)\(", re.MULTILINE)
+EXPECTED_TIME = re.compile(r"\btime\b[^\n]*?\d+\s*(?:min|minutes?|h|hours?)\b", re.IGNORECASE)
+
+Notebook = nbformat.NotebookNode
+Check = Callable[[Path, Notebook], list[str]]
+
+
+def checked(cell: Notebook) -> bool:
+    return CHECK_TAG in cell.metadata.get("tags", [])
+
+
+def code_cells(nb: Notebook) -> list[Notebook]:
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+def markdown_cells(nb: Notebook) -> list[Notebook]:
+    return [c for c in nb.cells if c.cell_type == "markdown"]
+
+
+def output_text(output: Notebook) -> str:
+    """All the text an output shows: stream text, text/* data, and an error's traceback."""
+    if output.get("output_type") == "stream":
+        text = output.get("text", "")
+        return text if isinstance(text, str) else "".join(text)
+    if output.get("output_type") == "error":
+        return "\n".join([output.get("ename", ""), output.get("evalue", ""),
+                          *output.get("traceback", [])])
+    parts = []
+    for mime, value in output.get("data", {}).items():
+        if mime.startswith("text/") or mime == "application/vnd.jupyter.stderr":
+            parts.append(value if isinstance(value, str) else "".join(value))
+    return "\n".join(parts)
+
+
+def label(nb: Notebook, cell: Notebook) -> str:
+    """'code cell 7 (In [7])': the index nbval reports (counting code cells from 0)."""
+    index = code_cells(nb).index(cell)
+    return f"code cell {index} (In [{cell.get('execution_count')}])"
+
+
+# ---------------------------------------------------------------------------------------------
+# The standards. Each returns a list of problems; an empty list passes.
+
+
+def valid_nbformat(path: Path, nb: Notebook) -> list[str]:
+    try:
+        nbformat.validate(nb)
+    except nbformat.ValidationError as err:
+        return [f"not a valid nbformat {nb.nbformat} notebook: {err.message}"]
+    return []
+
+
+def executed_in_order(path: Path, nb: Notebook) -> list[str]:
+    """Unexecuted cells are never compared by nbval; every count 1..n, top to bottom, in one run."""
+    counts = [c.get("execution_count") for c in code_cells(nb)]
+    if counts == list(range(1, len(counts) + 1)):
+        return []
+    return [f"execution counts are {counts}, expected 1..{len(counts)} in order: execute the "
+            "notebook top to bottom in a fresh kernel (make notebooks NB=...)"]
+
+
+def no_error_outputs(path: Path, nb: Notebook) -> list[str]:
+    return [f"{label(nb, c)} has an error output: {o.get('ename')}: {o.get('evalue')}"
+            for c in code_cells(nb) for o in c.get("outputs", []) if o.output_type == "error"]
+
+
+def no_tracebacks(path: Path, nb: Notebook) -> list[str]:
+    return [f"{label(nb, c)} prints a traceback"
+            for c in code_cells(nb)
+            if any("Traceback" in output_text(o) for o in c.get("outputs", []))]
+
+
+def a_third_checked(path: Path, nb: Notebook) -> list[str]:
+    cells = code_cells(nb)
+    count = sum(checked(c) for c in cells)
+    if 3 * count >= len(cells):
+        return []
+    return [f"only {count} of {len(cells)} code cells are tagged {CHECK_TAG!r}; "
+            f"at least {-(-len(cells) // 3)} must be"]
+
+
+def no_disabled_eager(path: Path, nb: Notebook) -> list[str]:
+    """TF 1.x code runs inside `with tf.Graph().as_default():`, never in a kernel without eager."""
+    return [f"{label(nb, c)} mentions disable_eager_execution: use tf.Graph().as_default() "
+            "and tf.compat.v1.Session instead"
+            for c in code_cells(nb) if "disable_eager_execution" in c.source]
+
+
+def setup_before_tensorflow(path: Path, nb: Notebook) -> list[str]:
+    """setup() (or quiet_tensorflow()) sets TF_CPP_MIN_LOG_LEVEL / TF_ENABLE_ONEDNN_OPTS: it must
+    run before TF loads."""
+    source = "\n".join(c.source for c in code_cells(nb))
+    tf_import = TF_IMPORT.search(source)
+    if tf_import is None:
+        return []
+    setup_call = SETUP_CALL.search(source)
+    if setup_call is None or setup_call.start() > tf_import.start():
+        return [f"{tf_import.group().strip()!r} runs before `rng = setup()` (or "
+                "quiet_tensorflow(), from edu_dl.notebook.lecture): TensorFlow's log lines would "
+                "pollute "
+                "the outputs"]
+    return []
+
+
+def timing_cells_not_checked(path: Path, nb: Notebook) -> list[str]:
+    """Durations and rates differ on every run: such a cell must not be checked."""
+    problems = []
+    for c in code_cells(nb):
+        if not checked(c):
+            continue
+        for o in c.get("outputs", []):
+            match = TIMING.search(output_text(o))
+            if match:
+                problems.append(f"{label(nb, c)} is tagged {CHECK_TAG} but prints a timing or a "
+                                f"rate ({match.group()!r}): tag it {IGNORE_TAG} instead")
+                break
+    return problems
+
+
+def opens_with_objectives(path: Path, nb: Notebook) -> list[str]:
+    md = markdown_cells(nb)
+    if not md:
+        return ["no markdown cell"]
+    first = md[0].source
+    problems = [f"the first markdown cell does not name its {word}"
+                for word in ("objectives", "prerequisites") if word not in first.lower()]
+    if not EXPECTED_TIME.search(first):
+        problems.append("the first markdown cell gives no expected time (e.g. "
+                        "'**Expected time.** 30 minutes')")
+    return problems
+
+
+def ends_with_exercise(path: Path, nb: Notebook) -> list[str]:
+    md = markdown_cells(nb)
+    exercise = f"exercises/{path.name}"
+    if md and exercise in md[-1].source:
+        return []
+    return [f"the last markdown cell does not point to its exercise {exercise!r}"]
+
+
+def ends_with_validate(path: Path, nb: Notebook) -> list[str]:
+    """Every exercise ends with the step that grades it before it is handed in."""
+    md = markdown_cells(nb)
+    step = f"edu-dl validate {path.name}"
+    if md and step in " ".join(md[-1].source.split()):
+        return []
+    return [f"the last markdown cell does not end with its validate step `{step}`"]
+
+
+@functools.cache
+def jupyterlab_kernelspec() -> dict[str, str]:
+    """The kernelspec JupyterLab writes into a notebook it opens with this environment's kernel
+    (ipykernel's own: its display name is "Python 3 (ipykernel)")."""
+    from ipykernel.kernelspec import KERNEL_NAME, get_kernel_dict
+
+    spec = get_kernel_dict()
+    return {"display_name": spec["display_name"], "language": spec["language"],
+            "name": KERNEL_NAME}
+
+
+def kernelspec_as_jupyterlab_writes_it(path: Path, nb: Notebook) -> list[str]:
+    """Any other kernelspec is rewritten when JupyterLab opens the notebook: it then shows as
+    modified, and once saved, `git status` is dirty before the student changed anything."""
+    want, got = jupyterlab_kernelspec(), dict(nb.metadata.get("kernelspec", {}))
+    if got == want:
+        return []
+    return [f"its kernelspec {got} is not the one JupyterLab writes, {want}: opening it in "
+            "JupyterLab would mark it modified"]
+
+
+def no_run_metadata(path: Path, nb: Notebook) -> list[str]:
+    """Per-cell timestamps and widget state change on every run: noise in every diff."""
+    problems = [f"{label(nb, c)} keeps execution timestamps in its metadata"
+                for c in code_cells(nb) if "execution" in c.metadata]
+    if "widgets" in nb.metadata:
+        problems.append("the notebook metadata keeps widget state")
+    if problems:
+        problems.append("execute notebooks with `make notebooks NB=...`, which records neither")
+    return problems
+
+
+def no_harness_comments(path: Path, nb: Notebook) -> list[str]:
+    """nbval's markers are cell tags, out of the students' sight, never comments in the code."""
+    problems = []
+    for c in code_cells(nb):
+        match = HARNESS_COMMENT.search(c.source)
+        if match:
+            tag = match.group().strip("# ").lower().replace("_", "-")
+            problems.append(f"{label(nb, c)} has the comment {match.group().strip()!r}: "
+                            f"use the cell tag {tag!r}")
+    return problems
+
+
+def title_style(path: Path, nb: Notebook) -> list[str]:
+    """One title style: '# 3. Feeding the GPU' for a lecture, '# Exercise 3. ...' for the rest."""
+    md = markdown_cells(nb)
+    number = NUMBER.match(path.name)
+    if not md or number is None:
+        return [f"{path.name}: no markdown cell, or no number in the file name"]
+    prefix = "# " if path.parent.name == "lectures" else "# Exercise "
+    want = f"{prefix}{number.group(1)}. "
+    first = md[0].source.partition("\n")[0]
+    return [] if first.startswith(want) else [f"the title {first!r} does not start with {want!r}"]
+
+
+def no_widget_outputs(path: Path, nb: Notebook) -> list[str]:
+    """A committed progress widget shows frozen ("0/500"): progress bars are text or nothing."""
+    return [f"{label(nb, c)} keeps a widget output (a frozen progress bar?): execute with "
+            "`make notebooks NB=...`, which sets TQDM_DISABLE=1"
+            for c in code_cells(nb)
+            if any(WIDGET_VIEW in o.get("data", {}) for o in c.get("outputs", []))]
+
+
+def no_printed_checks(path: Path, nb: Notebook) -> list[str]:
+    """'FLOPs = 2n³: True' teaches nothing: show the values (after asking for a prediction)."""
+    problems = []
+    for c in code_cells(nb):
+        for o in c.get("outputs", []):
+            line = next((ln for ln in output_text(o).splitlines() if PRINTED_CHECK.search(ln)),
+                        None)
+            if line is not None:
+                problems.append(f"{label(nb, c)} prints a check's bare boolean: {line.strip()!r}")
+                break
+    return problems
+
+
+COMMON: list[Check] = [valid_nbformat, executed_in_order, no_error_outputs, no_tracebacks,
+                       a_third_checked, no_disabled_eager, setup_before_tensorflow,
+                       timing_cells_not_checked, no_run_metadata, no_harness_comments,
+                       title_style, no_widget_outputs, no_printed_checks,
+                       kernelspec_as_jupyterlab_writes_it]
+LECTURE: list[Check] = [*COMMON, opens_with_objectives, ends_with_exercise]
+
+# folder -> the standards its notebooks must meet.
+FOLDERS: dict[str, list[Check]] = {
+    "lectures": LECTURE,
+    # Solutions are graded by their check() cells, not by a share of checked outputs.
+    "solutions": [valid_nbformat, executed_in_order, no_error_outputs, no_tracebacks,
+                  no_disabled_eager, setup_before_tensorflow, no_run_metadata,
+                  no_harness_comments, title_style, no_widget_outputs, no_printed_checks,
+                  kernelspec_as_jupyterlab_writes_it, ends_with_validate],
+    # Generated from the solutions and committed unexecuted: what a student opens.
+    "exercises": [valid_nbformat, no_harness_comments, title_style,
+                  kernelspec_as_jupyterlab_writes_it, ends_with_validate],
+}
+
+
+def notebooks() -> list[Path]:
+    return sorted(p for folder in FOLDERS for p in (ROOT / folder).glob("*.ipynb"))
+
+
+CASES = [pytest.param(path, check, id=f"{path.parent.name}/{path.stem}-{check.__name__}")
+         for path in notebooks() for check in FOLDERS[path.parent.name]]
+
+
+@pytest.mark.parametrize(("path", "check"), CASES)
+def test_notebook_standard(path: Path, check: Check) -> None:
+    nb = nbformat.read(path, as_version=4)
+    problems = check(path, nb)
+    assert not problems, f"{path.relative_to(ROOT)}: " + "; ".join(problems)
+
+
+# ---------------------------------------------------------------------------------------------
+# The checks themselves catch what they should: a tiny notebook, broken one way at a time.
+
+
+def make_notebook() -> Notebook:
+    v4 = nbformat.v4
+    cells = [
+        v4.new_markdown_cell("# 99. Demo\n\n**Learning objectives.** x\n\n**Prerequisites.** y\n\n"
+                             "**Expected time.** 20 minutes."),
+        v4.new_code_cell("from edu_dl.notebook.lecture import setup\nrng = setup()\n"
+                         "import tensorflow"),
+        v4.new_code_cell("print(1 + 1)", metadata={"tags": [CHECK_TAG]}),
+        v4.new_code_cell("print('took 0.3 s')", metadata={"tags": [IGNORE_TAG]}),
+        v4.new_markdown_cell("Practise in `exercises/99_demo.ipynb`."),
+    ]
+    cells[1].outputs = []
+    cells[2].outputs = [v4.new_output("stream", name="stdout", text="2\n")]
+    cells[3].outputs = [v4.new_output("stream", name="stdout", text="took 0.3 s\n")]
+    nb = v4.new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = dict(jupyterlab_kernelspec())
+    for n, cell in enumerate(code_cells(nb), start=1):
+        cell.execution_count = n
+    return nb
+
+
+DEMO = Path("lectures/99_demo.ipynb")
+
+
+def test_the_demo_notebook_meets_every_standard() -> None:
+    nb = make_notebook()
+    assert {c.__name__: c(DEMO, nb) for c in LECTURE} == {c.__name__: [] for c in LECTURE}
+
+
+def test_checks_catch_an_unexecuted_cell() -> None:
+    nb = make_notebook()
+    code_cells(nb)[1].execution_count = None
+    assert executed_in_order(DEMO, nb)
+
+
+def test_checks_catch_cells_run_out_of_order() -> None:
+    nb = make_notebook()
+    code_cells(nb)[0].execution_count, code_cells(nb)[1].execution_count = 2, 1
+    assert executed_in_order(DEMO, nb)
+
+
+def test_checks_catch_errors_and_tracebacks() -> None:
+    nb = make_notebook()
+    code_cells(nb)[1].outputs.append(nbformat.v4.new_output(
+        "error", ename="ValueError", evalue="bad", traceback=["Traceback (most recent call last)"]))
+    assert no_error_outputs(DEMO, nb)
+    assert no_tracebacks(DEMO, nb)
+    nb = make_notebook()
+    code_cells(nb)[1].outputs.append(nbformat.v4.new_output(
+        "stream", name="stderr", text="Traceback (most recent call last):\n  ...\n"))
+    assert no_tracebacks(DEMO, nb)
+    assert not no_error_outputs(DEMO, nb)
+
+
+def test_checks_catch_too_few_checked_cells() -> None:
+    nb = make_notebook()
+    nb.cells.insert(2, nbformat.v4.new_code_cell("x = 1", execution_count=None))
+    nb.cells.insert(2, nbformat.v4.new_code_cell("y = 1", execution_count=None))
+    assert a_third_checked(DEMO, nb)  # 1 of 5
+
+
+def test_checks_catch_disabled_eager_execution() -> None:
+    nb = make_notebook()
+    code_cells(nb)[1].source += "\ntf.compat.v1.disable_eager_execution()"
+    assert no_disabled_eager(DEMO, nb)
+
+
+def test_checks_catch_tensorflow_before_setup() -> None:
+    nb = make_notebook()
+    code_cells(nb)[0].source = (
+        "import tensorflow as tf\nfrom edu_dl.notebook.lecture import setup\nsetup()")
+    assert setup_before_tensorflow(DEMO, nb)
+    code_cells(nb)[0].source = "from keras import layers"
+    assert setup_before_tensorflow(DEMO, nb)
+    code_cells(nb)[0].source = "# setup()\nimport keras"
+    assert setup_before_tensorflow(DEMO, nb)
+
+
+@pytest.mark.parametrize("text", ["took 0.3 s\n", "12.5 ms per step\n", "3 µs\n", "1e+03 ns",
+                                  "100%|####| 50/50 [00:01<00:00, 41.2it/s]", "2 seconds"])
+def test_checks_catch_a_checked_timing_cell(text: str) -> None:
+    nb = make_notebook()
+    cell = code_cells(nb)[1]
+    cell.outputs = [nbformat.v4.new_output("stream", name="stderr", text=text)]
+    assert timing_cells_not_checked(DEMO, nb)
+    cell.metadata["tags"] = [IGNORE_TAG]
+    assert not timing_cells_not_checked(DEMO, nb)
+
+
+@pytest.mark.parametrize("text", ["loss at step 10: 2.5\n", "shapes (64, 10) float32\n",
+                                  "10 steps, 3 layers\n", "bandwidth 480 GB/s\n", "True\n"])
+def test_timing_check_leaves_other_outputs_alone(text: str) -> None:
+    nb = make_notebook()
+    code_cells(nb)[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
+    assert not timing_cells_not_checked(DEMO, nb)
+
+
+def test_checks_catch_a_missing_opening_or_closing() -> None:
+    nb = make_notebook()
+    nb.cells[0].source = "# 9. Demo\n\n**Learning objectives.** x"
+    assert len(opens_with_objectives(DEMO, nb)) == 2  # no prerequisites, no expected time
+    nb.cells[-1].source = "That's all."
+    assert ends_with_exercise(DEMO, nb)
+    nb.cells[-1].source = "Practise in `exercises/98_other.ipynb`."
+    assert ends_with_exercise(DEMO, nb)
+
+
+def test_checks_catch_run_timestamps_and_widget_state() -> None:
+    nb = make_notebook()
+    code_cells(nb)[1].metadata["execution"] = {"iopub.status.idle": "2026-11-22T00:37:46Z"}
+    problems = no_run_metadata(DEMO, nb)
+    assert problems and "code cell 1" in problems[0]
+    nb = make_notebook()
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {}}
+    assert no_run_metadata(DEMO, nb)
+
+
+def test_quiet_tensorflow_counts_as_set_up() -> None:
+    nb = make_notebook()
+    code_cells(nb)[0].source = (
+        "from edu_dl.notebook.lecture import quiet_tensorflow\nquiet_tensorflow()\n"
+        "import tensorflow")
+    assert setup_before_tensorflow(DEMO, nb) == []
+
+
+def test_checks_catch_an_nbval_comment() -> None:
+    nb = make_notebook()
+    code_cells(nb)[1].source = "# NBVAL_CHECK_OUTPUT\nprint(1 + 1)"
+    problems = no_harness_comments(DEMO, nb)
+    assert problems and "'nbval-check-output'" in problems[0]
+
+
+@pytest.mark.parametrize(("name", "title", "ok"), [
+    ("lectures/03_x.ipynb", "# 3. Feeding the GPU", True),
+    ("lectures/02b_x.ipynb", "# 2b. Writing a GPU kernel", True),
+    ("lectures/11_x.ipynb", "# 11. Convolutions", True),
+    ("lectures/03_x.ipynb", "# 03 · Feeding the GPU", False),
+    ("lectures/08_x.ipynb", "# Lecture 8 — Static vs dynamic", False),
+    ("lectures/03_x.ipynb", "# 4. Wrong number", False),
+    ("solutions/03_x.ipynb", "# Exercise 3. Feeding the GPU", True),
+    ("solutions/03_x.ipynb", "# 3. Feeding the GPU", False),
+])
+def test_checks_catch_another_title_style(name: str, title: str, ok: bool) -> None:
+    nb = make_notebook()
+    nb.cells[0].source = title + "\n\nmore"
+    assert (title_style(Path(name), nb) == []) is ok
+
+
+def test_checks_catch_a_frozen_widget() -> None:
+    nb = make_notebook()
+    code_cells(nb)[2].outputs.append(nbformat.v4.new_output(
+        "display_data", data={WIDGET_VIEW: {"model_id": "abc"}, "text/plain": "0/500"}))
+    assert no_widget_outputs(DEMO, nb)
+
+
+@pytest.mark.parametrize("text", ["FLOPs = 2n³:  True", "losses agree: True", "True",
+                                  "edu_dl eager   True    True    True", "passed: False",
+                                  "a == b: False | c == d: True", "below 1e-5: True"])
+def test_checks_catch_a_printed_check(text: str) -> None:
+    nb = make_notebook()
+    code_cells(nb)[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
+    assert no_printed_checks(DEMO, nb)
+
+
+@pytest.mark.parametrize("text", ["torch.cuda.is_available(): False", "CUDA available: True",
+                                  "max rel. error 2e-16", "loss 0.25 (PyTorch 0.25)"])
+def test_printed_facts_are_not_checks(text: str) -> None:
+    nb = make_notebook()
+    code_cells(nb)[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
+    assert not no_printed_checks(DEMO, nb)
+
+
+def test_checks_catch_a_kernelspec_jupyterlab_would_rewrite() -> None:
+    nb = make_notebook()
+    nb.metadata["kernelspec"]["display_name"] = "Python 3"  # what the notebooks used to say
+    assert kernelspec_as_jupyterlab_writes_it(DEMO, nb)
+    del nb.metadata["kernelspec"]
+    assert kernelspec_as_jupyterlab_writes_it(DEMO, nb)
+
+
+def test_checks_catch_an_exercise_without_its_validate_step() -> None:
+    exercise = Path("exercises/99_demo.ipynb")
+    nb = make_notebook()
+    nb.cells[-1].source = "Run `!edu-dl validate 99_demo.ipynb`\nbefore you submit."
+    assert ends_with_validate(exercise, nb) == []
+    nb.cells[-1].source = "Run `!edu-dl validate 98_other.ipynb` before you submit."
+    assert ends_with_validate(exercise, nb)
+    nb.cells.append(nbformat.v4.new_markdown_cell("Going further: ..."))
+    nb.cells[-2].source = "Run `!edu-dl validate 99_demo.ipynb` before you submit."
+    assert ends_with_validate(exercise, nb)
