@@ -69,6 +69,38 @@ def test_every_twin_gives_the_same_losses_and_weights(twin, loss, optimizer, dty
     assert rel_error(h.weights["w1"], init["w1"]) > 1e-3
 
 
+# The twins whose step ``edu-dl bench engine`` times (twin -> module with make_step).
+STEP_TWINS = {"numpy": "numpy_twin", "edu_eager": "edu_eager", "edu_static": "edu_static",
+              "torch_nn": "torch_nn", "tf2_eager": "tf2_eager"}
+
+
+@pytest.mark.parametrize("loss, optimizer, dtype", CASES,
+                         ids=[f"{l}-{o}-{np.dtype(d).name}" for l, o, d in CASES])
+@pytest.mark.parametrize("twin", [
+    *[t for t in STEP_TWINS if t != "tf2_eager"],
+    pytest.param("tf2_eager", marks=pytest.mark.slow),  # importing TensorFlow takes ~5 s
+])
+def test_make_step_is_the_step_the_twin_trains_with(twin, loss, optimizer, dtype):
+    """The benchmarks' step (``make_step``; lean for edu_eager and torch_nn, which train an
+    ``nn.Sequential``) gives the twin's losses and weights; ``reset()`` starts over exactly."""
+    import importlib
+
+    spec = SPECS[loss]
+    X, Y = spec.make_data(dtype)
+    stepper = importlib.import_module(f"edu_dl.twins.{STEP_TWINS[twin]}").make_step(
+        spec, X, Y, spec.init_weights(dtype), spec.lr(optimizer), optimizer)
+    losses = [stepper.loss_of(stepper.step()) for _ in range(STEPS)]
+    h = run(twin, loss, optimizer, dtype)
+    # The lean steps write the lecture's loss as the lecture does, the Module twins as a
+    # scaled MSELoss: summation order only (float64: ~1e-16).
+    tol = {np.float64: 1e-12, np.float32: 1e-5}[dtype]
+    np.testing.assert_allclose(losses, h.losses, rtol=tol, atol=0)
+    for name in models.WEIGHT_NAMES:
+        assert rel_error(stepper.weights()[name], h.weights[name]) < tol, name
+    stepper.reset()  # the starting weights and a fresh optimizer state: the same run again
+    assert [stepper.loss_of(stepper.step()) for _ in range(STEPS)] == losses
+
+
 def test_float64_tolerance_tells_float32_numbers_apart():
     """The parity test can fail: starting from float32-rounded weights already breaks 1e-8."""
     spec = SPECS["mean_row_sum"]
