@@ -24,9 +24,8 @@ import sys
 from pathlib import Path
 
 import nbformat
+import nbgrader_course as course
 import pytest
-
-from edu_dl.grading import nbgrader_course as course
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENT = "ps"

@@ -11,11 +11,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import nbformat
+import nbgrader_course as course
 import pytest
 
 from edu_dl.cli import main
 from edu_dl.grading import model, nbgrader, policy
-from edu_dl.grading import nbgrader_course as course
 from edu_dl.grading import notebooks as nbs
 from edu_dl.grading.assign import assign, lint
 from edu_dl.grading.settings import Settings

@@ -10,10 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..grading.cluster_bench import add_bench_cluster
 from .conv import add_conv
 from .engine import add_engine
-from .grading import add_bench_grading
 from .kernels import add_kernels
 from .loader import add_loader
 from .matmul import add_bench_matmul
@@ -25,7 +23,7 @@ from .twins import add_twins
 
 BENCHMARKS: list[Callable[[Any], None]] = [
     add_engine, add_plan, add_bench_matmul, add_loader, add_transfer, add_twins, add_parallel,
-    add_kernels, add_conv, add_bench_grading, add_bench_cluster, add_gpu, add_results]
+    add_kernels, add_conv, add_gpu, add_results]
 
 
 def add_bench(subparsers: Any) -> None:

@@ -1,6 +1,6 @@
 """An nbgrader course as an instructor writes it (schema 3, no edu_dl anywhere), four students'
-submissions of it, and nbgrader 0.9 itself to grade it: what proves (tests) and measures
-(``edu-dl bench grading --nbgrader``) that edu-dl grades such a course as nbgrader does.
+submissions of it, and nbgrader 0.9 itself to grade it: the test fixture that proves (tests) and
+measures (``tests/bench_grading.py --nbgrader``) that edu-dl grades such a course as nbgrader does.
 
 The source has assert-style test cells (one with hidden tests), a solution cell with BEGIN/END
 SOLUTION and one without, a partial-credit test cell, a graded code answer, a Markdown answer
