@@ -46,15 +46,11 @@ def make_step(spec: ModelSpec, X: np.ndarray, Y: np.ndarray, init: dict[str, np.
     w2 = Tensor(start[1], requires_grad=True, device=device)
     opt = _optimizer([w1, w2], lr, optimizer)
 
-    if spec.loss == "mean_row_sum":
-        def forward() -> Tensor:
-            return (((x @ w1).relu() @ w2 - y) ** 2).sum(axis=1).mean()
-    else:
-        def forward() -> Tensor:
-            return _loss(spec, (x @ w1).relu() @ w2, y)
+    lecture_loss = spec.loss == "mean_row_sum"
 
     def step() -> Any:
-        loss = forward()
+        y_pred = (x @ w1).relu() @ w2
+        loss = ((y_pred - y) ** 2).sum(axis=1).mean() if lecture_loss else _loss(spec, y_pred, y)
         opt.zero_grad()
         loss.backward()
         opt.step()
