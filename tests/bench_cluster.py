@@ -25,10 +25,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from edu_dl.machine.hardware import usable_cores
+
 from edu_dl.grading.batch import grade
 from edu_dl.grading.cluster import ClusterOptions, local_cluster, warm_up
 from edu_dl.grading.settings import Settings
-from edu_dl.hardware import usable_cores
 
 
 def bench(submissions: int = 4, workers: Sequence[int] = (1, 2, 3), jobs: Sequence[int] = (1,),

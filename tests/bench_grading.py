@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import nbgrader_course as course
+from edu_dl.machine.hardware import usable_cores
 
 from edu_dl.grading.batch import grade
 from edu_dl.grading.settings import Settings
-from edu_dl.hardware import usable_cores
 
 SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions"
 NBGRADER_VENV = Path.home() / ".cache" / "edu-dl" / "nbgrader-0.9-venv"

@@ -88,7 +88,7 @@ def test_the_argparse_types_module_imports_nothing_of_the_package() -> None:
     import ast
     from pathlib import Path
 
-    from edu_dl.bench import args
+    from edu_dl.util import args
 
     tree = ast.parse(Path(args.__file__).read_text())
     imported = [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
@@ -127,7 +127,7 @@ def test_the_course_benchmarks_and_the_grader_do_not_import_each_other() -> None
     into_grading = {f: sorted(n for n in names if n.startswith("edu_dl.grading"))
                     for f, names in _package_imports("bench").items()}
     into_bench = {f: sorted(n for n in names if n.startswith("edu_dl.bench")
-                            and not n.startswith("edu_dl.bench.args"))
+                            and not n.startswith("edu_dl.util.args"))
                   for f, names in _package_imports("grading").items()}
     assert not {f: n for f, n in into_grading.items() if n}
     assert not {f: n for f, n in into_bench.items() if n}

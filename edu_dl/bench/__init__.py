@@ -4,7 +4,7 @@
 - ``args``: the argparse types (imports nothing else of the package)
 - ``common``: the shared flags (``--out DIR`` is always a folder), formats, timers, machine facts
 - ``device``: ``--device cpu|gpu``: the array namespace, device names and synchronize
-- ``problems``: the two-layer net at named sizes, drawn by ``edu_dl.models``
+- ``problems``: the two-layer net at named sizes, drawn by ``edu_dl.models.spec``
 - ``engine`` (with ``trainers``: the twins' own steps) and ``plan``: one training step per
   framework; the static plan
 - ``matmul``, ``kernels``, ``transfer``, ``loader``, ``twins``, ``parallel``

@@ -10,16 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .conv import add_conv
-from .engine import add_engine
-from .kernels import add_kernels
-from .loader import add_loader
-from .matmul import add_bench_matmul
-from .parallel import add_parallel
-from .plan import add_plan
-from .record import add_gpu, add_results
-from .transfer import add_transfer
-from .twins import add_twins
+from edu_dl.bench.conv import add_conv
+from edu_dl.bench.engine import add_engine
+from edu_dl.bench.kernels import add_kernels
+from edu_dl.bench.loader import add_loader
+from edu_dl.bench.matmul import add_bench_matmul
+from edu_dl.bench.parallel import add_parallel
+from edu_dl.bench.plan import add_plan
+from edu_dl.bench.record import add_gpu, add_results
+from edu_dl.bench.transfer import add_transfer
+from edu_dl.bench.twins import add_twins
 
 BENCHMARKS: list[Callable[[Any], None]] = [
     add_engine, add_plan, add_bench_matmul, add_loader, add_transfer, add_twins, add_parallel,

@@ -31,8 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .args import comma_list, positive_int
-from .common import (
+from edu_dl.bench.common import (
     TIMES,
     add_flags,
     busy_note,
@@ -48,9 +47,10 @@ from .common import (
     pyplot,
     repeats_of,
 )
-from .device import Device
-from .problems import CPU_SIZES, GPU_SIZES, SIZES
-from .worker import DEFAULT_TIMEOUT_S, Worker, WorkerError
+from edu_dl.bench.device import Device
+from edu_dl.bench.problems import CPU_SIZES, GPU_SIZES, SIZES
+from edu_dl.util.args import comma_list, positive_int
+from edu_dl.util.worker import DEFAULT_TIMEOUT_S, Worker, WorkerError
 
 TRAINERS = "edu_dl.bench.trainers"  # where the workers find setup, calibrate_steps, time_batch
 
@@ -437,8 +437,8 @@ def add_engine(kinds: Any) -> None:
 
 
 def run_engine_command(args: argparse.Namespace) -> int:
-    from . import plan
-    from .common import limit_threads
+    from edu_dl.bench import plan
+    from edu_dl.bench.common import limit_threads
 
     device = device_of(args, "engine")
     if device is None:

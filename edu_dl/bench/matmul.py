@@ -26,12 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from .. import gpu_probes as gp
-from .. import hardware as hw
-from ..hardware import Fact
-from .args import comma_list, int_list, positive_int
-from .common import add_flags, batch_seconds, device_of, finish, load_average, progress
-from .worker import DEFAULT_TIMEOUT_S, Worker, WorkerError
+from edu_dl.bench.common import add_flags, batch_seconds, device_of, finish, load_average, progress
+from edu_dl.machine import hardware as hw
+from edu_dl.machine import probes as gp
+from edu_dl.machine.hardware import Fact
+from edu_dl.util.args import comma_list, int_list, positive_int
+from edu_dl.util.worker import DEFAULT_TIMEOUT_S, Worker, WorkerError
 
 Subparsers = Any  # argparse's _SubParsersAction is private
 
@@ -76,7 +76,7 @@ def make_matmul(library: str, device: str, n: int) -> tuple[Callable[[], Any], C
     a_host = rng.standard_normal((n, n), dtype=np.float32)
     b_host = rng.standard_normal((n, n), dtype=np.float32)
     if library == "numpy":
-        from .. import backend
+        from edu_dl import backend
 
         a, b = backend.to_device(a_host, device), backend.to_device(b_host, device)
         return (lambda: a @ b), backend.synchronize
@@ -255,7 +255,7 @@ def machine_facts(args: argparse.Namespace, best_cpu: float | None, quick: bool)
     dict[str, Any], dict[str, Any], list[str], str
 ]:
     """(peak facts, bandwidth facts, checks, machine label) for the roofline."""
-    from ..doctor import BANDWIDTH_INPUTS, PEAK_INPUTS, machine_label
+    from edu_dl.machine.doctor import BANDWIDTH_INPUTS, PEAK_INPUTS, machine_label
 
     cpu = hw.read_cpu()
     # With --threads N only N cores can work, so the peak counts N cores.
@@ -349,7 +349,7 @@ def summary(result: MatmulResult) -> dict[str, Any]:
 
 def render(result: MatmulResult) -> str:
     """The terminal report: GFLOP/s per size and target, then peaks, fractions and crossovers."""
-    from ..doctor import table
+    from edu_dl.machine.doctor import table
 
     targets, info = result.targets(), summary(result)
     rows = [[str(n)] + [_num(result.gflops(t, n)) for t in targets] for n in result.sizes()]
@@ -467,7 +467,7 @@ def plot_roofline(result: MatmulResult, path: Path) -> Path:
 
 
 def add_bench_matmul(kinds: Any) -> None:
-    from ..doctor import add_machine_flags
+    from edu_dl.machine.doctor import add_machine_flags
 
     parser = kinds.add_parser(
         "matmul",

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .args import positive_int
-from .common import add_flags, device_of, finish, pyplot
-from .device import Device
+from edu_dl.bench.common import add_flags, device_of, finish, pyplot
+from edu_dl.bench.device import Device
+from edu_dl.util.args import positive_int
 
 SYNCED = ("each step's loss is copied to the host (.item()), which waits for the step, so the "
           "loop times count the GPU's work")
@@ -67,7 +67,7 @@ def run_parallel_command(args: argparse.Namespace) -> int:
         return 1
     from tqdm.auto import tqdm
 
-    from ..parallel import (
+    from edu_dl.parallel import (
         make_problem,
         max_rel_diff,
         mirrored_strategy_demo,

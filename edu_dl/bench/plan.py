@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import (
+from edu_dl.bench.common import (
     add_flags,
     command_line,
     device_of,
@@ -28,8 +28,8 @@ from .common import (
     median_seconds,
     repeats_of,
 )
-from .device import Device
-from .problems import make_problem
+from edu_dl.bench.device import Device
+from edu_dl.bench.problems import make_problem
 
 DEFAULT_REPEATS, QUICK_REPEATS = 11, 2
 BATCH_SECONDS, QUICK_BATCH_SECONDS = 0.1, 0.01
@@ -161,8 +161,7 @@ def eager_breakdown(size: str = "tiny", repeats: int = DEFAULT_REPEATS,
     """
     import edu_dl as ed
     from edu_dl import optim
-
-    from .trainers import make_trainer
+    from edu_dl.bench.trainers import make_trainer
 
     batch_s = QUICK_BATCH_SECONDS if quick else BATCH_SECONDS
     p = make_problem(size)
@@ -238,7 +237,7 @@ def add_plan(kinds: Any) -> None:
 
 
 def run_plan_command(args: argparse.Namespace) -> int:
-    from .engine import report
+    from edu_dl.bench.engine import report
 
     device = device_of(args, "plan")
     if device is None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import models
+from edu_dl.models import spec as models
 
 SIZES = models.SIZES
 CPU_SIZES: tuple[str, ...] = ("tiny", "lecture", "lecture_tf", "large")  # xl: ~1 s a CPU step

@@ -25,9 +25,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .common import add_flags, cpu_name, now, package_version, usable_cores
-from .device import Device, gpu_missing
-from .worker import WorkerError, run_in_worker
+from edu_dl.bench.common import add_flags, cpu_name, now, package_version, usable_cores
+from edu_dl.bench.device import Device, gpu_missing
+from edu_dl.util.worker import WorkerError, run_in_worker
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
@@ -88,7 +88,7 @@ def git_commit() -> str:
 
 def machine_facts(device: Device) -> dict[str, str]:
     """Device, driver, host, Python and versions, for a PROVENANCE file."""
-    from ..gpu_probes import nvidia_driver
+    from edu_dl.machine.probes import nvidia_driver
 
     driver = nvidia_driver() if device.runs_on == "gpu" else {}
     gpus = [f"{g['name']} ({g['memory']})" for g in driver.get("gpus", [])]
@@ -170,7 +170,7 @@ def add_gpu(kinds: Any) -> None:
 
 
 def _benchmark_list(text: str) -> list[str]:
-    from .args import comma_list
+    from edu_dl.util.args import comma_list
 
     return comma_list(tuple(GPU_RUNS), "benchmark")(text)
 
@@ -181,7 +181,7 @@ def run_gpu_command(args: argparse.Namespace) -> int:
         print(f"edu-dl bench gpu: {reason}, so no GPU benchmark was run and nothing was "
               "recorded.", file=sys.stderr)
         return 1
-    from .device import get_device
+    from edu_dl.bench.device import get_device
 
     folder = record_gpu(args.out, args.quick, args.only, device=get_device("gpu"),
                         log=lambda text: print(text, file=sys.stderr))
@@ -235,19 +235,19 @@ def render_folder(folder: Path, name: str) -> tuple[str, str] | None:
     data = json.loads(data_path.read_text(encoding="utf-8"))
     how = f"rendered from the recorded `{name}.json` by today's edu_dl"
     if name == "matmul":
-        from .matmul import MatmulResult, render
+        from edu_dl.bench.matmul import MatmulResult, render
 
         return "```\n" + render(MatmulResult.from_json(data)) + "```\n", how
     if name == "transfer":
-        from .transfer import TransferResult, transfer_table
+        from edu_dl.bench.transfer import TransferResult, transfer_table
 
         return "```\n" + transfer_table(TransferResult.from_json(data)) + "```\n", how
     if name == "loader":
-        from .loader import LoaderResult, loader_table
+        from edu_dl.bench.loader import LoaderResult, loader_table
 
         return "```\n" + loader_table(LoaderResult.from_json(data)) + "```\n", how
     if name == "parallel":
-        from .parallel import Row, table
+        from edu_dl.bench.parallel import Row, table
 
         rows = [Row(**r) for r in data]
         return table(rows, len(rows[0].losses) if rows else 0), how
@@ -256,7 +256,7 @@ def render_folder(folder: Path, name: str) -> tuple[str, str] | None:
 
 def gpu_targets_not_measured() -> str:
     """The engine's GPU targets, every one 'not measured', for a device without an engine run."""
-    from .engine import EngineResult, check_targets
+    from edu_dl.bench.engine import EngineResult, check_targets
 
     result = EngineResult([], [], 0, device=Device("gpu"))
     lines = ["| target | measured |", "|---|---|"]

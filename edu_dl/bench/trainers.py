@@ -14,11 +14,11 @@ import os
 import time
 from collections.abc import Callable
 
-from ..models import TwoLayerProblem
-from ..twins import Stepper, edu_eager, edu_static, numpy_twin, torch_nn
-from .device import Device
-from .problems import make_problem
-from .worker import THREADS_ENV
+from edu_dl.bench.device import Device
+from edu_dl.bench.problems import make_problem
+from edu_dl.models.spec import TwoLayerProblem
+from edu_dl.twins import Stepper, edu_eager, edu_static, numpy_twin, torch_nn
+from edu_dl.util.worker import THREADS_ENV
 
 MakeStep = Callable[..., Stepper]  # a twin's make_step(spec, X, Y, init, lr, optimizer, device)
 
@@ -37,8 +37,8 @@ def _twin_step(make_step: MakeStep) -> Callable[[TwoLayerProblem, Device], Stepp
 def _tf_function_trainer(p: TwoLayerProblem, device: Device) -> Stepper:
     import tensorflow as tf
 
-    from ..twins import tf_device
-    from ..twins.tf2_eager import make_step
+    from edu_dl.twins import tf_device
+    from edu_dl.twins.tf2_eager import make_step
 
     threads = int(os.environ.get(THREADS_ENV, "0"))
     if threads and tf.config.threading.get_intra_op_parallelism_threads() != threads:

@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import models
-from ..twins import TWINS, get_twin
-from .common import add_flags, device_of, finish, progress, pyplot
-from .device import Device
-from .worker import WorkerError, run_in_worker
+from edu_dl.bench.common import add_flags, device_of, finish, progress, pyplot
+from edu_dl.bench.device import Device
+from edu_dl.models import spec as models
+from edu_dl.twins import TWINS, get_twin
+from edu_dl.util.worker import WorkerError, run_in_worker
 
 SPECS: dict[str, models.ModelSpec] = {
     "lecture_torch": models.LECTURE_TORCH,

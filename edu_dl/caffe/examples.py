@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import models
+from edu_dl.models import spec as models
 
 EXAMPLES_DIR = Path(__file__).with_name("examples")
 TWO_LAYER_NET = EXAMPLES_DIR / "two_layer_net.prototxt"

@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import backend
-from ..autograd import graph as tf
-from ..models import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ModelSpec, loss_scale
-from . import History, Stepper, prepare, run_steps
+from edu_dl import backend
+from edu_dl import graph as tf
+from edu_dl.models.spec import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ModelSpec, loss_scale
+from edu_dl.twins import History, Stepper, prepare, run_steps
 
 
 def make_step(spec: ModelSpec, X: np.ndarray, Y: np.ndarray, init: dict[str, np.ndarray],

@@ -13,9 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import backend, models
-from ..models import ModelSpec
-from . import History, Stepper, prepare, run_steps
+from edu_dl import backend
+from edu_dl.models import spec as models
+from edu_dl.models.spec import ModelSpec
+from edu_dl.twins import History, Stepper, prepare, run_steps
 
 
 def make_step(spec: ModelSpec, X: np.ndarray, Y: np.ndarray, init: dict[str, np.ndarray],

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from ..models import ModelSpec
-from . import History, prepare, run_steps, tf_device
-from .tf2_eager import make_step
+from edu_dl.models.spec import ModelSpec
+from edu_dl.twins import History, prepare, run_steps, tf_device
+from edu_dl.twins.tf2_eager import make_step
 
 
 def _train(twin: str, jit_compile: bool, spec: ModelSpec, X: np.ndarray, Y: np.ndarray,

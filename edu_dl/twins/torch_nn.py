@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from ..models import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ModelSpec, loss_scale
-from . import History, Stepper, StepTimer, prepare, torch_device
-from .torch_raw import torch_loss
+from edu_dl.models.spec import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ModelSpec, loss_scale
+from edu_dl.twins import History, Stepper, StepTimer, prepare, torch_device
+from edu_dl.twins.torch_raw import torch_loss
 
 
 def _optimizer(params: Any, lr: float, optimizer: str) -> Any:
