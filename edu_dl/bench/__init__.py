@@ -5,8 +5,9 @@
 - ``common``: the shared flags (``--out DIR`` is always a folder), formats, timers, machine facts
 - ``device``: ``--device cpu|gpu``: the array namespace, device names and synchronize
 - ``problems``: the two-layer net at named sizes, drawn by ``edu_dl.models.spec``
-- ``engine`` (with ``trainers``) and ``plan``: one training step per framework; the static plan
-- ``matmul``, ``kernels``, ``transfer``, ``loader``, ``twins``, ``parallel``, ``grading``
+- ``engine`` (with ``trainers``: the twins' own steps) and ``plan``: one training step per
+  framework; the static plan
+- ``matmul``, ``kernels``, ``transfer``, ``loader``, ``twins``, ``parallel``
 - ``record``: ``bench gpu`` (``make bench-gpu``), ``bench results`` (benchmarks/RESULTS.md) and
   ``recorded()``, how a lecture reads a recorded GPU result
 - ``cli``: the ``edu-dl bench`` parser

@@ -12,7 +12,6 @@ from typing import Any
 
 from edu_dl.bench.conv import add_conv
 from edu_dl.bench.engine import add_engine
-from edu_dl.bench.grading import add_bench_grading
 from edu_dl.bench.kernels import add_kernels
 from edu_dl.bench.loader import add_loader
 from edu_dl.bench.matmul import add_bench_matmul
@@ -21,11 +20,10 @@ from edu_dl.bench.plan import add_plan
 from edu_dl.bench.record import add_gpu, add_results
 from edu_dl.bench.transfer import add_transfer
 from edu_dl.bench.twins import add_twins
-from edu_dl.grading.cluster_bench import add_bench_cluster
 
 BENCHMARKS: list[Callable[[Any], None]] = [
     add_engine, add_plan, add_bench_matmul, add_loader, add_transfer, add_twins, add_parallel,
-    add_kernels, add_conv, add_bench_grading, add_bench_cluster, add_gpu, add_results]
+    add_kernels, add_conv, add_gpu, add_results]
 
 
 def add_bench(subparsers: Any) -> None:

@@ -165,10 +165,10 @@ def eager_breakdown(size: str = "tiny", repeats: int = DEFAULT_REPEATS,
 
     batch_s = QUICK_BATCH_SECONDS if quick else BATCH_SECONDS
     p = make_problem(size)
-    x, y = ed.tensor(p.x), ed.tensor(p.y)
+    x, y = ed.tensor(p.X), ed.tensor(p.Y)
     w1 = ed.tensor(p.w1, requires_grad=True)
     w2 = ed.tensor(p.w2, requires_grad=True)
-    opt = optim.SGD([w1, w2], lr=p.lr)
+    opt = optim.SGD([w1, w2], lr=p.spec.lr("sgd"))
 
     def forward() -> Any:
         return (((x @ w1).relu() @ w2 - y) ** 2).sum(axis=1).mean()

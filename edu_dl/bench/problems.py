@@ -1,14 +1,11 @@
-"""The benchmarks' problems, all drawn by ``edu_dl.models.spec``: one meaning of every size name.
+"""The benchmarks' sizes: every benchmark trains ``models.sized(size).problem(np.float32)``.
 
 The two-layer net y_pred = relu(x @ w1) @ w2 with the lecture's loss
-mean(sum((y_pred - y)**2, axis=1)), float32, at the named sizes of ``models.SIZES``. Data and
-He-initialised weights come from ``models.sized(size)``, so the engine, the transfer benchmark
-and the twins start from the same numbers for the same size.
+mean(sum((y_pred - y)**2, axis=1)), float32, at the named sizes of ``models.SIZES``: the engine,
+the transfer benchmark and the twins start from the same numbers for the same size.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -19,22 +16,6 @@ CPU_SIZES: tuple[str, ...] = ("tiny", "lecture", "lecture_tf", "large")  # xl: ~
 GPU_SIZES: tuple[str, ...] = tuple(SIZES)
 
 
-@dataclass(frozen=True)
-class Problem:
-    """Data and initial weights of one size, identical in every worker process (float32)."""
-
-    size: str
-    spec: models.TwoLayerNet
-    x: np.ndarray
-    y: np.ndarray
-    w1: np.ndarray
-    w2: np.ndarray
-    lr: float
-
-
-def make_problem(size: str) -> Problem:
-    """The seeded data and initial weights of ``size``, from ``models.sized``."""
-    spec = models.sized(size)
-    x, y = spec.make_data(np.float32)
-    weights = spec.init_weights(np.float32)
-    return Problem(size, spec, x, y, weights["w1"], weights["w2"], spec.lr("sgd"))
+def make_problem(size: str) -> models.TwoLayerProblem:
+    """The seeded float32 data and initial weights of ``size`` (its SGD rate: ``spec.lr``)."""
+    return models.sized(size).problem(np.float32)

@@ -242,7 +242,7 @@ def torch_cuda_task(config: dict[str, Any]) -> dict[str, Any]:
 def lecture_arrays() -> dict[str, np.ndarray]:
     """The lecture's x (N, D), y (N, D_out), w1 (D, H), w2 (H, D_out): seeded float32."""
     p = make_problem(LECTURE_SIZE)
-    return {"x": p.x, "y": p.y, "w1": p.w1, "w2": p.w2}
+    return {"x": p.X, "y": p.Y, "w1": p.w1, "w2": p.w2}
 
 
 def _nbytes(values: Iterable[Any]) -> int:

@@ -3,10 +3,13 @@ scikit-learn's 8x8 digits, as Caffe prototxt files with their solvers and data."
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from edu_dl.models import spec as models
 
 EXAMPLES_DIR = Path(__file__).with_name("examples")
 TWO_LAYER_NET = EXAMPLES_DIR / "two_layer_net.prototxt"
@@ -19,15 +22,14 @@ DIGITS_DATA = EXAMPLES_DIR / "digits.npz"
 EXAMPLES = {"two_layer": (TWO_LAYER_NET, TWO_LAYER_SOLVER), "lenet": (LENET_NET, LENET_SOLVER)}
 
 # The lecture's sizes: batch N, input D_in, hidden H, output D_out.
-N, D_IN, H, D_OUT = 64, 1000, 100, 10
+N, D_IN, H, D_OUT = models.SIZES["lecture"]
 SEED = 0
 
 
 def two_layer_data(seed: int = SEED) -> dict[str, np.ndarray]:
-    """x ~ N(0, 1) of shape (N, D_in) and y ~ N(0, 1) of shape (N, D_out), float32 as Caffe."""
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((N, D_IN)).astype(np.float32)
-    y = rng.standard_normal((N, D_OUT)).astype(np.float32)
+    """x ~ N(0, 1) of shape (N, D_in) and y ~ N(0, 1) of shape (N, D_out), float32 as Caffe:
+    the data of ``models.CAFFE_EUCLIDEAN`` (the lecture's problem, Caffe's loss) with ``seed``."""
+    x, y = dataclasses.replace(models.CAFFE_EUCLIDEAN, seed=seed).make_data(np.float32)
     return {"x": x, "y": y}
 
 

@@ -245,6 +245,15 @@ def software_digest() -> str:
     return _software_digest(Path(edu_dl.__file__).resolve().parent)
 
 
+def warm_up(dask_worker: Any = None) -> str:
+    """On a worker (``client.run(warm_up)``): what its first task would otherwise pay for, the
+    grader's imports and the sandbox probe; returns the sandbox's problem or the digest."""
+    import importlib
+
+    importlib.import_module("edu_dl.grading.batch")
+    return sandbox.bwrap_problem() or software_digest()
+
+
 @functools.cache
 def _software_digest(package: Path) -> str:
     h = hashlib.sha256(f"{GRADER_VERSION} {sys.version_info[:2]}".encode())

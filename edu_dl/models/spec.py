@@ -6,8 +6,11 @@ Every twin in ``edu_dl.twins`` trains the same network,
     y_pred = h @ w2           w2: (H, D_out)
 
 from the weights that ``spec.init_weights()`` makes from ONE seed, so their losses can be compared
-number by number. There are no biases: the lecture's TensorFlow program has none, and one weight
-list (w1, w2) keeps every twin's code and every comparison the same.
+number by number. ``spec.problem(dtype)`` gives the data and those weights together, a
+``TwoLayerProblem``: the one two-layer problem that the twins, the benchmarks, the data-parallel
+lecture and the Caffe example all start from. There are no biases: the lecture's TensorFlow
+program has none, and one weight list (w1, w2) keeps every twin's code and every comparison
+the same.
 
 Losses (``spec.loss``), each a sum of squared errors times a scale, or a cross-entropy:
 
@@ -113,6 +116,12 @@ class ModelSpec:
     def make_data(self, dtype: Any = np.float64) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
 
+    def problem(self, dtype: Any = np.float64) -> TwoLayerProblem:
+        """This model's data and seeded starting weights, all in ``dtype`` (labels stay int)."""
+        X, Y = self.make_data(dtype)
+        weights = self.init_weights(dtype)
+        return TwoLayerProblem(self, X, Y, weights["w1"], weights["w2"])
+
     def _stream(self, which: int) -> np.random.Generator:
         """The generator of the data (0) or of the weights (1)."""
         if not self.one_stream:
@@ -134,6 +143,51 @@ class ModelSpec:
             return ADAM_RATE  # Adam's step does not depend on the loss's scale
         # SGD's step scales with the loss: keep lr * c constant, c = loss_scale(loss, N).
         return SGD_RATE / (self.N * loss_scale(self.loss, self.N))
+
+
+@dataclass(frozen=True)
+class TwoLayerProblem:
+    """THE two-layer problem: a spec, its data X (N, D_in) and Y, its starting w1 and w2.
+
+    Made by ``spec.problem(dtype)``; every lecture, benchmark and twin that trains the two-layer
+    net starts from one of these (``models.sized(size).problem(np.float32)`` for a benchmark).
+    """
+
+    spec: ModelSpec
+    X: np.ndarray
+    Y: np.ndarray
+    w1: np.ndarray
+    w2: np.ndarray
+
+    def __post_init__(self) -> None:
+        s = self.spec
+        shapes = {"X": (self.X.shape, (s.N, s.D_in)), "Y": (self.Y.shape[:1], (s.N,)),
+                  "w1": (self.w1.shape, (s.D_in, s.H)), "w2": (self.w2.shape, (s.H, s.D_out))}
+        wrong = [f"{name} {got} (expected {want})" for name, (got, want) in shapes.items()
+                 if got != want]
+        if wrong:
+            raise ValueError(f"TwoLayerProblem: shapes do not fit the spec: {', '.join(wrong)}")
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.X.shape[0])
+
+    @property
+    def weights(self) -> dict[str, np.ndarray]:
+        """{'w1': w1, 'w2': w2}: the starting weights as a twin's ``weights=`` takes them."""
+        return {"w1": self.w1, "w2": self.w2}
+
+    def shard(self, rank: int, world_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """Rows [rank * N/R, (rank + 1) * N/R) of X and Y: worker ``rank``'s equal share."""
+        n = self.batch_size
+        if n % world_size:
+            # Unequal shards would weight rows unequally: mean of means != global mean.
+            raise ValueError(
+                f"batch of {n} rows does not split evenly over {world_size} workers; "
+                "choose a batch size divisible by world_size"
+            )
+        rows = n // world_size
+        return self.X[rank * rows : (rank + 1) * rows], self.Y[rank * rows : (rank + 1) * rows]
 
 
 @dataclass(frozen=True)

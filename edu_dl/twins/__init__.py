@@ -10,6 +10,13 @@ and records the loss before each update, the seconds of each step, and the final
 ``History.native`` holds the framework's own object (a Keras ``History``, the ``tf.function``, the
 ``tf.Graph``) and ``History.info`` the facts the tests use to prove that the twin is the real thing.
 
+The twins the engine benchmark times (numpy, edu_eager, edu_static, torch_nn, tf2_eager for
+``tf.function``) also give their step on its own: ``make_step(...) -> Stepper``, built once and
+called per step, which ``train`` runs (``run_steps``) and ``edu-dl bench engine`` times. Where
+the twin's ``train`` writes the step in a richer idiom than the lecture's bare one (edu_eager's
+and torch_nn's ``nn.Sequential``), ``make_step`` is the lean form of the same step, and
+tests/test_twins.py proves it gives the twin's numbers.
+
 The frameworks are imported only inside their twin, so importing this package stays light:
 ``get_twin('keras')`` imports TensorFlow, ``get_twin('numpy')`` does not.
 """
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import importlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -54,6 +62,40 @@ class History:
     weights: dict[str, np.ndarray]
     native: Any = None
     info: dict[str, Any] = field(default_factory=dict)
+
+
+def _no_sync() -> None:
+    """A step that ends with its loss on the host (or on a CPU) has nothing left to wait for."""
+
+
+@dataclass
+class Stepper:
+    """One twin's training step, built once: the data on the device, the weights, the optimizer.
+
+    ``step()`` runs one step and returns the loss in the framework's own type (converting it would
+    add a copy or a device sync to every step); ``loss_of`` turns it into a float; ``reset()`` puts
+    the starting weights (and a fresh optimizer state) back; ``weights()`` copies the current ones
+    to NumPy; ``sync()`` waits for the device's queued work (the benchmarks set it).
+    """
+
+    step: Callable[[], Any]
+    loss_of: Callable[[Any], float]
+    reset: Callable[[], None]
+    weights: Callable[[], dict[str, np.ndarray]]
+    sync: Callable[[], None] = _no_sync
+    native: Any = None  # the framework's own object, for History.native
+    info: dict[str, Any] = field(default_factory=dict)  # facts for History.info
+
+
+def run_steps(twin: str, stepper: Stepper, steps: int) -> History:
+    """Take ``steps`` steps, each timed up to its loss on the host (a GPU sync)."""
+    losses, timer = [], StepTimer()
+    for _ in range(steps):
+        timer.start()
+        losses.append(stepper.loss_of(stepper.step()))
+        timer.stop()
+    return History(twin, losses, timer.seconds, stepper.weights(), stepper.native,
+                   dict(stepper.info))
 
 
 class Train(Protocol):
@@ -132,5 +174,5 @@ def tf_device(device: str) -> str:
     return "/CPU:0"
 
 
-__all__ = ["TWINS", "History", "StepTimer", "Train", "get_twin", "prepare", "tf_device",
-           "torch_device"]
+__all__ = ["TWINS", "History", "StepTimer", "Stepper", "Train", "get_twin", "prepare",
+           "run_steps", "tf_device", "torch_device"]

@@ -6,6 +6,7 @@ walks it back. ``nn.Linear`` stores its weight (in, out), exactly the lecture's 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,7 @@ from edu_dl import backend, nn, optim
 from edu_dl.autograd import ops
 from edu_dl.autograd.tensor import Tensor
 from edu_dl.models.spec import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ModelSpec, loss_scale
-from edu_dl.twins import History, StepTimer, prepare
+from edu_dl.twins import History, Stepper, StepTimer, prepare
 
 
 def _loss(spec: ModelSpec, y_pred: Tensor, Y: Any) -> Tensor:
@@ -22,6 +23,49 @@ def _loss(spec: ModelSpec, y_pred: Tensor, Y: Any) -> Tensor:
         return nn.CrossEntropyLoss()(y_pred, Y)
     # MSELoss(reduction='sum') is the PyTorch program's loss; the others are scaled copies.
     return nn.MSELoss(reduction="sum")(y_pred, Y) * loss_scale(spec.loss, spec.N)
+
+
+def _optimizer(params: Sequence[Tensor], lr: float, optimizer: str) -> optim.Optimizer:
+    if optimizer == "sgd":
+        return optim.SGD(params, lr=lr)
+    return optim.Adam(params, lr=lr, betas=(ADAM_BETA1, ADAM_BETA2), eps=ADAM_EPS)
+
+
+def make_step(spec: ModelSpec, X: np.ndarray, Y: np.ndarray, init: dict[str, np.ndarray],
+              lr: float, optimizer: str = "sgd", device: str = "cpu") -> Stepper:
+    """This twin's step, lean: the weights as two Tensors, not an ``nn.Sequential``.
+
+    The same ops and optimizer as ``train`` (tests/test_twins.py checks the numbers), without a
+    Module call per layer; the lecture's loss written as the lecture writes it. This is what
+    ``edu-dl bench engine`` times as "edu_dl eager".
+    """
+    x = Tensor(X, device=device)
+    y: Any = Tensor(Y, device=device) if not spec.classifier else backend.to_device(Y, device)
+    start = [backend.to_device(init[k], device) for k in ("w1", "w2")]
+    w1 = Tensor(start[0], requires_grad=True, device=device)  # a copy, as torch.tensor
+    w2 = Tensor(start[1], requires_grad=True, device=device)
+    opt = _optimizer([w1, w2], lr, optimizer)
+
+    lecture_loss = spec.loss == "mean_row_sum"
+
+    def step() -> Any:
+        y_pred = (x @ w1).relu() @ w2
+        loss = ((y_pred - y) ** 2).sum(axis=1).mean() if lecture_loss else _loss(spec, y_pred, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    def reset() -> None:
+        nonlocal opt
+        w1.data[...] = start[0]  # in place: the optimizer updates these very arrays
+        w2.data[...] = start[1]
+        opt = _optimizer([w1, w2], lr, optimizer)  # a fresh state (Adam's m, v and t)
+
+    def weights() -> dict[str, np.ndarray]:
+        return {"w1": backend.to_numpy(w1.data), "w2": backend.to_numpy(w2.data)}
+
+    return Stepper(step, lambda loss: float(loss.item()), reset, weights)
 
 
 def train(spec: ModelSpec, X: np.ndarray, Y: np.ndarray, steps: int, lr: float,
@@ -36,12 +80,7 @@ def train(spec: ModelSpec, X: np.ndarray, Y: np.ndarray, steps: int, lr: float,
     ).to(device)
     x = Tensor(X, device=device)
     y: Any = Tensor(Y, device=device) if not spec.classifier else backend.to_device(Y, device)
-    opt: optim.Optimizer
-    if optimizer == "sgd":
-        opt = optim.SGD(model.parameters(), lr=lr)
-    else:
-        opt = optim.Adam(model.parameters(), lr=lr, betas=(ADAM_BETA1, ADAM_BETA2),
-                         eps=ADAM_EPS)
+    opt = _optimizer(model.parameters(), lr, optimizer)
     losses, timer = [], StepTimer()
     for _ in range(steps):
         timer.start()

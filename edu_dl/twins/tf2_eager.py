@@ -2,19 +2,19 @@
 
 The optimizers are written by hand in TF ops: SGD is one line, and TF's own Adam (Keras's)
 adds epsilon to sqrt(v) before the bias correction, so we write PyTorch's formula instead
-(see ``edu_dl.models.spec``). ``make_step`` is shared with the ``tf.function`` twins.
+(see ``edu_dl.models.spec``). ``make_step`` is shared with the ``tf.function`` twins and
+``edu-dl bench engine``.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from edu_dl.models.spec import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ModelSpec, loss_scale
-from edu_dl.twins import History, StepTimer, prepare, tf_device
+from edu_dl.twins import History, Stepper, prepare, run_steps, tf_device
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -52,8 +52,12 @@ def adam_updates(params: list[Any], grads: list[Any], ms: list[Any], vs: list[An
 
 
 def make_step(spec: ModelSpec, X: np.ndarray, Y: np.ndarray, init: dict[str, np.ndarray],
-              lr: float, optimizer: str) -> tuple[Callable[[], Any], list[Any]]:
-    """(step, [w1, w2]): ``step()`` runs one training step eagerly and returns the loss."""
+              lr: float, optimizer: str = "sgd") -> Stepper:
+    """The eager step on Variables w1, w2; ``step()`` returns the loss as a tensor.
+
+    Made inside the caller's ``tf.device`` scope. Wrapping ``stepper.step`` in ``tf.function``
+    gives the tf.function twins (and ``edu-dl bench engine``'s "TF tf.function").
+    """
     import tensorflow as tf
 
     x, y = tf.constant(X), tf.constant(Y)
@@ -75,18 +79,17 @@ def make_step(spec: ModelSpec, X: np.ndarray, Y: np.ndarray, init: dict[str, np.
             adam_updates(params, grads, ms, vs, t, lr)
         return loss
 
-    return step, params
+    def reset() -> None:
+        w1.assign(init["w1"])
+        w2.assign(init["w2"])
+        for state in (*ms, *vs, t):
+            state.assign(tf.zeros_like(state))
 
+    def weights() -> dict[str, np.ndarray]:
+        return {"w1": w1.numpy(), "w2": w2.numpy()}
 
-def run_steps(twin: str, step: Callable[[], Any], params: list[Any], steps: int) -> History:
-    """Call ``step`` ``steps`` times, timing each (``.numpy()`` waits for the result)."""
-    losses, timer = [], StepTimer()
-    for _ in range(steps):
-        timer.start()
-        losses.append(float(step().numpy()))
-        timer.stop()
-    final = {"w1": params[0].numpy(), "w2": params[1].numpy()}
-    return History(twin, losses, timer.seconds, final)
+    # .numpy() copies the loss to the host: it waits for the step.
+    return Stepper(step, lambda loss: float(loss.numpy()), reset, weights)
 
 
 def train(spec: ModelSpec, X: np.ndarray, Y: np.ndarray, steps: int, lr: float,
@@ -97,7 +100,6 @@ def train(spec: ModelSpec, X: np.ndarray, Y: np.ndarray, steps: int, lr: float,
 
     X, Y, init = prepare("tf2_eager", spec, X, Y, steps, optimizer, device, dtype, weights)
     with tf.device(tf_device(device)):
-        step, params = make_step(spec, X, Y, init, lr, optimizer)
-        history = run_steps("tf2_eager", step, params, steps)
+        history = run_steps("tf2_eager", make_step(spec, X, Y, init, lr, optimizer), steps)
     history.info["executing_eagerly"] = tf.executing_eagerly()
     return history

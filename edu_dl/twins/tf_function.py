@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from edu_dl.models.spec import ModelSpec
-from edu_dl.twins import History, prepare, tf_device
-from edu_dl.twins.tf2_eager import make_step, run_steps
+from edu_dl.twins import History, prepare, run_steps, tf_device
+from edu_dl.twins.tf2_eager import make_step
 
 
 def _train(twin: str, jit_compile: bool, spec: ModelSpec, X: np.ndarray, Y: np.ndarray,
@@ -22,9 +22,9 @@ def _train(twin: str, jit_compile: bool, spec: ModelSpec, X: np.ndarray, Y: np.n
 
     X, Y, init = prepare(twin, spec, X, Y, steps, optimizer, device, dtype, weights)
     with tf.device(tf_device(device)):
-        eager_step, params = make_step(spec, X, Y, init, lr, optimizer)
-        step = tf.function(eager_step, jit_compile=jit_compile)
-        history = run_steps(twin, step, params, steps)
+        stepper = make_step(spec, X, Y, init, lr, optimizer)
+        stepper.step = step = tf.function(stepper.step, jit_compile=jit_compile)
+        history = run_steps(twin, stepper, steps)
     history.native = step
     history.info["tracing_count"] = step.experimental_get_tracing_count()
     history.info["jit_compile"] = jit_compile

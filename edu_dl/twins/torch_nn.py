@@ -11,7 +11,56 @@ from typing import Any
 import numpy as np
 
 from edu_dl.models.spec import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ModelSpec, loss_scale
-from edu_dl.twins import History, StepTimer, prepare, torch_device
+from edu_dl.twins import History, Stepper, StepTimer, prepare, torch_device
+from edu_dl.twins.torch_raw import torch_loss
+
+
+def _optimizer(params: Any, lr: float, optimizer: str) -> Any:
+    import torch
+
+    if optimizer == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    return torch.optim.Adam(params, lr=lr, betas=(ADAM_BETA1, ADAM_BETA2), eps=ADAM_EPS)
+
+
+def make_step(spec: ModelSpec, X: np.ndarray, Y: np.ndarray, init: dict[str, np.ndarray],
+              lr: float, optimizer: str = "sgd", device: str = "cpu") -> Stepper:
+    """This twin's step, lean: ``torch.optim`` on two weight tensors, no ``nn.Module``.
+
+    The same optimizer as ``train`` (tests/test_twins.py checks the numbers), the forward of
+    ``torch_raw`` (w stored (in, out), ``x @ w``), without a Module call per layer. This is what
+    ``edu-dl bench engine`` times as "PyTorch eager".
+    """
+    import torch
+
+    dev = torch_device(device)
+    x, y = torch.from_numpy(X).to(dev), torch.from_numpy(Y).to(dev)
+    w1 = torch.tensor(init["w1"], device=dev, requires_grad=True)
+    w2 = torch.tensor(init["w2"], device=dev, requires_grad=True)
+    opt = _optimizer([w1, w2], lr, optimizer)
+
+    lecture_loss = spec.loss == "mean_row_sum"
+
+    def step() -> Any:
+        y_pred = torch.relu(x @ w1) @ w2
+        loss = (((y_pred - y) ** 2).sum(dim=1).mean() if lecture_loss
+                else torch_loss(spec, y_pred, y))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    def reset() -> None:
+        nonlocal opt
+        with torch.no_grad():
+            w1.copy_(torch.from_numpy(init["w1"]))
+            w2.copy_(torch.from_numpy(init["w2"]))
+        opt = _optimizer([w1, w2], lr, optimizer)  # a fresh state (Adam's moments and step)
+
+    def weights() -> dict[str, np.ndarray]:
+        return {"w1": w1.detach().cpu().numpy(), "w2": w2.detach().cpu().numpy()}
+
+    return Stepper(step, lambda loss: float(loss.item()), reset, weights)
 
 
 def train(spec: ModelSpec, X: np.ndarray, Y: np.ndarray, steps: int, lr: float,
@@ -36,12 +85,7 @@ def train(spec: ModelSpec, X: np.ndarray, Y: np.ndarray, steps: int, lr: float,
         mse = torch.nn.MSELoss(reduction="sum")
         scale = loss_scale(spec.loss, spec.N)
         loss_fn = mse if scale == 1.0 else (lambda y_pred, y: mse(y_pred, y) * scale)
-    opt: torch.optim.Optimizer
-    if optimizer == "sgd":
-        opt = torch.optim.SGD(model.parameters(), lr=lr)
-    else:
-        opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(ADAM_BETA1, ADAM_BETA2),
-                               eps=ADAM_EPS)
+    opt: torch.optim.Optimizer = _optimizer(model.parameters(), lr, optimizer)
     losses, timer = [], StepTimer()
     for _ in range(steps):
         timer.start()

@@ -36,28 +36,28 @@ def test_problem_is_seeded_float32_and_drawn_by_models() -> None:
     a, b = problems.make_problem("tiny"), problems.make_problem("tiny")
     spec = models.sized("tiny")
     x, _ = spec.make_data(np.float32)
-    for name in ("x", "y", "w1", "w2"):
+    for name in ("X", "Y", "w1", "w2"):
         assert getattr(a, name).dtype == np.float32
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
-    np.testing.assert_array_equal(a.x, x)
+    np.testing.assert_array_equal(a.X, x)
     np.testing.assert_array_equal(a.w1, spec.init_weights(np.float32)["w1"])
-    assert (a.x.shape, a.w1.shape, a.w2.shape) == ((8, 16), (16, 16), (16, 10))
-    assert a.lr == models.BENCH_RATES["tiny"]
+    assert (a.X.shape, a.w1.shape, a.w2.shape) == ((8, 16), (16, 16), (16, 10))
+    assert a.spec == spec and a.spec.lr("sgd") == models.BENCH_RATES["tiny"]
 
 
 def test_numpy_step_is_the_lectures_loss_and_gradients(numpy_losses: list[float]) -> None:
     """Hand-written NumPy agrees with float64 autograd (torch) on the loss mean(sum(diff**2, 1))."""
     torch = pytest.importorskip("torch")
     p = problems.make_problem("tiny")
-    x, y = torch.from_numpy(p.x).double(), torch.from_numpy(p.y).double()
+    x, y = torch.from_numpy(p.X).double(), torch.from_numpy(p.Y).double()
     w1 = torch.from_numpy(p.w1).double().requires_grad_()
     w2 = torch.from_numpy(p.w2).double().requires_grad_()
     for expected in numpy_losses[:STEPS]:
         loss = ((torch.relu(x @ w1) @ w2 - y) ** 2).sum(dim=1).mean()
         loss.backward()
         with torch.no_grad():
-            w1 -= p.lr * w1.grad
-            w2 -= p.lr * w2.grad
+            w1 -= p.spec.lr("sgd") * w1.grad
+            w2 -= p.spec.lr("sgd") * w2.grad
             w1.grad = w2.grad = None
         assert expected == pytest.approx(loss.item(), rel=1e-5)
     assert numpy_losses[STEPS] == numpy_losses[0], "reset() must restore the initial weights"

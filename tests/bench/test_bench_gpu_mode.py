@@ -15,7 +15,7 @@ from edu_dl.bench.common import TIMES
 from edu_dl.bench.device import FAKE_GPU_ENV, Device, get_device, gpu_missing
 from edu_dl.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 H100 = ROOT / "benchmarks" / "gpu" / "nvidia-h100-80gb-hbm3"
 GPU_HERE = gpu_missing() is None and not Device("gpu").fake
 

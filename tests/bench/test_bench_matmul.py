@@ -16,7 +16,7 @@ import edu_dl
 from edu_dl.bench import matmul as bm
 from edu_dl.machine import hardware as hw
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _row(target: str, n: int, gflops: float) -> bm.Row:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pytest
 
@@ -187,3 +189,78 @@ def test_one_stream_draws_data_then_weights_from_one_generator() -> None:
     a = models.TwoLayerNet(6, 5, 4, 3, "mean_row_sum").init_weights()
     b = models.TwoLayerNet(60, 5, 4, 3, "mean_row_sum").init_weights()
     np.testing.assert_array_equal(a["w1"], b["w1"])
+
+
+# --------------------------------------------------------------------------- the one problem
+# sha256[:16] of X, Y, w1, w2 as every caller drew them before they all came to
+# ``spec.problem``: the benchmarks (float32 at the named sizes; benchmarks/RESULTS.md), the
+# data-parallel lecture (one stream, float64; its printed losses) and the Caffe example's data.
+BENCH_DIGESTS = {
+    "tiny": ("464a1bc68758fc23", "dc40dfb23bc95031", "5a69773b06d6bacd", "495004dc213e08e1"),
+    "lecture": ("d3a6e14b99ff52d2", "75f7e55899c496eb", "65783bd4145018cd", "72bf3292712e43ce"),
+    "lecture_tf": ("d3a6e14b99ff52d2", "5e1b6d32c39c586a", "65783bd4145018cd",
+                   "64c2be25a4799a4b"),
+    "large": ("bd9af9852c3b62fb", "e50b0e09475c79b8", "a6663fa5e35099e7", "fccceaacfd997c49"),
+    "xl": ("52ff78d612cd72dd", "b9544ce2ab2e632a", "c9e20da3f80d5cd7", "b10f2eed63cba80c"),
+}
+
+
+def digests(problem: models.TwoLayerProblem) -> tuple[str, ...]:
+    return tuple(hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()[:16]
+                 for a in (problem.X, problem.Y, problem.w1, problem.w2))
+
+
+@pytest.mark.parametrize("size", [
+    *[s for s in BENCH_DIGESTS if s != "xl"],
+    pytest.param("xl", marks=pytest.mark.slow),  # 4 s to draw 0.5 GB
+])
+def test_the_benchmarks_problems_are_the_numbers_they_always_were(size: str) -> None:
+    from edu_dl.bench.problems import make_problem
+
+    problem = make_problem(size)
+    assert problem.X.dtype == problem.w1.dtype == np.float32
+    assert digests(problem) == BENCH_DIGESTS[size]
+
+
+def test_the_data_parallel_problem_is_the_numbers_it_always_was() -> None:
+    from edu_dl.parallel import make_problem
+
+    lecture = make_problem()  # the lecture's: (64, 1000, 100, 10), seed 0, float64
+    assert lecture.X.dtype == np.float64 and lecture.batch_size == 64
+    assert digests(lecture) == ("f2b2819160aa907b", "6c9a5605708640d2", "61a2ef436d2f6511",
+                                "f040efa64398b5e1")
+    assert digests(make_problem(n=16, d_in=40, hidden=20, d_out=5, seed=7)) == (
+        "7ddc2cdb0c20d31d", "f5cdf9a7a79159c5", "e7337d0ad132fe4c", "f86c8a12e8a3340c")
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_the_caffe_example_data_is_the_lectures_problem_drawn_as_before(seed: int) -> None:
+    """Caffe's example drew x, y from default_rng(seed) itself; now it is CAFFE_EUCLIDEAN's data,
+    the same numbers (numpy's seed sequence pads [seed] with zeros, so [seed, 0] draws alike)."""
+    from edu_dl.caffe.examples import D_IN, D_OUT, N, two_layer_data
+
+    rng = np.random.default_rng(seed)  # the example's own draw before the one problem
+    old_x = rng.standard_normal((N, D_IN)).astype(np.float32)
+    old_y = rng.standard_normal((N, D_OUT)).astype(np.float32)
+    data = two_layer_data(seed)
+    np.testing.assert_array_equal(data["x"], old_x)
+    np.testing.assert_array_equal(data["y"], old_y)
+    if seed == 0:  # and the lecture's benchmark problem holds the very same data
+        assert digests(models.CAFFE_EUCLIDEAN.problem(np.float32))[:2] == \
+            BENCH_DIGESTS["lecture"][:2]
+
+
+def test_a_problem_checks_its_shapes_and_shards_evenly() -> None:
+    spec = models.TwoLayerNet(6, 5, 4, 3, "mean_row_sum")
+    problem = spec.problem()
+    assert problem.weights.keys() == {"w1", "w2"} and problem.spec is spec
+    X0, Y0 = problem.shard(0, 2)
+    X1, _ = problem.shard(1, 2)
+    np.testing.assert_array_equal(np.vstack([X0, X1]), problem.X)
+    assert Y0.shape == (3, 3)
+    with pytest.raises(ValueError, match="does not split evenly over 4 workers"):
+        problem.shard(0, 4)
+    with pytest.raises(ValueError, match=r"w1 \(4, 4\) \(expected \(5, 4\)\)"):
+        models.TwoLayerProblem(spec, problem.X, problem.Y, np.zeros((4, 4)), problem.w2)
+    digits = models.DigitsClassifier(N=20).problem(np.float32)  # labels stay int64
+    assert digits.Y.dtype == np.int64 and digits.X.dtype == np.float32

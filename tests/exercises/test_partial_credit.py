@@ -13,11 +13,11 @@ from typing import Any
 import nbformat
 import numpy as np
 import pytest
+from fixtures.nbgrader_course import _code
 
 from edu_dl.grading import batch as G
 from edu_dl.grading import sandbox
 from edu_dl.grading.judge import case_numbers, case_points, judge_part
-from edu_dl.grading.nbgrader_course import _code
 from edu_dl.grading.protocol import ErrorText, roundtrip
 from edu_dl.grading.settings import Settings
 from edu_dl.grading.spec import Part, Verdict, describe_case, judge_case

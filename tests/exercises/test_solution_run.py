@@ -7,10 +7,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from fixtures.nbgrader_course import _code
 
 from edu_dl.cli import main
 from edu_dl.grading import sandbox, solution_run
-from edu_dl.grading.nbgrader_course import _code
 
 PRIVATE = '''
 import numpy as np

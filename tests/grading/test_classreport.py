@@ -9,12 +9,12 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from fixtures.nbgrader_course import _code
 
 from edu_dl.grading import batch as G
 from edu_dl.grading import classreport, sandbox
 from edu_dl.grading.classreport_show import after_batch, render, write_histogram
 from edu_dl.grading.model import Row
-from edu_dl.grading.nbgrader_course import _code
 from edu_dl.grading.policy import LATE, Person
 from edu_dl.grading.report import COLUMNS, write_outputs
 from edu_dl.grading.settings import Settings

@@ -22,11 +22,11 @@ from types import SimpleNamespace
 
 import nbformat
 import pytest
+from fixtures.nbgrader_course import _code, _md
 
 from edu_dl.grading import batch as G
 from edu_dl.grading import feedback, manual, nbgrader
 from edu_dl.grading.model import Row
-from edu_dl.grading.nbgrader_course import _code, _md
 from edu_dl.grading.settings import Settings
 from edu_dl.grading.validate import validate
 from edu_dl.notebook import hosted
@@ -385,7 +385,7 @@ def test_nbgrader_releases_a_markdown_answer_as_we_do(request: pytest.FixtureReq
     left as nbgrader released it is "not answered" here."""
     import subprocess
 
-    from edu_dl.grading.nbgrader_course import nbgrader_venv, source
+    from fixtures.nbgrader_course import nbgrader_venv, source
 
     bin_dir = nbgrader_venv(Path(request.config.cache.mkdir("nbgrader-0.9-venv")))
     nb = source()
@@ -414,7 +414,7 @@ def test_nbgrader_release_feedback_sends_our_pages(request: pytest.FixtureReques
     every student's page reaches the exchange, named by the submission's secret."""
     import subprocess
 
-    from edu_dl.grading.nbgrader_course import nbgrader_venv
+    from fixtures.nbgrader_course import nbgrader_venv
 
     bin_dir = nbgrader_venv(Path(request.config.cache.mkdir("nbgrader-0.9-venv")))
     src, root = _course(tmp_path)

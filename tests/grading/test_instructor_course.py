@@ -10,11 +10,11 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from fixtures.nbgrader_course import _code
 
 from edu_dl.grading import batch as G
 from edu_dl.grading import load, model, nbgrader, sandbox
 from edu_dl.grading import notebooks as nbs
-from edu_dl.grading.nbgrader_course import _code
 from edu_dl.grading.settings import Settings
 
 FAST = Settings(timeout_s=30, memory_mb=2048)
@@ -279,8 +279,9 @@ def test_manual_sheet_merges_into_both_gradebooks_and_html_feedback_is_escaped(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import shutil
 
+    from fixtures import nbgrader_course as course
+
     from edu_dl.cli import main
-    from edu_dl.grading import nbgrader_course as course
 
     src, root = course.build(tmp_path / "course")
     for student in ("bob", "carol"):
@@ -370,7 +371,8 @@ def test_manual_sheet_merges_into_both_gradebooks_and_html_feedback_is_escaped(
 
 @pytest.mark.slow
 def test_validate_agrees_with_grade_on_the_nbgrader_course(tmp_path: Path) -> None:
-    from edu_dl.grading import nbgrader_course as course
+    from fixtures import nbgrader_course as course
+
     from edu_dl.grading.validate import validate
 
     src, root = course.build(tmp_path / "course")
@@ -441,7 +443,8 @@ def test_submissions_and_grades_inside_the_source_folder_never_reach_a_sandbox(
 def test_validate_without_bwrap_runs_the_labelled_fallback(tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Where bwrap does not work (macOS), validate grades all the same and says it is unisolated."""
-    from edu_dl.grading import nbgrader_course as course
+    from fixtures import nbgrader_course as course
+
     from edu_dl.grading.validate import validate
 
     monkeypatch.setattr(sandbox, "bwrap_problem", lambda: "bwrap is not installed")

@@ -26,8 +26,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
-from edu_dl.grading import nbgrader_course as course
+from fixtures import nbgrader_course as course
 
 ROOT = Path(__file__).resolve().parents[2]
 ASSIGNMENT = "ps"

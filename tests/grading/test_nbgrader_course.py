@@ -13,10 +13,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from fixtures import nbgrader_course as course
 
 from edu_dl.cli import main
 from edu_dl.grading import model, nbgrader, policy
-from edu_dl.grading import nbgrader_course as course
 from edu_dl.grading import notebooks as nbs
 from edu_dl.grading.assign import assign, lint
 from edu_dl.grading.settings import Settings

@@ -13,12 +13,12 @@ from typing import Any
 import nbformat
 import numpy as np
 import pytest
+from fixtures.nbgrader_course import _code
 
 from edu_dl.grading import batch as G
 from edu_dl.grading import nbgrader, sandbox
 from edu_dl.grading import notebooks as nbs
 from edu_dl.grading import secret as S
-from edu_dl.grading.nbgrader_course import _code
 from edu_dl.grading.settings import Settings
 
 FAST = Settings(timeout_s=30, memory_mb=2048)
@@ -340,7 +340,8 @@ def test_validate_is_the_same_every_time_and_never_uses_a_grading_secret(
 def test_replay_reproduces_every_row_of_the_nbgrader_fixture_course(tmp_path: Path) -> None:
     """Assert cells, partial credit, stderr, answers, tasks: each replayed row is the
     gradebook's, and a changed submission is refused rather than replayed."""
-    from edu_dl.grading import nbgrader_course as course
+    from fixtures import nbgrader_course as course
+
     from edu_dl.grading.replay import ReplayError, replay
 
     src, root = course.build(tmp_path / "course")

@@ -77,7 +77,7 @@ def test_threads_option() -> None:
 
 def test_out_is_a_folder_for_every_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
     for benchmark in ("engine", "plan", "matmul", "loader", "transfer", "twins", "parallel",
-                      "kernels", "grading"):
+                      "kernels"):
         code, _, err = run_cli(["bench", benchmark, "--out", "RESULTS.md"], capsys)
         assert code == 2 and "--out takes a folder" in err, benchmark
     args = build_parser().parse_args(["bench", "matmul", "--out", "results/matmul"])
@@ -96,3 +96,41 @@ def test_the_argparse_types_module_imports_nothing_of_the_package() -> None:
                  for a in node.names]
     assert all(not name.startswith("edu_dl") for name in imported)
     assert not any(isinstance(node, ast.ImportFrom) and node.level for node in ast.walk(tree))
+
+
+def _package_imports(package: str) -> dict[str, set[str]]:
+    """file -> the edu_dl modules it imports (relative imports resolved), for a subpackage."""
+    import ast
+    from pathlib import Path
+
+    import edu_dl
+
+    root = Path(edu_dl.__file__).parent
+    found: dict[str, set[str]] = {}
+    for path in sorted((root / package).rglob("*.py")):
+        here = ["edu_dl", *path.relative_to(root).with_suffix("").parts[:-1]]
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = here[: len(here) - node.level + 1] if node.level else []
+                module = ".".join([*base, *([node.module] if node.module else [])])
+                names.update(f"{module}.{a.name}" for a in node.names)
+        found[str(path.relative_to(root))] = {n for n in names if n.startswith("edu_dl.")}
+    return found
+
+
+def test_the_course_benchmarks_and_the_grader_do_not_import_each_other() -> None:
+    """Grading benchmarks are development tools (tests/bench_grading.py, tests/bench_cluster.py),
+    not ``edu-dl bench`` entries; bench.args is the one shared module (it moves to util)."""
+    into_grading = {f: sorted(n for n in names if n.startswith("edu_dl.grading"))
+                    for f, names in _package_imports("bench").items()}
+    into_bench = {f: sorted(n for n in names if n.startswith("edu_dl.bench")
+                            and not n.startswith("edu_dl.util.args"))
+                  for f, names in _package_imports("grading").items()}
+    assert not {f: n for f, n in into_grading.items() if n}
+    assert not {f: n for f, n in into_bench.items() if n}
+    for gone in ("grading", "grading-cluster"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["bench", gone])

@@ -1,9 +1,13 @@
-"""``edu-dl bench grading``: grading throughput, in submissions per minute.
+"""Development benchmark: grading throughput, in submissions per minute (issue 22's tool).
+
+    .venv/bin/python tests/bench_grading.py [--submissions N] [--jobs J] [--out DIR]
+    .venv/bin/python tests/bench_grading.py --nbgrader [--submissions N] [--jobs J]
 
 Grades N copies of every solution notebook with ``--jobs`` workers, each submission in a fresh
 sandbox, kernel and comparison, exactly as ``edu-dl grade`` does; CPU only (the grader runs no
-GPU code). ``--nbgrader``: the nbgrader-style sample course graded by nbgrader 0.9's
-``autograde`` (in a virtual environment of its own) and by edu-dl, side by side in one run.
+GPU code). ``--nbgrader``: the nbgrader-style sample course (``tests/nbgrader_course.py``) graded
+by nbgrader 0.9's ``autograde`` (in a virtual environment of its own) and by edu-dl, side by side
+in one run. A tool for the grader's developers, not part of the course's ``edu-dl bench``.
 """
 
 from __future__ import annotations
@@ -12,22 +16,25 @@ import argparse
 import shutil
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from edu_dl.bench.common import TIMES, add_flags, finish, usable_cores
-from edu_dl.util.args import positive_int
+from fixtures import nbgrader_course as course
 
-SOLUTIONS = Path(__file__).resolve().parents[2] / "solutions"
+from edu_dl.grading.batch import grade
+from edu_dl.grading.settings import Settings
+from edu_dl.machine.hardware import usable_cores
+
+SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions"
+NBGRADER_VENV = Path.home() / ".cache" / "edu-dl" / "nbgrader-0.9-venv"
+TIMES = "\u00d7"  # the multiplication sign of ratios
 
 
 def bench(submissions: int = 8, jobs: int = 2, out: Path | None = None,
           source: Path | None = None, timeout_s: float = 60.0,
           progress: bool = True) -> dict[str, float]:
     """Throughput: grade ``submissions`` copies of every solution notebook; submissions/minute."""
-    from edu_dl.grading.batch import grade
-    from edu_dl.grading.settings import Settings
-
     source = source or SOLUTIONS
     with tempfile.TemporaryDirectory(prefix="edu-dl-bench-", dir=out) as tmp:
         root = Path(tmp)
@@ -47,18 +54,11 @@ def bench(submissions: int = 8, jobs: int = 2, out: Path | None = None,
             / max(1, len(result.rows))}
 
 
-NBGRADER_VENV = Path.home() / ".cache" / "edu-dl" / "nbgrader-0.9-venv"
-
-
 def versus_nbgrader(copies: int, jobs: int, venv: Path = NBGRADER_VENV,
                     progress: bool = True) -> dict[str, Any]:
     """Seconds per notebook on the nbgrader-style sample course (``copies`` x its 4 students):
     nbgrader's autograde (serial: it has no parallel mode), then edu-dl with one worker and with
     ``jobs``, each on a fresh copy of the course, in this one process."""
-    from edu_dl.grading import nbgrader_course as course
-    from edu_dl.grading.batch import grade
-    from edu_dl.grading.settings import Settings
-
     bin_dir = course.nbgrader_venv(venv)
     seconds: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="edu-dl-bench-nbgrader-") as tmp:
@@ -82,7 +82,7 @@ def versus_nbgrader(copies: int, jobs: int, venv: Path = NBGRADER_VENV,
             "per_notebook": {k: v / notebooks for k, v in seconds.items()}}
 
 
-def versus_nbgrader_markdown(result: dict[str, Any]) -> str:
+def versus_nbgrader_markdown(result: dict[str, Any], cores: int) -> str:
     per = result["per_notebook"]
     rows = "\n".join(f"| {name} | {result['seconds'][name]:.1f} s | {per[name]:.2f} s | "
                      f"{per[name] / per['nbgrader']:.2f}{TIMES} |" for name in per)
@@ -90,18 +90,32 @@ def versus_nbgrader_markdown(result: dict[str, Any]) -> str:
     met = "met" if one <= 1.0 else "**not met**"
     return (f"# Grading: edu-dl beside nbgrader 0.9\n\nThe nbgrader-style sample course "
             f"(assert cells, partial credit, a warning on stderr, manual answers, a task; "
-            f"`edu_dl/grading/nbgrader_course.py`), {result['notebooks']} submitted notebooks, "
-            f"{usable_cores()} cores. nbgrader's `autograde` grades one notebook at a time "
+            f"`tests/nbgrader_course.py`), {result['notebooks']} submitted notebooks, "
+            f"{cores} cores. nbgrader's `autograde` grades one notebook at a time "
             "in one process; edu-dl starts a sandbox, a runner and a kernel per notebook.\n\n"
             f"| grader | all notebooks | per notebook | vs nbgrader |\n|---|---:|---:|---:|\n"
             f"{rows}\n\nGoal, edu-dl (sandbox included, one worker) no slower than nbgrader "
             f"per notebook: {one:.2f}{TIMES}, {met}.\n")
 
 
-def add_bench_grading(kinds: Any) -> None:
-    """Register ``edu-dl bench grading``: submissions per minute."""
-    p = kinds.add_parser(
-        "grading", help="grading throughput: submissions per minute",
+def throughput_markdown(result: dict[str, float], cores: int) -> str:
+    return (f"# Grading throughput\n\n{int(result['submissions'])} submissions, --jobs "
+            f"{int(result['jobs'])}, {cores} cores: {result['seconds']:.1f} s, "
+            f"**{result['per_minute']:.1f} submissions/minute** "
+            f"({result['seconds_per_submission_per_job']:.1f} s per submission per worker); "
+            f"{100 * result['passed_fraction']:.0f} % of parts passed.\n")
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tests/bench_grading.py",
         description="Grade N copies of every solution notebook with --jobs workers and report "
         "submissions per minute (each submission: a fresh sandbox, kernel and comparison).")
     p.add_argument("--submissions", type=positive_int, default=None,
@@ -114,28 +128,33 @@ def add_bench_grading(kinds: Any) -> None:
                    "installed once into its own virtual environment, --nbgrader-venv)")
     p.add_argument("--nbgrader-venv", type=Path, default=NBGRADER_VENV, metavar="DIR",
                    help=f"where nbgrader's environment is (default {NBGRADER_VENV})")
-    add_flags(p, files="grading.md", device=None, quick="2 submissions: checks that it runs")
-    p.set_defaults(handler=run_bench_grading)
+    p.add_argument("--quick", action="store_true", help="2 submissions: checks that it runs")
+    p.add_argument("--out", type=Path, metavar="DIR", help="also write DIR/grading.md")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
 
 
-def run_bench_grading(args: argparse.Namespace) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     submissions = args.submissions or (2 if args.quick else 8)
+    cores = usable_cores().value
     if args.nbgrader:
-        from edu_dl.grading.nbgrader_course import NbgraderUnavailable
-
         try:
-            result = versus_nbgrader(submissions, args.jobs, args.nbgrader_venv,
-                                     progress=not args.no_progress)
-        except NbgraderUnavailable as exc:
-            print(f"edu-dl bench grading: {exc}", file=sys.stderr)
+            text = versus_nbgrader_markdown(versus_nbgrader(
+                submissions, args.jobs, args.nbgrader_venv, progress=not args.no_progress),
+                cores)
+        except course.NbgraderUnavailable as exc:
+            print(f"bench_grading: {exc}", file=sys.stderr)
             return 1
-        finish("grading", versus_nbgrader_markdown(result), args.out)
-        return 0
-    result = bench(submissions, args.jobs, source=args.source, progress=not args.no_progress)
-    text = (f"# Grading throughput\n\n{int(result['submissions'])} submissions, --jobs "
-            f"{args.jobs}, {usable_cores()} cores: {result['seconds']:.1f} s, "
-            f"**{result['per_minute']:.1f} submissions/minute** "
-            f"({result['seconds_per_submission_per_job']:.1f} s per submission per worker); "
-            f"{100 * result['passed_fraction']:.0f} % of parts passed.\n")
-    finish("grading", text, args.out)
+    else:
+        text = throughput_markdown(bench(submissions, args.jobs, source=args.source,
+                                         progress=not args.no_progress), cores)
+    sys.stdout.write(text)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "grading.md").write_text(text, encoding="utf-8")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,12 +1,16 @@
-"""``edu-dl bench grading-cluster``: grading throughput on a local Dask cluster of 1, 2, 3 ...
-one-thread workers, against the local grader, and the cluster's overhead per submission.
+"""Development benchmark: grading throughput on a local Dask cluster of 1, 2, 3 ... one-thread
+workers, against the local grader, and the cluster's overhead per submission (issue 24's tool).
 
-The same submissions (copies of the solution notebooks) are graded once per configuration, with
-``--force``, after an untimed warm-up batch; each cluster is fresh and warmed up (imports and the
-sandbox probe done on every worker first). Overhead per submission: the time from submitting a
-task to having its result on the client, less the time the worker's watchdog spent on the
-sandbox: scheduling, moving the task and its result, the worker's own setup. The client
-prepares the next task and judges the last one while a worker runs.
+    .venv/bin/python tests/bench_cluster.py [--submissions N] [--workers 1,2,3] [--jobs 1]
+        [--exercise NAME ...] [--out FILE]
+
+Needs the ``cluster`` extra (Dask). The same submissions (copies of the solution notebooks) are
+graded once per configuration, with ``--force``, after an untimed warm-up batch; each cluster is
+fresh and warmed up (imports and the sandbox probe done on every worker first). Overhead per
+submission: the time from submitting a task to having its result on the client, less the time
+the worker's watchdog spent on the sandbox: scheduling, moving the task and its result, the
+worker's own setup. The client prepares the next task and judges the last one while a worker
+runs. A tool for the grader's developers, not part of the course's ``edu-dl bench``.
 """
 
 from __future__ import annotations
@@ -21,27 +25,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-
-def _warm(dask_worker: Any = None) -> str:
-    """On each worker: what the first task would otherwise pay for."""
-    import importlib
-
-    from edu_dl.grading import sandbox
-    from edu_dl.grading.cluster import software_digest
-
-    importlib.import_module("edu_dl.grading.batch")
-    return sandbox.bwrap_problem() or software_digest()
+from edu_dl.grading.batch import grade
+from edu_dl.grading.cluster import ClusterOptions, local_cluster, warm_up
+from edu_dl.grading.settings import Settings
+from edu_dl.machine.hardware import usable_cores
 
 
 def bench(submissions: int = 4, workers: Sequence[int] = (1, 2, 3), jobs: Sequence[int] = (1,),
           source: Path | None = None, exercises: Sequence[str] = (),
           timeout_s: float = 120.0) -> list[dict[str, Any]]:
     """One row per configuration: local --jobs J, then a local cluster of W workers."""
-    from edu_dl.grading.batch import grade
-    from edu_dl.grading.cluster import ClusterOptions, local_cluster
-    from edu_dl.grading.settings import Settings
-
-    source = source or Path(__file__).resolve().parents[2] / "solutions"
+    source = source or Path(__file__).resolve().parents[1] / "solutions"
     notebooks = [nb for nb in sorted(source.glob("*.ipynb"))
                  if not exercises or nb.stem in exercises]
     settings = Settings(timeout_s=timeout_s)
@@ -73,7 +67,7 @@ def bench(submissions: int = 4, workers: Sequence[int] = (1, 2, 3), jobs: Sequen
             rows.append(timed(f"local --jobs {j}", j, jobs=j))
         for n in workers:
             with local_cluster(n) as client:
-                client.run(_warm)
+                client.run(warm_up)
                 timings: list[tuple[float, float]] = []
                 row = timed(f"Dask, {n} worker{'s' * (n > 1)}", n,
                             cluster=ClusterOptions(client=client, timings=timings))
@@ -104,10 +98,9 @@ def report(rows: list[dict[str, Any]], cores: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def add_bench_cluster(kinds: Any) -> None:
-    """Register ``edu-dl bench grading-cluster``."""
-    p = kinds.add_parser(
-        "grading-cluster", help="grading throughput on a local Dask cluster of 1, 2, 3 workers",
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tests/bench_cluster.py",
         description="Grade N copies of the solution notebooks locally and on local Dask "
         "clusters of each worker count (one thread per worker); report submissions per minute "
         "and the cluster's overhead per submission (submit to result, less the sandbox).")
@@ -118,17 +111,20 @@ def add_bench_cluster(kinds: Any) -> None:
                    help="only this solution notebook (repeat for more; default: all)")
     p.add_argument("--source", type=Path, default=None, help="default: the repo's solutions/")
     p.add_argument("--out", type=Path, metavar="FILE", help="also write the report here")
-    p.set_defaults(handler=run_bench_cluster)
+    return p
 
 
-def run_bench_cluster(args: argparse.Namespace) -> int:
-    from edu_dl.bench.common import usable_cores
-
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     rows = bench(args.submissions, [int(w) for w in args.workers.split(",")],
                  [int(j) for j in args.jobs.split(",")], args.source, args.exercise)
-    text = report(rows, usable_cores())
+    text = report(rows, usable_cores().value)
     sys.stdout.write(text)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text, encoding="utf-8")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
