@@ -1,8 +1,10 @@
 """``edu-dl bench <benchmark>``: one parser per benchmark, each defined in its own module.
 
-A benchmark module defines ``add_<name>(kinds)``, which adds its parser (with the shared flags
-of ``common.add_flags``) and sets ``handler=``; list it once in ``BENCHMARKS``. Handlers import
-their heavy modules themselves, so ``edu-dl --help`` stays instant.
+A benchmark module declares a ``report.Benchmark`` (its flags, its measure function and its
+files), whose ``add(kinds)`` adds its parser with the shared flags of ``common.add_flags``; a
+command that is not a benchmark (``gpu``, ``results``) defines ``add_<name>(kinds)``. List each
+once in ``BENCHMARKS``. Heavy modules are imported when a benchmark runs, so ``edu-dl --help``
+stays instant.
 """
 
 from __future__ import annotations
@@ -11,21 +13,21 @@ from collections.abc import Callable
 from typing import Any
 
 from ..grading.cluster_bench import add_bench_cluster
-from .conv import add_conv
-from .engine import add_engine
+from .conv import CONV
+from .engine import ENGINE
 from .grading import add_bench_grading
-from .kernels import add_kernels
-from .loader import add_loader
-from .matmul import add_bench_matmul
-from .parallel import add_parallel
-from .plan import add_plan
+from .kernels import KERNELS_BENCH
+from .loader import LOADER
+from .matmul import MATMUL
+from .parallel import PARALLEL
+from .plan import PLAN
 from .record import add_gpu, add_results
-from .transfer import add_transfer
-from .twins import add_twins
+from .transfer import TRANSFER
+from .twins import TWINS_BENCH
 
-BENCHMARKS: list[Callable[[Any], None]] = [
-    add_engine, add_plan, add_bench_matmul, add_loader, add_transfer, add_twins, add_parallel,
-    add_kernels, add_conv, add_bench_grading, add_bench_cluster, add_gpu, add_results]
+BENCHMARKS: list[Callable[[Any], Any]] = [
+    ENGINE.add, PLAN.add, MATMUL.add, LOADER.add, TRANSFER.add, TWINS_BENCH.add, PARALLEL.add,
+    KERNELS_BENCH.add, CONV.add, add_bench_grading, add_bench_cluster, add_gpu, add_results]
 
 
 def add_bench(subparsers: Any) -> None:

@@ -1,0 +1,240 @@
+"""One harness for every ``edu-dl bench`` benchmark, and the one writer of its files.
+
+A benchmark is declared, not wired by hand: a :class:`Benchmark` names its flags, its
+``measure(args, device)`` and the files it writes; ``measure`` returns a :class:`Report` (the
+text it prints, its CSV tables with their columns, its JSON documents and its plots), and
+:meth:`Report.write` writes ``<name>.md`` and every file into ``--out``. ``add(kinds, bench)``
+makes the parser with the shared flags of ``common.add_flags``. For example::
+
+    def measure(args, device):
+        result = run_kernels(args.kernels, args.sizes, device)
+        return Report(kernels_table(result),
+                      csv={"kernels.csv": Csv([asdict(r) for r in result.rows])},
+                      json={"kernels.json": Json(result.to_json())},
+                      status=1 if result.errors else 0)
+
+    KERNELS = Benchmark("kernels", "help", "description", measure, flags=kernel_flags,
+                        files=("kernels.csv", "kernels.json"), device="gpu")
+
+Also here: the two table renderers (aligned text and Markdown) and the header of a Markdown
+report. Only the standard library is imported, so ``edu-dl --help`` and ``doctor`` stay light.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import textwrap
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# --------------------------------------------------------------------------- tables
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int | None = None,
+          wrap: int | None = None, right_from: int | None = None) -> str:
+    """A plain aligned text table with a rule under the header.
+
+    Columns from index ``right_from`` on are right-aligned (numbers); the others left-aligned.
+    With ``width`` and ``wrap`` (a column's index), that column's cells are wrapped onto more
+    lines where the table would be wider than ``width``.
+    """
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+    cells = [[[str(c)] for c in r] for r in rows]
+    if width is not None and wrap is not None:
+        others = sum(w for i, w in enumerate(widths) if i != wrap) + 2 * (len(widths) - 1)
+        fit = max(len(str(headers[wrap])), width - others)
+        if widths[wrap] > fit:
+            widths[wrap] = fit
+            for row in cells:
+                row[wrap] = textwrap.wrap(row[wrap][0], fit, break_on_hyphens=False) or [""]
+
+    def line(row: Sequence[str]) -> str:
+        return "  ".join(cell.rjust(w) if right_from is not None and i >= right_from
+                         else cell.ljust(w)
+                         for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
+
+    lines = [line([str(h) for h in headers]), "  ".join("-" * w for w in widths)]
+    for row in cells:
+        for k in range(max(len(c) for c in row)):
+            lines.append(line([c[k] if k < len(c) else "" for c in row]))
+    return "\n".join(lines)
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]],
+                   right: Sequence[bool] = ()) -> list[str]:
+    """A Markdown table's lines; ``right[i]`` right-aligns column i (an empty cell stays '| |')."""
+
+    def line(cells: Sequence[str]) -> str:
+        return "|" + "|".join(f" {c} " if c else " " for c in cells) + "|"
+
+    rule = "|" + "|".join("---:" if i < len(right) and right[i] else "---"
+                          for i in range(len(headers))) + "|"
+    return [line(headers), rule, *(line(r) for r in rows)]
+
+
+def document(sections: Sequence[str], command: str, date: str, machine: Sequence[str]) -> str:
+    """A whole Markdown report: title, command and date, the machine's lines, the sections."""
+    parts = [
+        "# edu_dl benchmarks",
+        "",
+        f"Made by `{command}` on {date}. Benchmarks are measurements, never tests: nothing "
+        "here asserts a time.",
+        "",
+        "### Machine",
+        "",
+        *machine,
+        "",
+    ]
+    text = "\n".join(parts) + "\n"
+    for section in sections:
+        text += section + "\n"
+    return text.rstrip("\n") + "\n"
+
+
+# --------------------------------------------------------------------------- the files
+
+
+@dataclass(frozen=True)
+class Csv:
+    """A CSV table: its rows and columns (None: the first row's keys; no rows, no header)."""
+
+    rows: Sequence[Mapping[str, Any]]
+    columns: Sequence[str] | None = None
+
+
+@dataclass(frozen=True)
+class Json:
+    """A JSON document, with the indent (and final newline) its readers have always seen."""
+
+    data: Any
+    indent: int = 1
+    newline: bool = False
+
+
+@dataclass
+class Report:
+    """What a benchmark measured, as it prints it and as files (file name -> content)."""
+
+    text: str
+    csv: dict[str, Csv] = field(default_factory=dict)
+    json: dict[str, Json] = field(default_factory=dict)
+    plots: dict[str, Callable[[Path], Any]] = field(default_factory=dict)
+    status: int = 0
+
+    def files(self) -> list[str]:
+        return [*self.csv, *self.json, *self.plots]
+
+    def write(self, name: str, out: Path) -> list[Path]:
+        """Write ``<name>.md`` (the printed text), the CSV, JSON and PNG files into ``out``."""
+        out.mkdir(parents=True, exist_ok=True)
+        markdown = out / f"{name}.md"
+        markdown.write_text(self.text, encoding="utf-8")
+        paths = [markdown]
+        for file, table_ in self.csv.items():
+            paths.append(write_csv(out / file, table_))
+        for file, doc in self.json.items():
+            path = out / file
+            path.write_text(json.dumps(doc.data, indent=doc.indent) + ("\n" if doc.newline
+                                                                      else ""), encoding="utf-8")
+            paths.append(path)
+        for file, draw in self.plots.items():
+            draw(out / file)
+            paths.append(out / file)
+        return paths
+
+
+def write_csv(path: Path, table_: Csv) -> Path:
+    with path.open("w", newline="", encoding="utf-8") as f:
+        columns = table_.columns or (list(table_.rows[0]) if table_.rows else None)
+        if columns is not None:
+            writer = csv.DictWriter(f, fieldnames=list(columns))
+            writer.writeheader()
+            writer.writerows(table_.rows)
+    return path
+
+
+def finish(name: str, report: Report, out: Path | None) -> list[Path]:
+    """Print the report; with a folder, also write its files (and say so on stderr)."""
+    sys.stdout.write(report.text)
+    if out is None:
+        return []
+    paths = report.write(name, out)
+    for path in paths:
+        print(f"wrote {path}", file=sys.stderr)
+    return paths
+
+
+def pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+# --------------------------------------------------------------------------- the harness
+
+
+class Refused(Exception):
+    """A benchmark that will not run as asked: its sentence on stderr, and an exit status."""
+
+    def __init__(self, message: str, status: int = 2) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """``edu-dl bench <name>``, declared: its flags, its measurement and the files it writes."""
+
+    name: str
+    help: str
+    description: str
+    measure: Callable[[argparse.Namespace, Any], Report]  # (args, common.Device) -> Report
+    files: tuple[str, ...] = ()  # what it writes besides <name>.md (for --help)
+    flags: Callable[[argparse.ArgumentParser], object] = lambda parser: None
+    repeats: tuple[int, int] | None = None  # (default, with --quick); None: no --repeats
+    device: str | None = "cpu"  # --device's default; None: the benchmark decides
+    device_help: str = ""
+    timeout: bool = False  # a --timeout for its worker processes
+    quick: str = ""
+    out_default: Path | None = None
+    files_help: str = ""  # instead of the list of files, where that list would mislead
+
+    def add(self, kinds: Any) -> argparse.ArgumentParser:
+        from .common import add_flags
+
+        parser: argparse.ArgumentParser = kinds.add_parser(self.name, help=self.help,
+                                                           description=self.description)
+        self.flags(parser)
+        add_flags(parser, files=self.files_help or and_list([f"{self.name}.md", *self.files]),
+                  repeats=self.repeats, device=self.device, device_help=self.device_help,
+                  timeout=self.timeout, quick=self.quick, out_default=self.out_default)
+        parser.set_defaults(handler=self.run)
+        return parser
+
+    def run(self, args: argparse.Namespace) -> int:
+        """The handler: the device asked for, the measurement, the report and its files."""
+        from .common import device_of
+
+        device = device_of(args, self.name)
+        if device is None:
+            return 1
+        try:
+            report = self.measure(args, device)
+        except Refused as exc:
+            print(exc, file=sys.stderr)
+            return exc.status
+        finish(self.name, report, args.out)
+        return report.status
+
+
+def and_list(names: Sequence[str]) -> str:
+    """'a.md, b.csv and c.png'."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
