@@ -15,17 +15,17 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .. import hardware as hw
-from . import report
 from .args import positive, positive_int
 from .device import DEVICES, Device, get_device, gpu_missing, gpu_name
 from .worker import DEFAULT_TIMEOUT_S
 
+T = TypeVar("T")
 TIMES = "\u00d7"  # the multiplication sign of ratios, spelled out for linters
 FILE_SUFFIXES = (".md", ".csv", ".json", ".png", ".txt")
 
@@ -96,12 +96,17 @@ def command_line(args: argparse.Namespace) -> str:
 
 def finish(name: str, text: str, out: Path | None,
            writers: Iterable[Callable[[Path], list[Path]]] = ()) -> list[Path]:
-    """Print the report; with a folder, write ``<name>.md`` and run the writers (the
-    harness's ``report.finish``, for a command not declared as a ``report.Benchmark``)."""
-    paths = report.finish(name, report.Report(text), out)
-    for path in [path for write in writers if out is not None for path in write(out)]:
+    """Print the report; with a folder, also write it as ``<name>.md`` and run the writers.
+
+    Only for a command not yet declared as a ``report.Benchmark`` (``bench grading``)."""
+    sys.stdout.write(text)
+    if out is None:
+        return []
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.md").write_text(text, encoding="utf-8")
+    paths = [out / f"{name}.md", *(path for write in writers for path in write(out))]
+    for path in paths:
         print(f"wrote {path}", file=sys.stderr)
-        paths.append(path)
     return paths
 
 
@@ -113,6 +118,16 @@ def progress(total: int, desc: str, enabled: bool = True) -> Any:
 
     return tqdm(total=total, desc=desc, unit="task", file=sys.stderr,
                 disable=progress_disabled(enabled))
+
+
+def each(items: Sequence[T], desc: str, enabled: bool = True,
+         name: Callable[[T], str] = str) -> Iterator[T]:
+    """The items one by one under a progress bar that names the current one."""
+    with progress(len(items), desc, enabled) as bar:
+        for item in items:
+            bar.set_postfix_str(name(item))
+            yield item
+            bar.update()
 
 
 # --------------------------------------------------------------------------- formats

@@ -43,7 +43,6 @@ from .common import (
     machine_lines,
     now,
     progress,
-    repeats_of,
 )
 from .device import Device
 from .problems import CPU_SIZES, GPU_SIZES, SIZES
@@ -404,7 +403,7 @@ def measure_engine(args: argparse.Namespace, device: Device) -> Report:
     on_gpu = device.kind == "gpu"
     sizes = args.sizes or list(GPU_SIZES if on_gpu else CPU_SIZES)
     frameworks = args.frameworks or list(GPU_FRAMEWORKS if on_gpu else CPU_FRAMEWORKS)
-    repeats = repeats_of(args, DEFAULT_REPEATS, QUICK_REPEATS)
+    repeats = args.repeats
     result = run_engine(sizes, frameworks, repeats, quick=args.quick,
                         progress_bar=not args.no_progress, threads=args.threads,
                         processes=args.processes, device=device, timeout_s=args.timeout)

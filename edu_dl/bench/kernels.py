@@ -182,9 +182,8 @@ def measure_kernels(args: argparse.Namespace, device: Device) -> Report:
         raise Refused("edu-dl bench kernels: these are GPU kernels, with no CPU side; `edu-dl "
                       "bench matmul --device cpu` measures the CPU's matmul.")
     sizes = args.sizes or list(QUICK_SIZES if args.quick else SIZES)
-    repeats = args.repeats or (QUICK_REPEATS if args.quick else DEFAULT_REPEATS)
-    result = run_kernels(args.kernels, sizes, repeats, QUICK_BATCH_S if args.quick else BATCH_S,
-                         device, args.timeout)
+    batch_s = QUICK_BATCH_S if args.quick else BATCH_S
+    result = run_kernels(args.kernels, sizes, args.repeats, batch_s, device, args.timeout)
     return Report(kernels_table(result), csv={"kernels.csv": Csv([asdict(r) for r in result.rows])},
                   json={"kernels.json": Json(result.to_json())},
                   status=1 if result.errors or not result.rows else 0)

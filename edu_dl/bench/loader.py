@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from .args import comma_list, non_negative, positive_int
-from .common import format_time, median_seconds, now, progress, repeats_of
+from .common import each, format_time, median_seconds, now
 from .device import Device
 from .report import Benchmark, Csv, Json, Report, pyplot, table
 from .worker import DEFAULT_TIMEOUT_S, WorkerError, run_in_worker
@@ -325,27 +325,20 @@ def run_loader(
         make_loader_data(Path(config.directory), config)
         order = ["edu_dl", *(fw for fw in frameworks if fw != "edu_dl")]
         result = LoaderResult(config, math.nan, math.nan, date=now(), synced=_synced(device))
-        bar = progress(len(order), "bench loader", progress_bar)
-        try:
-            for fw in order:
-                bar.set_postfix_str(fw)
-                try:
-                    # One BLAS thread: BLAS threads would fight the reader threads.
-                    answer = run_in_worker(f"{__name__}:loader_task", name=fw, threads=1,
-                                           timeout_s=timeout_s, framework=fw, config=asdict(config))
-                except WorkerError as exc:
-                    result.errors[fw] = str(exc)
-                    print(f"warning: {fw} could not run: {exc}", file=sys.stderr)
-                    bar.update()
-                    continue
-                config.compute_steps = answer["compute_steps"]  # the first worker calibrates
-                if fw == "edu_dl":
-                    result.read_s, result.compute_s = answer["read_s"], answer["compute_s"]
-                if fw in frameworks:
-                    result.rows += [LoaderRow(**row) for row in answer["rows"]]
-                bar.update()
-        finally:
-            bar.close()
+        for fw in each(order, "bench loader", progress_bar):
+            try:
+                # One BLAS thread: BLAS threads would fight the reader threads.
+                answer = run_in_worker(f"{__name__}:loader_task", name=fw, threads=1,
+                                       timeout_s=timeout_s, framework=fw, config=asdict(config))
+            except WorkerError as exc:
+                result.errors[fw] = str(exc)
+                print(f"warning: {fw} could not run: {exc}", file=sys.stderr)
+                continue
+            config.compute_steps = answer["compute_steps"]  # the first worker calibrates
+            if fw == "edu_dl":
+                result.read_s, result.compute_s = answer["read_s"], answer["compute_s"]
+            if fw in frameworks:
+                result.rows += [LoaderRow(**row) for row in answer["rows"]]
     finish_rows(result)
     return result
 
@@ -440,7 +433,7 @@ def loader_flags(p: argparse.ArgumentParser) -> None:
 def measure_loader(args: argparse.Namespace, device: Device) -> Report:
     return loader_report(run_loader(
         args.frameworks, args.batches or (6 if args.quick else 40), args.batch_size,
-        args.delay_ms / 1000, args.compute_ms / 1000, repeats_of(args, 3, 1),
+        args.delay_ms / 1000, args.compute_ms / 1000, args.repeats,
         not args.no_progress, device, args.timeout))
 
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from .. import gpu_probes as gp
 from .. import hardware as hw
+from ..doctor import BANDWIDTH_INPUTS, PEAK_INPUTS, add_machine_flags, machine_label
 from ..hardware import Fact
 from .args import comma_list, int_list, positive_int
 from .common import batch_seconds, load_average, progress
@@ -252,8 +253,6 @@ def machine_facts(args: argparse.Namespace, best_cpu: float | None, quick: bool)
     dict[str, Any], dict[str, Any], list[str], str
 ]:
     """(peak facts, bandwidth facts, checks, machine label) for the roofline."""
-    from ..doctor import BANDWIDTH_INPUTS, PEAK_INPUTS, machine_label
-
     cpu = hw.read_cpu()
     # With --threads N only N cores can work, so the peak counts N cores.
     theory, assumed = hw.theoretical_peak(cpu, args.fma_units, args.clock_mhz, args.threads)
@@ -458,8 +457,6 @@ def plot_roofline(result: MatmulResult, path: Path) -> Path:
 
 
 def matmul_flags(parser: argparse.ArgumentParser) -> None:
-    from ..doctor import add_machine_flags
-
     parser.add_argument("--sizes", type=int_list, default=None,
                         help=f"comma-separated n (default: {','.join(map(str, SIZES))}; "
                         f"with --quick {','.join(map(str, QUICK_SIZES))})")

@@ -25,11 +25,11 @@ from .common import (
     machine_lines,
     median_seconds,
     now,
-    repeats_of,
 )
 from .device import Device
 from .problems import make_problem
 from .report import Benchmark, Report, document, markdown_table
+from .trainers import make_trainer
 
 DEFAULT_REPEATS, QUICK_REPEATS = 11, 2
 BATCH_SECONDS, QUICK_BATCH_SECONDS = 0.1, 0.01
@@ -161,8 +161,6 @@ def eager_breakdown(size: str = "tiny", repeats: int = DEFAULT_REPEATS,
     import edu_dl as ed
     from edu_dl import optim
 
-    from .trainers import make_trainer
-
     batch_s = QUICK_BATCH_SECONDS if quick else BATCH_SECONDS
     p = make_problem(size)
     x, y = ed.tensor(p.x), ed.tensor(p.y)
@@ -225,8 +223,7 @@ def breakdown_markdown(rows: list[tuple[str, float]], size: str = "tiny") -> str
 
 
 def measure_plan(args: argparse.Namespace, device: Device) -> Report:
-    section, measured = plan_section(repeats_of(args, DEFAULT_REPEATS, QUICK_REPEATS),
-                                     args.quick, device)
+    section, measured = plan_section(args.repeats, args.quick, device)
     text = document([section], command_line(args), now(), machine_lines(device))
     return Report(text, status=0 if measured else 1)
 

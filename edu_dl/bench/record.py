@@ -25,8 +25,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from . import parallel
+from .args import comma_list
 from .common import add_flags, cpu_name, now, package_version, usable_cores
-from .device import Device, gpu_missing
+from .device import Device, get_device, gpu_missing
+from .engine import EngineResult, check_targets
+from .loader import LoaderResult, loader_table
+from .matmul import MatmulResult, render
+from .transfer import TransferResult, transfer_table
 from .worker import WorkerError, run_in_worker
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -170,8 +176,6 @@ def add_gpu(kinds: Any) -> None:
 
 
 def _benchmark_list(text: str) -> list[str]:
-    from .args import comma_list
-
     return comma_list(tuple(GPU_RUNS), "benchmark")(text)
 
 
@@ -181,8 +185,6 @@ def run_gpu_command(args: argparse.Namespace) -> int:
         print(f"edu-dl bench gpu: {reason}, so no GPU benchmark was run and nothing was "
               "recorded.", file=sys.stderr)
         return 1
-    from .device import get_device
-
     folder = record_gpu(args.out, args.quick, args.only, device=get_device("gpu"),
                         log=lambda text: print(text, file=sys.stderr))
     facts = read_provenance(folder)
@@ -235,29 +237,19 @@ def render_folder(folder: Path, name: str) -> tuple[str, str] | None:
     data = json.loads(data_path.read_text(encoding="utf-8"))
     how = f"rendered from the recorded `{name}.json` by today's edu_dl"
     if name == "matmul":
-        from .matmul import MatmulResult, render
-
         return "```\n" + render(MatmulResult.from_json(data)) + "```\n", how
     if name == "transfer":
-        from .transfer import TransferResult, transfer_table
-
         return "```\n" + transfer_table(TransferResult.from_json(data)) + "```\n", how
     if name == "loader":
-        from .loader import LoaderResult, loader_table
-
         return "```\n" + loader_table(LoaderResult.from_json(data)) + "```\n", how
     if name == "parallel":
-        from .parallel import Row, table
-
-        rows = [Row(**r) for r in data]
-        return table(rows, len(rows[0].losses) if rows else 0), how
+        rows = [parallel.Row(**r) for r in data]
+        return parallel.table(rows, len(rows[0].losses) if rows else 0), how
     return None
 
 
 def gpu_targets_not_measured() -> str:
     """The engine's GPU targets, every one 'not measured', for a device without an engine run."""
-    from .engine import EngineResult, check_targets
-
     result = EngineResult([], [], 0, device=Device("gpu"))
     lines = ["| target | measured |", "|---|---|"]
     lines += [f"| {target.text} | not measured |" for target, _, _ in check_targets(result)]

@@ -3,8 +3,8 @@
 A benchmark is declared, not wired by hand: a :class:`Benchmark` names its flags, its
 ``measure(args, device)`` and the files it writes; ``measure`` returns a :class:`Report` (the
 text it prints, its CSV tables with their columns, its JSON documents and its plots), and
-:meth:`Report.write` writes ``<name>.md`` and every file into ``--out``. ``add(kinds, bench)``
-makes the parser with the shared flags of ``common.add_flags``. For example::
+:meth:`Report.write` writes ``<name>.md`` and every file into ``--out``. ``bench.add(kinds)``
+makes its parser with the shared flags of ``common.add_flags``. For example::
 
     def measure(args, device):
         result = run_kernels(args.kernels, args.sizes, device)
@@ -17,7 +17,7 @@ makes the parser with the shared flags of ``common.add_flags``. For example::
                         files=("kernels.csv", "kernels.json"), device="gpu")
 
 Also here: the two table renderers (aligned text and Markdown) and the header of a Markdown
-report. Only the standard library is imported, so ``edu-dl --help`` and ``doctor`` stay light.
+report. Nothing heavy is imported (``common``: argparse types, NumPy, the machine's facts).
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .common import add_flags, device_of, repeats_of
 
 # --------------------------------------------------------------------------- tables
 
@@ -205,15 +207,12 @@ class Benchmark:
     timeout: bool = False  # a --timeout for its worker processes
     quick: str = ""
     out_default: Path | None = None
-    files_help: str = ""  # instead of the list of files, where that list would mislead
 
     def add(self, kinds: Any) -> argparse.ArgumentParser:
-        from .common import add_flags
-
         parser: argparse.ArgumentParser = kinds.add_parser(self.name, help=self.help,
                                                            description=self.description)
         self.flags(parser)
-        add_flags(parser, files=self.files_help or and_list([f"{self.name}.md", *self.files]),
+        add_flags(parser, files=and_list([f"{self.name}.md", *self.files]),
                   repeats=self.repeats, device=self.device, device_help=self.device_help,
                   timeout=self.timeout, quick=self.quick, out_default=self.out_default)
         parser.set_defaults(handler=self.run)
@@ -221,11 +220,11 @@ class Benchmark:
 
     def run(self, args: argparse.Namespace) -> int:
         """The handler: the device asked for, the measurement, the report and its files."""
-        from .common import device_of
-
         device = device_of(args, self.name)
         if device is None:
             return 1
+        if self.repeats is not None:  # measure sees the repeats to run, --quick or not
+            args.repeats = repeats_of(args, *self.repeats)
         try:
             report = self.measure(args, device)
         except Refused as exc:

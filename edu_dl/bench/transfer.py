@@ -24,12 +24,11 @@ import numpy as np
 
 from .args import comma_list
 from .common import (
+    each,
     format_time,
     limit_threads,
     median_seconds,
     now,
-    progress,
-    repeats_of,
 )
 from .problems import SIZES, make_problem
 from .report import Benchmark, Csv, Json, Report, pyplot, table
@@ -404,21 +403,15 @@ def run_transfer(
         tasks.append(("edu_dl.graph feed vs Variables", edu_dl_feed))
     if "tf" in feed_frameworks:
         tasks.append(("tf.compat.v1 feed vs Variables", tf_feed))
-    bar = progress(len(tasks), "bench transfer", progress_bar)
-    try:
-        for name, task in tasks:
-            bar.set_postfix_str(name)
-            try:
-                # One BLAS thread, as in the workers: on a small busy machine, BLAS threads
-                # spinning idle made a 512 x 512 matmul ten times slower.
-                with limit_threads(1):
-                    task()
-            except Exception as exc:  # one library failing must not hide the others' numbers
-                result.errors[name] = f"{type(exc).__name__}: {exc}"
-                print(f"warning: {name} could not run: {exc}", file=sys.stderr)
-            bar.update()
-    finally:
-        bar.close()
+    for name, task in each(tasks, "bench transfer", progress_bar, lambda t: t[0]):
+        try:
+            # One BLAS thread, as in the workers: on a small busy machine, BLAS threads
+            # spinning idle made a 512 x 512 matmul ten times slower.
+            with limit_threads(1):
+                task()
+        except Exception as exc:  # one library failing must not hide the others' numbers
+            result.errors[name] = f"{type(exc).__name__}: {exc}"
+            print(f"warning: {name} could not run: {exc}", file=sys.stderr)
     return result
 
 
@@ -542,7 +535,7 @@ def plot_transfer(result: TransferResult, path: Path) -> None:
 
 
 def measure_transfer(args: argparse.Namespace, device: Any) -> Report:
-    result = run_transfer(args.frameworks, repeats_of(args, 5, 2), args.quick,
+    result = run_transfer(args.frameworks, args.repeats, args.quick,
                           not args.no_progress, args.device == "cpu", args.timeout)
     report = transfer_report(result)
     if args.device == "gpu" and result.gpu is None:

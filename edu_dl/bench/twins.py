@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import models
 from ..twins import TWINS, get_twin
-from .common import progress
+from .common import each
 from .device import Device
 from .report import Benchmark, Csv, Json, Refused, Report, pyplot
 from .worker import WorkerError, run_in_worker
@@ -106,15 +106,8 @@ def measure_twins(args: argparse.Namespace, device: Device) -> Report:
         QUICK_STEPS if args.quick else DEFAULT_STEPS)
     if args.steps < 1:
         raise Refused("error: --steps must be at least 1")
-    results = []
-    bar = progress(len(twins), "bench twins", not args.no_progress)
-    try:
-        for twin in twins:
-            bar.set_postfix_str(twin)
-            results.append(run_worker(twin, args, device))
-            bar.update()
-    finally:
-        bar.close()
+    results = [run_worker(twin, args, device)
+               for twin in each(twins, "bench twins", not args.no_progress)]
     text = twins_table(results, args, device)  # adds each result's ratio
     data = {"model": args.model, "optimizer": args.optimizer, "dtype": args.dtype,
             "steps": args.steps, "device": device.kind, "fake": device.fake, "results": results}
