@@ -30,6 +30,7 @@ from ..doctor import BANDWIDTH_INPUTS, PEAK_INPUTS, add_machine_flags, machine_l
 from ..hardware import Fact
 from .args import comma_list, int_list, positive_int
 from .common import batch_seconds, load_average, progress
+from .device import Device
 from .report import Benchmark, Csv, Json, Report, table
 from .worker import DEFAULT_TIMEOUT_S, Worker, WorkerError
 
@@ -470,7 +471,7 @@ def matmul_flags(parser: argparse.ArgumentParser) -> None:
     add_machine_flags(parser)
 
 
-def measure_matmul(args: argparse.Namespace, device: Any) -> Report:
+def measure_matmul(args: argparse.Namespace, device: Device) -> Report:
     args.sizes = args.sizes or list(QUICK_SIZES if args.quick else SIZES)
     args.left_out = {}
     if args.frameworks is not None:

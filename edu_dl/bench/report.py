@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import add_flags, device_of, repeats_of
+from .device import Device
 
 # --------------------------------------------------------------------------- tables
 
@@ -128,9 +129,6 @@ class Report:
     plots: dict[str, Callable[[Path], Any]] = field(default_factory=dict)
     status: int = 0
 
-    def files(self) -> list[str]:
-        return [*self.csv, *self.json, *self.plots]
-
     def write(self, name: str, out: Path) -> list[Path]:
         """Write ``<name>.md`` (the printed text), the CSV, JSON and PNG files into ``out``."""
         out.mkdir(parents=True, exist_ok=True)
@@ -198,7 +196,7 @@ class Benchmark:
     name: str
     help: str
     description: str
-    measure: Callable[[argparse.Namespace, Any], Report]  # (args, common.Device) -> Report
+    measure: Callable[[argparse.Namespace, Device], Report]
     files: tuple[str, ...] = ()  # what it writes besides <name>.md (for --help)
     flags: Callable[[argparse.ArgumentParser], object] = lambda parser: None
     repeats: tuple[int, int] | None = None  # (default, with --quick); None: no --repeats

@@ -30,6 +30,7 @@ from .common import (
     median_seconds,
     now,
 )
+from .device import Device
 from .problems import SIZES, make_problem
 from .report import Benchmark, Csv, Json, Report, pyplot, table
 from .worker import DEFAULT_TIMEOUT_S, run_in_worker
@@ -534,7 +535,7 @@ def plot_transfer(result: TransferResult, path: Path) -> None:
 # --------------------------------------------------------------------------- the command
 
 
-def measure_transfer(args: argparse.Namespace, device: Any) -> Report:
+def measure_transfer(args: argparse.Namespace, device: Device) -> Report:
     result = run_transfer(args.frameworks, args.repeats, args.quick,
                           not args.no_progress, args.device == "cpu", args.timeout)
     report = transfer_report(result)
