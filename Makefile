@@ -125,7 +125,7 @@ endif
 # course code it ran, which tests/test_notebook_freshness.py compares with today's code.
 NB ?= lectures/*.ipynb solutions/*.ipynb
 notebooks: install
-	TQDM_DISABLE=1 $(BIN)/python -m edu_dl.notebook_run $(NB)
+	TQDM_DISABLE=1 $(BIN)/python -m edu_dl.notebook.run $(NB)
 
 # The course website: the executed lectures and the exercises as static HTML in site/_build/html
 # (site/build.py, Sphinx with MyST-NB: the committed outputs, nothing executed or fetched).

@@ -8,11 +8,18 @@
 
 import sys
 
-from . import backend, nn, optim
-from .autograd import graph, ops
-from .autograd.gradcheck import gradcheck, rel_error
-from .autograd.tensor import Tensor, enable_grad, is_grad_enabled, no_grad, ones, tensor, zeros
-from .backend import get_xp, gpu_available, synchronize, to_device, to_numpy
+from edu_dl import backend, graph, nn, ops, optim
+from edu_dl.autograd.gradcheck import gradcheck, rel_error
+from edu_dl.autograd.tensor import (
+    Tensor,
+    enable_grad,
+    is_grad_enabled,
+    no_grad,
+    ones,
+    tensor,
+    zeros,
+)
+from edu_dl.backend import get_xp, gpu_available, synchronize, to_device, to_numpy
 
 __version__ = "0.1.0"
 

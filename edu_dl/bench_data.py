@@ -1,6 +1,6 @@
 """Moved to ``edu_dl.bench.loader`` and ``edu_dl.bench.transfer``; kept for the notebooks."""
 
-from .bench.loader import (
+from edu_dl.bench.loader import (
     LOADER_FRAMEWORKS,
     BatchReader,
     LoaderConfig,
@@ -13,7 +13,7 @@ from .bench.loader import (
     make_loader_data,
     run_loader,
 )
-from .bench.transfer import (
+from edu_dl.bench.transfer import (
     FEED_FRAMEWORKS,
     LECTURE_SIZE,
     SIZES,

@@ -1,6 +1,6 @@
 """Moved to ``edu_dl.bench.matmul``; kept for the notebooks that import ``bench_matmul``."""
 
-from .bench.matmul import (
+from edu_dl.bench.matmul import (
     CPU_TARGETS,
     GPU_TARGETS,
     TARGETS,

@@ -12,12 +12,12 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from . import __version__
-from .bench.cli import add_bench
-from .caffe.cli import add_train
-from .doctor import add_doctor
-from .grading.cli import add_assign, add_grade, add_replay, add_report, add_validate
-from .grading.lms.cli import add_lms
+from edu_dl import __version__
+from edu_dl.bench.cli import add_bench
+from edu_dl.caffe.cli import add_train
+from edu_dl.grading.cli import add_assign, add_grade, add_replay, add_report, add_validate
+from edu_dl.grading.lms.cli import add_lms
+from edu_dl.machine.doctor import add_doctor
 
 Subparsers = Any  # argparse's _SubParsersAction is private
 
@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``edu-dl`` console script; returns the exit status."""
-    from .grading.protocol import skip_slow_optional_imports
+    from edu_dl.grading.protocol import skip_slow_optional_imports
 
     skip_slow_optional_imports()  # seconds off every command that reads a notebook
     argv = sys.argv[1:] if argv is None else list(argv)

@@ -242,7 +242,7 @@ class DataLoader:
         if num_threads < 1:
             raise ValueError(f"DataLoader: num_threads must be at least 1, got {num_threads}")
         if device is not None:
-            from .backend import check_device
+            from edu_dl.backend import check_device
 
             check_device(device)  # asking for a missing GPU fails here, not in a thread
         self.dataset = dataset
@@ -330,7 +330,7 @@ def _reader(state: _State, dataset: Dataset, device: str | None) -> None:
         try:
             item = dataset.read(indices)
             if device is not None:
-                from .backend import to_device
+                from edu_dl.backend import to_device
 
                 item = tuple(to_device(a, device) for a in item)
         except BaseException as exc:  # delivered to the consumer, raised there
@@ -395,7 +395,7 @@ class _Epoch(Iterator[Batch]):
             try:
                 batch = self.dataset.read(indices)
                 if self.device is not None:
-                    from .backend import to_device
+                    from edu_dl.backend import to_device
 
                     batch = tuple(to_device(a, self.device) for a in batch)
             except Exception as exc:

@@ -15,11 +15,11 @@ import sys
 import textwrap
 from typing import Any
 
-from . import gpu_probes as gp
-from . import hardware as hw
-from .bench.args import positive
-from .bench.report import table
-from .hardware import Fact
+from edu_dl.bench.report import table
+from edu_dl.machine import hardware as hw
+from edu_dl.machine import probes as gp
+from edu_dl.machine.hardware import Fact
+from edu_dl.util.args import positive
 
 Subparsers = Any  # argparse's _SubParsersAction is private
 

@@ -1,14 +1,14 @@
 """Which GPUs NumPy/CuPy, PyTorch and TensorFlow each see, the NVIDIA driver, and what to check.
 
-Each framework is probed in a worker process of its own (``edu_dl.bench.worker``), never two in
+Each framework is probed in a worker process of its own (``edu_dl.util.worker``), never two in
 one process: each framework loads its own CUDA and cuDNN libraries, and in one process the
 first one loaded wins, so a second framework can fail or crash only because of the first; a
 broken CUDA install can also crash the process outright or hang on import. In a process of its own
 a probe sees what that framework alone would see, a crash or hang becomes a status with a reason
 instead of taking ``edu-dl doctor`` down, and the probes run in parallel.
 
-The CPU and memory facts (:class:`~edu_dl.hardware.Fact`, the formulas, the measurements) are in
-:mod:`edu_dl.hardware`.
+The CPU and memory facts (:class:`~edu_dl.machine.hardware.Fact`, the formulas, the measurements) are in
+:mod:`edu_dl.machine.hardware`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .bench.worker import Worker, WorkerError
+from edu_dl.util.worker import Worker, WorkerError
 
 # --------------------------------------------------------------------------- GPUs and frameworks
 

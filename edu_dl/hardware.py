@@ -7,7 +7,7 @@
 - measured bandwidth (a NumPy copy) and matmul FLOP/s, checked against the theory.
 
 Which GPUs CuPy, PyTorch and TensorFlow each see, each probed in its own process, is in
-:mod:`edu_dl.gpu_probes`.
+:mod:`edu_dl.machine.probes`.
 
 A fact the machine does not reveal (FMA units per core, memory type and channels inside a VM) is
 a :class:`Fact` with ``value=None`` and the reason, never a guess passed off as a measurement.

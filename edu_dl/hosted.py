@@ -17,7 +17,7 @@ its traceback), and Run All stops there instead of failing in every later cell.
 The repository is pyproject.toml's `[project.urls] Source`, read from the installed package's
 metadata: a fork sets it there, reinstalls (`make install`) and regenerates the cells. The cell
 cannot import edu_dl (edu_dl is what is missing), so each notebook holds INSTALL_CELL whole.
-`python -m edu_dl.hosted NOTEBOOK...` puts it first in each notebook (or brings an older one up to
+`python -m edu_dl.notebook.hosted NOTEBOOK...` puts it first in each notebook (or brings an older one up to
 date) without executing anything: an executed notebook gets it as execution 1, with no output (what
 it prints where the course is installed), and every later count moves up by one, as a top-to-bottom
 run with the new cell would number them; refreshing a cell already there changes no output.
@@ -169,7 +169,7 @@ def add_install_cell(nb: nbformat.NotebookNode) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m edu_dl.hosted", description=__doc__.split(
+    parser = argparse.ArgumentParser(prog="python -m edu_dl.notebook.hosted", description=__doc__.split(
         "\n", 1)[0])
     parser.add_argument("notebooks", nargs="+", type=Path)
     args = parser.parse_args(argv)

@@ -1,6 +1,6 @@
 """Small helpers the lecture notebooks share: quiet TensorFlow, one plot style, GPU fallbacks.
 
-Every notebook starts with ``from edu_dl.lecture import setup; setup()``.
+Every notebook starts with ``from edu_dl.notebook.lecture import setup; setup()``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from . import backend
+from edu_dl import backend
 
 T = TypeVar("T")
 
@@ -176,7 +176,7 @@ def with_framework(name: str, fn: Callable[[], T], what: str = "this section") -
 def recorded_gpu(benchmark: str, device: str | None = None) -> dict[str, Any] | None:
     """A result recorded on a real GPU under benchmarks/gpu/ (see edu_dl.bench.record), with a
     ``label`` naming device, date, versions and the command; None, after one sentence, if none."""
-    from .bench.record import recorded
+    from edu_dl.bench.record import recorded
 
     try:
         result = recorded(benchmark, device)

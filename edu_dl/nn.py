@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from .autograd import ops
-from .autograd.tensor import Tensor
+from edu_dl.autograd import ops
+from edu_dl.autograd.tensor import Tensor
 
 
 class Parameter(Tensor):

@@ -1,6 +1,6 @@
 """Execute course notebooks in place, and record which course code produced their outputs.
 
-``make notebooks`` runs ``python -m edu_dl.notebook_run NOTEBOOK...``. Each notebook runs top to
+``make notebooks`` runs ``python -m edu_dl.notebook.run NOTEBOOK...``. Each notebook runs top to
 bottom in a fresh kernel in its own folder (nbclient), without per-cell timestamps or widget state
 (they change on every run and only add noise to the diffs). Then one more cell, which is never
 saved, asks the kernel which files its modules came from. The course's own files among them (the
@@ -101,7 +101,7 @@ def stale(path: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m edu_dl.notebook_run",
+        prog="python -m edu_dl.notebook.run",
         description="Execute notebooks in place (fresh kernel, in their own folder) and record "
         "the digests of the course code they ran in their metadata.")
     parser.add_argument("notebooks", nargs="+", type=Path)
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from tqdm import tqdm
 
-    from .progress import progress_disabled
+    from edu_dl.util.progress import progress_disabled
 
     failed = []
     for path in tqdm(args.notebooks, desc="notebooks", unit="nb", file=sys.stderr,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .autograd.tensor import Tensor
+from edu_dl.autograd.tensor import Tensor
 
 
 class Optimizer:

@@ -1,6 +1,6 @@
 """The course's addresses for the website, from pyproject.toml: a fork sets them there alone.
 
-The repository is `[project.urls] Source` (edu_dl.hosted writes the notebooks' install cell from
+The repository is `[project.urls] Source` (edu_dl.notebook.hosted writes the notebooks' install cell from
 the same entry); the website is where .github/workflows/site.yml publishes it, GitHub Pages'
 address for that repository. Read with tomllib, not from an installed edu_dl: the Pages workflow
 installs only the site's tools.

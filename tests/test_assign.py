@@ -144,7 +144,7 @@ def test_the_exercise_drops_the_solutions_execution_digest() -> None:
     from edu_dl.grading.nbgrader import student_version
 
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Exercise 1. x")])
-    nb.metadata["edu_dl"] = {"sources": {"edu_dl/lecture.py": "0" * 16}}
+    nb.metadata["edu_dl"] = {"sources": {"edu_dl/notebook/lecture.py": "0" * 16}}
     nb.metadata["kernelspec"] = {"name": "python3"}
     out = student_version(nb)
     assert "edu_dl" not in out.metadata and out.metadata["kernelspec"] == {"name": "python3"}

@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edu_dl import models
 from edu_dl.bench import engine, plan, problems, trainers
 from edu_dl.bench.common import TIMES, format_time
 from edu_dl.bench.device import Device
 from edu_dl.cli import main
+from edu_dl.models import spec as models
 
 STEPS = 3
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from edu_dl.util.worker import WorkerError, run_in_worker
 
 import edu_dl
 from edu_dl.bench import loader, transfer
 from edu_dl.bench.common import format_time
-from edu_dl.bench.worker import WorkerError, run_in_worker
 from edu_dl.cli import main
 
 PNG = b"\x89PNG\r\n\x1a\n"

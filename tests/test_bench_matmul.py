@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from edu_dl.machine import hardware as hw
 
 import edu_dl
-from edu_dl import hardware as hw
 from edu_dl.bench import matmul as bm
 
 ROOT = Path(__file__).resolve().parent.parent

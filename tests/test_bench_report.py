@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 from bench_fixed_results import COMMANDS, DATA_FILES, run_all
+from edu_dl.machine import doctor
 
-from edu_dl import doctor
 from edu_dl.bench import cli as bench_cli
 from edu_dl.bench.report import (
     Benchmark,

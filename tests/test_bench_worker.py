@@ -1,4 +1,4 @@
-"""The one worker protocol of the benchmarks (edu_dl.bench.worker): answers, items, errors,
+"""The one worker protocol of the benchmarks (edu_dl.util.worker): answers, items, errors,
 deaths and deadlines, each reported, never hung on."""
 
 from __future__ import annotations
@@ -7,15 +7,14 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from edu_dl.bench.worker import THREADS_ENV, Worker, WorkerError, run_in_worker, thread_env
+from edu_dl.util.worker import THREADS_ENV, Worker, WorkerError, run_in_worker, thread_env
 
 HERE = [str(Path(__file__).resolve().parent)]  # where bench_worker_helpers lives
 HELPERS = "bench_worker_helpers"
 
 
 def test_a_call_comes_back_with_its_result() -> None:
-    assert run_in_worker("edu_dl.bench.args:int_list", text="3,1,3") == [1, 3]
+    assert run_in_worker("edu_dl.util.args:int_list", text="3,1,3") == [1, 3]
 
 
 def test_one_worker_serves_many_calls_and_streams_a_generators_items() -> None:
@@ -55,7 +54,7 @@ def test_unknown_calls_are_errors() -> None:
     with pytest.raises(WorkerError, match="ModuleNotFoundError"):
         run_in_worker("edu_dl.no_such_module:f")
     with pytest.raises(WorkerError, match="expected 'module:function'"):
-        run_in_worker("edu_dl.bench.args")
+        run_in_worker("edu_dl.util.args")
 
 
 def test_threads_and_environment_reach_the_worker() -> None:

@@ -527,7 +527,7 @@ def test_shipped_example_trains(tmp_path: Path) -> None:
 
 def test_matches_the_shared_model_spec(tmp_path: Path) -> None:
     """The prototxt twin of models.CAFFE_EUCLIDEAN (no biases) trains like the NumPy twin."""
-    from edu_dl import models
+    from edu_dl.models import spec as models
     from edu_dl.twins import numpy_twin
 
     spec, steps = models.CAFFE_EUCLIDEAN, 10

@@ -88,7 +88,7 @@ def test_the_argparse_types_module_imports_nothing_of_the_package() -> None:
     import ast
     from pathlib import Path
 
-    from edu_dl.bench import args
+    from edu_dl.util import args
 
     tree = ast.parse(Path(args.__file__).read_text())
     imported = [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]

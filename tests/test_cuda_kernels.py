@@ -15,10 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from numba import cuda, float32
-
-import edu_dl
-from edu_dl.cuda import (
+from edu_dl.gpu import (
     SimulatorError,
     blocks_for,
     diagnose,
@@ -29,7 +26,10 @@ from edu_dl.cuda import (
     simulate,
     timing,
 )
-from edu_dl.cuda.launch import LaunchConfig
+from edu_dl.gpu.launch import LaunchConfig
+from numba import cuda, float32
+
+import edu_dl
 from edu_dl.grading.hints import Rule, first_hint
 
 BLOCK = 8  # 8 x 8 = 64 simulated threads per block keeps the simulator fast
@@ -122,7 +122,7 @@ def _launch_matmul(kernel: Any, A: np.ndarray, B: np.ndarray, grid: tuple[int, i
 
 def _run(name: str, *args: Any) -> Any:
     """Runs in the simulator process: one named check on NumPy arguments."""
-    from edu_dl.cuda import kernels
+    from edu_dl.gpu import kernels
 
     name = str(name)
     if name == "elementwise":
@@ -247,7 +247,7 @@ def test_tiled_matmul_default_tile_on_awkward_size(sim: dict[str, Any]) -> None:
 
 
 def test_wrappers_name_the_op_and_shapes_on_bad_input() -> None:
-    from edu_dl.cuda import kernels  # real numba.cuda: the checks run before any launch
+    from edu_dl.gpu import kernels  # real numba.cuda: the checks run before any launch
 
     with pytest.raises(ValueError, match=r"matmul_tiled: .*A \(2, 3\) and B \(2, 3\)"):
         kernels.matmul_tiled(np.ones((2, 3)), np.ones((2, 3)))
@@ -377,7 +377,7 @@ def test_hints_in_grader_format() -> None:
 def test_simulate_reports_errors_and_refuses_unimportable_functions() -> None:
     with pytest.raises(TypeError, match="module-level"):
         run_in_simulator(lambda: None, [()])
-    outcome = run_in_simulator("edu_dl.cuda.launch:blocks_for", [(10, 4), (10, 0)])
+    outcome = run_in_simulator("edu_dl.gpu.launch:blocks_for", [(10, 4), (10, 0)])
     assert outcome[0].unwrap() == 3
     assert outcome[1].error is not None and outcome[1].error.startswith("ValueError: blocks_for")
     with pytest.raises(SimulatorError, match="ModuleNotFoundError"):
@@ -385,7 +385,7 @@ def test_simulate_reports_errors_and_refuses_unimportable_functions() -> None:
 
 
 def test_enable_simulator_refuses_after_real_import() -> None:
-    code = ("from numba import cuda\nfrom edu_dl.cuda import enable_simulator\n"
+    code = ("from numba import cuda\nfrom edu_dl.gpu import enable_simulator\n"
             "try:\n    enable_simulator()\nexcept RuntimeError as e:\n    print(e)\n")
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
@@ -419,7 +419,7 @@ def test_time_it_synchronizes_every_run_and_gflops() -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(not edu_dl.gpu_available(), reason="no CUDA GPU here")
 def test_kernels_on_the_gpu_match_numpy() -> None:
-    from edu_dl.cuda import kernels
+    from edu_dl.gpu import kernels
 
     rng = np.random.default_rng(0)
     A, B = _matrices(rng, 300, 200, 130)

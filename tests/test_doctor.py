@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from edu_dl.machine import doctor
+from edu_dl.machine import probes as gp
 
-from edu_dl import doctor
-from edu_dl import gpu_probes as gp
 from edu_dl.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent

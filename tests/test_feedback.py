@@ -21,8 +21,8 @@ from types import SimpleNamespace
 
 import nbformat
 import pytest
+from edu_dl.notebook import hosted
 
-from edu_dl import hosted
 from edu_dl.grading import batch as G
 from edu_dl.grading import feedback, manual, nbgrader
 from edu_dl.grading.model import Row

@@ -4,9 +4,8 @@ measure the work, errors surface at the next synchronize; on CUDA when there is 
 from __future__ import annotations
 
 import pytest
-
-from edu_dl import gpu_timing
-from edu_dl.gpu_timing import FakeAsyncDevice
+from edu_dl.gpu import timing as gpu_timing
+from edu_dl.gpu.timing import FakeAsyncDevice
 
 KERNEL_S = 0.03  # a sleep never ends early: every lower bound below is exact
 

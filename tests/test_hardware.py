@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from edu_dl import gpu_probes as gp
-from edu_dl import hardware as hw
+from edu_dl.machine import hardware as hw
+from edu_dl.machine import probes as gp
 
 # Two cores with two hyper-threads each; the clock sits in power-saving mode (1000 MHz).
 INTEL_BARE_METAL = "\n\n".join(

@@ -24,8 +24,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
-from edu_dl import hosted
+from edu_dl.notebook import hosted
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("lectures", "solutions", "exercises")
@@ -80,8 +79,8 @@ def test_every_notebook_opens_with_the_install_cell(path: Path) -> None:
     nb = nbformat.read(path, as_version=4)
     first = nb.cells[0]
     assert first.cell_type == "code" and first.source == hosted.INSTALL_CELL, (
-        f"{path.name}: the first cell is not edu_dl.hosted.INSTALL_CELL: run "
-        f"`python -m edu_dl.hosted lectures/*.ipynb solutions/*.ipynb`, then `edu-dl assign`")
+        f"{path.name}: the first cell is not edu_dl.notebook.hosted.INSTALL_CELL: run "
+        f"`python -m edu_dl.notebook.hosted lectures/*.ipynb solutions/*.ipynb`, then `edu-dl assign`")
     # Collapsed where the notebook opens: JupyterLab hides the source, Colab shows a form.
     assert first.metadata.get("tags") == hosted.TAGS
     assert first.metadata.get("jupyter", {}).get("source_hidden") is True

@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 
 import pytest
+from edu_dl.notebook import lecture
 
-from edu_dl import backend, lecture
+from edu_dl import backend
 
 
 def test_on_gpu_runs_the_section_when_every_library_has_a_gpu(monkeypatch):

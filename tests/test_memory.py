@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from edu_dl.gpu import memory, zoo
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
-
-from edu_dl import memory
-from edu_dl import models_zoo as zoo
 
 
 def mlp(sizes: list[int], device: str = "meta") -> nn.Sequential:

@@ -1,11 +1,11 @@
-"""edu_dl.models: the shared specs, losses, optimizer formulas and seeded starting points."""
+"""edu_dl.models.spec: the shared specs, losses, optimizer formulas and seeded starting points."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from edu_dl import models
+from edu_dl.models import spec as models
 from edu_dl.twins import get_twin
 
 SMALL = models.TwoLayerNet(8, 6, 5, 4, "mean_row_sum")

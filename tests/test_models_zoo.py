@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from edu_dl.gpu import zoo
 from torch import nn
-
-from edu_dl import models_zoo as zoo
 
 
 @pytest.mark.parametrize("name", zoo.MODELS)

@@ -10,7 +10,7 @@ metadata with its checksums and `cell_type`, the lock flags `deletable`/`editabl
 mismatch the message lists the differing cells and fields. The known differences in kind:
 `edu-dl assign` also drops nbclient's `execution` timing metadata, which our executed solutions do
 not carry (they are executed with record_timing=False), and the notebook's `edu_dl` metadata (the
-digest of the code that executed the solution, see edu_dl.notebook_run), which nbgrader keeps:
+digest of the code that executed the solution, see edu_dl.notebook.run), which nbgrader keeps:
 the test removes that key from nbgrader's version, and only that key, before comparing.
 """
 

@@ -1,6 +1,6 @@
 """Stale figures cannot ship: every committed lecture and solution was executed by today's code.
 
-`make notebooks` (edu_dl.notebook_run) writes into each notebook's metadata a digest of every course
+`make notebooks` (edu_dl.notebook.run) writes into each notebook's metadata a digest of every course
 file its kernel ran (edu_dl's modules, the notebook's parts/). A notebook whose outputs came from
 older code than the code it runs now fails here, naming the files that changed since.
 """
@@ -12,8 +12,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
-from edu_dl import notebook_run
+from edu_dl.notebook import run as notebook_run
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted([*ROOT.glob("lectures/*.ipynb"), *ROOT.glob("solutions/*.ipynb")])
@@ -31,7 +30,7 @@ def test_every_lecture_records_the_engine_it_ran() -> None:
     """A digest that left out the modules a lecture really used would prove nothing."""
     sources = nbformat.read(ROOT / "lectures/05_autograd_from_scratch.ipynb", as_version=4
                             ).metadata["edu_dl"]["sources"]
-    assert "edu_dl/autograd/ops.py" in sources and "edu_dl/lecture.py" in sources
+    assert "edu_dl/autograd/ops.py" in sources and "edu_dl/notebook/lecture.py" in sources
     solution = nbformat.read(ROOT / "solutions/05_autograd_from_scratch.ipynb", as_version=4)
     assert "solutions/parts/ex05.private.py" in solution.metadata["edu_dl"]["sources"]
 
@@ -58,7 +57,7 @@ def test_execute_runs_in_place_and_records_the_course_code(tmp_path: Path) -> No
     (folder / "parts").mkdir(parents=True)
     shutil.copy(ROOT / "solutions/parts/ex05.private.py", folder / "parts/ex05.private.py")
     nb = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_code_cell("import edu_dl.lecture\nimport os\nprint(os.getcwd())"),
+        nbformat.v4.new_code_cell("import edu_dl.notebook.lecture\nimport os\nprint(os.getcwd())"),
         nbformat.v4.new_code_cell("from edu_dl.grading import check\n"
                                   "check('ex05.mul_backward', lambda d, x, y: (d * y, d * x))"),
     ])
@@ -72,7 +71,7 @@ def test_execute_runs_in_place_and_records_the_course_code(tmp_path: Path) -> No
     assert [c.execution_count for c in done.cells] == [1, 2]
     assert done.cells[0].outputs[0]["text"].strip() == str(folder)
     assert done.cells[1].outputs[0]["text"].startswith("✓ ex05.mul_backward")
-    assert "edu_dl/lecture.py" in sources and "edu_dl/grading/checking.py" in sources
+    assert "edu_dl/notebook/lecture.py" in sources and "edu_dl/grading/checking.py" in sources
     # the part file lies outside the repository here: recorded by its absolute path
     assert str(folder / "parts/ex05.private.py") in sources
     assert not [name for name in sources if "site-packages" in name or "numpy" in name]

@@ -140,7 +140,7 @@ def setup_before_tensorflow(path: Path, nb: Notebook) -> list[str]:
     setup_call = SETUP_CALL.search(source)
     if setup_call is None or setup_call.start() > tf_import.start():
         return [f"{tf_import.group().strip()!r} runs before `rng = setup()` (or "
-                "quiet_tensorflow(), from edu_dl.lecture): TensorFlow's log lines would pollute "
+                "quiet_tensorflow(), from edu_dl.notebook.lecture): TensorFlow's log lines would pollute "
                 "the outputs"]
     return []
 
@@ -312,7 +312,7 @@ def make_notebook() -> Notebook:
     cells = [
         v4.new_markdown_cell("# 99. Demo\n\n**Learning objectives.** x\n\n**Prerequisites.** y\n\n"
                              "**Expected time.** 20 minutes."),
-        v4.new_code_cell("from edu_dl.lecture import setup\nrng = setup()\nimport tensorflow"),
+        v4.new_code_cell("from edu_dl.notebook.lecture import setup\nrng = setup()\nimport tensorflow"),
         v4.new_code_cell("print(1 + 1)", metadata={"tags": [CHECK_TAG]}),
         v4.new_code_cell("print('took 0.3 s')", metadata={"tags": [IGNORE_TAG]}),
         v4.new_markdown_cell("Practise in `exercises/99_demo.ipynb`."),
@@ -375,7 +375,7 @@ def test_checks_catch_disabled_eager_execution() -> None:
 
 def test_checks_catch_tensorflow_before_setup() -> None:
     nb = make_notebook()
-    code_cells(nb)[0].source = "import tensorflow as tf\nfrom edu_dl.lecture import setup\nsetup()"
+    code_cells(nb)[0].source = "import tensorflow as tf\nfrom edu_dl.notebook.lecture import setup\nsetup()"
     assert setup_before_tensorflow(DEMO, nb)
     code_cells(nb)[0].source = "from keras import layers"
     assert setup_before_tensorflow(DEMO, nb)
@@ -425,7 +425,7 @@ def test_checks_catch_run_timestamps_and_widget_state() -> None:
 def test_quiet_tensorflow_counts_as_set_up() -> None:
     nb = make_notebook()
     code_cells(nb)[0].source = (
-        "from edu_dl.lecture import quiet_tensorflow\nquiet_tensorflow()\nimport tensorflow")
+        "from edu_dl.notebook.lecture import quiet_tensorflow\nquiet_tensorflow()\nimport tensorflow")
     assert setup_before_tensorflow(DEMO, nb) == []
 
 

@@ -144,14 +144,14 @@ def test_machine_peak_hints_stay_quiet_on_a_right_answer_and_on_noise(
 
 
 def peak_from_the_doctor(cores, clock_mhz, simd_bits, fma_units):
-    from edu_dl.hardware import flops_per_cycle, peak_flops
+    from edu_dl.machine.hardware import flops_per_cycle, peak_flops
 
     per_cycle = flops_per_cycle(simd_bits=simd_bits, fma=True, fma_units=fma_units)
     return peak_flops(cores=cores, clock_hz=clock_mhz * 1e6, per_cycle=per_cycle) / 1e9
 
 
 def machine_peak_from_the_doctor(physical_id, core_id, flags, clock_mhz, fma_units):
-    from edu_dl.hardware import flops_per_cycle, peak_flops
+    from edu_dl.machine.hardware import flops_per_cycle, peak_flops
 
     words = flags.split()
     bits = 512 if "avx512f" in words else 256 if "avx" in words else 128
@@ -163,10 +163,10 @@ def machine_peak_from_the_doctor(physical_id, core_id, flags, clock_mhz, fma_uni
 @pytest.mark.parametrize(("part_id", "fn", "message"), [
     ("ex01.peak_gflops", peak_from_the_doctor,
      "this part asks you to write the formula yourself: cores x clock x FLOPs per cycle (do not "
-     "call edu_dl.hardware.peak_flops or flops_per_cycle)"),
+     "call edu_dl.machine.hardware.peak_flops or flops_per_cycle)"),
     ("ex01.machine_peak", machine_peak_from_the_doctor,
      "this part asks you to combine the facts yourself (your peak_gflops may help; do not call "
-     "edu_dl.hardware's peak_flops, flops_per_cycle or cpu_from_cpuinfo)"),
+     "edu_dl.machine.hardware's peak_flops, flops_per_cycle or cpu_from_cpuinfo)"),
 ])
 def test_calling_edu_dl_hardware_is_refused(capsys: pytest.CaptureFixture[str], part_id: str,
                                             fn: Any, message: str) -> None:

@@ -1,5 +1,5 @@
 """Exercise 2's parts beyond test_check.py: the mistakes' hints, and matmul_intensity's library
-oracle (``edu_dl.hardware.matmul_intensity`` computes the same value) refused by its source."""
+oracle (``edu_dl.machine.hardware.matmul_intensity`` computes the same value) refused by its source."""
 
 from __future__ import annotations
 
@@ -45,18 +45,18 @@ def test_mistakes_get_their_hint(capsys: pytest.CaptureFixture[str], part_id: st
 
 
 def intensity_from_the_doctor(n, itemsize):
-    from edu_dl.hardware import matmul_intensity
+    from edu_dl.machine.hardware import matmul_intensity
 
     return matmul_intensity(n, itemsize)
 
 
 def test_calling_edu_dl_hardware_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    """edu_dl.hardware.matmul_intensity gets the values right; the source check refuses it,
+    """edu_dl.machine.hardware.matmul_intensity gets the values right; the source check refuses it,
     the solution's source passes."""
     ok, out = run(capsys, "ex02.matmul_intensity", intensity_from_the_doctor)
     assert not ok and out == (
         "✗ ex02.matmul_intensity: the values are right, but this part asks you to count the "
-        "FLOPs and the bytes yourself (do not call edu_dl.hardware.matmul_intensity or "
+        "FLOPs and the bytes yourself (do not call edu_dl.machine.hardware.matmul_intensity or "
         "matmul_flops)\n")
     part = next(p for p in ex02.PARTS if p.id == "ex02.matmul_intensity")
     found = find_source(nbformat.read(NOTEBOOK, as_version=4), part.id)

@@ -1,5 +1,5 @@
 """Exercise 2b's parts: the solution kernels pass under the CUDA simulator, the classic mistakes get
-edu_dl.cuda's hints, the stub says "not implemented yet".
+edu_dl.gpu's hints, the stub says "not implemented yet".
 
 The kernels run in ONE fresh process with NUMBA_ENABLE_CUDASIM=1 (this process may hold the real
 numba.cuda already); sizes are the parts' own small cases.

@@ -21,10 +21,10 @@ from exercise_helpers import (
 )
 
 import edu_dl
-from edu_dl import models
 from edu_dl.grading import judge, protocol
 from edu_dl.grading.hints import first_hint
 from edu_dl.grading.trust import source as trusted_source
+from edu_dl.models import spec as models
 
 pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there
 

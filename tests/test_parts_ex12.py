@@ -101,7 +101,8 @@ def test_asking_the_oracle_is_refused(capsys: pytest.CaptureFixture[str]) -> Non
     namespace: dict[str, Any] = {}
     exec(compile('''
 import torch
-from edu_dl import memory, models_zoo
+from edu_dl.gpu import memory
+from edu_dl.gpu import zoo as models_zoo
 
 def memory_budget(sizes, batch_size, itemsize, optimizer):
     dtype = {2: torch.float16, 4: torch.float32, 8: torch.float64}[itemsize]
@@ -118,7 +119,7 @@ def memory_budget(sizes, batch_size, itemsize, optimizer):
     b = memory.budget(models_zoo.mlp(sizes), (sizes[0],), batch_size, optimizer)
     return b.params, b.grads, b.optimizer_state, b.activations
 ''')
-    assert not verdict.ok and "asks edu_dl.memory" in verdict.message  # ... asked for
+    assert not verdict.ok and "asks edu_dl.gpu.memory" in verdict.message  # ... asked for
     assert part.source_check('''
 def memory_budget(sizes, batch_size, itemsize, optimizer):
     budget_bytes = sum(sizes) * itemsize
@@ -146,7 +147,7 @@ def max_batch(sizes, itemsize, optimizer, budget_bytes):
     assert_solution_passes(part, namespace["max_batch"], False, rng)  # right values ...
     assert part.source_check is not None
     verdict = part.source_check(text)
-    assert not verdict.ok and "asks edu_dl.memory" in verdict.message  # ... asked for
+    assert not verdict.ok and "asks edu_dl.gpu.memory" in verdict.message  # ... asked for
     nb = nbformat.read(NOTEBOOK, as_version=4)
     found = trusted_source.find_source(nb, "ex12.max_batch")
     assert found is not None and part.source_check(found).ok  # the solution counts itself
@@ -225,7 +226,7 @@ def test_no_timer_hint_fires_on_a_right_answer(hidden: bool) -> None:
 
 
 def lecture_timer(launch, synchronize, warmup, repeats):
-    """edu_dl.gpu_timing.time_synchronized, the lecture's timer: a synchronize per launch."""
+    """edu_dl.gpu.timing.time_synchronized, the lecture's timer: a synchronize per launch."""
     for _ in range(warmup):
         launch()
     times = []

@@ -27,9 +27,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from edu_dl.notebook import hosted
 from test_browser import CHROMIUM_ARGS, chromium
-
-from edu_dl import hosted
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "site"))

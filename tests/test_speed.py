@@ -12,13 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from edu_dl.grading import sandbox, speed
-from edu_dl.grading.run import sandbox_env
-from edu_dl.grading.secret import VALIDATION_SECRET
-from edu_dl.grading.trust.notebook import Untrusted
-from edu_dl.grading.trust.speed import read_outputs, source_problem
-from edu_dl.speed.tasks import (
+from edu_dl.harness.speed import (
     TASKS,
     call_inputs,
     indicative_ratio,
@@ -27,6 +21,12 @@ from edu_dl.speed.tasks import (
     show_indicative_ratio,
     standardize_reference,
 )
+
+from edu_dl.grading import sandbox, speed
+from edu_dl.grading.run import sandbox_env
+from edu_dl.grading.secret import VALIDATION_SECRET
+from edu_dl.grading.trust.notebook import Untrusted
+from edu_dl.grading.trust.speed import read_outputs, source_problem
 
 HERE = Path(__file__).parent / "speed"
 PART = "ex02.faster_standardize"

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import edu_dl
-from edu_dl import models
+from edu_dl.models import spec as models
 from edu_dl.twins import TWINS, History, get_twin
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")

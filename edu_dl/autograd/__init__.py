@@ -1,8 +1,8 @@
 """Autograd: one set of ops (ops.py), one core (core.py), an eager engine (tensor.py) and a
 static one (graph.py, run by session.py through plan.py and codegen.py)."""
 
-from . import ops
-from .tensor import (
+from edu_dl.autograd import ops
+from edu_dl.autograd.tensor import (
     Tensor,
     enable_grad,
     is_grad_enabled,

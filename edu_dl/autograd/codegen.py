@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..backend import ones_like
-from . import core
-from .nodes import Node
-from .plan import CompiledSteps, Forward, Step, Sweep
+from edu_dl.autograd import core
+from edu_dl.autograd.nodes import Node
+from edu_dl.autograd.plan import CompiledSteps, Forward, Step, Sweep
+from edu_dl.backend import ones_like
 
 
 class StepFailed(Exception):

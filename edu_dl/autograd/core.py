@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .. import backend
+from edu_dl import backend
 
 N = TypeVar("N", bound=Hashable)  # a node of some graph: a Tensor, or a static-graph Node
 G = TypeVar("G")  # a gradient: an array (eager) or the name of one (a compiled plan)

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import backend
-from .tensor import Tensor, no_grad
+from edu_dl import backend
+from edu_dl.autograd.tensor import Tensor, no_grad
 
 
 def rel_error(a: Any, b: Any) -> float:

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from . import ops
-from .nodes import (
+from edu_dl.autograd import ops
+from edu_dl.autograd.nodes import (
     Assign,
     Constant,
     Gradient,
@@ -32,8 +32,8 @@ from .nodes import (
     reaching,
     reset_default_graph,
 )
-from .plan import Forward, Plan, Sweep
-from .session import Session
+from edu_dl.autograd.plan import Forward, Plan, Sweep
+from edu_dl.autograd.session import Session
 
 __all__ = [
     "AdamOptimizer", "Assign", "Constant", "Forward", "Gradient", "GradientDescentOptimizer",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import ops
+from edu_dl.autograd import ops
 
 Axis = int | tuple[int, ...] | None
 

@@ -17,7 +17,7 @@ import numbers
 from types import ModuleType
 from typing import Any, ClassVar
 
-from ..backend import constant, get_xp, scatter_add
+from edu_dl.backend import constant, get_xp, scatter_add
 
 Array = Any  # a NumPy or CuPy ndarray
 Shape = tuple[int, ...]
@@ -711,13 +711,13 @@ class ToDevice(Op):
         self.device = device
 
     def forward(self, xp, x):
-        from ..backend import device_of, to_device
+        from edu_dl.backend import device_of, to_device
 
         self.saved = device_of(x)
         return to_device(x, self.device)
 
     def backward(self, grad):
-        from ..backend import to_device
+        from edu_dl.backend import to_device
 
         return (to_device(grad, self.saved),)
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from .. import backend
-from . import core
-from .nodes import (
+from edu_dl import backend
+from edu_dl.autograd import core
+from edu_dl.autograd.nodes import (
     Assign,
     Constant,
     Gradient,
@@ -29,7 +29,7 @@ from .nodes import (
     reaching,
     shape_str,
 )
-from .ops import Op
+from edu_dl.autograd.ops import Op
 
 
 @dataclass(frozen=True)

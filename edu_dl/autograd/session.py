@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import backend
-from . import core
-from .codegen import StepFailed, compile_steps
-from .nodes import (
+from edu_dl import backend
+from edu_dl.autograd import core
+from edu_dl.autograd.codegen import StepFailed, compile_steps
+from edu_dl.autograd.nodes import (
     Graph,
     Node,
     OpNode,
@@ -24,7 +24,7 @@ from .nodes import (
     shape_str,
     shapes_compatible,
 )
-from .plan import Forward, Plan, Planner
+from edu_dl.autograd.plan import Forward, Plan, Planner
 
 
 class Session:

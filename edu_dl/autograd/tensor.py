@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import backend
-from . import core, ops
-from .operators import Operators
-from .ops import FREED, Op
+from edu_dl import backend
+from edu_dl.autograd import core, ops
+from edu_dl.autograd.operators import Operators
+from edu_dl.autograd.ops import FREED, Op
 
 
 class _GradMode:

@@ -6,7 +6,7 @@
   files; its ``Report`` is written by one writer: Markdown, CSV, JSON, PNG) and the table renderers
 - ``common``: the shared flags (``--out DIR`` is always a folder), formats, timers, machine facts
 - ``device``: ``--device cpu|gpu``: the array namespace, device names and synchronize
-- ``problems``: the two-layer net at named sizes, drawn by ``edu_dl.models``
+- ``problems``: the two-layer net at named sizes, drawn by ``edu_dl.models.spec``
 - ``engine`` (with ``trainers``) and ``plan``: one training step per framework; the static plan
 - ``matmul``, ``kernels``, ``transfer``, ``loader``, ``twins``, ``parallel``, ``grading``
 - ``record``: ``bench gpu`` (``make bench-gpu``), ``bench results`` (benchmarks/RESULTS.md) and

@@ -12,18 +12,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..grading.cluster_bench import add_bench_cluster
-from .conv import CONV
-from .engine import ENGINE
-from .grading import add_bench_grading
-from .kernels import KERNELS_BENCH
-from .loader import LOADER
-from .matmul import MATMUL
-from .parallel import PARALLEL
-from .plan import PLAN
-from .record import add_gpu, add_results
-from .transfer import TRANSFER
-from .twins import TWINS_BENCH
+from edu_dl.bench.conv import CONV
+from edu_dl.bench.engine import ENGINE
+from edu_dl.bench.grading import add_bench_grading
+from edu_dl.bench.kernels import KERNELS_BENCH
+from edu_dl.bench.loader import LOADER
+from edu_dl.bench.matmul import MATMUL
+from edu_dl.bench.parallel import PARALLEL
+from edu_dl.bench.plan import PLAN
+from edu_dl.bench.record import add_gpu, add_results
+from edu_dl.bench.transfer import TRANSFER
+from edu_dl.bench.twins import TWINS_BENCH
+from edu_dl.grading.cluster_bench import add_bench_cluster
 
 BENCHMARKS: list[Callable[[Any], Any]] = [
     ENGINE.add, PLAN.add, MATMUL.add, LOADER.add, TRANSFER.add, TWINS_BENCH.add, PARALLEL.add,

@@ -20,10 +20,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .. import hardware as hw
-from .args import positive, positive_int
-from .device import DEVICES, Device, get_device, gpu_missing, gpu_name
-from .worker import DEFAULT_TIMEOUT_S
+from edu_dl.bench.device import DEVICES, Device, get_device, gpu_missing, gpu_name
+from edu_dl.machine import hardware as hw
+from edu_dl.util.args import positive, positive_int
+from edu_dl.util.worker import DEFAULT_TIMEOUT_S
 
 T = TypeVar("T")
 TIMES = "\u00d7"  # the multiplication sign of ratios, spelled out for linters
@@ -114,7 +114,7 @@ def progress(total: int, desc: str, enabled: bool = True) -> Any:
     """A tqdm bar on stderr; off with --no-progress, TQDM_DISABLE=1 or when not a terminal."""
     from tqdm import tqdm
 
-    from ..progress import progress_disabled
+    from edu_dl.util.progress import progress_disabled
 
     return tqdm(total=total, desc=desc, unit="task", file=sys.stderr,
                 disable=progress_disabled(enabled))

@@ -31,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from .args import positive_int
-from .common import busy_note, load_average, machine_lines, now
-from .device import Device
-from .report import Benchmark, Csv, Json, Report, markdown_table, pyplot
+from edu_dl.bench.common import busy_note, load_average, machine_lines, now
+from edu_dl.bench.device import Device
+from edu_dl.bench.report import Benchmark, Csv, Json, Report, markdown_table, pyplot
+from edu_dl.util.args import positive_int
 
 # (name, input shape (N, C, H, W), output channels): the lecture's convolutions, 3x3 with pad 1.
 SIZES: tuple[tuple[str, tuple[int, int, int, int], int], ...] = (
@@ -52,7 +52,7 @@ TARGET = 1.5  # issue 15: edu_dl within 1.5x of the NumPy reference, forward and
 
 
 def _xp(x: Any) -> ModuleType:
-    from ..backend import get_xp
+    from edu_dl.backend import get_xp
 
     return get_xp(x)
 
@@ -94,8 +94,8 @@ def cases(x: np.ndarray, w: np.ndarray, b: np.ndarray, grad: np.ndarray,
     import torch
     import torch.nn.functional as F
 
-    from .. import graph as tf
-    from .. import ops, tensor
+    from edu_dl import graph as tf
+    from edu_dl import ops, tensor
 
     device = device or Device()
     xp = device.xp()
@@ -146,7 +146,7 @@ def cases(x: np.ndarray, w: np.ndarray, b: np.ndarray, grad: np.ndarray,
 
 def check(x: np.ndarray, w: np.ndarray, b: np.ndarray, grad: np.ndarray) -> None:
     """Time only what is right: edu_dl's values and gradients against the reference's."""
-    from .. import ops, tensor
+    from edu_dl import ops, tensor
 
     X, W, B = (tensor(a.astype(np.float64), requires_grad=True) for a in (x, w, b))
     out = ops.conv2d(X, W, B, padding=PAD)

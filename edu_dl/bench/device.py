@@ -48,14 +48,14 @@ class Device:
         return "/GPU:0" if self.runs_on == "gpu" else "/CPU:0"
 
     def xp(self) -> ModuleType:
-        from .. import backend
+        from edu_dl import backend
 
         return backend.xp_for(self.runs_on)
 
     def synchronize(self) -> None:
         """Wait for every queued kernel of this process (CuPy, PyTorch, Numba); no-op on a CPU."""
         if self.runs_on == "gpu":
-            from ..cuda.timing import synchronize
+            from edu_dl.gpu.kernel_timing import synchronize
 
             synchronize()
 
@@ -85,7 +85,7 @@ def gpu_missing() -> str | None:
     The GPU mode runs its arrays on CuPy, so ``backend.gpu_status`` answers."""
     if os.environ.get(FAKE_GPU_ENV) == "1":
         return None
-    from .. import backend
+    from edu_dl import backend
 
     usable, reason = backend.gpu_status()
     return None if usable else f"there is no NVIDIA GPU here that edu_dl can use ({reason})"
@@ -93,7 +93,7 @@ def gpu_missing() -> str | None:
 
 def gpu_name() -> str:
     """The first GPU's name and the driver, from nvidia-smi (no framework imported)."""
-    from ..gpu_probes import nvidia_driver
+    from edu_dl.machine.probes import nvidia_driver
 
     driver = nvidia_driver()
     names = [g["name"] for g in driver.get("gpus", [])]

@@ -30,9 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import plan
-from .args import comma_list, positive_int
-from .common import (
+from edu_dl.bench import plan
+from edu_dl.bench.common import (
     TIMES,
     busy_note,
     command_line,
@@ -44,10 +43,11 @@ from .common import (
     now,
     progress,
 )
-from .device import Device
-from .problems import CPU_SIZES, GPU_SIZES, SIZES
-from .report import Benchmark, Json, Report, document, markdown_table, pyplot
-from .worker import DEFAULT_TIMEOUT_S, Worker, WorkerError
+from edu_dl.bench.device import Device
+from edu_dl.bench.problems import CPU_SIZES, GPU_SIZES, SIZES
+from edu_dl.bench.report import Benchmark, Json, Report, document, markdown_table, pyplot
+from edu_dl.util.args import comma_list, positive_int
+from edu_dl.util.worker import DEFAULT_TIMEOUT_S, Worker, WorkerError
 
 TRAINERS = "edu_dl.bench.trainers"  # where the workers find setup, calibrate_steps, time_batch
 

@@ -15,8 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .args import positive_int
-from .common import TIMES, add_flags, finish, usable_cores
+from edu_dl.bench.common import TIMES, add_flags, finish, usable_cores
+from edu_dl.util.args import positive_int
 
 SOLUTIONS = Path(__file__).resolve().parents[2] / "solutions"
 
@@ -25,8 +25,8 @@ def bench(submissions: int = 8, jobs: int = 2, out: Path | None = None,
           source: Path | None = None, timeout_s: float = 60.0,
           progress: bool = True) -> dict[str, float]:
     """Throughput: grade ``submissions`` copies of every solution notebook; submissions/minute."""
-    from ..grading.batch import grade
-    from ..grading.settings import Settings
+    from edu_dl.grading.batch import grade
+    from edu_dl.grading.settings import Settings
 
     source = source or SOLUTIONS
     with tempfile.TemporaryDirectory(prefix="edu-dl-bench-", dir=out) as tmp:
@@ -55,9 +55,9 @@ def versus_nbgrader(copies: int, jobs: int, venv: Path = NBGRADER_VENV,
     """Seconds per notebook on the nbgrader-style sample course (``copies`` x its 4 students):
     nbgrader's autograde (serial: it has no parallel mode), then edu-dl with one worker and with
     ``jobs``, each on a fresh copy of the course, in this one process."""
-    from ..grading import nbgrader_course as course
-    from ..grading.batch import grade
-    from ..grading.settings import Settings
+    from edu_dl.grading import nbgrader_course as course
+    from edu_dl.grading.batch import grade
+    from edu_dl.grading.settings import Settings
 
     bin_dir = course.nbgrader_venv(venv)
     seconds: dict[str, float] = {}
@@ -121,7 +121,7 @@ def add_bench_grading(kinds: Any) -> None:
 def run_bench_grading(args: argparse.Namespace) -> int:
     submissions = args.submissions or (2 if args.quick else 8)
     if args.nbgrader:
-        from ..grading.nbgrader_course import NbgraderUnavailable
+        from edu_dl.grading.nbgrader_course import NbgraderUnavailable
 
         try:
             result = versus_nbgrader(submissions, args.jobs, args.nbgrader_venv,

@@ -2,7 +2,7 @@
 
 Three ways to compute C = A @ B (n x n, float32) on a CUDA GPU: the naive Numba kernel (one
 thread per output, every operand read from global memory), the tiled one (tiles of A and B
-staged in shared memory, ``edu_dl.cuda.kernels``) and cuBLAS (CuPy's ``@``). GFLOP/s = 2n³ /
+staged in shared memory, ``edu_dl.gpu.kernels``) and cuBLAS (CuPy's ``@``). GFLOP/s = 2n³ /
 median seconds, and the fraction of the card's FP32 peak (SMs x lanes x 2 x clock, from Numba's
 device attributes). The kernels are launched on preallocated CuPy arrays, so the time is the
 kernel's, not an allocation's; every timed batch ends with a device synchronize. Each kernel's
@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from .args import comma_list, int_list
-from .common import format_time, median_seconds
-from .device import Device
-from .report import Benchmark, Csv, Json, Refused, Report, table
-from .worker import WorkerError, run_in_worker
+from edu_dl.bench.common import format_time, median_seconds
+from edu_dl.bench.device import Device
+from edu_dl.bench.report import Benchmark, Csv, Json, Refused, Report, table
+from edu_dl.util.args import comma_list, int_list
+from edu_dl.util.worker import WorkerError, run_in_worker
 
 KERNELS: dict[str, str] = {
     "naive": "naive Numba kernel (global memory)",
@@ -57,9 +57,9 @@ def make_kernel(kernel: str, n: int, device: Device) -> tuple[Callable[[], Any],
     if device.runs_on != "gpu":  # a fake GPU: NumPy stands in for every kernel
         out = np.empty((n, n), dtype=np.float32)
         return (lambda: np.matmul(a_host, b_host, out=out)), (lambda: out)
-    from .. import backend
-    from ..cuda import kernels as k
-    from ..cuda.launch import BLOCK_2D, launch_2d
+    from edu_dl import backend
+    from edu_dl.gpu import kernels as k
+    from edu_dl.gpu.launch import BLOCK_2D, launch_2d
 
     cp = backend.require_gpu()
     a, b = cp.asarray(a_host), cp.asarray(b_host)
@@ -76,7 +76,7 @@ def make_kernel(kernel: str, n: int, device: Device) -> tuple[Callable[[], Any],
 def measure(kernels: Sequence[str], sizes: Sequence[int], repeats: int, batch_s: float,
             device: str = "gpu", fake: bool = False) -> list[dict[str, Any]]:
     """In the worker: the peak, then one row per kernel and size (or the kernel's error)."""
-    from ..cuda.timing import gpu_peak
+    from edu_dl.gpu.kernel_timing import gpu_peak
 
     dev = Device(device, fake)
     peak, how = gpu_peak() if dev.runs_on == "gpu" else (None, "fake GPU: no peak")

@@ -1,7 +1,7 @@
 """``edu-dl bench loader``: a slow reader feeding a real training step, with and without prefetch.
 
 A deliberately slow reader (``delay`` seconds per batch, a sleep that releases the GIL as disk
-reads do) feeds a real training step of edu_dl (two-layer ReLU net from ``edu_dl.models``, eager,
+reads do) feeds a real training step of edu_dl (two-layer ReLU net from ``edu_dl.models.spec``, eager,
 SGD; on the GPU with ``--device gpu``, each batch copied there). Without prefetching an epoch
 costs n * (read + compute); with readers working ahead it costs about
 n * max(read / readers, compute). Measured for edu_dl.data.DataLoader (0 = no prefetch, 1, 2, 4
@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from .args import comma_list, non_negative, positive_int
-from .common import each, format_time, median_seconds, now
-from .device import Device
-from .report import Benchmark, Csv, Json, Report, pyplot, table
-from .worker import DEFAULT_TIMEOUT_S, WorkerError, run_in_worker
+from edu_dl.bench.common import each, format_time, median_seconds, now
+from edu_dl.bench.device import Device
+from edu_dl.bench.report import Benchmark, Csv, Json, Report, pyplot, table
+from edu_dl.util.args import comma_list, non_negative, positive_int
+from edu_dl.util.worker import DEFAULT_TIMEOUT_S, WorkerError, run_in_worker
 
 LOADER_FRAMEWORKS: tuple[str, ...] = ("edu_dl", "torch", "tf")
 
@@ -100,7 +100,7 @@ class LoaderResult:
 
 def make_loader_data(directory: Path, config: LoaderConfig) -> None:
     """The benchmark's dataset on disk: seeded float32 X (rows, features) and y (rows, outputs)."""
-    from ..data import write_shards
+    from edu_dl.data import write_shards
 
     rng = np.random.default_rng(0)
     rows = config.batches * config.batch_size
@@ -112,11 +112,12 @@ def make_loader_data(directory: Path, config: LoaderConfig) -> None:
 def make_compute(config: LoaderConfig) -> Callable[[np.ndarray, np.ndarray], float]:
     """``compute_steps`` real SGD steps of edu_dl's two-layer ReLU net on one batch; the loss.
 
-    The net's starting weights come from ``edu_dl.models`` (seed 1); with ``config.device``
+    The net's starting weights come from ``edu_dl.models.spec`` (seed 1); with ``config.device``
     'gpu' each batch is copied to the GPU and trained there, and the loss copied back (a sync).
     """
-    from .. import models, nn, optim
-    from ..autograd.tensor import tensor
+    from edu_dl import nn, optim
+    from edu_dl.autograd.tensor import tensor
+    from edu_dl.models import spec as models
 
     spec = models.TwoLayerNet(config.batch_size, config.features, config.hidden,
                               config.outputs, "mean_row_sum", seed=1)
@@ -157,7 +158,7 @@ class BatchReader:
     """Batch k of the on-disk dataset, read slowly; a map-style dataset for PyTorch and tf.data."""
 
     def __init__(self, config: LoaderConfig) -> None:
-        from ..data import ShardedDataset, SlowReader
+        from edu_dl.data import ShardedDataset, SlowReader
 
         self.config = config
         self.reader = SlowReader(ShardedDataset(config.directory), config.delay_s)
@@ -191,7 +192,7 @@ def _time_epochs(config: LoaderConfig, epoch: Callable[[], Iterable[Any]],
 
 
 def _edu_dl_loader_rows(config: LoaderConfig) -> dict[str, Any]:
-    from ..data import DataLoader, ShardedDataset, SlowReader
+    from edu_dl.data import DataLoader, ShardedDataset, SlowReader
 
     compute = make_compute(config)
     slow = SlowReader(ShardedDataset(config.directory), config.delay_s)

@@ -24,15 +24,15 @@ from typing import Any
 
 import numpy as np
 
-from .. import gpu_probes as gp
-from .. import hardware as hw
-from ..doctor import BANDWIDTH_INPUTS, PEAK_INPUTS, add_machine_flags, machine_label
-from ..hardware import Fact
-from .args import comma_list, int_list, positive_int
-from .common import batch_seconds, load_average, progress
-from .device import Device
-from .report import Benchmark, Csv, Json, Report, table
-from .worker import DEFAULT_TIMEOUT_S, Worker, WorkerError
+from edu_dl.bench.common import batch_seconds, load_average, progress
+from edu_dl.bench.device import Device
+from edu_dl.bench.report import Benchmark, Csv, Json, Report, table
+from edu_dl.machine import hardware as hw
+from edu_dl.machine import probes as gp
+from edu_dl.machine.doctor import BANDWIDTH_INPUTS, PEAK_INPUTS, add_machine_flags, machine_label
+from edu_dl.machine.hardware import Fact
+from edu_dl.util.args import comma_list, int_list, positive_int
+from edu_dl.util.worker import DEFAULT_TIMEOUT_S, Worker, WorkerError
 
 # target -> (library, device): the GPU targets run the CPU targets' code on device 'gpu'.
 TARGETS: dict[str, tuple[str, str]] = {
@@ -75,7 +75,7 @@ def make_matmul(library: str, device: str, n: int) -> tuple[Callable[[], Any], C
     a_host = rng.standard_normal((n, n), dtype=np.float32)
     b_host = rng.standard_normal((n, n), dtype=np.float32)
     if library == "numpy":
-        from .. import backend
+        from edu_dl import backend
 
         a, b = backend.to_device(a_host, device), backend.to_device(b_host, device)
         return (lambda: a @ b), backend.synchronize

@@ -14,9 +14,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .args import positive_int
-from .device import Device
-from .report import Benchmark, Json, Refused, Report, markdown_table, pyplot
+from edu_dl.bench.device import Device
+from edu_dl.bench.report import Benchmark, Json, Refused, Report, markdown_table, pyplot
+from edu_dl.util.args import positive_int
 
 SYNCED = ("each step's loss is copied to the host (.item()), which waits for the step, so the "
           "loop times count the GPU's work")
@@ -48,7 +48,7 @@ def parallel_flags(p: argparse.ArgumentParser) -> None:
 def measure_parallel(args: argparse.Namespace, device: Device) -> Report:
     from tqdm.auto import tqdm
 
-    from ..parallel import (
+    from edu_dl.parallel import (
         make_problem,
         max_rel_diff,
         mirrored_strategy_demo,

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import (
+from edu_dl.bench.common import (
     command_line,
     format_ratio,
     format_time,
@@ -26,10 +26,10 @@ from .common import (
     median_seconds,
     now,
 )
-from .device import Device
-from .problems import make_problem
-from .report import Benchmark, Report, document, markdown_table
-from .trainers import make_trainer
+from edu_dl.bench.device import Device
+from edu_dl.bench.problems import make_problem
+from edu_dl.bench.report import Benchmark, Report, document, markdown_table
+from edu_dl.bench.trainers import make_trainer
 
 DEFAULT_REPEATS, QUICK_REPEATS = 11, 2
 BATCH_SECONDS, QUICK_BATCH_SECONDS = 0.1, 0.01

@@ -1,4 +1,4 @@
-"""The benchmarks' problems, all drawn by ``edu_dl.models``: one meaning of every size name.
+"""The benchmarks' problems, all drawn by ``edu_dl.models.spec``: one meaning of every size name.
 
 The two-layer net y_pred = relu(x @ w1) @ w2 with the lecture's loss
 mean(sum((y_pred - y)**2, axis=1)), float32, at the named sizes of ``models.SIZES``. Data and
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import models
+from edu_dl.models import spec as models
 
 SIZES = models.SIZES
 CPU_SIZES: tuple[str, ...] = ("tiny", "lecture", "lecture_tf", "large")  # xl: ~1 s a CPU step

@@ -25,15 +25,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import parallel
-from .args import comma_list
-from .common import add_flags, cpu_name, now, package_version, usable_cores
-from .device import Device, get_device, gpu_missing
-from .engine import EngineResult, check_targets
-from .loader import LoaderResult, loader_table
-from .matmul import MatmulResult, render
-from .transfer import TransferResult, transfer_table
-from .worker import WorkerError, run_in_worker
+from edu_dl.bench import parallel
+from edu_dl.bench.common import add_flags, cpu_name, now, package_version, usable_cores
+from edu_dl.bench.device import Device, get_device, gpu_missing
+from edu_dl.bench.engine import EngineResult, check_targets
+from edu_dl.bench.loader import LoaderResult, loader_table
+from edu_dl.bench.matmul import MatmulResult, render
+from edu_dl.bench.transfer import TransferResult, transfer_table
+from edu_dl.util.args import comma_list
+from edu_dl.util.worker import WorkerError, run_in_worker
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
@@ -94,7 +94,7 @@ def git_commit() -> str:
 
 def machine_facts(device: Device) -> dict[str, str]:
     """Device, driver, host, Python and versions, for a PROVENANCE file."""
-    from ..gpu_probes import nvidia_driver
+    from edu_dl.machine.probes import nvidia_driver
 
     driver = nvidia_driver() if device.runs_on == "gpu" else {}
     gpus = [f"{g['name']} ({g['memory']})" for g in driver.get("gpus", [])]

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .common import add_flags, device_of, repeats_of
-from .device import Device
+from edu_dl.bench.common import add_flags, device_of, repeats_of
+from edu_dl.bench.device import Device
 
 # --------------------------------------------------------------------------- tables
 

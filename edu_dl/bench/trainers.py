@@ -1,6 +1,6 @@
 """The engine benchmark's training steps, one per framework, and their timing in a worker.
 
-Every framework trains the same ``problems.Problem`` (float32, from ``edu_dl.models``). The GPU
+Every framework trains the same ``problems.Problem`` (float32, from ``edu_dl.models.spec``). The GPU
 mode runs the same code: the arrays come from ``device.xp()`` (CuPy for NumPy) and the
 frameworks get their own device names; a timed batch ends with the device synchronized.
 """
@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .device import Device
-from .problems import Problem, make_problem
-from .worker import THREADS_ENV
+from edu_dl.bench.device import Device
+from edu_dl.bench.problems import Problem, make_problem
+from edu_dl.util.worker import THREADS_ENV
 
 # --------------------------------------------------------------------------- the trainers
 
@@ -37,7 +37,7 @@ class Trainer:
 
 
 def _numpy_trainer(p: Problem, device: Device) -> Trainer:
-    from .. import backend
+    from edu_dl import backend
 
     xp = device.xp()
     where = device.runs_on
@@ -130,7 +130,7 @@ def _static_trainer(p: Problem, device: Device) -> Trainer:
 def _torch_trainer(p: Problem, device: Device) -> Trainer:
     import torch
 
-    from ..twins import torch_device
+    from edu_dl.twins import torch_device
 
     dev = torch_device(device.runs_on)  # a clear DeviceError where PyTorch sees no GPU
     x, y = torch.from_numpy(p.x).to(dev), torch.from_numpy(p.y).to(dev)
@@ -156,8 +156,8 @@ def _torch_trainer(p: Problem, device: Device) -> Trainer:
 def _tf_function_trainer(p: Problem, device: Device) -> Trainer:
     import tensorflow as tf
 
-    from ..twins import tf_device
-    from ..twins.tf2_eager import make_step
+    from edu_dl.twins import tf_device
+    from edu_dl.twins.tf2_eager import make_step
 
     threads = int(os.environ.get(THREADS_ENV, "0"))
     if threads and tf.config.threading.get_intra_op_parallelism_threads() != threads:

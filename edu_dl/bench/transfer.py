@@ -22,18 +22,18 @@ from typing import Any
 
 import numpy as np
 
-from .args import comma_list
-from .common import (
+from edu_dl.bench.common import (
     each,
     format_time,
     limit_threads,
     median_seconds,
     now,
 )
-from .device import Device
-from .problems import SIZES, make_problem
-from .report import Benchmark, Csv, Json, Report, pyplot, table
-from .worker import DEFAULT_TIMEOUT_S, run_in_worker
+from edu_dl.bench.device import Device
+from edu_dl.bench.problems import SIZES, make_problem
+from edu_dl.bench.report import Benchmark, Csv, Json, Report, pyplot, table
+from edu_dl.util.args import comma_list
+from edu_dl.util.worker import DEFAULT_TIMEOUT_S, run_in_worker
 
 FEED_FRAMEWORKS: tuple[str, ...] = ("edu_dl", "tf")
 # The lecture's TF 1.x program: N, D, H, D_out.
@@ -136,7 +136,7 @@ def host_copy_rows(sizes: Sequence[int], repeats: int, batch_s: float) -> list[B
 
 def cupy_rows(sizes: Sequence[int], repeats: int, batch_s: float) -> list[BandwidthRow]:
     """H2D and D2H through CuPy, from pageable and from pinned host memory."""
-    from ..backend import require_gpu
+    from edu_dl.backend import require_gpu
 
     cp = require_gpu()
     import cupyx
@@ -173,7 +173,7 @@ def _cupy_copies(host: Any, device: Any, sync: Callable[[], None]
 def copy_compute_rows(library: str, sizes: Sequence[int], repeats: int,
                       batch_s: float) -> list[CopyComputeRow]:
     """Copy A, B in and C out, against C = A @ B, through ``xp`` (NumPy: a host copy)."""
-    from ..backend import require_gpu, synchronize, to_numpy
+    from edu_dl.backend import require_gpu, synchronize, to_numpy
 
     xp: Any = np if library == "numpy" else require_gpu()
     rows = []
@@ -245,7 +245,7 @@ def _nbytes(values: Iterable[Any]) -> int:
 
 def edu_dl_feed_rows(repeats: int, batch_s: float, device: str = "cpu") -> list[FeedRow]:
     """The TF 1.x lesson in edu_dl.graph: feed w1, w2 every step, or keep them as Variables."""
-    from .. import graph as eg
+    from edu_dl import graph as eg
 
     a = lecture_arrays()
     d, out = a["x"].shape[1], a["y"].shape[1]
@@ -355,7 +355,7 @@ def run_transfer(
 
     ``host_only`` (``--device cpu``): no GPU is used even where there is one.
     """
-    from ..backend import gpu_status
+    from edu_dl.backend import gpu_status
 
     batch_s = 0.01 if quick else 0.1
     sizes = QUICK_HOST_SIZES if quick else HOST_SIZES

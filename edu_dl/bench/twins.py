@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from .. import models
-from ..twins import TWINS, get_twin
-from .common import each
-from .device import Device
-from .report import Benchmark, Csv, Json, Refused, Report, pyplot
-from .worker import WorkerError, run_in_worker
+from edu_dl.bench.common import each
+from edu_dl.bench.device import Device
+from edu_dl.bench.report import Benchmark, Csv, Json, Refused, Report, pyplot
+from edu_dl.models import spec as models
+from edu_dl.twins import TWINS, get_twin
+from edu_dl.util.worker import WorkerError, run_in_worker
 
 SPECS: dict[str, models.ModelSpec] = {
     "lecture_torch": models.LECTURE_TORCH,

@@ -5,7 +5,7 @@ and cuDNN libraries, which fight or clash inside one process; a library that cra
 becomes a reported error instead of taking the command down; and a timing then measures the code
 with its own caches, pools and GPU context.
 
-The protocol, in full. The parent starts ``python -m edu_dl.bench.worker`` and writes one request
+The protocol, in full. The parent starts ``python -m edu_dl.util.worker`` and writes one request
 per line on its stdin: ``{"call": "module:function", "kwargs": {...}}``. The worker imports the
 function, calls it and answers on a private copy of its stdout, every line marked: one
 ``{"item": ...}`` per value a generator function yields, then ``{"result": ...}`` or
@@ -71,7 +71,7 @@ class Worker:
         full.update(env or {})
         path = [str(ROOT), *pythonpath, full.get("PYTHONPATH", "")]
         full["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in path if p))
-        cmd = list(argv) if argv else [sys.executable, "-m", "edu_dl.bench.worker"]
+        cmd = list(argv) if argv else [sys.executable, "-m", "edu_dl.util.worker"]
         self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=self._stderr, text=True, bufsize=1, env=full)
 

@@ -39,10 +39,10 @@ _SUBMODULES = {"caffe_subset_pb2", "cli", "examples", "net", "prototxt", "solver
 _NO_PROTOBUF = {"cli", "examples"}
 
 if TYPE_CHECKING:
-    from .examples import LENET_NET, LENET_SOLVER, TWO_LAYER_NET, TWO_LAYER_SOLVER
-    from .net import LAYER_TYPES, Net
-    from .prototxt import CaffeFormatError, filter_net, read_net, read_solver
-    from .solver import SOLVER_TYPES, History, Solver, build, learning_rate, train
+    from edu_dl.caffe.examples import LENET_NET, LENET_SOLVER, TWO_LAYER_NET, TWO_LAYER_SOLVER
+    from edu_dl.caffe.net import LAYER_TYPES, Net
+    from edu_dl.caffe.prototxt import CaffeFormatError, filter_net, read_net, read_solver
+    from edu_dl.caffe.solver import SOLVER_TYPES, History, Solver, build, learning_rate, train
 
 __all__ = [  # the keys of _EXPORTS (a test keeps them equal)
     "LAYER_TYPES",

@@ -43,7 +43,7 @@ def add_train(subparsers: Subparsers) -> None:
 
 
 def _default_out(net: Path | None, solver_path: Path) -> Path:
-    from .prototxt import read_solver
+    from edu_dl.caffe.prototxt import read_solver
 
     solver = read_solver(solver_path)
     prefix = solver.snapshot_prefix or (net.stem if net is not None else solver_path.stem)
@@ -51,10 +51,10 @@ def _default_out(net: Path | None, solver_path: Path) -> Path:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from ..backend import DeviceError
-    from .examples import EXAMPLES
-    from .prototxt import CaffeFormatError
-    from .solver import train
+    from edu_dl.backend import DeviceError
+    from edu_dl.caffe.examples import EXAMPLES
+    from edu_dl.caffe.prototxt import CaffeFormatError
+    from edu_dl.caffe.solver import train
 
     net, solver = args.net, args.solver
     if args.example:

@@ -33,11 +33,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import backend
-from ..autograd import ops
-from ..autograd.tensor import Tensor
-from . import caffe_subset_pb2 as pb
-from .prototxt import CaffeFormatError, LayerSource
+from edu_dl import backend
+from edu_dl.autograd import ops
+from edu_dl.autograd.tensor import Tensor
+from edu_dl.caffe import caffe_subset_pb2 as pb
+from edu_dl.caffe.prototxt import CaffeFormatError, LayerSource
 
 DATA_TYPES = ("HDF5Data",)
 LOSS_TYPES = ("EuclideanLoss", "SoftmaxWithLoss")

@@ -18,7 +18,7 @@ from typing import TypeVar
 from google.protobuf import text_format
 from google.protobuf.message import Message
 
-from . import caffe_subset_pb2 as pb
+from edu_dl.caffe import caffe_subset_pb2 as pb
 
 M = TypeVar("M", bound=Message)
 

@@ -27,11 +27,11 @@ from typing import Any, cast
 import numpy as np
 from tqdm import tqdm
 
-from .. import backend
-from ..progress import progress_disabled
-from . import caffe_subset_pb2 as pb
-from .net import Net, resolve
-from .prototxt import CaffeFormatError, LayerSource, filter_net, read_net, read_solver
+from edu_dl import backend
+from edu_dl.caffe import caffe_subset_pb2 as pb
+from edu_dl.caffe.net import Net, resolve
+from edu_dl.caffe.prototxt import CaffeFormatError, LayerSource, filter_net, read_net, read_solver
+from edu_dl.util.progress import progress_disabled
 
 SOLVER_TYPES = ("SGD", "Adam")
 LR_POLICIES = ("fixed", "step", "exp", "inv", "multistep", "poly", "sigmoid")

@@ -9,10 +9,10 @@
   missing syncthreads)
 """
 
-from . import launch, mistakes, simulator
-from .launch import LaunchConfig, blocks_for, launch_1d, launch_2d
-from .mistakes import Diagnosis, diagnose
-from .simulator import (
+from edu_dl.gpu import launch, mistakes, simulator
+from edu_dl.gpu.launch import LaunchConfig, blocks_for, launch_1d, launch_2d
+from edu_dl.gpu.mistakes import Diagnosis, diagnose
+from edu_dl.gpu.simulator import (
     Outcome,
     SimulatorError,
     enable_simulator,

@@ -6,7 +6,7 @@ grid is rounded up to whole blocks. Host wrappers (``relu``, ``saxpy``, ``matmul
 with NumPy and graded as plain functions.
 
 Importing this module imports ``numba.cuda``: under Numba's simulator only if
-``NUMBA_ENABLE_CUDASIM=1`` was set BEFORE that first import (see ``edu_dl.cuda.simulator``).
+``NUMBA_ENABLE_CUDASIM=1`` was set BEFORE that first import (see ``edu_dl.gpu.simulator``).
 """
 
 # Kernel bodies are device code that mypy cannot type (Numba's intrinsics have no Python stubs).
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from numba import cuda, float32
 
-from .launch import BLOCK_2D, THREADS_1D, launch_1d, launch_2d
+from edu_dl.gpu.launch import BLOCK_2D, THREADS_1D, launch_1d, launch_2d
 
 TILE = 16  # tile edge of the shared-memory matmul: 16 x 16 = 256 threads per block
 

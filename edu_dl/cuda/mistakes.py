@@ -6,7 +6,7 @@ The three classics and how each shows (sizes not a multiple of the block expose 
   threads write garbage at the edges (past the end of a row = the start of the next one);
 - swapped row and column: the result is the transpose of the right one;
 - missing ``cuda.syncthreads()``: threads read shared slots nobody has written yet, which
-  ``edu_dl.cuda.simulator`` fills with NaN, so NaN appears in the result.
+  ``edu_dl.gpu.simulator`` fills with NaN, so NaN appears in the result.
 
 Pure functions of NumPy arrays, so a grader can call them outside the student's process; the
 :class:`~edu_dl.grading.hints.Rule` subclasses here (:func:`hints`, :class:`CudaDiagnosed`) are

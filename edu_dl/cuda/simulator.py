@@ -3,7 +3,7 @@
 The simulator (``NUMBA_ENABLE_CUDASIM=1``) runs every CUDA thread as a Python thread: exact, slow.
 The trap: Numba reads the variable when ``numba.cuda`` is FIRST imported, and a process cannot
 switch afterwards. ``run_in_simulator`` therefore starts a fresh Python process with the variable
-set (a worker of ``edu_dl.bench.worker``), runs a function there on NumPy arguments and returns its
+set (a worker of ``edu_dl.util.worker``), runs a function there on NumPy arguments and returns its
 results (or the error it raised), so the calling process keeps its real ``numba.cuda``.
 
 Shared memory is filled with NaN when allocated and again before every block: a kernel that reads
@@ -49,7 +49,7 @@ def gpu_present() -> bool:
     Asks CuPy or the driver library directly, NOT numba.cuda: importing numba.cuda would fix this
     process to real CUDA before the caller could choose the simulator.
     """
-    from .. import backend
+    from edu_dl import backend
 
     if backend.gpu_available():
         return True
@@ -64,7 +64,7 @@ def gpu_present() -> bool:
 
 def _numba_probe() -> bool:
     """In a worker with the real CUDA target: compile and launch one kernel; True if it ran."""
-    from .kernels import relu  # imports numba.cuda: this process's real CUDA
+    from edu_dl.gpu.kernels import relu  # imports numba.cuda: this process's real CUDA
 
     return bool((relu(np.array([-1.0, 2.0], dtype=np.float32)) == [0.0, 2.0]).all())
 
@@ -78,7 +78,7 @@ def numba_gpu_works(timeout_s: float = 120.0) -> bool:
     """
     if not gpu_present():
         return False
-    from ..bench.worker import WorkerError, run_in_worker
+    from edu_dl.util.worker import WorkerError, run_in_worker
 
     try:
         works: bool = run_in_worker(f"{__name__}:_numba_probe", name="Numba CUDA probe",
@@ -103,7 +103,7 @@ def enable_simulator(nan_shared: bool = True) -> ModuleType:
         raise RuntimeError(
             f"numba.cuda was already imported without the simulator, and a process cannot switch: "
             f"set {ENV_VAR}=1 before the first `from numba import cuda` (restart the kernel), or "
-            f"run the code in a fresh process with edu_dl.cuda.simulator.run_in_simulator"
+            f"run the code in a fresh process with edu_dl.gpu.simulator.run_in_simulator"
         )
     os.environ[ENV_VAR] = "1"
     cuda = importlib.import_module("numba.cuda")
@@ -301,7 +301,7 @@ def run_in_simulator(
     ``fn`` is a module-level function (or 'module:qualname' / 'file.py:qualname'); arguments and
     results are NumPy arrays or numbers. Exceptions raised by a case come back as Outcome.error.
     """
-    from ..bench.worker import WorkerError, run_in_worker
+    from edu_dl.util.worker import WorkerError, run_in_worker
 
     target = _target_of(fn)
     # The child sees what this process imports from: the project, the tests folder, site-packages.

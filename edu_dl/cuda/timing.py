@@ -30,7 +30,7 @@ def synchronize() -> None:
                 cuda.synchronize()
         except Exception:  # the simulator or a broken driver: nothing queued to wait for
             pass
-    from .. import backend
+    from edu_dl import backend
 
     backend.synchronize()
     torch = sys.modules.get("torch")

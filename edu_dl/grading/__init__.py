@@ -5,7 +5,7 @@ In an exercise notebook: ``from edu_dl.grading import check`` and ``check("ex05.
 relu_backward)``.
 """
 
-from .checking import CheckFailed, check
-from .spec import Part, Verdict, default_compare, tolerance
+from edu_dl.grading.checking import CheckFailed, check
+from edu_dl.grading.spec import Part, Verdict, default_compare, tolerance
 
 __all__ = ["CheckFailed", "Part", "Verdict", "check", "default_compare", "tolerance"]

@@ -11,13 +11,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import nbgrader as nbg
-from . import parts, release
-from .hints import Mistake
-from .load import read_beside
-from .nbgrader import AssignError, student_version
-from .notebooks import Cell, Notebook, notebook_bytes, read_notebook, write_atomic
-from .spec import Part
+from edu_dl.grading import nbgrader as nbg
+from edu_dl.grading import parts, release
+from edu_dl.grading.hints import Mistake
+from edu_dl.grading.load import read_beside
+from edu_dl.grading.nbgrader import AssignError, student_version
+from edu_dl.grading.notebooks import Cell, Notebook, notebook_bytes, read_notebook, write_atomic
+from edu_dl.grading.spec import Part
 
 
 def lint(nb: Notebook, where: str = "notebook", course: Mapping[str, Part] | None = None
@@ -130,7 +130,7 @@ def assign(source: str | Path, dest: str | Path, write: bool = True,
         raise AssignError("\n".join(problems))
     outputs.update(_releases(folder, dest, course, checked, warnings))
     if run_solutions:
-        from .solution_run import check_solutions
+        from edu_dl.grading.solution_run import check_solutions
 
         failed = check_solutions(paths, log or print)
         if failed:

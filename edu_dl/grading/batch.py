@@ -26,15 +26,15 @@ from typing import Any
 
 from tqdm import tqdm
 
-from . import gradebook, sandbox
-from .classreport import record_class
-from .cluster import grade_on_cluster, sigint_ignored
-from .collect import collect, is_nbgrader_course, only, scope
-from .judge import judge_run
-from .load import load_parts, load_source, refuse_released
-from .manual import merge as merge_sheet
-from .manual import read_sheet
-from .model import (
+from edu_dl.grading import gradebook, sandbox
+from edu_dl.grading.classreport import record_class
+from edu_dl.grading.cluster import grade_on_cluster, sigint_ignored
+from edu_dl.grading.collect import collect, is_nbgrader_course, only, scope
+from edu_dl.grading.judge import judge_run
+from edu_dl.grading.load import load_parts, load_source, refuse_released
+from edu_dl.grading.manual import merge as merge_sheet
+from edu_dl.grading.manual import read_sheet
+from edu_dl.grading.model import (
     Exercise,
     Interrupted,
     Job,
@@ -45,18 +45,18 @@ from .model import (
     safe_file_name,
     timed_out,
 )
-from .notebooks import Notebook, NotebookError
-from .policy import Dates
-from .prepare import prepare, submission_bytes
-from .receive import received
-from .report import HTML_FEEDBACK, write_outputs
-from .run import run
-from .secret import Secret, check_unseen, load_or_create, secret_path
-from .settings import GRADER_VERSION, MB, Settings
-from .speed_rows import speed_rows
-from .trust.files import read_bounded
-from .trust.notebook import parse_notebook
-from .trust.text import say_to_stderr
+from edu_dl.grading.notebooks import Notebook, NotebookError
+from edu_dl.grading.policy import Dates
+from edu_dl.grading.prepare import prepare, submission_bytes
+from edu_dl.grading.receive import received
+from edu_dl.grading.report import HTML_FEEDBACK, write_outputs
+from edu_dl.grading.run import run
+from edu_dl.grading.secret import Secret, check_unseen, load_or_create, secret_path
+from edu_dl.grading.settings import GRADER_VERSION, MB, Settings
+from edu_dl.grading.speed_rows import speed_rows
+from edu_dl.grading.trust.files import read_bounded
+from edu_dl.grading.trust.notebook import parse_notebook
+from edu_dl.grading.trust.text import say_to_stderr
 
 
 def grade_one(job: Job, out: Path, settings: Settings, hide: list[Path], secret: Secret,

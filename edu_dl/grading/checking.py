@@ -24,13 +24,21 @@ from typing import Any
 
 import numpy as np
 
-from . import protocol
-from .guard import CheckTimeout, changed_arguments, time_limit
-from .parts import get
-from .protocol import GRADING_ENV, HIDDEN_SEED, VISIBLE_SEED  # noqa: F401 (re-exported)
-from .release import visible
-from .source import judge_source, own_source
-from .spec import CheckFailure, Part, Verdict, describe_case, global_names, judge_case, plain_call
+from edu_dl.grading import protocol
+from edu_dl.grading.guard import CheckTimeout, changed_arguments, time_limit
+from edu_dl.grading.parts import get
+from edu_dl.grading.protocol import GRADING_ENV, HIDDEN_SEED, VISIBLE_SEED  # noqa: F401 (re-exported)
+from edu_dl.grading.release import visible
+from edu_dl.grading.source import judge_source, own_source
+from edu_dl.grading.spec import (
+    CheckFailure,
+    Part,
+    Verdict,
+    describe_case,
+    global_names,
+    judge_case,
+    plain_call,
+)
 
 GRADING_DIR = Path(__file__).resolve().parent
 

@@ -25,17 +25,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .hints import hint_id
-from .model import Job, Refused
-from .nbgrader import grade_id, is_solution, student_version
-from .notebooks import NotebookError, write_atomic
-from .policy import LATE
-from .settings import MB, Settings
-from .spec import GENERIC
-from .trust.cells import MIN_TOKENS, cell_print
-from .trust.files import read_bounded
-from .trust.notebook import parse_notebook
-from .trust.text import for_terminal, visible
+from edu_dl.grading.hints import hint_id
+from edu_dl.grading.model import Job, Refused
+from edu_dl.grading.nbgrader import grade_id, is_solution, student_version
+from edu_dl.grading.notebooks import NotebookError, write_atomic
+from edu_dl.grading.policy import LATE
+from edu_dl.grading.settings import MB, Settings
+from edu_dl.grading.spec import GENERIC
+from edu_dl.grading.trust.cells import MIN_TOKENS, cell_print
+from edu_dl.grading.trust.files import read_bounded
+from edu_dl.grading.trust.notebook import parse_notebook
+from edu_dl.grading.trust.text import for_terminal, visible
 
 CLASS_DATA = "class.json"
 HISTOGRAM = "score_histogram.png"

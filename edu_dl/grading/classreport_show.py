@@ -12,9 +12,9 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from .classreport import HISTOGRAM, ClassReport, ExerciseCount, PartRate, build
-from .notebooks import write_atomic
-from .trust.text import for_markdown, for_terminal, visible
+from edu_dl.grading.classreport import HISTOGRAM, ClassReport, ExerciseCount, PartRate, build
+from edu_dl.grading.notebooks import write_atomic
+from edu_dl.grading.trust.text import for_markdown, for_terminal, visible
 
 SHOWN_CLUSTERS = 30  # in text and Markdown; JSON lists all
 HISTOGRAM_EXERCISES = 24

@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..bench.args import positive
-from .trust.text import say, say_to_stderr
+from edu_dl.grading.trust.text import say, say_to_stderr
+from edu_dl.util.args import positive
 
 if TYPE_CHECKING:
-    from .cluster import ClusterOptions
+    from edu_dl.grading.cluster import ClusterOptions
 
 Subparsers = Any  # argparse's _SubParsersAction is private
 
@@ -42,8 +42,8 @@ def add_assign(subparsers: Subparsers) -> None:
 
 
 def run_assign(args: argparse.Namespace) -> int:
-    from .assign import assign
-    from .notebooks import NotebookError
+    from edu_dl.grading.assign import assign
+    from edu_dl.grading.notebooks import NotebookError
 
     dotted: list[str] = []
     warnings: list[str] = []
@@ -88,8 +88,8 @@ def add_validate(subparsers: Subparsers) -> None:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from .model import Interrupted
-    from .validate import validate
+    from edu_dl.grading.model import Interrupted
+    from edu_dl.grading.validate import validate
 
     status = 0
     for path in args.notebook:
@@ -190,15 +190,22 @@ def add_grade(subparsers: Any) -> None:
 
 
 def run_grade(args: argparse.Namespace) -> int:
-    from .batch import grade
-    from .classreport_show import after_batch as class_at_a_glance
-    from .cluster import ClusterError
-    from .model import Interrupted
-    from .notebooks import NotebookError
-    from .policy import Dates, LatePolicy, PolicyError, parse_time, read_extensions, read_roster
-    from .report import summary_text
-    from .secret import SecretError, load_or_create, rotate, secret_path
-    from .settings import Settings
+    from edu_dl.grading.batch import grade
+    from edu_dl.grading.classreport_show import after_batch as class_at_a_glance
+    from edu_dl.grading.cluster import ClusterError
+    from edu_dl.grading.model import Interrupted
+    from edu_dl.grading.notebooks import NotebookError
+    from edu_dl.grading.policy import (
+        Dates,
+        LatePolicy,
+        PolicyError,
+        parse_time,
+        read_extensions,
+        read_roster,
+    )
+    from edu_dl.grading.report import summary_text
+    from edu_dl.grading.secret import SecretError, load_or_create, rotate, secret_path
+    from edu_dl.grading.settings import Settings
 
     chosen = {k: getattr(args, k) for k in ("timeout_s", "budget_s", "memory_mb", "cpu_s",
                                             "processes", "file_mb", "tmp_mb", "notebook_mb",
@@ -256,7 +263,7 @@ def _students(chosen: list[str] | None) -> list[str] | None:
 
 def timed_out_submissions(rows: list[Any]) -> int:
     """How many (student, exercise) of the gradebook's rows timed out."""
-    from .model import timed_out
+    from edu_dl.grading.model import timed_out
 
     by_job: dict[tuple[str, str], list[Any]] = {}
     for row in rows:
@@ -299,9 +306,9 @@ def add_replay(subparsers: Subparsers) -> None:
 
 
 def run_replay(args: argparse.Namespace) -> int:
-    from .notebooks import NotebookError
-    from .replay import ReplayError, replay, replay_text
-    from .secret import SecretError, read_secret
+    from edu_dl.grading.notebooks import NotebookError
+    from edu_dl.grading.replay import ReplayError, replay, replay_text
+    from edu_dl.grading.secret import SecretError, read_secret
 
     try:
         secret = read_secret(args.secret_file) if args.secret_file else None
@@ -332,7 +339,7 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
 
 def cluster_options(args: argparse.Namespace) -> ClusterOptions | None:
     """The cluster chosen on the command line, or None to grade here."""
-    from .cluster import ClusterError, ClusterOptions, check_address
+    from edu_dl.grading.cluster import ClusterError, ClusterOptions, check_address
 
     if args.local_workers is not None and args.local_workers < 1:
         raise ClusterError(f"--local-cluster {args.local_workers}: needs at least one worker")
@@ -366,8 +373,8 @@ def add_report(subparsers: Subparsers) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from .classreport import HISTOGRAM, ReportError, build, gradebook_path
-    from .classreport_show import render, write_histogram
+    from edu_dl.grading.classreport import HISTOGRAM, ReportError, build, gradebook_path
+    from edu_dl.grading.classreport_show import render, write_histogram
 
     try:
         report = build(args.grades)

@@ -43,15 +43,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from . import sandbox
-from .judge import judge_run
-from .model import Job, Row, rows_for, safe_file_name
-from .prepare import Prepared, prepare, submission_bytes
-from .receive import received
-from .run import run_sandboxed
-from .secret import Secret
-from .settings import GRADER_VERSION, Settings
-from .speed_rows import speed_rows
+from edu_dl.grading import sandbox
+from edu_dl.grading.judge import judge_run
+from edu_dl.grading.model import Job, Row, rows_for, safe_file_name
+from edu_dl.grading.prepare import Prepared, prepare, submission_bytes
+from edu_dl.grading.receive import received
+from edu_dl.grading.run import run_sandboxed
+from edu_dl.grading.secret import Secret
+from edu_dl.grading.settings import GRADER_VERSION, Settings
+from edu_dl.grading.speed_rows import speed_rows
 
 ALLOWED_FAILURES = 1  # a task is tried on at most 1 + this many workers that die running it
 WORKER_LOST = "worker lost"

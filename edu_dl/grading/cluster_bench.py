@@ -26,8 +26,8 @@ def _warm(dask_worker: Any = None) -> str:
     """On each worker: what the first task would otherwise pay for."""
     import importlib
 
-    from . import sandbox
-    from .cluster import software_digest
+    from edu_dl.grading import sandbox
+    from edu_dl.grading.cluster import software_digest
 
     importlib.import_module("edu_dl.grading.batch")
     return sandbox.bwrap_problem() or software_digest()
@@ -37,9 +37,9 @@ def bench(submissions: int = 4, workers: Sequence[int] = (1, 2, 3), jobs: Sequen
           source: Path | None = None, exercises: Sequence[str] = (),
           timeout_s: float = 120.0) -> list[dict[str, Any]]:
     """One row per configuration: local --jobs J, then a local cluster of W workers."""
-    from .batch import grade
-    from .cluster import ClusterOptions, local_cluster
-    from .settings import Settings
+    from edu_dl.grading.batch import grade
+    from edu_dl.grading.cluster import ClusterOptions, local_cluster
+    from edu_dl.grading.settings import Settings
 
     source = source or Path(__file__).resolve().parents[2] / "solutions"
     notebooks = [nb for nb in sorted(source.glob("*.ipynb"))
@@ -122,7 +122,7 @@ def add_bench_cluster(kinds: Any) -> None:
 
 
 def run_bench_cluster(args: argparse.Namespace) -> int:
-    from ..bench.common import usable_cores
+    from edu_dl.bench.common import usable_cores
 
     rows = bench(args.submissions, [int(w) for w in args.workers.split(",")],
                  [int(j) for j in args.jobs.split(",")], args.source, args.exercise)

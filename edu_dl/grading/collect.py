@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .model import Exercise, Job, NothingToGrade, Row
-from .notebooks import NotebookError
-from .trust.files import entries, notebooks, timestamp_of
+from edu_dl.grading.model import Exercise, Job, NothingToGrade, Row
+from edu_dl.grading.notebooks import NotebookError
+from edu_dl.grading.trust.files import entries, notebooks, timestamp_of
 
 # An nbgrader course folder: submitted/ beside nbgrader's other folders (and nothing else).
 NBGRADER_FOLDERS = frozenset({"submitted", "source", "release", "autograded", "feedback",

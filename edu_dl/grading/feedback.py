@@ -25,7 +25,7 @@ No HTML or script a student wrote is ever live, by three layers, each enough on 
   from anywhere (images only as data URIs): our template also leaves out nbconvert's
   require.js, MathJax and Mermaid (so math shows as its TeX source).
 
-The hosted install cell (``edu_dl.hosted``) is left out, hidden tests are stripped from every
+The hosted install cell (``edu_dl.notebook.hosted``) is left out, hidden tests are stripped from every
 source, and an error raised in a cell that held them shows its name and message only.
 """
 
@@ -48,13 +48,13 @@ import nbformat
 from jinja2 import DictLoader
 from nbconvert import HTMLExporter
 
-from ..hosted import is_install_cell
-from ..speed.tasks import speed_row
-from .model import Job, Row, safe_file_name
-from .nbgrader import BEGIN_HIDDEN, grade_id, strip_hidden_tests
-from .notebooks import write_atomic
-from .trust.files import SUBMISSION_SECRET, TIMESTAMP, read_submission_secret
-from .trust.text import for_terminal, visible
+from edu_dl.grading.model import Job, Row, safe_file_name
+from edu_dl.grading.nbgrader import BEGIN_HIDDEN, grade_id, strip_hidden_tests
+from edu_dl.grading.notebooks import write_atomic
+from edu_dl.grading.trust.files import SUBMISSION_SECRET, TIMESTAMP, read_submission_secret
+from edu_dl.grading.trust.text import for_terminal, visible
+from edu_dl.harness.speed import speed_row
+from edu_dl.notebook.hosted import is_install_cell
 
 PAGES = "feedback"  # below --out and below an nbgrader course folder
 KEPT_DATA = ("text/plain", "image/png", "image/jpeg")

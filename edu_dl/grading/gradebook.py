@@ -22,10 +22,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .model import Exercise, Job, Refused, Row, safe_file_name
-from .notebooks import write_atomic
-from .policy import parse_time
-from .trust.files import read_bounded
+from edu_dl.grading.model import Exercise, Job, Refused, Row, safe_file_name
+from edu_dl.grading.notebooks import write_atomic
+from edu_dl.grading.policy import parse_time
+from edu_dl.grading.trust.files import read_bounded
 
 STATE = ".state"
 # A student's rows from collecting (ignored copies, refused folders). An exercise's file ends in

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .protocol import as_array
+from edu_dl.grading.protocol import as_array
 
 When = Callable[[Any, tuple[Any, ...]], bool]  # (expected, args) -> does the hint apply here
 

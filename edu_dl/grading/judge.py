@@ -16,9 +16,9 @@ from typing import Any
 
 import nbformat
 
-from . import sandbox
-from .model import AFTER_TIMEOUT, NOT_ANSWERED, OUTSIDE, Exercise, Job, Row, cap_text
-from .nbgrader import (
+from edu_dl.grading import sandbox
+from edu_dl.grading.model import AFTER_TIMEOUT, NOT_ANSWERED, OUTSIDE, Exercise, Job, Row, cap_text
+from edu_dl.grading.nbgrader import (
     PartialCreditError,
     determine_grade,
     grade_id,
@@ -26,17 +26,17 @@ from .nbgrader import (
     nbgrader,
     unanswered,
 )
-from .prepare import Prepared
-from .protocol import ErrorText
-from .receive import Ran
-from .restore import copy_cell
-from .settings import Settings
-from .source import judge_source
-from .spec import Part, judge_case, trusted_result
-from .trust.errors import CellError, cause_of, parse_error
-from .trust.result import RunRecord
-from .trust.source import SourceReader
-from .withhold import withheld_error
+from edu_dl.grading.prepare import Prepared
+from edu_dl.grading.protocol import ErrorText
+from edu_dl.grading.receive import Ran
+from edu_dl.grading.restore import copy_cell
+from edu_dl.grading.settings import Settings
+from edu_dl.grading.source import judge_source
+from edu_dl.grading.spec import Part, judge_case, trusted_result
+from edu_dl.grading.trust.errors import CellError, cause_of, parse_error
+from edu_dl.grading.trust.result import RunRecord
+from edu_dl.grading.trust.source import SourceReader
+from edu_dl.grading.withhold import withheld_error
 
 STATUS_OF_KILL = {"timeout": "timeout", "memory": "memory", "processes": "processes"}
 

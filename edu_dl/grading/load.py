@@ -19,10 +19,9 @@ from typing import Any
 import cloudpickle
 from cloudpickle.cloudpickle import _code_reduce  # the reducer the path-free one wraps
 
-from ..speed.tasks import TASKS, speed_row
-from . import parts as package
-from .model import Exercise, NothingToGrade, Refused
-from .nbgrader import (
+from edu_dl.grading import parts as package
+from edu_dl.grading.model import Exercise, NothingToGrade, Refused
+from edu_dl.grading.nbgrader import (
     check_calls,
     classify,
     grade_id,
@@ -31,10 +30,11 @@ from .nbgrader import (
     released_checksums,
     withholds,
 )
-from .notebooks import read_notebook
-from .settings import MB, Settings
-from .spec import Part, plain_call
-from .trust.files import read_bounded
+from edu_dl.grading.notebooks import read_notebook
+from edu_dl.grading.settings import MB, Settings
+from edu_dl.grading.spec import Part, plain_call
+from edu_dl.grading.trust.files import read_bounded
+from edu_dl.harness.speed import TASKS, speed_row
 
 
 def load_source(source: Path, exclude: tuple[Path, ...] = (), settings: Settings | None = None,

@@ -21,10 +21,10 @@ import io
 import math
 from pathlib import Path
 
-from .feedback import anchor
-from .model import BY_HAND, Row, cap_text
-from .notebooks import NotebookError
-from .trust.text import for_terminal
+from edu_dl.grading.feedback import anchor
+from edu_dl.grading.model import BY_HAND, Row, cap_text
+from edu_dl.grading.notebooks import NotebookError
+from edu_dl.grading.trust.text import for_terminal
 
 COLUMNS = ("student", "exercise", "cell", "max_points", "answer", "answer_id", "points",
            "comment", "page")

@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .notebooks import Notebook, NotebookError
+from edu_dl.grading.notebooks import Notebook, NotebookError
 
 
 class NothingToGrade(NotebookError):

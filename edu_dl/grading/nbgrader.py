@@ -24,8 +24,8 @@ import hashlib
 import re
 from typing import Any
 
-from .model import GradedCell
-from .notebooks import Cell, Notebook, NotebookError
+from edu_dl.grading.model import GradedCell
+from edu_dl.grading.notebooks import Cell, Notebook, NotebookError
 
 BEGIN_SOLUTION = "### BEGIN SOLUTION"
 END_SOLUTION = "### END SOLUTION"
@@ -190,7 +190,7 @@ def strip_hidden_tests(source: str) -> str:
 def student_version(nb: Notebook, where: str = "notebook") -> Notebook:
     """The exercise notebook for one solutions notebook (a new object; ``nb`` is untouched)."""
     nb = copy.deepcopy(nb)
-    # The digest of the course code that executed the solution (edu_dl.notebook_run): an
+    # The digest of the course code that executed the solution (edu_dl.notebook.run): an
     # exercise is never executed, and would only change whenever its solution is re-run.
     nb.metadata.pop("edu_dl", None)
     for index, cell in enumerate(nb.cells):

@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 
-from . import release
-from .protocol import EXERCISE_NAME, PART_ID
-from .spec import Part
+from edu_dl.grading import release
+from edu_dl.grading.protocol import EXERCISE_NAME, PART_ID
+from edu_dl.grading.spec import Part
 
 FOLDER = "parts"  # beside the source notebooks, and beside the student's
 PRIVATE = ".private.py"

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .model import Job, Row
+from edu_dl.grading.model import Job, Row
 
 MAX_ROSTER_BYTES = 8 << 20
 LATE = "late penalty"  # the part name of a penalty row

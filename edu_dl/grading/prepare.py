@@ -15,16 +15,16 @@ from typing import Any
 
 import numpy as np
 
-from . import protocol, sandbox
-from .model import Job, Refused, Row, rows_for, safe_file_name
-from .notebooks import Notebook, NotebookError, write_atomic
-from .protocol import encode_inputs, roundtrip
-from .restore import is_other_exercise, restore
-from .secret import Secret
-from .settings import MB, Settings
-from .spec import Part
-from .trust.files import read_bounded
-from .trust.notebook import compact_bytes, parse_notebook
+from edu_dl.grading import protocol, sandbox
+from edu_dl.grading.model import Job, Refused, Row, rows_for, safe_file_name
+from edu_dl.grading.notebooks import Notebook, NotebookError, write_atomic
+from edu_dl.grading.protocol import encode_inputs, roundtrip
+from edu_dl.grading.restore import is_other_exercise, restore
+from edu_dl.grading.secret import Secret
+from edu_dl.grading.settings import MB, Settings
+from edu_dl.grading.spec import Part
+from edu_dl.grading.trust.files import read_bounded
+from edu_dl.grading.trust.notebook import compact_bytes, parse_notebook
 
 
 @dataclass

@@ -23,14 +23,14 @@ import json
 import zipfile
 from dataclasses import asdict, dataclass
 
-from . import sandbox
-from .notebooks import Notebook, write_atomic
-from .prepare import Prepared
-from .protocol import EXECUTED
-from .settings import MB, Settings
-from .trust.notebook import Untrusted, compact_bytes, executed_outputs
-from .trust.result import RunResult, read_run
-from .trust.text import visible
+from edu_dl.grading import sandbox
+from edu_dl.grading.notebooks import Notebook, write_atomic
+from edu_dl.grading.prepare import Prepared
+from edu_dl.grading.protocol import EXECUTED
+from edu_dl.grading.settings import MB, Settings
+from edu_dl.grading.trust.notebook import Untrusted, compact_bytes, executed_outputs
+from edu_dl.grading.trust.result import RunResult, read_run
+from edu_dl.grading.trust.text import visible
 
 LOG_TAIL = 4000  # characters of the sandbox's log kept in run.json
 RUN_FILE, RESULT_FILE = "run.json", "result.zip"

@@ -30,10 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from . import protocol
-from .hints import FrozenMistake, Mistake, Rule, case_key
-from .source import AllChecks, NamesCheck
-from .spec import LATER_FIELDS, Part, Tolerance
+from edu_dl.grading import protocol
+from edu_dl.grading.hints import FrozenMistake, Mistake, Rule, case_key
+from edu_dl.grading.source import AllChecks, NamesCheck
+from edu_dl.grading.spec import LATER_FIELDS, Part, Tolerance
 
 FORMAT = 1
 SUFFIX = ".npz"

@@ -21,20 +21,20 @@ from typing import Any
 
 import numpy as np
 
-from . import sandbox
-from .judge import judge_run
-from .load import load_parts, load_source
-from .model import Job, Refused, Row, safe_file_name
-from .notebooks import NotebookError
-from .prepare import Prepared, draw_cases, restored_submission
-from .protocol import ErrorText, roundtrip
-from .receive import RESULT_FILE, RUN_FILE, Ran
-from .secret import Secret, read_secret, secret_path
-from .settings import MB, Settings
-from .spec import judge_case, trusted_result
-from .trust.files import read_bounded
-from .trust.notebook import parse_notebook
-from .trust.result import RunResult, parse_record, read_run
+from edu_dl.grading import sandbox
+from edu_dl.grading.judge import judge_run
+from edu_dl.grading.load import load_parts, load_source
+from edu_dl.grading.model import Job, Refused, Row, safe_file_name
+from edu_dl.grading.notebooks import NotebookError
+from edu_dl.grading.prepare import Prepared, draw_cases, restored_submission
+from edu_dl.grading.protocol import ErrorText, roundtrip
+from edu_dl.grading.receive import RESULT_FILE, RUN_FILE, Ran
+from edu_dl.grading.secret import Secret, read_secret, secret_path
+from edu_dl.grading.settings import MB, Settings
+from edu_dl.grading.spec import judge_case, trusted_result
+from edu_dl.grading.trust.files import read_bounded
+from edu_dl.grading.trust.notebook import parse_notebook
+from edu_dl.grading.trust.result import RunResult, parse_record, read_run
 
 MAX_RUN_JSON = 8 * MB
 

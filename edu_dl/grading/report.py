@@ -17,12 +17,12 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from . import manual
-from .feedback import write_pages
-from .model import Job, Row, Summary, safe_file_name
-from .notebooks import write_if_changed
-from .policy import LATE
-from .trust.text import for_markdown, for_terminal, visible
+from edu_dl.grading import manual
+from edu_dl.grading.feedback import write_pages
+from edu_dl.grading.model import Job, Row, Summary, safe_file_name
+from edu_dl.grading.notebooks import write_if_changed
+from edu_dl.grading.policy import LATE
+from edu_dl.grading.trust.text import for_markdown, for_terminal, visible
 
 COLUMNS = ("student", "exercise", "part", "points", "max_points", "status", "message", "sandbox",
            "judged", "failed_cases", "hint", "reason")

@@ -11,8 +11,8 @@ from typing import Any
 
 import nbformat
 
-from .nbgrader import BEGIN_HIDDEN, grade_id, is_locked, is_solution
-from .notebooks import Notebook
+from edu_dl.grading.nbgrader import BEGIN_HIDDEN, grade_id, is_locked, is_solution
+from edu_dl.grading.notebooks import Notebook
 
 
 def restore(submitted: Notebook, source: Notebook) -> tuple[Notebook, list[str]]:

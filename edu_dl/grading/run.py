@@ -9,9 +9,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from . import sandbox
-from .prepare import Prepared
-from .settings import MB, Settings
+from edu_dl.grading import sandbox
+from edu_dl.grading.prepare import Prepared
+from edu_dl.grading.settings import MB, Settings
 
 GRADING_TMP_MB = 128  # the grading dir's own tmpfs: a student filling /tmp cannot block results
 

@@ -33,7 +33,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from .protocol import (
+from edu_dl.grading.protocol import (
     EXECUTED,
     GRADING_ENV,
     OUTPUTS,

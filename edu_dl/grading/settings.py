@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import sandbox
+from edu_dl.grading import sandbox
 
 GRADER_VERSION = "4"  # bump to force a regrade of everything
 MB = 1 << 20

@@ -21,9 +21,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from . import parts
-from .load import read_beside
-from .settings import GRADER_VERSION
+from edu_dl.grading import parts
+from edu_dl.grading.load import read_beside
+from edu_dl.grading.settings import GRADER_VERSION
 
 CACHE_VAR = "EDU_DL_CACHE"
 PASSED = "solutions-passed"
@@ -64,7 +64,7 @@ def run_key(notebook: Path) -> str:
 
 def failures(notebook: Path, progress: bool = False) -> list[str]:
     """What fails when the solution notebook is graded against itself; [] when it passes."""
-    from .validate import validate
+    from edu_dl.grading.validate import validate
 
     report = validate(notebook, timeout=TIMEOUT_S, progress=progress, source=notebook,
                       log=lambda _: None)

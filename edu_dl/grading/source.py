@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .spec import Part, Verdict, global_names
+from edu_dl.grading.spec import Part, Verdict, global_names
 
 NOT_FOUND = ("the grader could not find the source of the function you pass to check() for "
              "this part: define it with a plain top-level `def` (or `class`) of that name in a "
@@ -183,7 +183,7 @@ def own_source(fn: Any) -> str | None:
 def speed_rules(source: str) -> Verdict:
     """A speed task's rules on its function (NumPy and math only: no import, no dunder name), as
     a part's source check: check() says at once what the grader's timed run would refuse."""
-    from .trust.speed import source_problem
+    from edu_dl.grading.trust.speed import source_problem
 
     problem = source_problem(source)
     return Verdict(not problem, problem)

@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from .generic import generic_hint
-from .hints import Mistake, Rule, first_hint_found
-from .protocol import as_array as _as_array
-from .withhold import withheld
+from edu_dl.grading.generic import generic_hint
+from edu_dl.grading.hints import Mistake, Rule, first_hint_found
+from edu_dl.grading.protocol import as_array as _as_array
+from edu_dl.grading.withhold import withheld
 
 MAX_SHOWN = 3  # differing entries shown in a message
 

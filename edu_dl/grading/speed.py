@@ -28,16 +28,16 @@ from pathlib import Path
 
 import numpy as np
 
-from ..speed.tasks import TASKS, SpeedTask, call_inputs
-from . import sandbox
-from .notebooks import Notebook, NotebookError
-from .run import sandbox_env
-from .secret import VALIDATION_SECRET, Secret, read_secret
-from .trust.files import Refused, read_bounded
-from .trust.notebook import Untrusted, parse_notebook
-from .trust.source import find_source
-from .trust.speed import read_outputs, source_problem
-from .trust.text import say
+from edu_dl.grading import sandbox
+from edu_dl.grading.notebooks import Notebook, NotebookError
+from edu_dl.grading.run import sandbox_env
+from edu_dl.grading.secret import VALIDATION_SECRET, Secret, read_secret
+from edu_dl.grading.trust.files import Refused, read_bounded
+from edu_dl.grading.trust.notebook import Untrusted, parse_notebook
+from edu_dl.grading.trust.source import find_source
+from edu_dl.grading.trust.speed import read_outputs, source_problem
+from edu_dl.grading.trust.text import say
+from edu_dl.harness.speed import TASKS, SpeedTask, call_inputs
 
 CREDIT_FRACTION = 0.6  # of the goal ratio: what a loaded 2-core grader can still show
 ROUNDS = 3  # best of three of each kind

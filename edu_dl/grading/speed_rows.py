@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..speed.tasks import TASKS, speed_row
-from . import sandbox
-from .model import OUTSIDE, Job, Row
-from .notebooks import Notebook
-from .secret import Secret
-from .speed import ROUNDS, measure_submitted, seed_for
+from edu_dl.grading import sandbox
+from edu_dl.grading.model import OUTSIDE, Job, Row
+from edu_dl.grading.notebooks import Notebook
+from edu_dl.grading.secret import Secret
+from edu_dl.grading.speed import ROUNDS, measure_submitted, seed_for
+from edu_dl.harness.speed import TASKS, speed_row
 
 # What a batch measures with; tests lower them (each measurement costs seconds of CPU).
 rounds = ROUNDS

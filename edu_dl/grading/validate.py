@@ -27,15 +27,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import parts, release, sandbox
-from .batch import executed_notebook, grade
-from .model import BY_HAND, NOT_ANSWERED, safe_file_name
-from .nbgrader import TEXT_STUB, check_calls, is_grade, is_solution
-from .notebooks import Notebook, NotebookError, read_notebook
-from .protocol import PART_ID
-from .run import sandbox_env
-from .secret import VALIDATION_SECRET
-from .settings import Settings
+from edu_dl.grading import parts, release, sandbox
+from edu_dl.grading.batch import executed_notebook, grade
+from edu_dl.grading.model import BY_HAND, NOT_ANSWERED, safe_file_name
+from edu_dl.grading.nbgrader import TEXT_STUB, check_calls, is_grade, is_solution
+from edu_dl.grading.notebooks import Notebook, NotebookError, read_notebook
+from edu_dl.grading.protocol import PART_ID
+from edu_dl.grading.run import sandbox_env
+from edu_dl.grading.secret import VALIDATION_SECRET
+from edu_dl.grading.settings import Settings
 
 PASS, FAIL = "✓", "✗"
 MAX_MESSAGE_LINES = 6

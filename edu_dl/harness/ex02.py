@@ -4,7 +4,7 @@ Nothing here computes an answer.
 ``call_device_agnostic`` runs the student's function and, as check()'s feedback only, looks at
 the names its code reads (``get_xp``, never ``np``); the grader judges the same from the
 submitted source with :data:`XP_SOURCE`. :data:`INTENSITY_SOURCE` keeps matmul_intensity from
-handing the part to ``edu_dl.hardware``, which computes the same value. The formulas, the hidden
+handing the part to ``edu_dl.machine.hardware``, which computes the same value. The formulas, the hidden
 cases and the mistake replays stay in the private part file.
 """
 
@@ -22,7 +22,7 @@ NO_GET_XP = "the function never calls edu_dl.get_xp(x): take the array namespace
 XP_SOURCE: NamesCheck = names_check(required=[(("get_xp",), NO_GET_XP)],
                                     forbidden=[(("np", "numpy"), NAMES_NUMPY)])
 CALLS_INTENSITY = ("this part asks you to count the FLOPs and the bytes yourself (do not call "
-                   "edu_dl.hardware.matmul_intensity or matmul_flops)")
+                   "edu_dl.machine.hardware.matmul_intensity or matmul_flops)")
 INTENSITY_SOURCE: NamesCheck = names_check(forbidden=[(("matmul_intensity", "matmul_flops"),
                                                        CALLS_INTENSITY)])
 

@@ -2,9 +2,9 @@
 source checks, and a generic hint about unwritten edges. Nothing here computes an answer.
 
 Each ``call_*`` launches the student's ``@cuda.jit`` kernel with a configuration from
-``edu_dl.cuda.launch`` on the case's arrays (outputs start as NaN, so a slot no thread writes
+``edu_dl.gpu.launch`` on the case's arrays (outputs start as NaN, so a slot no thread writes
 shows) and returns the output: the grader compares plain arrays with the private NumPy oracle.
-An ``IndexError`` in the simulator becomes ``edu_dl.cuda.mistakes``' bounds-check hint. That the
+An ``IndexError`` in the simulator becomes ``edu_dl.gpu.mistakes``' bounds-check hint. That the
 kernel really ran is check()'s feedback only; the grader judges the source: a ``@cuda.jit``
 function (:class:`JitCheck`) that reads its thread's index, and for the row-sum kernel (inside
 its factory) shared memory and ``cuda.syncthreads()``.
@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.cuda import launch, mistakes
-from edu_dl.cuda.simulator import fill_shared_with_nan, simulator_active
+from edu_dl.gpu import launch, mistakes
+from edu_dl.gpu.simulator import fill_shared_with_nan, simulator_active
 from edu_dl.grading.hints import Rule
 from edu_dl.grading.source import AllChecks, all_checks, decorator_names, names_check
 from edu_dl.grading.spec import CheckFailure, Verdict

@@ -170,7 +170,7 @@ BY_HAND = names_check(forbidden=[(
     LIBRARY_GRADIENTS,
     "this part asks you to derive the gradient yourself, from the local derivative and dout "
     "(do not call .backward(), torch.autograd, edu_dl's tensors, ops or gradient check, or "
-    "edu_dl.models.loss_and_grad)")])
+    "edu_dl.models.spec.loss_and_grad)")])
 NO_LIBRARY_LAYER = names_check(forbidden=[(
     ("torch", "nn", "functional", "batch_norm", "BatchNorm1d", "dropout", "Dropout"),
     "this part asks you to write the layer yourself with NumPy (do not call torch's or "

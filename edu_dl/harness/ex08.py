@@ -26,7 +26,7 @@ Case = tuple[Any, ...]
 
 def call_static(fn: Callable[..., Any], args: Case) -> Any:
     """Run fn, then check that an edu_dl.graph Session computed the result."""
-    from edu_dl.autograd import graph
+    from edu_dl import graph
 
     runs = 0
     original = graph.Session.run

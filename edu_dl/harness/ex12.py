@@ -1,12 +1,12 @@
 """Exercise 12 (GPU practice): how its parts call a student's function and judge the timer.
 
 Public code, shipped with the package: the call adapters (layer sizes as a list of ints; the
-timer run against :class:`edu_dl.gpu_timing.FakeAsyncDevice` with launches that cost the host
+timer run against :class:`edu_dl.gpu.timing.FakeAsyncDevice` with launches that cost the host
 time, counting its launches and synchronizations for check()'s feedback), the timer's
 comparison (a window around the kernel's duration, which is the case's own first argument), the
 source check that the timer synchronizes and reads a clock, a view for hints on an integer
 result, and rules that judge a number against the expected one. Nothing here computes an
-answer: the oracles (edu_dl.memory on the course's MLPs), the hidden cases and the mistake
+answer: the oracles (edu_dl.gpu.memory on the course's MLPs), the hidden cases and the mistake
 replays stay in the private part file.
 """
 
@@ -113,7 +113,7 @@ def call_timer(fn: Callable[..., Any], args: Case) -> float:
     waits for the queue. The case is
     (kernel_s, warmup, repeats, backlog_s, first_extra_s): the backlog is work launched before
     the timer is called and still running."""
-    from edu_dl.gpu_timing import FakeAsyncDevice
+    from edu_dl.gpu.timing import FakeAsyncDevice
 
     warmup, repeats = int(args[1]), int(args[2])
     with FakeAsyncDevice("check-gpu") as device:

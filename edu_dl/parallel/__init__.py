@@ -17,11 +17,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .launch import WorkerError, choose_backend, run_workers
-    from .mirrored import MirroredResult, mirrored_strategy_demo
-    from .problem import TwoLayerNet, TwoLayerProblem, make_problem
-    from .summary import max_rel_diff, pitfalls
-    from .torch_dp import MODES, ParallelResult, train_data_parallel, train_single
+    from edu_dl.parallel.launch import WorkerError, choose_backend, run_workers
+    from edu_dl.parallel.mirrored import MirroredResult, mirrored_strategy_demo
+    from edu_dl.parallel.problem import TwoLayerNet, TwoLayerProblem, make_problem
+    from edu_dl.parallel.summary import max_rel_diff, pitfalls
+    from edu_dl.parallel.torch_dp import MODES, ParallelResult, train_data_parallel, train_single
 
 # Loaded on first use, so `edu-dl --help` (which imports edu_dl.parallel.cli) never loads torch.
 # No submodule may share a name with these: an imported submodule would shadow the name.

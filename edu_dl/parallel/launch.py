@@ -26,7 +26,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.multiprocessing.spawn import ProcessException
 
-from ..backend import DeviceError
+from edu_dl.backend import DeviceError
 
 HOST = "127.0.0.1"  # loopback only: the workers never talk beyond this machine
 BACKENDS = ("gloo", "nccl")

@@ -8,7 +8,7 @@ device trained on the whole batch.
 
 Logical devices must be configured before TensorFlow initialises its devices, i.e. before any
 other TensorFlow call in the process; so the demo runs in a fresh worker process
-(``edu_dl.bench.worker``; the arrays travel through .npz files) and never disturbs the caller's
+(``edu_dl.util.worker``; the arrays travel through .npz files) and never disturbs the caller's
 TensorFlow.
 """
 
@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from ..bench.worker import WorkerError as BenchWorkerError
-from ..bench.worker import run_in_worker
-from .launch import WorkerError
-from .problem import LR, TwoLayerProblem, make_problem
+from edu_dl.parallel.launch import WorkerError
+from edu_dl.parallel.problem import LR, TwoLayerProblem, make_problem
+from edu_dl.util.worker import WorkerError as BenchWorkerError
+from edu_dl.util.worker import run_in_worker
 
 ARRAYS = ("X", "Y", "w1", "w2")
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .. import models
+from edu_dl.models import spec as models
 
 # The lecture's PyTorch program: N, D_in, H, D_out = 64, 1000, 100, 10.
 N, D_IN, HIDDEN, D_OUT = models.SIZES["lecture"]
@@ -66,7 +66,7 @@ def make_problem(
 ) -> TwoLayerProblem:
     """Random data (as in the lecture) and He-initialised weights w ~ N(0, 2 / fan_in), one seed.
 
-    Built by ``edu_dl.models`` (the one place the two-layer problem is drawn), from one stream:
+    Built by ``edu_dl.models.spec`` (the one place the two-layer problem is drawn), from one stream:
     data first, then weights, as this lecture's printed numbers were made.
     """
     spec = models.TwoLayerNet(n, d_in, hidden, d_out, "mean_row_sum", seed, one_stream=True)

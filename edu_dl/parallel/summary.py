@@ -6,7 +6,7 @@ import textwrap
 
 import numpy as np
 
-from .torch_dp import ParallelResult
+from edu_dl.parallel.torch_dp import ParallelResult
 
 # Optimizer state kept per parameter, in copies of the weights: SGD none, momentum 1, Adam 2.
 STATE_COPIES = {"sgd": 0, "momentum": 1, "adam": 2}

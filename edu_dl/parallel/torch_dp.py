@@ -23,8 +23,14 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
-from .launch import choose_backend, run_workers
-from .problem import LR, TwoLayerNet, TwoLayerProblem, make_problem, mean_row_sum_loss
+from edu_dl.parallel.launch import choose_backend, run_workers
+from edu_dl.parallel.problem import (
+    LR,
+    TwoLayerNet,
+    TwoLayerProblem,
+    make_problem,
+    mean_row_sum_loss,
+)
 
 Mode = Literal["all_reduce", "ddp"]
 MODES: tuple[str, ...] = ("all_reduce", "ddp")

@@ -1,4 +1,4 @@
-"""Twins: the same model (``edu_dl.models``) trained in every framework the lecture compares.
+"""Twins: the same model (``edu_dl.models.spec``) trained in every framework the lecture compares.
 
 Every twin is a small hand-written module with the same entry point::
 
@@ -23,8 +23,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..backend import DEVICES, DeviceError
-from ..models import ModelSpec, check_optimizer
+from edu_dl.backend import DEVICES, DeviceError
+from edu_dl.models.spec import ModelSpec, check_optimizer
 
 # name -> (module in this package, function, title): the order of the lecture.
 TWINS: dict[str, tuple[str, str, str]] = {

@@ -1,5 +1,5 @@
 """Moved to ``edu_dl.bench.twins`` (``edu-dl bench twins``); kept for the notebooks."""
 
-from ..bench.twins import SPECS, WARMUP_STEPS, measure
+from edu_dl.bench.twins import SPECS, WARMUP_STEPS, measure
 
 __all__ = ["SPECS", "WARMUP_STEPS", "measure"]

@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import backend, nn, optim
-from ..autograd import ops
-from ..autograd.tensor import Tensor
-from ..models import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ModelSpec, loss_scale
-from . import History, StepTimer, prepare
+from edu_dl import backend, nn, optim
+from edu_dl.autograd import ops
+from edu_dl.autograd.tensor import Tensor
+from edu_dl.models.spec import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ModelSpec, loss_scale
+from edu_dl.twins import History, StepTimer, prepare
 
 
 def _loss(spec: ModelSpec, y_pred: Tensor, Y: Any) -> Tensor:

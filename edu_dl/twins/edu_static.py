@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import backend
-from ..autograd import graph as tf
-from ..models import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ModelSpec, loss_scale
-from . import History, StepTimer, prepare
+from edu_dl import backend
+from edu_dl import graph as tf
+from edu_dl.models.spec import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ModelSpec, loss_scale
+from edu_dl.twins import History, StepTimer, prepare
 
 
 def train(spec: ModelSpec, X: np.ndarray, Y: np.ndarray, steps: int, lr: float,

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from ..models import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ModelSpec
-from . import History, StepTimer, prepare, tf_device
+from edu_dl.models.spec import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ModelSpec
+from edu_dl.twins import History, StepTimer, prepare, tf_device
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 

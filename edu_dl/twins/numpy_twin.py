@@ -11,9 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import backend, models
-from ..models import ModelSpec
-from . import History, StepTimer, prepare
+from edu_dl import backend
+from edu_dl.models import spec as models
+from edu_dl.models.spec import ModelSpec
+from edu_dl.twins import History, StepTimer, prepare
 
 
 def train(spec: ModelSpec, X: np.ndarray, Y: np.ndarray, steps: int, lr: float,

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import models
-from ..models import ModelSpec
-from . import History, StepTimer, prepare, tf_device
-from .tf2_eager import adam_updates, tf_loss
+from edu_dl.models import spec as models
+from edu_dl.models.spec import ModelSpec
+from edu_dl.twins import History, StepTimer, prepare, tf_device
+from edu_dl.twins.tf2_eager import adam_updates, tf_loss
 
 
 def _inputs(tf: Any, spec: ModelSpec, X: np.ndarray, Y: np.ndarray) -> tuple[Any, Any]:

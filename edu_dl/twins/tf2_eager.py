@@ -2,7 +2,7 @@
 
 The optimizers are written by hand in TF ops: SGD is one line, and TF's own Adam (Keras's)
 adds epsilon to sqrt(v) before the bias correction, so we write PyTorch's formula instead
-(see ``edu_dl.models``). ``make_step`` is shared with the ``tf.function`` twins.
+(see ``edu_dl.models.spec``). ``make_step`` is shared with the ``tf.function`` twins.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from ..models import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ModelSpec, loss_scale
-from . import History, StepTimer, prepare, tf_device
+from edu_dl.models.spec import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ModelSpec, loss_scale
+from edu_dl.twins import History, StepTimer, prepare, tf_device
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from ..models import ModelSpec
-from . import History, prepare, tf_device
-from .tf2_eager import make_step, run_steps
+from edu_dl.models.spec import ModelSpec
+from edu_dl.twins import History, prepare, tf_device
+from edu_dl.twins.tf2_eager import make_step, run_steps
 
 
 def _train(twin: str, jit_compile: bool, spec: ModelSpec, X: np.ndarray, Y: np.ndarray,

@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..models import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ModelSpec
-from . import History, StepTimer, prepare, torch_device
-from .torch_raw import torch_loss
+from edu_dl.models.spec import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ModelSpec
+from edu_dl.twins import History, StepTimer, prepare, torch_device
+from edu_dl.twins.torch_raw import torch_loss
 
 
 class MyReLU(torch.autograd.Function):

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from ..models import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ModelSpec, loss_scale
-from . import History, StepTimer, prepare, torch_device
+from edu_dl.models.spec import ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ModelSpec, loss_scale
+from edu_dl.twins import History, StepTimer, prepare, torch_device
 
 
 def train(spec: ModelSpec, X: np.ndarray, Y: np.ndarray, steps: int, lr: float,

@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import models
-from ..models import ModelSpec
-from . import History, StepTimer, prepare, torch_device
+from edu_dl.models import spec as models
+from edu_dl.models.spec import ModelSpec
+from edu_dl.twins import History, StepTimer, prepare, torch_device
 
 
 def torch_loss(spec: ModelSpec, y_pred: Any, y: Any) -> Any:

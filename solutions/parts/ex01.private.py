@@ -1,9 +1,9 @@
 """Exercise 1, getting started: peak FLOP/s, choosing a GPU, a device string, a machine's peak from
 the facts /proc/cpuinfo lists (sockets, cores, hyperthreads, vector flags).
 
-The oracles are the doctor's own code (``edu_dl.hardware``), PyTorch's ``torch.device`` and a plain
+The oracles are the doctor's own code (``edu_dl.machine.hardware``), PyTorch's ``torch.device`` and a plain
 stable sort, never the formula as the exercise states it. The private half: oracles, hidden cases
-and mistake replays; the source checks that keep a student from calling ``edu_dl.hardware`` are
+and mistake replays; the source checks that keep a student from calling ``edu_dl.machine.hardware`` are
 public (``edu_dl.harness.ex01``).
 """
 
@@ -49,7 +49,7 @@ def _peak_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
 
 
 def _peak_expected(cores: int, clock_mhz: float, simd_bits: int, fma_units: int) -> float:
-    from edu_dl.hardware import flops_per_cycle, peak_flops
+    from edu_dl.machine.hardware import flops_per_cycle, peak_flops
 
     per_cycle = flops_per_cycle(simd_bits=simd_bits, fma=True, fma_units=fma_units)
     return peak_flops(cores=cores, clock_hz=clock_mhz * 1e6, per_cycle=per_cycle) / 1e9
@@ -189,8 +189,8 @@ def _widest_bits(words: set[str]) -> int:
 def _machine_peak(physical_id: Array, core_id: Array, flags: str, clock_mhz: float,
                   fma_units: int, *, cores: int | None = None, bits: int | None = None,
                   fma: bool | None = None) -> float:
-    """The doctor's theoretical peak (edu_dl.hardware), GFLOP/s; the keywords replay mistakes."""
-    from edu_dl.hardware import flops_per_cycle, peak_flops
+    """The doctor's theoretical peak (edu_dl.machine.hardware), GFLOP/s; the keywords replay mistakes."""
+    from edu_dl.machine.hardware import flops_per_cycle, peak_flops
 
     words = set(str(flags).split())
     physical = len(set(zip(np.asarray(physical_id).tolist(), np.asarray(core_id).tolist())))

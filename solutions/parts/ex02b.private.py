@@ -4,9 +4,9 @@ shared memory (row sums), graded under Numba's CUDA simulator on small sizes.
 
 The student's kernels are ``@cuda.jit`` functions (the row-sum one comes from a factory taking the
 block size). Each Part's ``call`` (``edu_dl.harness.ex02b``, public) launches the kernel with a
-configuration from ``edu_dl.cuda.launch`` on the case's arrays and returns the output, so the
+configuration from ``edu_dl.gpu.launch`` on the case's arrays and returns the output, so the
 grader compares plain arrays. The oracles are NumPy (float64); the hints come from
-``edu_dl.cuda.mistakes`` (swapped row and column, edges, missing ``syncthreads`` shown as NaN
+``edu_dl.gpu.mistakes`` (swapped row and column, edges, missing ``syncthreads`` shown as NaN
 through ``fill_shared_with_nan``; a missing bounds check fails the call itself), plus replays of
 typical mistakes, private like the oracles and the hidden cases.
 
@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.cuda import mistakes
-from edu_dl.cuda.mistakes import CudaDiagnosed, CudaNaN
+from edu_dl.gpu import mistakes
+from edu_dl.gpu.mistakes import CudaDiagnosed, CudaNaN
 from edu_dl.grading.hints import EqualsArgument, Mistake
 from edu_dl.grading.spec import Part, tolerance
 from edu_dl.harness.ex02b import (

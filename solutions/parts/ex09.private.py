@@ -4,7 +4,7 @@ makes twins with different losses (and optimizers) take the same steps.
 The oracles are independent of the student's task text: ``torch.optim.Adam`` itself for PyTorch's
 Adam; for Keras's Adam the lecture's identity (it is PyTorch's Adam with epsilon replaced by
 epsilon / sqrt(1 - beta2^t)), again run through ``torch.optim.Adam``; ``torch.autograd`` on
-PyTorch's own losses for the squared errors; ``edu_dl.models.loss_scale`` (the twins' own) and
+PyTorch's own losses for the squared errors; ``edu_dl.models.spec.loss_scale`` (the twins' own) and
 a numeric SGD or Adam step for the matching learning rate.
 
 Judged outside the sandbox: every value against the oracle, and for the Adams and the squared
@@ -106,7 +106,7 @@ ADAM_SOURCE = names_check(forbidden=[(
     ("Adam", "AdamW", "optim", "adam_update", "AdamState", "torch", "keras", "tensorflow"),
     "this part asks you to write the Adam step yourself, from its formula: the check compares "
     "with torch.optim.Adam (do not call an optimizer: torch.optim, edu_dl.optim, "
-    "edu_dl.models.adam_update, Keras)")])
+    "edu_dl.models.spec.adam_update, Keras)")])
 
 
 # --------------------------------------------------------------------------- max rel. difference
@@ -171,12 +171,12 @@ LOSS_SOURCE = names_check(forbidden=[(
      "tensorflow", "keras"),
     "this part asks you to write the squared errors yourself, in NumPy: the check compares with "
     "PyTorch's mse_loss and autograd (do not call mse_loss, MSELoss, .backward() or "
-    "edu_dl.models.loss_and_grad)")])
+    "edu_dl.models.spec.loss_and_grad)")])
 
 
 # --------------------------------------------------------------------------- a matching rate
 
-LOSS_NAMES = {"tf": "mean_row_sum", "torch": "sum", "caffe": "euclidean"}  # edu_dl.models'
+LOSS_NAMES = {"tf": "mean_row_sum", "torch": "sum", "caffe": "euclidean"}  # edu_dl.models.spec'
 LOSSES = tuple(LOSS_NAMES)
 
 
@@ -196,10 +196,10 @@ def _lr_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
 def _matching_lr(lr: float, loss_from: str, loss_to: str, n: int, optimizer: str, *,
                  inverted: bool = False, caffe_as_tf: bool = False,
                  adam_like_sgd: bool = False) -> float:
-    """The twins' own loss scales (edu_dl.models.loss_scale): SGD's step is lr x scale x the
+    """The twins' own loss scales (edu_dl.models.spec.loss_scale): SGD's step is lr x scale x the
     summed-loss gradient, so the rate goes with scale_from / scale_to; Adam divides the scale
     out (up to epsilon). The keywords replay mistakes."""
-    from edu_dl.models import loss_scale
+    from edu_dl.models.spec import loss_scale
 
     def scale(name: str) -> float:
         return loss_scale(LOSS_NAMES["tf" if caffe_as_tf and name == "caffe" else name], int(n))
@@ -231,7 +231,7 @@ LR_HINTS = (
                 "program's by a factor 2", caffe_as_tf=True),
 )
 LR_SOURCE = names_check(forbidden=[(("loss_scale",), "this part asks you to work out the "
-                                    "factor yourself (do not call edu_dl.models.loss_scale)")])
+                                    "factor yourself (do not call edu_dl.models.spec.loss_scale)")])
 
 
 MOMENTS = ("update the moments first: m = beta1 * m + (1 - beta1) * g, v = beta2 * v + "

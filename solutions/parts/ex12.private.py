@@ -1,12 +1,12 @@
 """Exercise 12, GPU practice: a training step's memory budget, the largest batch that fits, and a
 timer for asynchronous work.
 
-The oracles: ``edu_dl.memory`` (saved tensors counted by autograd's own hooks during a forward pass
+The oracles: ``edu_dl.gpu.memory`` (saved tensors counted by autograd's own hooks during a forward pass
 on PyTorch's meta device, parameters and optimizer state from the model) for the budget and the
-largest batch, on MLPs built by ``edu_dl.models_zoo.mlp``; the kernel's own duration for the timer.
+largest batch, on MLPs built by ``edu_dl.gpu.zoo.mlp``; the kernel's own duration for the timer.
 The timer is run by a call wrapper (``edu_dl.harness.ex12.call_timer``, public like the other
 call adapters, the timer's comparison and source check, and the generic hint rules) against
-``edu_dl.gpu_timing.FakeAsyncDevice``, a background thread, with launches that cost the host a
+``edu_dl.gpu.timing.FakeAsyncDevice``, a background thread, with launches that cost the host a
 share of a kernel's time and return without waiting for the kernel, work still running when the
 timer is called and a slow first launch (a warm-up cost). The timer asked for is the device's
 time per kernel in a stream of back-to-back launches, where the lecture's timer synchronizes
@@ -61,7 +61,8 @@ EXACT_INT: dict[str, Any] = {"rtol": 0.0, "atol": 0.0, "view": as_int}  # a Mist
 
 
 def _budget(sizes: Any, batch_size: int, itemsize: int, optimizer: str) -> Any:
-    from edu_dl import memory, models_zoo
+    from edu_dl.gpu import memory
+    from edu_dl.gpu import zoo as models_zoo
 
     sizes = _sizes(sizes)
     return memory.budget(models_zoo.mlp(sizes), (sizes[0],), int(batch_size), str(optimizer),
@@ -164,7 +165,8 @@ def _max_batch_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
 
 
 def _max_batch_expected(sizes: Any, itemsize: int, optimizer: str, budget_bytes: int) -> int:
-    from edu_dl import memory, models_zoo
+    from edu_dl.gpu import memory
+    from edu_dl.gpu import zoo as models_zoo
 
     sizes = _sizes(sizes)
     return memory.max_batch(models_zoo.mlp(sizes), (sizes[0],), int(budget_bytes),
@@ -235,7 +237,7 @@ TIMER_HINTS = (
 NO_ORACLE = names_check(forbidden=[(
     ("memory", "budget", "saved_activations", "activation_bytes", "parameter_bytes",
      "optimizer_state_bytes", "saved_tensors_hooks", "models_zoo"),
-    "the function asks edu_dl.memory (or autograd's hooks) for the answer: count the bytes "
+    "the function asks edu_dl.gpu.memory (or autograd's hooks) for the answer: count the bytes "
     "yourself from the layer sizes")])
 
 PARTS = [

@@ -9,12 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from edu_dl.harness.speed import TASKS
 
 from edu_dl.grading import batch as G
 from edu_dl.grading import speed_rows
 from edu_dl.grading.model import OUTSIDE
 from edu_dl.grading.settings import Settings
-from edu_dl.speed.tasks import TASKS
 from hostile import speed_corpus
 
 SETTINGS = Settings(timeout_s=30, budget_s=120, memory_mb=2048)

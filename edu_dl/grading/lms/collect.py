@@ -24,14 +24,14 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..collect import NBGRADER_FOLDERS
-from ..notebooks import write_atomic
-from ..trust.archive import DEFAULT_LIMITS, Limits, Member, read_download
-from ..trust.files import TIMESTAMP
-from ..trust.text import visible
-from .formats import PLAIN_STEM, Named, parse_name
-from .metadata import Metadata
-from .roster import KEYS, Roster, Student
+from edu_dl.grading.collect import NBGRADER_FOLDERS
+from edu_dl.grading.lms.formats import PLAIN_STEM, Named, parse_name
+from edu_dl.grading.lms.metadata import Metadata
+from edu_dl.grading.lms.roster import KEYS, Roster, Student
+from edu_dl.grading.notebooks import write_atomic
+from edu_dl.grading.trust.archive import DEFAULT_LIMITS, Limits, Member, read_download
+from edu_dl.grading.trust.files import TIMESTAMP
+from edu_dl.grading.trust.text import visible
 
 COLLECTED = "collected"
 DIRECT_KEY = {"canvas": "canvas_id", "moodle": "moodle_participant_id"}

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..policy import LATE, PolicyError
-from ..report import csv_cell
-from .roster import Roster, Student
+from edu_dl.grading.lms.roster import Roster, Student
+from edu_dl.grading.policy import LATE, PolicyError
+from edu_dl.grading.report import csv_cell
 
 MAX_GRADES_BYTES = 256 << 20
 CANVAS_IDS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")

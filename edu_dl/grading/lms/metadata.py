@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from ..notebooks import NotebookError
-from ..policy import PolicyError, parse_time
-from ..trust.notebook import load_json
+from edu_dl.grading.notebooks import NotebookError
+from edu_dl.grading.policy import PolicyError, parse_time
+from edu_dl.grading.trust.notebook import load_json
 
 MAX_METADATA_BYTES = 32 << 20
 MAX_CELL = 200

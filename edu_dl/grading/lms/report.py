@@ -10,8 +10,8 @@ import io
 from collections import Counter
 from pathlib import Path
 
-from .collect import Collected
-from .export import csv_bytes
+from edu_dl.grading.lms.collect import Collected
+from edu_dl.grading.lms.export import csv_bytes
 
 COLUMNS = ("download", "member", "user", "student", "exercise", "status", "message")
 

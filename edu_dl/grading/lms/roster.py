@@ -21,8 +21,8 @@ import io
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from ..model import HASHED, SAFE_NAME
-from ..policy import MAX_ROSTER_BYTES, PolicyError
+from edu_dl.grading.model import HASHED, SAFE_NAME
+from edu_dl.grading.policy import MAX_ROSTER_BYTES, PolicyError
 
 MAX_CELL = 200  # characters kept of a roster cell
 

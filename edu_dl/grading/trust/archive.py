@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from .files import read_bounded
-from .text import visible
+from edu_dl.grading.trust.files import read_bounded
+from edu_dl.grading.trust.text import visible
 
 MB = 1 << 20
 EOCD = b"PK\x05\x06"  # end of central directory

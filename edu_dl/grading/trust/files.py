@@ -14,8 +14,8 @@ import stat
 from datetime import datetime
 from pathlib import Path
 
-from ..model import Refused
-from ..policy import parse_time
+from edu_dl.grading.model import Refused
+from edu_dl.grading.policy import parse_time
 
 MB = 1 << 20
 TIMESTAMP = "timestamp.txt"  # nbgrader's, beside the submitted notebooks

@@ -24,7 +24,7 @@ import nbformat
 from nbformat import versions
 from nbformat.reader import NotJSONError, get_version
 
-from ..notebooks import Notebook, NotebookError
+from edu_dl.grading.notebooks import Notebook, NotebookError
 
 MAX_DEPTH = 64  # nbformat itself needs about 8; widget states and plots a few more
 CELL_TYPES = frozenset({"code", "markdown", "raw"})

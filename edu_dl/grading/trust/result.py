@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from ..model import Refused
-from ..protocol import EXECUTED, OUTPUT_MEMBER, RUN_RECORD, read_outputs
-from .notebook import too_deep
+from edu_dl.grading.model import Refused
+from edu_dl.grading.protocol import EXECUTED, OUTPUT_MEMBER, RUN_RECORD, read_outputs
+from edu_dl.grading.trust.notebook import too_deep
 
 MAX_ENTRIES = 1000  # members of one result zip (and of one npz inside it)
 MAX_ARRAY_BYTES = 64 << 20

@@ -19,9 +19,9 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from ..nbgrader import grade_id
-from ..notebooks import Notebook
-from ..source import SCOPES, segment
+from edu_dl.grading.nbgrader import grade_id
+from edu_dl.grading.notebooks import Notebook
+from edu_dl.grading.source import SCOPES, segment
 
 # --------------------------------------------------------------------------- parsing cells
 

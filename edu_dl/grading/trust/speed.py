@@ -8,7 +8,7 @@ import io
 
 import numpy as np
 
-from .notebook import Untrusted
+from edu_dl.grading.trust.notebook import Untrusted
 
 MAX_OUTPUT_BYTES = 64 << 20
 
