@@ -2,6 +2,8 @@
 
 - ``worker``: one way to run a measurement in a fresh process (deadline, errors, stderr tail)
 - ``args``: the argparse types (imports nothing else of the package)
+- ``report``: the one harness (a ``Benchmark`` declares its flags, its measure function and its
+  files; its ``Report`` is written by one writer: Markdown, CSV, JSON, PNG) and the table renderers
 - ``common``: the shared flags (``--out DIR`` is always a folder), formats, timers, machine facts
 - ``device``: ``--device cpu|gpu``: the array namespace, device names and synchronize
 - ``problems``: the two-layer net at named sizes, drawn by ``edu_dl.models.spec``

@@ -1,8 +1,10 @@
 """``edu-dl bench <benchmark>``: one parser per benchmark, each defined in its own module.
 
-A benchmark module defines ``add_<name>(kinds)``, which adds its parser (with the shared flags
-of ``common.add_flags``) and sets ``handler=``; list it once in ``BENCHMARKS``. Handlers import
-their heavy modules themselves, so ``edu-dl --help`` stays instant.
+A benchmark module declares a ``report.Benchmark`` (its flags, its measure function and its
+files), whose ``add(kinds)`` adds its parser with the shared flags of ``common.add_flags``; a
+command that is not a benchmark (``gpu``, ``results``) defines ``add_<name>(kinds)``. List each
+once in ``BENCHMARKS``. Heavy modules are imported when a benchmark runs, so ``edu-dl --help``
+stays instant.
 """
 
 from __future__ import annotations
@@ -10,20 +12,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from edu_dl.bench.conv import add_conv
-from edu_dl.bench.engine import add_engine
-from edu_dl.bench.kernels import add_kernels
-from edu_dl.bench.loader import add_loader
-from edu_dl.bench.matmul import add_bench_matmul
-from edu_dl.bench.parallel import add_parallel
-from edu_dl.bench.plan import add_plan
+from edu_dl.bench.conv import CONV
+from edu_dl.bench.engine import ENGINE
+from edu_dl.bench.kernels import KERNELS_BENCH
+from edu_dl.bench.loader import LOADER
+from edu_dl.bench.matmul import MATMUL
+from edu_dl.bench.parallel import PARALLEL
+from edu_dl.bench.plan import PLAN
 from edu_dl.bench.record import add_gpu, add_results
-from edu_dl.bench.transfer import add_transfer
-from edu_dl.bench.twins import add_twins
+from edu_dl.bench.transfer import TRANSFER
+from edu_dl.bench.twins import TWINS_BENCH
 
-BENCHMARKS: list[Callable[[Any], None]] = [
-    add_engine, add_plan, add_bench_matmul, add_loader, add_transfer, add_twins, add_parallel,
-    add_kernels, add_conv, add_gpu, add_results]
+BENCHMARKS: list[Callable[[Any], Any]] = [
+    ENGINE.add, PLAN.add, MATMUL.add, LOADER.add, TRANSFER.add, TWINS_BENCH.add, PARALLEL.add,
+    KERNELS_BENCH.add, CONV.add, add_gpu, add_results]
 
 
 def add_bench(subparsers: Any) -> None:

@@ -9,22 +9,23 @@ worker process may take) and ``--no-progress``.
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime
 import os
 import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from edu_dl.bench.device import DEVICES, Device, get_device, gpu_missing, gpu_name
+from edu_dl.machine import hardware as hw
 from edu_dl.util.args import positive, positive_int
 from edu_dl.util.worker import DEFAULT_TIMEOUT_S
 
+T = TypeVar("T")
 TIMES = "\u00d7"  # the multiplication sign of ratios, spelled out for linters
 FILE_SUFFIXES = (".md", ".csv", ".json", ".png", ".txt")
 
@@ -93,41 +94,6 @@ def command_line(args: argparse.Namespace) -> str:
 # --------------------------------------------------------------------------- output
 
 
-def finish(name: str, text: str, out: Path | None,
-           writers: Iterable[Callable[[Path], list[Path]]] = ()) -> list[Path]:
-    """Print the report; with a folder, also write it as ``<name>.md`` and run the writers."""
-    sys.stdout.write(text)
-    if out is None:
-        return []
-    out.mkdir(parents=True, exist_ok=True)
-    report = out / f"{name}.md"
-    report.write_text(text, encoding="utf-8")
-    paths = [report]
-    for write in writers:
-        paths += write(out)
-    for path in paths:
-        print(f"wrote {path}", file=sys.stderr)
-    return paths
-
-
-def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
-    with path.open("w", newline="", encoding="utf-8") as f:
-        if rows:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
-    return path
-
-
-def pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def progress(total: int, desc: str, enabled: bool = True) -> Any:
     """A tqdm bar on stderr; off with --no-progress, TQDM_DISABLE=1 or when not a terminal."""
     from tqdm import tqdm
@@ -136,6 +102,16 @@ def progress(total: int, desc: str, enabled: bool = True) -> Any:
 
     return tqdm(total=total, desc=desc, unit="task", file=sys.stderr,
                 disable=progress_disabled(enabled))
+
+
+def each(items: Sequence[T], desc: str, enabled: bool = True,
+         name: Callable[[T], str] = str) -> Iterator[T]:
+    """The items one by one under a progress bar that names the current one."""
+    with progress(len(items), desc, enabled) as bar:
+        for item in items:
+            bar.set_postfix_str(name(item))
+            yield item
+            bar.update()
 
 
 # --------------------------------------------------------------------------- formats
@@ -156,18 +132,6 @@ def format_time(seconds: float) -> str:
 
 def format_ratio(ratio: float) -> str:
     return f"{ratio:.2f}{TIMES}" if ratio < 10 else f"{ratio:.1f}{TIMES}"
-
-
-def align(rows: Sequence[Sequence[str]]) -> list[str]:
-    """A plain-text table: the first two columns left-aligned, the rest right-aligned."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    out = []
-    for j, row in enumerate(rows):
-        out.append("  ".join(cell.ljust(w) if i < 2 else cell.rjust(w)
-                             for i, (cell, w) in enumerate(zip(row, widths))).rstrip())
-        if j == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return out
 
 
 # --------------------------------------------------------------------------- timing
@@ -225,9 +189,8 @@ def busy_note(before: float, after: float) -> str | None:
 
 
 def usable_cores() -> int:
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+    """CPUs this process may use (``hardware.usable_cores``: affinity and cgroup quota)."""
+    return int(hw.usable_cores().value)
 
 
 def package_version(*names: str) -> str:
@@ -241,13 +204,8 @@ def package_version(*names: str) -> str:
 
 
 def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    cpu = hw.read_cpu()
+    return str(cpu.model.value) if cpu.model.known else platform.machine()
 
 
 def machine_lines(device: Device | None = None) -> list[str]:

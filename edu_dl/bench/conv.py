@@ -22,7 +22,6 @@ size checks edu_dl's values and gradients against the reference in float64.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -32,19 +31,11 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.bench.common import (
-    add_flags,
-    busy_note,
-    device_of,
-    finish,
-    load_average,
-    machine_lines,
-    now,
-    pyplot,
-    write_csv,
-)
+from edu_dl.bench.common import busy_note, load_average, machine_lines, now
 from edu_dl.bench.device import Device
+from edu_dl.bench.report import Benchmark, Csv, Json, Report, pyplot
 from edu_dl.util.args import positive_int
+from edu_dl.util.tables import markdown_table
 
 # (name, input shape (N, C, H, W), output channels): the lecture's convolutions, 3x3 with pad 1.
 SIZES: tuple[tuple[str, tuple[int, int, int, int], int], ...] = (
@@ -252,13 +243,12 @@ def table(rows: list[Row]) -> str:
     """A Markdown table, with each time also as a ratio to the NumPy reference's."""
     ref = {(r.size, "f"): r.forward_us for r in rows if r.implementation == "numpy"}
     ref |= {(r.size, "b"): r.both_us for r in rows if r.implementation == "numpy"}
-    lines = ["| size | implementation | forward µs | x numpy | forward+backward µs | x numpy |",
-             "|---|---|---:|---:|---:|---:|"]
-    for r in rows:
-        lines.append(f"| {r.size} | {r.implementation} | {r.forward_us:.1f} | "
-                     f"{r.forward_us / ref[(r.size, 'f')]:.2f} | {r.both_us:.1f} | "
-                     f"{r.both_us / ref[(r.size, 'b')]:.2f} |")
-    return "\n".join(lines)
+    cells = [[r.size, r.implementation, f"{r.forward_us:.1f}",
+              f"{r.forward_us / ref[(r.size, 'f')]:.2f}", f"{r.both_us:.1f}",
+              f"{r.both_us / ref[(r.size, 'b')]:.2f}"] for r in rows]
+    return "\n".join(markdown_table(
+        ["size", "implementation", "forward µs", "x numpy", "forward+backward µs", "x numpy"],
+        cells, [False, False, True, True, True, True]))
 
 
 def target_line(rows: list[Row]) -> str:
@@ -341,24 +331,10 @@ def plot(rows: list[Row], path: Path) -> Path:
     return path
 
 
-def write_outputs(result: ConvResult, out: Path) -> list[Path]:
-    paths = [out / "conv.json", out / "conv.csv", out / "conv.png"]
-    paths[0].write_text(json.dumps(result.to_json(), indent=1), encoding="utf-8")
-    write_csv(paths[1], [asdict(r) for r in result.rows])
-    plot(result.rows, paths[2])
-    return paths
-
-
 # --------------------------------------------------------------------------- the command
 
 
-def add_conv(kinds: Any) -> None:
-    p = kinds.add_parser(
-        "conv", help="edu_dl's conv2d against a NumPy im2col and PyTorch, at lecture 11's sizes",
-        description="Time conv2d forward, and forward plus backward, at lecture 11's CNN sizes: "
-        "edu_dl (eager and static), a hand-written NumPy im2col (sliding_window_view and "
-        "tensordot) and PyTorch; best of interleaved rounds, on the process's CPU time unless "
-        "--wall (a GPU is always timed on the wall clock, synchronized).")
+def conv_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=positive_int, default=None,
                    help="timed rounds; the best is reported (default: 30, with --quick 1)")
     p.add_argument("--threads", type=positive_int, default=1,
@@ -367,15 +343,9 @@ def add_conv(kinds: Any) -> None:
                    help=f"images per batch (default: 64, with --quick {QUICK_BATCH})")
     p.add_argument("--wall", action="store_true",
                    help="time on the wall clock instead of the process's CPU clock")
-    add_flags(p, files="conv.md, conv.json, conv.csv and conv.png",
-              quick=f"batch {QUICK_BATCH}, one round of single calls: checks that it runs")
-    p.set_defaults(handler=run_conv_command)
 
 
-def run_conv_command(args: argparse.Namespace) -> int:
-    device = device_of(args, "conv")
-    if device is None:
-        return 1
+def measure_conv(args: argparse.Namespace, device: Device) -> Report:
     rounds = args.rounds or (1 if args.quick else 30)
     batch = args.batch or (QUICK_BATCH if args.quick else SIZES[0][1][0])
     clock = "wall" if args.wall or device.kind == "gpu" else "cpu"
@@ -387,5 +357,16 @@ def run_conv_command(args: argparse.Namespace) -> int:
     command = "edu-dl bench conv" + "".join(
         f" {flag}" for flag, on in (("--quick", args.quick), ("--wall", args.wall),
                                     ("--device gpu", device.kind == "gpu")) if on)
-    finish("conv", report(result, command), args.out, [lambda out: write_outputs(result, out)])
-    return 0
+    return Report(report(result, command), csv={"conv.csv": Csv([asdict(r) for r in rows])},
+                  json={"conv.json": Json(result.to_json())},
+                  plots={"conv.png": lambda path: plot(rows, path)})
+
+
+CONV = Benchmark(
+    "conv", "edu_dl's conv2d against a NumPy im2col and PyTorch, at lecture 11's sizes",
+    "Time conv2d forward, and forward plus backward, at lecture 11's CNN sizes: edu_dl (eager "
+    "and static), a hand-written NumPy im2col (sliding_window_view and tensordot) and PyTorch; "
+    "best of interleaved rounds, on the process's CPU time unless --wall (a GPU is always timed "
+    "on the wall clock, synchronized).",
+    measure_conv, flags=conv_flags, files=("conv.json", "conv.csv", "conv.png"),
+    quick=f"batch {QUICK_BATCH}, one round of single calls: checks that it runs")

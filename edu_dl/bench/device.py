@@ -55,7 +55,7 @@ class Device:
     def synchronize(self) -> None:
         """Wait for every queued kernel of this process (CuPy, PyTorch, Numba); no-op on a CPU."""
         if self.runs_on == "gpu":
-            from edu_dl.gpu.kernel_timing import synchronize
+            from edu_dl.gpu.timing import synchronize
 
             synchronize()
 
@@ -80,16 +80,15 @@ def get_device(kind: str) -> Device:
 
 
 def gpu_missing() -> str | None:
-    """Why there is no GPU for --device gpu, as a clause; None when there is one (or a fake)."""
+    """Why there is no GPU for --device gpu, as a clause; None when there is one (or a fake).
+
+    The GPU mode runs its arrays on CuPy, so ``backend.gpu_status`` answers."""
     if os.environ.get(FAKE_GPU_ENV) == "1":
         return None
-    from edu_dl.machine.probes import nvidia_driver
+    from edu_dl import backend
 
-    driver = nvidia_driver()
-    if not driver["present"]:
-        return ("there is no NVIDIA GPU here (no driver: /proc/driver/nvidia/version is missing "
-                "and nvidia-smi is not on the PATH)")
-    return None
+    usable, reason = backend.gpu_status()
+    return None if usable else f"there is no NVIDIA GPU here that edu_dl can use ({reason})"
 
 
 def gpu_name() -> str:

@@ -22,7 +22,6 @@ nothing about the code it runs). On a GPU every timed batch ends with a device s
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -31,25 +30,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edu_dl.bench import plan
 from edu_dl.bench.common import (
     TIMES,
-    add_flags,
     busy_note,
     command_line,
-    device_of,
-    finish,
     format_ratio,
     format_time,
+    limit_threads,
     load_average,
     machine_lines,
     now,
     progress,
-    pyplot,
-    repeats_of,
 )
 from edu_dl.bench.device import Device
 from edu_dl.bench.problems import CPU_SIZES, GPU_SIZES, SIZES
+from edu_dl.bench.report import Benchmark, Json, Report, document, pyplot
 from edu_dl.util.args import comma_list, positive_int
+from edu_dl.util.tables import markdown_table
 from edu_dl.util.worker import DEFAULT_TIMEOUT_S, Worker, WorkerError
 
 TRAINERS = "edu_dl.bench.trainers"  # where the workers find setup, calibrate_steps, time_batch
@@ -322,27 +320,27 @@ def engine_markdown(result: EngineResult) -> str:
         "",
         f"Device: {device.label}; {device.synced}.",
         "",
-        "| size | N, D, H, out | " + " | ".join(titles[fw] for fw in fws) + " |",
-        "|---|---|" + "---:|" * len(fws),
     ]
+    rows = []
     for size in result.sizes:
         cells = []
         for fw in fws:
             seconds = result.seconds.get((size, fw))
-            if seconds is None:
-                cells.append("n/a")
-                continue
             ratio = result.ratio(size, fw)
-            cells.append(format_time(seconds) + (f" ({format_ratio(ratio)})" if ratio else ""))
-        dims = ", ".join(map(str, SIZES[size]))
-        out.append(f"| {size} | {dims} | " + " | ".join(cells) + " |")
+            cells.append("n/a" if seconds is None else format_time(seconds)
+                         + (f" ({format_ratio(ratio)})" if ratio else ""))
+        rows.append([size, ", ".join(map(str, SIZES[size])), *cells])
+    out += markdown_table(["size", "N, D, H, out", *(titles[fw] for fw in fws)], rows,
+                          [False, False, *(True for _ in fws)])
     heading = "### GPU targets (issue 13)" if on_gpu else "### Targets (issues 2 and 12)"
-    out += ["", heading, "", "| target | measured | met |", "|---|---:|---|"]
+    targets = []
     for target, ratio, met in check_targets(result):
         measured = "not measured" if ratio is None else format_ratio(ratio)
         verdict = "—" if met is None else ("yes" if met else "**no**")
-        what = f"{target.framework} / {target.other}"
-        out.append(f"| {target.text} | {what} = {measured} | {verdict} |")
+        targets.append([target.text, f"{target.framework} / {target.other} = {measured}",
+                        verdict])
+    out += ["", heading, "", *markdown_table(["target", "measured", "met"], targets,
+                                             [False, True, False])]
     notes = [f"- {fw} could not run: {message}" for fw, message in result.errors.items()]
     notes += [f"- {w}" for w in result.warnings]
     busy = busy_note(*result.load)
@@ -353,30 +351,6 @@ def engine_markdown(result: EngineResult) -> str:
         out += ["", "All frameworks' first losses (at the shared initial weights) agree to "
                 f"rtol {LOSS_RTOL:g}."]
     return "\n".join(out) + "\n"
-
-
-def report(engine: EngineResult | None, sections: Sequence[str], command: str,
-           device: Device | None = None) -> str:
-    """The whole Markdown document: title, machine, date, then the sections."""
-    date = engine.date if engine else now()
-    device = engine.device if engine else (device or Device())
-    parts = [
-        "# edu_dl benchmarks",
-        "",
-        f"Made by `{command}` on {date}. Benchmarks are measurements, never tests: nothing "
-        "here asserts a time.",
-        "",
-        "### Machine",
-        "",
-        *machine_lines(device),
-        "",
-    ]
-    text = "\n".join(parts) + "\n"
-    if engine is not None:
-        text += engine_markdown(engine) + "\n"
-    for section in sections:
-        text += section + "\n"
-    return text.rstrip("\n") + "\n"
 
 
 def write_plot(result: EngineResult, path: Path) -> Path:
@@ -405,22 +379,13 @@ def write_plot(result: EngineResult, path: Path) -> Path:
 # --------------------------------------------------------------------------- the command
 
 
-def add_engine(kinds: Any) -> None:
-    """``edu-dl bench engine``."""
-    p = kinds.add_parser(
-        "engine",
-        help="one training step of the two-layer net, per framework and size",
-        description="Time one training step (forward, backward, SGD update; float32) of the "
-        "two-layer ReLU net in each framework, each in its own process, and compare with "
-        "hand-written NumPy (CuPy with --device gpu).")
+def engine_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sizes", type=comma_list(tuple(SIZES), "size"), default=None,
                    help=f"comma-separated sizes (default: {','.join(CPU_SIZES)}; with --device "
                    f"gpu {','.join(GPU_SIZES)})")
     p.add_argument("--frameworks", type=comma_list(FRAMEWORKS, "framework"), default=None,
                    help=f"comma-separated frameworks (default: {','.join(CPU_FRAMEWORKS)}; with "
                    "--device gpu also host, the NumPy step on the host CPU)")
-    add_flags(p, files="engine.md, engine.json and engine.png",
-              repeats=(DEFAULT_REPEATS, QUICK_REPEATS), timeout=True)
     p.add_argument("--threads", type=positive_int,
                    help="cap every library's thread pool (BLAS, OpenMP, TensorFlow) at N per "
                    "worker; default: each library's own choice. 1 keeps a busy shared machine "
@@ -433,41 +398,35 @@ def add_engine(kinds: Any) -> None:
                    help="also draw the ratios to the hand-written baseline into this PNG")
     p.add_argument("--no-plan", action="store_true",
                    help="leave out the static-plan section (bench plan)")
-    p.set_defaults(handler=run_engine_command)
 
 
-def run_engine_command(args: argparse.Namespace) -> int:
-    from edu_dl.bench import plan
-    from edu_dl.bench.common import limit_threads
-
-    device = device_of(args, "engine")
-    if device is None:
-        return 1
+def measure_engine(args: argparse.Namespace, device: Device) -> Report:
     on_gpu = device.kind == "gpu"
     sizes = args.sizes or list(GPU_SIZES if on_gpu else CPU_SIZES)
     frameworks = args.frameworks or list(GPU_FRAMEWORKS if on_gpu else CPU_FRAMEWORKS)
-    repeats = repeats_of(args, DEFAULT_REPEATS, QUICK_REPEATS)
+    repeats = args.repeats
     result = run_engine(sizes, frameworks, repeats, quick=args.quick,
                         progress_bar=not args.no_progress, threads=args.threads,
                         processes=args.processes, device=device, timeout_s=args.timeout)
-    sections = []
+    sections = [engine_markdown(result)]
     with limit_threads(args.threads):  # these two run in this process
         if not args.no_plan and "static" in frameworks:
             sections.append(plan.plan_section(repeats, args.quick, device)[0])
         if "eager" in frameworks and "tiny" in sizes and not on_gpu:
             rows = plan.eager_breakdown("tiny", repeats, quick=args.quick)
             sections.append(plan.breakdown_markdown(rows))
-    text = report(result, sections, command_line(args))
-
-    def write_data(out: Path) -> list[Path]:
-        path = out / "engine.json"
-        path.write_text(json.dumps(result.to_json(), indent=1), encoding="utf-8")
-        return [path, write_plot(result, out / "engine.png")]
-
-    finish("engine", text, args.out, [write_data])
     if args.plot is not None:
         write_plot(result, args.plot)
         print(f"wrote {args.plot}", file=sys.stderr)
-    return 0
+    return Report(document(sections, command_line(args), result.date, machine_lines(device)),
+                  json={"engine.json": Json(result.to_json())},
+                  plots={"engine.png": lambda path: write_plot(result, path)})
 
 
+ENGINE = Benchmark(
+    "engine", "one training step of the two-layer net, per framework and size",
+    "Time one training step (forward, backward, SGD update; float32) of the two-layer ReLU net "
+    "in each framework, each in its own process, and compare with hand-written NumPy (CuPy "
+    "with --device gpu).",
+    measure_engine, files=("engine.json", "engine.png"), flags=engine_flags,
+    repeats=(DEFAULT_REPEATS, QUICK_REPEATS), timeout=True)

@@ -13,26 +13,17 @@ CuPy each start CUDA). ``EDU_DL_BENCH_FAKE_GPU=1`` runs NumPy in each kernel's p
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from edu_dl.bench.common import (
-    add_flags,
-    align,
-    device_of,
-    finish,
-    format_time,
-    median_seconds,
-    write_csv,
-)
+from edu_dl.bench.common import format_time, median_seconds
 from edu_dl.bench.device import Device
+from edu_dl.bench.report import Benchmark, Csv, Json, Refused, Report
 from edu_dl.util.args import comma_list, int_list
+from edu_dl.util.tables import table
 from edu_dl.util.worker import WorkerError, run_in_worker
 
 KERNELS: dict[str, str] = {
@@ -86,7 +77,7 @@ def make_kernel(kernel: str, n: int, device: Device) -> tuple[Callable[[], Any],
 def measure(kernels: Sequence[str], sizes: Sequence[int], repeats: int, batch_s: float,
             device: str = "gpu", fake: bool = False) -> list[dict[str, Any]]:
     """In the worker: the peak, then one row per kernel and size (or the kernel's error)."""
-    from edu_dl.gpu.kernel_timing import gpu_peak
+    from edu_dl.gpu.timing import gpu_peak
 
     dev = Device(device, fake)
     peak, how = gpu_peak() if dev.runs_on == "gpu" else (None, "fake GPU: no peak")
@@ -165,55 +156,45 @@ def kernels_table(result: KernelsResult) -> str:
              f"FP32 peak: {result.peak_gflops:.0f} GFLOP/s ({result.peak})"
              if result.peak_gflops else f"FP32 peak: unknown ({result.peak or 'not measured'})",
              ""]
-    table: list[tuple[str, ...]] = [("kernel", "what", "n", "time", "GFLOP/s", "of peak",
-                                     "max rel. error")]
+    rows = []
     for r in result.rows:
         frac = f"{r.fraction_of_peak:.1%}" if r.fraction_of_peak is not None else "-"
-        table.append((r.kernel, KERNELS[r.kernel], str(r.n), format_time(r.seconds),
-                      f"{r.gflops:.1f}", frac, f"{r.max_rel_error:.1e}"))
-    lines += align(table) if result.rows else ["(nothing measured)"]
+        rows.append((r.kernel, KERNELS[r.kernel], str(r.n), format_time(r.seconds),
+                     f"{r.gflops:.1f}", frac, f"{r.max_rel_error:.1e}"))
+    header = ("kernel", "what", "n", "time", "GFLOP/s", "of peak", "max rel. error")
+    lines.append(table(header, rows, right_from=2) if rows else "(nothing measured)")
     lines += [f"FAILED {kernel}: {why}" for kernel, why in result.errors.items()]
     return "\n".join(lines) + "\n"
-
-
-def write_outputs(result: KernelsResult, out: Path) -> list[Path]:
-    paths = [out / "kernels.csv", out / "kernels.json"]
-    write_csv(paths[0], [asdict(r) for r in result.rows])
-    paths[1].write_text(json.dumps(result.to_json(), indent=1), encoding="utf-8")
-    return paths
 
 
 # --------------------------------------------------------------------------- the command
 
 
-def add_kernels(kinds: Any) -> None:
-    p = kinds.add_parser(
-        "kernels", help="naive and tiled matmul kernels against cuBLAS on the GPU",
-        description="Time the course's naive and tiled Numba matmul kernels and cuBLAS on a "
-        "CUDA GPU: GFLOP/s against n and the fraction of the card's FP32 peak.")
+def kernels_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kernels", type=comma_list(tuple(KERNELS), "kernel"),
                    default=list(KERNELS), help=f"comma-separated (default: {','.join(KERNELS)})")
     p.add_argument("--sizes", type=int_list, default=None,
                    help=f"comma-separated n (default: {','.join(map(str, SIZES))}; with "
                    f"--quick {','.join(map(str, QUICK_SIZES))})")
-    add_flags(p, files="kernels.md, kernels.csv and kernels.json",
-              repeats=(DEFAULT_REPEATS, QUICK_REPEATS), device="gpu", timeout=True,
-              device_help="gpu (default; without a GPU: one sentence and status 1); the "
-              "kernels have no CPU side: `edu-dl bench matmul` measures the CPU")
-    p.set_defaults(handler=run_kernels_command)
 
 
-def run_kernels_command(args: argparse.Namespace) -> int:
-    if args.device == "cpu":
-        print("edu-dl bench kernels: these are GPU kernels, with no CPU side; `edu-dl bench "
-              "matmul --device cpu` measures the CPU's matmul.", file=sys.stderr)
-        return 2
-    device = device_of(args, "kernels")
-    if device is None:
-        return 1
+def measure_kernels(args: argparse.Namespace, device: Device) -> Report:
+    if device.kind == "cpu":
+        raise Refused("edu-dl bench kernels: these are GPU kernels, with no CPU side; `edu-dl "
+                      "bench matmul --device cpu` measures the CPU's matmul.")
     sizes = args.sizes or list(QUICK_SIZES if args.quick else SIZES)
-    repeats = args.repeats or (QUICK_REPEATS if args.quick else DEFAULT_REPEATS)
-    result = run_kernels(args.kernels, sizes, repeats, QUICK_BATCH_S if args.quick else BATCH_S,
-                         device, args.timeout)
-    finish("kernels", kernels_table(result), args.out, [lambda out: write_outputs(result, out)])
-    return 1 if result.errors or not result.rows else 0
+    batch_s = QUICK_BATCH_S if args.quick else BATCH_S
+    result = run_kernels(args.kernels, sizes, args.repeats, batch_s, device, args.timeout)
+    return Report(kernels_table(result), csv={"kernels.csv": Csv([asdict(r) for r in result.rows])},
+                  json={"kernels.json": Json(result.to_json())},
+                  status=1 if result.errors or not result.rows else 0)
+
+
+KERNELS_BENCH = Benchmark(
+    "kernels", "naive and tiled matmul kernels against cuBLAS on the GPU",
+    "Time the course's naive and tiled Numba matmul kernels and cuBLAS on a CUDA GPU: GFLOP/s "
+    "against n and the fraction of the card's FP32 peak.",
+    measure_kernels, flags=kernels_flags, files=("kernels.csv", "kernels.json"),
+    repeats=(DEFAULT_REPEATS, QUICK_REPEATS), device="gpu", timeout=True,
+    device_help="gpu (default; without a GPU: one sentence and status 1); the kernels have no "
+    "CPU side: `edu-dl bench matmul` measures the CPU")

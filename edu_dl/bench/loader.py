@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import math
 import statistics
 import sys
@@ -28,21 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.bench.common import (
-    add_flags,
-    align,
-    device_of,
-    finish,
-    format_time,
-    median_seconds,
-    now,
-    progress,
-    pyplot,
-    repeats_of,
-    write_csv,
-)
+from edu_dl.bench.common import each, format_time, median_seconds, now
 from edu_dl.bench.device import Device
+from edu_dl.bench.report import Benchmark, Csv, Json, Report, pyplot
 from edu_dl.util.args import comma_list, non_negative, positive_int
+from edu_dl.util.tables import table
 from edu_dl.util.worker import DEFAULT_TIMEOUT_S, WorkerError, run_in_worker
 
 LOADER_FRAMEWORKS: tuple[str, ...] = ("edu_dl", "torch", "tf")
@@ -338,27 +327,20 @@ def run_loader(
         make_loader_data(Path(config.directory), config)
         order = ["edu_dl", *(fw for fw in frameworks if fw != "edu_dl")]
         result = LoaderResult(config, math.nan, math.nan, date=now(), synced=_synced(device))
-        bar = progress(len(order), "bench loader", progress_bar)
-        try:
-            for fw in order:
-                bar.set_postfix_str(fw)
-                try:
-                    # One BLAS thread: BLAS threads would fight the reader threads.
-                    answer = run_in_worker(f"{__name__}:loader_task", name=fw, threads=1,
-                                           timeout_s=timeout_s, framework=fw, config=asdict(config))
-                except WorkerError as exc:
-                    result.errors[fw] = str(exc)
-                    print(f"warning: {fw} could not run: {exc}", file=sys.stderr)
-                    bar.update()
-                    continue
-                config.compute_steps = answer["compute_steps"]  # the first worker calibrates
-                if fw == "edu_dl":
-                    result.read_s, result.compute_s = answer["read_s"], answer["compute_s"]
-                if fw in frameworks:
-                    result.rows += [LoaderRow(**row) for row in answer["rows"]]
-                bar.update()
-        finally:
-            bar.close()
+        for fw in each(order, "bench loader", progress_bar):
+            try:
+                # One BLAS thread: BLAS threads would fight the reader threads.
+                answer = run_in_worker(f"{__name__}:loader_task", name=fw, threads=1,
+                                       timeout_s=timeout_s, framework=fw, config=asdict(config))
+            except WorkerError as exc:
+                result.errors[fw] = str(exc)
+                print(f"warning: {fw} could not run: {exc}", file=sys.stderr)
+                continue
+            config.compute_steps = answer["compute_steps"]  # the first worker calibrates
+            if fw == "edu_dl":
+                result.read_s, result.compute_s = answer["read_s"], answer["compute_s"]
+            if fw in frameworks:
+                result.rows += [LoaderRow(**row) for row in answer["rows"]]
     finish_rows(result)
     return result
 
@@ -381,15 +363,15 @@ def loader_table(result: LoaderResult) -> str:
     ]
     header = ("framework", "loader", "readers", "prefetch", "epoch", "ideal", "hidden",
               "of hideable")
-    table = [header]
+    rows = []
     for r in result.rows:
         readers = "AUTOTUNE" if r.readers < 0 else str(r.readers)
         fraction = "—" if math.isnan(r.hidden_fraction) else f"{r.hidden_fraction:.0%}"
         hidden = (format_time(r.hidden_s) if r.hidden_s >= 0
                   else "-" + format_time(-r.hidden_s))
-        table.append((r.framework, r.variant, readers, r.prefetch, format_time(r.epoch_s),
-                      format_time(r.ideal_s), hidden, fraction))
-    lines += align(table)
+        rows.append((r.framework, r.variant, readers, r.prefetch, format_time(r.epoch_s),
+                     format_time(r.ideal_s), hidden, fraction))
+    lines += table(header, rows, right_from=2).split("\n")
     lines += ["", "Per batch: ideal = read + compute + (n - 1) * max(read / readers, compute), "
               "the first read and the last compute being the only ones that cannot overlap; "
               "hidden = n * (read + compute) - epoch; 'of hideable' = hidden / (n * (read + "
@@ -398,12 +380,16 @@ def loader_table(result: LoaderResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_loader_outputs(result: LoaderResult, out: Path) -> list[Path]:
-    """loader.csv, loader.json and loader.png in ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "loader.csv", out / "loader.json", out / "loader.png"]
-    write_csv(paths[0], [asdict(r) for r in result.rows])
-    paths[1].write_text(json.dumps(result.to_json(), indent=1), encoding="utf-8")
+def loader_report(result: LoaderResult) -> Report:
+    """The table, loader.csv, loader.json and loader.png."""
+    return Report(loader_table(result), csv={"loader.csv": Csv([asdict(r) for r in result.rows])},
+                  json={"loader.json": Json(result.to_json())},
+                  plots={"loader.png": lambda path: plot_loader(result, path)},
+                  status=0 if result.rows else 1)
+
+
+def plot_loader(result: LoaderResult, path: Path) -> None:
+    """Epoch time of each loader against the ideal pipeline, read + compute, compute alone."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(11, 0.5 * len(result.rows) + 1.8))
     prefix = {"edu_dl": "edu_dl ", "torch": "torch "}
@@ -419,9 +405,8 @@ def write_loader_outputs(result: LoaderResult, out: Path) -> list[Path]:
                  "prefetching")
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
-    fig.savefig(paths[2], dpi=110)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
-    return paths
 
 
 def _synced(device: Device) -> str:
@@ -434,15 +419,7 @@ def _synced(device: Device) -> str:
 # --------------------------------------------------------------------------- the command
 
 
-def add_loader(kinds: Any) -> None:
-    """``edu-dl bench loader``."""
-    p = kinds.add_parser(
-        "loader",
-        help="prefetching data loaders against a slow disk (edu_dl, PyTorch, tf.data)",
-        description="Epoch time of a training loop fed by a deliberately slow reader, without "
-        "and with prefetching: edu_dl.data.DataLoader (0, 1, 2, 4 threads), PyTorch "
-        "DataLoader(num_workers=0/2) and tf.data with prefetch(AUTOTUNE); each framework in "
-        "its own process.")
+def loader_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--frameworks", type=comma_list(LOADER_FRAMEWORKS, "framework"),
                    default=list(LOADER_FRAMEWORKS),
                    help=f"comma-separated (default: {','.join(LOADER_FRAMEWORKS)})")
@@ -453,19 +430,21 @@ def add_loader(kinds: Any) -> None:
                    help="sleep per batch read: the slow disk (default 20)")
     p.add_argument("--compute-ms", type=non_negative("milliseconds"), default=10.0,
                    help="target compute per batch, calibrated to whole SGD steps (default 10)")
-    add_flags(p, files="loader.md, loader.csv, loader.json and loader.png", repeats=(3, 1),
-              timeout=True, device_help="where the training step runs (default: cpu); 'gpu' "
-              "without a GPU says so and exits with status 1")
-    p.set_defaults(handler=run_loader_command)
 
 
-def run_loader_command(args: argparse.Namespace) -> int:
-    device = device_of(args, "loader")
-    if device is None:
-        return 1
-    result = run_loader(args.frameworks, args.batches or (6 if args.quick else 40),
-                        args.batch_size, args.delay_ms / 1000, args.compute_ms / 1000,
-                        repeats_of(args, 3, 1), not args.no_progress, device, args.timeout)
-    finish("loader", loader_table(result), args.out,
-           [lambda out: write_loader_outputs(result, out)])
-    return 0 if result.rows else 1
+def measure_loader(args: argparse.Namespace, device: Device) -> Report:
+    return loader_report(run_loader(
+        args.frameworks, args.batches or (6 if args.quick else 40), args.batch_size,
+        args.delay_ms / 1000, args.compute_ms / 1000, args.repeats,
+        not args.no_progress, device, args.timeout))
+
+
+LOADER = Benchmark(
+    "loader", "prefetching data loaders against a slow disk (edu_dl, PyTorch, tf.data)",
+    "Epoch time of a training loop fed by a deliberately slow reader, without and with "
+    "prefetching: edu_dl.data.DataLoader (0, 1, 2, 4 threads), PyTorch "
+    "DataLoader(num_workers=0/2) and tf.data with prefetch(AUTOTUNE); each framework in its own "
+    "process.",
+    measure_loader, flags=loader_flags, files=("loader.csv", "loader.json", "loader.png"),
+    repeats=(3, 1), timeout=True, device_help="where the training step runs (default: cpu); "
+    "'gpu' without a GPU says so and exits with status 1")

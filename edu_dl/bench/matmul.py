@@ -13,8 +13,6 @@ GFLOP/s, under the bandwidth slope and the peak roof.
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import math
 import os
 import statistics
@@ -26,14 +24,16 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.bench.common import add_flags, batch_seconds, device_of, finish, load_average, progress
+from edu_dl.bench.common import batch_seconds, load_average, progress
+from edu_dl.bench.device import Device
+from edu_dl.bench.report import Benchmark, Csv, Json, Report
 from edu_dl.machine import hardware as hw
 from edu_dl.machine import probes as gp
-from edu_dl.machine.hardware import Fact
+from edu_dl.machine.doctor import BANDWIDTH_INPUTS, PEAK_INPUTS, add_machine_flags
+from edu_dl.machine.hardware import Fact, machine_label
 from edu_dl.util.args import comma_list, int_list, positive_int
+from edu_dl.util.tables import table
 from edu_dl.util.worker import DEFAULT_TIMEOUT_S, Worker, WorkerError
-
-Subparsers = Any  # argparse's _SubParsersAction is private
 
 # target -> (library, device): the GPU targets run the CPU targets' code on device 'gpu'.
 TARGETS: dict[str, tuple[str, str]] = {
@@ -255,8 +255,6 @@ def machine_facts(args: argparse.Namespace, best_cpu: float | None, quick: bool)
     dict[str, Any], dict[str, Any], list[str], str
 ]:
     """(peak facts, bandwidth facts, checks, machine label) for the roofline."""
-    from edu_dl.machine.doctor import BANDWIDTH_INPUTS, PEAK_INPUTS, machine_label
-
     cpu = hw.read_cpu()
     # With --threads N only N cores can work, so the peak counts N cores.
     theory, assumed = hw.theoretical_peak(cpu, args.fma_units, args.clock_mhz, args.threads)
@@ -349,8 +347,6 @@ def summary(result: MatmulResult) -> dict[str, Any]:
 
 def render(result: MatmulResult) -> str:
     """The terminal report: GFLOP/s per size and target, then peaks, fractions and crossovers."""
-    from edu_dl.machine.doctor import table
-
     targets, info = result.targets(), summary(result)
     rows = [[str(n)] + [_num(result.gflops(t, n)) for t in targets] for n in result.sizes()]
     lines = [f"bench matmul: float32 n x n, GFLOP/s = 2n^3 / median time  ({result.machine})", ""]
@@ -386,25 +382,21 @@ def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:.3g}" if x < 10 else f"{x:.1f}"
 
 
-def write_outputs(result: MatmulResult, out: Path) -> list[Path]:
-    """matmul.csv, matmul.json, matmul_gflops.png and matmul_roofline.png under ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
-    csv_path = out / "matmul.csv"
+def outputs(result: MatmulResult) -> Report:
+    """The report, matmul.csv, matmul.json, matmul_gflops.png and matmul_roofline.png."""
     ref, _ = reference_peak(result.peak)
-    with csv_path.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow([*Row.__dataclass_fields__, "fraction_of_peak"])
-        for r in result.rows:
-            frac = r.gflops / ref if ref and r.device == "cpu" else ""
-            writer.writerow([*asdict(r).values(), frac])
-    json_path = out / "matmul.json"
+    rows = [{**asdict(r), "fraction_of_peak": r.gflops / ref if ref and r.device == "cpu" else ""}
+            for r in result.rows]
     data = {"machine": result.machine, "rows": [asdict(r) for r in result.rows],
             "summary": summary(result), "peak": result.peak, "bandwidth": result.bandwidth,
             "checks": result.checks, "failed": result.failed, "left_out": result.left_out,
             "load_average": result.load, "threads": result.threads}
-    json_path.write_text(json.dumps(data, indent=2))
-    return [csv_path, json_path, plot_gflops(result, out / "matmul_gflops.png"),
-            plot_roofline(result, out / "matmul_roofline.png")]
+    return Report(render(result),
+                  csv={"matmul.csv": Csv(rows, [*Row.__dataclass_fields__, "fraction_of_peak"])},
+                  json={"matmul.json": Json(data, indent=2)},
+                  plots={"matmul_gflops.png": lambda path: plot_gflops(result, path),
+                         "matmul_roofline.png": lambda path: plot_roofline(result, path)},
+                  status=1 if result.failed or not result.rows else 0)
 
 
 def plot_gflops(result: MatmulResult, path: Path) -> Path:
@@ -466,16 +458,7 @@ def plot_roofline(result: MatmulResult, path: Path) -> Path:
 # --------------------------------------------------------------------------- the command
 
 
-def add_bench_matmul(kinds: Any) -> None:
-    from edu_dl.machine.doctor import add_machine_flags
-
-    parser = kinds.add_parser(
-        "matmul",
-        help="matmul GFLOP/s against size per framework, GPU crossover, roofline",
-        description="Time an n x n float32 matmul (2n^3 FLOPs) for each size and framework, each "
-        "framework in its own process; report GFLOP/s, the fraction of the CPU's peak, where a "
-        "GPU starts to win, and a roofline.",
-    )
+def matmul_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sizes", type=int_list, default=None,
                         help=f"comma-separated n (default: {','.join(map(str, SIZES))}; "
                         f"with --quick {','.join(map(str, QUICK_SIZES))})")
@@ -483,21 +466,13 @@ def add_bench_matmul(kinds: Any) -> None:
                         default=None,
                         help=f"comma-separated, from {','.join(TARGETS)} (default: the CPU ones, "
                         "and the GPU ones when an NVIDIA driver is present)")
-    add_flags(parser, files="matmul.md, matmul.csv, matmul.json and PNG plots",
-              repeats=(DEFAULT_REPEATS, QUICK_REPEATS), device=None, timeout=True,
-              quick="few sizes, short batches",
-              device_help="cpu: the CPU targets only; gpu: the GPU targets too, or one sentence "
-              "and status 1 without a GPU (default: the GPU targets when a driver is present)")
     parser.add_argument("--threads", type=positive_int, metavar="N",
                         help="cap each library's thread pool at N (default: its own choice); "
                         "1 keeps a busy shared machine from wrecking multi-threaded BLAS")
     add_machine_flags(parser)
-    parser.set_defaults(handler=run_bench_matmul)
 
 
-def run_bench_matmul(args: argparse.Namespace) -> int:
-    if device_of(args, "matmul") is None:
-        return 1
+def measure_matmul(args: argparse.Namespace, device: Device) -> Report:
     args.sizes = args.sizes or list(QUICK_SIZES if args.quick else SIZES)
     args.left_out = {}
     if args.frameworks is not None:
@@ -510,7 +485,18 @@ def run_bench_matmul(args: argparse.Namespace) -> int:
         args.targets = list(CPU_TARGETS)
         args.left_out = {t: "no NVIDIA GPU here (no driver)" for t in GPU_TARGETS}
     result = run_matmul(args)
-    finish("matmul", render(result), args.out, [lambda out: write_outputs(result, out)])
     if result.failed:
-        print(f"bench matmul: {', '.join(result.failed)} failed (see above)", file=sys.stderr)
-    return 1 if result.failed or not result.rows else 0
+        print(f"bench matmul: {', '.join(result.failed)} failed (see below)", file=sys.stderr)
+    return outputs(result)
+
+
+MATMUL = Benchmark(
+    "matmul", "matmul GFLOP/s against size per framework, GPU crossover, roofline",
+    "Time an n x n float32 matmul (2n^3 FLOPs) for each size and framework, each framework in "
+    "its own process; report GFLOP/s, the fraction of the CPU's peak, where a GPU starts to "
+    "win, and a roofline.",
+    measure_matmul, flags=matmul_flags, repeats=(DEFAULT_REPEATS, QUICK_REPEATS),
+    files=("matmul.csv", "matmul.json", "matmul_gflops.png", "matmul_roofline.png"),
+    device=None, timeout=True, quick="few sizes, short batches",
+    device_help="cpu: the CPU targets only; gpu: the GPU targets too, or one sentence and status "
+    "1 without a GPU (default: the GPU targets when a driver is present)")

@@ -10,15 +10,14 @@ synchronized. MirroredStrategy runs on logical CPU devices, so the GPU mode leav
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from edu_dl.bench.common import add_flags, device_of, finish, pyplot
 from edu_dl.bench.device import Device
+from edu_dl.bench.report import Benchmark, Json, Refused, Report, pyplot
 from edu_dl.util.args import positive_int
+from edu_dl.util.tables import markdown_table
 
 SYNCED = ("each step's loss is copied to the host (.item()), which waits for the step, so the "
           "loop times count the GPU's work")
@@ -38,33 +37,16 @@ class Row:
     losses: list[float]
 
 
-def add_parallel(kinds: Any) -> None:
-    """``edu-dl bench parallel``."""
-    p = kinds.add_parser(
-        "parallel",
-        help="data parallelism: torch.distributed workers and MirroredStrategy vs one process",
-        description="Train the lecture's two-layer net (float64) on one process with the whole "
-        "batch, on R torch.distributed workers with N/R rows each (gradients averaged by hand "
-        "with all_reduce, then by DistributedDataParallel), and with TensorFlow's "
-        "MirroredStrategy on R logical CPUs; show that the weights agree and what it cost.",
-    )
+def parallel_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--world-size", type=positive_int, default=None,
                    help="workers (default 2; with --device gpu one per GPU, at most 2)")
     p.add_argument("--steps", type=positive_int, default=None, help="SGD steps (default 20)")
     p.add_argument("--backend", choices=("gloo", "nccl"), default=None,
                    help="default: nccl with one GPU per worker, else gloo")
     p.add_argument("--no-tf", action="store_true", help="skip MirroredStrategy")
-    add_flags(p, files="parallel.md, parallel.json and parallel.png",
-              quick="5 steps: checks that it runs",
-              device_help="cpu: gloo workers (default); gpu: one GPU per worker over NCCL, or "
-              "one sentence and status 1 without a GPU")
-    p.set_defaults(handler=run_parallel_command)
 
 
-def run_parallel_command(args: argparse.Namespace) -> int:
-    device = device_of(args, "parallel")
-    if device is None:
-        return 1
+def measure_parallel(args: argparse.Namespace, device: Device) -> Report:
     from tqdm.auto import tqdm
 
     from edu_dl.parallel import (
@@ -82,9 +64,8 @@ def run_parallel_command(args: argparse.Namespace) -> int:
     steps = args.steps or (5 if args.quick else 20)
     problem = make_problem()
     if problem.batch_size % world_size:
-        print(f"error: the batch of {problem.batch_size} rows does not split over "
-              f"{world_size} workers; choose a divisor of it", file=sys.stderr)
-        return 2
+        raise Refused(f"error: the batch of {problem.batch_size} rows does not split over "
+                      f"{world_size} workers; choose a divisor of it")
     names = ["single", "all_reduce", "ddp"] + ([] if args.no_tf or device.kind == "gpu"
                                                else ["mirrored"])
     rows: list[Row] = []
@@ -107,9 +88,20 @@ def run_parallel_command(args: argparse.Namespace) -> int:
         assert single is not None  # "single" runs first: everything is compared with it
         rows.append(Row(name, workers, rows_each, seconds / steps * 1e3, wall, float(losses[-1]),
                         max_rel_diff(weights, single.weights), [float(v) for v in losses]))
-    text = table(rows, steps, device) + "\n" + pitfalls(parallel, single) + "\n"
-    finish("parallel", text, args.out, [lambda out: write_outputs(rows, out)])
-    return 0
+    return parallel_report(rows, table(rows, steps, device) + "\n" + pitfalls(parallel, single)
+                           + "\n")
+
+
+PARALLEL = Benchmark(
+    "parallel", "data parallelism: torch.distributed workers and MirroredStrategy vs one process",
+    "Train the lecture's two-layer net (float64) on one process with the whole batch, on R "
+    "torch.distributed workers with N/R rows each (gradients averaged by hand with all_reduce, "
+    "then by DistributedDataParallel), and with TensorFlow's MirroredStrategy on R logical CPUs; "
+    "show that the weights agree and what it cost.",
+    measure_parallel, flags=parallel_flags, files=("parallel.json", "parallel.png"),
+    quick="5 steps: checks that it runs",
+    device_help="cpu: gloo workers (default); gpu: one GPU per worker over NCCL, or one sentence "
+    "and status 1 without a GPU")
 
 
 def _gpus_for_ranks() -> int:
@@ -125,25 +117,24 @@ def table(rows: list[Row], steps: int, device: Device | None = None) -> str:
     if device is not None:
         timing = SYNCED if device.runs_on == "gpu" else device.synced
         out += [f"Device: {device.label}; {timing}.", ""]
-    out += [
-        "| run | workers | rows each | ms/step (loop) | total s (with start-up) | final loss "
-        "| weights vs one process |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        out.append(
-            f"| {r.run} | {r.workers} | {r.rows_each} | {r.ms_per_step:.3g} "
-            f"| {r.total_s:.3g} | {r.final_loss:.6g} | {r.rel_diff:.1e} |"
-        )
+    out += markdown_table(
+        ["run", "workers", "rows each", "ms/step (loop)", "total s (with start-up)", "final loss",
+         "weights vs one process"],
+        [[r.run, str(r.workers), str(r.rows_each), f"{r.ms_per_step:.3g}", f"{r.total_s:.3g}",
+          f"{r.final_loss:.6g}", f"{r.rel_diff:.1e}"] for r in rows],
+        [False, *[True] * 6])
     return "\n".join(out) + "\n"
 
 
-def write_outputs(rows: list[Row], out: Path) -> list[Path]:
-    """parallel.json (the rows) and parallel.png (loss curves and the cost of each run)."""
+def parallel_report(rows: list[Row], text: str) -> Report:
+    """The report, parallel.json (the rows) and parallel.png (loss curves, each run's cost)."""
+    return Report(text, json={"parallel.json": Json([vars(r) for r in rows], indent=2,
+                                                    newline=True)},
+                  plots={"parallel.png": lambda path: plot_parallel(rows, path)})
+
+
+def plot_parallel(rows: list[Row], path: Path) -> None:
     plt = pyplot()
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "parallel.json", out / "parallel.png"]
-    paths[0].write_text(json.dumps([vars(r) for r in rows], indent=2) + "\n")
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     for r, style in zip(rows, ["-", "--", ":", "-."]):
         left.plot(range(1, len(r.losses) + 1), r.losses, style, label=f"{r.run} (x{r.workers})")
@@ -160,6 +151,5 @@ def write_outputs(rows: list[Row], out: Path) -> list[Path]:
     right.set_title("What the extra processes cost")
     right.legend()
     fig.tight_layout()
-    fig.savefig(paths[1], dpi=110)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
-    return paths

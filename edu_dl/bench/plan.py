@@ -19,17 +19,18 @@ from typing import Any
 import numpy as np
 
 from edu_dl.bench.common import (
-    add_flags,
     command_line,
-    device_of,
-    finish,
     format_ratio,
     format_time,
+    machine_lines,
     median_seconds,
-    repeats_of,
+    now,
 )
 from edu_dl.bench.device import Device
 from edu_dl.bench.problems import make_problem
+from edu_dl.bench.report import Benchmark, Report, document
+from edu_dl.bench.trainers import make_trainer
+from edu_dl.util.tables import markdown_table
 
 DEFAULT_REPEATS, QUICK_REPEATS = 11, 2
 BATCH_SECONDS, QUICK_BATCH_SECONDS = 0.1, 0.01
@@ -128,13 +129,12 @@ def plan_markdown(rows: list[PlanRow], device: Device | None = None) -> str:
         f"(`Session.run` executes its plan). Median per run. Device: {device.label}; "
         f"{device.synced}.",
         "",
-        "| optimization | eager | static Session | speed-up | note |",
-        "|---|---:|---:|---:|---|",
+        *markdown_table(
+            ["optimization", "eager", "static Session", "speed-up", "note"],
+            [[row.name, format_time(row.eager_s), format_time(row.static_s),
+              format_ratio(row.eager_s / row.static_s), row.note] for row in rows],
+            [False, True, True, True, False]),
     ]
-    for row in rows:
-        speedup = format_ratio(row.eager_s / row.static_s)
-        out.append(f"| {row.name} | {format_time(row.eager_s)} | {format_time(row.static_s)} "
-                   f"| {speedup} | {row.note} |")
     return "\n".join(out) + "\n"
 
 
@@ -161,7 +161,6 @@ def eager_breakdown(size: str = "tiny", repeats: int = DEFAULT_REPEATS,
     """
     import edu_dl as ed
     from edu_dl import optim
-    from edu_dl.bench.trainers import make_trainer
 
     batch_s = QUICK_BATCH_SECONDS if quick else BATCH_SECONDS
     p = make_problem(size)
@@ -212,37 +211,26 @@ def breakdown_markdown(rows: list[tuple[str, float]], size: str = "tiny") -> str
         "",
         "Measured in one process: each part timed inside the step, median over batches.",
         "",
-        "| part | time | share of eager's step |",
-        "|---|---:|---:|",
+        *markdown_table(
+            ["part", "time", "share of eager's step"],
+            [[name, format_time(seconds), f"{seconds / total:.0%}" if i < len(rows) - 1 else ""]
+             for i, (name, seconds) in enumerate(rows)],
+            [False, True, True]),
     ]
-    for name, seconds in rows[:-1]:
-        out.append(f"| {name} | {format_time(seconds)} | {seconds / total:.0%} |")
-    name, seconds = rows[-1]
-    out.append(f"| {name} | {format_time(seconds)} | |")
     return "\n".join(out) + "\n"
 
 
 # --------------------------------------------------------------------------- the command
 
 
-def add_plan(kinds: Any) -> None:
-    """``edu-dl bench plan``."""
-    p = kinds.add_parser(
-        "plan",
-        help="what the static Session's plan buys: pruning and constant folding",
-        description="Compare eager code with a static Session on graphs with an unused "
-        "expensive branch (pruning) and a constant subgraph (constant folding).")
-    add_flags(p, files="plan.md", repeats=(DEFAULT_REPEATS, QUICK_REPEATS))
-    p.set_defaults(handler=run_plan_command)
+def measure_plan(args: argparse.Namespace, device: Device) -> Report:
+    section, measured = plan_section(args.repeats, args.quick, device)
+    text = document([section], command_line(args), now(), machine_lines(device))
+    return Report(text, status=0 if measured else 1)
 
 
-def run_plan_command(args: argparse.Namespace) -> int:
-    from edu_dl.bench.engine import report
-
-    device = device_of(args, "plan")
-    if device is None:
-        return 1
-    section, measured = plan_section(repeats_of(args, DEFAULT_REPEATS, QUICK_REPEATS),
-                                     args.quick, device)
-    finish("plan", report(None, [section], command_line(args), device), args.out)
-    return 0 if measured else 1
+PLAN = Benchmark(
+    "plan", "what the static Session's plan buys: pruning and constant folding",
+    "Compare eager code with a static Session on graphs with an unused expensive branch "
+    "(pruning) and a constant subgraph (constant folding).",
+    measure_plan, repeats=(DEFAULT_REPEATS, QUICK_REPEATS))

@@ -25,12 +25,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from edu_dl.bench import parallel
 from edu_dl.bench.common import add_flags, cpu_name, now, package_version, usable_cores
-from edu_dl.bench.device import Device, gpu_missing
+from edu_dl.bench.device import Device, get_device, gpu_missing
+from edu_dl.bench.engine import EngineResult, check_targets
+from edu_dl.bench.loader import LoaderResult, loader_table
+from edu_dl.bench.matmul import MatmulResult, render
+from edu_dl.bench.transfer import TransferResult, transfer_table
+from edu_dl.machine.recorded import BENCHMARKS, PROVENANCE, ROOT, read_provenance
+from edu_dl.util.args import comma_list
 from edu_dl.util.worker import WorkerError, run_in_worker
 
-ROOT = Path(__file__).resolve().parents[2]
-BENCHMARKS = ROOT / "benchmarks"
 BUDGET_S = 8 * 60.0  # make bench-gpu must finish within this
 # The GPU runs of make bench-gpu, in order, sized to fit the budget on one H100-class GPU.
 GPU_RUNS: dict[str, list[str]] = {
@@ -43,23 +48,9 @@ GPU_RUNS: dict[str, list[str]] = {
     "parallel": ["parallel"],
     "conv": ["conv", "--rounds", "10"],
 }
-PROVENANCE = "PROVENANCE"
 
 
 # --------------------------------------------------------------------------- provenance
-
-
-def read_provenance(folder: Path) -> dict[str, str]:
-    """The ``key: value`` lines of ``folder/PROVENANCE`` ('#' lines are comments)."""
-    facts: dict[str, str] = {}
-    path = folder / PROVENANCE
-    if not path.is_file():
-        return facts
-    for line in path.read_text(encoding="utf-8").splitlines():
-        key, sep, value = line.partition(":")
-        if sep and not line.startswith("#"):
-            facts[key.strip()] = value.strip()
-    return facts
 
 
 def write_provenance(folder: Path, facts: dict[str, str], comment: str) -> Path:
@@ -170,8 +161,6 @@ def add_gpu(kinds: Any) -> None:
 
 
 def _benchmark_list(text: str) -> list[str]:
-    from edu_dl.util.args import comma_list
-
     return comma_list(tuple(GPU_RUNS), "benchmark")(text)
 
 
@@ -181,8 +170,6 @@ def run_gpu_command(args: argparse.Namespace) -> int:
         print(f"edu-dl bench gpu: {reason}, so no GPU benchmark was run and nothing was "
               "recorded.", file=sys.stderr)
         return 1
-    from edu_dl.bench.device import get_device
-
     folder = record_gpu(args.out, args.quick, args.only, device=get_device("gpu"),
                         log=lambda text: print(text, file=sys.stderr))
     facts = read_provenance(folder)
@@ -192,23 +179,6 @@ def run_gpu_command(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------- reading them back
-
-
-def recorded(benchmark: str, device: str | None = None, root: Path = BENCHMARKS
-             ) -> dict[str, Any]:
-    """A recorded GPU result: {'data': its JSON, 'provenance': {...}, 'folder': Path}.
-
-    ``device``: a folder name under benchmarks/gpu/ (default: the only or first one).
-    """
-    folders = sorted(p for p in (root / "gpu").glob("*") if (p / PROVENANCE).is_file())
-    if device is not None:
-        folders = [p for p in folders if p.name == device]
-    if not folders:
-        raise FileNotFoundError(f"no recorded GPU results under {root / 'gpu'}"
-                                + (f" for {device!r}" if device else ""))
-    path = folders[0] / benchmark / f"{benchmark}.json"
-    return {"data": json.loads(path.read_text(encoding="utf-8")),
-            "provenance": read_provenance(folders[0]), "folder": folders[0]}
 
 
 # --------------------------------------------------------------------------- RESULTS.md
@@ -235,29 +205,19 @@ def render_folder(folder: Path, name: str) -> tuple[str, str] | None:
     data = json.loads(data_path.read_text(encoding="utf-8"))
     how = f"rendered from the recorded `{name}.json` by today's edu_dl"
     if name == "matmul":
-        from edu_dl.bench.matmul import MatmulResult, render
-
         return "```\n" + render(MatmulResult.from_json(data)) + "```\n", how
     if name == "transfer":
-        from edu_dl.bench.transfer import TransferResult, transfer_table
-
         return "```\n" + transfer_table(TransferResult.from_json(data)) + "```\n", how
     if name == "loader":
-        from edu_dl.bench.loader import LoaderResult, loader_table
-
         return "```\n" + loader_table(LoaderResult.from_json(data)) + "```\n", how
     if name == "parallel":
-        from edu_dl.bench.parallel import Row, table
-
-        rows = [Row(**r) for r in data]
-        return table(rows, len(rows[0].losses) if rows else 0), how
+        rows = [parallel.Row(**r) for r in data]
+        return parallel.table(rows, len(rows[0].losses) if rows else 0), how
     return None
 
 
 def gpu_targets_not_measured() -> str:
     """The engine's GPU targets, every one 'not measured', for a device without an engine run."""
-    from edu_dl.bench.engine import EngineResult, check_targets
-
     result = EngineResult([], [], 0, device=Device("gpu"))
     lines = ["| target | measured |", "|---|---|"]
     lines += [f"| {target.text} | not measured |" for target, _, _ in check_targets(result)]

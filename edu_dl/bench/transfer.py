@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import math
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -24,21 +23,18 @@ from typing import Any
 import numpy as np
 
 from edu_dl.bench.common import (
-    add_flags,
-    align,
-    device_of,
-    finish,
+    each,
     format_time,
     limit_threads,
     median_seconds,
     now,
-    progress,
-    pyplot,
-    repeats_of,
-    write_csv,
 )
+from edu_dl.bench.device import Device
 from edu_dl.bench.problems import SIZES, make_problem
+from edu_dl.bench.report import Benchmark, Csv, Json, Report, pyplot
 from edu_dl.util.args import comma_list
+from edu_dl.util.tables import table
+from edu_dl.util.units import format_bytes
 from edu_dl.util.worker import DEFAULT_TIMEOUT_S, run_in_worker
 
 FEED_FRAMEWORKS: tuple[str, ...] = ("edu_dl", "tf")
@@ -410,29 +406,21 @@ def run_transfer(
         tasks.append(("edu_dl.graph feed vs Variables", edu_dl_feed))
     if "tf" in feed_frameworks:
         tasks.append(("tf.compat.v1 feed vs Variables", tf_feed))
-    bar = progress(len(tasks), "bench transfer", progress_bar)
-    try:
-        for name, task in tasks:
-            bar.set_postfix_str(name)
-            try:
-                # One BLAS thread, as in the workers: on a small busy machine, BLAS threads
-                # spinning idle made a 512 x 512 matmul ten times slower.
-                with limit_threads(1):
-                    task()
-            except Exception as exc:  # one library failing must not hide the others' numbers
-                result.errors[name] = f"{type(exc).__name__}: {exc}"
-                print(f"warning: {name} could not run: {exc}", file=sys.stderr)
-            bar.update()
-    finally:
-        bar.close()
+    for name, task in each(tasks, "bench transfer", progress_bar, lambda t: t[0]):
+        try:
+            # One BLAS thread, as in the workers: on a small busy machine, BLAS threads
+            # spinning idle made a 512 x 512 matmul ten times slower.
+            with limit_threads(1):
+                task()
+        except Exception as exc:  # one library failing must not hide the others' numbers
+            result.errors[name] = f"{type(exc).__name__}: {exc}"
+            print(f"warning: {name} could not run: {exc}", file=sys.stderr)
     return result
 
 
-def _format_bytes(nbytes: float) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.3g} {unit}"
-    return f"{nbytes:.0f} B"
+def text_table(rows: Sequence[Sequence[str]]) -> list[str]:
+    """The lines of an aligned table whose first row is its header."""
+    return table(rows[0], rows[1:], right_from=2).split("\n")
 
 
 def no_gpu_sentence(result: TransferResult) -> str:
@@ -445,27 +433,27 @@ def transfer_table(result: TransferResult) -> str:
     lines = [f"bench transfer, {result.date}; NumPy's BLAS capped at 1 thread (workers too)."]
     lines.append(f"GPU: {result.gpu}. {SYNCED}" if result.gpu else no_gpu_sentence(result))
     lines += ["", "Copy bandwidth (bytes copied / seconds; median):"]
-    table: list[tuple[str, ...]] = [("library", "direction", "memory", "size", "time", "GB/s")]
-    table += [(r.library, r.direction, r.memory, _format_bytes(r.nbytes), format_time(r.seconds),
-               f"{r.gb_per_s:.2f}") for r in result.bandwidth]
-    lines += align(table)
+    cells: list[tuple[str, ...]] = [("library", "direction", "memory", "size", "time", "GB/s")]
+    cells += [(r.library, r.direction, r.memory, format_bytes(r.nbytes, ".3g"),
+               format_time(r.seconds), f"{r.gb_per_s:.2f}") for r in result.bandwidth]
+    lines += text_table(cells)
     if result.copy_compute:
         lines += ["", "Copy A, B (n x n float32) in and C out, against computing C = A @ B:"]
-        table = [("library", "n", "bytes moved", "copy", "matmul", "matmul / copy")]
-        table += [(r.library, str(r.n), _format_bytes(r.nbytes), format_time(r.copy_s),
+        cells = [("library", "n", "bytes moved", "copy", "matmul", "matmul / copy")]
+        cells += [(r.library, str(r.n), format_bytes(r.nbytes, ".3g"), format_time(r.copy_s),
                    format_time(r.matmul_s), f"{r.matmul_s / r.copy_s:.2f}")
                   for r in result.copy_compute]
-        lines += align(table)
+        lines += text_table(cells)
     if result.feed:
         n, d, h, out = SIZES[LECTURE_SIZE]
         lines += ["", f"The TF 1.x lesson, N={n}, D={d}, H={h}, D_out={out} float32: weights fed "
                   "from NumPy every step (placeholders) vs kept in the graph (Variables):"]
-        table = [("framework", "weights", "device", "step", "bytes in", "bytes out",
+        cells = [("framework", "weights", "device", "step", "bytes in", "bytes out",
                   "bytes/step")]
-        table += [(r.framework, "fed every step" if r.variant == "feed" else "Variables",
+        cells += [(r.framework, "fed every step" if r.variant == "feed" else "Variables",
                    r.device, format_time(r.step_s), f"{r.bytes_in:,}", f"{r.bytes_out:,}",
                    f"{r.bytes_per_step:,}") for r in result.feed]
-        lines += align(table)
+        lines += text_table(cells)
         lines.append("Fed weights travel NumPy → graph → NumPy every step (on a GPU: across "
                      "PCIe both ways); Variables stay where the graph runs.")
         lines.append(feed_cost_sentence(result))
@@ -495,15 +483,21 @@ def feed_cost_sentence(result: TransferResult) -> str:
             f"{feed.bytes_per_step:,} bytes costs about {format_time(copy_s)} per step.")
 
 
-def write_transfer_outputs(result: TransferResult, out: Path) -> list[Path]:
-    """transfer.csv (bandwidth), transfer_feed.csv, transfer.json and transfer.png in ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "transfer.csv", out / "transfer_feed.csv", out / "transfer.json",
-             out / "transfer.png"]
-    write_csv(paths[0], [{**asdict(r), "gb_per_s": r.gb_per_s} for r in result.bandwidth])
-    write_csv(paths[1], [{**asdict(r), "bytes_per_step": r.bytes_per_step}
-                         for r in result.feed])
-    paths[2].write_text(json.dumps(result.to_json(), indent=1), encoding="utf-8")
+def transfer_report(result: TransferResult) -> Report:
+    """The table, transfer.csv (bandwidth), transfer_feed.csv, transfer.json and transfer.png."""
+    return Report(
+        transfer_table(result),
+        csv={"transfer.csv": Csv([{**asdict(r), "gb_per_s": r.gb_per_s}
+                                  for r in result.bandwidth]),
+             "transfer_feed.csv": Csv([{**asdict(r), "bytes_per_step": r.bytes_per_step}
+                                       for r in result.feed])},
+        json={"transfer.json": Json(result.to_json())},
+        plots={"transfer.png": lambda path: plot_transfer(result, path)},
+        status=0 if result.bandwidth else 1)
+
+
+def plot_transfer(result: TransferResult, path: Path) -> None:
+    """Copy bandwidth against size; the feed_dict and Variables steps with their bytes."""
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     series: dict[str, list[BandwidthRow]] = {}
@@ -522,48 +516,41 @@ def write_transfer_outputs(result: TransferResult, out: Path) -> list[Path]:
                      color=["tab:red" if r.variant == "feed" else "tab:green"
                             for r in result.feed])
     for patch, feed_row in zip(bars, result.feed):
-        right.annotate(_format_bytes(feed_row.bytes_per_step) + "/step",
+        right.annotate(format_bytes(feed_row.bytes_per_step, ".3g") + "/step",
                        (patch.get_x() + patch.get_width() / 2, patch.get_height()),
                        ha="center", va="bottom", fontsize="small")
     right.set_ylabel("ms per training step")
     right.set_title("N={}, D={}, H={}, D_out={}: feed_dict vs Variables".format(
         *SIZES[LECTURE_SIZE]))
     fig.tight_layout()
-    fig.savefig(paths[3], dpi=110)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
-    return paths
 
 
 # --------------------------------------------------------------------------- the command
 
 
-def add_transfer(kinds: Any) -> None:
-    """``edu-dl bench transfer``."""
-    p = kinds.add_parser(
-        "transfer",
-        help="host<->device copy bandwidth, copy vs compute, feed_dict vs Variables",
-        description="H2D/D2H bandwidth over sizes on a CUDA GPU (host memcpy where there is "
-        "none), copy time against matmul time, and the TF 1.x lesson: weights fed every step "
-        "vs kept in the graph, in edu_dl.graph and tf.compat.v1.")
-    p.add_argument("--frameworks", type=comma_list(FEED_FRAMEWORKS, "framework"),
-                   default=list(FEED_FRAMEWORKS),
-                   help="for feed vs Variables (default: edu_dl,tf)")
-    add_flags(p, files="transfer.md, transfer.csv, transfer_feed.csv, transfer.json and "
-              "transfer.png", repeats=(5, 2), device=None, timeout=True,
-              device_help="cpu: host copies only; gpu: insist on a GPU (one sentence and status "
-              "1 without one); default: the GPU where there is one")
-    p.set_defaults(handler=run_transfer_command)
-
-
-def run_transfer_command(args: argparse.Namespace) -> int:
-    if device_of(args, "transfer") is None:
-        return 1
-    result = run_transfer(args.frameworks, repeats_of(args, 5, 2), args.quick,
+def measure_transfer(args: argparse.Namespace, device: Device) -> Report:
+    result = run_transfer(args.frameworks, args.repeats, args.quick,
                           not args.no_progress, args.device == "cpu", args.timeout)
-    finish("transfer", transfer_table(result), args.out,
-           [lambda out: write_transfer_outputs(result, out)])
+    report = transfer_report(result)
     if args.device == "gpu" and result.gpu is None:
         print(f"bench transfer --device gpu: no GPU transfer could be measured "
               f"({result.no_gpu_reason}).", file=sys.stderr)
-        return 1
-    return 0 if result.bandwidth else 1
+        report.status = 1
+    return report
+
+
+TRANSFER = Benchmark(
+    "transfer", "host<->device copy bandwidth, copy vs compute, feed_dict vs Variables",
+    "H2D/D2H bandwidth over sizes on a CUDA GPU (host memcpy where there is none), copy time "
+    "against matmul time, and the TF 1.x lesson: weights fed every step vs kept in the graph, "
+    "in edu_dl.graph and tf.compat.v1.",
+    measure_transfer, files=("transfer.csv", "transfer_feed.csv", "transfer.json",
+                             "transfer.png"),
+    flags=lambda p: p.add_argument(
+        "--frameworks", type=comma_list(FEED_FRAMEWORKS, "framework"),
+        default=list(FEED_FRAMEWORKS), help="for feed vs Variables (default: edu_dl,tf)"),
+    repeats=(5, 2), device=None, timeout=True,
+    device_help="cpu: host copies only; gpu: insist on a GPU (one sentence and status 1 without "
+    "one); default: the GPU where there is one")

@@ -12,17 +12,15 @@ and write CSV, JSON and a PNG.
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from edu_dl.bench.common import add_flags, device_of, finish, progress, pyplot
+from edu_dl.bench.common import each
 from edu_dl.bench.device import Device
+from edu_dl.bench.report import Benchmark, Csv, Json, Refused, Report, pyplot
 from edu_dl.models import spec as models
 from edu_dl.twins import TWINS, get_twin
 from edu_dl.util.worker import WorkerError, run_in_worker
@@ -36,6 +34,7 @@ SPECS: dict[str, models.ModelSpec] = {
 }
 WARMUP_STEPS = 3
 DEFAULT_STEPS, QUICK_STEPS = 20, 3
+COLUMNS = ("twin", "seconds", "ratio", "first_loss", "last_loss", "error")  # of twins.csv
 SYNCED = ("each step is timed up to its loss copied to the host (a twin's own step timer), "
           "which on a GPU waits for the step's kernels")
 
@@ -87,11 +86,7 @@ def twins_table(results: list[dict[str, Any]], args: argparse.Namespace,
     return "\n".join(lines) + "\n"
 
 
-def add_twins(kinds: Any) -> None:
-    p = kinds.add_parser(
-        "twins", help="seconds per training step of every twin on one shared model",
-        description="Train the shared model with every twin, each in its own process, and "
-        "compare seconds per step with NumPy by hand.")
+def twins_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", choices=list(SPECS), default="lecture_torch")
     p.add_argument("--twins", default=",".join(TWINS),
                    help=f"comma-separated twins (default: all: {','.join(TWINS)})")
@@ -100,53 +95,35 @@ def add_twins(kinds: Any) -> None:
                    f"{DEFAULT_STEPS}, with --quick {QUICK_STEPS})")
     p.add_argument("--optimizer", choices=models.OPTIMIZERS, default="sgd")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
-    add_flags(p, files="twins.md, twins.csv, twins.json and twins.png", timeout=True,
-              out_default=Path("benchmarks/twins"), quick=f"{QUICK_STEPS} timed steps")
-    p.set_defaults(handler=run_bench_twins)
 
 
-def run_bench_twins(args: argparse.Namespace) -> int:
+def measure_twins(args: argparse.Namespace, device: Device) -> Report:
     twins = [t.strip() for t in args.twins.split(",") if t.strip()]
     unknown = [t for t in twins if t not in TWINS]
     if unknown or not twins:
-        print(f"error: unknown twin(s) {unknown}; choose from {', '.join(TWINS)}",
-              file=sys.stderr)
-        return 2
+        raise Refused(f"error: unknown twin(s) {unknown}; choose from {', '.join(TWINS)}")
     args.steps = args.steps if args.steps is not None else (
         QUICK_STEPS if args.quick else DEFAULT_STEPS)
     if args.steps < 1:
-        print("error: --steps must be at least 1", file=sys.stderr)
-        return 2
-    device = device_of(args, "twins")
-    if device is None:
-        return 1
-    results = []
-    bar = progress(len(twins), "bench twins", not args.no_progress)
-    try:
-        for twin in twins:
-            bar.set_postfix_str(twin)
-            results.append(run_worker(twin, args, device))
-            bar.update()
-    finally:
-        bar.close()
-    text = twins_table(results, args, device)
+        raise Refused("error: --steps must be at least 1")
+    results = [run_worker(twin, args, device)
+               for twin in each(twins, "bench twins", not args.no_progress)]
+    text = twins_table(results, args, device)  # adds each result's ratio
+    data = {"model": args.model, "optimizer": args.optimizer, "dtype": args.dtype,
+            "steps": args.steps, "device": device.kind, "fake": device.fake, "results": results}
+    return Report(text, json={"twins.json": Json(data, indent=2)},
+                  csv={"twins.csv": Csv(results, COLUMNS)},
+                  plots={"twins.png": lambda path: _plot([r for r in results if "seconds" in r],
+                                                         path, args.model)},
+                  status=0 if all("seconds" in r for r in results) else 1)
 
-    def write(out: Path) -> list[Path]:
-        paths = [out / "twins.json", out / "twins.csv", out / "twins.png"]
-        paths[0].write_text(json.dumps(
-            {"model": args.model, "optimizer": args.optimizer, "dtype": args.dtype,
-             "steps": args.steps, "device": device.kind, "fake": device.fake,
-             "results": results}, indent=2))
-        with open(paths[1], "w", newline="") as f:
-            writer = csv.DictWriter(f, ["twin", "seconds", "ratio", "first_loss", "last_loss",
-                                        "error"])
-            writer.writeheader()
-            writer.writerows(results)
-        _plot([r for r in results if "seconds" in r], paths[2], args.model)
-        return paths
 
-    finish("twins", text, args.out, [write])
-    return 0 if all("seconds" in r for r in results) else 1
+TWINS_BENCH = Benchmark(
+    "twins", "seconds per training step of every twin on one shared model",
+    "Train the shared model with every twin, each in its own process, and compare seconds per "
+    "step with NumPy by hand.",
+    measure_twins, flags=twins_flags, files=("twins.csv", "twins.json", "twins.png"),
+    timeout=True, out_default=Path("benchmarks/twins"), quick=f"{QUICK_STEPS} timed steps")
 
 
 def _plot(results: list[dict[str, Any]], path: Path, model: str) -> None:

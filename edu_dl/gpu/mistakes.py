@@ -9,8 +9,7 @@ The three classics and how each shows (sizes not a multiple of the block expose 
   ``edu_dl.gpu.simulator`` fills with NaN, so NaN appears in the result.
 
 Pure functions of NumPy arrays, so a grader can call them outside the student's process; the
-:class:`~edu_dl.grading.hints.Rule` subclasses here (:func:`hints`, :class:`CudaDiagnosed`) are
-generic data-only hints a release can carry: they compare a result with the expected one only.
+hints a release carries for them (Rules) are in ``edu_dl.harness.ex02b``.
 """
 
 from __future__ import annotations
@@ -19,8 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-
-from edu_dl.grading.hints import Rule
 
 RTOL, ATOL = 1e-5, 1e-5  # float32 sums in a different order than NumPy's
 
@@ -158,68 +155,3 @@ def diagnose(expected: Any, got: Any = None, *, error: str | None = None,
     first = tuple(int(i) for i in np.argwhere(bad)[0])
     return Diagnosis(False, None, f"{int(bad.sum())} of {bad.size} entries differ; first at "
                      f"{first}: expected {e[first]:.6g}, got {g[first]:.6g}")
-
-
-Block = tuple[int, ...] | int | None
-
-
-@dataclass(frozen=True)
-class CudaTransposed(Rule):
-    """The result is the expected one transposed (:func:`looks_transposed`): row and column
-    swapped."""
-
-    def test(self, expected: Any, got: Any, args: tuple[Any, ...]) -> bool:
-        return looks_transposed(expected, got)
-
-
-@dataclass(frozen=True)
-class CudaWrongAtEdges(Rule):
-    """Only entries in the last partial blocks are wrong (:func:`wrong_only_at_edges`) for the
-    launch's ``block`` (or, with ``block_arg``, the block size the case's argument
-    ``block_arg`` holds, on every axis)."""
-
-    block: Block = None
-    block_arg: int | None = None
-
-    def test(self, expected: Any, got: Any, args: tuple[Any, ...]) -> bool:
-        block = _block(expected, args, self.block, self.block_arg)
-        return block is not None and wrong_only_at_edges(expected, got, block)
-
-
-@dataclass(frozen=True)
-class CudaNaN(Rule):
-    """NaN in the result where the expected value is a number (:func:`has_nan`)."""
-
-    def test(self, expected: Any, got: Any, args: tuple[Any, ...]) -> bool:
-        return has_nan(expected, got)
-
-
-@dataclass(frozen=True)
-class CudaDiagnosed(Rule):
-    """:func:`diagnose` names this ``mistake`` ('swapped_indices', 'edges',
-    'missing_syncthreads', ...), with the block size ``block`` or the one the case's argument
-    ``block_arg`` holds (on every axis of the result)."""
-
-    mistake: str = ""
-    block: Block = None
-    block_arg: int | None = None
-
-    def test(self, expected: Any, got: Any, args: tuple[Any, ...]) -> bool:
-        block = _block(expected, args, self.block, self.block_arg)
-        return diagnose(expected, got, block=block).mistake == self.mistake
-
-
-def _block(expected: Any, args: tuple[Any, ...], block: Block, block_arg: int | None) -> Block:
-    """The fixed ``block``, else the case's argument ``block_arg`` on every axis of the result."""
-    if block_arg is None:
-        return block
-    return (int(args[block_arg]),) * np.ndim(expected)
-
-
-def hints(block: Block = None) -> tuple[Rule, ...]:
-    """The mistakes above as hints for a Part (Rules: generic, so a release can carry them)."""
-    out: list[Rule] = [CudaTransposed(TRANSPOSE_HINT)]
-    if block is not None:
-        out.append(CudaWrongAtEdges(EDGE_HINT, block=block))
-    out.append(CudaNaN(SYNC_HINT))
-    return tuple(out)

@@ -143,3 +143,71 @@ class LastLineUnwritten(Rule):
             return False
         return bool(nan[-1].all() and not nan[:-1].any()) or bool(
             nan[:, -1].all() and not nan[:, :-1].any())
+
+
+# --------------------------------------------------------------------------- the mistakes as hints
+
+
+Block = tuple[int, ...] | int | None
+
+
+@dataclass(frozen=True)
+class CudaTransposed(Rule):
+    """The result is the expected one transposed (``mistakes.looks_transposed``): row and column
+    swapped."""
+
+    def test(self, expected: Any, got: Any, args: tuple[Any, ...]) -> bool:
+        return mistakes.looks_transposed(expected, got)
+
+
+@dataclass(frozen=True)
+class CudaWrongAtEdges(Rule):
+    """Only entries in the last partial blocks are wrong (``mistakes.wrong_only_at_edges``) for the
+    launch's ``block`` (or, with ``block_arg``, the block size the case's argument
+    ``block_arg`` holds, on every axis)."""
+
+    block: Block = None
+    block_arg: int | None = None
+
+    def test(self, expected: Any, got: Any, args: tuple[Any, ...]) -> bool:
+        block = _block(expected, args, self.block, self.block_arg)
+        return block is not None and mistakes.wrong_only_at_edges(expected, got, block)
+
+
+@dataclass(frozen=True)
+class CudaNaN(Rule):
+    """NaN in the result where the expected value is a number (``mistakes.has_nan``)."""
+
+    def test(self, expected: Any, got: Any, args: tuple[Any, ...]) -> bool:
+        return mistakes.has_nan(expected, got)
+
+
+@dataclass(frozen=True)
+class CudaDiagnosed(Rule):
+    """``mistakes.diagnose`` names this ``mistake`` ('swapped_indices', 'edges',
+    'missing_syncthreads', ...), with the block size ``block`` or the one the case's argument
+    ``block_arg`` holds (on every axis of the result)."""
+
+    mistake: str = ""
+    block: Block = None
+    block_arg: int | None = None
+
+    def test(self, expected: Any, got: Any, args: tuple[Any, ...]) -> bool:
+        block = _block(expected, args, self.block, self.block_arg)
+        return mistakes.diagnose(expected, got, block=block).mistake == self.mistake
+
+
+def _block(expected: Any, args: tuple[Any, ...], block: Block, block_arg: int | None) -> Block:
+    """The fixed ``block``, else the case's argument ``block_arg`` on every axis of the result."""
+    if block_arg is None:
+        return block
+    return (int(args[block_arg]),) * np.ndim(expected)
+
+
+def hints(block: Block = None) -> tuple[Rule, ...]:
+    """The mistakes above as hints for a Part (Rules: generic, so a release can carry them)."""
+    out: list[Rule] = [CudaTransposed(mistakes.TRANSPOSE_HINT)]
+    if block is not None:
+        out.append(CudaWrongAtEdges(mistakes.EDGE_HINT, block=block))
+    out.append(CudaNaN(mistakes.SYNC_HINT))
+    return tuple(out)

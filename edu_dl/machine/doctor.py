@@ -12,13 +12,13 @@ import json
 import shutil
 import sys
 import textwrap
-from collections.abc import Sequence
 from typing import Any
 
 from edu_dl.machine import hardware as hw
 from edu_dl.machine import probes as gp
 from edu_dl.machine.hardware import Fact, machine_label
 from edu_dl.util.args import positive
+from edu_dl.util.tables import table
 from edu_dl.util.units import format_bytes
 
 Subparsers = Any  # argparse's _SubParsersAction is private
@@ -99,31 +99,6 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- render
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int | None = None,
-          wrap: int | None = None) -> str:
-    """A plain aligned text table with a rule under the header.
-
-    With ``width`` and ``wrap`` (a column's index), that column's cells are wrapped onto more
-    lines where the table would be wider than ``width``.
-    """
-    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
-    cells = [[[str(c)] for c in r] for r in rows]
-    if width is not None and wrap is not None:
-        others = sum(w for i, w in enumerate(widths) if i != wrap) + 2 * (len(widths) - 1)
-        fit = max(len(str(headers[wrap])), width - others)
-        if widths[wrap] > fit:
-            widths[wrap] = fit
-            for row in cells:
-                row[wrap] = textwrap.wrap(row[wrap][0], fit, break_on_hyphens=False) or [""]
-    lines = ["  ".join(str(h).ljust(w) for h, w in zip(headers, widths)).rstrip()]
-    lines.append("  ".join("-" * w for w in widths))
-    for row in cells:
-        for k in range(max(len(c) for c in row)):
-            lines.append("  ".join((c[k] if k < len(c) else "").ljust(w)
-                                   for c, w in zip(row, widths)).rstrip())
-    return "\n".join(lines)
 
 
 def _fact(d: dict[str, Any], fmt: str = "{}") -> str:

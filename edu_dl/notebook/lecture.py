@@ -149,7 +149,7 @@ def with_framework(name: str, fn: Callable[[], T], what: str = "this section") -
 def recorded_gpu(benchmark: str, device: str | None = None) -> dict[str, Any] | None:
     """A result recorded on a real GPU under benchmarks/gpu/ (see edu_dl.bench.record), with a
     ``label`` naming device, date, versions and the command; None, after one sentence, if none."""
-    from edu_dl.bench.record import recorded
+    from edu_dl.machine.recorded import recorded
 
     try:
         result = recorded(benchmark, device)

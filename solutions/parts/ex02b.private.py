@@ -28,12 +28,13 @@ from typing import Any
 import numpy as np
 
 from edu_dl.gpu import mistakes
-from edu_dl.gpu.mistakes import CudaDiagnosed, CudaNaN
 from edu_dl.grading.hints import EqualsArgument, Mistake
 from edu_dl.grading.spec import Part, tolerance
 from edu_dl.harness.ex02b import (
     KERNEL_SOURCE,
     ROW_SUM_SOURCE,
+    CudaDiagnosed,
+    CudaNaN,
     LastLineUnwritten,
     call_leaky,
     call_linear_relu,

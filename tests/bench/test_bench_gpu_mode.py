@@ -14,6 +14,7 @@ from edu_dl.bench import kernels, record
 from edu_dl.bench.common import TIMES
 from edu_dl.bench.device import FAKE_GPU_ENV, Device, get_device, gpu_missing
 from edu_dl.cli import main
+from edu_dl.machine import recorded
 
 ROOT = Path(__file__).resolve().parents[2]
 H100 = ROOT / "benchmarks" / "gpu" / "nvidia-h100-80gb-hbm3"
@@ -118,7 +119,7 @@ def test_record_gpu_on_a_fake_gpu_writes_results_and_provenance(
     folder = record.record_gpu(out, quick=True, only=["kernels", "transfer"],
                                device=get_device("gpu"), log=lambda text: None)
     assert folder == out / "fake-gpu" and not (folder / "stale").exists()
-    facts = record.read_provenance(folder)
+    facts = recorded.read_provenance(folder)
     for key in ("device", "driver", "versions", "commit", "date", "python", "total"):
         assert facts[key], key
     assert facts["status kernels"].startswith("ok")
@@ -126,24 +127,24 @@ def test_record_gpu_on_a_fake_gpu_writes_results_and_provenance(
     assert facts["status transfer"].startswith("exit status 1")
     assert facts["command kernels"].startswith("edu-dl bench kernels --device gpu --quick")
     assert (folder / "kernels" / "kernels.md").is_file()
-    got = record.recorded("kernels", root=tmp_path)
+    got = recorded.recorded("kernels", root=tmp_path)
     assert got["folder"] == folder and got["data"]["fake"] is True
     text = record.results_markdown(tmp_path)
     assert "## On the GPU: fake GPU" in text and "### kernels" in text
     over = record.record_gpu(out, quick=True, only=["kernels"], budget_s=0.0,
                              device=get_device("gpu"), log=lambda text: None)
-    assert record.read_provenance(over)["status kernels"].startswith("skipped")
+    assert recorded.read_provenance(over)["status kernels"].startswith("skipped")
 
 
 def test_the_h100_record_is_complete_and_labelled() -> None:
-    facts = record.read_provenance(H100)
+    facts = recorded.read_provenance(H100)
     assert facts["commit"] == "e5ef6d5" and facts["python"] == "3.12.3"
     assert "torch 2.11" in facts["versions"] and "cupy-cuda13x 14.2" in facts["versions"]
     assert facts["driver"].startswith("580.159.04")
     assert facts["command engine_step_separate_script"].startswith("NOT the project's command")
     for name in ("matmul", "transfer", "loader", "parallel"):
         assert record.render_folder(H100 / name, name) is not None, name
-        assert record.recorded(name, "nvidia-h100-80gb-hbm3")["data"]
+        assert recorded.recorded(name, "nvidia-h100-80gb-hbm3")["data"]
     step = (H100 / "engine_step_separate_script" / "engine_step_gpu.txt").read_text()
     assert "0.82x cupy-hand" in step and "62.07x cupy-hand" in step
 

@@ -61,5 +61,12 @@ def test_the_gpu_mode_runs_on_a_fake_gpu(tmp_path: Path, capsys, monkeypatch) ->
 
 
 def test_gpu_without_one_says_so(capsys, monkeypatch) -> None:
-    monkeypatch.setattr(conv_bench, "device_of", lambda args, name: None)
+    from edu_dl import backend
+    from edu_dl.bench.device import FAKE_GPU_ENV
+
+    monkeypatch.delenv(FAKE_GPU_ENV, raising=False)
+    monkeypatch.setattr(backend, "gpu_status", lambda: (False, "no GPU in this test"))
     assert main(["bench", "conv", "--quick", "--device", "gpu"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and "edu-dl bench conv --device gpu: there is no NVIDIA GPU here that " \
+        "edu_dl can use (no GPU in this test)" in err

@@ -210,7 +210,7 @@ def test_bench_parallel_command_is_registered_and_refuses_an_uneven_split(capsys
 
 
 def test_bench_parallel_table_and_outputs(tmp_path):
-    from edu_dl.bench.parallel import Row, table, write_outputs
+    from edu_dl.bench.parallel import Row, parallel_report, table
 
     rows = [
         Row("single", 1, 64, 2.5, 0.1, 0.5, 0.0, [3.0, 1.0, 0.5]),
@@ -218,6 +218,6 @@ def test_bench_parallel_table_and_outputs(tmp_path):
     ]
     text = table(rows, steps=3)
     assert "| ddp | 2 | 32 | 4 | 6 | 0.5 | 2.0e-16 |" in text
-    json_path, png_path = write_outputs(rows, tmp_path / "out")
+    _, json_path, png_path = parallel_report(rows, text).write("parallel", tmp_path / "out")
     assert json.loads(json_path.read_text())[1]["rows_each"] == 32
     assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

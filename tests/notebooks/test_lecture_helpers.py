@@ -59,7 +59,7 @@ def test_the_cupy_probe_gives_the_backends_reason(monkeypatch, status, missing):
     """The lecture's CuPy probe answers from backend.gpu_status(), on any machine: each state
     is made here (it once compared the probe with the backend on this machine only, which holds
     by construction and so could not fail)."""
-    monkeypatch.setattr(backend, "gpu_status", lambda: status)
+    fake_gpu_status(monkeypatch, {"cupy": None if status[0] else status[1]})
     assert lecture.gpu_missing(("cupy",)) == missing
 
 
@@ -83,14 +83,14 @@ def test_with_framework_runs_or_says_one_sentence(capsys):
 
 
 def test_recorded_gpu_is_labelled(tmp_path, monkeypatch, capsys):
-    from edu_dl.bench import record
+    from edu_dl.machine import recorded
 
     folder = tmp_path / "gpu" / "some-gpu"
     (folder / "matmul").mkdir(parents=True)
     (folder / "matmul" / "matmul.json").write_text('{"x": 1}')
     (folder / "PROVENANCE").write_text("device: Some GPU\ndate: 2026-11-24\n"
                                        "versions: torch 9\ncommand matmul: edu-dl bench matmul\n")
-    monkeypatch.setattr(record, "recorded", functools.partial(record.recorded, root=tmp_path))
+    monkeypatch.setattr(recorded, "recorded", functools.partial(recorded.recorded, root=tmp_path))
     result = lecture.recorded_gpu("matmul")
     assert result["data"] == {"x": 1}
     assert result["label"] == ("recorded on Some GPU (2026-11-24; torch 9) by: "

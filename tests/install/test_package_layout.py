@@ -1,0 +1,174 @@
+"""The package's shape (issue 27): homes by role, a map that names every module, layers one way.
+
+These read the source, not the running package: an import added anywhere, even inside a function,
+counts, and a module added without a line in the README's map fails here.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "edu_dl"
+
+# Layers, bottom first: a module may import its own layer and the ones below, never above.
+LAYERS: list[set[str]] = [
+    {"util", "backend"},
+    {"autograd", "graph", "nn", "optim", "data", ""},
+    {"models", "machine", "gpu", "twins", "caffe", "parallel", "notebook", "speed"},
+    {"harness", "bench", "grading"},
+    {"cli"},
+]
+# Tools that must not import each other although they share a layer.
+APART = [("bench", "grading"), ("grading", "bench"), ("bench", "harness"), ("harness", "bench")]
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        if "__pycache__" in path.parts:
+            continue
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def home(module: str) -> str:
+    """A module's top-level home: ``edu_dl.gpu.timing`` -> ``gpu``; the package -> ``""``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def imports(path: Path, known: dict[str, Path]) -> set[str]:
+    """Every edu_dl module ``path`` imports, at the top or inside a function."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            # `from edu_dl import backend` imports the module backend; `from edu_dl import
+            # Tensor` imports the package's __init__ (the parent package itself, which every
+            # submodule's import runs first, is not counted as an edge).
+            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known
+                     else node.module for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        for name in names:
+            if name.split(".")[0] != "edu_dl":
+                continue
+            while name not in known and "." in name:
+                name = name.rsplit(".", 1)[0]
+            found.add(name)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imports(path, known) - {name} for name, path in known.items()}
+
+
+def layer_of(module: str) -> int:
+    for rank, homes in enumerate(LAYERS):
+        if home(module) in homes:
+            return rank
+    raise AssertionError(f"{module}: its home {home(module)!r} is in no layer of this test")
+
+
+def test_no_relative_imports() -> None:
+    relative = [f"{path.relative_to(ROOT)}:{node.lineno}"
+                for path in modules().values()
+                for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                if isinstance(node, ast.ImportFrom) and node.level]
+    assert relative == [], "absolute imports survive a module's move: " + ", ".join(relative)
+
+
+def test_at_most_eight_modules_at_the_top() -> None:
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 8, top
+
+
+def test_layers_point_one_way() -> None:
+    upward = [f"{a} -> {b}" for a, targets in graph().items() for b in targets
+              if layer_of(b) > layer_of(a)]
+    assert upward == [], "imports that point up a layer:\n" + "\n".join(sorted(upward))
+
+
+@pytest.mark.parametrize(("importer", "imported"), APART)
+def test_tools_do_not_import_each_other(importer: str, imported: str) -> None:
+    found = [f"{a} -> {b}" for a, targets in graph().items() if home(a) == importer
+             for b in targets if home(b) == imported]
+    assert found == []
+
+
+def test_no_import_cycles() -> None:
+    """Tarjan's strongly connected components over every import, function-level ones included."""
+    edges = graph()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    assert cycles == []
+
+
+def readme_map() -> set[str]:
+    """The module paths the README's package map names (relative to edu_dl/)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"## The package\n.*?```text\n(.*?)```", text, re.S)
+    assert block, "README.md has no '## The package' section with a ```text map"
+    listed: set[str] = set()
+    folders: list[tuple[int, str]] = []
+    for line in block.group(1).splitlines():
+        names = line.strip().split("  ")[0]  # "load.py, collect.py  what they do" -> the names
+        if not names or not re.fullmatch(r"[\w./]+(, [\w./]+)*", names):
+            continue
+        indent = len(line) - len(line.lstrip())
+        while folders and folders[-1][0] >= indent:
+            folders.pop()
+        prefix = "".join(name for _, name in folders)
+        for name in names.split(", "):
+            if name.endswith("/"):
+                listed.add(prefix + name)
+            elif name.endswith(".py"):
+                listed.add(prefix + name)
+        if names.endswith("/") and ", " not in names:
+            folders.append((indent, names))
+    return listed
+
+
+def test_the_readme_map_names_every_module() -> None:
+    listed = readme_map()
+    actual = {str(p.relative_to(PACKAGE)) for p in modules().values()
+              if p.name != "__init__.py" and not p.name.endswith("_pb2.py")}
+    folders = {str(p.parent.relative_to(PACKAGE)) + "/" for p in modules().values()
+               if p.name == "__init__.py" and p.parent != PACKAGE}
+    assert sorted(actual - listed) == [], "modules the README's map leaves out"
+    assert sorted(listed - actual - folders) == [], "the README's map names what is not there"
