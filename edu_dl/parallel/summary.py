@@ -34,8 +34,9 @@ def pitfalls(
         "fit on eight either (that needs model, pipeline or tensor parallelism)."
     )
     transfer = (
-        "2. Transfer bottlenecks: every step, every gradient crosses between devices (over PCIe "
-        "through host memory unless the GPUs have NVLink); the batch crosses from CPU to GPU."
+        "2. Transfer bottlenecks: every step, every gradient crosses between devices (over NVLink, "
+        "or over PCIe: directly between GPUs where peer-to-peer access is supported, else through "
+        "host memory); the batch crosses from CPU to GPU."
     )
     unstable = (
         "3. Instability with many GPUs: R devices make the global batch R times larger, which "

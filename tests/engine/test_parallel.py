@@ -186,6 +186,8 @@ def test_pitfalls_names_the_lectures_pitfalls_and_quotes_measured_numbers(single
         "Parallelizing correctly",
     ):
         assert phrase in generic
+    # GPUs on one PCIe bus can exchange gradients directly (peer-to-peer), not only via the host.
+    assert "directly between GPUs where peer-to-peer access is supported" in generic
     # A hand-made 4-worker result: the numbers must come from it, not from a template.
     parallel = train_single(PROBLEM, steps=STEPS, lr=LR)
     parallel.world_size, parallel.rows_per_rank = 4, [4, 4, 4, 4]
