@@ -140,7 +140,7 @@ def test_no_import_cycles() -> None:
 
 
 def readme_map() -> set[str]:
-    """The module paths the README's package map names (relative to edu_dl/)."""
+    """The paths the README's package map names (relative to the repository)."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     block = re.search(r"## The package\n.*?```text\n(.*?)```", text, re.S)
     assert block, "README.md has no '## The package' section with a ```text map"
@@ -166,9 +166,10 @@ def readme_map() -> set[str]:
 
 def test_the_readme_map_names_every_module() -> None:
     listed = readme_map()
-    actual = {str(p.relative_to(PACKAGE)) for p in modules().values()
-              if p.name != "__init__.py" and not p.name.endswith("_pb2.py")}
-    folders = {str(p.parent.relative_to(PACKAGE)) + "/" for p in modules().values()
-               if p.name == "__init__.py" and p.parent != PACKAGE}
+    files = [p for p in modules().values() if not p.name.endswith("_pb2.py")]  # generated
+    actual = {str(p.relative_to(ROOT)) for p in files
+              if p.name != "__init__.py" or p.parent == PACKAGE}
+    folders = {str(p.parent.relative_to(ROOT)) + "/" for p in files if p.name == "__init__.py"}
     assert sorted(actual - listed) == [], "modules the README's map leaves out"
+    assert sorted(folders - listed) == [], "folders the README's map leaves out"
     assert sorted(listed - actual - folders) == [], "the README's map names what is not there"
