@@ -147,17 +147,19 @@ def test_needs_without_a_name_is_a_usage_error(shell, capsys):
 
 def test_limit_threads_caps_blas_and_torch_and_restores_them():
     torch = pytest.importorskip("torch")
-    from threadpoolctl import threadpool_info
+    from threadpoolctl import threadpool_info, threadpool_limits
 
     def blas_threads():
         return {pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"}
 
     torch.set_num_threads(2)
-    before = blas_threads()
-    with lecture.limit_threads(1):
-        assert blas_threads() == {1}
-        assert torch.get_num_threads() == 1
-    assert blas_threads() == before and torch.get_num_threads() == 2
+    with threadpool_limits(limits=2):  # two threads before, whatever OMP_NUM_THREADS says
+        before = blas_threads()
+        assert before == {2}
+        with lecture.limit_threads(1):
+            assert blas_threads() == {1}
+            assert torch.get_num_threads() == 1
+        assert blas_threads() == before and torch.get_num_threads() == 2
 
 
 @pytest.mark.parametrize(("load", "expected"), [(0.5, None), (2.0, None), (2.5, 1)])
