@@ -175,7 +175,7 @@ def test_threads_if_busy_caps_only_when_load_exceeds_the_cores(monkeypatch, caps
     out = capsys.readouterr().out
     assert (out == "") == (expected is None)
     if expected:
-        assert "1-minute load average 2.5 on 2 usable cores" in out
+        assert "1-minute load average 2.50 on 2 usable cores" in out
 
 
 # --------------------------------------------------------------------------- provenance
@@ -192,3 +192,23 @@ def test_provenance_is_shown_in_full_once_then_referred_to(monkeypatch, capsys):
         "recorded on the same Some GPU as above (2026-11-24) by: edu-dl bench transfer",
         "recorded on Some GPU (9 SMs) (2026-12-01; torch 9) by: probe",
     ]
+
+
+# --------------------------------------------------------------------------- progress bars
+
+
+@pytest.mark.parametrize("bar", ["tqdm.std", "tqdm.notebook"])
+def test_progress_is_off_under_tqdm_disable_even_for_the_notebook_bar(monkeypatch, bar):
+    import importlib
+
+    import tqdm.auto
+
+    # tqdm.auto picks the notebook bar in a Jupyter kernel, the text bar elsewhere
+    monkeypatch.setattr(tqdm.auto, "tqdm", importlib.import_module(bar).tqdm)
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    assert list(lecture.progress(range(3), desc="steps")) == [0, 1, 2]
+    assert lecture.progress(range(3)).disable
+    monkeypatch.delenv("TQDM_DISABLE")
+    shown = lecture.progress(range(3), desc="steps")
+    assert not shown.disable
+    shown.close()

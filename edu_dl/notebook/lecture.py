@@ -3,13 +3,17 @@
 Every notebook starts with ``from edu_dl.notebook.lecture import setup; setup()``, which also
 registers the ``%%needs`` cell magic: a cell that starts with ``%%needs tensorflow`` runs unchanged
 where TensorFlow imports and is skipped, after one sentence, where it does not.
+
+The plumbing a lecture needs stays one line each: ``limit_threads(1)`` (or ``with
+limit_threads(1):``), ``threads=threads_if_busy()``, ``for x in progress(items, desc=...)`` and
+``show_provenance(recorded_gpu("matmul"))``-style provenance, printed in full once per lecture.
 """
 
 from __future__ import annotations
 
 import os
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import numpy as np
@@ -240,9 +244,25 @@ def threads_if_busy() -> int | None:
     load, cores = os.getloadavg()[0], hardware.read_cpu().usable_cores.value
     if load <= cores:
         return None
-    print(f"The machine is busy (1-minute load average {load:.1f} on {cores} usable cores), so "
+    print(f"The machine is busy (1-minute load average {load:.2f} on {cores} usable cores), so "
           "each library is capped at one thread.")
     return 1
+
+
+# --------------------------------------------------------------------------- progress bars
+
+
+def progress(iterable: Iterable[T], **options: Any) -> Iterable[T]:
+    """``tqdm.auto``'s bar over ``iterable`` (a widget in Jupyter), off when TQDM_DISABLE is set.
+
+    Notebook tests and ``make notebooks`` set TQDM_DISABLE=1, as bars print rates that differ on
+    every run; tqdm's notebook bar passes ``disable=False`` itself and so ignores that variable
+    (tqdm 4.70), hence this one line instead of ``disable=progress_disabled()`` in every loop."""
+    from tqdm.auto import tqdm
+
+    from edu_dl.util.progress import progress_disabled
+
+    return tqdm(iterable, disable=progress_disabled(), **options)
 
 
 # --------------------------------------------------------------------------- recorded GPU results
