@@ -10,6 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from addresses import BRANCH, PROJECT, REPOSITORY  # pyproject.toml's, as read there
+from needs_lexer import CourseIPythonLexer
 
 COLAB = "https://colab.research.google.com"
 
@@ -71,3 +72,5 @@ def open_the_notebook(app, pagename, templatename, context, doctree):
 
 def setup(app):
     app.connect("html-page-context", open_the_notebook)
+    # the notebooks' language (ipython3), with `%%needs` cells highlighted as Python
+    app.add_lexer("ipython3", CourseIPythonLexer)

@@ -1,13 +1,19 @@
 """Small helpers the lecture notebooks share: quiet TensorFlow, one plot style, GPU fallbacks.
 
-Every notebook starts with ``from edu_dl.notebook.lecture import setup; setup()``.
+Every notebook starts with ``from edu_dl.notebook.lecture import setup; setup()``, which also
+registers the ``%%needs`` cell magic: a cell that starts with ``%%needs tensorflow`` runs unchanged
+where TensorFlow imports and is skipped, after one sentence, where it does not.
+
+The plumbing a lecture needs stays one line each: ``limit_threads(1)`` (or ``with
+limit_threads(1):``), ``threads=threads_if_busy()``, ``for x in progress(items, desc=...)`` and
+``show_provenance(recorded_gpu("matmul"))``-style provenance, printed in full once per lecture.
 """
 
 from __future__ import annotations
 
 import os
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import numpy as np
@@ -61,9 +67,11 @@ def plot_style() -> None:
 
 
 def setup(seed: int = 0) -> np.random.Generator:
-    """Quiet TensorFlow, set the plot style, seed everything; returns a seeded Generator."""
+    """Quiet TensorFlow, set the plot style, seed everything, register ``%%needs`` (in IPython);
+    returns a seeded Generator."""
     quiet_tensorflow()
     plot_style()
+    register_needs_magic()
     return seed_everything(seed)
 
 
@@ -130,6 +138,12 @@ def framework_missing(name: str) -> str | None:
     return None
 
 
+def _skipped(name: str, what: str) -> str:
+    """The one sentence printed instead of ``what`` when the framework ``name`` is missing."""
+    how = _FRAMEWORKS.get(name, f"pip install {name}")
+    return f"{name} is missing here, so {what} is skipped (`{how}` brings it)."
+
+
 def with_framework(name: str, fn: Callable[[], T], what: str = "this section") -> T | None:
     """Run ``fn`` when ``name`` imports; otherwise print one sentence and return None.
 
@@ -137,10 +151,118 @@ def with_framework(name: str, fn: Callable[[], T], what: str = "this section") -
     check the returned value (None when skipped)."""
     reason = framework_missing(name)
     if reason is not None:
-        how = _FRAMEWORKS.get(name, f"pip install {name}")
-        print(f"{name} is missing here, so {what} is skipped (`{how}` brings it).")
+        print(_skipped(name, what))
         return None
     return fn()
+
+
+class CellFailed(Exception):
+    """Raised by ``%%needs`` when the cell it ran failed, so that the notebook run stops there.
+
+    The cell's own traceback is already on screen; this one renders as a single line."""
+
+    def _render_traceback_(self) -> list[str]:  # IPython shows this instead of a second traceback
+        return [f"{type(self).__name__}: {self}"]
+
+
+def needs(line: str, cell: str) -> None:
+    """The ``%%needs tensorflow`` cell magic (``%%needs torch cupy`` for several frameworks).
+
+    Runs the cell unchanged, in the notebook's namespace, when every named framework imports;
+    otherwise prints one sentence and skips it. Cells that use a skipped cell's names start with
+    the same line, so they skip too instead of failing with NameError."""
+    from IPython import get_ipython
+    from IPython.core.error import UsageError
+
+    names = line.split()
+    if not names:
+        raise UsageError("%%needs takes import names, for example: %%needs tensorflow")
+    for name in names:
+        if framework_missing(name) is not None:
+            print(_skipped(name, "this cell"))
+            return
+    result = get_ipython().run_cell(cell, store_history=False)
+    if not result.success:
+        raise CellFailed("this cell failed (its traceback is above)")
+
+
+def register_needs_magic() -> None:
+    """Make ``%%needs`` available in the running IPython kernel; nothing outside IPython."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None:
+        shell.register_magic_function(needs, magic_kind="cell", magic_name="needs")
+
+
+# --------------------------------------------------------------------------- threads and load
+
+# Lectures time code on small shared machines (two cores in CI and on many laptops). Capping the
+# thread pools keeps idle BLAS threads from spinning against the lecture's own reader threads, and
+# gives frameworks compared side by side the same CPU, as `edu-dl bench` does.
+
+
+class ThreadLimit:
+    """Caps BLAS/OpenMP pools (threadpoolctl) and PyTorch's intra-op threads, if PyTorch is
+    imported, at ``threads``; stays in force until ``restore()`` or the end of a ``with`` block."""
+
+    def __init__(self, threads: int) -> None:
+        import sys
+
+        from threadpoolctl import threadpool_limits
+
+        self._pools = threadpool_limits(limits=threads)
+        self._torch = sys.modules.get("torch")
+        self._torch_threads = self._torch.get_num_threads() if self._torch else None
+        if self._torch is not None:
+            self._torch.set_num_threads(threads)
+
+    def restore(self) -> None:
+        self._pools.restore_original_limits()
+        if self._torch is not None:
+            self._torch.set_num_threads(self._torch_threads)
+
+    def __enter__(self) -> ThreadLimit:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.restore()
+
+
+def limit_threads(threads: int = 1) -> ThreadLimit:
+    """``limit_threads()`` for the rest of the lecture, ``with limit_threads():`` for one block."""
+    return ThreadLimit(threads)
+
+
+def threads_if_busy() -> int | None:
+    """1 (after one sentence saying why) when the machine's 1-minute load average exceeds its
+    usable cores, else None: the ``threads=`` for a benchmark that should not fight other work."""
+    from edu_dl.machine import hardware
+
+    load, cores = os.getloadavg()[0], hardware.read_cpu().usable_cores.value
+    if load <= cores:
+        return None
+    print(f"The machine is busy (1-minute load average {load:.2f} on {cores} usable cores), so "
+          "each library is capped at one thread.")
+    return 1
+
+
+# --------------------------------------------------------------------------- progress bars
+
+
+def progress(iterable: Iterable[T], **options: Any) -> Iterable[T]:
+    """``tqdm.auto``'s bar over ``iterable`` (a widget in Jupyter), off when TQDM_DISABLE is set.
+
+    Notebook tests and ``make notebooks`` set TQDM_DISABLE=1, as bars print rates that differ on
+    every run; tqdm's notebook bar passes ``disable=False`` itself and so ignores that variable
+    (tqdm 4.70), hence this one line instead of ``disable=progress_disabled()`` in every loop."""
+    from tqdm.auto import tqdm
+
+    from edu_dl.util.progress import progress_disabled
+
+    return tqdm(iterable, disable=progress_disabled(), **options)
 
 
 # --------------------------------------------------------------------------- recorded GPU results
@@ -158,7 +280,25 @@ def recorded_gpu(benchmark: str, device: str | None = None) -> dict[str, Any] | 
               "are shown.")
         return None
     facts = result["provenance"]
-    command = facts.get(f"command {benchmark}", "see PROVENANCE")
+    result["command"] = facts.get(f"command {benchmark}", "see PROVENANCE")
     result["label"] = (f"recorded on {facts.get('device', '?')} ({facts.get('date', '?')}; "
-                       f"{facts.get('versions', '?')}) by: {command}")
+                       f"{facts.get('versions', '?')}) by: {result['command']}")
     return result
+
+
+# The provenances this kernel (one lecture) has printed in full: the device, date and versions.
+_shown_provenance: set[tuple[str, str, str]] = set()
+
+
+def show_provenance(record: dict[str, Any]) -> None:
+    """Print where, when and with what ``record`` (from ``recorded_gpu``) was measured: in full the
+    first time a lecture shows that recording session, as one line referring back after that."""
+    facts = record["provenance"]
+    session = (facts.get("device", "?"), facts.get("date", "?"), facts.get("versions", "?"))
+    command = record.get("command", "see PROVENANCE")
+    if session in _shown_provenance:
+        device = session[0].split(" (")[0]
+        print(f"recorded on the same {device} as above ({session[1]}) by: {command}")
+        return
+    _shown_provenance.add(session)
+    print(f"recorded on {session[0]} ({session[1]}; {session[2]}) by: {command}")

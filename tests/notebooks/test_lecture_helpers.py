@@ -97,3 +97,124 @@ def test_recorded_gpu_is_labelled(tmp_path, monkeypatch, capsys):
                                "edu-dl bench matmul")
     assert lecture.recorded_gpu("loader") is None
     assert "No GPU recording of 'loader' exists yet" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- %%needs
+
+
+@pytest.fixture
+def shell():
+    """An in-process IPython shell with %%needs registered, as setup() leaves a kernel."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    ip = InteractiveShell.instance()
+    lecture.register_needs_magic()
+    yield ip
+    InteractiveShell.clear_instance()
+
+
+def test_needs_runs_the_cell_unchanged_when_the_framework_imports(shell, capsys):
+    result = shell.run_cell("%%needs numpy\nimport numpy as np\nanswer = int(np.int64(41) + 1)\n"
+                            "print('ran', answer)\nanswer")
+    assert result.success
+    assert shell.user_ns["answer"] == 42
+    out = capsys.readouterr().out
+    assert out.startswith("ran 42\nOut[") and out.endswith("]: 42\n")  # last expression shown
+
+
+def test_needs_skips_with_one_sentence_and_later_cells_skip_too(shell, capsys):
+    first = shell.run_cell("%%needs numpy no_such_framework_xyz\nimport numpy\nskipped = 1")
+    later = shell.run_cell("%%needs no_such_framework_xyz\nprint(skipped)")  # would be a NameError
+    assert first.success and later.success
+    assert "skipped" not in shell.user_ns and "numpy" not in shell.user_ns
+    out = capsys.readouterr().out
+    assert out == ("no_such_framework_xyz is missing here, so this cell is skipped "
+                   "(`pip install no_such_framework_xyz` brings it).\n") * 2
+
+
+def test_needs_lets_a_failing_cell_fail_the_notebook(shell, capsys):
+    result = shell.run_cell("%%needs numpy\nraise ValueError('broken on purpose')")
+    assert not result.success
+    assert isinstance(result.error_in_exec, lecture.CellFailed)
+    out = capsys.readouterr().out
+    assert "broken on purpose" in out  # the cell's own traceback, then one line, not a second one
+    assert out.count("CellFailed") == 1
+    assert out.rstrip().endswith("CellFailed: this cell failed (its traceback is above)")
+
+
+def test_needs_without_a_name_is_a_usage_error(shell, capsys):
+    assert not shell.run_cell("%%needs\nx = 1").success
+    assert "%%needs takes import names" in capsys.readouterr().err
+    assert "x" not in shell.user_ns
+
+
+# --------------------------------------------------------------------------- threads and load
+
+
+def test_limit_threads_caps_blas_and_torch_and_restores_them():
+    torch = pytest.importorskip("torch")
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    def blas_threads():
+        return {pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"}
+
+    torch.set_num_threads(2)
+    with threadpool_limits(limits=2):  # two threads before, whatever OMP_NUM_THREADS says
+        before = blas_threads()
+        assert before == {2}
+        with lecture.limit_threads(1):
+            assert blas_threads() == {1}
+            assert torch.get_num_threads() == 1
+        assert blas_threads() == before and torch.get_num_threads() == 2
+
+
+@pytest.mark.parametrize(("load", "expected"), [(0.5, None), (2.0, None), (2.5, 1)])
+def test_threads_if_busy_caps_only_when_load_exceeds_the_cores(monkeypatch, capsys, load, expected):
+    from types import SimpleNamespace
+
+    from edu_dl.machine import hardware
+
+    two_cores = SimpleNamespace(usable_cores=SimpleNamespace(value=2))
+    monkeypatch.setattr(hardware, "read_cpu", lambda: two_cores)
+    monkeypatch.setattr(lecture.os, "getloadavg", lambda: (load, 0.0, 0.0))
+    assert lecture.threads_if_busy() == expected
+    out = capsys.readouterr().out
+    assert (out == "") == (expected is None)
+    if expected:
+        assert "1-minute load average 2.50 on 2 usable cores" in out
+
+
+# --------------------------------------------------------------------------- provenance
+
+
+def test_provenance_is_shown_in_full_once_then_referred_to(monkeypatch, capsys):
+    monkeypatch.setattr(lecture, "_shown_provenance", set())
+    facts = {"device": "Some GPU (9 SMs)", "date": "2026-11-24", "versions": "torch 9"}
+    lecture.show_provenance({"provenance": facts, "command": "edu-dl bench matmul"})
+    lecture.show_provenance({"provenance": facts, "command": "edu-dl bench transfer"})
+    lecture.show_provenance({"provenance": {**facts, "date": "2026-12-01"}, "command": "probe"})
+    assert capsys.readouterr().out.splitlines() == [
+        "recorded on Some GPU (9 SMs) (2026-11-24; torch 9) by: edu-dl bench matmul",
+        "recorded on the same Some GPU as above (2026-11-24) by: edu-dl bench transfer",
+        "recorded on Some GPU (9 SMs) (2026-12-01; torch 9) by: probe",
+    ]
+
+
+# --------------------------------------------------------------------------- progress bars
+
+
+@pytest.mark.parametrize("bar", ["tqdm.std", "tqdm.notebook"])
+def test_progress_is_off_under_tqdm_disable_even_for_the_notebook_bar(monkeypatch, bar):
+    import importlib
+
+    import tqdm.auto
+
+    # tqdm.auto picks the notebook bar in a Jupyter kernel, the text bar elsewhere
+    monkeypatch.setattr(tqdm.auto, "tqdm", importlib.import_module(bar).tqdm)
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    assert list(lecture.progress(range(3), desc="steps")) == [0, 1, 2]
+    assert lecture.progress(range(3)).disable
+    monkeypatch.delenv("TQDM_DISABLE")
+    shown = lecture.progress(range(3), desc="steps")
+    assert not shown.disable
+    shown.close()

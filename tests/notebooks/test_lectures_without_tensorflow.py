@@ -96,4 +96,4 @@ def test_lecture_runs_without_tensorflow(path: Path, hidden_tensorflow: dict[str
         said = printed.lower()
         assert "tensorflow" in said and ("is missing here" in said or "not installed" in said), (
             f"{path.name} uses TensorFlow but never says what it skipped without it "
-            "(edu_dl.notebook.lecture.with_framework prints that sentence)")
+            "(a cell starting with `%%needs tensorflow` prints that sentence)")

@@ -286,3 +286,16 @@ def test_the_pages_workflow_builds_with_site_build_py_and_deploys_its_output() -
     deploy = workflow["jobs"]["deploy"]
     assert deploy["needs"] == "build"
     assert any(s.get("uses", "").startswith("actions/deploy-pages") for s in deploy["steps"])
+
+
+def test_needs_cells_are_highlighted_as_python() -> None:
+    """IPython's own lexer shows a cell after an unknown cell magic as plain text."""
+    from needs_lexer import CourseIPythonLexer  # site/needs_lexer.py, registered by site/conf.py
+    from pygments.token import Keyword
+
+    cell = "%%needs tensorflow\nimport tensorflow as tf\nx = tf.constant(1)\n"
+    tokens = list(CourseIPythonLexer().get_tokens(cell))
+    assert tokens[0][1] == "%%needs"
+    assert (Keyword.Namespace, "import") in tokens
+    conf = (ROOT / "site" / "conf.py").read_text()
+    assert 'app.add_lexer("ipython3", CourseIPythonLexer)' in conf
