@@ -107,12 +107,21 @@ def test_cuda_available_is_false_without_torch_and_a_bool_from_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Without PyTorch there is no CUDA to time (not an ImportError); with it, torch's answer as
     a bool, whatever truthy value it gives (an isinstance check of it alone could not fail)."""
+    from edu_dl import backend
+
+    backend.gpu_status.cache_clear()  # the backend asks each framework once; here, every time
     monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` raise ImportError
-    assert gpu_timing.cuda_available() is False
-    for answer, want in ((1, True), (0, False)):
-        cuda = types.SimpleNamespace(is_available=lambda answer=answer: answer)
-        monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
-        assert gpu_timing.cuda_available() is want
+    try:
+        assert gpu_timing.cuda_available() is False
+        for answer, want in ((1, True), (0, False)):
+            backend.gpu_status.cache_clear()
+            cuda = types.SimpleNamespace(is_available=lambda answer=answer: answer,
+                                         device_count=lambda answer=answer: answer)
+            fake = types.SimpleNamespace(cuda=cuda, __version__="9.9")
+            monkeypatch.setitem(sys.modules, "torch", fake)
+            assert gpu_timing.cuda_available() is want
+    finally:
+        backend.gpu_status.cache_clear()
 
 
 def test_profile_step_is_quiet_and_sees_the_ops(capfd: pytest.CaptureFixture[str]) -> None:
