@@ -12,9 +12,7 @@ import argparse
 import datetime
 import os
 import platform
-import statistics
 import sys
-import time
 from collections.abc import Callable, Iterator, Sequence
 from importlib import metadata
 from pathlib import Path
@@ -135,37 +133,6 @@ def format_ratio(ratio: float) -> str:
 
 
 # --------------------------------------------------------------------------- timing
-
-
-def batch_seconds(fn: Callable[[], Any], repeats: int, batch_s: float,
-                  sync: Callable[[], None] = lambda: None,
-                  max_calls: int = 1_000_000) -> list[float]:
-    """Seconds per call, one figure per timed batch of calls lasting about ``batch_s``.
-
-    Each batch ends with ``sync()`` inside the timed span: on a GPU, the queued work counts.
-    """
-    fn()  # warm-up: a Session plans (and folds), kernels compile, arrays get allocated
-    sync()
-    start, calls = time.perf_counter(), 0
-    while calls < 2 or time.perf_counter() - start < batch_s / 4:
-        fn()
-        calls += 1
-    sync()
-    n = max(1, min(max_calls, round(batch_s / ((time.perf_counter() - start) / calls))))
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(n):
-            fn()
-        sync()
-        samples.append((time.perf_counter() - start) / n)
-    return samples
-
-
-def median_seconds(fn: Callable[[], Any], repeats: int, batch_s: float,
-                   sync: Callable[[], None] = lambda: None) -> float:
-    """The median of ``batch_seconds``."""
-    return statistics.median(batch_seconds(fn, repeats, batch_s, sync))
 
 
 def load_average() -> float:

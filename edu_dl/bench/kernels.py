@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.bench.common import format_time, median_seconds
+from edu_dl.bench.common import format_time
 from edu_dl.bench.device import Device
 from edu_dl.bench.report import Benchmark, Csv, Json, Refused, Report
+from edu_dl.gpu.timing import median_seconds
 from edu_dl.util.args import comma_list, int_list
 from edu_dl.util.tables import table
 from edu_dl.util.worker import WorkerError, run_in_worker

@@ -27,9 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.bench.common import each, format_time, median_seconds, now
+from edu_dl.bench.common import each, format_time, now
 from edu_dl.bench.device import Device
 from edu_dl.bench.report import Benchmark, Csv, Json, Report, pyplot
+from edu_dl.gpu.timing import median_seconds
 from edu_dl.util.args import comma_list, non_negative, positive_int
 from edu_dl.util.tables import table
 from edu_dl.util.worker import DEFAULT_TIMEOUT_S, WorkerError, run_in_worker

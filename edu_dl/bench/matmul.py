@@ -24,9 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.bench.common import batch_seconds, load_average, progress
+from edu_dl.bench.common import load_average, progress
 from edu_dl.bench.device import Device
 from edu_dl.bench.report import Benchmark, Csv, Json, Report
+from edu_dl.gpu.timing import batch_seconds
 from edu_dl.machine import hardware as hw
 from edu_dl.machine import probes as gp
 from edu_dl.machine.doctor import BANDWIDTH_INPUTS, PEAK_INPUTS, add_machine_flags

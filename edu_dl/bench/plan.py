@@ -18,18 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.bench.common import (
-    command_line,
-    format_ratio,
-    format_time,
-    machine_lines,
-    median_seconds,
-    now,
-)
+from edu_dl.bench.common import command_line, format_ratio, format_time, machine_lines, now
 from edu_dl.bench.device import Device
 from edu_dl.bench.problems import make_problem
 from edu_dl.bench.report import Benchmark, Report, document
 from edu_dl.bench.trainers import make_trainer
+from edu_dl.gpu.timing import median_seconds
 from edu_dl.util.tables import markdown_table
 
 DEFAULT_REPEATS, QUICK_REPEATS = 11, 2

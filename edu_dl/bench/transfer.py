@@ -22,16 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.bench.common import (
-    each,
-    format_time,
-    limit_threads,
-    median_seconds,
-    now,
-)
+from edu_dl.bench.common import each, format_time, limit_threads, now
 from edu_dl.bench.device import Device
 from edu_dl.bench.problems import SIZES, make_problem
 from edu_dl.bench.report import Benchmark, Csv, Json, Report, pyplot
+from edu_dl.gpu.timing import median_seconds
 from edu_dl.util.args import comma_list
 from edu_dl.util.tables import table
 from edu_dl.util.units import format_bytes

@@ -12,7 +12,9 @@ and :class:`FakeEvent` stamps the time when the device reaches it, as ``torch.cu
 
 On a real GPU, :func:`synchronize` waits for every library this process uses (Numba, CuPy,
 PyTorch); :func:`time_it` is the synchronized timer's median, and :func:`gpu_peak` the card's FP32
-peak (SMs x FP32 lanes per SM x 2 x clock) that a kernel's GFLOP/s is a fraction of.
+peak (SMs x FP32 lanes per SM x 2 x clock) that a kernel's GFLOP/s is a fraction of. For work
+shorter than the clock's resolution, :func:`batch_seconds` times batches of calls, each batch
+ending with a synchronize (the benchmarks' timer).
 """
 
 from __future__ import annotations
@@ -169,6 +171,40 @@ def time_synchronized(fn: Callable[[], Any], synchronize: Callable[[], Any], war
         synchronize()
         times.append(time.perf_counter() - start)
     return times
+
+
+# --------------------------------------------------------------------------- batch timing
+
+
+def batch_seconds(fn: Callable[[], Any], repeats: int, batch_s: float,
+                  sync: Callable[[], None] = lambda: None,
+                  max_calls: int = 1_000_000) -> list[float]:
+    """Seconds per call, one figure per timed batch of calls lasting about ``batch_s``.
+
+    Each batch ends with ``sync()`` inside the timed span: on a GPU, the queued work counts.
+    """
+    fn()  # warm-up: a Session plans (and folds), kernels compile, arrays get allocated
+    sync()
+    start, calls = time.perf_counter(), 0
+    while calls < 2 or time.perf_counter() - start < batch_s / 4:
+        fn()
+        calls += 1
+    sync()
+    n = max(1, min(max_calls, round(batch_s / ((time.perf_counter() - start) / calls))))
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(n):
+            fn()
+        sync()
+        samples.append((time.perf_counter() - start) / n)
+    return samples
+
+
+def median_seconds(fn: Callable[[], Any], repeats: int, batch_s: float,
+                   sync: Callable[[], None] = lambda: None) -> float:
+    """The median of ``batch_seconds``."""
+    return statistics.median(batch_seconds(fn, repeats, batch_s, sync))
 
 
 def time_events(fn: Callable[[], Any], make_event: Callable[[], Event], warmup: int = 1,
