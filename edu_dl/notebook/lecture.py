@@ -144,18 +144,6 @@ def _skipped(name: str, what: str) -> str:
     return f"{name} is missing here, so {what} is skipped (`{how}` brings it)."
 
 
-def with_framework(name: str, fn: Callable[[], T], what: str = "this section") -> T | None:
-    """Run ``fn`` when ``name`` imports; otherwise print one sentence and return None.
-
-    Later cells must not depend on what ``fn`` defines unless they are guarded the same way:
-    check the returned value (None when skipped)."""
-    reason = framework_missing(name)
-    if reason is not None:
-        print(_skipped(name, what))
-        return None
-    return fn()
-
-
 class CellFailed(Exception):
     """Raised by ``%%needs`` when the cell it ran failed, so that the notebook run stops there.
 

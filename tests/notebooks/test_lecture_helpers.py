@@ -73,15 +73,6 @@ def test_device_or_cpu_falls_back_with_one_sentence(capsys):
     assert lecture.device_or_cpu("cpu") == "cpu"
 
 
-def test_with_framework_runs_or_says_one_sentence(capsys):
-    assert lecture.with_framework("numpy", lambda: 7, "the test") == 7
-    assert capsys.readouterr().out == ""
-    assert lecture.with_framework("no_such_framework_xyz", lambda: 7, "the test") is None
-    out = capsys.readouterr().out
-    assert out.count("\n") == 1 and "no_such_framework_xyz is missing here" in out
-    assert "the test is skipped" in out
-
-
 def test_recorded_gpu_is_labelled(tmp_path, monkeypatch, capsys):
     from edu_dl.machine import recorded
 

@@ -41,6 +41,9 @@ TIMING = re.compile(
     r"\d\s*(?:ns|us|µs|μs|ms|s|sec|secs|seconds?|min|minutes?)\b(?!/)|it/s|s/it", re.IGNORECASE
 )
 TF_IMPORT = re.compile(r"^\s*(?:import|from)\s+(?:tensorflow|keras)\b", re.MULTILINE)
+# TensorFlow used at a cell's top level: `tf.`, `tf1.` or `keras.` on an unindented line, outside
+# a string ("tf.data") and a comment. Indented uses sit in `if tensorflow_here:` blocks.
+TF_TOP_LEVEL_USE = re.compile(r"^[^#\s][^#\n]*(?<![\"'\w.])(?:tf|tf1|keras)\.", re.MULTILINE)
 # setup() calls quiet_tensorflow(); exercise notebooks call it alone.
 SETUP_CALL = re.compile(r"^[^#\n]*\b(?:setup|quiet_tensorflow)\(", re.MULTILINE)
 EXPECTED_TIME = re.compile(r"\btime\b[^\n]*?\d+\s*(?:min|minutes?|h|hours?)\b", re.IGNORECASE)
@@ -144,6 +147,15 @@ def setup_before_tensorflow(path: Path, nb: Notebook) -> list[str]:
                 "pollute "
                 "the outputs"]
     return []
+
+
+def tensorflow_cells_start_with_needs(path: Path, nb: Notebook) -> list[str]:
+    """Without TensorFlow (`make install` without it, or a hosted notebook) a TensorFlow cell must
+    say so in one sentence and be skipped, not fail: `%%needs tensorflow` as its first line."""
+    return [f"{label(nb, c)} uses TensorFlow but does not start with `%%needs tensorflow`"
+            for c in code_cells(nb)
+            if (TF_IMPORT.search(c.source) or TF_TOP_LEVEL_USE.search(c.source))
+            and not c.source.startswith("%%needs ")]
 
 
 def timing_cells_not_checked(path: Path, nb: Notebook) -> list[str]:
@@ -273,7 +285,8 @@ COMMON: list[Check] = [valid_nbformat, executed_in_order, no_error_outputs, no_t
                        timing_cells_not_checked, no_run_metadata, no_harness_comments,
                        title_style, no_widget_outputs, no_printed_checks,
                        kernelspec_as_jupyterlab_writes_it]
-LECTURE: list[Check] = [*COMMON, opens_with_objectives, ends_with_exercise]
+LECTURE: list[Check] = [*COMMON, opens_with_objectives, ends_with_exercise,
+                        tensorflow_cells_start_with_needs]
 
 # folder -> the standards its notebooks must meet.
 FOLDERS: dict[str, list[Check]] = {
@@ -313,15 +326,17 @@ def make_notebook() -> Notebook:
     cells = [
         v4.new_markdown_cell("# 99. Demo\n\n**Learning objectives.** x\n\n**Prerequisites.** y\n\n"
                              "**Expected time.** 20 minutes."),
-        v4.new_code_cell("from edu_dl.notebook.lecture import setup\nrng = setup()\n"
-                         "import tensorflow"),
+        v4.new_code_cell("from edu_dl.notebook.lecture import setup\nrng = setup()"),
         v4.new_code_cell("print(1 + 1)", metadata={"tags": [CHECK_TAG]}),
         v4.new_code_cell("print('took 0.3 s')", metadata={"tags": [IGNORE_TAG]}),
+        v4.new_code_cell("%%needs tensorflow\nimport tensorflow as tf\nprint(tf.__version__)",
+                         metadata={"tags": [CHECK_TAG]}),
         v4.new_markdown_cell("Practise in `exercises/99_demo.ipynb`."),
     ]
     cells[1].outputs = []
     cells[2].outputs = [v4.new_output("stream", name="stdout", text="2\n")]
     cells[3].outputs = [v4.new_output("stream", name="stdout", text="took 0.3 s\n")]
+    cells[4].outputs = []
     nb = v4.new_notebook(cells=cells)
     nb.metadata["kernelspec"] = dict(jupyterlab_kernelspec())
     for n, cell in enumerate(code_cells(nb), start=1):
@@ -366,7 +381,8 @@ def test_checks_catch_too_few_checked_cells() -> None:
     nb = make_notebook()
     nb.cells.insert(2, nbformat.v4.new_code_cell("x = 1", execution_count=None))
     nb.cells.insert(2, nbformat.v4.new_code_cell("y = 1", execution_count=None))
-    assert a_third_checked(DEMO, nb)  # 1 of 5
+    nb.cells.insert(2, nbformat.v4.new_code_cell("z = 1", execution_count=None))
+    assert a_third_checked(DEMO, nb)  # 2 of 7
 
 
 def test_checks_catch_disabled_eager_execution() -> None:
@@ -423,6 +439,30 @@ def test_checks_catch_run_timestamps_and_widget_state() -> None:
     nb = make_notebook()
     nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {}}
     assert no_run_metadata(DEMO, nb)
+
+
+@pytest.mark.parametrize("source", [
+    "import tensorflow as tf\nprint(tf.__version__)",
+    "from keras import layers",
+    "x = tf.constant(1.0)  # tf imported by an earlier cell",
+    "import numpy as np\n%%needs tensorflow\nimport tensorflow",  # not the first line: an error
+])
+def test_checks_catch_a_tensorflow_cell_without_needs(source: str) -> None:
+    nb = make_notebook()
+    code_cells(nb)[3].source = source
+    problems = tensorflow_cells_start_with_needs(DEMO, nb)
+    assert problems and "code cell 3" in problems[0]
+
+
+@pytest.mark.parametrize("source", [
+    'if tensorflow_here:\n    print(tf.__version__)',  # guarded: runs only with TensorFlow
+    'rows = [r for r in rows if r.framework == "tf.data"]',
+    "# tf.function traces once\nprint(1)",
+])
+def test_plain_cells_that_only_name_tensorflow_pass(source: str) -> None:
+    nb = make_notebook()
+    code_cells(nb)[3].source = source
+    assert tensorflow_cells_start_with_needs(DEMO, nb) == []
 
 
 def test_quiet_tensorflow_counts_as_set_up() -> None:
