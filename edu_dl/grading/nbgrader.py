@@ -83,10 +83,6 @@ def points(cell: Cell) -> float:
     return float(nbgrader(cell).get("points", 0.0)) if is_grade(cell) else 0.0
 
 
-def graded_cells(nb: Notebook) -> list[Cell]:
-    return [cell for cell in nb.cells if is_grade(cell)]
-
-
 def check_calls(source: str) -> list[str]:
     """The part ids named by check("...") calls in a cell's source, in order."""
     return [m.group("part") for m in CHECK_CALL.finditer(source)]

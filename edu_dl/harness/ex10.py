@@ -41,17 +41,6 @@ class FirstAxisDropped(Rule):
 
 
 @dataclass(frozen=True)
-class ValuesRight(Rule):
-    """Output ``output`` is right (within rtol, atol): what is wrong is elsewhere."""
-
-    rtol: float = 1e-9
-    atol: float = 1e-12
-
-    def test(self, expected: Any, got: Any, args: Case) -> bool:
-        return close(np.asarray(got, dtype=np.float64), expected, self.rtol, self.atol)
-
-
-@dataclass(frozen=True)
 class WrongWhereRight(Rule):
     """Output ``output`` is wrong while output ``right`` is right (within rtol, atol): a hint
     about ``output`` (the one a report names) that says the other one is fine."""

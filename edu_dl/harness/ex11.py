@@ -57,28 +57,6 @@ class ColumnsReordered(Rule):
 
 
 @dataclass(frozen=True)
-class LeadingAxesSwapped(Rule):
-    """The expected shape with its first two axes swapped (and that is another shape)."""
-
-    def test(self, expected: Any, got: Any, args: Case) -> bool:
-        e = shape_of(expected)
-        return shape_of(got) == (e[1], e[0], *e[2:]) != e
-
-
-@dataclass(frozen=True)
-class LastAxesSwapped(Rule):
-    """The expected values with the last two axes swapped (and they are other values)."""
-
-    rtol: float = RTOL
-    atol: float = ATOL
-
-    def test(self, expected: Any, got: Any, args: Case) -> bool:
-        e = as_array(expected)
-        return close(got, np.swapaxes(e, -1, -2), self.rtol, self.atol) and not close(
-            got, e, self.rtol, self.atol)
-
-
-@dataclass(frozen=True)
 class OtherShape(Rule):
     """The result's shape is not the expected one."""
 

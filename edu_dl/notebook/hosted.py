@@ -5,7 +5,7 @@ own PyTorch, TensorFlow and NumPy, and without edu_dl (the course is not on PyPI
 the course's repository (git, one commit deep), installs it from that clone with pip, and hands pip
 the versions the service already has as constraints: pip keeps them, or stops with a conflict, but
 never replaces them. Without TensorFlow it adds the `cpu` extra (tensorflow-cpu), which the
-TensorFlow lecture needs; the `caffe` extra (protobuf 7, for lecture 8b's Caffe reader) only where
+TensorFlow lecture needs; the `caffe` extra (protobuf 7, for lecture 08b's Caffe reader) only where
 TensorFlow is absent or 2.20 or later, since an older TensorFlow refuses protobuf 7. An exercise's
 check() reads the course's part files from `parts/` beside the notebook, which a hosted service
 does not have: the cell copies the clone's `exercises/parts/` there (never over an existing
@@ -91,11 +91,11 @@ if importlib.util.find_spec("edu_dl") is None:
         pins.writelines(f"{{name}}=={{v}}\\n" for name, v in keep.items())
     tensorflow = keep.get("tensorflow") or keep.get("tensorflow-cpu")
     if tensorflow is None:
-        extra = "[cpu,caffe]"  # TensorFlow for lecture 6, protobuf 7 for lecture 8b
+        extra = "[cpu,caffe]"  # TensorFlow for lecture 06, protobuf 7 for lecture 08b
     elif tuple(int(n) for n in re.findall(r"\\d+", tensorflow)[:2]) >= (2, 20):
         extra = "[caffe]"
     else:
-        extra = ""  # TensorFlow before 2.20 refuses protobuf 7: lecture 8b's Caffe cells say so
+        extra = ""  # TensorFlow before 2.20 refuses protobuf 7: lecture 08b's Caffe cells say so
     course = Path(tempfile.mkdtemp()) / "edu-dl"
     clone = ["git", "clone", "--quiet", "--depth", "1", REPOSITORY, str(course)]
     try:
