@@ -201,9 +201,11 @@ class ThreadLimit:
 
         from threadpoolctl import threadpool_limits
 
-        self._pools = threadpool_limits(limits=threads)
         self._torch = sys.modules.get("torch")
+        # Read before capping: where threadpoolctl sees PyTorch's OpenMP pool, capping it
+        # changes what torch.get_num_threads() says.
         self._torch_threads = self._torch.get_num_threads() if self._torch else None
+        self._pools = threadpool_limits(limits=threads)
         if self._torch is not None:
             self._torch.set_num_threads(threads)
 
