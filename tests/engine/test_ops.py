@@ -52,7 +52,12 @@ def check_op(fn, tfn, *arrays, seed=0):
             x.grad.numpy(), expected, rtol=1e-9, atol=1e-12, err_msg=f"gradient of input {i}"
         )
 
-    report = ed.gradcheck(fn, *[ed.tensor(a.copy(), requires_grad=True) for a in arrays])
+    # The gradients were compared with PyTorch's at rtol 1e-9 above; central differences are the
+    # second, independent check. Their elementwise relative error grows on tiny entries (a 2e-4
+    # gradient with eps=1e-6 reached 1.07e-6 once in CI), so this check allows 1e-5: a wrong VJP
+    # is off by far more.
+    report = ed.gradcheck(fn, *[ed.tensor(a.copy(), requires_grad=True) for a in arrays],
+                          tolerance=1e-5)
     assert report.passed, str(report)
 
 
