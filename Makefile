@@ -28,7 +28,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # Two pytest workers on two cores: one BLAS/OpenMP thread each, or their thread pools oversubscribe
 # the cores and spin (a 64x1000 @ 1000x100 matmul was seen taking 21-70 ms instead of 0.3 ms).
 TEST_ENV := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
-PYTEST_NOTEBOOK_FLAGS := --nbval-lax --nbval-current-env -p no:randomly
+PYTEST_NOTEBOOK_FLAGS := --nbval-lax --nbval-current-env -p no:randomly -p nbval_kernel_retry
 # tests/notebooks/test_browser.py drives Debian's Chromium through Playwright; nothing downloads a browser.
 CHROMIUM := /usr/bin/chromium
 # Only the folders that hold notebooks: pytest on a folder without any would collect nothing.
@@ -112,11 +112,12 @@ test-fast: install
 # Progress bars print rates that differ on every run: TQDM_DISABLE=1 turns tqdm off.
 # Two workers, each notebook whole on one of them (nbval needs --dist loadscope: one kernel per
 # notebook); on 2 cores the 11 lectures then took 98-107 s this way against 124-136 s in one process.
+# nbval_kernel_retry (tests/notebooks) starts a kernel again that died starting (a port race).
 test-notebooks: install
 ifeq ($(strip $(NOTEBOOK_DIRS)),)
 	@echo "no notebooks yet"
 else
-	TQDM_DISABLE=1 $(TEST_ENV) $(BIN)/python -m pytest $(PYTEST_NOTEBOOK_FLAGS) -n 2 --dist loadscope \
+	TQDM_DISABLE=1 PYTHONPATH=tests/notebooks $(TEST_ENV) $(BIN)/python -m pytest $(PYTEST_NOTEBOOK_FLAGS) -n 2 --dist loadscope \
 		$(NOTEBOOK_DIRS)
 endif
 
