@@ -1,4 +1,5 @@
-"""Exercise 11 (convolutions): call adapters, generic hints and source checks for its parts.
+"""Exercise 7b (convolutions; part ids ex11.*): call adapters, generic hints and source
+checks for its parts.
 
 Public code, shipped with the package: a view for hints on a result's shape, rules that judge a
 result against the expected one only (the right columns or rows of a matrix in another order,

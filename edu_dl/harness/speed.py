@@ -116,7 +116,7 @@ TASKS: dict[str, SpeedTask] = {
         # Lectures 4-10: a training step, batched instead of one sample at a time.
         SpeedTask("ex05.faster_sgd_step", "sgd_step", sgd_step_reference, sgd_step_inputs,
                   lambda X, y, W: W.shape, goal=10.0, calls=400),
-        # Lectures 11-12: pooling without a Python loop per window.
+        # Lectures 07b and 12: pooling without a Python loop per window.
         SpeedTask("ex11.faster_max_pool", "max_pool", max_pool_reference, max_pool_inputs,
                   lambda x: (*x.shape[:2], x.shape[2] // 2, x.shape[3] // 2), goal=10.0,
                   calls=150),

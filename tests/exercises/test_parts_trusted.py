@@ -46,7 +46,7 @@ NOTEBOOKS = {"ex01": "01_getting_started.ipynb", "ex02": "02_cpu_vs_gpu.ipynb",
              "ex07": "07_pytorch.ipynb",
              "ex08": "08_static_vs_dynamic.ipynb", "ex08b": "08b_caffe_and_the_landscape.ipynb",
              "ex09": "09_shootout.ipynb", "ex10": "10_many_devices.ipynb",
-             "ex11": "11_convolutions.ipynb", "ex12": "12_gpu_practice.ipynb"}
+             "ex11": "07b_convolutions.ipynb", "ex12": "12_gpu_practice.ipynb"}
 ALSO = {"ex08b": "def parse_layer"}  # given helpers the solution functions use
 # Parts that moved to a suffixed notebook keep their ids (gradebooks hold them): their notebook.
 MOVED = {"ex03.feed_bytes": "ex06b", "ex08.caffe_forward": "ex08b"}
