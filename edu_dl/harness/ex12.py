@@ -1,5 +1,8 @@
 """Exercise 12 (GPU practice): how its parts call a student's function and judge the timer.
 
+The timer, ``ex12.stream_timer``, is graded in exercise 02c (timing the GPU), where it moved with
+the lesson on asynchronous execution; it kept its id, which gradebooks hold.
+
 Public code, shipped with the package: the call adapters (layer sizes as a list of ints; the
 timer run against :class:`edu_dl.gpu.timing.FakeAsyncDevice` with launches that cost the host
 time, counting its launches and synchronizations for check()'s feedback), the timer's

@@ -1,5 +1,6 @@
 """Exercise 12, GPU practice: a training step's memory budget, the largest batch that fits, and a
-timer for asynchronous work.
+timer for asynchronous work (``ex12.stream_timer``, which exercise 02c checks: it moved there with
+the lesson on asynchronous execution and kept its id).
 
 The oracles: ``edu_dl.gpu.memory`` (saved tensors counted by autograd's own hooks during a forward
 pass on PyTorch's meta device, parameters and optimizer state from the model) for the budget and the

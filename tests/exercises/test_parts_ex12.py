@@ -1,6 +1,7 @@
-"""Exercise 12's parts: the solutions notebook passes every case; typical mistakes get their hint;
+"""Exercise 12's parts: the solutions notebooks pass every case; typical mistakes get their hint;
 a timer that forgets to synchronize measures the launch and fails, and the lecture's timer (a
-synchronize after every launch) counts each launch's host cost and fails the stream timer."""
+synchronize after every launch) counts each launch's host cost and fails the stream timer.
+ex12.stream_timer moved with the asynchronous timing lesson to exercise 02c and kept its id."""
 
 from __future__ import annotations
 
@@ -25,8 +26,11 @@ from edu_dl.grading.trust import source as trusted_source
 
 ex12 = course_module("ex12")
 NOTEBOOK = Path(__file__).resolve().parents[2] / "solutions" / "12_gpu_practice.ipynb"
+# ex12.stream_timer moved with lecture 12's section 1 to lecture 02c and kept its id (gradebooks).
+TIMER_NOTEBOOK = NOTEBOOK.with_name("02c_timing_the_gpu.ipynb")
 
-SOLUTIONS = solution_namespace("12_gpu_practice.ipynb")
+SOLUTIONS = {**solution_namespace("12_gpu_practice.ipynb"),
+             **solution_namespace("02c_timing_the_gpu.ipynb")}
 run = run_check
 memory_budget = SOLUTIONS["memory_budget"]
 
@@ -175,6 +179,16 @@ def naive(launch, synchronize, warmup, repeats):
         launch()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def test_the_stream_timer_is_graded_in_exercise_02c(capsys: pytest.CaptureFixture[str]) -> None:
+    part = timer_part()
+    assert trusted_source.find_source(nbformat.read(NOTEBOOK, as_version=4), part.id) is None
+    found = trusted_source.find_source(nbformat.read(TIMER_NOTEBOOK, as_version=4), part.id)
+    assert found is not None and "def time_kernel(" in found and part.source_check is not None
+    assert part.source_check(found).ok
+    ok, out = run(capsys, part.id, SOLUTIONS["time_kernel"])
+    assert ok and out.strip() == "✓ ex12.stream_timer: 4 cases passed"
 
 
 def test_a_timer_without_synchronize_fails(capsys: pytest.CaptureFixture[str]) -> None:
