@@ -21,9 +21,9 @@ from edu_dl.harness import ex03 as harness
 ex03 = course_module("ex03")
 SOLUTIONS_DIR = Path(__file__).resolve().parents[2] / "solutions"
 
-# ex03.feed_bytes moved with the feed_dict lesson to exercise 6b and kept its id (gradebooks).
+# ex03.feed_bytes moved with the feed_dict lesson to exercise 6 and kept its id (gradebooks).
 SOLUTIONS = {**solution_namespace("03_feeding_the_gpu.ipynb"),
-             **solution_namespace("06b_feeding_a_graph.ipynb")}
+             **solution_namespace("06_tensorflow.ipynb")}
 
 
 run = run_check

@@ -23,6 +23,7 @@ PART_FUNCTIONS = {
     "ex06.tf1_loss_after_update": "train_tf1_loss_after_update",
     "ex06.tape_momentum": "train_tf2_momentum",
     "ex06.tf_function_decay": "train_tf_function_decay",
+    "ex03.feed_bytes": "feed_bytes",  # moved here with the feed_dict lesson; its id stays
 }
 
 

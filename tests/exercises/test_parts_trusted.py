@@ -43,14 +43,13 @@ NOTEBOOKS = {"ex01": "01_getting_started.ipynb", "ex02": "02_cpu_vs_gpu.ipynb",
              "ex02b": "02b_writing_a_gpu_kernel.ipynb", "ex02c": "02c_timing_the_gpu.ipynb",
              "ex03": "03_feeding_the_gpu.ipynb",
              "ex04": "04_computational_graphs.ipynb", "ex05": "05_autograd_from_scratch.ipynb",
-             "ex06": "06_tensorflow.ipynb", "ex06b": "06b_feeding_a_graph.ipynb",
-             "ex07": "07_pytorch.ipynb",
+             "ex06": "06_tensorflow.ipynb", "ex07": "07_pytorch.ipynb",
              "ex08": "08_static_vs_dynamic.ipynb", "ex08b": "08b_caffe_and_the_landscape.ipynb",
              "ex09": "09_shootout.ipynb", "ex10": "10_many_devices.ipynb",
              "ex11": "07b_convolutions.ipynb", "ex12": "12_gpu_practice.ipynb"}
 ALSO = {"ex08b": "def parse_layer"}  # given helpers the solution functions use
-# Parts that moved to a suffixed notebook keep their ids (gradebooks hold them): their notebook.
-MOVED = {"ex03.feed_bytes": "ex06b", "ex08.caffe_forward": "ex08b", "ex12.stream_timer": "ex02c"}
+# Parts that moved to another exercise keep their ids (gradebooks hold them): their notebook.
+MOVED = {"ex03.feed_bytes": "ex06", "ex08.caffe_forward": "ex08b", "ex12.stream_timer": "ex02c"}
 ALL_PARTS = all_course_parts()
 
 
