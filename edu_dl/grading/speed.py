@@ -29,10 +29,11 @@ from pathlib import Path
 import numpy as np
 
 from edu_dl.grading import sandbox
+from edu_dl.grading.model import Refused
 from edu_dl.grading.notebooks import Notebook, NotebookError
 from edu_dl.grading.run import sandbox_env
 from edu_dl.grading.secret import VALIDATION_SECRET, Secret, read_secret
-from edu_dl.grading.trust.bounded import Refused, read_bounded
+from edu_dl.grading.trust.bounded import read_bounded
 from edu_dl.grading.trust.notebook import Untrusted, parse_notebook
 from edu_dl.grading.trust.source import find_source
 from edu_dl.grading.trust.speed import read_outputs, source_problem

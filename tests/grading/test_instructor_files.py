@@ -25,8 +25,8 @@ READERS: list[tuple[str, Callable[[Path], Any], Any, str]] = [
 IDS = ["roster", "extensions", "manual", "lms-roster", "lms-metadata", "lms-grades"]
 
 
-def errors() -> tuple[type[Exception], ...]:
-    return (policy.PolicyError, manual.ManualSheetError)
+# What a refused instructor file raises: the policy's error or the manual sheet's.
+ERRORS: tuple[type[Exception], ...] = (policy.PolicyError, manual.ManualSheetError)
 
 
 @pytest.mark.parametrize(("flag", "read", "module", "limit"), READERS, ids=IDS)
@@ -36,7 +36,7 @@ def test_a_link_is_refused_and_named(tmp_path: Path, flag: str, read: Callable[[
     target.write_text("id,student,due\n")
     link = tmp_path / "grades.csv"
     link.symlink_to(target)
-    with pytest.raises(errors()) as raised:
+    with pytest.raises(ERRORS) as raised:
         read(link)
     assert str(raised.value).startswith(flag) and "symbolic link" in str(raised.value)
 
@@ -48,7 +48,7 @@ def test_a_file_over_the_limit_is_not_read(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setattr(module, limit, 64)
     big = tmp_path / "grades.csv"
     big.write_text("id\n" + "x" * 1000 + "\n")
-    with pytest.raises(errors()) as raised:
+    with pytest.raises(ERRORS) as raised:
         read(big)
     assert str(raised.value).startswith(flag) and "over the limit of 64 bytes" in str(raised.value)
 
@@ -58,6 +58,6 @@ def test_a_fifo_does_not_block(tmp_path: Path, flag: str, read: Callable[[Path],
                                module: Any, limit: str) -> None:
     fifo = tmp_path / "grades.csv"
     os.mkfifo(fifo)
-    with pytest.raises(errors()) as raised:
+    with pytest.raises(ERRORS) as raised:
         read(fifo)  # a plain open() would wait here for a writer that never comes
     assert str(raised.value).startswith(flag) and "not a regular file" in str(raised.value)
