@@ -32,10 +32,9 @@ class TensorParallelResult:
 
 
 def hidden_split(hidden: int, world_size: int, rank: int) -> tuple[int, int]:
-    """[start, stop) of rank's hidden units: contiguous, the first hidden % R ranks one more."""
-    base, extra = divmod(hidden, world_size)
-    start = rank * base + min(rank, extra)
-    return start, start + base + (1 if rank < extra else 0)
+    """[start, stop) of rank's hidden units: contiguous blocks of nearly equal size."""
+    units = np.array_split(np.arange(hidden), world_size)[rank]
+    return int(units[0]), int(units[-1]) + 1
 
 
 def mlp(x: np.ndarray, w1: np.ndarray, w2: np.ndarray) -> np.ndarray:
