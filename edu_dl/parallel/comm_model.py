@@ -85,20 +85,28 @@ def _all_reduce_timing_worker(
     device: torch.device,
     sizes: list[int],
     rounds: int,
+    calls: int,
 ) -> dict[int, list[float]]:
-    """Time one all-reduce (sum) of each size, the sizes taking turns in every round."""
+    """Seconds per all-reduce (sum) of each size: ``calls`` in a row, one sample per round.
+
+    The sizes take turns in a new order every round (the same on every rank: one seed per
+    round), so no size always follows the largest one, and a load that comes and goes falls on
+    all sizes alike.
+    """
     buffers = {n: torch.ones(n // FLOAT32_BYTES, dtype=torch.float32, device=device) for n in sizes}
     for buffer in buffers.values():  # warm-up: gloo sets up its pairs and scratch buffers
         dist.all_reduce(buffer)
     times: dict[int, list[float]] = {n: [] for n in sizes}
-    for _ in range(rounds):
-        for n in sizes:
-            dist.barrier()  # both ranks start together: time the collective, not the wait
+    for round_index in range(rounds):
+        for i in np.random.default_rng(round_index).permutation(len(sizes)):
+            n = sizes[i]
+            dist.barrier()  # all ranks start together: time the collective, not the wait
             start = time.perf_counter()
-            dist.all_reduce(buffers[n])
+            for _ in range(calls):
+                dist.all_reduce(buffers[n])
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
-            times[n].append(time.perf_counter() - start)
+            times[n].append((time.perf_counter() - start) / calls)
     return times
 
 
@@ -106,13 +114,14 @@ def measure_all_reduce(
     sizes: Sequence[int],
     world_size: int = 2,
     rounds: int = 9,
+    calls: int = 5,
     backend: str | None = "gloo",
     timeout_s: float = 120.0,
 ) -> AllReduceTimes:
     """All-reduce float32 messages of these sizes (bytes, multiples of 4) on R processes.
 
-    A sample is the slower rank's time for that all-reduce: the collective ends for everyone only
-    when the last rank has its result.
+    A sample is the mean of ``calls`` all-reduces in a row, as the slower rank timed them: the
+    collective ends for everyone only when the last rank has its result.
     """
     sizes = [int(n) for n in sizes]
     if any(n < FLOAT32_BYTES or n % FLOAT32_BYTES for n in sizes):
@@ -120,7 +129,7 @@ def measure_all_reduce(
     per_rank = run_workers(
         _all_reduce_timing_worker,
         world_size,
-        args=(sizes, rounds),
+        args=(sizes, rounds, calls),
         backend=backend,
         timeout_s=timeout_s,
     )

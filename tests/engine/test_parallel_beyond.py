@@ -99,7 +99,7 @@ def test_alpha_beta_fit_keeps_both_terms_non_negative() -> None:
 
 
 def test_measured_gloo_all_reduce_times_grow_with_the_message() -> None:
-    times = measure_all_reduce([4, 4 * 2**20], world_size=2, rounds=3)
+    times = measure_all_reduce([4, 4 * 2**20], world_size=2, rounds=3, calls=2)
     assert times.sizes == [4, 4 * 2**20] and all(len(v) == 3 for v in times.samples.values())
     small, large = times.medians()
     assert 0 < small < large  # 4 MiB through loopback takes longer than 4 bytes
