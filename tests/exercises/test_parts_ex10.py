@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import itertools
 from collections.abc import Callable
@@ -291,6 +292,61 @@ def test_tensor_parallel_backward_mistakes() -> None:
 
     message = run_check("ex10.tensor_parallel_backward", pre_relu_dw2)
     assert "output 2 (dw2_shards)" in message and "AFTER relu" in message
+
+
+def code_lines(text: str) -> list[str]:
+    """Lines that carry code: stripped, without blanks, comments and nbgrader markers."""
+    lines = (line.split("  #")[0].strip() for line in text.splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def longest_shared_run(mine: list[str], theirs: list[str]) -> int:
+    """The most consecutive lines of ``mine`` that appear consecutively in ``theirs``."""
+    best, previous = 0, [0] * (len(theirs) + 1)
+    for a in mine:
+        current = [0] * (len(theirs) + 1)
+        for j, b in enumerate(theirs):
+            if a == b:
+                current[j + 1] = previous[j] + 1
+                best = max(best, current[j + 1])
+        previous = current
+    return best
+
+
+def course_texts() -> dict[str, list[str]]:
+    """Every lecture's code cells and every module of edu_dl, as code lines."""
+    texts = {}
+    for path in sorted((ROOT / "lectures").glob("*.ipynb")):
+        for k, cell in enumerate(nbformat.read(path, as_version=4).cells):
+            if cell.cell_type == "code":
+                texts[f"{path.name} cell {k}"] = code_lines(cell.source)
+    for path in sorted((ROOT / "edu_dl").rglob("*.py")):
+        texts[str(path.relative_to(ROOT))] = code_lines(path.read_text())
+    return texts
+
+
+def test_no_solution_is_course_code_retyped() -> None:
+    """Issue 25: no two consecutive lines of a solution appear together in a lecture or in
+    edu_dl; in particular lecture 10's tensor-parallel forward (its worker is printed there) is
+    not the backward part's answer."""
+    texts = course_texts()
+    nb = nbformat.read(SOLUTION, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("solution"):
+            body = code_lines(cell.source[cell.source.index("### BEGIN SOLUTION"):
+                                          cell.source.index("### END SOLUTION")])
+            runs = {where: longest_shared_run(body, lines) for where, lines in texts.items()}
+            where = max(runs, key=runs.__getitem__)
+            name = cell.metadata.nbgrader.grade_id
+            assert runs[where] <= 1, f"{name}: {runs[where]} lines in a row from {where}"
+
+
+def test_the_retyping_check_finds_the_lectures_worker() -> None:
+    """The check above can fail: the tensor-parallel worker's lines, pasted, form a long run."""
+    from edu_dl.parallel.tensor_parallel import _tensor_parallel_worker
+
+    pasted = code_lines(inspect.getsource(_tensor_parallel_worker))
+    assert max(longest_shared_run(pasted, lines) for lines in course_texts().values()) >= 8
 
 
 def test_grading_mode_records_results_the_oracle_accepts(
