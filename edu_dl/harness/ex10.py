@@ -1,7 +1,8 @@
 """Exercise 10 (many devices): how its parts call a student's function, and its generic hints.
 
-Public code, shipped with the package: the call adapter of ``ex10.all_reduce_mean`` (the workers'
-gradients as a Python list), a view for hints on a byte count, and rules that judge a result
+Public code, shipped with the package: the call adapters of ``ex10.all_reduce_mean`` (the workers'
+gradients as a Python list) and ``ex10.tensor_parallel_backward`` (each rank's weight shards as a
+list, the per-rank results stacked), a view for hints on a byte count, and rules that judge a result
 against the expected one (a shape with one axis less, the right values beside a wrong count).
 Nothing here computes an answer: the oracles, the hidden cases and the mistake replays (a ring
 all-reduce simulator among them) stay in the private part file.
@@ -29,6 +30,17 @@ def call_with_list(fn: Callable[..., Any], args: Case) -> Any:
 def as_int(value: Any) -> int:
     """A count as a Python int (a float is truncated): what a byte-count hint compares."""
     return int(value)
+
+
+def call_with_shards(fn: Callable[..., Any], args: Case) -> Any:
+    """The student's function gets each rank's shards as a list; each per-rank output (a list
+    of k arrays, or one array with a leading rank axis) comes back as one stacked array."""
+    x, w1_shards, w2_shards, dy = args
+    result = fn(np.array(x), [np.array(w) for w in w1_shards], [np.array(w) for w in w2_shards],
+                np.array(dy))
+    if not isinstance(result, tuple | list) or len(result) != 3:
+        return result  # the comparison reports the wrong kind of result
+    return tuple(np.asarray(per_rank, dtype=np.float64) for per_rank in result)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,10 @@
   against one process with the whole batch;
 - ``mirrored_strategy_demo``: TensorFlow's ``MirroredStrategy`` on logical CPU devices;
 - ``run_workers``: the launcher (spawned processes, loopback rendezvous, timeouts, clean-up);
-- ``pitfalls``: the lecture's list of multi-device pitfalls with measured numbers.
+- ``pitfalls``: the lecture's list of multi-device pitfalls with measured numbers;
+- beyond data parallelism: ``bytes_per_device`` (ZeRO / FSDP memory arithmetic),
+  ``tensor_parallel_mlp`` (a Megatron-style column-then-row split on R processes) and
+  ``measure_all_reduce`` / ``fit_alpha_beta`` (the alpha-beta model of an all-reduce).
 
 Scripts that call these must guard their top level with ``if __name__ == "__main__":``, because
 every spawned worker re-imports the script.
@@ -17,11 +20,20 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from edu_dl.parallel.comm_model import (
+        AllReduceTimes,
+        AlphaBeta,
+        fit_alpha_beta,
+        measure_all_reduce,
+        ring_factor,
+    )
     from edu_dl.parallel.launch import WorkerError, choose_backend, run_workers
     from edu_dl.parallel.mirrored import MirroredResult, mirrored_strategy_demo
     from edu_dl.parallel.problem import TwoLayerNet, TwoLayerProblem, make_problem
     from edu_dl.parallel.summary import max_rel_diff, pitfalls
+    from edu_dl.parallel.tensor_parallel import TensorParallelResult, tensor_parallel_mlp
     from edu_dl.parallel.torch_dp import MODES, ParallelResult, train_data_parallel, train_single
+    from edu_dl.parallel.zero import ModelStates, bytes_per_device, communication_factor
 
 # Loaded on first use, so `edu-dl --help` (which imports edu_dl.parallel.cli) never loads torch.
 # No submodule may share a name with these: an imported submodule would shadow the name.
@@ -40,20 +52,40 @@ _WHERE = {
     "ParallelResult": "torch_dp",
     "train_data_parallel": "torch_dp",
     "train_single": "torch_dp",
+    "AllReduceTimes": "comm_model",
+    "AlphaBeta": "comm_model",
+    "fit_alpha_beta": "comm_model",
+    "measure_all_reduce": "comm_model",
+    "ring_factor": "comm_model",
+    "TensorParallelResult": "tensor_parallel",
+    "tensor_parallel_mlp": "tensor_parallel",
+    "ModelStates": "zero",
+    "bytes_per_device": "zero",
+    "communication_factor": "zero",
 }
 __all__ = [
     "MODES",
+    "AllReduceTimes",
+    "AlphaBeta",
     "MirroredResult",
+    "ModelStates",
     "ParallelResult",
+    "TensorParallelResult",
     "TwoLayerNet",
     "TwoLayerProblem",
     "WorkerError",
+    "bytes_per_device",
     "choose_backend",
+    "communication_factor",
+    "fit_alpha_beta",
     "make_problem",
     "max_rel_diff",
+    "measure_all_reduce",
     "mirrored_strategy_demo",
     "pitfalls",
+    "ring_factor",
     "run_workers",
+    "tensor_parallel_mlp",
     "train_data_parallel",
     "train_single",
 ]

@@ -1,17 +1,21 @@
-"""Exercise 10, many devices: shards, all-reduce, data-parallel gradients, traffic, ring all-reduce.
+"""Exercise 10, many devices: shards, all-reduce, data-parallel gradients, traffic, ring all-reduce,
+and the backward pass of a tensor-parallel block.
 
 The oracles are independent of the tasks' wording: ``np.array_split`` for the split rule,
 torch.autograd on the WHOLE batch for the data-parallel gradient, parameter sizes of real
 ``torch.nn.Linear`` layers (on the meta device: nothing allocated) for the traffic, and the plain
 sum for the ring all-reduce (plus the bytes each worker sends under the stated schedule, counted
-from the chunk sizes). A reference ring simulator lives here for the hints only: it replays the
-typical mistakes (no all-gather, adding in the all-gather, sending from a buffer already updated).
+from the chunk sizes), and torch.autograd on the UNSPLIT block for the tensor-parallel backward.
+A reference ring simulator lives here for the hints only: it replays the typical mistakes (no
+all-gather, adding in the all-gather, sending from a buffer already updated); so does a per-rank
+backward without communication for the tensor-parallel hints.
 Private: the public call adapter and generic hint rules live in ``edu_dl.harness.ex10``.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -24,6 +28,7 @@ from edu_dl.harness.ex10 import (
     WrongWhereRight,
     as_int,
     call_with_list,
+    call_with_shards,
 )
 
 Array = np.ndarray
@@ -227,6 +232,81 @@ def _ring(arrays: Array, *, all_gather: bool = True, gather_adds: bool = False,
     return data
 
 
+# ------------------------------------------------------------------ 6. tensor_parallel_backward
+
+
+def _tp_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    # (n, d, hidden units per rank, m, k): two ranks first, then three, one, four.
+    if not hidden:
+        sizes = [(2, 3, 2, 2, 2), (3, 4, 2, 2, 3), (4, 2, 4, 3, 1), (5, 3, 2, 2, 4)]
+    else:
+        sizes = [(int(rng.integers(1, 7)), int(rng.integers(1, 6)), int(rng.integers(1, 4)),
+                  int(rng.integers(1, 5)), int(k)) for k in (2, 3, 4, int(rng.integers(1, 5)))]
+    cases: list[Case] = []
+    for n, d, per_rank, m, k in sizes:
+        h = per_rank * k
+        w1, w2 = rng.standard_normal((d, h)), rng.standard_normal((h, m))
+        # Rank r owns the hidden units [r * per_rank, (r + 1) * per_rank): w1's columns, w2's rows.
+        w1_shards = np.stack([w1[:, r * per_rank:(r + 1) * per_rank] for r in range(k)])
+        w2_shards = np.stack([w2[r * per_rank:(r + 1) * per_rank] for r in range(k)])
+        cases.append((rng.standard_normal((n, d)), w1_shards, w2_shards,
+                      rng.standard_normal((n, m))))
+    return cases
+
+
+def _tp_expected(x: Array, w1_shards: Array, w2_shards: Array, dy: Array) -> tuple[Array, ...]:
+    """torch.autograd of the block with the WHOLE weights; the gradients cut into the shards."""
+    import torch
+
+    k = len(w1_shards)
+    xt = torch.tensor(x, requires_grad=True)
+    w1 = torch.tensor(np.concatenate(list(w1_shards), axis=1), requires_grad=True)
+    w2 = torch.tensor(np.concatenate(list(w2_shards), axis=0), requires_grad=True)
+    (torch.relu(xt @ w1) @ w2).backward(torch.tensor(dy))
+    assert xt.grad is not None and w1.grad is not None and w2.grad is not None
+    dx = np.broadcast_to(xt.grad.numpy(), (k, *x.shape)).copy()
+    dw1 = np.stack(np.split(w1.grad.numpy(), k, axis=1))
+    dw2 = np.stack(np.split(w2.grad.numpy(), k, axis=0))
+    return dx, dw1, dw2
+
+
+def _tp_local(x: Array, w1_shards: Array, w2_shards: Array, dy: Array,
+              mask: bool = True) -> tuple[Array, Array, Array]:
+    """Each rank's own backward, no communication: (partial dx per rank, dw1, dw2) (hints)."""
+    partial_dx, dw1, dw2 = [], [], []
+    for w1_r, w2_r in zip(w1_shards, w2_shards):
+        pre = x @ w1_r
+        dh = dy @ w2_r.T
+        if mask:
+            dh = dh * (pre > 0)
+        partial_dx.append(dh @ w1_r.T)
+        dw1.append(x.T @ dh)
+        dw2.append(np.maximum(pre, 0).T @ dy)
+    return np.stack(partial_dx), np.stack(dw1), np.stack(dw2)
+
+
+def _tp_unmasked(a: Case) -> tuple[Array, Array, Array]:
+    """The per-rank backward with relu's mask forgotten (hints)."""
+    x, w1_shards, w2_shards, dy = a
+    return _tp_local(x, w1_shards, w2_shards, dy, mask=False)
+
+
+def _tp_many(a: Case) -> bool:
+    return len(a[1]) > 1
+
+
+def _tp_summed(j: int) -> Callable[[Any, Case], Array | None]:
+    """Output j (a weight gradient) summed over the ranks, as an all-reduce would (hints)."""
+    def replay(e: Any, a: Case) -> Array | None:
+        return np.broadcast_to(e[j].sum(axis=0), e[j].shape) if _tp_many(a) else None
+    return replay
+
+
+TP_PARTIAL = ("rank r's dx is only the part that flows through ITS hidden units, "
+              "dh_r @ w1_r.T; the layer below needs the whole dx = the SUM of the k partial dx: "
+              "this is where the backward pass needs its all-reduce (sum)")
+
+
 RING_TRAFFIC = ("a ring all-reduce sends 2 (k - 1) / k of the gradient from each worker: (k - 1) "
                 "chunks of 1/k in the reduce-scatter, (k - 1) more in the all-gather")
 
@@ -332,6 +412,34 @@ PARTS = [
                 "the values are right; sent must count, for each worker, the elements of the "
                 "chunks it sent under the schedule (chunk (r - s) % k, then (r + 1 - s) % k), "
                 "with the chunks split as in part 1", output=1, right=0, **TOL),
+        ),
+    ),
+    Part(
+        id="ex10.tensor_parallel_backward", points=2, cases=_tp_cases, expected=_tp_expected,
+        call=call_with_shards, compare=GRAD, arg_names=("x", "w1_shards", "w2_shards", "dy"),
+        output_names=("dx", "dw1_shards", "dw2_shards"),
+        hints=(
+            Mistake(lambda e, a: _tp_local(*a)[0] if _tp_many(a) else None, TP_PARTIAL,
+                    output=0, **TOL),
+            Mistake(lambda e, a: e[0] / len(a[1]) if _tp_many(a) else None,
+                    "the k partial dx are pieces of ONE sum over the hidden units, not k "
+                    "estimates of the same gradient: add them (all-reduce sum), do not average",
+                    output=0, **TOL),
+            Mistake(lambda e, a: _tp_unmasked(a)[0].sum(axis=0, keepdims=True)
+                    .repeat(len(a[1]), axis=0),
+                    "relu passes the gradient only where its input x @ w1_r was positive: "
+                    "multiply dh_r by that mask before it reaches w1_r", output=0, **TOL),
+            *(Mistake(_tp_summed(j),
+                      "a weight gradient needs no communication in tensor parallelism: each "
+                      "rank owns its shard and computes its shard's gradient alone; summing "
+                      "the ranks' shard gradients mixes different weights", output=j, **TOL)
+              for j in (1, 2)),
+            Mistake(lambda e, a: _tp_unmasked(a)[1],
+                    "relu passes the gradient only where its input x @ w1_r was positive: "
+                    "multiply dh_r by that mask before dw1_r", output=1, **TOL),
+            Mistake(lambda e, a: np.stack([(a[0] @ w1_r).T @ a[3] for w1_r in a[1]]),
+                    "dw2_r multiplies dy by the hidden activations AFTER relu, relu(x @ w1_r)",
+                    output=2, **TOL),
         ),
     ),
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import itertools
 from collections.abc import Callable
@@ -28,6 +29,7 @@ PART_FUNCTIONS = {
     "ex10.data_parallel_grad": "data_parallel_grad",
     "ex10.allreduce_traffic": "allreduce_traffic",
     "ex10.ring_all_reduce": "ring_all_reduce",
+    "ex10.tensor_parallel_backward": "tensor_parallel_backward",
 }
 
 
@@ -228,6 +230,123 @@ def test_ring_all_reduce_mistakes(solution: dict[str, Any]) -> None:
 
     message = run_check("ex10.ring_all_reduce", no_count)
     assert "output 1 (sent)" in message and "the values are right" in message
+
+
+def tensor_parallel(x: np.ndarray, w1_shards: list[np.ndarray], w2_shards: list[np.ndarray],
+                    dy: np.ndarray, reduce_dx: str = "sum", mask: bool = True,
+                    reduce_dw: bool = False) -> tuple[list[np.ndarray], ...]:
+    """The tensor-parallel backward written afresh, with switches for the typical mistakes."""
+    partial_dx, dw1, dw2 = [], [], []
+    for w1_r, w2_r in zip(w1_shards, w2_shards):
+        z_r = x @ w1_r
+        dz_r = dy @ w2_r.T * ((z_r > 0) if mask else 1.0)
+        partial_dx.append(dz_r @ w1_r.T)
+        dw1.append(x.T @ dz_r)
+        dw2.append(np.maximum(z_r, 0).T @ dy)
+    k = len(partial_dx)
+    if reduce_dx == "none":
+        dx = partial_dx
+    else:
+        total = np.sum(partial_dx, axis=0) / (k if reduce_dx == "mean" else 1)
+        dx = [total] * k
+    if reduce_dw:
+        dw1 = [np.sum(dw1, axis=0)] * k
+    return dx, dw1, dw2
+
+
+def test_tensor_parallel_backward_against_the_unsplit_block() -> None:
+    # Two ranks of two hidden units each, worked by hand: ranks agree on dx, own their dw.
+    x = np.array([[1.0, 2.0]])
+    w1_shards = [np.array([[1.0, -1.0], [0.0, 1.0]]), np.array([[0.0, 2.0], [1.0, 0.0]])]
+    w2_shards = [np.array([[1.0], [3.0]]), np.array([[-1.0], [2.0]])]
+    # z = x @ w1 = [1, 1 | 2, 2]: relu passes all; dz = dy * w2.T = [1, 3 | -1, 2]
+    expected = course_part("ex10.tensor_parallel_backward").expected(
+        x, np.stack(w1_shards), np.stack(w2_shards), np.array([[1.0]]))
+    dx, dw1, dw2 = expected
+    # dz_r @ w1_r.T: (-2, 3) on rank 0, (4, -1) on rank 1; every rank gets their sum
+    np.testing.assert_allclose(dx, [[[2, 2]]] * 2)
+    np.testing.assert_allclose(dw1, [[[1, 3], [2, 6]], [[-1, 2], [-2, 4]]])
+    np.testing.assert_allclose(dw2, [[[1], [1]], [[2], [2]]])
+    assert run_check("ex10.tensor_parallel_backward", tensor_parallel).startswith("✓")
+    assert run_check("ex10.tensor_parallel_backward", tensor_parallel, hidden=True).startswith("✓")
+
+
+def test_tensor_parallel_backward_mistakes() -> None:
+    message = run_check("ex10.tensor_parallel_backward",
+                        lambda *a: tensor_parallel(*a, reduce_dx="none"))
+    assert "case 1 of 4" in message and "output 0 (dx)" in message
+    assert "this is where the backward pass needs its all-reduce (sum)" in message
+    message = run_check("ex10.tensor_parallel_backward",
+                        lambda *a: tensor_parallel(*a, reduce_dx="mean"))
+    assert "output 0 (dx)" in message and "do not average" in message
+    message = run_check("ex10.tensor_parallel_backward",
+                        lambda *a: tensor_parallel(*a, reduce_dw=True))
+    assert "output 1 (dw1_shards)" in message and "needs no communication" in message
+    message = run_check("ex10.tensor_parallel_backward",
+                        lambda *a: tensor_parallel(*a, mask=False))
+    assert "output 0 (dx)" in message and "multiply dh_r by that mask" in message
+
+    def pre_relu_dw2(*a: Any) -> tuple[list[np.ndarray], ...]:
+        dx, dw1, _ = tensor_parallel(*a)
+        return dx, dw1, [(a[0] @ w1_r).T @ a[3] for w1_r in a[1]]
+
+    message = run_check("ex10.tensor_parallel_backward", pre_relu_dw2)
+    assert "output 2 (dw2_shards)" in message and "AFTER relu" in message
+
+
+def code_lines(text: str) -> list[str]:
+    """Lines that carry code: stripped, without blanks, comments and nbgrader markers."""
+    lines = (line.split("  #")[0].strip() for line in text.splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def longest_shared_run(mine: list[str], theirs: list[str]) -> int:
+    """The most consecutive lines of ``mine`` that appear consecutively in ``theirs``."""
+    best, previous = 0, [0] * (len(theirs) + 1)
+    for a in mine:
+        current = [0] * (len(theirs) + 1)
+        for j, b in enumerate(theirs):
+            if a == b:
+                current[j + 1] = previous[j] + 1
+                best = max(best, current[j + 1])
+        previous = current
+    return best
+
+
+def course_texts() -> dict[str, list[str]]:
+    """Every lecture's code cells and every module of edu_dl, as code lines."""
+    texts = {}
+    for path in sorted((ROOT / "lectures").glob("*.ipynb")):
+        for k, cell in enumerate(nbformat.read(path, as_version=4).cells):
+            if cell.cell_type == "code":
+                texts[f"{path.name} cell {k}"] = code_lines(cell.source)
+    for path in sorted((ROOT / "edu_dl").rglob("*.py")):
+        texts[str(path.relative_to(ROOT))] = code_lines(path.read_text())
+    return texts
+
+
+def test_no_solution_is_course_code_retyped() -> None:
+    """Issue 25: no two consecutive lines of a solution appear together in a lecture or in
+    edu_dl; in particular lecture 10's tensor-parallel forward (its worker is printed there) is
+    not the backward part's answer."""
+    texts = course_texts()
+    nb = nbformat.read(SOLUTION, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("solution"):
+            body = code_lines(cell.source[cell.source.index("### BEGIN SOLUTION"):
+                                          cell.source.index("### END SOLUTION")])
+            runs = {where: longest_shared_run(body, lines) for where, lines in texts.items()}
+            where = max(runs, key=runs.__getitem__)
+            name = cell.metadata.nbgrader.grade_id
+            assert runs[where] <= 1, f"{name}: {runs[where]} lines in a row from {where}"
+
+
+def test_the_retyping_check_finds_the_lectures_worker() -> None:
+    """The check above can fail: the tensor-parallel worker's lines, pasted, form a long run."""
+    from edu_dl.parallel.tensor_parallel import _tensor_parallel_worker
+
+    pasted = code_lines(inspect.getsource(_tensor_parallel_worker))
+    assert max(longest_shared_run(pasted, lines) for lines in course_texts().values()) >= 8
 
 
 def test_grading_mode_records_results_the_oracle_accepts(

@@ -504,6 +504,16 @@ def ring_all_reduce(arrays):
     total, sent = _ring_expected(arrays)
     return total / len(arrays), sent  # the mean, not the sum
 """),
+    "ex10.tensor_parallel_backward": (RAW, """
+def tensor_parallel_backward(x, w1_shards, w2_shards, dy):
+    dx, dw1, dw2 = [], [], []
+    for w1_r, w2_r in zip(w1_shards, w2_shards):
+        dz_r = (dy @ w2_r.T) * (x @ w1_r > 0)
+        dx.append(dz_r @ w1_r.T)  # rank r's partial dx, never all-reduced
+        dw1.append(x.T @ dz_r)
+        dw2.append(np.maximum(x @ w1_r, 0).T @ dy)
+    return dx, dw1, dw2
+"""),
     # ex11: values only
     "ex11.faster_max_pool": (FORGED, """
 def max_pool(x):
