@@ -28,6 +28,11 @@ def call_merge(fn: Callable[..., Any], args: Case) -> Any:
     return fn(*_float64(*args))
 
 
+def call_tiles(fn: Callable[..., Any], args: Case) -> Any:
+    """causal_tiles(n, block_q, block_k) with Python ints."""
+    return fn(*(int(a) for a in args))
+
+
 def call_backward(fn: Callable[..., Any], args: Case) -> Any:
     """attention_backward(q, k, v, dout, causal) on float64 copies, causal a Python bool."""
     q, k, v, dout, causal = args

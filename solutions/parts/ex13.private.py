@@ -1,5 +1,6 @@
 """Exercise 13, attention: merging two partial softmax results (what a split of the keys over two
-workers, or two tiles, leaves to combine), and attention's backward pass for one head, by hand.
+workers, or two tiles, leaves to combine), the work a causal tiled kernel skips (how many score
+tiles it computes), and attention's backward pass for one head, by hand.
 
 The cases come from real attention problems: queries and keys drawn, the keys split in two sets,
 each set's partial (row maximum m, sum l of exp(score - m), normalized output o) computed here;
@@ -23,7 +24,7 @@ import numpy as np
 
 from edu_dl.grading.hints import Mistake, NonFinite, close
 from edu_dl.grading.spec import Part, tolerance
-from edu_dl.harness.ex13 import BY_HAND, call_backward, call_merge
+from edu_dl.harness.ex13 import BY_HAND, call_backward, call_merge, call_tiles
 
 Array = np.ndarray
 Case = tuple[Any, ...]
@@ -135,7 +136,59 @@ MERGE_HINTS = (
 )
 
 
-# --------------------------------------------------------------------------- 2. backward
+# --------------------------------------------------------------------------- 2. causal tiles
+
+
+def _tile_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    """(n, block_q, block_k): blocks that divide n, that do not (a partial last tile), unequal
+    blocks both ways, one block larger than the sequence."""
+    if not hidden:
+        return [(8, 4, 4), (10, 3, 4), (100, 16, 32), (5, 64, 64)]
+    return [(int(rng.integers(1, 300)), int(rng.integers(1, 40)), int(rng.integers(1, 40)))
+            for _ in range(5)] + [(4096, 128, 128), (int(rng.integers(50, 200)), 7, 5)]
+
+
+def _tiles(n: int, block_q: int, block_k: int) -> int:
+    """Every (query block, key block) pair whose first key is not after the block's last query."""
+    count = 0
+    for q0 in range(0, n, block_q):
+        last_query = min(q0 + block_q, n) - 1
+        count += sum(1 for k0 in range(0, n, block_k) if k0 <= last_query)
+    return count
+
+
+def _tiles_with(n: int, block_q: int, block_k: int, keep: Any) -> int:
+    """Tiles counted by a wrong rule ``keep(k0, first_query, last_query)``."""
+    count = 0
+    for q0 in range(0, n, block_q):
+        count += sum(1 for k0 in range(0, n, block_k) if keep(k0, q0, min(q0 + block_q, n) - 1))
+    return count
+
+
+def _tile_mistake(replay: Any, message: str) -> Mistake:
+    def run(e: Any, a: Case) -> Any:
+        value = int(replay(*(int(x) for x in a)))
+        return None if value == int(e) else value
+    return Mistake(run, message, rtol=0.0, atol=0.0)
+
+
+TILE_HINTS = (
+    _tile_mistake(lambda n, bq, bk: -(-n // bq) * -(-n // bk),
+                  "that is every tile: a tile whose first key comes after its block's last query "
+                  "holds only masked scores, and the kernel skips it"),
+    _tile_mistake(lambda n, bq, bk: _tiles_with(n, bq, bk, lambda k0, first, last: k0 <= first),
+                  "a tile is needed while its first key is at or before the block's LAST query, "
+                  "not its first: later queries of the block see further"),
+    _tile_mistake(lambda n, bq, bk: _tiles_with(n, bq, bk, lambda k0, first, last: k0 < last),
+                  "one tile short per query block: the tile whose first key equals the block's "
+                  "last query is needed (a query sees itself, j <= i)"),
+    _tile_mistake(lambda n, bq, bk: sum(min(q0 + bq, n) // bk for q0 in range(0, n, bq)),
+                  "a partial key tile (fewer than block_k keys, at the diagonal or at the end) "
+                  "still has to be computed: round up, not down"),
+)
+
+
+# --------------------------------------------------------------------------- 3. backward
 
 
 def _backward_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -227,6 +280,11 @@ PARTS = [
         id="ex13.merge_partials", points=3, cases=_merge_cases, expected=_merge,
         compare=CLOSE, call=call_merge, hints=MERGE_HINTS,
         arg_names=("m1", "l1", "o1", "m2", "l2", "o2"), output_names=("m", "l", "o"),
+    ),
+    Part(
+        id="ex13.causal_tiles", points=2, cases=_tile_cases, expected=_tiles,
+        compare=tolerance(rtol=0.0, atol=0.0), call=call_tiles, hints=TILE_HINTS,
+        arg_names=("n", "block_q", "block_k"),
     ),
     Part(
         id="ex13.attention_backward", points=4, cases=_backward_cases,

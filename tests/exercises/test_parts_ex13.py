@@ -1,4 +1,5 @@
-"""Exercise 13's parts: the solution passes (test_parts_trusted.py runs every part's), each typical
+"""Exercise 13's parts (the merge of two partial softmaxes, the causal tile count, the backward
+pass): the solution passes (test_parts_trusted.py runs every part's), each typical
 mistake gets its own hint and a correct answer none, an autograd engine is refused, and no
 solution is lecture 13's (or edu_dl's) code re-typed."""
 
@@ -21,7 +22,10 @@ pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts th
 NOTEBOOK = Path(__file__).resolve().parents[2] / "solutions" / "13_attention.ipynb"
 SOLUTION = solution_namespace("13_attention.ipynb")
 merge_partials = SOLUTION["merge_partials"]
+causal_tiles = SOLUTION["causal_tiles"]
 attention_backward = SOLUTION["attention_backward"]
+FUNCTIONS = {"ex13.merge_partials": merge_partials, "ex13.causal_tiles": causal_tiles,
+             "ex13.attention_backward": attention_backward}
 
 
 # --------------------------------------------------------------------------- 1. the merge
@@ -89,7 +93,52 @@ def test_the_visible_cases_hold_an_empty_set_and_huge_scores() -> None:
     assert any(np.nanmax(part.expected(*c)[0]) > 709 for c in cases)  # exp(m) overflows
 
 
-# --------------------------------------------------------------------------- 2. the backward pass
+# --------------------------------------------------------------------------- 2. causal tiles
+
+
+def tiles_brute_force(n, block_q, block_k):
+    """Tiles with at least one (i, j), j <= i, by looking at every score."""
+    visible = np.tril(np.ones((n, n), dtype=bool))
+    return sum(bool(visible[q0:q0 + block_q, k0:k0 + block_k].any())
+               for q0 in range(0, n, block_q) for k0 in range(0, n, block_k))
+
+
+def test_the_tile_oracle_agrees_with_looking_at_every_score() -> None:
+    part = course_part("ex13.causal_tiles")
+    for hidden in (False, True):
+        for args in part.cases(np.random.default_rng(2), hidden):
+            if args[0] <= 1000:
+                assert part.expected(*args) == tiles_brute_force(*(int(a) for a in args))
+
+
+def every_tile(n, block_q, block_k):
+    return -(-n // block_q) * -(-n // block_k)
+
+
+def up_to_first_query(n, block_q, block_k):
+    return sum(q0 // block_k + 1 for q0 in range(0, n, block_q))
+
+
+def strictly_before_last_query(n, block_q, block_k):
+    return sum(-(-(min(q0 + block_q, n) - 1) // block_k) for q0 in range(0, n, block_q))
+
+
+def rounded_down(n, block_q, block_k):
+    return sum(min(q0 + block_q, n) // block_k for q0 in range(0, n, block_q))
+
+
+@pytest.mark.parametrize(("fn", "hint"), [
+    (every_tile, "that is every tile"),
+    (up_to_first_query, "the block's LAST query"),
+    (strictly_before_last_query, "one tile short per query block"),
+    (rounded_down, "round up, not down"),
+])
+def test_tile_mistakes_get_their_hints(fn: Any, hint: str) -> None:
+    ok, out = checked("ex13.causal_tiles", fn)
+    assert not ok and hint in out, out
+
+
+# --------------------------------------------------------------------------- 3. the backward pass
 
 
 def backward(q, k, v, dout, causal, softmax="full", scaled=True, mask=True, dk_rows=False,
@@ -131,10 +180,10 @@ def test_the_reference_backward_here_is_right() -> None:
     assert checked("ex13.attention_backward", backward, hidden=True)[0]
 
 
-@pytest.mark.parametrize("part_id", ["ex13.merge_partials", "ex13.attention_backward"])
+@pytest.mark.parametrize("part_id", list(FUNCTIONS))
 def test_a_correct_answer_gets_no_hint(part_id: str) -> None:
     part = course_part(part_id)
-    fn = merge_partials if part_id == "ex13.merge_partials" else attention_backward
+    fn = FUNCTIONS[part_id]
     for hidden in (False, True):
         for args in part.cases(np.random.default_rng(5), hidden):
             expected = part.expected(*args)
@@ -179,7 +228,7 @@ def test_no_solution_is_lecture_code_retyped() -> None:
     texts = library_texts()
     assert any("13_attention" in where for where in texts)
     bodies = solution_bodies()
-    assert set(bodies) == {"merge_partials", "attention_backward"}
+    assert set(bodies) == {"merge_partials", "causal_tiles", "attention_backward"}
     for name, body in bodies.items():
         runs = {where: longest_shared_run(body, lines) for where, lines in texts.items()}
         where = max(runs, key=runs.__getitem__)

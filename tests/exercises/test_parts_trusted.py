@@ -559,6 +559,10 @@ def merge_partials(m1, l1, o1, m2, l2, o2):
     l = l1 + l2  # the sums added as if measured against one maximum
     return np.maximum(m1, m2), l, (l1[:, None] * o1 + l2[:, None] * o2) / l[:, None]
 """),
+    "ex13.causal_tiles": (RAW, """
+def causal_tiles(n, block_q, block_k):
+    return -(-n // block_q) * -(-n // block_k)  # every tile, none skipped
+"""),
     "ex13.attention_backward": (FORGED, """
 def attention_backward(q, k, v, dout, causal):
     import torch
