@@ -140,3 +140,25 @@ def test_counts() -> None:
     naive = att.attention_flops(n, d) / att.naive_traffic_bytes(n, d, 2)
     tiled = att.attention_flops(n, d) / att.tiled_traffic_bytes(n, d, 2, block_q=128)
     assert 30 < naive < 32 and 120 < tiled < 128
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_static_graph_runs_the_same_attention(causal: bool) -> None:
+    """attention() on graph nodes: Session.run gives the eager values and gradients."""
+    from edu_dl import graph as tf
+
+    q, k, v = qkv(np.random.default_rng(4), (2,), 4, 4 if causal else 6, 3, 2)
+    dout = np.random.default_rng(5).standard_normal((2, 4, 2))
+    eager = [ed.tensor(a, requires_grad=True) for a in (q, k, v)]
+    out = att.attention(*eager, causal=causal)
+    (out * dout).sum().backward()
+    with tf.Graph().as_default():
+        nodes = [tf.placeholder(tf.float64, a.shape) for a in (q, k, v)]
+        graph_out = att.attention(*nodes, causal=causal)
+        grads = tf.gradients(tf.reduce_sum(graph_out * dout), nodes)
+        with tf.Session() as session:
+            got = session.run([graph_out, *grads], dict(zip(nodes, (q, k, v), strict=True)))
+    np.testing.assert_allclose(got[0], out.numpy(), rtol=1e-12, atol=1e-14)
+    for x, g in zip(eager, got[1:], strict=True):
+        assert x.grad is not None
+        np.testing.assert_allclose(g, x.grad.numpy(), rtol=1e-12, atol=1e-14)
