@@ -722,6 +722,25 @@ class ToDevice(Op):
         return (to_device(grad, self.saved),)
 
 
+class Softmax(Op):
+    """z = exp(x - max(x)) / sum(exp(x - max(x))) along ``axis``: the max subtracted first so no
+    exp overflows (an entry of -inf, a masked score, gets probability 0)"""
+
+    def __init__(self, axis: int = -1) -> None:
+        self.axis = axis
+
+    def forward(self, xp, x):
+        z = xp.exp(x - x.max(axis=self.axis, keepdims=True))
+        z /= z.sum(axis=self.axis, keepdims=True)
+        self.saved = z  # the VJP needs only the output
+        return z
+
+    def backward(self, grad):
+        # J = diag(z) - z z^T along the axis, so J^T g = z * (g - <g, z>): no N x N Jacobian.
+        z = self.saved
+        return (z * (grad - (grad * z).sum(axis=self.axis, keepdims=True)),)
+
+
 # --------------------------------------------------------------------------- losses
 
 
@@ -876,3 +895,8 @@ def broadcast_to(x: Any, shape: Shape) -> Any:
 def softmax_cross_entropy(logits: Any, labels: Any, reduction: str = "mean") -> Any:
     """Mean (or sum, or per-row) cross-entropy of softmax(logits) with integer labels."""
     return SoftmaxCrossEntropy.apply(logits, labels, reduction=reduction)
+
+
+def softmax(x: Any, axis: int = -1) -> Any:
+    """Softmax along ``axis``, as torch's F.softmax(x, dim=axis)."""
+    return Softmax.apply(x, axis=axis)

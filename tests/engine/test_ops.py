@@ -403,6 +403,38 @@ def test_getitem_boolean_mask(shape, seed, full):
     check_op(lambda a: a[mask], lambda t: t[torch.from_numpy(mask)], x, seed=seed)
 
 
+# --------------------------------------------------------------------------- softmax
+
+
+@st.composite
+def shape_and_axis(draw):
+    shape = draw(array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4))
+    return shape, draw(st.integers(-len(shape), len(shape) - 1))
+
+
+@SOME
+@given(case=shape_and_axis(), seed=SEEDS)
+def test_softmax(case, seed):
+    shape, axis = case
+    x = anywhere(np.random.default_rng(seed), shape)
+    check_op(lambda a: ops.softmax(a, axis=axis), lambda t: F.softmax(t, dim=axis), x, seed=seed)
+
+
+def test_softmax_is_stable_and_a_masked_score_gets_nothing():
+    """exp(1000) overflows; a score of -inf (attention's mask) gets probability and gradient 0."""
+    x = ed.tensor([[1000.0, 1000.0, -np.inf], [0.0, -1000.0, 2.0]], requires_grad=True)
+    z = ops.softmax(x, axis=1)
+    t = torch.tensor(x.numpy(), requires_grad=True)
+    tz = F.softmax(t, dim=1)
+    np.testing.assert_allclose(z.numpy(), tz.detach().numpy(), rtol=1e-12, atol=0)
+    assert z.numpy()[0, 2] == 0.0
+    projection = np.array([[1.0, -2.0, 3.0], [0.5, 4.0, -1.0]])
+    (z * projection).sum().backward()
+    (tz * torch.from_numpy(projection)).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-12, atol=1e-300)
+    assert x.grad.numpy()[0, 2] == 0.0
+
+
 # --------------------------------------------------------------------------- loss
 
 
@@ -544,6 +576,7 @@ F32_CASES = {
     "getitem_slice": lambda x, y: x[1:, ::2],
     "getitem_mask": lambda x, y: x[x.numpy() > 0],
     "getitem_ints": lambda x, y: x[np.array([0, 0, 2])],
+    "softmax": lambda x, y: ops.softmax(x, axis=0),
     "cross_entropy": lambda x, y: ops.softmax_cross_entropy(x, np.array([0, 3, 1])),
     "cross_entropy_none": lambda x, y: ops.softmax_cross_entropy(x, [0, 3, 1], reduction="none"),
     "cross_entropy_sum": lambda x, y: ops.softmax_cross_entropy(x, [0, 3, 1], reduction="sum"),

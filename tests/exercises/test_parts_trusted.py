@@ -46,7 +46,8 @@ NOTEBOOKS = {"ex01": "01_getting_started.ipynb", "ex02": "02_cpu_vs_gpu.ipynb",
              "ex06": "06_tensorflow.ipynb", "ex07": "07_pytorch.ipynb",
              "ex08": "08_static_vs_dynamic.ipynb", "ex08b": "08b_caffe_and_the_landscape.ipynb",
              "ex09": "09_shootout.ipynb", "ex10": "10_many_devices.ipynb",
-             "ex11": "07b_convolutions.ipynb", "ex12": "12_gpu_practice.ipynb"}
+             "ex11": "07b_convolutions.ipynb", "ex12": "12_gpu_practice.ipynb",
+             "ex13": "13_attention.ipynb"}
 ALSO = {"ex08b": "def parse_layer"}  # given helpers the solution functions use
 # Parts that moved to another exercise keep their ids (gradebooks hold them): their notebook.
 MOVED = {"ex03.feed_bytes": "ex06", "ex08.caffe_forward": "ex08b", "ex12.stream_timer": "ex02c"}
@@ -561,6 +562,24 @@ def time_kernel(launch, synchronize, warmup, repeats):
     for _ in range(warmup + repeats):  # the host's launches only: no synchronize
         launch()
     return (time.perf_counter() - begin) / repeats
+"""),
+    # ex13
+    "ex13.merge_partials": (RAW, """
+def merge_partials(m1, l1, o1, m2, l2, o2):
+    l = l1 + l2  # the sums added as if measured against one maximum
+    return np.maximum(m1, m2), l, (l1[:, None] * o1 + l2[:, None] * o2) / l[:, None]
+"""),
+    "ex13.causal_tiles": (RAW, """
+def causal_tiles(n, block_q, block_k):
+    return -(-n // block_q) * -(-n // block_k)  # every tile, none skipped
+"""),
+    "ex13.attention_backward": (FORGED, """
+def attention_backward(q, k, v, dout, causal):
+    import torch
+    t = [torch.tensor(a, requires_grad=True) for a in (q, k, v)]
+    torch.nn.functional.scaled_dot_product_attention(*t, is_causal=causal).backward(
+        torch.tensor(dout))
+    return tuple(x.grad.numpy() for x in t)
 """),
 }
 
