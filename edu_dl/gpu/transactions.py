@@ -51,3 +51,24 @@ def ideal_segments(threads: int, itemsize: int = 4, segment_bytes: int = SEGMENT
     """The fewest segments ``threads`` distinct aligned elements can touch: their bytes / 32,
     rounded up (what a perfectly coalesced access needs)."""
     return -(-threads * itemsize // segment_bytes)
+
+
+SHARED_BANKS = 32  # shared memory: 32 banks, each 4 bytes wide
+
+
+def bank_conflict_degree(word_indices: Iterable[int], banks: int = SHARED_BANKS) -> int:
+    """How many times one warp's shared-memory access is replayed: the most DISTINCT 4-byte words
+    that fall in one bank (word w sits in bank w % banks). Threads reading the same word share
+    it (a broadcast), so 1 means conflict-free.
+
+    >>> bank_conflict_degree(range(32))                 # a row of a float tile: 32 banks
+    1
+    >>> bank_conflict_degree(t * 32 for t in range(32))  # a column of tile[32][32]: one bank
+    32
+    """
+    if banks <= 0:
+        raise ValueError(f"banks must be positive, not {banks}")
+    words_in_bank: dict[int, set[int]] = {}
+    for word in word_indices:
+        words_in_bank.setdefault(int(word) % banks, set()).add(int(word))
+    return max((len(words) for words in words_in_bank.values()), default=0)

@@ -7,6 +7,7 @@ import pytest
 from edu_dl.gpu.transactions import (
     SEGMENT_BYTES,
     WARP_SIZE,
+    bank_conflict_degree,
     ideal_segments,
     segments_touched,
     warp_segments,
@@ -61,3 +62,11 @@ def test_an_element_that_could_straddle_segments_is_refused(itemsize: int) -> No
 def test_more_than_a_warp_is_refused() -> None:
     with pytest.raises(ValueError, match="at most 32"):
         warp_segments(range(WARP_SIZE + 1))
+
+
+def test_a_tile_column_hits_one_bank_and_padding_spreads_it() -> None:
+    assert bank_conflict_degree(t * 32 for t in range(WARP_SIZE)) == 32  # tile[32][32]
+    assert bank_conflict_degree(t * 33 for t in range(WARP_SIZE)) == 1  # tile[32][33]
+    assert bank_conflict_degree(range(WARP_SIZE)) == 1  # a row
+    assert bank_conflict_degree(t * 2 for t in range(WARP_SIZE)) == 2  # stride 2: two-way
+    assert bank_conflict_degree([5] * WARP_SIZE) == 1  # one word, broadcast
