@@ -9,8 +9,6 @@ in memory.
   missing syncthreads)
 - ``timing``: timing asynchronous work (synchronize, events; a CPU stand-in for a device), a
   kernel's GFLOP/s and the fraction of the card's FP32 peak
-- ``transactions``: the 32-byte segments one warp's loads touch (coalescing, counted without
-  a GPU)
 - ``memory``: what one training step keeps in GPU memory, computed without a GPU
 - ``zoo``: AlexNet, VGG-16 and ResNet-50 layer for layer, on PyTorch's meta device
 """
