@@ -19,6 +19,7 @@ import inspect
 import os
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +104,11 @@ def enable_simulator(nan_shared: bool = True) -> ModuleType:
     return cuda
 
 
+# Without it, threads that reach a shared array's first allocation together could each make
+# their own (seen: a tiled transpose reading NaN from a tile its neighbours never wrote).
+_ALLOCATION_LOCK = threading.Lock()
+
+
 def _poison(arr: np.ndarray) -> None:
     """Fill a fresh shared array: NaN for floats, the largest value for integers."""
     if arr.dtype.kind in "fc":
@@ -137,13 +143,14 @@ def fill_shared_with_nan() -> None:
             return numba_array(self, shape, dtype, alignment)
         caller = sys._getframe(1)
         key = (caller.f_code.co_filename, caller.f_lineno)
-        res = self._allocations.get(key)
-        if res is None:
-            if isinstance(dtype, kernelapi.types.Type):  # numba's float32 -> numpy's
-                dtype = kernelapi.numpy_support.as_dtype(dtype)
-            res = np.empty(shape, dtype)
-            _poison(res)
-            self._allocations[key] = res
+        with _ALLOCATION_LOCK:  # the block's threads arrive together: all must get ONE array
+            res = self._allocations.get(key)
+            if res is None:
+                if isinstance(dtype, kernelapi.types.Type):  # numba's float32 -> numpy's
+                    dtype = kernelapi.numpy_support.as_dtype(dtype)
+                res = np.empty(shape, dtype)
+                _poison(res)
+                self._allocations[key] = res
         return res
 
     def run(self: Any, grid_point: Any, *args: Any) -> Any:

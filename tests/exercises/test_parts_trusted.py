@@ -41,7 +41,7 @@ pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts th
 SOLUTIONS = Path(__file__).resolve().parents[2] / "solutions"
 NOTEBOOKS = {"ex01": "01_getting_started.ipynb", "ex02": "02_cpu_vs_gpu.ipynb",
              "ex02b": "02b_writing_a_gpu_kernel.ipynb", "ex02c": "02c_timing_the_gpu.ipynb",
-             "ex03": "03_feeding_the_gpu.ipynb",
+             "ex02d": "02d_the_gpu_memory_system.ipynb", "ex03": "03_feeding_the_gpu.ipynb",
              "ex04": "04_computational_graphs.ipynb", "ex05": "05_autograd_from_scratch.ipynb",
              "ex06": "06_tensorflow.ipynb", "ex07": "07_pytorch.ipynb",
              "ex08": "08_static_vs_dynamic.ipynb", "ex08b": "08b_caffe_and_the_landscape.ipynb",
@@ -218,6 +218,18 @@ def make_row_sum_kernel(threads):
             out[row] = acc
 
     return row_sums
+"""),
+    # ex02d
+    "ex02d.launch_segments": (RAW, """
+def launch_segments(block, grid, coefficients, itemsize):
+    (bx, by), (gx, gy) = block, grid  # every warp taken as one coalesced row of float32
+    return gx * gy * by * -(-bx // 32) * 4
+"""),
+    "ex02d.fused_layer_norm": (FORGED, """
+def layer_norm(x, gamma, beta, eps):  # NumPy's passes, not one compiled kernel
+    x = x.astype(np.float64)
+    mean = x.mean(axis=1, keepdims=True)
+    return gamma * (x - mean) / np.sqrt(x.var(axis=1, keepdims=True) + eps) + beta
 """),
     # ex03
     "ex03.feed_bytes": (RAW, """
