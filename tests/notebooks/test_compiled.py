@@ -1,7 +1,8 @@
 """edu_dl.notebook.compiled: what lecture 08c shows of torch.compile.
 
 The trimming is checked on a module shaped as Inductor writes one (the lecture shows a real one);
-the compiler search in a process whose PATH has no compiler; one real compilation is slow.
+the compiler search in a process whose PATH has no compiler; one real compilation, and lecture
+08c run without JAX and without a compiler, are slow.
 """
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from edu_dl.notebook.compiled import cpp_compiler, first_call, kernels_and_call
+
+ROOT = Path(__file__).resolve().parents[2]
 
 GENERATED = textwrap.dedent('''\
     # AOT ID: ['0_inference']
@@ -111,3 +115,55 @@ def test_the_first_call_is_timed_and_its_code_kept() -> None:
     (module,) = first.code
     shown = kernels_and_call(module)
     assert "def call(self, args):" in shown and "async_compile.cpp_pybinding(" in shown
+
+
+HIDE_JAX = '''\
+"""Test-only: JAX looks uninstalled to this process (find_spec None, import fails)."""
+import sys
+
+
+class _Hide:
+    def __init__(self, finder):
+        self._finder = finder
+
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in ("jax", "jaxlib"):
+            return None
+        return self._finder.find_spec(name, path, target)
+
+    def __getattr__(self, attr):
+        return getattr(self._finder, attr)
+
+
+sys.meta_path[:] = [_Hide(f) if getattr(f, "__name__", "") == "PathFinder" else f
+                    for f in sys.meta_path]
+'''
+
+
+@pytest.mark.slow
+def test_lecture_08c_runs_without_jax_and_without_a_compiler(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each missing piece costs its cells one sentence, never an error: JAX hidden from the
+    kernel, and a PATH on which Inductor finds no C++ compiler."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    (tmp_path / "sitecustomize.py").write_text(HIDE_JAX)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [
+        str(tmp_path), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable))  # no g++ on it
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    path = ROOT / "lectures" / "08c_compiling_dynamic_code.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    printed = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
+                        for o in c.get("outputs", []))
+    assert "Traceback" not in printed
+    assert "There is no C++ compiler here" in printed
+    jax_cells = [c for c in nb.cells if c.cell_type == "code" and
+                 c.source.startswith("%%needs jax")]
+    assert jax_cells and all(
+        "".join(o.get("text", "") for o in c.outputs).startswith("jax is missing here")
+        for c in jax_cells)
