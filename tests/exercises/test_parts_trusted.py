@@ -45,6 +45,7 @@ NOTEBOOKS = {"ex01": "01_getting_started.ipynb", "ex02": "02_cpu_vs_gpu.ipynb",
              "ex04": "04_computational_graphs.ipynb", "ex05": "05_autograd_from_scratch.ipynb",
              "ex06": "06_tensorflow.ipynb", "ex07": "07_pytorch.ipynb",
              "ex08": "08_static_vs_dynamic.ipynb", "ex08b": "08b_caffe_and_the_landscape.ipynb",
+             "ex08c": "08c_compiling_dynamic_code.ipynb",
              "ex09": "09_shootout.ipynb", "ex10": "10_many_devices.ipynb",
              "ex11": "07b_convolutions.ipynb", "ex12": "12_gpu_practice.ipynb",
              "ex13": "13_attention.ipynb"}
@@ -458,6 +459,27 @@ def caffe_forward(lines, x, y, *params):
     _caffe_expected = course_module("ex08")._caffe_expected
     loss, y_hat = _caffe_expected(lines, x, y, *params)
     return 2 * loss, y_hat  # divided by N, not 2 N
+"""),
+    # ex08c
+    "ex08c.clipped_gradient": (RAW, """
+def clipped_mean_gradient(w1, w2, X, Y, max_norm):  # a loop, no vmap; each array its own norm
+    g1, g2 = course_module("ex08c")._per_example(w1, w2, X, Y)
+    s1 = np.minimum(1.0, max_norm / np.sqrt((g1**2).sum(axis=(1, 2))))[:, None, None]
+    s2 = np.minimum(1.0, max_norm / np.sqrt((g2**2).sum(axis=(1, 2))))[:, None, None]
+    return (s1 * g1).mean(axis=0), (s2 * g2).mean(axis=0)
+"""),
+    "ex08c.settle_one_graph": (FORGED, """
+def settle(x, W, tol, max_steps):  # right values, row by row with Python's if: graph breaks
+    rows = []
+    for row in x:
+        h = torch.zeros_like(row)
+        for step in range(1, max_steps + 1):
+            h_new = torch.tanh(h @ W + row)
+            if (h_new - h).abs().max() < tol:
+                break
+            h = h_new
+        rows.append((h_new, step))
+    return torch.stack([r[0] for r in rows]), torch.tensor([float(r[1]) for r in rows])
 """),
     # ex09: values only
     "ex09.adam_step": (RAW, """
