@@ -130,6 +130,11 @@ class Update:
     variable: Leaf
     expr: Expr
     sign: str
+    # Where expr is ``scale * (a @ b)`` and nothing else reads the product: that matmul, so
+    # that compiled code can make BLAS add the product into the Variable (gemm's beta = 1),
+    # with no product array and no update pass.
+    product: MatMul | None = None
+    scale: Literal | None = None
 
 
 Statement = Elementwise | Reduce | MatMul | Reshape | Update
@@ -387,6 +392,48 @@ class _Lowerer:
                 raise Unsupported(f"'{a.name}' reads another Variable this run updates")
             sign = "-" if a.mode == "sub" else "+"
             self.program.statements.append(Update(Leaf(names[var], shape), expr, sign))
+        for update in self.program.statements:
+            if isinstance(update, Update):
+                update.product, update.scale = self.scaled_product(update.expr,
+                                                                   set(names.values()))
+
+    def scaled_product(self, expr: Expr, variables: set[str]
+                       ) -> tuple[MatMul | None, Literal | None]:
+        """(the matmul, the scale) where expr is ``scale * product`` read nowhere else (its
+        update is its one reader), and
+        the product's operands are no Variable (an earlier update may have changed one)."""
+        if not (isinstance(expr, Call) and expr.numba == "({0} * {1})"
+                and isinstance(expr.args[0], Literal) and isinstance(expr.args[1], Leaf)):
+            return None, None
+        name = expr.args[1].name
+        products = [s for s in self.program.statements
+                    if isinstance(s, MatMul) and s.out == name]
+        if not products or {products[0].a.name, products[0].b.name} & variables:
+            return None, None
+        if _reads(self.program, self.fetched_names(), name) != 1:
+            return None, None
+        return products[0], expr.args[0]
+
+    def fetched_names(self) -> set[str]:
+        names = set()
+        for node in self.fetched:
+            expr = self.exprs.get(node)
+            if isinstance(expr, Leaf):
+                names.add(expr.name)
+        return names
+
+
+def _reads(program: Program, fetched: set[str], name: str) -> int:
+    """How many statements (and fetches) read the local ``name``."""
+    count = int(name in fetched)
+    for s in program.statements:
+        if isinstance(s, MatMul):
+            count += (s.a.name == name) + (s.b.name == name)
+        elif isinstance(s, Reshape):
+            count += s.source.name == name
+        else:
+            count += name in _leaf_names(s.expr)
+    return count
 
 
 def _leaf_names(expr: Expr) -> set[str]:
@@ -444,12 +491,24 @@ def _loops(space: Shape, body: str) -> list[str]:
     return lines + ["    " * (len(space) + 1) + body]
 
 
-def numba_source(program: Program) -> str:
-    """The whole step as one function of explicit loops (and np.dot for the matmuls)."""
+def numba_source(program: Program, gemm: bool = True) -> str:
+    """The whole step as one function of explicit loops (and np.dot for the matmuls); with
+    ``gemm``, an update ``w -= scale * (a @ b)`` is one BLAS call adding into ``w``."""
     dt = program.dtype.name
     lines = [f"def step({', '.join(program.arguments)}):"]
+    into = {id(s.product): s for s in program.statements
+            if gemm and isinstance(s, Update) and s.product is not None}
     for s in program.statements:
-        if isinstance(s, Elementwise):
+        if id(s) in into:
+            continue  # computed by its update, below
+        if isinstance(s, Update) and id(s.product) in into:
+            m, scale = s.product, s.scale
+            assert m is not None and scale is not None
+            alpha = f"-{scale.text}" if s.sign == "-" else scale.text
+            lines.append(f"    gemm_into({s.variable.name}, {m.a.name}, {m.b.name}, "
+                         f"{m.transpose_a}, {m.transpose_b}, {alpha})"
+                         f"  # {s.variable.name} {s.sign}= {scale.text} * {_matmul(m)}")
+        elif isinstance(s, Elementwise):
             if s.expr.shape:
                 lines.append(f"    {s.out} = np.empty({s.expr.shape}, np.{dt})")
                 lines += _loops(s.expr.shape, f"{s.out}[{_index(s.expr.shape, s.expr.shape)}] = "
@@ -508,11 +567,52 @@ def _matmul(s: MatMul) -> str:
     return f"np.dot({a}, {b})"
 
 
-def _compile(source: str, dtype: np.dtype) -> Callable[..., tuple[Any, ...]]:
-    namespace: dict[str, Any] = {"np": np, dtype.name: dtype.type}
+def _compile(source: str, dtype: np.dtype, **names: Any) -> Callable[..., tuple[Any, ...]]:
+    namespace: dict[str, Any] = {"np": np, dtype.name: dtype.type, **names}
     exec(compile(source, "<edu_dl fused plan>", "exec"), namespace)  # our own source
     fn: Callable[..., tuple[Any, ...]] = namespace["step"]
     return fn
+
+
+def _gemm_into(blas: Any) -> Callable[..., None]:
+    """``c += alpha * op(a) @ op(b)`` in place, one BLAS gemm, for C-contiguous matrices (to
+    BLAS, which reads columns, each is its transpose: so it computes c.T += op(b).T @ op(a).T).
+    To be compiled by Numba; ``blas`` is BLAS's sgemm or dgemm."""
+
+    def gemm_into(c: Any, a: Any, b: Any, transpose_a: bool, transpose_b: bool,
+                  alpha: Any) -> None:
+        p, q = c.shape
+        r = a.shape[0] if transpose_a else a.shape[1]
+        ints = np.array([q, p, r, b.shape[1], a.shape[1], q], np.int32)
+        scalars = np.empty(2, c.dtype)
+        scalars[0], scalars[1] = alpha, 1
+        flags = np.array([84 if transpose_b else 78, 84 if transpose_a else 78], np.uint8)
+        blas(flags[0:].ctypes, flags[1:].ctypes, ints[0:].ctypes, ints[1:].ctypes,
+             ints[2:].ctypes, scalars[0:].ctypes, b.ctypes, ints[3:].ctypes, a.ctypes,
+             ints[4:].ctypes, scalars[1:].ctypes, c.ctypes, ints[5:].ctypes)
+
+    return gemm_into
+
+
+def load_gemm(dtype: np.dtype) -> Any:
+    """BLAS's gemm for ``dtype`` compiled into a Numba ``gemm_into``, or None (no SciPy)."""
+    if dtype not in _GEMMS:
+        try:
+            import ctypes
+
+            from numba import njit
+            from numba.extending import get_cython_function_address
+            name = {"float32": "sgemm", "float64": "dgemm"}[dtype.name]
+            address = get_cython_function_address("scipy.linalg.cython_blas", name)
+        except (ImportError, KeyError, ValueError):
+            _GEMMS[dtype] = None
+        else:
+            blas = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 13)(address)
+            _GEMMS[dtype] = njit(_gemm_into(blas))
+    return _GEMMS[dtype]
+
+
+_GEMMS: dict[np.dtype, Any] = {}
 
 
 def load_numba() -> Any:
@@ -534,7 +634,7 @@ class FusedPlan:
         """``compile_now``: True compiles with Numba at once, False never, None when it pays."""
         self.plan, self.program = plan, program
         self.numpy_code = numpy_source(program)
-        self.numba_code = numba_source(program)
+        self.numba_code = ""  # written when compiled: it depends on SciPy's BLAS being there
         self.fn = _compile(self.numpy_code, program.dtype)
         self.compiled = False
         self.spent_s = 0.0  # time spent running the NumPy code, for the ski-rental rule
@@ -553,7 +653,9 @@ class FusedPlan:
         njit = load_numba()
         if njit is None:
             return
-        fn = njit(_compile(self.numba_code, self.program.dtype))
+        gemm = load_gemm(self.program.dtype)
+        self.numba_code = numba_source(self.program, gemm=gemm is not None)
+        fn = njit(_compile(self.numba_code, self.program.dtype, gemm_into=gemm))
         self.fn, self.compiled = fn, True
         self.plan.source = self.source
 
@@ -570,7 +672,7 @@ class FusedPlan:
             args.append(value)
         for var, _, _ in self.program.variables:
             value = stored.get(var)
-            if value is None or var in feed_dict:
+            if value is None or var in feed_dict or not value.flags.c_contiguous:
                 return None
             args.append(value)
         args += [constants[c] for c, _ in self.program.constants]
