@@ -32,13 +32,14 @@ from typing import Any
 import numpy as np
 
 from edu_dl.autograd import core, ops
-from edu_dl.autograd.nodes import Assign, Constant, Gradient, Node, OpNode, Placeholder, Variable
+from edu_dl.autograd.nodes import Constant, Gradient, Node, OpNode, Placeholder, Variable
 from edu_dl.autograd.plan import Forward, Plan, Sweep
 
 Shape = tuple[int, ...]
-# Seconds a Numba compile of a training step costs here (a two-layer step: about 1 s on two
-# cores); the plan switches to Numba once it has spent this long running unfused-by-NumPy.
-NUMBA_COMPILE_S = 1.0
+# Seconds a Numba compile of a training step costs (the two-layer step: 2 to 4.5 s on the
+# course's shared two-core machine, Numba's import included); a plan switches to Numba once it
+# has spent this long running its NumPy code.
+NUMBA_COMPILE_S = 3.0
 MAX_EXPRESSION_SIZE = 32  # a longer chain is materialized: recomputing it would cost more
 
 
@@ -273,6 +274,8 @@ class _Lowerer:
         if kind is ops.ReLU:
             zero = self.literal(0)
             return self.call("max({0}, {1})", "np.maximum({0}, {1})", (*args, zero), shape)
+        if kind is ops.Maximum:
+            return self.call("max({0}, {1})", "np.maximum({0}, {1})", args, shape)
         if kind is ops.MatMul:
             a, b = self.array(args[0]), self.array(args[1])
             if len(a.shape) != 2 or len(b.shape) != 2:
@@ -342,15 +345,25 @@ class _Lowerer:
             return [self.call("({0} if {1} > {2} else {2})",
                               f"({{0}} * ({{1}} > {{2}}).astype(np.{dt}))",
                               (g, args[0], zero), shape)]
+        if kind is ops.Maximum:  # x's share: 1 where x > y, 1/2 on a tie; y gets the rest
+            half, zero, dt = self.literal(0.5), self.literal(0), self.dtype.name
+            to_x = self.call(
+                "({0} if {1} > {2} else ({0} * {3} if {1} == {2} else {4}))",
+                f"({{0}} * (({{1}} > {{2}}).astype(np.{dt}) "
+                f"+ ({{1}} == {{2}}).astype(np.{dt}) * {{3}}))",
+                (g, args[0], args[1], half, zero), shape)
+            return [to_x, self.call("({0} - {1})", "({0} - {1})", (g, to_x), shape)]
         if kind is ops.MatMul:
             grad, x, y = self.array(g), self.array(args[0]), self.array(args[1])
             out: list[Expr | None] = [None, None]
             if wanted[0]:
-                out[0] = Leaf(self.fresh(), x.shape)
-                self.program.statements.append(MatMul(out[0].name, grad, y, False, True))
+                dx = Leaf(self.fresh(), x.shape)
+                self.program.statements.append(MatMul(dx.name, grad, y, False, True))
+                out[0] = dx
             if wanted[1]:
-                out[1] = Leaf(self.fresh(), y.shape)
-                self.program.statements.append(MatMul(out[1].name, x, grad, True, False))
+                dy = Leaf(self.fresh(), y.shape)
+                self.program.statements.append(MatMul(dy.name, x, grad, True, False))
+                out[1] = dy
             return out
         if isinstance(op, ops.Sum | ops.Mean):
             in_shape = args[0].shape
@@ -488,7 +501,7 @@ def _whole(expr: Expr) -> str:
 
 def _loops(space: Shape, body: str) -> list[str]:
     lines = [f"{'    ' * (d + 1)}for i{d} in range({n}):" for d, n in enumerate(space)]
-    return lines + ["    " * (len(space) + 1) + body]
+    return [*lines, "    " * (len(space) + 1) + body]
 
 
 def numba_source(program: Program, gemm: bool = True) -> str:

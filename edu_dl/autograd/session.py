@@ -27,7 +27,6 @@ from edu_dl.autograd.nodes import (
 )
 from edu_dl.autograd.plan import Forward, Plan, Planner
 
-
 OPTIMIZE = ("auto", "numba", "numpy", "off")
 
 
