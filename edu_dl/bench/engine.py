@@ -103,6 +103,8 @@ class EngineResult:
     load: tuple[float, float] = (0.0, 0.0)
     threads: int | None = None  # None: each library's default thread count
     device: Device = field(default_factory=Device)
+    # Each round's median per (size, framework), in round order: the spread behind ``seconds``.
+    rounds: dict[tuple[str, str], list[float]] = field(default_factory=dict)
 
     def ratio(self, size: str, framework: str, to: str = BASELINE) -> float | None:
         a, b = self.seconds.get((size, framework)), self.seconds.get((size, to))
@@ -114,7 +116,8 @@ class EngineResult:
                 "device": self.device.kind, "fake": self.device.fake, "load": self.load,
                 "errors": self.errors, "warnings": self.warnings,
                 "rows": [{"size": s, "framework": f, "seconds": self.seconds.get((s, f)),
-                          "first_loss": self.first_losses.get((s, f))}
+                          "first_loss": self.first_losses.get((s, f)),
+                          "rounds": self.rounds.get((s, f), [])}
                          for s in self.sizes for f in self.frameworks]}
 
     @classmethod
@@ -125,6 +128,7 @@ class EngineResult:
                      device=Device(data["device"], data["fake"]))
         for row in data["rows"]:
             result.seconds[row["size"], row["framework"]] = row["seconds"]
+            result.rounds[row["size"], row["framework"]] = row.get("rounds", [])
             if row["first_loss"] is not None:
                 result.first_losses[row["size"], row["framework"]] = row["first_loss"]
         return result
@@ -178,6 +182,7 @@ def run_engine(
             for fw in frameworks:
                 rounds = [statistics.median(r) for r in samples.get((size, fw), []) if r]
                 result.seconds[size, fw] = min(rounds) if rounds else None
+                result.rounds[size, fw] = rounds
     finally:
         bar.close()
     result.load = (load_before, load_average())

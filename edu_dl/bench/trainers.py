@@ -9,6 +9,7 @@ the device synchronized.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import time
@@ -54,6 +55,12 @@ def _tf_function_trainer(p: TwoLayerProblem, device: Device) -> Stepper:
     return trainer
 
 
+def _static_trainer(optimize: str) -> Callable[[TwoLayerProblem, Device], Stepper]:
+    """edu_dl's static step with the Session's ``optimize`` ('numba': fused and compiled at
+    the first run, which the worker's warm-up does; 'off': the plan unfused)."""
+    return _twin_step(functools.partial(edu_static.make_step, optimize=optimize))
+
+
 TRAINERS: dict[str, Callable[[TwoLayerProblem, Device], Stepper]] = {
     "numpy": _twin_step(numpy_twin.make_step),
     "eager": _twin_step(edu_eager.make_step),
@@ -61,6 +68,9 @@ TRAINERS: dict[str, Callable[[TwoLayerProblem, Device], Stepper]] = {
     "torch": _twin_step(torch_nn.make_step),
     "tf_function": _tf_function_trainer,
     "host": lambda p, _: _twin_step(numpy_twin.make_step)(p, Device("cpu")),
+    # bench plan's: the same static step unfused, and fused (compiled with Numba on a CPU).
+    "static_unfused": _static_trainer("off"),
+    "planned": _static_trainer("numba"),
 }
 
 
