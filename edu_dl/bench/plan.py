@@ -292,11 +292,10 @@ def fused_markdown(result: Any) -> str:
         cells = []
         for fw in result.frameworks:
             seconds, ratio = result.seconds.get((size, fw)), result.ratio(size, fw)
-            spread = round_ratios(result, size, fw)
+            spread = round_ratios(result, size, fw) if fw != "numpy" else None
+            rounds = f"; rounds {spread[0]:.2f} to {spread[1]:.2f}" if spread else ""
             cells.append("n/a" if seconds is None else format_time(seconds)
-                         + (f" ({format_ratio(ratio)}" if ratio else "")
-                         + (f"; rounds {spread[0]:.2f} to {spread[1]:.2f}" if spread and fw != "numpy"
-                            else "") + (")" if ratio else ""))
+                         + (f" ({format_ratio(ratio)}{rounds})" if ratio else ""))
         rows.append([size, ", ".join(map(str, SIZES[size])), *cells])
     out += markdown_table(["size", "N, D, H, out", *(titles[fw] for fw in result.frameworks)],
                           rows, [False, False, *(True for _ in result.frameworks)])
