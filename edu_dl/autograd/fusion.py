@@ -64,6 +64,7 @@ class Literal:
 
     text: str
     shape: Shape = ()
+    value: float = 0.0  # for CUDA C: ((float)0.001)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ class Call:
     args: tuple[Expr, ...]
     shape: Shape
     size: int = 1  # nodes in the tree: a long one is materialized instead of recomputed
+    cuda: str = ""  # CUDA C for one element, where it is not the numba template
 
 
 Expr = Leaf | Literal | Call
@@ -151,6 +153,11 @@ class Program:
     constants: list[tuple[Node, str]] = field(default_factory=list)
     statements: list[Statement] = field(default_factory=list)
     returns: list[str] = field(default_factory=list)  # one per value fetch, in fetch order
+    xp: Any = np  # the arrays' library: NumPy, or CuPy on a GPU
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.xp is not np
 
     @property
     def arguments(self) -> list[str]:
@@ -178,7 +185,8 @@ class _Lowerer:
 
     # helpers ---------------------------------------------------------------
     def literal(self, value: float) -> Literal:
-        return Literal(f"{self.dtype.name}({float(self.dtype.type(value))!r})")
+        exact = float(self.dtype.type(value))
+        return Literal(f"{self.dtype.name}({exact!r})", (), exact)
 
     def fresh(self) -> str:
         self.temporaries += 1
@@ -192,14 +200,15 @@ class _Lowerer:
             raise Unsupported(f"'{node.name}' has dtype {value.dtype}, the plan {self.dtype}")
         return tuple(value.shape)
 
-    def call(self, numba: str, numpy: str, args: tuple[Expr, ...], shape: Shape) -> Call:
+    def call(self, numba: str, numpy: str, args: tuple[Expr, ...], shape: Shape,
+             cuda: str = "") -> Call:
         for a in args:
             if a.shape not in (shape, ()):
                 raise Unsupported(f"broadcasting {a.shape} to {shape}")
         args = tuple(self.leaf(a) if isinstance(a, Call) and a.size > MAX_EXPRESSION_SIZE
                      else a for a in args)
         size = 1 + sum(a.size for a in args if isinstance(a, Call))
-        return Call(numba, numpy, args, shape, size)
+        return Call(numba, numpy, args, shape, size, cuda)
 
     def leaf(self, expr: Expr) -> Leaf | Literal:
         """The expression as an array in a local (one pass), unless it already is one; an
@@ -344,14 +353,15 @@ class _Lowerer:
             zero, dt = self.literal(0), self.dtype.name
             return [self.call("({0} if {1} > {2} else {2})",
                               f"({{0}} * ({{1}} > {{2}}).astype(np.{dt}))",
-                              (g, args[0], zero), shape)]
+                              (g, args[0], zero), shape, cuda="({1} > {2} ? {0} : {2})")]
         if kind is ops.Maximum:  # x's share: 1 where x > y, 1/2 on a tie; y gets the rest
             half, zero, dt = self.literal(0.5), self.literal(0), self.dtype.name
             to_x = self.call(
                 "({0} if {1} > {2} else ({0} * {3} if {1} == {2} else {4}))",
                 f"({{0}} * (({{1}} > {{2}}).astype(np.{dt}) "
                 f"+ ({{1}} == {{2}}).astype(np.{dt}) * {{3}}))",
-                (g, args[0], args[1], half, zero), shape)
+                (g, args[0], args[1], half, zero), shape,
+                cuda="({1} > {2} ? {0} : ({1} == {2} ? {0} * {3} : {4}))")
             return [to_x, self.call("({0} - {1})", "({0} - {1})", (g, to_x), shape)]
         if kind is ops.MatMul:
             grad, x, y = self.array(g), self.array(args[0]), self.array(args[1])
@@ -458,18 +468,18 @@ def _leaf_names(expr: Expr) -> set[str]:
 
 
 def lower(plan: Plan, fetches: list[Node], constants: Mapping[Node, Any],
-          values: Mapping[Node, Any]) -> Program:
+          values: Mapping[Node, Any], xp: Any = np) -> Program:
     """The plan for ``fetches`` as fused statements, given the values of one run (their shapes
-    and dtype)."""
+    and dtype) and the Session's array library ``xp`` (NumPy, or CuPy on a GPU)."""
     dtypes = {np.dtype(v.dtype) for n, v in values.items()
               if isinstance(n, OpNode | Placeholder | Variable | Constant)
               and hasattr(v, "dtype")}
     if len(dtypes) != 1 or next(iter(dtypes)).kind != "f":
         raise Unsupported(f"dtypes {sorted(map(str, dtypes))}: one floating dtype is fused")
-    if any(not isinstance(v, np.ndarray | np.generic) for v in values.values()):
-        raise Unsupported("values off the CPU")
     fetched = [fetches[i] for i in plan.value_fetches]
-    return _Lowerer(plan, fetched, constants, values, dtypes.pop()).lower()
+    program = _Lowerer(plan, fetched, constants, values, dtypes.pop()).lower()
+    program.xp = xp
+    return program
 
 
 # --------------------------------------------------------------------------- writing code
@@ -574,6 +584,53 @@ def numpy_source(program: Program) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _c_element(expr: Expr, ctype: str) -> str:
+    """One element of expr in CUDA C (an ElementwiseKernel broadcasts its arguments)."""
+    if isinstance(expr, Literal):
+        return f"(({ctype}){expr.value!r})"
+    if isinstance(expr, Leaf):
+        return expr.name
+    template = expr.cuda or expr.numba
+    return template.format(*(_c_element(a, ctype) for a in expr.args))
+
+
+def cupy_source(program: Program, kernels: dict[str, Any] | None) -> str:
+    """The NumPy code's statements for CuPy: each elementwise chain and each update one
+    generated ``ElementwiseKernel`` (its CUDA C is in ``kernels``, filled here), or, where the
+    library has no kernels (a stand-in for tests), the whole-array code through ``xp``."""
+    if kernels is None:
+        return numpy_source(program)
+    ctype = {"float32": "float32", "float64": "float64"}[program.dtype.name]
+    c_scalar = {"float32": "float", "float64": "double"}[program.dtype.name]
+    lines = [f"def step({', '.join(program.arguments)}):"]
+    for s in program.statements:
+        if isinstance(s, Elementwise | Update):
+            names = sorted(_leaf_names(s.expr))
+            body = _c_element(s.expr, c_scalar)
+            name = f"k{len(kernels)}"
+            if isinstance(s, Elementwise):
+                kernels[name] = (", ".join(f"{ctype} {n}" for n in names) or "",
+                                 f"{ctype} out", f"out = {body}")
+                lines.append(f"    {s.out} = {name}({', '.join(names)})"
+                             f"  # out = {body}")
+            else:
+                w = s.variable.name
+                ins = [n for n in names if n != w]
+                kernels[name] = (", ".join(f"{ctype} {n}" for n in ins), f"{ctype} {w}",
+                                 f"{w} = {w} {s.sign} ({body})")
+                lines.append(f"    {name}({', '.join([*ins, w])})  # {w} {s.sign}= {body}")
+        elif isinstance(s, Reduce):
+            total = f"{_whole(s.expr)}.sum(axis={s.axes}, keepdims={s.keepdims})"
+            divide = f" / {program.dtype.name}({float(s.count)!r})" if s.count != 1 else ""
+            lines.append(f"    {s.out} = {total}{divide}")
+        elif isinstance(s, MatMul):
+            lines.append(f"    {s.out} = {_matmul(s)}")
+        else:
+            lines.append(f"    {s.out} = {s.source.name}.reshape({s.shape})")
+    lines.append(f"    return ({''.join(r + ', ' for r in program.returns)})")
+    return "\n".join(lines) + "\n"
+
+
 def _matmul(s: MatMul) -> str:
     a = s.a.name + (".T" if s.transpose_a else "")
     b = s.b.name + (".T" if s.transpose_b else "")
@@ -646,20 +703,39 @@ class FusedPlan:
     def __init__(self, plan: Plan, program: Program, compile_now: bool | None) -> None:
         """``compile_now``: True compiles with Numba at once, False never, None when it pays."""
         self.plan, self.program = plan, program
-        self.numpy_code = numpy_source(program)
         self.numba_code = ""  # written when compiled: it depends on SciPy's BLAS being there
-        self.fn = _compile(self.numpy_code, program.dtype)
         self.compiled = False
         self.spent_s = 0.0  # time spent running the NumPy code, for the ski-rental rule
+        self.array_class: Any = np.ndarray if not program.on_gpu else program.xp.ndarray
+        if program.on_gpu:  # Numba compiles for the CPU: on a GPU, CuPy's generated kernels
+            self.numpy_code = self._cupy_code()
+            self.may_compile = False
+            return
+        self.numpy_code = numpy_source(program)
+        self.fn = _compile(self.numpy_code, program.dtype)
         self.may_compile = compile_now is not False and load_numba() is not None
         if compile_now and self.may_compile:
             self.compile()
+
+    def _cupy_code(self) -> str:
+        xp = self.program.xp
+        make = getattr(xp, "ElementwiseKernel", None)
+        specs: dict[str, Any] | None = {} if make is not None else None
+        code = cupy_source(self.program, specs)
+        kernels = {name: make(ins, out, body, f"edu_dl_fused_{name}")
+                   for name, (ins, out, body) in (specs or {}).items()} if make else {}
+        self.fn = _compile(code, self.program.dtype, **kernels)
+        # The code calls np.dot, np.maximum...: on the GPU those are CuPy's.
+        self.fn.__globals__["np"] = xp
+        self.gpu_kernels = len(kernels)
+        return code
 
     @property
     def source(self) -> str:
         """The code that runs now (what ``plan.source`` shows)."""
         head = ("# fused plan, compiled by Numba (@njit)\n" if self.compiled
-                else "# fused plan, NumPy\n")
+                else "# fused plan, CuPy (k0, k1...: generated ElementwiseKernels)\n"
+                if self.program.on_gpu else "# fused plan, NumPy\n")
         return head + (self.numba_code if self.compiled else self.numpy_code)
 
     def compile(self) -> None:
@@ -678,8 +754,8 @@ class FusedPlan:
         args: list[Any] = []
         dtype = self.program.dtype
         for ph, _, shape in self.program.placeholders:
-            value = feed_dict.get(ph)
-            if (value.__class__ is not np.ndarray or value.shape != shape
+            value: Any = feed_dict.get(ph)
+            if (value.__class__ is not self.array_class or value.shape != shape
                     or value.dtype != dtype or not value.flags.c_contiguous):
                 return None
             args.append(value)

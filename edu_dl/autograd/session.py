@@ -97,7 +97,7 @@ class Session:
         if self.optimize == "off":
             return
         try:
-            program = fusion.lower(plan, flat, self._planner.constants, values)
+            program = fusion.lower(plan, flat, self._planner.constants, values, self.xp)
         except fusion.Unsupported:
             return
         compile_now = {"auto": None, "numba": True, "numpy": False}[self.optimize]

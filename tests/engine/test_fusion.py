@@ -226,3 +226,56 @@ def test_gemm_into_adds_every_transposed_product() -> None:
 def test_optimize_is_checked() -> None:
     with pytest.raises(ValueError, match="optimize must be one of"):
         tf.Session(tf.Graph(), optimize="fast")
+
+
+def _fake_gpu_step(optimize: str) -> tuple[list[Any], list[np.ndarray], Any]:
+    from edu_dl.bench.problems import make_problem
+    from edu_dl.twins import edu_static
+
+    p = make_problem("tiny")
+    step = edu_static.make_step(p.spec, p.X, p.Y, p.weights, p.spec.lr("sgd"), "sgd", "gpu",
+                                optimize=optimize)
+    losses = [step.step() for _ in range(4)]
+    weights = step.weights()
+    return losses, [weights["w1"], weights["w2"]], step.native
+
+
+@pytest.mark.usefixtures("numpy_as_cupy")
+def test_on_a_gpu_the_fused_plan_runs_through_cupy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CuPy's path, with NumPy standing in for it (no kernels there: the whole-array code)."""
+    from edu_dl.autograd.session import Session
+
+    unfused_runs: list[int] = []
+    execute = Session._execute
+
+    def counted(self: Session, *args: Any) -> Any:
+        unfused_runs.append(1)
+        return execute(self, *args)
+
+    monkeypatch.setattr(Session, "_execute", counted)
+    got_losses, got_w, graph = _fake_gpu_step("numba")
+    # init, the first step (plans and fuses), then weights(); the other 3 steps ran fused.
+    assert len(unfused_runs) == 3
+    monkeypatch.setattr(Session, "_execute", execute)
+    want_losses, want_w, _ = _fake_gpu_step("off")
+    for a, b in zip(got_losses + got_w, want_losses + want_w):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert type(got_w[0]) is np.ndarray  # weights() brought them to the host
+
+
+def test_cupy_source_writes_one_kernel_per_chain_and_update() -> None:
+    net = _two_layer(8, 16, 16, 10, optimize="numpy")
+    _train(net, 2)
+    program = _plan(net).fused.program
+    kernels: dict[str, Any] = {}
+    source = fusion.cupy_source(program, kernels)
+    chains = sum(isinstance(s, fusion.Elementwise) for s in program.statements)
+    updates = sum(isinstance(s, fusion.Update) for s in program.statements)
+    assert len(kernels) == chains + updates == 6
+    bodies = [body for _, _, body in kernels.values()]
+    assert "((float)0.0)" in bodies[0] and "max(t0, ((float)0.0))" in bodies[0]
+    assert any("(t0 > ((float)0.0) ? t7 : ((float)0.0))" in b for b in bodies)  # relu's VJP
+    # The updates write the Variable in place: it is the kernel's output argument, read too.
+    assert [out for _, out, _ in kernels.values()][-2:] == ["float32 w0", "float32 w1"]
+    assert bodies[-1].startswith("w1 = w1 - (")
+    assert "k5(t8, w1)" in source
