@@ -604,14 +604,18 @@ def cupy_source(program: Program, kernels: dict[str, Any] | None) -> str:
     c_scalar = {"float32": "float", "float64": "double"}[program.dtype.name]
     lines = [f"def step({', '.join(program.arguments)}):"]
     for s in program.statements:
-        if isinstance(s, Elementwise | Update):
+        if isinstance(s, Elementwise) and not s.expr.shape:  # a scalar: on the host
+            lines.append(f"    {s.out} = {_whole(s.expr)}")
+        elif isinstance(s, Elementwise | Update):
             names = sorted(_leaf_names(s.expr))
             body = _c_element(s.expr, c_scalar)
             name = f"k{len(kernels)}"
             if isinstance(s, Elementwise):
                 kernels[name] = (", ".join(f"{ctype} {n}" for n in names) or "",
                                  f"{ctype} out", f"out = {body}")
-                lines.append(f"    {s.out} = {name}({', '.join(names)})"
+                # The output passed in: its shape, not the inputs' broadcast, is the loop's.
+                out = f"np.empty({s.expr.shape}, np.{program.dtype.name})"
+                lines.append(f"    {s.out} = {name}({', '.join([*names, out])})"
                              f"  # out = {body}")
             else:
                 w = s.variable.name

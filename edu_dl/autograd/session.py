@@ -108,8 +108,14 @@ class Session:
         results: list[Any] = [None] * len(flat)
         dtype = plan.fused.program.dtype
         for i, value in zip(plan.value_fetches, out):
-            # Numba gives a 0-d result as a Python float; NumPy as a NumPy scalar.
-            results[i] = value if value.__class__ is np.ndarray else dtype.type(value)
+            # As _fetch_value gives them: on the host, a 0-d result as a NumPy scalar (Numba
+            # gives a Python float, CuPy a 0-d device array).
+            if isinstance(value, float | int):
+                value = dtype.type(value)
+            elif not isinstance(value, np.generic):
+                value = backend.to_numpy(value)
+                value = value[()] if value.ndim == 0 else value
+            results[i] = value
         for i in plan.assign_fetches:
             node = flat[i]
             assert isinstance(node, Assign)

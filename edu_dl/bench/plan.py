@@ -276,7 +276,8 @@ def fused_markdown(result: Any) -> str:
         f"axis=1))). {hand}: the lean hand-written step (in-place update); fused plan: the "
         "same step as a static graph in `Session(optimize='numba')`, its plan fused (elementwise "
         "chains in one pass, updates in place) and compiled"
-        + (" (a CPU-only compiler: on the GPU the fused NumPy code runs through CuPy)"
+        + (" (on the GPU: one generated CuPy ElementwiseKernel per elementwise chain and per "
+           "update; matmuls and reductions through CuPy; no CUDA graph)"
            if device.kind == "gpu" else " into one Numba function")
         + "; unfused plan: `optimize='off'`. `bench engine`'s protocol: "
         f"{result.repeats} interleaved repeats over {result.processes} rounds of fresh "
