@@ -253,7 +253,7 @@ def test_on_a_gpu_the_fused_plan_runs_through_cupy(monkeypatch: pytest.MonkeyPat
         return execute(self, *args)
 
     monkeypatch.setattr(Session, "_execute", counted)
-    got_losses, got_w, graph = _fake_gpu_step("numba")
+    got_losses, got_w, _ = _fake_gpu_step("numba")
     # init, the first step (plans and fuses), then weights(); the other 3 steps ran fused.
     assert len(unfused_runs) == 3
     monkeypatch.setattr(Session, "_execute", execute)
