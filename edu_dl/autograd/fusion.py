@@ -708,7 +708,8 @@ class FusedPlan:
         """``compile_now``: True compiles with Numba at once, False never, None when it pays."""
         self.plan, self.program = plan, program
         self.numba_code = ""  # written when compiled: it depends on SciPy's BLAS being there
-        self.compiled = False
+        self.compiled = self.tried = False
+        self.numpy_fn: Callable[..., tuple[Any, ...]] | None = None
         self.spent_s = 0.0  # time spent running the NumPy code, for the ski-rental rule
         self.array_class: Any = np.ndarray if not program.on_gpu else program.xp.ndarray
         if program.on_gpu:  # Numba compiles for the CPU: on a GPU, CuPy's generated kernels
@@ -749,8 +750,22 @@ class FusedPlan:
         gemm = load_gemm(self.program.dtype)
         self.numba_code = numba_source(self.program, gemm=gemm is not None)
         fn = njit(_compile(self.numba_code, self.program.dtype, gemm_into=gemm))
-        self.fn, self.compiled = fn, True
+        self.numpy_fn, self.fn, self.compiled = self.fn, fn, True
         self.plan.source = self.source
+        self.tried = False  # Numba compiles at the first call: that one may still fail
+
+    def _first_compiled_call(self, args: list[Any]) -> tuple[Any, ...]:
+        """Numba types and compiles now; if it cannot, the NumPy code stays (and says why)."""
+        from numba.core.errors import NumbaError
+
+        self.tried = True
+        try:
+            return self.fn(*args)
+        except NumbaError as exc:  # raised while typing or lowering: nothing ran yet
+            assert self.numpy_fn is not None
+            self.fn, self.compiled, self.may_compile = self.numpy_fn, False, False
+            self.plan.source = self.source + f"# (Numba could not compile it: {exc!s:.200})\n"
+            return self.fn(*args)
 
     def run(self, feed_dict: Mapping[Any, Any], stored: Mapping[Node, Any],
             constants: Mapping[Node, Any]) -> tuple[Any, ...] | None:
@@ -770,7 +785,7 @@ class FusedPlan:
             args.append(value)
         args += [constants[c] for c, _ in self.program.constants]
         if self.compiled:
-            return self.fn(*args)
+            return self.fn(*args) if self.tried else self._first_compiled_call(args)
         start = time.perf_counter()
         out = self.fn(*args)
         self.spent_s += time.perf_counter() - start

@@ -281,3 +281,21 @@ def test_cupy_source_writes_one_kernel_per_chain_and_update() -> None:
     assert bodies[-1].startswith("w1 = w1 - (")
     assert "k4(t8, w1)" in source and "t5 = (float32(1.0) / float32(8.0))" in source
     assert "k0(t0, np.empty((8, 16), np.float32))" in source  # the output passed in
+
+
+def test_code_numba_cannot_compile_leaves_the_numpy_code_running(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    if fusion.load_numba() is None:
+        pytest.skip("Numba is not installed")
+    real = fusion.numba_source
+    # A typing error in the generated code: Numba refuses it at the first call.
+    monkeypatch.setattr(fusion, "numba_source",
+                        lambda program, gemm=True: real(program, gemm).replace(
+                            "return (", "x0.no_such_attribute\n    return (", 1))
+    net = _two_layer(8, 16, 16, 10, optimize="numba")
+    want = _train(_two_layer(8, 16, 16, 10, optimize="off"), 4)
+    got = _train(net, 4)
+    plan = _plan(net)
+    assert not plan.fused.compiled and "Numba could not compile it" in plan.source
+    for a, b in zip(got[0] + got[1], want[0] + want[1]):
+        np.testing.assert_array_equal(a, b)
