@@ -7,7 +7,8 @@ y_pred = relu(x @ w1) @ w2 with loss = mean(sum((y_pred - y)**2, axis=1)), at th
 - ``numpy``: hand-written gradients as the lecture writes them, through ``xp``: NumPy on the
   CPU, CuPy on the GPU (the baseline every ratio refers to);
 - ``eager``: edu_dl's eager Tensors and ``optim.SGD`` (on CuPy with ``--device gpu``);
-- ``static``: edu_dl's static graph (``Session.run([loss, train])``), with the same ops as eager
+- ``static``: edu_dl's static graph (``Session.run([loss, train])``, its plan fused into NumPy
+  code: ``optimize='numpy'``; ``bench plan`` times it compiled), with the same ops as eager
   (``nn.relu``, not the lecture's ``maximum(h, 0)``, whose gradient also finds ties);
 - ``torch``: PyTorch eager with ``torch.optim.SGD`` (CUDA on the GPU);
 - ``tf_function``: the TF 2 twin's step (``twins.tf2_eager.make_step``) in a ``tf.function``;
@@ -116,8 +117,7 @@ class EngineResult:
                 "device": self.device.kind, "fake": self.device.fake, "load": self.load,
                 "errors": self.errors, "warnings": self.warnings,
                 "rows": [{"size": s, "framework": f, "seconds": self.seconds.get((s, f)),
-                          "first_loss": self.first_losses.get((s, f)),
-                          "rounds": self.rounds.get((s, f), [])}
+                          "first_loss": self.first_losses.get((s, f))}
                          for s in self.sizes for f in self.frameworks]}
 
     @classmethod
@@ -128,7 +128,6 @@ class EngineResult:
                      device=Device(data["device"], data["fake"]))
         for row in data["rows"]:
             result.seconds[row["size"], row["framework"]] = row["seconds"]
-            result.rounds[row["size"], row["framework"]] = row.get("rounds", [])
             if row["first_loss"] is not None:
                 result.first_losses[row["size"], row["framework"]] = row["first_loss"]
         return result

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from edu_dl.bench import engine
 from edu_dl.bench.common import (
     TIMES,
     busy_note,
@@ -24,7 +25,6 @@ from edu_dl.bench.common import (
     machine_lines,
 )
 from edu_dl.bench.device import Device
-from edu_dl.bench.engine import run_engine
 from edu_dl.bench.plan import DEFAULT_REPEATS, QUICK_REPEATS, plan_section
 from edu_dl.bench.problems import SIZES
 from edu_dl.bench.report import Benchmark, Json, Report, document
@@ -45,7 +45,7 @@ def run_fused(repeats: int = DEFAULT_REPEATS, quick: bool = False, device: Devic
     """The lecture's training step: by hand, fused plan, unfused plan, and eager (PyTorch on a
     GPU), timed by ``bench engine``'s workers. An ``engine.EngineResult``."""
     device = device or Device()
-    return run_engine(FUSED_SIZES[device.kind], FUSED_FRAMEWORKS[device.kind], repeats,
+    return engine.run_engine(FUSED_SIZES[device.kind], FUSED_FRAMEWORKS[device.kind], repeats,
                              quick=quick, progress_bar=progress_bar, threads=threads,
                              processes=processes, device=device)
 
@@ -134,7 +134,10 @@ def measure_plan(args: argparse.Namespace, device: Device) -> Report:
         section, measured = plan_section(args.repeats, args.quick, device)
     text = document([fused_markdown(result), section], command_line(args), result.date,
                     machine_lines(device))
-    return Report(text, json={"plan.json": Json(result.to_json())},
+    data = result.to_json()
+    data["rounds"] = [{"size": size, "framework": fw, "medians": medians}
+                      for (size, fw), medians in result.rounds.items()]
+    return Report(text, json={"plan.json": Json(data)},
                   status=0 if measured and not result.errors else 1)
 
 

@@ -64,7 +64,9 @@ def _static_trainer(optimize: str) -> Callable[[TwoLayerProblem, Device], Steppe
 TRAINERS: dict[str, Callable[[TwoLayerProblem, Device], Stepper]] = {
     "numpy": _twin_step(numpy_twin.make_step),
     "eager": _twin_step(edu_eager.make_step),
-    "static": _twin_step(edu_static.make_step),
+    # The plan fused, its NumPy code (no Numba): the default Session's 'auto' would switch to
+    # Numba once a worker has run for seconds, in the middle of the timed batches.
+    "static": _static_trainer("numpy"),
     "torch": _twin_step(torch_nn.make_step),
     "tf_function": _tf_function_trainer,
     "host": lambda p, _: _twin_step(numpy_twin.make_step)(p, Device("cpu")),
