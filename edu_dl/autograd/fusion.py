@@ -34,6 +34,7 @@ import numpy as np
 from edu_dl.autograd import core, ops
 from edu_dl.autograd.nodes import Constant, Gradient, Node, OpNode, Placeholder, Variable
 from edu_dl.autograd.plan import Forward, Plan, Sweep
+from edu_dl.backend import to_numpy
 
 Shape = tuple[int, ...]
 # Seconds a Numba compile of a training step costs (the two-layer step: 2 to 4.5 s on the
@@ -244,8 +245,8 @@ class _Lowerer:
             value = self.constants[const]
             if np.dtype(value.dtype) != self.dtype:
                 raise Unsupported(f"constant '{const.name}' of dtype {value.dtype}")
-            if value.shape == ():
-                self.exprs[const] = self.literal(value[()])
+            if value.shape == ():  # written into the code (a CuPy scalar, copied to the host)
+                self.exprs[const] = self.literal(float(to_numpy(value)))
             else:
                 program.constants.append((const, f"c{i}"))
                 self.exprs[const] = Leaf(f"c{i}", tuple(value.shape))
