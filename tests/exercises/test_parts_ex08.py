@@ -210,6 +210,14 @@ def test_fusion_readers_outside_the_plan_get_their_hint(
     assert not ok and "only readers that run (in the plan) count" in out
 
 
+def test_the_plan_part_retyped_does_not_pass_the_fusion_part(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The nearest code the course prints, the plan (section 3's answer), fails with a hint."""
+    plan = solutions()["plan"]
+    ok, out = run(capsys, "ex08.fusion", lambda kinds, parents, fetches: plan(parents, fetches))
+    assert not ok and "an input (kind 0" in out
+
+
 def test_fusion_hints_stay_quiet_on_the_solution(capsys: pytest.CaptureFixture[str]) -> None:
     for hidden in (False, True):
         ok, out = run(capsys, "ex08.fusion", solutions()["fused_writes"], hidden=hidden)
