@@ -428,6 +428,10 @@ FUSION_HINTS = (
             "every op of the plan is written: an elementwise value that only elementwise ops, "
             "reductions or updates read is computed inside their pass, never written",
             view=id_set, rtol=0.0, atol=0.0),
+    Mistake(_fusion_mistake(fuse=False, inputs_written=True),
+            "that is the whole plan (section 3's answer): inputs are arrays already, and an "
+            "elementwise value is written only when the caller or a matmul reads it",
+            view=id_set, rtol=0.0, atol=0.0),
 )
 
 
