@@ -163,6 +163,7 @@ typecheck: install
 # shared VM. Then benchmarks/RESULTS.md is written from the CPU and the recorded GPU results.
 bench: install
 	$(BIN)/edu-dl bench engine --threads 1 --repeats 25 --processes 5 --out benchmarks/cpu
+	$(BIN)/edu-dl bench plan --threads 1 --repeats 25 --processes 5 --out benchmarks/cpu
 	$(BIN)/edu-dl bench conv --out benchmarks/cpu
 	$(BIN)/edu-dl bench results
 

@@ -83,6 +83,11 @@ class Plan:
     # The steps written out as one Python function (see codegen.py), and its source.
     run_steps: CompiledSteps | None = None
     source: str = ""
+    # After its first run: the plan fused (``fusion.FusedPlan``), or None where it cannot be;
+    # ``source`` then shows the fused code, ``unfused_source`` the code above.
+    fused: Any = None
+    fusion_tried: bool = False
+    unfused_source: str = ""
 
     @property
     def ops_run(self) -> int:

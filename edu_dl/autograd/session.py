@@ -12,9 +12,10 @@ from typing import Any
 import numpy as np
 
 from edu_dl import backend
-from edu_dl.autograd import core
+from edu_dl.autograd import core, fusion
 from edu_dl.autograd.codegen import StepFailed, compile_steps
 from edu_dl.autograd.nodes import (
+    Assign,
     Graph,
     Node,
     OpNode,
@@ -26,14 +27,25 @@ from edu_dl.autograd.nodes import (
 )
 from edu_dl.autograd.plan import Forward, Plan, Planner
 
+OPTIMIZE = ("auto", "numba", "numpy", "off")
+
 
 class Session:
     """Runs a Graph: ``sess.run(fetches, feed_dict)`` with fetches a node, a list or a dict.
 
+    ``optimize``: after a plan's first run, fuse it (``fusion.py``): 'auto' compiles the fused
+    step with Numba once that pays, 'numba' at once, 'numpy' never; 'off' keeps every plan as
+    ``codegen.py`` writes it.
+
     Not thread-safe: each op node keeps one op instance, reused by every run of the Session.
     """
 
-    def __init__(self, graph: Graph | None = None, device: str = "cpu") -> None:
+    def __init__(self, graph: Graph | None = None, device: str = "cpu",
+                 optimize: str = "auto") -> None:
+        if optimize not in OPTIMIZE:
+            raise ValueError(f"Session: optimize must be one of {', '.join(OPTIMIZE)}, "
+                             f"got {optimize!r}")
+        self.optimize = optimize
         self.graph = graph or get_default_graph()
         self.device = backend.check_device(device)
         self.xp = backend.xp_for(device)
@@ -63,6 +75,10 @@ class Session:
         rebuild = _flatten_fetches(fetches, flat)
         feed_dict = feed_dict or {}
         plan = self._plan(flat, feed_dict)
+        if plan.fused is not None:
+            out = plan.fused.run(feed_dict, self._variables, self._planner.constants)
+            if out is not None:  # None: a feed the fused step was not made for
+                return rebuild(iter(self._fused_results(plan, flat, out)))
         values = self._execute(plan, feed_dict)
         # Fetches read the values of this run; assignments commit after, then report theirs.
         results: list[Any] = [None] * len(flat)
@@ -71,7 +87,40 @@ class Session:
         self._commit(plan, values)
         for i in plan.assign_fetches:
             results[i] = self._fetch_value(flat[i], values)
+        if not plan.fusion_tried:
+            self._fuse(plan, flat, values)
         return rebuild(iter(results))
+
+    def _fuse(self, plan: Plan, flat: list[Node], values: dict[Node, Any]) -> None:
+        """Lower the plan once, with the shapes of its first run; keep it unfused if it can't."""
+        plan.fusion_tried = True
+        if self.optimize == "off":
+            return
+        try:
+            program = fusion.lower(plan, flat, self._planner.constants, values, self.xp)
+        except fusion.Unsupported:
+            return
+        compile_now = {"auto": None, "numba": True, "numpy": False}[self.optimize]
+        plan.fused = fusion.FusedPlan(plan, program, compile_now)
+        plan.unfused_source, plan.source = plan.source, plan.fused.source
+
+    def _fused_results(self, plan: Plan, flat: list[Node], out: tuple[Any, ...]) -> list[Any]:
+        results: list[Any] = [None] * len(flat)
+        dtype = plan.fused.program.dtype
+        for i, value in zip(plan.value_fetches, out):
+            # As _fetch_value gives them: on the host, a 0-d result as a NumPy scalar (Numba
+            # gives a Python float, CuPy a 0-d device array).
+            if isinstance(value, float | int):
+                value = dtype.type(value)
+            elif not isinstance(value, np.generic):
+                value = backend.to_numpy(value)
+                value = value[()] if value.ndim == 0 else value
+            results[i] = value
+        for i in plan.assign_fetches:
+            node = flat[i]
+            assert isinstance(node, Assign)
+            results[i] = self._variables[node.variable].copy()
+        return results
 
     def plan_for(self, fetches: Any, feed_dict: Mapping[Any, Any] | None = None) -> Plan:
         """The plan ``run`` uses for these fetches: made on first use, then reused."""

@@ -14,11 +14,11 @@ from typing import Any
 
 from edu_dl.bench.conv import CONV
 from edu_dl.bench.engine import ENGINE
+from edu_dl.bench.fused import PLAN
 from edu_dl.bench.kernels import KERNELS_BENCH
 from edu_dl.bench.loader import LOADER
 from edu_dl.bench.matmul import MATMUL
 from edu_dl.bench.parallel import PARALLEL
-from edu_dl.bench.plan import PLAN
 from edu_dl.bench.record import add_gpu, add_results
 from edu_dl.bench.transfer import TRANSFER
 from edu_dl.bench.twins import TWINS_BENCH

@@ -7,7 +7,8 @@ y_pred = relu(x @ w1) @ w2 with loss = mean(sum((y_pred - y)**2, axis=1)), at th
 - ``numpy``: hand-written gradients as the lecture writes them, through ``xp``: NumPy on the
   CPU, CuPy on the GPU (the baseline every ratio refers to);
 - ``eager``: edu_dl's eager Tensors and ``optim.SGD`` (on CuPy with ``--device gpu``);
-- ``static``: edu_dl's static graph (``Session.run([loss, train])``), with the same ops as eager
+- ``static``: edu_dl's static graph (``Session.run([loss, train])``, its plan fused into NumPy
+  code: ``optimize='numpy'``; ``bench plan`` times it compiled), with the same ops as eager
   (``nn.relu``, not the lecture's ``maximum(h, 0)``, whose gradient also finds ties);
 - ``torch``: PyTorch eager with ``torch.optim.SGD`` (CUDA on the GPU);
 - ``tf_function``: the TF 2 twin's step (``twins.tf2_eager.make_step``) in a ``tf.function``;
@@ -103,6 +104,8 @@ class EngineResult:
     load: tuple[float, float] = (0.0, 0.0)
     threads: int | None = None  # None: each library's default thread count
     device: Device = field(default_factory=Device)
+    # Each round's median per (size, framework), in round order: the spread behind ``seconds``.
+    rounds: dict[tuple[str, str], list[float]] = field(default_factory=dict)
 
     def ratio(self, size: str, framework: str, to: str = BASELINE) -> float | None:
         a, b = self.seconds.get((size, framework)), self.seconds.get((size, to))
@@ -178,6 +181,7 @@ def run_engine(
             for fw in frameworks:
                 rounds = [statistics.median(r) for r in samples.get((size, fw), []) if r]
                 result.seconds[size, fw] = min(rounds) if rounds else None
+                result.rounds[size, fw] = rounds
     finally:
         bar.close()
     result.load = (load_before, load_average())

@@ -1,4 +1,5 @@
-"""``edu-dl bench plan``: what a static Session's plan buys, and where eager's time goes at tiny.
+"""``edu-dl bench plan``'s static sections: what planning once buys, and where eager's time
+goes at tiny (the command and its fused-plan section: ``fused.py``).
 
 The plan: pruning (a fetch that needs a cheap branch of a graph that also holds an expensive one)
 and constant folding (a subgraph that depends on no placeholder is computed once, at plan time),
@@ -8,7 +9,6 @@ ends with a device synchronize. The breakdown (CPU only) times the parts of eage
 
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
 import sys
@@ -18,10 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.bench.common import command_line, format_ratio, format_time, machine_lines, now
+from edu_dl.bench.common import format_ratio, format_time
 from edu_dl.bench.device import Device
 from edu_dl.bench.problems import make_problem
-from edu_dl.bench.report import Benchmark, Report, document
 from edu_dl.bench.trainers import make_trainer
 from edu_dl.gpu.timing import median_seconds
 from edu_dl.util.tables import markdown_table
@@ -212,19 +211,3 @@ def breakdown_markdown(rows: list[tuple[str, float]], size: str = "tiny") -> str
             [False, True, True]),
     ]
     return "\n".join(out) + "\n"
-
-
-# --------------------------------------------------------------------------- the command
-
-
-def measure_plan(args: argparse.Namespace, device: Device) -> Report:
-    section, measured = plan_section(args.repeats, args.quick, device)
-    text = document([section], command_line(args), now(), machine_lines(device))
-    return Report(text, status=0 if measured else 1)
-
-
-PLAN = Benchmark(
-    "plan", "what the static Session's plan buys: pruning and constant folding",
-    "Compare eager code with a static Session on graphs with an unused expensive branch "
-    "(pruning) and a constant subgraph (constant folding).",
-    measure_plan, repeats=(DEFAULT_REPEATS, QUICK_REPEATS))

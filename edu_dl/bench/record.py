@@ -40,6 +40,7 @@ BUDGET_S = 8 * 60.0  # make bench-gpu must finish within this
 # The GPU runs of make bench-gpu, in order, sized to fit the budget on one H100-class GPU.
 GPU_RUNS: dict[str, list[str]] = {
     "engine": ["engine", "--repeats", "6", "--processes", "2"],
+    "plan": ["plan", "--repeats", "6", "--processes", "2"],
     "kernels": ["kernels"],
     "matmul": ["matmul", "--repeats", "5"],
     "transfer": ["transfer", "--repeats", "3"],

@@ -9,6 +9,7 @@ the device synchronized.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import time
@@ -54,13 +55,24 @@ def _tf_function_trainer(p: TwoLayerProblem, device: Device) -> Stepper:
     return trainer
 
 
+def _static_trainer(optimize: str) -> Callable[[TwoLayerProblem, Device], Stepper]:
+    """edu_dl's static step with the Session's ``optimize`` ('numba': fused and compiled at
+    the first run, which the worker's warm-up does; 'off': the plan unfused)."""
+    return _twin_step(functools.partial(edu_static.make_step, optimize=optimize))
+
+
 TRAINERS: dict[str, Callable[[TwoLayerProblem, Device], Stepper]] = {
     "numpy": _twin_step(numpy_twin.make_step),
     "eager": _twin_step(edu_eager.make_step),
-    "static": _twin_step(edu_static.make_step),
+    # The plan fused, its NumPy code (no Numba): the default Session's 'auto' would switch to
+    # Numba once a worker has run for seconds, in the middle of the timed batches.
+    "static": _static_trainer("numpy"),
     "torch": _twin_step(torch_nn.make_step),
     "tf_function": _tf_function_trainer,
     "host": lambda p, _: _twin_step(numpy_twin.make_step)(p, Device("cpu")),
+    # bench plan's: the same static step unfused, and fused (compiled with Numba on a CPU).
+    "static_unfused": _static_trainer("off"),
+    "planned": _static_trainer("numba"),
 }
 
 

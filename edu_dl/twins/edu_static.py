@@ -18,8 +18,10 @@ from edu_dl.twins import History, Stepper, prepare, run_steps
 
 
 def make_step(spec: ModelSpec, X: np.ndarray, Y: np.ndarray, init: dict[str, np.ndarray],
-              lr: float, optimizer: str = "sgd", device: str = "cpu") -> Stepper:
-    """The graph and an open Session on 'cpu' (NumPy) or 'gpu' (CuPy); a step is one run."""
+              lr: float, optimizer: str = "sgd", device: str = "cpu",
+              optimize: str = "auto") -> Stepper:
+    """The graph and an open Session on 'cpu' (NumPy) or 'gpu' (CuPy); a step is one run.
+    ``optimize``: the Session's (fusing the plan; 'off' keeps it unfused)."""
     g = tf.Graph()
     with g.as_default():
         x = tf.placeholder(X.dtype, shape=(None, spec.D_in), name="x")
@@ -43,7 +45,7 @@ def make_step(spec: ModelSpec, X: np.ndarray, Y: np.ndarray, init: dict[str, np.
                                          epsilon=ADAM_EPS)
         train_op = opt.minimize(loss)
         init_op = tf.global_variables_initializer()
-    sess = tf.Session(g, device=device)
+    sess = tf.Session(g, device=device, optimize=optimize)
     sess.run(init_op)
     feed = {x: backend.to_device(X, device), y: backend.to_device(Y, device)}
 

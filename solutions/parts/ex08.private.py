@@ -1,10 +1,11 @@
 """Exercise 8, static vs dynamic: a data-dependent RNN eagerly on a batch of sequences of their
 own lengths (the step the lecture leaves open) and unrolled for one sequence, a Session's plan,
-and a Caffe net's forward pass.
+what a fused plan writes to memory, and a Caffe net's forward pass.
 
 Oracles: ``torch.autograd`` for the RNN's loss and gradients (a batch's: the sum over its
 sequences) (PyTorch runs the same program
-define-by-run); a transitive closure by boolean matrix products for the plan (no graph search);
+define-by-run); a transitive closure by boolean matrix products for the plan (no graph search)
+and, for the fused plan, masks over that closure (who reads whom, as a matrix product);
 ``edu_dl.caffe``'s own reader and ``Net`` for the Caffe forward pass.
 
 Judged outside the sandbox: every value against the oracle (the plan as a set of integer node
@@ -303,6 +304,137 @@ PLAN_HINTS = (
 )
 
 
+# --------------------------------------------------------------------------- the fused plan
+
+INPUT, ELEMENTWISE, MATMUL, FUSING = 0, 1, 2, 3  # node kinds; FUSING: a reduction or an update
+
+# The lecture's training step (section 3.2): x, y, w1, w2 (0-3); z = x @ w1 (4), a = relu(z) (5),
+# y_pred = a @ w2 (6), d = y_pred - y (7), d * d (8), row sums (9), loss = mean (10);
+# g = (2 / N) * d (11), dw2 = a.T @ g (12), da = g @ w2.T (13), dz = da * (z > 0) (14),
+# dw1 = x.T @ dz (15), lr * dw1 (16), w1 -= ... (17), lr * dw2 (18), w2 -= ... (19).
+STEP_KINDS = np.array([0, 0, 0, 0, 2, 1, 2, 1, 1, 3, 3, 1, 2, 2, 1, 2, 1, 3, 1, 3],
+                      dtype=np.int64)
+STEP_PARENTS = np.array([[-1, -1], [-1, -1], [-1, -1], [-1, -1], [0, 2], [4, -1], [5, 3],
+                         [6, 1], [7, 7], [8, -1], [9, -1], [7, -1], [5, 11], [11, 3],
+                         [13, 4], [0, 14], [15, -1], [16, -1], [12, -1], [18, -1]],
+                        dtype=np.int64)
+
+
+def _relabeled(rng: np.random.Generator, kinds: Array, parents: Array, fetches: Array) -> Case:
+    """The same graph with its nodes numbered in a random order (a plan is not a list)."""
+    order = rng.permutation(len(kinds))  # old node i is new node order[i]
+    new_parents = np.full_like(parents, -1)
+    new_kinds = np.empty_like(kinds)
+    for i in range(len(kinds)):
+        new_kinds[order[i]] = kinds[i]
+        new_parents[order[i]] = [order[p] if p >= 0 else -1 for p in parents[i]]
+    return new_kinds, new_parents, order[np.asarray(fetches)].astype(np.int64)
+
+
+def _random_fusion_case(rng: np.random.Generator) -> Case:
+    n, sources = int(rng.integers(8, 25)), int(rng.integers(1, 4))
+    parents = _random_parents(rng, n, sources)
+    # Elementwise ops most often, as in a real step.
+    kinds = np.concatenate([np.zeros(sources, dtype=np.int64),
+                            rng.choice([1, 1, 2, 3], size=n - sources)]).astype(np.int64)
+    fetches = rng.choice(n, size=int(rng.integers(1, 4)), replace=False).astype(np.int64)
+    return kinds, parents, fetches
+
+
+FUSION_MISTAKES: tuple[dict[str, bool], ...] = (
+    {"fuse": False}, {"prune": False}, {"inputs_written": True}, {"fetched_written": False},
+    {"matmuls_read_arrays": False}, {"fusing_sinks": False}, {"readers_in_plan": False})
+
+
+def _fusion_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [(STEP_KINDS, STEP_PARENTS, np.array([10, 17, 19])),
+                (STEP_KINDS, STEP_PARENTS, np.array([10])),  # the loss alone: no backward
+                (STEP_KINDS, STEP_PARENTS, np.array([8, 14]))]  # two elementwise fetches
+    cases = [_relabeled(rng, STEP_KINDS, STEP_PARENTS, np.array([10, 17, 19])),
+             _relabeled(rng, STEP_KINDS, STEP_PARENTS, np.array([8, 14])),
+             *(_random_fusion_case(rng) for _ in range(3))]
+    for flags in FUSION_MISTAKES:  # every mistake must show on some case: draw until it does
+        for _ in range(500):
+            if any(not np.array_equal(_written(c[0], c[1], c[2], **flags),
+                                      _written(c[0], c[1], c[2])) for c in cases):
+                break
+            cases.append(_random_fusion_case(rng))
+    return cases
+
+
+def _written(kinds: Array, parents: Array, fetches: Array, *, prune: bool = True,
+             fuse: bool = True, fetched_written: bool = True, matmuls_read_arrays: bool = True,
+             fusing_sinks: bool = True, readers_in_plan: bool = True,
+             inputs_written: bool = False) -> Array:
+    """The nodes a fused plan writes, as masks (no graph search); each flag off is a mistake."""
+    n = len(parents)
+    adj = _adjacency(parents)  # adj[i, j] = 1: node j is an input of node i
+    plan = np.zeros(n, dtype=np.int64)
+    plan[_plan_expected(parents, fetches)] = 1
+    if not prune:
+        plan[:] = 1
+    kinds = np.asarray(kinds)
+    fetched = np.zeros(n, dtype=np.int64)
+    fetched[np.asarray(fetches, dtype=np.int64)] = 1
+    readers = plan if readers_in_plan else np.ones(n, dtype=np.int64)
+    sinks = (kinds == MATMUL) if fusing_sinks else (kinds == MATMUL) | (kinds == FUSING)
+    read_as_array = ((readers * sinks) @ adj) > 0 if matmuls_read_arrays else np.zeros(n, bool)
+    elementwise = kinds == ELEMENTWISE
+    kept = (kinds == MATMUL) | (kinds == FUSING)
+    if fuse:
+        kept |= elementwise & (read_as_array | (fetched_written & (fetched > 0)))
+    else:
+        kept |= elementwise
+    if inputs_written:
+        kept |= kinds == INPUT
+    return np.flatnonzero(kept & (plan > 0)).astype(np.int64)
+
+
+def _fusion_expected(kinds: Array, parents: Array, fetches: Array) -> Array:
+    return _written(kinds, parents, fetches)
+
+
+def _fusion_mistake(**flags: bool) -> Callable[[Any, Case], Any]:
+    def replay(e: Any, a: Case) -> Array | None:
+        return _unless_expected(_written(a[0], a[1], a[2], **flags), e)
+
+    return replay
+
+
+# The most specific first: where two mistakes give the same answer, its hint is the one shown.
+FUSION_HINTS = (
+    Mistake(_fusion_mistake(readers_in_plan=False),
+            "a matmul outside the plan made a value be written: only readers that run (in the "
+            "plan) count", view=id_set, rtol=0.0, atol=0.0),
+    Mistake(_fusion_mistake(fusing_sinks=False),
+            "an elementwise value read only by a reduction or an update (kind 3) is written: "
+            "those compute their elementwise inputs in their own pass, as w -= lr * g computes "
+            "lr * g", view=id_set, rtol=0.0, atol=0.0),
+    Mistake(_fusion_mistake(inputs_written=True),
+            "an input (kind 0: a placeholder, Variable or constant) is an array already: "
+            "nothing writes it", view=id_set, rtol=0.0, atol=0.0),
+    Mistake(_fusion_mistake(fetched_written=False),
+            "a fetched elementwise value is missing: the caller reads it, so it must be written",
+            view=id_set, rtol=0.0, atol=0.0),
+    Mistake(_fusion_mistake(matmuls_read_arrays=False),
+            "an elementwise value read by a matmul (kind 2) is missing: a matmul reads its "
+            "inputs from memory, so they must be written first", view=id_set, rtol=0.0,
+            atol=0.0),
+    Mistake(_fusion_mistake(prune=False),
+            "nodes outside the plan are written: only the fetches and their inputs, all the way "
+            "back, run at all (your plan function)", view=id_set, rtol=0.0, atol=0.0),
+    Mistake(_fusion_mistake(fuse=False),
+            "every op of the plan is written: an elementwise value that only elementwise ops, "
+            "reductions or updates read is computed inside their pass, never written",
+            view=id_set, rtol=0.0, atol=0.0),
+    Mistake(_fusion_mistake(fuse=False, inputs_written=True),
+            "that is the whole plan (section 3's answer): inputs are arrays already, and an "
+            "elementwise value is written only when the caller or a matmul reads it",
+            view=id_set, rtol=0.0, atol=0.0),
+)
+
+
 # --------------------------------------------------------------------------- Caffe
 
 _IP = ('layer {{ name: "{name}" type: "InnerProduct" bottom: "{bottom}" top: "{top}" '
@@ -458,6 +590,11 @@ PARTS = [
         id="ex08.plan", points=2, cases=_plan_cases, expected=_plan_expected,
         compare=compare_sets, call=call_plan, arg_names=("parents", "fetches"),
         hints=PLAN_HINTS,
+    ),
+    Part(
+        id="ex08.fusion", points=2, cases=_fusion_cases, expected=_fusion_expected,
+        compare=compare_sets, call=call_plan, arg_names=("kinds", "parents", "fetches"),
+        hints=FUSION_HINTS,
     ),
     Part(
         id="ex08.caffe_forward", points=3, cases=_caffe_cases, expected=_caffe_expected,

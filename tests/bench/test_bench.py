@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edu_dl.bench import engine, plan, problems, trainers
+from edu_dl.bench import engine, fused, plan, problems, trainers
 from edu_dl.bench.common import TIMES, format_time
 from edu_dl.bench.device import Device
 from edu_dl.cli import main
@@ -68,6 +68,8 @@ def test_numpy_step_is_the_lectures_loss_and_gradients(numpy_losses: list[float]
     [
         "eager",
         "static",
+        "static_unfused",
+        "planned",
         "torch",
         "host",
         pytest.param("tf_function", marks=pytest.mark.slow),  # importing TensorFlow takes ~5 s
@@ -84,7 +86,7 @@ def test_every_framework_computes_the_same_losses(
     np.testing.assert_allclose(losses(framework), numpy_losses, rtol=1e-5)
 
 
-@pytest.mark.parametrize("framework", ["numpy", "eager", "static"])
+@pytest.mark.parametrize("framework", ["numpy", "eager", "static", "planned"])
 def test_the_gpu_modes_code_on_a_fake_gpu_computes_the_same_losses(
     framework: str, numpy_losses: list[float]
 ) -> None:
@@ -218,3 +220,34 @@ def test_engine_splits_its_repeats_among_fresh_worker_processes(
                              processes=4).processes == 2
     assert engine.run_engine(["tiny"], ["numpy"], repeats=2, progress_bar=False, quick=True,
                              processes=4).processes == 1
+
+
+def _fused_result(planned: tuple[float, float], hand: tuple[float, float]) -> engine.EngineResult:
+    """A bench plan result at tiny: two rounds each of the hand-written and the fused step."""
+    result = engine.EngineResult(["tiny"], ["numpy", "planned"], repeats=2, processes=2)
+    result.rounds = {("tiny", "numpy"): list(hand), ("tiny", "planned"): list(planned)}
+    result.seconds = {key: min(rounds) for key, rounds in result.rounds.items()}
+    return result
+
+
+def test_bench_plan_reports_ratios_their_spread_and_the_targets() -> None:
+    text = fused.fused_markdown(_fused_result(planned=(4e-6, 9e-6), hand=(20e-6, 30e-6)))
+    # 4 / 20 = 0.20x from the fastest rounds; round by round 0.20 and 0.30.
+    assert f"4 µs (0.20{TIMES}; rounds 0.20 to 0.30)" in text
+    assert f"| fused plan ≤ 0.5{TIMES} NumPy by hand at tiny | 0.20{TIMES} | yes |" in text
+    assert "at lecture | not measured | — |" in text
+    slow = fused.fused_markdown(_fused_result(planned=(15e-6, 16e-6), hand=(20e-6, 21e-6)))
+    assert f"at tiny | 0.75{TIMES} | **no** |" in slow
+
+
+@pytest.mark.parametrize("device", [Device("cpu"), Device("gpu", fake=True)])
+def test_bench_plan_times_the_fused_plan(device: Device) -> None:
+    result = fused.run_fused(repeats=1, quick=True, device=device, processes=1,
+                             progress_bar=False)
+    assert result.errors == {} and result.warnings == []  # first losses agree
+    for size in fused.FUSED_SIZES[device.kind]:
+        for fw in fused.FUSED_FRAMEWORKS[device.kind]:
+            assert result.seconds[size, fw] is not None and result.seconds[size, fw] > 0
+    text = fused.fused_markdown(result)
+    assert ("### Targets (issue 29)" in text) == (device.kind == "cpu")
+    assert ("ElementwiseKernel" in text) == (device.kind == "gpu")

@@ -27,7 +27,8 @@ def solutions() -> dict[str, Any]:
 
 
 FUNCTIONS = {"ex08.rnn_eager_batch": "rnn_eager_batch", "ex08.rnn_static": "rnn_static",
-             "ex08.plan": "plan", "ex08.caffe_forward": "caffe_forward"}
+             "ex08.plan": "plan", "ex08.fusion": "fused_writes",
+             "ex08.caffe_forward": "caffe_forward"}
 
 
 run = run_check
@@ -147,6 +148,92 @@ def test_plan_with_direct_inputs_only(capsys: pytest.CaptureFixture[str]) -> Non
 def test_plan_without_pruning(capsys: pytest.CaptureFixture[str]) -> None:
     ok, out = run(capsys, "ex08.plan", lambda parents, fetches: range(len(parents)))
     assert not ok and "nodes not needed [6, 7, 8]" in out and "prune" in out
+
+
+# --------------------------------------------------------------------------- the fused plan
+
+
+def _fused_writes(kinds: Any, parents: Any, fetches: Any, **flags: bool) -> list[int]:
+    """The oracle with one rule changed: a student's typical mistake, as a function."""
+    return ex08._written(np.asarray(kinds), np.asarray(parents), np.asarray(fetches), **flags
+                         ).tolist()
+
+
+def test_fusion_oracle_matches_edu_dls_fused_training_step() -> None:
+    """The visible case is the lecture's step: edu_dl's fused program writes those arrays (one
+    per matmul, reduction, update and materialized chain) and one scalar more, the seed / N."""
+    from edu_dl import graph as eg
+    from edu_dl.autograd import fusion
+
+    r = np.random.default_rng(0)
+    g = eg.Graph()
+    with g.as_default():
+        x = eg.placeholder(eg.float32, shape=(None, 5))
+        y = eg.placeholder(eg.float32, shape=(None, 2))
+        w1 = eg.Variable(r.standard_normal((5, 4)).astype(np.float32))
+        w2 = eg.Variable(r.standard_normal((4, 2)).astype(np.float32))
+        y_pred = eg.matmul(eg.nn.relu(eg.matmul(x, w1)), w2)
+        loss = eg.reduce_mean(eg.reduce_sum((y_pred - y) ** 2, axis=1))
+        train = eg.train.GradientDescentOptimizer(0.1).minimize(loss)
+        init = eg.global_variables_initializer()
+    sess = eg.Session(g, optimize="numpy")
+    sess.run(init)
+    feed = {x: np.ones((3, 5), np.float32), y: np.zeros((3, 2), np.float32)}
+    for _ in range(2):
+        sess.run([loss, train], feed_dict=feed)
+    program = sess.plan_for([loss, train], feed).fused.program
+    scalars = [s for s in program.statements
+               if isinstance(s, fusion.Elementwise) and s.expr.shape == ()]
+    expected = ex08._fusion_expected(ex08.STEP_KINDS, ex08.STEP_PARENTS, np.array([10, 17, 19]))
+    assert program.passes == len(expected) + len(scalars) and len(scalars) == 1
+    assert len(expected) < int((ex08.STEP_KINDS > 0).sum())  # fusion saves passes
+
+
+@pytest.mark.parametrize(("flags", "hint"), [
+    ({"fuse": False}, "every op of the plan is written"),
+    ({"prune": False}, "nodes outside the plan are written"),
+    ({"inputs_written": True}, "an input (kind 0"),
+    ({"fetched_written": False}, "a fetched elementwise value is missing"),
+    ({"matmuls_read_arrays": False}, "read by a matmul (kind 2) is missing"),
+    ({"fusing_sinks": False}, "read only by a reduction or an update (kind 3) is written"),
+    ({"fuse": False, "inputs_written": True}, "that is the whole plan"),
+])
+def test_fusion_mistakes_get_their_hint(capsys: pytest.CaptureFixture[str], flags: dict[str, bool],
+                                        hint: str) -> None:
+    ok, out = run(capsys, "ex08.fusion", lambda k, p, f: _fused_writes(k, p, f, **flags))
+    assert not ok and hint in out
+
+
+def test_fusion_readers_outside_the_plan_get_their_hint(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex08.fusion",
+                  lambda k, p, f: _fused_writes(k, p, f, readers_in_plan=False), hidden=True)
+    assert not ok and "only readers that run (in the plan) count" in out
+
+
+def test_the_plan_part_retyped_does_not_pass_the_fusion_part(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The nearest code the course prints, the plan (section 3's answer), fails with a hint."""
+    plan = solutions()["plan"]
+    ok, out = run(capsys, "ex08.fusion", lambda kinds, parents, fetches: plan(parents, fetches))
+    assert not ok and "that is the whole plan (section 3's answer)" in out
+
+
+def test_fusion_hints_stay_quiet_on_the_solution(capsys: pytest.CaptureFixture[str]) -> None:
+    for hidden in (False, True):
+        ok, out = run(capsys, "ex08.fusion", solutions()["fused_writes"], hidden=hidden)
+        assert ok and "hint" not in out.lower()
+
+
+def test_fusion_cases_separate_the_mistakes() -> None:
+    """Every mistake changes the answer on some hidden case: no hint is dead, no mistake passes
+    (the visible cases, the lecture's step, have no matmul outside a plan that reads a value)."""
+    for flags in ex08.FUSION_MISTAKES:
+        visible = [] if "readers_in_plan" in flags else [(False, 0)]
+        for hidden, seed in (*visible, *((True, seed) for seed in range(5))):
+            cases = ex08._fusion_cases(np.random.default_rng(seed), hidden)
+            assert any(not np.array_equal(ex08._written(*c, **flags), ex08._fusion_expected(*c))
+                       for c in cases), (flags, hidden)
 
 
 def test_caffe_without_transposing_w(capsys: pytest.CaptureFixture[str]) -> None:

@@ -454,6 +454,16 @@ def plan(parents, fetches):  # the direct inputs only
         out |= {int(p) for p in parents[int(f)] if p >= 0}
     return sorted(out)
 """),
+    "ex08.fusion": (RAW, """
+def fused_writes(kinds, parents, fetches):  # unfused: every op of the plan writes
+    needed, stack = set(), [int(f) for f in fetches]
+    while stack:
+        node = stack.pop()
+        if node not in needed:
+            needed.add(node)
+            stack.extend(int(p) for p in parents[node] if p >= 0)
+    return sorted(i for i in needed if kinds[i] > 0)
+"""),
     "ex08.caffe_forward": (RAW, """
 def caffe_forward(lines, x, y, *params):
     _caffe_expected = course_module("ex08")._caffe_expected

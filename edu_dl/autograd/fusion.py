@@ -1,0 +1,795 @@
+"""A plan, fused: elementwise chains in one pass, Variable updates in place, compiled when it pays.
+
+``codegen.py`` writes a plan as one call per op and per VJP: each elementwise op and each update
+is its own pass over memory, and at small sizes Python's dispatch is most of the step. The plan
+never changes, and after its first run every shape is known, so the Session lowers it once more
+(``lower``), the way TorchInductor lowers a captured graph:
+
+- every value of an elementwise op (forward or VJP) stays an *expression* until something needs
+  an array (a matmul, a reduction, a fetch): a chain between matmuls becomes one loop, and a
+  reduction (``sum((y_pred - y) ** 2)``) computes its whole chain in the same pass;
+- ``assign_sub``/``assign_add`` write into the Variable's own buffer, fused with their chain
+  (``w -= lr * grad`` reads ``grad`` once, makes no temporary);
+- the result is written out twice from one list of statements: NumPy code (runs anywhere, the
+  same ops in the same order as the unfused plan, so the same numbers) and one Numba function
+  for the whole step, matmuls included (``np.dot`` calls BLAS). The Session compiles the Numba
+  one only when it pays: once the plan has spent as long running as compiling costs (the
+  ski-rental rule: never more than twice the best choice made in hindsight).
+
+Anything the lowering does not know (another op, broadcasting that needs an unbroadcast, a
+'set' assignment, a fetched Variable) keeps the unfused plan: fusion is an optimization, never a
+change of meaning. The fused function is specialised to the shapes of the first run and checks
+the feeds against them (a guard, as TorchDynamo's); a feed that differs runs the unfused plan.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from edu_dl.autograd import core, ops
+from edu_dl.autograd.nodes import Constant, Gradient, Node, OpNode, Placeholder, Variable
+from edu_dl.autograd.plan import Forward, Plan, Sweep
+from edu_dl.backend import to_numpy
+
+Shape = tuple[int, ...]
+# Seconds a Numba compile of a training step costs (the two-layer step: 2 to 4.5 s on the
+# course's shared two-core machine, Numba's import included); a plan switches to Numba once it
+# has spent this long running its NumPy code.
+NUMBA_COMPILE_S = 3.0
+MAX_EXPRESSION_SIZE = 32  # a longer chain is materialized: recomputing it would cost more
+
+
+class Unsupported(Exception):
+    """The plan holds something the lowering does not know: the Session keeps the unfused plan."""
+
+
+# --------------------------------------------------------------------------- expressions
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """An array (or a scalar, shape ()) held in a local of the generated function."""
+
+    name: str
+    shape: Shape
+
+
+@dataclass(frozen=True)
+class Literal:
+    """A scalar written into the code, in the plan's dtype: ``float32(0.001)``."""
+
+    text: str
+    shape: Shape = ()
+    value: float = 0.0  # for CUDA C: ((float)0.001)
+
+
+@dataclass(frozen=True)
+class Call:
+    """An elementwise op over its arguments: ``numba`` formats one element of each argument,
+    ``numpy`` whole arrays; both with ``{0}``, ``{1}``... for the arguments."""
+
+    numba: str
+    numpy: str
+    args: tuple[Expr, ...]
+    shape: Shape
+    size: int = 1  # nodes in the tree: a long one is materialized instead of recomputed
+    cuda: str = ""  # CUDA C for one element, where it is not the numba template
+
+
+Expr = Leaf | Literal | Call
+
+
+# --------------------------------------------------------------------------- statements
+
+
+@dataclass
+class Elementwise:
+    """``out = expr``: one pass over ``expr``'s shape."""
+
+    out: str
+    expr: Expr
+
+
+@dataclass
+class Reduce:
+    """``out = sum (or mean) of expr over axes``: the chain and the reduction in one pass."""
+
+    out: str
+    expr: Expr
+    axes: tuple[int, ...]
+    keepdims: bool
+    count: int  # divide by it (a mean); 1: a sum
+    shape: Shape
+
+
+@dataclass
+class MatMul:
+    """``out = a @ b`` with either operand transposed (a view, no copy)."""
+
+    out: str
+    a: Leaf
+    b: Leaf
+    transpose_a: bool
+    transpose_b: bool
+
+
+@dataclass
+class Reshape:
+    """``out = source.reshape(shape)``: a reduced gradient given back its kept axes."""
+
+    out: str
+    source: Leaf
+    shape: Shape
+
+
+@dataclass
+class Update:
+    """``variable -= expr`` (or ``+=``) in the Variable's own buffer, in one pass."""
+
+    variable: Leaf
+    expr: Expr
+    sign: str
+    # Where expr is ``scale * (a @ b)`` and nothing else reads the product: that matmul, so
+    # that compiled code can make BLAS add the product into the Variable (gemm's beta = 1),
+    # with no product array and no update pass.
+    product: MatMul | None = None
+    scale: Literal | None = None
+
+
+Statement = Elementwise | Reduce | MatMul | Reshape | Update
+
+
+@dataclass
+class Program:
+    """A lowered plan: the arguments it reads, its statements, and what it returns."""
+
+    dtype: np.dtype
+    placeholders: list[tuple[Placeholder, str, Shape]] = field(default_factory=list)
+    variables: list[tuple[Variable, str, Shape]] = field(default_factory=list)
+    constants: list[tuple[Node, str]] = field(default_factory=list)
+    statements: list[Statement] = field(default_factory=list)
+    returns: list[str] = field(default_factory=list)  # one per value fetch, in fetch order
+    xp: Any = np  # the arrays' library: NumPy, or CuPy on a GPU
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.xp is not np
+
+    @property
+    def arguments(self) -> list[str]:
+        return ([name for _, name, _ in self.placeholders]
+                + [name for _, name, _ in self.variables] + [name for _, name in self.constants])
+
+    @property
+    def passes(self) -> int:
+        """Passes over memory the step makes: one per statement (a matmul counts one)."""
+        return sum(1 for s in self.statements if not isinstance(s, Reshape))
+
+
+# --------------------------------------------------------------------------- lowering
+
+
+class _Lowerer:
+    def __init__(self, plan: Plan, fetched: list[Node], constants: Mapping[Node, Any],
+                 values: Mapping[Node, Any], dtype: np.dtype) -> None:
+        self.plan, self.fetched, self.constants, self.values = plan, fetched, constants, values
+        self.dtype = dtype
+        self.program = Program(dtype)
+        self.exprs: dict[Node, Expr] = {}
+        self.materialized: dict[Call, Leaf] = {}
+        self.temporaries = 0
+
+    # helpers ---------------------------------------------------------------
+    def literal(self, value: float) -> Literal:
+        exact = float(self.dtype.type(value))
+        return Literal(f"{self.dtype.name}({exact!r})", (), exact)
+
+    def fresh(self) -> str:
+        self.temporaries += 1
+        return f"t{self.temporaries - 1}"
+
+    def shape_of(self, node: Node) -> Shape:
+        value = self.values.get(node)
+        if value is None:
+            raise Unsupported(f"no recorded value for '{node.name}'")
+        if np.dtype(value.dtype) != self.dtype:
+            raise Unsupported(f"'{node.name}' has dtype {value.dtype}, the plan {self.dtype}")
+        return tuple(value.shape)
+
+    def call(self, numba: str, numpy: str, args: tuple[Expr, ...], shape: Shape,
+             cuda: str = "") -> Call:
+        for a in args:
+            if a.shape not in (shape, ()):
+                raise Unsupported(f"broadcasting {a.shape} to {shape}")
+        args = tuple(self.leaf(a) if isinstance(a, Call) and a.size > MAX_EXPRESSION_SIZE
+                     else a for a in args)
+        size = 1 + sum(a.size for a in args if isinstance(a, Call))
+        return Call(numba, numpy, args, shape, size, cuda)
+
+    def leaf(self, expr: Expr) -> Leaf | Literal:
+        """The expression as an array in a local (one pass), unless it already is one; an
+        expression met again is the same array (every leaf is read-only until the updates)."""
+        if isinstance(expr, Leaf | Literal):
+            return expr
+        leaf = self.materialized.get(expr)
+        if leaf is None:
+            leaf = self.materialized[expr] = Leaf(self.fresh(), expr.shape)
+            self.program.statements.append(Elementwise(leaf.name, expr))
+        return leaf
+
+    def array(self, expr: Expr) -> Leaf:
+        leaf = self.leaf(expr)
+        if not isinstance(leaf, Leaf) or not leaf.shape:
+            raise Unsupported("a matmul of a scalar")
+        return leaf
+
+    # the plan ----------------------------------------------------------------
+    def lower(self) -> Program:
+        plan, program = self.plan, self.program
+        for i, ph in enumerate(plan.placeholders):
+            shape = self.shape_of(ph)
+            if not shape:
+                raise Unsupported("a 0-d feed")
+            program.placeholders.append((ph, f"x{i}", shape))
+            self.exprs[ph] = Leaf(f"x{i}", shape)
+        for i, var in enumerate(plan.variables):
+            shape = self.shape_of(var)
+            program.variables.append((var, f"w{i}", shape))
+            self.exprs[var] = Leaf(f"w{i}", shape)
+        for i, const in enumerate(plan.constants):
+            value = self.constants[const]
+            if np.dtype(value.dtype) != self.dtype:
+                raise Unsupported(f"constant '{const.name}' of dtype {value.dtype}")
+            if value.shape == ():  # written into the code (a CuPy scalar, copied to the host)
+                self.exprs[const] = self.literal(float(to_numpy(value)))
+            else:
+                program.constants.append((const, f"c{i}"))
+                self.exprs[const] = Leaf(f"c{i}", tuple(value.shape))
+        for step in plan.steps:
+            if isinstance(step, Forward):
+                self.exprs[step.node] = self.forward(step.node, step.op)
+            else:
+                self.sweep(step)
+        self.updates()
+        for node in self.fetched:
+            expr = self.exprs.get(node)
+            if expr is None or not isinstance(node, OpNode | Gradient):
+                raise Unsupported(f"fetching '{node.name}' ({type(node).__name__})")
+            leaf = self.leaf(expr)
+            name = leaf.name if isinstance(leaf, Leaf) else leaf.text
+            if name in program.arguments:
+                raise Unsupported(f"fetching '{node.name}', an alias of an input")
+            program.returns.append(name)
+        return program
+
+    def forward(self, node: OpNode, op: ops.Op) -> Expr:
+        args = tuple(self.exprs[i] for i in node.inputs)
+        shape = self.shape_of(node)
+        kind = type(op)
+        if kind is ops.Add:
+            return self.call("({0} + {1})", "({0} + {1})", args, shape)
+        if kind is ops.Sub:
+            return self.call("({0} - {1})", "({0} - {1})", args, shape)
+        if kind is ops.Mul:
+            return self.call("({0} * {1})", "({0} * {1})", args, shape)
+        if kind is ops.Neg:
+            return self.call("(-{0})", "(-{0})", args, shape)
+        if kind is ops.Pow and isinstance(op, ops.Pow) and op.exponent == 2:
+            return self.call("({0} * {0})", "({0} * {0})", args, shape)
+        if kind is ops.ReLU:
+            zero = self.literal(0)
+            return self.call("max({0}, {1})", "np.maximum({0}, {1})", (*args, zero), shape)
+        if kind is ops.Maximum:
+            return self.call("max({0}, {1})", "np.maximum({0}, {1})", args, shape)
+        if kind is ops.MatMul:
+            a, b = self.array(args[0]), self.array(args[1])
+            if len(a.shape) != 2 or len(b.shape) != 2:
+                raise Unsupported("a matmul of other than two matrices")
+            out = self.fresh()
+            self.program.statements.append(MatMul(out, a, b, False, False))
+            return Leaf(out, shape)
+        if kind in (ops.Sum, ops.Mean) and isinstance(op, ops.Sum | ops.Mean):
+            _, axes, count, _ = ops._reduction(op.axis, args[0].shape)
+            out = self.fresh()
+            self.program.statements.append(Reduce(
+                out, args[0], axes, op.keepdims, count if kind is ops.Mean else 1, shape))
+            return Leaf(out, shape)
+        raise Unsupported(f"op {op.name}")
+
+    def sweep(self, sweep: Sweep) -> None:
+        if sweep.grad_ys:
+            raise Unsupported("gradients seeded with grad_ys")
+        in_sweep = set(sweep.order)
+        grads: dict[Node, Expr] = {}
+        for y in sweep.ys:
+            if y in in_sweep:
+                if self.shape_of(y) != ():
+                    raise Unsupported("gradients of a non-scalar")
+                one = self.literal(1)
+                grads[y] = self.call("({0} + {1})", "({0} + {1})", (grads[y], one), ()) \
+                    if y in grads else one
+
+        def vjp(node: Node, grad: Expr) -> list[tuple[Node, Expr]]:
+            for target in sweep.targets.get(node, ()):
+                self.exprs[target] = grad
+            op = sweep.ops.get(node)
+            if op is None or not isinstance(node, OpNode):
+                return []
+            wanted = [x in in_sweep for x in node.inputs]
+            grads_in = self.vjp(node, op, grad, wanted)
+            return [(x, g) for x, g, want in zip(node.inputs, grads_in, wanted)
+                    if want and g is not None]
+
+        def add(a: Expr, b: Expr) -> Expr:
+            return self.call("({0} + {1})", "({0} + {1})", (a, b), a.shape)
+
+        core.backward(sweep.order, grads, vjp, add)
+
+    def vjp(self, node: OpNode, op: ops.Op, g: Expr, wanted: list[bool]) -> list[Expr | None]:
+        """The VJP of each input of ``node`` as an expression (None where not wanted)."""
+        args = [self.exprs[i] for i in node.inputs]
+        for a, want in zip(args, wanted):
+            if want and a.shape != g.shape and not isinstance(op, ops.Sum | ops.Mean
+                                                                | ops.MatMul):
+                raise Unsupported(f"{op.name}'s gradient needs an unbroadcast")
+        kind, shape = type(op), g.shape
+        if kind is ops.Add:
+            return [g, g]
+        if kind is ops.Sub:
+            return [g, self.call("(-{0})", "(-{0})", (g,), shape)]
+        if kind is ops.Mul:
+            return [self.call("({0} * {1})", "({0} * {1})", (g, args[1]), shape),
+                    self.call("({0} * {1})", "({0} * {1})", (g, args[0]), shape)]
+        if kind is ops.Neg:
+            return [self.call("(-{0})", "(-{0})", (g,), shape)]
+        if kind is ops.Pow:  # exponent 2 (forward refused others): 2 * g * x, as g*x + g*x
+            return [self.call("(({0} * {1}) * {2})", "(({0} * {1}) * {2})",
+                              (g, args[0], self.literal(2)), shape)]
+        if kind is ops.ReLU:
+            zero, dt = self.literal(0), self.dtype.name
+            return [self.call("({0} if {1} > {2} else {2})",
+                              f"({{0}} * ({{1}} > {{2}}).astype(np.{dt}))",
+                              (g, args[0], zero), shape, cuda="({1} > {2} ? {0} : {2})")]
+        if kind is ops.Maximum:  # x's share: 1 where x > y, 1/2 on a tie; y gets the rest
+            half, zero, dt = self.literal(0.5), self.literal(0), self.dtype.name
+            to_x = self.call(
+                "({0} if {1} > {2} else ({0} * {3} if {1} == {2} else {4}))",
+                f"({{0}} * (({{1}} > {{2}}).astype(np.{dt}) "
+                f"+ ({{1}} == {{2}}).astype(np.{dt}) * {{3}}))",
+                (g, args[0], args[1], half, zero), shape,
+                cuda="({1} > {2} ? {0} : ({1} == {2} ? {0} * {3} : {4}))")
+            return [to_x, self.call("({0} - {1})", "({0} - {1})", (g, to_x), shape)]
+        if kind is ops.MatMul:
+            grad, x, y = self.array(g), self.array(args[0]), self.array(args[1])
+            out: list[Expr | None] = [None, None]
+            if wanted[0]:
+                dx = Leaf(self.fresh(), x.shape)
+                self.program.statements.append(MatMul(dx.name, grad, y, False, True))
+                out[0] = dx
+            if wanted[1]:
+                dy = Leaf(self.fresh(), y.shape)
+                self.program.statements.append(MatMul(dy.name, x, grad, True, False))
+                out[1] = dy
+            return out
+        if isinstance(op, ops.Sum | ops.Mean):
+            in_shape = args[0].shape
+            _, _, count, kept = ops._reduction(op.axis, in_shape)
+            if isinstance(g, Call) and g.numba == "{0}" and g.args[0].shape == ():
+                g = g.args[0]  # a scalar spread by an earlier reduction's VJP: spread it once
+            if isinstance(op, ops.Mean):
+                g = self.call("({0} / {1})", "({0} / {1})", (g, self.literal(count)), shape)
+            spread = self.leaf(g)
+            if isinstance(spread, Leaf) and spread.shape and spread.shape != kept:
+                name = self.fresh()
+                self.program.statements.append(Reshape(name, spread, kept))
+                spread = Leaf(name, kept)
+            broadcast = f"np.broadcast_to({{0}}, {in_shape})"
+            return [Call("{0}", broadcast, (spread,), in_shape)]
+        raise Unsupported(f"the gradient of {op.name}")
+
+    def updates(self) -> None:
+        assigned = {a.variable for a in self.plan.assigns}
+        if len(assigned) != len(self.plan.assigns):
+            raise Unsupported("a Variable assigned twice in one run")
+        names = {var: name for var, name, _ in self.program.variables}
+        for a in self.plan.assigns:
+            if a.mode not in ("sub", "add"):
+                raise Unsupported(f"a '{a.mode}' assignment")
+            var = a.variable
+            if var not in names:
+                name = names[var] = f"w{len(names)}"
+                value = self.values.get(a)
+                if value is None:
+                    raise Unsupported(f"no recorded value for '{var.name}'")
+                self.program.variables.append((var, name, tuple(value.shape)))
+            expr = self.exprs[a.value]
+            shape = next(s for v, _, s in self.program.variables if v is var)
+            if expr.shape != shape:
+                raise Unsupported(f"'{a.name}' broadcasts its value")
+            others = {names[v] for v in assigned if v is not var and v in names}
+            if _leaf_names(expr) & others:
+                raise Unsupported(f"'{a.name}' reads another Variable this run updates")
+            sign = "-" if a.mode == "sub" else "+"
+            self.program.statements.append(Update(Leaf(names[var], shape), expr, sign))
+        for update in self.program.statements:
+            if isinstance(update, Update):
+                update.product, update.scale = self.scaled_product(update.expr,
+                                                                   set(names.values()))
+
+    def scaled_product(self, expr: Expr, variables: set[str]
+                       ) -> tuple[MatMul | None, Literal | None]:
+        """(the matmul, the scale) where expr is ``scale * product`` read nowhere else (its
+        update is its one reader), and
+        the product's operands are no Variable (an earlier update may have changed one)."""
+        if not (isinstance(expr, Call) and expr.numba == "({0} * {1})"
+                and isinstance(expr.args[0], Literal) and isinstance(expr.args[1], Leaf)):
+            return None, None
+        name = expr.args[1].name
+        products = [s for s in self.program.statements
+                    if isinstance(s, MatMul) and s.out == name]
+        if not products or {products[0].a.name, products[0].b.name} & variables:
+            return None, None
+        if _reads(self.program, self.fetched_names(), name) != 1:
+            return None, None
+        return products[0], expr.args[0]
+
+    def fetched_names(self) -> set[str]:
+        names = set()
+        for node in self.fetched:
+            expr = self.exprs.get(node)
+            if isinstance(expr, Leaf):
+                names.add(expr.name)
+        return names
+
+
+def _reads(program: Program, fetched: set[str], name: str) -> int:
+    """How many statements (and fetches) read the local ``name``."""
+    count = int(name in fetched)
+    for s in program.statements:
+        if isinstance(s, MatMul):
+            count += (s.a.name == name) + (s.b.name == name)
+        elif isinstance(s, Reshape):
+            count += s.source.name == name
+        else:
+            count += name in _leaf_names(s.expr)
+    return count
+
+
+def _leaf_names(expr: Expr) -> set[str]:
+    if isinstance(expr, Leaf):
+        return {expr.name}
+    if isinstance(expr, Literal):
+        return set()
+    return set().union(*(_leaf_names(a) for a in expr.args))
+
+
+def lower(plan: Plan, fetches: list[Node], constants: Mapping[Node, Any],
+          values: Mapping[Node, Any], xp: Any = np) -> Program:
+    """The plan for ``fetches`` as fused statements, given the values of one run (their shapes
+    and dtype) and the Session's array library ``xp`` (NumPy, or CuPy on a GPU)."""
+    dtypes = {np.dtype(v.dtype) for n, v in values.items()
+              if isinstance(n, OpNode | Placeholder | Variable | Constant)
+              and hasattr(v, "dtype")}
+    if len(dtypes) != 1 or next(iter(dtypes)).kind != "f":
+        raise Unsupported(f"dtypes {sorted(map(str, dtypes))}: one floating dtype is fused")
+    fetched = [fetches[i] for i in plan.value_fetches]
+    program = _Lowerer(plan, fetched, constants, values, dtypes.pop()).lower()
+    program.xp = xp
+    return program
+
+
+# --------------------------------------------------------------------------- writing code
+
+
+def _index(leaf_shape: Shape, space: Shape) -> str:
+    """How one element of an array of ``leaf_shape`` is read in a loop over ``space``
+    (broadcasting: aligned on the right, a size-1 axis read at 0)."""
+    lead = len(space) - len(leaf_shape)
+    parts = [f"i{lead + d}" if n == space[lead + d] else "0" for d, n in enumerate(leaf_shape)]
+    return ", ".join(parts)
+
+
+def _element(expr: Expr, space: Shape) -> str:
+    if isinstance(expr, Literal):
+        return expr.text
+    if isinstance(expr, Leaf):
+        return expr.name if not expr.shape else f"{expr.name}[{_index(expr.shape, space)}]"
+    return expr.numba.format(*(_element(a, space) for a in expr.args))
+
+
+def _whole(expr: Expr) -> str:
+    if isinstance(expr, Literal):
+        return expr.text
+    if isinstance(expr, Leaf):
+        return expr.name
+    return expr.numpy.format(*(_whole(a) for a in expr.args))
+
+
+def _loops(space: Shape, body: str) -> list[str]:
+    lines = [f"{'    ' * (d + 1)}for i{d} in range({n}):" for d, n in enumerate(space)]
+    return [*lines, "    " * (len(space) + 1) + body]
+
+
+def numba_source(program: Program, gemm: bool = True) -> str:
+    """The whole step as one function of explicit loops (and np.dot for the matmuls); with
+    ``gemm``, an update ``w -= scale * (a @ b)`` is one BLAS call adding into ``w``."""
+    dt = program.dtype.name
+    lines = [f"def step({', '.join(program.arguments)}):"]
+    into = {id(s.product): s for s in program.statements
+            if gemm and isinstance(s, Update) and s.product is not None}
+    for s in program.statements:
+        if id(s) in into:
+            continue  # computed by its update, below
+        if isinstance(s, Update) and id(s.product) in into:
+            m, scale = s.product, s.scale
+            assert m is not None and scale is not None
+            alpha = f"-{scale.text}" if s.sign == "-" else scale.text
+            lines.append(f"    gemm_into({s.variable.name}, {m.a.name}, {m.b.name}, "
+                         f"{m.transpose_a}, {m.transpose_b}, {alpha})"
+                         f"  # {s.variable.name} {s.sign}= {scale.text} * {_matmul(m)}")
+        elif isinstance(s, Elementwise):
+            if s.expr.shape:
+                lines.append(f"    {s.out} = np.empty({s.expr.shape}, np.{dt})")
+                lines += _loops(s.expr.shape, f"{s.out}[{_index(s.expr.shape, s.expr.shape)}] = "
+                                + _element(s.expr, s.expr.shape))
+            else:
+                lines.append(f"    {s.out} = {_element(s.expr, ())}")
+        elif isinstance(s, Reduce):
+            space = s.expr.shape
+            kept = [f"i{d}" if d not in s.axes else "0" for d in range(len(space))]
+            index = kept if s.keepdims else [k for d, k in enumerate(kept) if d not in s.axes]
+            target = f"{s.out}[{', '.join(index)}]" if s.shape else s.out
+            init = f"np.zeros({s.shape}, np.{dt})" if s.shape else f"{dt}(0)"
+            lines.append(f"    {s.out} = {init}")
+            lines += _loops(space, f"{target} += {_element(s.expr, space)}")
+            if s.count != 1:
+                lines.append(f"    {s.out} /= {dt}({float(s.count)!r})")
+        elif isinstance(s, MatMul):
+            lines.append(f"    {s.out} = {_matmul(s)}")
+        elif isinstance(s, Reshape):
+            lines.append(f"    {s.out} = {s.source.name}.reshape({s.shape})")
+        else:
+            space = s.variable.shape
+            lines += _loops(space, f"{s.variable.name}[{_index(space, space)}] {s.sign}= "
+                            + _element(s.expr, space))
+    lines.append(f"    return ({''.join(r + ', ' for r in program.returns)})")
+    return "\n".join(lines) + "\n"
+
+
+def numpy_source(program: Program) -> str:
+    """The same statements as NumPy calls on whole arrays: the fused path without Numba."""
+    lines = [f"def step({', '.join(program.arguments)}):"]
+    for s in program.statements:
+        if isinstance(s, Elementwise):
+            if isinstance(s.expr, Call) and s.expr.numpy.startswith("np.broadcast_to"):
+                # A broadcast view is read-only and strided: make it an array of its own.
+                lines.append(f"    {s.out} = np.array({_whole(s.expr)})")
+            else:
+                lines.append(f"    {s.out} = {_whole(s.expr)}")
+        elif isinstance(s, Reduce):
+            total = f"{_whole(s.expr)}.sum(axis={s.axes}, keepdims={s.keepdims})"
+            divide = f" / {program.dtype.name}({float(s.count)!r})" if s.count != 1 else ""
+            lines.append(f"    {s.out} = {total}{divide}")
+        elif isinstance(s, MatMul):
+            lines.append(f"    {s.out} = {_matmul(s)}")
+        elif isinstance(s, Reshape):
+            lines.append(f"    {s.out} = {s.source.name}.reshape({s.shape})")
+        else:
+            lines.append(f"    {s.variable.name} {s.sign}= {_whole(s.expr)}")
+    lines.append(f"    return ({''.join(r + ', ' for r in program.returns)})")
+    return "\n".join(lines) + "\n"
+
+
+def _c_element(expr: Expr, ctype: str) -> str:
+    """One element of expr in CUDA C (an ElementwiseKernel broadcasts its arguments)."""
+    if isinstance(expr, Literal):
+        return f"(({ctype}){expr.value!r})"
+    if isinstance(expr, Leaf):
+        return expr.name
+    template = expr.cuda or expr.numba
+    return template.format(*(_c_element(a, ctype) for a in expr.args))
+
+
+def cupy_source(program: Program, kernels: dict[str, Any] | None) -> str:
+    """The NumPy code's statements for CuPy: each elementwise chain and each update one
+    generated ``ElementwiseKernel`` (its CUDA C is in ``kernels``, filled here), or, where the
+    library has no kernels (a stand-in for tests), the whole-array code through ``xp``."""
+    if kernels is None:
+        return numpy_source(program)
+    ctype = {"float32": "float32", "float64": "float64"}[program.dtype.name]
+    c_scalar = {"float32": "float", "float64": "double"}[program.dtype.name]
+    lines = [f"def step({', '.join(program.arguments)}):"]
+    for s in program.statements:
+        if isinstance(s, Elementwise) and not s.expr.shape:  # a scalar: on the host
+            lines.append(f"    {s.out} = {_whole(s.expr)}")
+        elif isinstance(s, Elementwise | Update):
+            names = sorted(_leaf_names(s.expr))
+            body = _c_element(s.expr, c_scalar)
+            name = f"k{len(kernels)}"
+            if isinstance(s, Elementwise):
+                kernels[name] = (", ".join(f"{ctype} {n}" for n in names) or "",
+                                 f"{ctype} out", f"out = {body}")
+                # The output passed in: its shape, not the inputs' broadcast, is the loop's.
+                out = f"np.empty({s.expr.shape}, np.{program.dtype.name})"
+                lines.append(f"    {s.out} = {name}({', '.join([*names, out])})"
+                             f"  # out = {body}")
+            else:
+                w = s.variable.name
+                ins = [n for n in names if n != w]
+                kernels[name] = (", ".join(f"{ctype} {n}" for n in ins), f"{ctype} {w}",
+                                 f"{w} = {w} {s.sign} ({body})")
+                lines.append(f"    {name}({', '.join([*ins, w])})  # {w} {s.sign}= {body}")
+        elif isinstance(s, Reduce):
+            total = f"{_whole(s.expr)}.sum(axis={s.axes}, keepdims={s.keepdims})"
+            divide = f" / {program.dtype.name}({float(s.count)!r})" if s.count != 1 else ""
+            lines.append(f"    {s.out} = {total}{divide}")
+        elif isinstance(s, MatMul):
+            lines.append(f"    {s.out} = {_matmul(s)}")
+        else:
+            lines.append(f"    {s.out} = {s.source.name}.reshape({s.shape})")
+    lines.append(f"    return ({''.join(r + ', ' for r in program.returns)})")
+    return "\n".join(lines) + "\n"
+
+
+def _matmul(s: MatMul) -> str:
+    a = s.a.name + (".T" if s.transpose_a else "")
+    b = s.b.name + (".T" if s.transpose_b else "")
+    return f"np.dot({a}, {b})"
+
+
+def _compile(source: str, dtype: np.dtype, **names: Any) -> Callable[..., tuple[Any, ...]]:
+    namespace: dict[str, Any] = {"np": np, dtype.name: dtype.type, **names}
+    exec(compile(source, "<edu_dl fused plan>", "exec"), namespace)  # our own source
+    fn: Callable[..., tuple[Any, ...]] = namespace["step"]
+    return fn
+
+
+def _gemm_into(blas: Any) -> Callable[..., None]:
+    """``c += alpha * op(a) @ op(b)`` in place, one BLAS gemm, for C-contiguous matrices (to
+    BLAS, which reads columns, each is its transpose: so it computes c.T += op(b).T @ op(a).T).
+    To be compiled by Numba; ``blas`` is BLAS's sgemm or dgemm."""
+
+    def gemm_into(c: Any, a: Any, b: Any, transpose_a: bool, transpose_b: bool,
+                  alpha: Any) -> None:
+        p, q = c.shape
+        r = a.shape[0] if transpose_a else a.shape[1]
+        ints = np.array([q, p, r, b.shape[1], a.shape[1], q], np.int32)
+        scalars = np.empty(2, c.dtype)
+        scalars[0], scalars[1] = alpha, 1
+        flags = np.array([84 if transpose_b else 78, 84 if transpose_a else 78], np.uint8)
+        blas(flags[0:].ctypes, flags[1:].ctypes, ints[0:].ctypes, ints[1:].ctypes,
+             ints[2:].ctypes, scalars[0:].ctypes, b.ctypes, ints[3:].ctypes, a.ctypes,
+             ints[4:].ctypes, scalars[1:].ctypes, c.ctypes, ints[5:].ctypes)
+
+    return gemm_into
+
+
+def load_gemm(dtype: np.dtype) -> Any:
+    """BLAS's gemm for ``dtype`` compiled into a Numba ``gemm_into``, or None (no SciPy)."""
+    if dtype not in _GEMMS:
+        try:
+            import ctypes
+
+            from numba import njit
+            from numba.extending import get_cython_function_address
+            name = {"float32": "sgemm", "float64": "dgemm"}[dtype.name]
+            address = get_cython_function_address("scipy.linalg.cython_blas", name)
+        except (ImportError, KeyError, ValueError):
+            _GEMMS[dtype] = None
+        else:
+            blas = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 13)(address)
+            _GEMMS[dtype] = njit(_gemm_into(blas))
+    return _GEMMS[dtype]
+
+
+_GEMMS: dict[np.dtype, Any] = {}
+
+
+def load_numba() -> Any:
+    """Numba's ``njit``, or None where Numba is not installed (the NumPy fused path runs)."""
+    try:
+        from numba import njit
+    except ImportError:
+        return None
+    return njit
+
+
+# --------------------------------------------------------------------------- running
+
+
+class FusedPlan:
+    """A plan's fused step: NumPy code at first, Numba once the plan has run long enough."""
+
+    def __init__(self, plan: Plan, program: Program, compile_now: bool | None) -> None:
+        """``compile_now``: True compiles with Numba at once, False never, None when it pays."""
+        self.plan, self.program = plan, program
+        self.numba_code = ""  # written when compiled: it depends on SciPy's BLAS being there
+        self.compiled = self.tried = False
+        self.numpy_fn: Callable[..., tuple[Any, ...]] | None = None
+        self.spent_s = 0.0  # time spent running the NumPy code, for the ski-rental rule
+        self.array_class: Any = np.ndarray if not program.on_gpu else program.xp.ndarray
+        if program.on_gpu:  # Numba compiles for the CPU: on a GPU, CuPy's generated kernels
+            self.numpy_code = self._cupy_code()
+            self.may_compile = False
+            return
+        self.numpy_code = numpy_source(program)
+        self.fn = _compile(self.numpy_code, program.dtype)
+        self.may_compile = compile_now is not False and load_numba() is not None
+        if compile_now and self.may_compile:
+            self.compile()
+
+    def _cupy_code(self) -> str:
+        xp = self.program.xp
+        make = getattr(xp, "ElementwiseKernel", None)
+        specs: dict[str, Any] | None = {} if make is not None else None
+        code = cupy_source(self.program, specs)
+        kernels = {name: make(ins, out, body, f"edu_dl_fused_{name}")
+                   for name, (ins, out, body) in (specs or {}).items()} if make else {}
+        self.fn = _compile(code, self.program.dtype, **kernels)
+        # The code calls np.dot, np.maximum...: on the GPU those are CuPy's.
+        self.fn.__globals__["np"] = xp
+        self.gpu_kernels = len(kernels)
+        return code
+
+    @property
+    def source(self) -> str:
+        """The code that runs now (what ``plan.source`` shows)."""
+        head = ("# fused plan, compiled by Numba (@njit)\n" if self.compiled
+                else "# fused plan, CuPy (k0, k1...: generated ElementwiseKernels)\n"
+                if self.program.on_gpu else "# fused plan, NumPy\n")
+        return head + (self.numba_code if self.compiled else self.numpy_code)
+
+    def compile(self) -> None:
+        njit = load_numba()
+        if njit is None:
+            return
+        gemm = load_gemm(self.program.dtype)
+        self.numba_code = numba_source(self.program, gemm=gemm is not None)
+        fn = njit(_compile(self.numba_code, self.program.dtype, gemm_into=gemm))
+        self.numpy_fn, self.fn, self.compiled = self.fn, fn, True
+        self.plan.source = self.source
+        self.tried = False  # Numba compiles at the first call: that one may still fail
+
+    def _first_compiled_call(self, args: list[Any]) -> tuple[Any, ...]:
+        """Numba types and compiles now; if it cannot, the NumPy code stays (and says why)."""
+        from numba.core.errors import NumbaError
+
+        self.tried = True
+        try:
+            return self.fn(*args)
+        except NumbaError as exc:  # raised while typing or lowering: nothing ran yet
+            assert self.numpy_fn is not None
+            self.fn, self.compiled, self.may_compile = self.numpy_fn, False, False
+            self.plan.source = self.source + f"# (Numba could not compile it: {exc!s:.200})\n"
+            return self.fn(*args)
+
+    def run(self, feed_dict: Mapping[Any, Any], stored: Mapping[Node, Any],
+            constants: Mapping[Node, Any]) -> tuple[Any, ...] | None:
+        """The fetched values, or None when a guard fails (the Session runs the plan unfused)."""
+        args: list[Any] = []
+        dtype = self.program.dtype
+        for ph, _, shape in self.program.placeholders:
+            value: Any = feed_dict.get(ph)
+            if (value.__class__ is not self.array_class or value.shape != shape
+                    or value.dtype != dtype or not value.flags.c_contiguous):
+                return None
+            args.append(value)
+        for var, _, _ in self.program.variables:
+            value = stored.get(var)
+            if value is None or var in feed_dict or not value.flags.c_contiguous:
+                return None
+            args.append(value)
+        args += [constants[c] for c, _ in self.program.constants]
+        if self.compiled:
+            return self.fn(*args) if self.tried else self._first_compiled_call(args)
+        start = time.perf_counter()
+        out = self.fn(*args)
+        self.spent_s += time.perf_counter() - start
+        if self.may_compile and self.spent_s >= NUMBA_COMPILE_S:
+            self.compile()
+        return out
