@@ -143,7 +143,9 @@ def _tile_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     """(n, block_q, block_k): blocks that divide n, that do not (a partial last tile), unequal
     blocks both ways, one block larger than the sequence."""
     if not hidden:
-        return [(8, 4, 4), (10, 3, 4), (100, 16, 32), (5, 64, 64)]
+        # Expected counts 6, 9, 16, 4: none equals the case's own length or size (a shipped
+        # helper such as len() must not answer a visible case).
+        return [(12, 4, 4), (10, 3, 4), (100, 16, 32), (7, 64, 2)]
     return [(int(rng.integers(1, 300)), int(rng.integers(1, 40)), int(rng.integers(1, 40)))
             for _ in range(5)] + [(4096, 128, 128), (int(rng.integers(50, 200)), 7, 5)]
 
