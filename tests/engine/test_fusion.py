@@ -263,6 +263,17 @@ def test_on_a_gpu_the_fused_plan_runs_through_cupy(monkeypatch: pytest.MonkeyPat
     assert type(got_w[0]) is np.ndarray  # weights() brought them to the host
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("edu_dl").gpu_available(), reason="no CUDA GPU here")
+def test_on_a_real_gpu_the_fused_kernels_give_the_unfused_numbers() -> None:
+    """The generated ElementwiseKernels compiled by CuPy on a real GPU: the fused step's losses
+    and weights agree with the unfused plan's to float32 rounding (kernels may reorder)."""
+    got_losses, got_w, _ = _fake_gpu_step("numba")
+    want_losses, want_w, _ = _fake_gpu_step("off")
+    for a, b in zip(got_losses + got_w, want_losses + want_w):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
 def test_cupy_source_writes_one_kernel_per_chain_and_update() -> None:
     net = _two_layer(8, 16, 16, 10, optimize="numpy")
     _train(net, 2)
