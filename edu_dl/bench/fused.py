@@ -74,7 +74,8 @@ def fused_markdown(result: Any) -> str:
         "same step as a static graph in `Session(optimize='numba')`, its plan fused (elementwise "
         "chains in one pass, updates in place) and compiled"
         + (" (on the GPU: one generated CuPy ElementwiseKernel per elementwise chain and per "
-           "update; matmuls and reductions through CuPy; no CUDA graph)"
+           "update; matmuls and reductions through CuPy; no CUDA graph: CuPy refuses cuBLAS calls "
+           "during stream capture)"
            if device.kind == "gpu" else " into one Numba function")
         + "; unfused plan: `optimize='off'`. `bench engine`'s protocol: "
         f"{result.repeats} interleaved repeats over {result.processes} rounds of fresh "
