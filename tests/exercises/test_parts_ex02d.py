@@ -12,7 +12,7 @@ from typing import Any
 import nbformat
 import numpy as np
 import pytest
-from fixtures.exercise_helpers import course_module, run_check
+from fixtures.exercise_helpers import code_lines, course_module, longest_shared_run, run_check
 from numba import njit
 
 from edu_dl.gpu.transactions import warp_segments
@@ -251,23 +251,6 @@ def test_writing_into_x_is_caught(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 # --------------------------------------------------------------------------- nothing re-typed
-
-
-def code_lines(text: str) -> list[str]:
-    lines = (line.split("  #")[0].strip() for line in text.splitlines())
-    return [line for line in lines if line and not line.startswith("#")]
-
-
-def longest_shared_run(mine: list[str], theirs: list[str]) -> int:
-    best, previous = 0, [0] * (len(theirs) + 1)
-    for a in mine:
-        current = [0] * (len(theirs) + 1)
-        for j, b in enumerate(theirs):
-            if a == b:
-                current[j + 1] = previous[j] + 1
-                best = max(best, current[j + 1])
-        previous = current
-    return best
 
 
 def test_no_solution_is_lecture_02d_code_retyped() -> None:

@@ -15,7 +15,13 @@ import nbformat
 import numpy as np
 import pytest
 import torch
-from fixtures.exercise_helpers import course_module, run_check, solution_namespace
+from fixtures.exercise_helpers import (
+    code_lines,
+    course_module,
+    longest_shared_run,
+    run_check,
+    solution_namespace,
+)
 
 from edu_dl.grading import spec
 
@@ -248,25 +254,6 @@ def test_a_graph_break_fails_and_names_its_line(capsys: pytest.CaptureFixture[st
 
 
 # ----------------------------------------------------------------------------- nothing re-typed
-
-
-def code_lines(text: str) -> list[str]:
-    """Lines that carry code: stripped, without blanks, comments and nbgrader markers."""
-    lines = (line.split("  #")[0].strip() for line in text.splitlines())
-    return [line for line in lines if line and not line.startswith("#")]
-
-
-def longest_shared_run(mine: list[str], theirs: list[str]) -> int:
-    """The most consecutive lines of ``mine`` that appear consecutively in ``theirs``."""
-    best, previous = 0, [0] * (len(theirs) + 1)
-    for a in mine:
-        current = [0] * (len(theirs) + 1)
-        for j, b in enumerate(theirs):
-            if a == b:
-                current[j + 1] = previous[j] + 1
-                best = max(best, current[j + 1])
-        previous = current
-    return best
 
 
 def lecture_cells() -> dict[str, list[str]]:

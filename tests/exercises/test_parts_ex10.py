@@ -13,7 +13,7 @@ from typing import Any
 import nbformat
 import numpy as np
 import pytest
-from fixtures.exercise_helpers import course_module, course_part
+from fixtures.exercise_helpers import code_lines, course_module, course_part, longest_shared_run
 
 from edu_dl.grading import CheckFailed, check, checking
 from edu_dl.grading.protocol import GRADING_ENV, read_outputs, roundtrip, write_inputs
@@ -292,25 +292,6 @@ def test_tensor_parallel_backward_mistakes() -> None:
 
     message = run_check("ex10.tensor_parallel_backward", pre_relu_dw2)
     assert "output 2 (dw2_shards)" in message and "AFTER relu" in message
-
-
-def code_lines(text: str) -> list[str]:
-    """Lines that carry code: stripped, without blanks, comments and nbgrader markers."""
-    lines = (line.split("  #")[0].strip() for line in text.splitlines())
-    return [line for line in lines if line and not line.startswith("#")]
-
-
-def longest_shared_run(mine: list[str], theirs: list[str]) -> int:
-    """The most consecutive lines of ``mine`` that appear consecutively in ``theirs``."""
-    best, previous = 0, [0] * (len(theirs) + 1)
-    for a in mine:
-        current = [0] * (len(theirs) + 1)
-        for j, b in enumerate(theirs):
-            if a == b:
-                current[j + 1] = previous[j] + 1
-                best = max(best, current[j + 1])
-        previous = current
-    return best
 
 
 def course_texts() -> dict[str, list[str]]:

@@ -20,8 +20,11 @@ import torch
 import torch.nn.functional as F
 from fixtures.exercise_helpers import (
     assert_solution_passes,
+    code_lines,
     course_module,
     course_part,
+    library_texts,
+    longest_shared_run,
     run_check,
     solution_namespace,
 )
@@ -128,38 +131,6 @@ def test_the_notebook_shows_the_visible_cases():
 
 
 # ----------------------------------------------------------------------------- nothing re-typed
-
-
-def code_lines(text: str) -> list[str]:
-    """Lines that carry code: stripped, without blanks, comments and nbgrader markers."""
-    lines = (line.split("  #")[0].strip() for line in text.splitlines())
-    return [line for line in lines if line and not line.startswith("#")]
-
-
-def library_texts() -> dict[str, list[str]]:
-    """Lecture 07b's code cells and every module of edu_dl, as code lines."""
-    texts = {}
-    for path in sorted((ROOT / "lectures").glob("*.ipynb")):
-        cells = json.loads(path.read_text())["cells"]
-        for k, cell in enumerate(cells):
-            if cell["cell_type"] == "code":
-                texts[f"{path.name} cell {k}"] = code_lines("".join(cell["source"]))
-    for path in sorted((ROOT / "edu_dl").rglob("*.py")):
-        texts[str(path.relative_to(ROOT))] = code_lines(path.read_text())
-    return texts
-
-
-def longest_shared_run(mine: list[str], theirs: list[str]) -> int:
-    """The most consecutive lines of ``mine`` that appear consecutively in ``theirs``."""
-    best, previous = 0, [0] * (len(theirs) + 1)
-    for a in mine:
-        current = [0] * (len(theirs) + 1)
-        for j, b in enumerate(theirs):
-            if a == b:
-                current[j + 1] = previous[j] + 1
-                best = max(best, current[j + 1])
-        previous = current
-    return best
 
 
 def solution_bodies() -> dict[str, list[str]]:

@@ -12,8 +12,14 @@ from typing import Any
 import nbformat
 import numpy as np
 import pytest
-from fixtures.exercise_helpers import checked, course_part, solution_namespace
-from test_parts_ex11 import code_lines, library_texts, longest_shared_run
+from fixtures.exercise_helpers import (
+    checked,
+    code_lines,
+    course_part,
+    library_texts,
+    longest_shared_run,
+    solution_namespace,
+)
 
 from edu_dl.grading import judge
 
