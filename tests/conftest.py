@@ -46,6 +46,7 @@ def numpy_as_cupy(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setitem(sys.modules, "cupy", fake_cupy.module())
     cupyx = types.ModuleType("cupyx")
     cupyx.scatter_add = fake_cupy.scatter_add  # type: ignore[attr-defined]
+    cupyx.empty_pinned = fake_cupy.empty_pinned  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "cupyx", cupyx)
     backend.gpu_status.cache_clear()
     yield

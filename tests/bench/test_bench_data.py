@@ -197,6 +197,27 @@ def test_edu_dl_feed_bytes_per_step() -> None:
     assert all(positive_finite(r.step_s) for r in rows)
 
 
+@pytest.mark.usefixtures("numpy_as_cupy")
+def test_cupy_transfers_through_the_stand_in() -> None:
+    """The CPU twin of the GPU test below: every direction and kind of host memory gets a row of
+    its own size, and the copies move the bytes (checked through the same helper the rows time)."""
+    rows = transfer.cupy_rows([2**16, 2**20], repeats=1, batch_s=0.001)
+    assert [(r.direction, r.memory, r.nbytes) for r in rows] == [
+        (d, m, n) for n in (2**16, 2**20) for m in ("pageable", "pinned") for d in ("H2D", "D2H")]
+    assert all(positive_finite(r.gb_per_s) for r in rows)
+    import cupy
+
+    host, device = np.arange(8, dtype=np.uint8), cupy.asarray(np.zeros(8, dtype=np.uint8))
+    h2d, d2h = transfer._cupy_copies(host, device, lambda: None)
+    h2d()
+    assert device.get().tolist() == list(range(8))
+    host[...] = 0
+    d2h()
+    assert host.tolist() == list(range(8))
+    (row,) = transfer.copy_compute_rows("cupy", [64], repeats=1, batch_s=0.001)
+    assert row.nbytes == 3 * 64 * 64 * 4 and positive_finite(row.matmul_s)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not edu_dl.gpu_available(), reason="no CUDA GPU here")
 def test_cupy_transfers_measured() -> None:
