@@ -117,27 +117,6 @@ def test_the_first_call_is_timed_and_its_code_kept() -> None:
     assert "def call(self, args):" in shown and "async_compile.cpp_pybinding(" in shown
 
 
-HIDE_JAX = '''\
-"""Test-only: JAX looks uninstalled to this process (find_spec None, import fails)."""
-import sys
-
-
-class _Hide:
-    def __init__(self, finder):
-        self._finder = finder
-
-    def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] in ("jax", "jaxlib"):
-            return None
-        return self._finder.find_spec(name, path, target)
-
-    def __getattr__(self, attr):
-        return getattr(self._finder, attr)
-
-
-sys.meta_path[:] = [_Hide(f) if getattr(f, "__name__", "") == "PathFinder" else f
-                    for f in sys.meta_path]
-'''
 
 
 @pytest.mark.slow
@@ -146,11 +125,11 @@ def test_lecture_08c_runs_without_jax_and_without_a_compiler(
     """Each missing piece costs its cells one sentence, never an error: JAX hidden from the
     kernel, and a PATH on which Inductor finds no C++ compiler."""
     import nbformat
+    from fixtures.hidden_packages import hide
     from nbclient import NotebookClient
 
-    (tmp_path / "sitecustomize.py").write_text(HIDE_JAX)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [
-        str(tmp_path), os.environ.get("PYTHONPATH")])))
+    hidden = hide(tmp_path, ("jax", "jaxlib"), dict(os.environ))
+    monkeypatch.setenv("PYTHONPATH", hidden["PYTHONPATH"])
     monkeypatch.setenv("PATH", os.path.dirname(sys.executable))  # no g++ on it
     monkeypatch.setenv("TQDM_DISABLE", "1")
     monkeypatch.setenv("MPLBACKEND", "Agg")

@@ -18,34 +18,12 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from fixtures.hidden_packages import hide
 
 ROOT = Path(__file__).resolve().parents[2]
 LECTURES = sorted(ROOT.glob("lectures/*.ipynb"))
 BLOCKED = ("tensorflow", "keras", "tf_keras")
 
-SITECUSTOMIZE = f'''\
-"""Test-only: {BLOCKED} look uninstalled to this process (find_spec None, import fails)."""
-import sys
-
-_BLOCKED = {BLOCKED!r}
-
-
-class _Hide:
-    def __init__(self, finder):
-        self._finder = finder
-
-    def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] in _BLOCKED:
-            return None
-        return self._finder.find_spec(name, path, target)
-
-    def __getattr__(self, attr):
-        return getattr(self._finder, attr)
-
-
-sys.meta_path[:] = [_Hide(f) if getattr(f, "__name__", "") == "PathFinder" else f
-                    for f in sys.meta_path]
-'''
 
 
 TF_IMPORT = re.compile(r"^\s*(?:import|from)\s+(?:tensorflow|keras)\b", re.MULTILINE)
@@ -57,11 +35,8 @@ def uses_tensorflow(nb: nbformat.NotebookNode) -> bool:
 
 @pytest.fixture(scope="module")
 def hidden_tensorflow(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    folder = tmp_path_factory.mktemp("no_tensorflow")
-    (folder / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    env = dict(os.environ, TQDM_DISABLE="1", MPLBACKEND="Agg")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), env.get("PYTHONPATH")]))
-    return env
+    return hide(tmp_path_factory.mktemp("no_tensorflow"), BLOCKED,
+                dict(os.environ, TQDM_DISABLE="1", MPLBACKEND="Agg"))
 
 
 def test_the_block_works(hidden_tensorflow: dict[str, str]) -> None:
