@@ -12,10 +12,13 @@ BIN := $(VENV)/bin
 CUDA ?= $(if $(GPU),$(shell nvidia-smi 2>/dev/null | sed -n -E 's/.*CUDA Version: *([0-9]+)\..*/\1/p' | head -n 1))
 # A newer driver runs older CUDA programs: CUDA 14 and later get the cuda13 extra.
 CUDA_EXTRA := $(if $(GPU),$(if $(filter 12,$(CUDA)),cuda12,$(if $(CUDA),$(if $(shell [ "$(CUDA)" -ge 13 ] 2>/dev/null && echo y),cuda13,unsupported),unknown)),cpu)
-# The course's runtime, Caffe's protobuf, JupyterLab (make lab), the test tools (make test), the
-# website's tools (make site) and Dask (grading on a cluster).
-EXTRAS := $(CUDA_EXTRA),caffe,lab,dev,site,cluster
+# What a student needs (make lab): the course's runtime for this machine, Caffe's protobuf and
+# JupyterLab. The developers add the test tools (make test), the website's tools (make site) and
+# Dask (grading on a cluster): about 0.4 GB that no student uses.
+STUDENT_EXTRAS := $(CUDA_EXTRA),caffe,lab
+EXTRAS := $(STUDENT_EXTRAS),dev,site,cluster
 STAMP := $(VENV)/.installed-$(CUDA_EXTRA)
+DEV_STAMP := $(VENV)/.installed-$(CUDA_EXTRA)-dev
 # The variants install the same `tensorflow` module and CuPy twice: remove the others' on a switch.
 OTHER_PACKAGES.cpu := tensorflow cupy-cuda12x cupy-cuda13x
 OTHER_PACKAGES.cuda12 := tensorflow-cpu cupy-cuda13x
@@ -35,26 +38,53 @@ CHROMIUM := /usr/bin/chromium
 NOTEBOOK_DIRS := $(foreach d,lectures solutions,$(if $(shell find $(d) -name '*.ipynb' \
 	-not -path '*/.ipynb_checkpoints/*' 2>/dev/null | head -n 1),$(d)/))
 
-.PHONY: install lab test test-fast test-notebooks notebooks lint typecheck bench bench-gpu \
+.PHONY: install install-dev lab test test-fast test-notebooks notebooks lint typecheck bench bench-gpu \
 	constraints clean site system-deps test-unprivileged
 
-install: $(STAMP)
+# pip install of the course with the given extras, the lines about packages already there left out
+# (the developers' step would list some 200); pipefail keeps pip's own exit status.
+# pip says nothing while it unpacks (a minute for the student's packages): a line every 30 s says
+# it is still at work.
+PIP_INSTALL = bash -o pipefail -c 'while sleep 30; do echo "  ... pip is still at work ($$SECONDS s)"; \
+	done & trap "kill $$!" EXIT; $(BIN)/python -m pip install -c $(CONSTRAINTS) -e ".[$(1)]" \
+	--progress-bar raw | { grep -v -E "^Requirement already satisfied" || true; }'
+# Measured for the README: a first `make lab` from a warm package cache on 2 cores (issue 36).
+STUDENT_INSTALL_COST := about 3.5 GB and 1.5 minutes (plus the downloads on a first machine)
 
-# Reinstalls whenever pyproject.toml or constraints.txt is newer than the stamp.
+install: $(STAMP)
+install-dev: $(DEV_STAMP)
+
+# Reinstalls whenever pyproject.toml or constraints.txt is newer than the stamp. Each step says
+# what it does and how long it takes; pip lists every package as it goes (--progress-bar raw
+# prints a download's progress as lines, so a log shows it too). The times are those of a first
+# install on 2 cores from a warm package cache; a cold cache adds the downloads.
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; the course needs \
 	Python 3.11, 3.12 or 3.13 (or run: make $(MAKECMDGOALS) PYTHON=/path/to/python3.x)" >&2; exit 1; }
 	@case "$(CUDA_EXTRA)" in unknown) echo "error: GPU=1 but nvidia-smi reports no CUDA version; \
 	give it: make $(MAKECMDGOALS) GPU=1 CUDA=12 (or CUDA=13)" >&2; exit 1;; unsupported) echo \
 	"error: CUDA=$(CUDA): the course's GPU extras are for CUDA 12 and 13" >&2; exit 1;; esac
+	@echo "[install 1/3] the virtual environment $(VENV) and an up-to-date pip (seconds)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	@if [ -n "$$(ls $(VENV)/.installed-* 2>/dev/null | grep -v -x -F '$(STAMP)')" ]; then \
+	@others=$$(ls $(VENV)/.installed-* 2>/dev/null | grep -v -x -F -e '$(STAMP)' -e '$(DEV_STAMP)'); \
+	if [ -n "$$others" ]; then \
+		echo "[install 2/3] removing the other variant's packages: $(OTHER_PACKAGES.$(CUDA_EXTRA))"; \
 		echo "$(BIN)/python -m pip uninstall --quiet --yes $(OTHER_PACKAGES.$(CUDA_EXTRA))"; \
-		$(BIN)/python -m pip uninstall --quiet --yes $(OTHER_PACKAGES.$(CUDA_EXTRA)); fi
+		$(BIN)/python -m pip uninstall --quiet --yes $(OTHER_PACKAGES.$(CUDA_EXTRA)); \
+	else echo "[install 2/3] no other variant to remove"; fi
 	$(if $(filter cuda12,$(CUDA_EXTRA)),grep -v -i -E '^cuda[-_]bindings==' constraints.txt > $(CONSTRAINTS))
-	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[$(EXTRAS)]"
+	@echo "[install 3/3] the course with PyTorch, TensorFlow, JAX and JupyterLab ($(STUDENT_EXTRAS)): \
+	$(STUDENT_INSTALL_COST) the first time, seconds after that"
+	$(call PIP_INSTALL,$(STUDENT_EXTRAS))
 	rm -f $(VENV)/.installed-*
+	touch $@
+
+# The developers' tools on top of the student's environment: test tools, website, Dask.
+$(DEV_STAMP): $(STAMP)
+	@echo "[install] the developers' tools (dev, site, cluster: pytest, mypy, Sphinx, Dask, \
+	Playwright): about 0.4 GB, 1-2 minutes the first time"
+	$(call PIP_INSTALL,$(EXTRAS))
 	touch $@
 
 # JupyterLab as the course sets it up in lab/: on the repository root, so that the file browser
@@ -72,14 +102,19 @@ lab: install $(LAB_OVERRIDES)
 	PATH="$(abspath $(BIN)):$$PATH" VIRTUAL_ENV="$(abspath $(VENV))" $(BIN)/jupyter lab \
 		--ServerApp.root_dir="$(CURDIR)" --config=lab/jupyter_server_config.py $(ROOT_FLAG) $(LAB_ARGS)
 
-# The whole suite: lint, types, unit tests (the slow ones included), then the notebooks.
-test: install system-deps
-	$(BIN)/ruff check edu_dl tests solutions/parts site lab
-	$(BIN)/mypy
-	$(BIN)/mypy solutions/parts  # the course's part files: beside the source, not in the package
-	$(TEST_ENV) $(BIN)/python -m pytest -n 2 tests
-	$(MAKE) --no-print-directory test-unprivileged
-	$(MAKE) --no-print-directory test-notebooks
+# The whole suite: lint, types, unit tests (the slow ones included), then the notebooks. Each
+# phase is timed (.ci/phase) and the table printed at the end; pytest lists its 25 slowest tests,
+# so a test that grows is seen in every run, CI's included.
+PHASES := $(VENV)/test-phases.tsv
+PHASE := .ci/phase $(PHASES)
+test: install-dev system-deps
+	@rm -f $(PHASES)
+	$(PHASE) lint $(BIN)/ruff check edu_dl tests solutions/parts site lab
+	$(PHASE) types sh -c '$(BIN)/mypy && $(BIN)/mypy solutions/parts'
+	$(PHASE) unit env $(TEST_ENV) $(BIN)/python -m pytest -n 2 --durations=25 tests
+	$(PHASE) ordinary-user $(MAKE) --no-print-directory test-unprivileged
+	$(PHASE) notebooks $(MAKE) --no-print-directory test-notebooks
+	@$(PHASE) --table
 
 # The sandbox's tests again as an ordinary user (CI runs as root; an instructor may be either).
 # A skip fails here: a guarantee that holds only for root must not pass unnoticed. Tests marked
@@ -90,7 +125,7 @@ test: install system-deps
 # run by an ordinary user, `make test` itself was that run.
 HOSTILE_TESTS := tests/grading/hostile tests/grading/test_sandbox.py
 CI_USER := edu-dl-ci
-test-unprivileged: install system-deps
+test-unprivileged: install-dev system-deps
 	@if [ "$$(id -u)" != 0 ]; then echo "test-unprivileged: already an ordinary user"; exit 0; fi; \
 	set -e; id -u $(CI_USER) >/dev/null 2>&1 || useradd --system --no-create-home \
 		--shell /usr/sbin/nologin $(CI_USER); \
@@ -106,18 +141,18 @@ test-unprivileged: install system-deps
 		$(BIN)/python -m pytest -p no:cacheprovider -n 2 -m "not root_only" $(HOSTILE_TESTS); \
 	rm -rf "$$home"
 
-test-fast: install
+test-fast: install-dev
 	$(TEST_ENV) $(BIN)/python -m pytest -n 2 -m "not slow" tests
 
 # Progress bars print rates that differ on every run: TQDM_DISABLE=1 turns tqdm off.
 # Two workers, each notebook whole on one of them (nbval needs --dist loadscope: one kernel per
 # notebook); on 2 cores the 11 lectures then took 98-107 s this way against 124-136 s in one process.
 # nbval_kernel_retry (tests/notebooks) starts a kernel again that died starting (a port race).
-test-notebooks: install
+test-notebooks: install-dev
 ifeq ($(strip $(NOTEBOOK_DIRS)),)
 	@echo "no notebooks yet"
 else
-	TQDM_DISABLE=1 PYTHONPATH=tests/notebooks $(TEST_ENV) $(BIN)/python -m pytest $(PYTEST_NOTEBOOK_FLAGS) -n 2 --dist loadscope \
+	TQDM_DISABLE=1 PYTHONPATH=tests/notebooks $(TEST_ENV) $(BIN)/python -m pytest $(PYTEST_NOTEBOOK_FLAGS) -n 2 --dist loadscope --durations=10 \
 		$(NOTEBOOK_DIRS)
 endif
 
@@ -125,13 +160,13 @@ endif
 # and no widget state (they differ on every run), and in each notebook's metadata a digest of the
 # course code it ran, which tests/notebooks/test_notebook_freshness.py compares with today's code.
 NB ?= lectures/*.ipynb solutions/*.ipynb
-notebooks: install
+notebooks: install-dev
 	TQDM_DISABLE=1 $(BIN)/python -m edu_dl.notebook.run $(NB)
 
 # The course website: the executed lectures and the exercises as static HTML in site/_build/html
 # (site/build.py, Sphinx with MyST-NB: the committed outputs, nothing executed or fetched).
 # .github/workflows/site.yml publishes the same build to GitHub Pages.
-site: install
+site: install-dev
 	$(BIN)/python site/build.py
 
 # System packages the tests use: Debian's Chromium (tests/notebooks/test_browser.py, driven by Playwright;
@@ -151,17 +186,17 @@ system-deps:
 		echo "note: missing$$missing; install with: sudo apt-get install -y$$missing"; \
 	fi
 
-lint: install
+lint: install-dev
 	$(BIN)/ruff check edu_dl tests solutions/parts site lab
 
-typecheck: install
+typecheck: install-dev
 	$(BIN)/mypy
 	$(BIN)/mypy solutions/parts  # the course's part files: beside the source, not in the package
 
 # As benchmarks/cpu/engine.md was made: one thread per worker keeps a 2-core machine's timings
 # honest; 25 interleaved repeats in 5 rounds of fresh processes keep results steady on a noisy
 # shared VM. Then benchmarks/RESULTS.md is written from the CPU and the recorded GPU results.
-bench: install
+bench: install-dev
 	$(BIN)/edu-dl bench engine --threads 1 --repeats 25 --processes 5 --out benchmarks/cpu
 	$(BIN)/edu-dl bench plan --threads 1 --repeats 25 --processes 5 --out benchmarks/cpu
 	$(BIN)/edu-dl bench conv --out benchmarks/cpu

@@ -175,13 +175,33 @@ def test_the_runtime_is_what_a_notebook_needs(project: dict,
     assert {"nbformat", "nbclient", "ipykernel"} <= runtime.keys()
 
 
+def makefile_list(name: str) -> set[str]:
+    """The comma-separated items of a Makefile variable, other variables expanded."""
+    text = (ROOT / "Makefile").read_text()
+    line = re.search(rf"^{name} := (.*)$", text, re.M)
+    assert line, f"the Makefile lost its {name}"
+    items: set[str] = set()
+    for item in line[1].split(","):
+        inner = re.fullmatch(r"\$\((\w+)\)", item)
+        items |= makefile_list(inner[1]) if inner and inner[1] != "CUDA_EXTRA" else {item}
+    return items
+
+
 def test_make_installs_the_course_extras() -> None:
     """`make lab` and `make test` still get JupyterLab, the test tools and protobuf 7."""
-    line = re.search(r"^EXTRAS := (.*)$", (ROOT / "Makefile").read_text(), re.M)
-    assert line, "the Makefile lost its EXTRAS"
-    installed = set(line[1].split(","))
-    assert set(COURSE_EXTRAS) - {"cpu"} <= installed, line[1]
+    installed = makefile_list("EXTRAS")
+    assert set(COURSE_EXTRAS) - {"cpu"} <= installed, installed
     assert "$(CUDA_EXTRA)" in installed  # cpu, or a GPU extra with GPU=1
+
+
+def test_make_lab_installs_only_what_a_student_needs() -> None:
+    """`make lab` leaves the developers' tools out (issue 36: 0.4 GB no student uses)."""
+    student = makefile_list("STUDENT_EXTRAS")
+    assert student == {"$(CUDA_EXTRA)", "caffe", "lab"}, student
+    text = (ROOT / "Makefile").read_text()
+    assert re.search(r"^lab: install ", text, re.M), "make lab must install the student's extras"
+    for target in ("test", "test-fast", "test-notebooks", "notebooks", "site"):
+        assert re.search(rf"^{target}: install-dev\b", text, re.M), f"make {target} needs dev"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -288,3 +308,5 @@ def test_ci_runs_make_test() -> None:
     assert lines[0] == "#!/usr/bin/env bash"
     assert "set -euo pipefail" in lines
     assert "make test" in lines
+    # The install first, on its own, so that CI prints its time apart from the tests'.
+    assert lines.index("make install-dev system-deps") < lines.index("make test")
