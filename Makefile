@@ -111,7 +111,9 @@ test: install-dev system-deps
 	@rm -f $(PHASES)
 	$(PHASE) lint $(BIN)/ruff check edu_dl tests solutions/parts site lab
 	$(PHASE) types sh -c '$(BIN)/mypy && $(BIN)/mypy solutions/parts'
-	$(PHASE) unit env $(TEST_ENV) $(BIN)/python -m pytest -n 2 --durations=25 tests
+	$(PHASE) unit env $(TEST_ENV) $(BIN)/python -m pytest -n 2 --durations=25 \
+		--junitxml=$(VENV)/unit-tests.xml tests
+	@$(BIN)/python .ci/cost_by_folder.py $(VENV)/unit-tests.xml
 	$(PHASE) ordinary-user $(MAKE) --no-print-directory test-unprivileged
 	$(PHASE) notebooks $(MAKE) --no-print-directory test-notebooks
 	@$(PHASE) --table

@@ -290,9 +290,9 @@ MAKE = shutil.which("make") or "make"
 NVIDIA_SMI = ("| NVIDIA-SMI 580.159.04   Driver Version: 580.159.04   CUDA Version: {cuda}     |\n")
 
 
-def make_would(tmp_path: Path, tools: dict[str, str], *args: str, dry: bool = True
-               ) -> subprocess.CompletedProcess[str]:
-    """`make [-n] install ARGS` in the repository with PATH holding only `tools` (name -> output)
+def make_would(tmp_path: Path, tools: dict[str, str], *args: str, dry: bool = True,
+               target: str = "install") -> subprocess.CompletedProcess[str]:
+    """`make [-n] TARGET ARGS` in the repository with PATH holding only `tools` (name -> output)
     and the text tools the Makefile pipes through."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
@@ -304,7 +304,7 @@ def make_would(tmp_path: Path, tools: dict[str, str], *args: str, dry: bool = Tr
         tool.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "GPU", "CUDA", "MAKEFLAGS")}
     env["PATH"] = str(bin_dir)
-    cmd = [MAKE, "--no-print-directory", *(["-n"] if dry else []), "install",
+    cmd = [MAKE, "--no-print-directory", *(["-n"] if dry else []), target,
            f"VENV={tmp_path / 'venv'}", *args]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
 
@@ -341,10 +341,12 @@ def test_make_gpu_picks_the_extra_for_the_drivers_cuda(
     tools = {"python3.11": ""} | ({"nvidia-smi": NVIDIA_SMI.format(cuda=smi)} if smi else {})
     done = make_would(tmp_path, tools, *args)
     assert done.returncode == 0, done.stderr
-    install = next(line for line in done.stdout.splitlines() if " -e " in line)
+    install = next(line for line in done.stdout.splitlines() if "pip install" in line
+                   and " -e " in line)
     extras = re.search(r'-e "\.\[([^\]]*)\]"', install)
     assert extras, install
-    assert extras[1].split(",")[0] == extra and "dev" in extras[1].split(","), install
+    # `make install` (and so `make lab`) is the student's: no developers' tools (issue 36).
+    assert extras[1].split(",") == [extra, "caffe", "lab"], install
     if extra == "cuda12":
         # CUDA 12: constraints.txt without its CUDA 13 bindings (numba-cuda[cu12] needs 12.x)
         filtered = tmp_path / "venv" / "constraints-cuda12.txt"
@@ -352,6 +354,15 @@ def test_make_gpu_picks_the_extra_for_the_drivers_cuda(
         assert f"grep -v -i -E '^cuda[-_]bindings==' constraints.txt > {filtered}" in done.stdout
     else:
         assert "-c constraints.txt" in install
+
+
+def test_make_test_adds_the_developers_tools_to_the_students_environment(tmp_path: Path) -> None:
+    done = make_would(tmp_path, {"python3.11": ""}, target="install-dev")
+    assert done.returncode == 0, done.stderr
+    installs = [re.search(r'-e "\.\[([^\]]*)\]"', line) for line in done.stdout.splitlines()
+                if "pip install" in line and " -e " in line]
+    assert [m[1] for m in installs if m] == ["cpu,caffe,lab", "cpu,caffe,lab,dev,site,cluster"]
+    assert "[install 3/3]" in done.stdout and "[install] the developers' tools" in done.stdout
 
 
 def test_make_gpu_without_a_driver_says_to_give_cuda(tmp_path: Path) -> None:
