@@ -19,7 +19,8 @@ from edu_dl.grading.nbgrader import check_calls, grade_id, is_grade, is_solution
 from edu_dl.harness.speed import speed_row
 
 MAX_NAME = 60  # characters of a first line or a heading shown
-HEADING = re.compile(r"#{1,6}\s+(.+?)\s*#*\s*$")
+MAX_LINE = 300  # characters of a line looked at for a heading (no regex runs on a huge line)
+HEADING = re.compile(r"#{1,6}[ \t]+(\S.*)")
 
 
 def _source(cell: Any) -> str:
@@ -34,32 +35,42 @@ def _short(text: str) -> str:
 
 def first_line(cell: Any) -> str:
     """The cell's first line that holds something, as JupyterLab shows a collapsed cell."""
-    return _short(next((line for line in _source(cell).splitlines() if line.strip()), ""))
+    return _short(next((line[:MAX_LINE] for line in _source(cell).splitlines() if line.strip()),
+                       ""))
 
 
-def heading(cell: Any) -> str:
-    """The first Markdown heading in ``cell`` ('' if none), without its #s."""
+def last_heading(cell: Any) -> str:
+    """The last Markdown heading in ``cell`` ('' if none), without its #s: the section that the
+    cells after it sit in, as JupyterLab's table of contents shows it."""
     if cell.get("cell_type") != "markdown":
         return ""
+    found = ""
     for line in _source(cell).splitlines():
-        match = HEADING.match(line.strip())
+        match = HEADING.match(line[:MAX_LINE].strip())
         if match:
-            return _short(match.group(1))
-    return ""
+            found = _short(match.group(1).rstrip("# \t"))
+    return found
 
 
-def heading_above(cells: Sequence[Any], index: int) -> str:
-    """The nearest heading at or above cell ``index`` (the section it sits in), or ''."""
-    return next((found for cell in reversed(cells[:index + 1]) if (found := heading(cell))), "")
+def sections(cells: Sequence[Any]) -> list[str]:
+    """For each cell, the heading of the section it sits in (the last one at or above it)."""
+    found, current = [], ""
+    for cell in cells:
+        current = last_heading(cell) or current
+        found.append(current)
+    return found
 
 
-def describe(cells: Sequence[Any], index: int) -> str:
+def describe(cells: Sequence[Any], index: int, section: Sequence[str] | None = None) -> str:
     """'the cell "first line" under "heading"': a code cell by its first line, a Markdown cell
-    (a written answer) by the heading above it, which its own text may change."""
+    (a written answer) by the heading above it (its own text may change). ``section``: what
+    :func:`sections` gives for ``cells``, when many cells are named."""
+    section = sections(cells) if section is None else section
     cell = cells[index]
-    section = heading_above(cells, index - 1 if cell.get("cell_type") == "markdown" else index)
-    under = f' under "{section}"' if section else ""
-    if cell.get("cell_type") == "markdown":
+    markdown = cell.get("cell_type") == "markdown"
+    above = section[index - 1] if markdown and index > 0 else "" if markdown else section[index]
+    under = f' under "{above}"' if above else ""
+    if markdown:
         return f"the Markdown cell{under}" if under else "a Markdown cell"
     line = first_line(cell)
     return (f'the cell "{line}"' if line else "an empty cell") + under

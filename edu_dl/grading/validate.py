@@ -125,14 +125,14 @@ def _text(output: Any) -> str:
 
 
 def _errors_outside_graded_cells(nb: Any) -> list[str]:
-    errors = []
+    errors, section = [], cellnames.sections(nb.cells)
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code" or (is_grade(cell) and not is_solution(cell)):
             continue
         error = next((_text(o) for o in cell.get("outputs", [])
                       if o.get("output_type") == "error"), None)
         if error is not None:
-            errors.append(f"{cellnames.describe(nb.cells, index)} raised {error}")
+            errors.append(f"{cellnames.describe(nb.cells, index, section)} raised {error}")
     return errors
 
 
@@ -175,7 +175,7 @@ def validate(path: str | Path, timeout: float = 120.0, progress: bool = True,
         report.errors.append(str(exc))
         return report
     report.sandbox = "bwrap" if summary.isolated else f"NOT isolated: {summary.problem}"
-    answers = cellnames.row_cells(nb.cells)
+    answers, section = cellnames.row_cells(nb.cells), cellnames.sections(nb.cells)
     for _, row in jobs:
         manual = row.judged == BY_HAND and row.status == "needs manual grading"
         ok = row.status == "passed" or manual
@@ -184,7 +184,7 @@ def validate(path: str | Path, timeout: float = 120.0, progress: bool = True,
                    f"{NOT_ANSWERED}: 0 points, no person grades it; write your answer in place "
                    f"of {TEXT_STUB}" if row.status == NOT_ANSWERED else row.message)
         index = answers.get(row.part)
-        cell = cellnames.describe(nb.cells, index) if index is not None else ""
+        cell = cellnames.describe(nb.cells, index, section) if index is not None else ""
         report.parts.append(PartResult(row.part, row.part, row.points, row.max_points, ok,
                                        message, row.judged == BY_HAND, cell))
     if executed is not None:

@@ -185,7 +185,7 @@ def test_cells_are_named_by_their_first_line_and_the_heading_above() -> None:
     v4 = nbformat.v4
     graded = {"grade": True, "solution": False, "grade_id": "f_tests", "points": 1}
     cells = [v4.new_markdown_cell("# Exercise 9\n\nIntro."),
-             v4.new_markdown_cell("Some text, no heading.\n## 1. The first part ##"),
+             v4.new_markdown_cell("Some text.\n## 0. Set-up\n\n## 1. The first part ##"),
              v4.new_code_cell("\n\ndef f(x):\n    return x",
                               metadata={"nbgrader": {"solution": True, "grade_id": "f"}}),
              v4.new_code_cell('check("ex09.f", f)', metadata={"nbgrader": graded}),
@@ -203,6 +203,9 @@ def test_cells_are_named_by_their_first_line_and_the_heading_above() -> None:
     assert len(cellnames.first_line(cells[5])) == cellnames.MAX_NAME
     assert cellnames.describe([cells[0], v4.new_code_cell("")], 1) == \
         'an empty cell under "Exercise 9"'
+    # A hostile line is looked at in bounded time: no regex backtracks over a megabyte.
+    huge = v4.new_markdown_cell("# " + " " * 10**6 + "x\n" + "#" * 10**6)
+    assert cellnames.sections([huge, cells[2]]) == ["", ""]
 
 
 # --------------------------------------------------------------------------- golden output
