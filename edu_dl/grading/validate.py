@@ -45,6 +45,7 @@ from edu_dl.grading.settings import Settings
 PASS, FAIL, BY_HAND_MARK = "✓", "✗", "·"  # a part graded by hand later gets no verdict here
 LATER = "graded by hand later"
 RUNNING = "running your notebook in the sandbox, as the grader will ..."
+RUNNING_BARE = "running your notebook WITHOUT the sandbox (it does not work here) ..."
 MAX_MESSAGE_LINES = 6
 
 
@@ -156,7 +157,8 @@ def validate(path: str | Path, timeout: float = 120.0, progress: bool = True,
                 report.errors.append(problem)
                 return report
         if progress:
-            print(RUNNING, file=sys.stderr, flush=True)
+            print(RUNNING_BARE if sandbox.bwrap_problem() else RUNNING, file=sys.stderr,
+                  flush=True)
         with tempfile.TemporaryDirectory(prefix="edu-dl-validate-") as tmp:
             batch = Path(tmp) / "submissions" / VALIDATOR
             batch.mkdir(parents=True)
