@@ -105,6 +105,9 @@ def refuse_released(exercises: list[Exercise], source: Path) -> None:
 # exercises' sources), nor the instructor's part specs (parts/), nor links or special files, nor
 # any name that starts with a dot (.git with the whole history, .env, checkpoints).
 NBGRADER_IGNORE = (".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback")
+# What Jupyter (checkpoints, the language server's copies) and Colab (.config) make beside a
+# notebook: never anyone's data, so never worth the line about dotted names left out.
+TOOL_FOLDERS = frozenset({".ipynb_checkpoints", ".virtual_documents", ".config"})
 PARTS_FOLDER = "parts"
 MAX_BESIDE_DEPTH = 8
 
@@ -126,7 +129,7 @@ def read_beside(folder: Path, exclude: tuple[Path, ...] = (),
             entries = sorted(it, key=lambda e: e.name)
         for entry in entries:
             if entry.name.startswith("."):
-                if dotted is not None:
+                if dotted is not None and entry.name not in TOOL_FOLDERS:
                     relative = Path(entry.path).relative_to(folder).as_posix()
                     dotted.append(relative + ("/" if entry.is_dir(follow_symlinks=False) else ""))
                 continue

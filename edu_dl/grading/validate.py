@@ -7,8 +7,11 @@ judging outside),
 against ``--source`` when given (the instructor's source: its hidden tests and private parts),
 else against the notebook itself. Its inputs come from a public, fixed secret
 (``secret.VALIDATION_SECRET``), never the instructor's: the same notebook validates the same
-way every time. Each gradebook row becomes a line of the report; errors in
-cells that no row grades are listed too (the notebook did not run cleanly to the end).
+way every time. Each gradebook row becomes a line of the report, with the cell it is about named
+as JupyterLab shows it (``cellnames``: its first line, the heading above it); errors in cells that
+no row grades are listed too (the notebook did not run cleanly to the end). The report is about
+this notebook only: the part file it names is its own exercise's, a part graded by hand says so
+(no tick, no zero), and it ends with the time the run took; a line on stderr says it is running.
 
 Against the notebook itself, the checks come from the ``parts/`` folder beside it, which this
 process imports (it judges outside the sandbox): so it loads them only when they belong to the
@@ -21,13 +24,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edu_dl.grading import parts, release, sandbox
+from edu_dl.grading import cellnames, parts, release, sandbox
 from edu_dl.grading.batch import executed_notebook, grade
 from edu_dl.grading.model import BY_HAND, NOT_ANSWERED, safe_file_name
 from edu_dl.grading.nbgrader import TEXT_STUB, check_calls, is_grade, is_solution
@@ -37,7 +42,10 @@ from edu_dl.grading.run import sandbox_env
 from edu_dl.grading.secret import VALIDATION_SECRET
 from edu_dl.grading.settings import Settings
 
-PASS, FAIL = "✓", "✗"
+PASS, FAIL, BY_HAND_MARK = "✓", "✗", "·"  # a part graded by hand later gets no verdict here
+LATER = "graded by hand later"
+RUNNING = "running your notebook in the sandbox, as the grader will ..."
+RUNNING_BARE = "running your notebook WITHOUT the sandbox (it does not work here) ..."
 MAX_MESSAGE_LINES = 6
 
 
@@ -52,6 +60,12 @@ class PartResult:
     ok: bool
     message: str
     by_hand: bool = False  # an answer or task a person grades: no verdict here
+    cell: str = ""  # the cell it is about, as JupyterLab shows it (cellnames.describe)
+
+    @property
+    def later(self) -> bool:
+        """Answered and left to a person: neither a tick nor a zero."""
+        return self.by_hand and self.ok
 
 
 @dataclass
@@ -63,6 +77,7 @@ class ValidationReport:
     errors: list[str] = field(default_factory=list)
     sandbox: str = "bwrap"  # or "rlimits only": bwrap does not work here
     notes: list[str] = field(default_factory=list)  # where the checks came from
+    seconds: float | None = None  # how long validate took (None: it did not get to run)
 
     @property
     def ok(self) -> bool:
@@ -78,17 +93,26 @@ class ValidationReport:
         width = max((len(p.part_id) for p in self.parts), default=0)
         for p in self.parts:
             first, *rest = (p.message or "").split("\n")
-            mark = PASS if p.ok else FAIL
-            lines.append(f"  {mark} {p.part_id:<{width}}  {p.points:g}/{p.max_points:g}"
-                         + (f"  {first}" if first else ""))
+            if p.later:
+                lines.append(f"  {BY_HAND_MARK} {p.part_id:<{width}}  ?/{p.max_points:g}  {LATER}")
+                rest = []
+            else:
+                lines.append(f"  {PASS if p.ok else FAIL} {p.part_id:<{width}}  "
+                             f"{p.points:g}/{p.max_points:g}" + (f"  {first}" if first else ""))
             lines += [f"      {line}" for line in rest[:MAX_MESSAGE_LINES]]
+            if p.cell:
+                lines.append(f"      in {p.cell}")
         lines += [f"  {FAIL} {error}" for error in self.errors]
         if not self.parts and not self.errors:
             lines.append(f"  {FAIL} no graded test cells: is this an exercise notebook?")
         got, total = self.score
+        later = sum(p.max_points for p in self.parts if p.later)
         failing = sum(not p.ok for p in self.parts) + len(self.errors)
         verdict = "all parts pass" if self.ok else f"{failing} problem(s) would cost points"
-        lines.append(f"score {got:g}/{total:g} points; {verdict}")
+        by_hand = f" ({later:g} of the {total:g} {LATER})" if later else ""
+        lines.append(f"score {got:g}/{total:g} points{by_hand}; {verdict}")
+        if self.seconds is not None:
+            lines.append(f"took {self.seconds:.1f} s")
         return "\n".join(lines)
 
 
@@ -102,24 +126,24 @@ def _text(output: Any) -> str:
 
 
 def _errors_outside_graded_cells(nb: Any) -> list[str]:
-    errors, code_index = [], 0
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        code_index += 1
-        if is_grade(cell) and not is_solution(cell):
+    errors, section = [], cellnames.sections(nb.cells)
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code" or (is_grade(cell) and not is_solution(cell)):
             continue
         error = next((_text(o) for o in cell.get("outputs", [])
                       if o.get("output_type") == "error"), None)
         if error is not None:
-            errors.append(f"code cell {code_index} raised {error}")
+            errors.append(f"{cellnames.describe(nb.cells, index, section)} raised {error}")
     return errors
 
 
 def validate(path: str | Path, timeout: float = 120.0, progress: bool = True,
              source: str | Path | None = None,
              log: Callable[[str], None] | None = None) -> ValidationReport:
-    """Grade ``path`` as ``edu-dl grade`` would (against ``source``, else itself)."""
+    """Grade ``path`` as ``edu-dl grade`` would (against ``source``, else itself).
+
+    ``progress``: say on stderr that it runs (a run takes seconds to minutes)."""
+    start = time.monotonic()
     path = Path(path)
     report = ValidationReport(path)
     settings = Settings(timeout_s=timeout)
@@ -132,13 +156,16 @@ def validate(path: str | Path, timeout: float = 120.0, progress: bool = True,
             if problem:
                 report.errors.append(problem)
                 return report
+        if progress:
+            print(RUNNING_BARE if sandbox.bwrap_problem() else RUNNING, file=sys.stderr,
+                  flush=True)
         with tempfile.TemporaryDirectory(prefix="edu-dl-validate-") as tmp:
             batch = Path(tmp) / "submissions" / VALIDATOR
             batch.mkdir(parents=True)
             shutil.copyfile(path, batch / f"{name}.ipynb")
             out = Path(tmp) / "grades"
             summary = grade(batch.parent, Path(source) if source else path, out,
-                              settings=settings, progress=progress, log=log,
+                              settings=settings, progress=False, log=log,
                               exercises_due=[name], secret=VALIDATION_SECRET,
                               allow_released=source is None)
             jobs = [(row.exercise, row) for row in summary.rows if row.student == VALIDATOR]
@@ -150,17 +177,21 @@ def validate(path: str | Path, timeout: float = 120.0, progress: bool = True,
         report.errors.append(str(exc))
         return report
     report.sandbox = "bwrap" if summary.isolated else f"NOT isolated: {summary.problem}"
+    answers, section = cellnames.row_cells(nb.cells), cellnames.sections(nb.cells)
     for _, row in jobs:
         manual = row.judged == BY_HAND and row.status == "needs manual grading"
         ok = row.status == "passed" or manual
-        message = ("needs manual grading (a person grades it)" if manual
+        message = (LATER if manual
                    else "" if row.status == "passed" else
                    f"{NOT_ANSWERED}: 0 points, no person grades it; write your answer in place "
                    f"of {TEXT_STUB}" if row.status == NOT_ANSWERED else row.message)
+        index = answers.get(row.part)
+        cell = cellnames.describe(nb.cells, index, section) if index is not None else ""
         report.parts.append(PartResult(row.part, row.part, row.points, row.max_points, ok,
-                                       message, row.judged == BY_HAND))
+                                       message, row.judged == BY_HAND, cell))
     if executed is not None:
         report.errors += _errors_outside_graded_cells(executed)
+    report.seconds = time.monotonic() - start
     return report
 
 
@@ -189,8 +220,10 @@ def _own_parts_problem(path: Path, nb: Notebook, notes: list[str]) -> str:
                     f"user (uid {owner}): validate imports the checks as you, so it uses only "
                     "part files that are yours; pass --source with the instructor's source "
                     "notebook or folder instead")
-    loaded = ", ".join(f.name for group in files.values() for f in group)
-    notes.append(f"checks from {parts.FOLDER}/ beside the notebook (yours): {loaded}")
+    # The checks of this notebook's exercises only: the folder's other part files are checked
+    # above (validate loads them) but are no answer to the student's question.
+    mine = ", ".join(f"{parts.FOLDER}/{f.name}" for exercise in needed for f in files[exercise])
+    notes.append(f"checks from {mine} beside the notebook (yours)")
     return ""
 
 

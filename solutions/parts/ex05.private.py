@@ -483,12 +483,35 @@ def _dropout_mask_at_test(e: Any, a: Case) -> Any:
     return None if train else unless_right(e, x * _keep(x.shape, p, seed))
 
 
+def _dropout_test_times_keep(e: Any, a: Case) -> Any:
+    """Classic (not inverted) dropout's test-time rule: scale by the keep probability."""
+    x, p, train, _ = a
+    return None if train else unless_right(e, x * (1 - p))
+
+
+def _dropout_test_divided(e: Any, a: Case) -> Any:
+    x, p, train, _ = a
+    return None if train else unless_right(e, x / (1 - p))
+
+
+def _dropout_divided_twice(e: Any, a: Case) -> Any:
+    x, p, train, seed = a
+    return unless_right(e, x * _keep(x.shape, p, seed) / (1 - p) ** 2) if train else None
+
+
 DROPOUT_SCALE = ("at train time divide the kept values by 1 - p (inverted dropout): then every "
                  "element's expected value is unchanged and test time needs no scaling")
 DROPOUT_TEST = ("with train=False dropout does nothing (it returns its input as it is): no mask "
                 "and no scaling at test time")
 DROPOUT_INVERTED = ("you kept the elements whose draw u is below p: p is the probability to "
                     "DROP an element (keep it where u >= p)")
+# Scaling at test time as well (classic dropout's rule, or the train-time one again).
+DROPOUT_TEST_SCALED = ("at test time the output must equal the input (inverted dropout scales "
+                       "during training only): with train=False you {} 1 - p")
+DROPOUT_TEST_SCALED_BACK = ("at test time dx must equal dout (inverted dropout scales during "
+                            "training only): with train=False you {} dout by 1 - p")
+DROPOUT_TWICE = ("you divided the kept values by 1 - p twice: inverted dropout divides once, at "
+                 "train time, and at test time the output must equal the input")
 DROPOUT_BACK = ("the gradient flows back only through the elements the forward pass kept, with "
                 "the same scale: dx is what the forward pass does to dout")
 
@@ -668,6 +691,9 @@ PARTS = [
             Mistake(_dropout_mask_inverted, DROPOUT_INVERTED, **TOL),
             Mistake(_dropout_at_test, DROPOUT_TEST, **TOL),
             Mistake(_dropout_mask_at_test, DROPOUT_TEST, **TOL),
+            Mistake(_dropout_test_times_keep, DROPOUT_TEST_SCALED.format("multiplied by"), **TOL),
+            Mistake(_dropout_test_divided, DROPOUT_TEST_SCALED.format("divided by"), **TOL),
+            Mistake(_dropout_divided_twice, DROPOUT_TWICE, **TOL),
         ),
     ),
     Part(
@@ -679,6 +705,11 @@ PARTS = [
             Mistake(_dropout_unscaled, DROPOUT_BACK + " (the 1 / (1 - p) is missing)", **TOL),
             Mistake(_dropout_at_test, DROPOUT_TEST, **TOL),
             Mistake(_dropout_mask_at_test, DROPOUT_TEST, **TOL),
+            Mistake(_dropout_test_times_keep, DROPOUT_TEST_SCALED_BACK.format("multiplied"),
+                    **TOL),
+            Mistake(_dropout_test_divided, DROPOUT_TEST_SCALED_BACK.format("divided"), **TOL),
+            Mistake(_dropout_divided_twice, DROPOUT_BACK + " (you divided by 1 - p twice)",
+                    **TOL),
         ),
     ),
     Part(

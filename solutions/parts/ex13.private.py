@@ -169,12 +169,50 @@ def _tiles_with(n: int, block_q: int, block_k: int, keep: Any) -> int:
 
 def _tile_mistake(replay: Any, message: str) -> Mistake:
     def run(e: Any, a: Case) -> Any:
-        value = int(replay(*(int(x) for x in a)))
-        return None if value == int(e) else value
+        value = replay(*(int(x) for x in a))  # None: the mistake does not apply here
+        return None if value is None or int(value) == int(e) else int(value)
     return Mistake(run, message, rtol=0.0, atol=0.0)
 
 
+def _diagonal_tiles(n: int, block_q: int, block_k: int) -> int:
+    """Tiles the diagonal crosses: some of their scores visible (a key at or before a query),
+    some masked (a key after a query)."""
+    count = 0
+    for q0 in range(0, n, block_q):
+        last_query = min(q0 + block_q, n) - 1
+        count += sum(1 for k0 in range(0, n, block_k)
+                     if k0 <= last_query and min(k0 + block_k, n) - 1 > q0)
+    return count
+
+
+def _every_tile(n: int, block_q: int, block_k: int) -> int:
+    return -(-n // block_q) * -(-n // block_k)
+
+
+def _triangle(blocks: int) -> int:
+    """T (T + 1) / 2: the tiles on and below the diagonal of T x T square tiles."""
+    return blocks * (blocks + 1) // 2
+
+
+def _every_or_diagonal_twice(n: int, block_q: int, block_k: int) -> int | None:
+    """Every tile, where that count is also the needed tiles with the diagonal ones counted twice
+    (e.g. 3 x 3 square tiles): one value, two mistakes, one hint that names both."""
+    every = _every_tile(n, block_q, block_k)
+    return every if every == _tiles(n, block_q, block_k) + _diagonal_tiles(n, block_q, block_k) \
+        else None
+
+
+DIAGONAL = "a tile the diagonal i = j crosses"  # some scores visible, some masked
+SQUARE_TRIANGLE = ("a triangle of square tiles, T (T + 1) / 2: here block_q != block_k, so the "
+                   "tiles are not square and each query block needs its own count of key tiles, "
+                   "up to the one that holds its last query")
+
+
 TILE_HINTS = (
+    _tile_mistake(lambda n, bq, bk: _every_or_diagonal_twice(n, bq, bk),
+                  "that is every tile, and also the needed tiles with the diagonal ones counted "
+                  "twice: count " + DIAGONAL + " once, and skip a tile whose first key comes "
+                  "after its block's last query (it holds only masked scores)"),
     _tile_mistake(lambda n, bq, bk: -(-n // bq) * -(-n // bk),
                   "that is every tile: a tile whose first key comes after its block's last query "
                   "holds only masked scores, and the kernel skips it"),
@@ -187,6 +225,16 @@ TILE_HINTS = (
     _tile_mistake(lambda n, bq, bk: sum(min(q0 + bq, n) // bk for q0 in range(0, n, bq)),
                   "a partial key tile (fewer than block_k keys, at the diagonal or at the end) "
                   "still has to be computed: round up, not down"),
+    _tile_mistake(lambda n, bq, bk: _tiles(n, bq, bk) - _diagonal_tiles(n, bq, bk),
+                  "the diagonal tiles are missing: " + DIAGONAL + " holds visible scores as "
+                  "well as masked ones, so the kernel computes it"),
+    _tile_mistake(lambda n, bq, bk: _tiles(n, bq, bk) + _diagonal_tiles(n, bq, bk),
+                  "the diagonal tiles are counted twice: " + DIAGONAL + " is computed once, "
+                  "like every other tile"),
+    _tile_mistake(lambda n, bq, bk: _triangle(-(-n // bq)) if bq != bk else None,
+                  SQUARE_TRIANGLE),
+    _tile_mistake(lambda n, bq, bk: _triangle(-(-n // bk)) if bq != bk else None,
+                  SQUARE_TRIANGLE),
 )
 
 

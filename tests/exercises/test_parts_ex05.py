@@ -16,12 +16,13 @@ from fixtures.exercise_helpers import (
     checked,
     course_module,
     course_part,
+    fresh_release,
     run_check,
     solution_namespace,
 )
 
 import edu_dl
-from edu_dl.grading import judge, protocol
+from edu_dl.grading import judge, parts, protocol, release
 from edu_dl.grading.hints import first_hint
 from edu_dl.grading.trust import source as trusted_source
 from edu_dl.models import spec as models
@@ -257,9 +258,11 @@ def dropout(scale: str = "divide", keep_below: bool = False, at_test: str = "") 
     def fn(x, p, train, seed):  # type: ignore[no-untyped-def]
         u = np.random.default_rng(seed).random(x.shape)
         keep = u < p if keep_below else u >= p
-        factor = {"divide": 1 / (1 - p), "none": 1.0, "multiply": 1 - p}[scale]
+        factor = {"divide": 1 / (1 - p), "none": 1.0, "multiply": 1 - p,
+                  "twice": 1 / (1 - p) ** 2}[scale]
         if not train:
-            return {"": x.copy(), "scaled": x * keep / (1 - p), "mask": x * keep}[at_test]
+            return {"": x.copy(), "scaled": x * keep / (1 - p), "mask": x * keep,
+                    "times keep": x * (1 - p), "divided": x / (1 - p)}[at_test]
         return x * keep * factor
 
     return fn
@@ -329,6 +332,51 @@ MISTAKES: list[tuple[str, Any, str]] = [
 ]
 
 
+# Issue 44: scaling at test time (classic dropout's rule, or the train-time one again) or twice
+# got a generic "1/2 ... divided once too often"; the hint says what was done. Kept apart from
+# MISTAKES: test_the_release_gives_the_same_hint reads the committed release, and these are
+# proven against one frozen from the part file as it is now (test_..._in_what_students_have).
+AT_TEST = "at test time the output must equal the input (inverted dropout scales during " \
+    "training only): with train=False you "
+AT_TEST_BACK = "at test time dx must equal dout (inverted dropout scales during training " \
+    "only): with train=False you "
+SCALED_AT_TEST: list[tuple[str, Any, str]] = [
+    ("ex05.dropout_forward", dropout(at_test="times keep"), AT_TEST + "multiplied by 1 - p"),
+    ("ex05.dropout_forward", dropout(at_test="divided"), AT_TEST + "divided by 1 - p"),
+    ("ex05.dropout_forward", dropout(scale="twice"), "you divided the kept values by 1 - p twice"),
+    ("ex05.dropout_backward", dropout(at_test="times keep"),
+     AT_TEST_BACK + "multiplied dout by 1 - p"),
+    ("ex05.dropout_backward", dropout(at_test="divided"), AT_TEST_BACK + "divided dout by 1 - p"),
+    ("ex05.dropout_backward", dropout(scale="twice"), "(you divided by 1 - p twice)"),
+]
+
+
+@pytest.mark.parametrize(("part_id", "fn", "hint"), SCALED_AT_TEST,
+                         ids=[f"{p}-{h[-30:]}" for p, _, h in SCALED_AT_TEST])
+def test_dropout_scaled_at_test_time_or_twice_is_named(capsys: pytest.CaptureFixture[str],
+                                                       part_id: str, fn: Any, hint: str) -> None:
+    ok, out = run_check(capsys, part_id, fn)
+    assert not ok and hint in out, out
+    assert "divided once too often" not in out and "times the expected one" not in out, out
+
+
+@pytest.mark.parametrize(("part_id", "fn", "hint"), SCALED_AT_TEST,
+                         ids=[f"{p}-{h[-30:]}" for p, _, h in SCALED_AT_TEST])
+def test_dropout_scaling_hints_ship_in_what_students_have(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, part_id: str, fn: Any,
+        hint: str) -> None:
+    """The same hint from the release as `edu-dl assign` makes it (frozen values only): in a
+    student's check(), and in the judge that validate (and grade) run on the sandbox's results."""
+    monkeypatch.chdir(fresh_release(tmp_path, "ex05"))
+    outcome, report = checked(part_id, fn)
+    assert not outcome and hint in report, report
+    part = parts.get(part_id, local=True)
+    cases = [args for args, _ in release.visible(part)]
+    judged = judge.judge_part(part, cases, [part.call(fn, args) for args in cases])
+    assert judged.status == "failed" and hint in judged.message, judged.message
+    assert ":Mistake" in judged.hints  # the gradebook records the part's own hint, not generic
+
+
 @pytest.mark.parametrize(("part_id", "fn", "hint"), MISTAKES,
                          ids=[f"{p}-{h[:30]}" for p, _, h in MISTAKES])
 def test_a_typical_mistake_fails_with_its_hint(capsys: pytest.CaptureFixture[str], part_id: str,
@@ -353,7 +401,7 @@ def test_every_hint_is_shown_by_some_mistake() -> None:
     for part in ex05.PARTS:
         if part.id in ("ex05.mul_backward", "ex05.relu_backward"):
             continue  # kept as they were: test_check.py shows their hints
-        shown = [h for p, _, h in MISTAKES if p == part.id]
+        shown = [h for p, _, h in MISTAKES + SCALED_AT_TEST if p == part.id]
         for hint in part.hints:
             assert any(h in hint.message for h in shown), (part.id, hint.message)
 

@@ -16,12 +16,13 @@ from fixtures.exercise_helpers import (
     checked,
     code_lines,
     course_part,
+    fresh_release,
     library_texts,
     longest_shared_run,
     solution_namespace,
 )
 
-from edu_dl.grading import judge
+from edu_dl.grading import judge, parts, release
 
 pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there
 
@@ -142,6 +143,88 @@ def rounded_down(n, block_q, block_k):
 def test_tile_mistakes_get_their_hints(fn: Any, hint: str) -> None:
     ok, out = checked("ex13.causal_tiles", fn)
     assert not ok and hint in out, out
+
+
+def blocks(n: int, block: int) -> int:
+    return -(-n // block)
+
+
+def triangle_without_diagonal(n, block_q, block_k):
+    """Square tiles' triangle, off by one: T (T - 1) / 2 leaves out the T tiles on the diagonal."""
+    t = blocks(n, block_q)
+    return t * (t - 1) // 2
+
+
+def triangle_with_diagonal_twice(n, block_q, block_k):
+    """Square tiles' triangle plus the diagonal again: T (T + 1) / 2 + T."""
+    t = blocks(n, block_q)
+    return t * (t + 1) // 2 + t
+
+
+def loop_with_diagonal_twice(n, block_q, block_k):
+    """A loop over the blocks that counts every tile the diagonal crosses twice."""
+    total = 0
+    for q0 in range(0, n, block_q):
+        last = min(q0 + block_q, n) - 1
+        for k0 in range(0, n, block_k):
+            if k0 <= last:
+                total += 1 + (min(k0 + block_k, n) - 1 > q0)
+    return total
+
+
+def square_triangle(n, block_q, block_k):
+    """T (T + 1) / 2: right for square tiles only (the first case passes)."""
+    t = blocks(n, block_q)
+    return t * (t + 1) // 2
+
+
+# Issue 44: a triangular formula off by one got a generic hint ("exactly 1/2 of the expected
+# one", "1 more than expected"); these say which tiles (the diagonal ones) were missed or
+# counted twice, or that the triangle holds for square tiles only.
+TRIANGLES = [  # (mistake, the case whose hint check() shows, the hint, on the hidden cases)
+    (triangle_without_diagonal, 1, "the diagonal tiles are missing", False),
+    # On 3 x 3 square tiles (the first visible case) it is also every tile: one hint says both.
+    (triangle_with_diagonal_twice, 1, "the diagonal ones counted twice", False),
+    (loop_with_diagonal_twice, 1, "the diagonal ones counted twice", False),
+    (loop_with_diagonal_twice, 1, "the diagonal tiles are counted twice", True),  # the grader's
+    (square_triangle, 2, "a triangle of square tiles", False),
+]
+
+
+@pytest.mark.parametrize(("fn", "case", "hint", "hidden"), TRIANGLES,
+                         ids=[f"{t[0].__name__}-{t[3]}" for t in TRIANGLES])
+def test_triangle_mistakes_name_the_diagonal_tiles(fn: Any, case: int, hint: str,
+                                                   hidden: bool) -> None:
+    ok, out = checked("ex13.causal_tiles", fn, hidden=hidden)
+    assert not ok and f"✗ case {case} of " in out and hint in out, out
+    assert "once too often" not in out and "than expected" not in out, out
+
+
+VISIBLE = [t for t in TRIANGLES if not t[3]]
+
+
+@pytest.mark.parametrize(("fn", "case", "hint", "hidden"), VISIBLE,
+                         ids=[t[0].__name__ for t in VISIBLE])
+def test_triangle_hints_ship_in_what_students_have(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch, fn: Any,
+                                                   case: int, hint: str, hidden: bool) -> None:
+    """The same hints from the release `edu-dl assign` makes (frozen values, no oracle): in a
+    student's check(), and in the judge that validate (and grade) run on the results."""
+    monkeypatch.chdir(fresh_release(tmp_path, "ex13"))
+    ok, out = checked("ex13.causal_tiles", fn)
+    assert not ok and f"✗ case {case} of " in out and hint in out, out
+    part = parts.get("ex13.causal_tiles", local=True)
+    cases = [args for args, _ in release.visible(part)]
+    judged = judge.judge_part(part, cases, [part.call(fn, args) for args in cases])
+    assert hint in judged.message and ":Mistake" in judged.hints, judged
+
+
+def test_every_tile_hint_is_shown_by_some_mistake() -> None:
+    """No tile hint is dead text."""
+    shown = ["that is every tile", "the block's LAST query", "one tile short per query block",
+             "round up, not down"] + [hint for _, _, hint, _ in TRIANGLES]
+    for hint in course_part("ex13.causal_tiles").hints:
+        assert any(text in hint.message for text in shown), hint.message
 
 
 # --------------------------------------------------------------------------- 3. the backward pass

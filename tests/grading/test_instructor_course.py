@@ -92,6 +92,19 @@ def test_read_beside_skips_notebooks_parts_ignored_and_links(tmp_path: Path) -> 
     assert sorted(load.read_beside(tmp_path / "hw1")) == ["data/values.csv", "notes.txt"]
 
 
+def test_dotted_names_left_out_are_listed_but_not_jupyters_own(tmp_path: Path) -> None:
+    """Issue 44: the line about dotted names never names a folder Jupyter or Colab made (no
+    one put data there); a dotted name someone did make is still listed."""
+    _source(tmp_path / "hw1")
+    for made in (".virtual_documents/hw1.ipynb.py", ".config/x", ".data/table.csv", ".env"):
+        (tmp_path / "hw1" / made).parent.mkdir(exist_ok=True)
+        (tmp_path / "hw1" / made).write_text("x")
+    dotted: list[str] = []
+    assert sorted(load.read_beside(tmp_path / "hw1", dotted=dotted)) == ["data/values.csv",
+                                                                        "notes.txt"]
+    assert sorted(dotted) == [".data/", ".env"]
+
+
 def test_read_beside_is_bounded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from edu_dl.cli import main
 
@@ -393,7 +406,7 @@ def test_validate_agrees_with_grade_on_the_nbgrader_course(tmp_path: Path) -> No
                       log=lambda s: None)
     assert report.ok and report.errors == [], str(report)
     assert report.score == (7.0, 12.0)
-    assert sum("needs manual grading" in p.message for p in report.parts) == 3
+    assert sum(p.message == "graded by hand later" for p in report.parts) == 3
 
 
 def test_stderr_dropped_by_the_output_cap_still_scores_zero_as_nbgrader(tmp_path: Path) -> None:
@@ -440,8 +453,9 @@ def test_submissions_and_grades_inside_the_source_folder_never_reach_a_sandbox(
     assert not names & {"bobs_secret.txt", "grades.csv", "manual.csv", "run.json"}, names
 
 
-def test_validate_without_bwrap_runs_the_labelled_fallback(tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_validate_without_bwrap_runs_the_labelled_fallback(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     """Where bwrap does not work (macOS), validate grades all the same and says it is unisolated."""
     from fixtures import nbgrader_course as course
 
@@ -451,12 +465,13 @@ def test_validate_without_bwrap_runs_the_labelled_fallback(tmp_path: Path,
     src, root = course.build(tmp_path / "course")
     messages: list[str] = []
     report = validate(root / "submitted" / "carol" / course.ASSIGNMENT
-                      / f"{course.NOTEBOOK}.ipynb", timeout=30, progress=False, source=src,
+                      / f"{course.NOTEBOOK}.ipynb", timeout=30, progress=True, source=src,
                       log=messages.append)
+    assert capsys.readouterr().err.startswith("running your notebook WITHOUT the sandbox")
     assert report.sandbox == "NOT isolated: bwrap is not installed"
     assert "WITHOUT a sandbox" in messages[0]
     assert "NOT isolated" in str(report).splitlines()[0]
-    assert {p.part_id: p.points for p in report.parts if not p.message.startswith("needs")} == {
+    assert {p.part_id: p.points for p in report.parts if not p.later} == {
         k: v for k, v in course.EXPECTED["carol"].items() if v is not None}
 
 
