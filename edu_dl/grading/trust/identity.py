@@ -68,8 +68,10 @@ def check_distinct(names: Iterable[str], what: str, fix: str) -> None:
     if pairs:
         a, b = pairs[0]
         more = f" (and {len(pairs) - 1} more such pair(s))" if len(pairs) > 1 else ""
-        raise NameClash(f"{what} {quoted(a)} and {quoted(b)} are one name {HOW}{more}; "
-                        f"{fix}")
+        shown = (quoted(a), quoted(b))
+        if shown[0] == shown[1]:  # a control character and the text of its escape
+            shown = (ascii(a), ascii(b))
+        raise NameClash(f"{what} {shown[0]} and {shown[1]} are one name {HOW}{more}; {fix}")
 
 
 class Names:
