@@ -26,6 +26,7 @@ from edu_dl.grading.csvio import WrittenCsv, csv_bytes
 from edu_dl.grading.lms.roster import Roster, Student
 from edu_dl.grading.policy import LATE, PolicyError
 from edu_dl.grading.trust.bounded import read_named_file
+from edu_dl.grading.trust.identity import NameClash, Names
 
 MAX_GRADES_BYTES = 256 << 20
 CANVAS_IDS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
@@ -148,9 +149,20 @@ def unexported(book: Gradebook, roster: Roster, key: str) -> list[str]:
     roster students without the id the LMS matches by (``key``)."""
     ids = {s.id for s in roster.students}
     graded = sorted({student for student, _ in book.scores} - ids)
-    problems = [f"{student}: graded but not on the roster; not exported" for student in graded]
+    names = Names(ids)
+    problems = [_not_on_roster(student, names) for student in graded]
     keys = key.split("|")
     problems += [f"{s.id}: the roster has no {' or '.join(keys)} for this student, which "
                  "the LMS matches by; not exported" for s in roster.students
                  if not any(getattr(s, k) for k in keys)]
     return problems
+
+
+def _not_on_roster(student: str, names: Names) -> str:
+    """Why a graded student's grade is not exported; a look-alike on the roster is named, never
+    given the grade."""
+    try:
+        names.resolve(student, f"{student}: graded but not on the roster")
+    except NameClash as exc:
+        return f"{exc}; not exported"
+    return f"{student}: graded but not on the roster; not exported"

@@ -293,3 +293,21 @@ def test_invisible_characters_in_a_name_are_shown_as_escapes(tmp_path: Path) -> 
         text = path.read_text()
         assert "alice\\u200b\\xa0\\u202e" in text, path
         assert not any(ch in text for ch in "\u200b\u00a0\u202e"), path
+
+
+def test_a_graded_look_alike_never_exports_onto_the_roster_student(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """grades.csv from a run without --roster holds "Alice"; the roster's alice has no grade:
+    hers stays empty (the LMS keeps what it had) and the warning names both."""
+    out = tmp_path / "grades"
+    report.write_outputs(out, [Row("Alice", MINI, "ex02.gflops", 2.0, 2.0, "passed", "")], [],
+                         log=lambda text: None)
+    people = csv_file(tmp_path / "roster.csv", ["id", "email"], [["alice", "a@uni.example"]])
+    exported = tmp_path / "import.csv"
+    capsys.readouterr()
+    assert main(["lms", "export", "moodle", str(out), "--roster", str(people), "--out",
+                 str(exported)]) == 0
+    assert read_csv(exported)[1] == ["a@uni.example", ""]
+    warned = capsys.readouterr().err
+    assert "'Alice' is no student exactly, but is 'alice'" in warned and \
+        "not exported" in warned, warned
