@@ -106,6 +106,16 @@ def test_alices_honest_notebook_beside_the_crafted_one_is_still_hers(tmp_path: P
     assert sorted(line.status for line in found.lines) == ["collected", "collected", "refused"]
 
 
+def test_an_honest_notebook_in_a_subfolder_of_moodles_folder_is_collected(
+        tmp_path: Path) -> None:
+    """Moodle's folder mode keeps the folders a student made; only the first component
+    (Moodle's own) says whose the files are."""
+    found, out = moodle_collect(tmp_path, [
+        (f"Alice Smith_{ALICE}_assignsubmission_file_/week 2/{MINI}.ipynb", ALICES)])
+    assert (out / "submitted" / "alice" / MINI / f"{MINI}.ipynb").read_bytes() == ALICES
+    assert [line.status for line in found.lines] == ["collected"]
+
+
 def test_a_crafted_canvas_upload_is_refused_and_bob_keeps_his(tmp_path: Path) -> None:
     roster = csv_file(tmp_path / "roster.csv", ["id", "canvas_id"], [["alice", "101"],
                                                                      ["bob", "102"]])
