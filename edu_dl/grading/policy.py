@@ -260,10 +260,7 @@ class Dates:
                 raise PolicyError(str(exc)) from None
             if student is None:
                 unknown.append(quoted(given))
-            elif (student, exercise) in extensions:
-                raise PolicyError(f"--extensions: two due dates for {quoted(student)}"
-                                  + (f" and {exercise!r}" if exercise else ""))
-            else:
+            else:  # one line per (student, exercise): read_extensions, resolve exact only
                 extensions[(student, exercise)] = due
         notes = [f"--extensions names no student of the gradebook: {', '.join(unknown[:10])}"
                  f"{' ...' if len(unknown) > 10 else ''}; those lines were not applied"
