@@ -29,7 +29,7 @@ from tqdm import tqdm
 from edu_dl.grading import gradebook, sandbox
 from edu_dl.grading.classreport import record_class
 from edu_dl.grading.cluster import grade_on_cluster, sigint_ignored
-from edu_dl.grading.collect import collect, is_nbgrader_course, only, scope
+from edu_dl.grading.collect import check_students, collect, is_nbgrader_course, only, scope
 from edu_dl.grading.judge import judge_run
 from edu_dl.grading.load import load_parts, load_source, refuse_released
 from edu_dl.grading.manual import merge as merge_sheet
@@ -158,9 +158,15 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     exercises = load_source(source, exclude=(submissions, out), settings=settings, log=log)
     load_parts(exercises, source)
     found, extra = collect(submissions, exercises)
+    folders = {j.student for j in found} | {r.student for r in extra}
     if students:
         found, extra = only(found, extra, students, submissions, roster)
     entries = gradebook.read_entries(out, log)
+    # One name per student, decided here: every later step (manual.csv, --extensions, the
+    # exports) finds a student by this name alone.
+    students_known = folders | set(roster or ()) | {student for student, _ in entries}
+    check_students(students_known)
+    dates, unknown_extensions = dates.for_students(students_known)
     all_jobs = scope(found, exercises, exercises_due or _submitted(found, entries, exercises),
                      roster)
     if students:
@@ -173,7 +179,7 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
         refuse_released(list({job.exercise.name: job.exercise for job in all_jobs}.values()),
                         source)
     out.mkdir(parents=True, exist_ok=True)
-    notes = []
+    notes = list(unknown_extensions)
     # On a cluster every worker must have the sandbox (cluster.py refuses one without it).
     problem = "" if cluster is not None else sandbox.bwrap_problem()
     if problem:

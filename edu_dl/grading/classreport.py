@@ -17,7 +17,6 @@ text shown that a student could have written (a name) goes through ``trust.text`
 from __future__ import annotations
 
 import csv
-import io
 import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -25,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edu_dl.grading.csvio import WrittenCsv
 from edu_dl.grading.hints import hint_id
 from edu_dl.grading.model import Job, Refused
 from edu_dl.grading.nbgrader import grade_id, is_solution, student_version
@@ -220,7 +220,7 @@ def read_gradebook(path: Path) -> list[dict[str, str]]:
         raise ReportError(f"{path}: {exc}") from None
     except UnicodeDecodeError as exc:
         raise ReportError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    reader = csv.DictReader(io.StringIO(text))
+    reader = WrittenCsv(text)  # the formula guard taken off, as everywhere it is read
     need = {"student", "exercise", "part", "points", "max_points", "status"}
     try:
         if not need <= set(reader.fieldnames or ()):

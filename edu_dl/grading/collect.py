@@ -7,12 +7,14 @@ read through ``trust.files`` (bounded, never through a link).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from edu_dl.grading.model import Exercise, Job, NothingToGrade, Row
 from edu_dl.grading.notebooks import NotebookError
 from edu_dl.grading.trust.files import entries, notebooks, timestamp_of
+from edu_dl.grading.trust.identity import check_distinct
 
 # An nbgrader course folder: submitted/ beside nbgrader's other folders (and nothing else).
 NBGRADER_FOLDERS = frozenset({"submitted", "source", "release", "autograded", "feedback",
@@ -103,6 +105,15 @@ def _choose(folder: Path, exercises: dict[str, Exercise], nbgrader_layout: bool
             assignment = path.parent.name if path.parent != folder else path.stem
             found[path.stem] = (path, assignment, refused)
     return found, ignored
+
+
+def check_students(names: Iterable[str]) -> None:
+    """Every student of the batch (folders, the roster, the gradebook's) is one name: two that
+    are one once escapes, spaces, case, invisible characters or NFKC are set aside stop the
+    batch, naming both (``trust.identity``); neither is graded in the other's place."""
+    check_distinct(names, "the students (folders, roster ids, students graded before)",
+                   "rename one (its folder, or its roster id) so that each student is one "
+                   "name; nothing was graded")
 
 
 def scope(jobs: list[Job], exercises: dict[str, Exercise], chosen: list[str] | None,

@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import io
 import math
 from pathlib import Path
 
+from edu_dl.grading.csvio import WrittenCsv
 from edu_dl.grading.feedback import anchor
 from edu_dl.grading.model import BY_HAND, Row, cap_text
 from edu_dl.grading.notebooks import NotebookError
 from edu_dl.grading.trust.bounded import read_named_file
-from edu_dl.grading.trust.text import for_terminal
+from edu_dl.grading.trust.identity import NameClash, Names, written
 
 COLUMNS = ("student", "exercise", "cell", "max_points", "answer", "answer_id", "points",
            "comment", "page")
@@ -78,22 +78,15 @@ def _link(page: str | None, cell: str) -> str:
 
 
 def written_key(row: Row) -> Key:
-    """(student, exercise, cell) as manual.csv holds them, its formula apostrophe taken off."""
-    return (for_terminal(row.student).strip(), for_terminal(row.exercise).strip(),
-            for_terminal(row.part).strip())
-
-
-def _unquote(value: str) -> str:
-    """A key cell as the grader wrote it: report.spreadsheet_safe's apostrophe taken off."""
-    return value[1:] if value.startswith("'") and value[1:2] in ("=", "+", "-", "@", "\t",
-                                                                  "\r") else value
+    """(student, exercise, cell) as manual.csv holds them (``identity.written``)."""
+    return (written(row.student), written(row.exercise), written(row.part))
 
 
 def read_sheet(path: Path) -> dict[Key, Filled]:
     """(student, exercise, cell) -> (points, comment, answer_id) of every line with points
     filled in."""
     data = read_named_file(path, "--manual", MAX_SHEET_BYTES, ManualSheetError)
-    reader = csv.DictReader(io.StringIO(data.decode("utf-8-sig", "replace")))
+    reader = WrittenCsv(data.decode("utf-8-sig", "replace"))  # the formula guard taken off
     try:
         lines = list(reader)
     except csv.Error as exc:  # a NUL byte, a field over csv's size limit
@@ -105,13 +98,18 @@ def read_sheet(path: Path) -> dict[Key, Filled]:
         raise ManualSheetError(f"--manual {path}: no column {', '.join(missing)}; fill in the "
                                "manual.csv the grader wrote")
     filled: dict[Key, Filled] = {}
+    first: dict[Key, int] = {}
     for number, line in enumerate(lines, start=2):
         text = (line.get("points") or "").strip()
         if not text:
             continue
-        student, exercise, cell = (_unquote((line.get(c) or "").strip())
+        student, exercise, cell = ((line.get(c) or "").strip()
                                    for c in ("student", "exercise", "cell"))
         key = (student, exercise, cell)
+        if key in first:  # which of two grades is meant cannot be told
+            raise ManualSheetError(f"--manual {path}, lines {first[key]} and {number}: both "
+                                   f"give points to {'/'.join(key)}; keep one")
+        first[key] = number
         try:
             points = float(text)
         except ValueError:
@@ -128,10 +126,24 @@ def merge(rows: list[Row], filled: dict[Key, Filled], path: Path) -> int:
     """Put the sheet's points into the rows a person grades, and override the autograded rows
     it names with a reason; returns how many were merged. Points given to another answer than
     the row's (it changed since) are left out: the row says so and waits to be graded again."""
-    # Keyed as the sheet shows them (control characters written as escapes by the writer).
-    manual = {written_key(r): r for r in rows if is_manual(r)}
-    automatic = {written_key(r): r for r in rows if r.part and not is_manual(r)}
-    unknown = [key for key in filled if key not in manual and key not in automatic]
+    # A line's student is one student of the gradebook, exactly, or the line is refused
+    # (identity.Names): "alice" never lands on "alice " or "alice\u200b".
+    manual = {_key(r): r for r in rows if is_manual(r)}
+    automatic = {_key(r): r for r in rows if r.part and not is_manual(r)}
+    names = Names(r.student for r in rows)
+    found: dict[Key, Row] = {}
+    unknown: list[Key] = []
+    for key in filled:
+        try:
+            student = names.resolve(key[0], f"--manual {path}, the line for {'/'.join(key)}")
+        except NameClash as exc:
+            raise ManualSheetError(str(exc)) from None
+        row = None if student is None else \
+            manual.get((student, *key[1:])) or automatic.get((student, *key[1:]))
+        if row is None:
+            unknown.append(key)
+        else:
+            found[key] = row
     if unknown:
         shown = "; ".join("/".join(key) for key in unknown[:5])
         raise ManualSheetError(f"--manual {path}: {len(unknown)} line(s) name no row of the "
@@ -139,11 +151,11 @@ def merge(rows: list[Row], filled: dict[Key, Filled], path: Path) -> int:
                                "manual.csv or grades.csv (its part column) have them")
     merged = 0
     for key, (points, comment, graded_answer) in filled.items():
-        row = manual.get(key) or automatic[key]
+        row = found[key]
         if not 0 <= points <= row.max_points:
             raise ManualSheetError(f"--manual {path}: {'/'.join(key)} has {points:g} points, "
                                    f"outside 0..{row.max_points:g}")
-        if key in automatic:
+        if not is_manual(row):
             override(row, points, comment, path)
         elif graded_answer and graded_answer != answer_id(row.answer):
             row.message = (f"the answer changed since it was graded by hand ({points:g} "
@@ -154,6 +166,11 @@ def merge(rows: list[Row], filled: dict[Key, Filled], path: Path) -> int:
             row.message = cap_text(comment or "graded by hand")
         merged += 1
     return merged
+
+
+def _key(row: Row) -> Key:
+    """A row by its student as it is, and its exercise and cell as the sheet writes them."""
+    return (row.student, written(row.exercise), written(row.part))
 
 
 def override(row: Row, points: float, reason: str, path: Path) -> None:

@@ -23,12 +23,14 @@ import csv
 import io
 import math
 import re
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from edu_dl.grading.model import Job, Row
 from edu_dl.grading.trust.bounded import read_named_file
+from edu_dl.grading.trust.identity import NameClash, Names, check_distinct, quoted
 
 MAX_ROSTER_BYTES = 8 << 20
 LATE = "late penalty"  # the part name of a penalty row
@@ -171,6 +173,11 @@ def read_roster(path: Path) -> dict[str, Person]:
         if student:
             roster[student] = Person(*((line.get(k) or "").strip()[:200]
                                        for k in ("first_name", "last_name", "email")))
+    try:
+        check_distinct(roster, f"--roster {path}: the ids", "each student needs an id of "
+                       "their own")
+    except NameClash as exc:
+        raise PolicyError(str(exc)) from None
     return roster
 
 
@@ -237,6 +244,28 @@ class Dates:
             if key in self.extensions:
                 return self.extensions[key], True
         return self.due, False
+
+    def for_students(self, students: Iterable[str]) -> tuple[Dates, list[str]]:
+        """These dates with each extension keyed by the one student its line names (a line
+        names a student as the gradebook writes the name); notes on the lines that name no
+        student. PolicyError for a line that is a student only once case, spaces or
+        invisible characters are set aside, or is two: an extension is never guessed."""
+        names = Names(students)
+        extensions: Extensions = {}
+        unknown: list[str] = []
+        for (given, exercise), due in self.extensions.items():
+            try:
+                student = names.resolve(given, "--extensions")
+            except NameClash as exc:
+                raise PolicyError(str(exc)) from None
+            if student is None:
+                unknown.append(quoted(given))
+            else:  # one line per (student, exercise): read_extensions, resolve exact only
+                extensions[(student, exercise)] = due
+        notes = [f"--extensions names no student of the gradebook: {', '.join(unknown[:10])}"
+                 f"{' ...' if len(unknown) > 10 else ''}; those lines were not applied"
+                 ] if unknown else []
+        return replace(self, extensions=extensions), notes
 
     def late_rows(self, rows: list[Row], jobs: list[Job]) -> list[Row]:
         """One penalty row per (student, exercise) submitted after its due date."""

@@ -9,15 +9,14 @@ apart, so a failure there costs only that student's page (and is logged).
 
 from __future__ import annotations
 
-import csv
-import io
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from html import escape
 from pathlib import Path
 from typing import Any
 
 from edu_dl.grading import manual
+from edu_dl.grading.csvio import csv_bytes
 from edu_dl.grading.feedback import write_pages
 from edu_dl.grading.model import Job, Row, Summary, safe_file_name
 from edu_dl.grading.notebooks import write_if_changed
@@ -47,12 +46,12 @@ def write_outputs(out: Path, rows: list[Row], jobs: list[Job], *, dates: Any = N
     feedback/ gets the pages too (nbgrader's release_feedback sends them). A student's
     feedback that cannot be written is logged and skipped: it never stops the others'."""
     table = ([getattr(r, c) for c in COLUMNS] for r in rows)
-    write_if_changed(out / "grades.csv", _csv(COLUMNS, table))
+    write_if_changed(out / "grades.csv", csv_bytes(COLUMNS, table))
     pages = write_pages(out, rows, jobs, executed, course, log)  # manual.csv links to them
-    write_if_changed(out / "manual.csv", _csv(manual.COLUMNS, manual.sheet(rows, filled or {},
+    write_if_changed(out / "manual.csv", csv_bytes(manual.COLUMNS, manual.sheet(rows, filled or {},
                                                                           pages)))
     write_if_changed(out / "nbgrader_grades.csv",
-                 _csv(NBGRADER_COLUMNS, _nbgrader_table(rows, jobs, dates, roster)))
+                 csv_bytes(NBGRADER_COLUMNS, _nbgrader_table(rows, jobs, dates, roster)))
     by_student: dict[str, list[Row]] = {}
     for row in rows:
         by_student.setdefault(row.student, []).append(row)
@@ -97,30 +96,6 @@ def _nbgrader_table(rows: list[Row], jobs: list[Job], dates: Any,
             getattr(person, "email", ""), f"{raw:g}", f"{penalty:g}" if penalty else "0.0",
             f"{raw - penalty:g}", f"{most:g}"])
     return table
-
-
-FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
-
-
-def spreadsheet_safe(value: Any) -> Any:
-    """A text cell a spreadsheet will not run as a formula (OWASP's CSV injection rule): one
-    that starts with = + - @ or a tab/CR gets a leading apostrophe. Numbers stay numbers."""
-    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
-        return "'" + value
-    return value
-
-
-def csv_cell(value: Any) -> Any:
-    """A value as a CSV cell: text with its control characters escaped, formula-safe."""
-    return spreadsheet_safe(for_terminal(value)) if isinstance(value, str) else value
-
-
-def _csv(header: Iterable[str], rows: Iterable[list[Any]]) -> bytes:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows([csv_cell(v) for v in row] for row in rows)
-    return buffer.getvalue().encode("utf-8")
 
 
 def feedback(student: str, rows: list[Row], pages: dict[str, str] | None = None) -> str:

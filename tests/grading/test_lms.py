@@ -217,7 +217,9 @@ def test_custom_pattern_and_as(tmp_path: Path) -> None:
     assert sorted(collected(tmp_path / "out")) == [("alice", MINI)]
     assert main([*argv[:-2], "--pattern", "(?P<file>x"]) == 2
     assert main([*argv[:-1], "../up"]) == 2
-    assert main([*argv[:-6], "--pattern", r"(?P<user>nobody)/(?P<file>.*)"]) == 1
+    assert main([*argv[:-6], "--pattern", r"^(?P<user>nobody)/(?P<file>.*)"]) == 1
+    # Not anchored: a search could find an owner's id anywhere, the uploaded name included.
+    assert main([*argv[:-6], "--pattern", r"(?P<user>[a-z]+)/(?P<file>.*)"]) == 2
 
 
 # --------------------------------------------------------------------------- round trips

@@ -46,8 +46,10 @@ def add_lms(subparsers: Any) -> None:
                          help="the time zone of Moodle's worksheet dates (e.g. Europe/Berlin; "
                          "default UTC)")
     collect.add_argument("--pattern", metavar="REGEX",
-                         help="how a file's path names its student: a regex with the named "
-                         "groups user and file (optionally submission); default: the LMS's")
+                         help="how a file's path names its student: a regex anchored at the "
+                         "path's start (^) with the named groups user and file (optionally "
+                         "submission), user before file; default: the LMS's. A file whose "
+                         "uploaded name itself matches is refused")
     collect.add_argument("--match-by", metavar="COLUMN", dest="key",
                          help="the roster column the pattern's user group is looked up in "
                          "(default canvas_id / moodle_participant_id)")

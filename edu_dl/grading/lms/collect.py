@@ -30,7 +30,8 @@ from edu_dl.grading.lms.metadata import Metadata
 from edu_dl.grading.lms.roster import KEYS, Roster, Student
 from edu_dl.grading.notebooks import write_atomic
 from edu_dl.grading.trust.archive import DEFAULT_LIMITS, Limits, Member, read_download
-from edu_dl.grading.trust.files import TIMESTAMP
+from edu_dl.grading.trust.files import TIMESTAMP, entries
+from edu_dl.grading.trust.identity import NameClash, check_distinct
 from edu_dl.grading.trust.text import visible
 
 COLLECTED = "collected"
@@ -92,6 +93,20 @@ def check_out(out: Path) -> None:
                            "OUT/submitted/<student>/<exercise>/)")
 
 
+def _check_names(out: Path, roster: Roster) -> None:
+    """The roster's ids and the student folders an earlier collection left in OUT are one
+    name each: "Alice" collected beside "alice" would be two students to the grader and one to
+    a case-blind disk or a reader."""
+    submitted = out / "submitted"
+    folders = [e.name for e in entries(submitted)] if submitted.is_dir() else []
+    try:
+        check_distinct([*folders, *(s.id for s in roster.students)],
+                       f"--out {out}: the student folders and roster ids",
+                       "rename the folder in OUT/submitted/ as the roster has the student")
+    except NameClash as exc:
+        raise CollectError(str(exc)) from None
+
+
 def identify(kind: str, user: str, roster: Roster, metadata: Metadata | None,
              key: str | None = None) -> Student | None:
     """The roster's student for an LMS id: by ``key`` (default: the LMS's own id column),
@@ -112,6 +127,7 @@ def collect_downloads(kind: str, downloads: list[Path], roster: Roster, out: Pat
     """Read every download, choose each student's latest notebook per exercise, write them
     (and their timestamps) under ``out/submitted/``; the report has one line per member."""
     check_out(out)
+    _check_names(out, roster)
     report = Collected()
     chosen: dict[tuple[str, str], list[_Candidate]] = {}
     for order, path in enumerate(downloads):
@@ -160,6 +176,8 @@ def _classify(kind: str, member: Member, download: str, roster: Roster,
         return refused("unrecognised name", f"not named as {kind} names a submission's "
                        "file (see --pattern); not collected")
     student = identify(kind, named.user, roster, metadata, key)
+    if named.problem:  # Alice's upload that names Bob's id: never Bob's, nor a guess
+        return refused("refused", named.problem, named.user, student.id if student else "")
     if student is None:
         mapped = " (nor does the metadata map it to one)" if metadata else ""
         return refused("not on the roster", f"no student on the roster has the {kind} id "

@@ -12,22 +12,21 @@ A student's score for an exercise is the sum of its rows' points in grades.csv (
 which are negative rows, included), the maximum the sum of its rows' max points. Roster
 students without a row get an empty cell (the LMS leaves it as it is); a student without the
 id the LMS matches by gets no line (and a warning). Every text cell is
-spreadsheet-safe (``report.csv_cell``): names are the students'.
+spreadsheet-safe (``csvio.csv_cell``): names are the students'. grades.csv is read back
+through ``csvio.WrittenCsv``, which undoes that guard.
 """
 
 from __future__ import annotations
 
 import csv
-import io
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from edu_dl.grading.csvio import WrittenCsv, csv_bytes
 from edu_dl.grading.lms.roster import Roster, Student
 from edu_dl.grading.policy import LATE, PolicyError
-from edu_dl.grading.report import csv_cell
 from edu_dl.grading.trust.bounded import read_named_file
+from edu_dl.grading.trust.identity import NameClash, Names
 
 MAX_GRADES_BYTES = 256 << 20
 CANVAS_IDS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
@@ -56,7 +55,7 @@ def read_grades(folder: Path) -> Gradebook:
     path = folder / "grades.csv" if folder.is_dir() else folder
     data = read_named_file(path, "the grades (the folder edu-dl grade wrote with --out)",
                            MAX_GRADES_BYTES, PolicyError)
-    reader = csv.DictReader(io.StringIO(data.decode("utf-8", "replace")))
+    reader = WrittenCsv(data.decode("utf-8", "replace"))  # '-jdoe back to -jdoe
     needed = {"student", "exercise", "part", "points", "max_points", "status"}
     if not needed <= set(reader.fieldnames or ()):
         raise PolicyError(f"{path}: not an edu-dl grades.csv (needs {', '.join(sorted(needed))})")
@@ -66,7 +65,7 @@ def read_grades(folder: Path) -> Gradebook:
         raise PolicyError(f"{path}: line {reader.line_num}: {exc}") from None
 
 
-def _sum(path: Path, reader: csv.DictReader[str]) -> Gradebook:
+def _sum(path: Path, reader: WrittenCsv) -> Gradebook:
     scores: dict[tuple[str, str], Score] = {}
     exercises: list[str] = []
     for line in reader:
@@ -150,7 +149,8 @@ def unexported(book: Gradebook, roster: Roster, key: str) -> list[str]:
     roster students without the id the LMS matches by (``key``)."""
     ids = {s.id for s in roster.students}
     graded = sorted({student for student, _ in book.scores} - ids)
-    problems = [f"{student}: graded but not on the roster; not exported" for student in graded]
+    names = Names(ids)
+    problems = [_not_on_roster(student, names) for student in graded]
     keys = key.split("|")
     problems += [f"{s.id}: the roster has no {' or '.join(keys)} for this student, which "
                  "the LMS matches by; not exported" for s in roster.students
@@ -158,10 +158,11 @@ def unexported(book: Gradebook, roster: Roster, key: str) -> list[str]:
     return problems
 
 
-def csv_bytes(header: Iterable[str], lines: Iterable[list[Any]]) -> bytes:
-    """A CSV file, every cell through ``report.csv_cell`` (escaped, formula-safe)."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow([csv_cell(v) for v in header])
-    writer.writerows([csv_cell(v) for v in line] for line in lines)
-    return buffer.getvalue().encode("utf-8")
+def _not_on_roster(student: str, names: Names) -> str:
+    """Why a graded student's grade is not exported; a look-alike on the roster is named, never
+    given the grade."""
+    try:
+        names.resolve(student, f"{student}: graded but not on the roster")
+    except NameClash as exc:
+        return f"{exc}; not exported"
+    return f"{student}: graded but not on the roster; not exported"

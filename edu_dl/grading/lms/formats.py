@@ -1,9 +1,17 @@
 """How Canvas and Moodle name the files of a submissions download.
 
-A pattern is a regular expression searched in a member's path (``/``-separated) with the named
-groups ``user`` (the LMS's id of the student: Canvas's user id, Moodle's participant id) and
-``file`` (the name the student uploaded); Canvas's also has ``submission`` (its submission id)
-and ``late``. ``--pattern`` replaces the default with one of the instructor's own.
+A pattern is a regular expression matched at the start of a member's path (``/``-separated,
+relative to the download's root) with the named groups ``user`` (the LMS's id of the student:
+Canvas's user id, Moodle's participant id) and ``file`` (the name the student uploaded, with
+its folders); Canvas's also has ``submission`` (its submission id) and ``late``. ``--pattern``
+replaces the default with one of the instructor's own, anchored (``^``) as they are.
+
+The owner is taken from the LMS's own prefix, never from what the student wrote: the patterns
+are anchored at the start of the path and take the first id there (Moodle's name group is not
+greedy), the ``user`` group must end before the ``file`` group begins, and a member whose
+uploaded name (or a folder in it) is itself named like a submission of the LMS is refused:
+Alice's upload ``x_7654321_assignsubmission_file_02_mini.ipynb`` would otherwise name Bob
+(participant 7654321) as its owner in a search of the path.
 
 Canvas (Assignments > Download Submissions) names each file
 ``<lastfirst>[_LATE]_<user id>_<submission id>_<original name>``, and an upload whose name the
@@ -16,11 +24,15 @@ folders" off, prefixes that to every file name.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-CANVAS = (r"(?:^|/)(?P<name>[^/_]*)(?:_(?P<late>LATE))?_(?P<user>[0-9]+)_(?P<submission>[0-9]+)"
+from edu_dl.grading.trust.text import visible
+
+CANVAS = (r"^(?P<name>[^/_]*)(?:_(?P<late>LATE))?_(?P<user>[0-9]+)_(?P<submission>[0-9]+)"
           r"_(?P<file>[^/]+)$")
-MOODLE = r"(?:^|/)(?P<name>[^/]*)_(?P<user>[0-9]+)_assignsubmission_file_/?(?P<file>[^/]+)$"
+# The folder (or, flattened, the file name's prefix) Moodle writes per submission; the files
+# the student put in folders keep them.
+MOODLE = r"^(?P<name>[^/]*?)_(?P<user>[0-9]+)_assignsubmission_file_/?(?P<file>[^/].*)$"
 PATTERNS = {"canvas": CANVAS, "moodle": MOODLE}
 REQUIRED_GROUPS = ("user", "file")
 # A resubmission's suffix, as Canvas writes it: "05_autograd_from_scratch-1.ipynb".
@@ -39,6 +51,10 @@ def compile_pattern(kind: str, pattern: str | None = None) -> re.Pattern[str]:
         compiled = re.compile(text)
     except re.error as exc:
         raise PatternError(f"--pattern {text!r}: not a regular expression ({exc})") from None
+    if not text.startswith(("^", r"\A")):
+        raise PatternError(f"--pattern {text!r}: must be anchored at the start of the member's "
+                           "path (begin it with ^), so that the LMS's prefix names the owner and "
+                           f"the student's own file name cannot; e.g. {PATTERNS[kind]}")
     missing = [g for g in REQUIRED_GROUPS if g not in compiled.groupindex]
     if missing:
         raise PatternError(f"--pattern {text!r}: needs the named groups "
@@ -55,6 +71,7 @@ class Named:
     file: str  # the uploaded name, without folders
     submission: int  # Canvas's submission id; 0 when the pattern has none
     resubmission: int  # the -N suffix; 0 for the first upload
+    problem: str = ""  # why whose it is cannot be told ("" when it can)
 
     @property
     def stem(self) -> str:
@@ -65,17 +82,34 @@ class Named:
 
 
 def parse_name(pattern: re.Pattern[str], path: str) -> Named | None:
-    """The parts of a member's path, or None when the pattern does not match it."""
-    found = pattern.search(path)
+    """The parts of a member's path, or None when the pattern does not match it at its start.
+    A match whose owner the student's own file name could have chosen has a ``problem``."""
+    found = pattern.match(path)
     if found is None or not found.group("user") or not found.group("file"):
         return None
-    file = found.group("file").rsplit("/", 1)[-1]
+    uploaded = found.group("file")
+    file = uploaded.rsplit("/", 1)[-1]
     groups = found.groupdict()
     submission = groups.get("submission") or ""
     stem = file[:-len(".ipynb")] if file.lower().endswith(".ipynb") else file
     again = RESUBMISSION.match(stem)
-    return Named(found.group("user"), file, _number(submission),
-                 _number(again.group("n")) if again else 0)
+    named = Named(found.group("user"), file, _number(submission),
+                  _number(again.group("n")) if again else 0)
+    if found.end("user") > found.start("file"):
+        problem = ("the pattern takes the owner's id from the uploaded name, which the "
+                   "student chose")
+    elif any(pattern.match(uploaded[at:]) for at in _starts(uploaded)):
+        problem = (f"the uploaded name {visible(uploaded)!r} is itself named like a "
+                   "submission (it matches the pattern), so whose it is cannot be told")
+    else:
+        return named
+    return replace(named, problem=f"{problem}; not collected: collect it by hand if it is "
+                   f"the student's with id {named.user}")
+
+
+def _starts(path: str) -> list[int]:
+    """Where each component of a path begins."""
+    return [0, *(i + 1 for i, char in enumerate(path) if char == "/")]
 
 
 def _number(text: str) -> int:

@@ -1,7 +1,7 @@
 """What ``edu-dl lms collect`` says: a summary and each problem, and the CSV report.
 
 Member names are the students': the terminal text goes through ``trust.text.say`` (control
-characters escaped) and the CSV through ``report.csv_cell`` (formula-safe).
+characters escaped) and the CSV through ``csvio.csv_cell`` (formula-safe).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import io
 from collections import Counter
 from pathlib import Path
 
+from edu_dl.grading.csvio import csv_bytes
 from edu_dl.grading.lms.collect import Collected
-from edu_dl.grading.lms.export import csv_bytes
 
 COLUMNS = ("download", "member", "user", "student", "exercise", "status", "message")
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from edu_dl.grading.model import HASHED, SAFE_NAME
 from edu_dl.grading.policy import MAX_ROSTER_BYTES, PolicyError
 from edu_dl.grading.trust.bounded import read_named_file
+from edu_dl.grading.trust.identity import NameClash, check_distinct
 
 MAX_CELL = 200  # characters kept of a roster cell
 
@@ -52,6 +53,11 @@ class Roster:
     """The students in the roster's order, and an index per LMS key."""
 
     def __init__(self, students: list[Student]) -> None:
+        try:  # "Alice" and "alice" would share a folder on a case-blind disk, and a reader's eye
+            check_distinct((s.id for s in students), "--roster: the ids",
+                           "each student needs an id of their own")
+        except NameClash as exc:
+            raise PolicyError(str(exc)) from None
         self.students = students
         self.by: dict[str, dict[str, Student]] = {key: {} for key in KEYS}
         for student in students:

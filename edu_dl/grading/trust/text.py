@@ -7,8 +7,10 @@ clipboard) or become markup in a page. Every writer passes such text through one
 
 - :func:`visible`: any string as valid Unicode; each lone surrogate becomes ``\\xNN`` (the byte
   a file name held) or ``\\udNNN``. For files: CSV, JSON state, Markdown and HTML bodies.
-- :func:`for_terminal`: :func:`visible`, and every control character but newline and tab, and
-  every bidirectional override, written as an escape (``\\x1b``, ``\\u202e``).
+- :func:`for_terminal`: :func:`visible`, and every control character but newline and tab,
+  every bidirectional override and every invisible character (zero-width, no-break and other
+  odd spaces, soft hyphen, variation selectors, tags), written as an escape (``\\x1b``,
+  ``\\u202e``, ``\\u200b``): two names that look the same are shown different.
 - :func:`for_markdown`: :func:`for_terminal`, then HTML-escaped, with table pipes and newlines
   made harmless: the text of one Markdown table cell.
 """
@@ -24,6 +26,12 @@ SURROGATE = re.compile("[\ud800-\udfff]")
 # C0 and C1 controls and DEL (but newline and tab), and the bidirectional controls that reorder
 # what a reader sees (a "trojan source" line).
 CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# What a reader cannot see or tell from a plain space: "alice\u200b" and "alice\xa0" would pass
+# for "alice" in a gradebook. Unicode's default-ignorable code points and its odd spaces.
+INVISIBLE = re.compile("[\xa0\xad\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u2000-\u200d"
+                       "\u2028\u2029\u202f\u205f-\u2065\u206a-\u206f\u3000\u3164\ufe00-\ufe0f"
+                       "\ufeff\uffa0\ufff0-\ufff8\U000e0000-\U000e0fff]")
+SHOWN_AS_ESCAPE = re.compile(f"{CONTROL.pattern}|{INVISIBLE.pattern}")
 
 
 def _surrogate(match: re.Match[str]) -> str:
@@ -34,7 +42,8 @@ def _surrogate(match: re.Match[str]) -> str:
 
 def _control(match: re.Match[str]) -> str:
     code = ord(match.group(0))
-    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+    return (f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}" if code <= 0xFFFF
+            else f"\\U{code:08x}")
 
 
 def visible(text: object) -> str:
@@ -44,8 +53,9 @@ def visible(text: object) -> str:
 
 
 def for_terminal(text: object) -> str:
-    """``text`` safe to print: control characters (but newline and tab) as escapes."""
-    return CONTROL.sub(_control, visible(text))
+    """``text`` safe to print: control and invisible characters (but newline and tab) as
+    escapes."""
+    return SHOWN_AS_ESCAPE.sub(_control, visible(text))
 
 
 def say(text: object, file: TextIO | None = None) -> None:
