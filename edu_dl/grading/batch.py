@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import sys
 import threading
@@ -20,7 +21,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +70,7 @@ def grade_one(job: Job, out: Path, settings: Settings, hide: list[Path], secret:
         return _grade_one(job, out, settings, hide, secret, data)
     except Exception as exc:  # a grader bug must not stop the batch
         return rows_for(job, "grader error", f"{type(exc).__name__}: {exc}",
-                        sandbox.isolation())
+                        settings.isolation())
 
 
 def _grade_one(job: Job, out: Path, settings: Settings, hide: list[Path], secret: Secret,
@@ -79,21 +79,20 @@ def _grade_one(job: Job, out: Path, settings: Settings, hide: list[Path], secret
     prepared = prepare(job, out, settings, data, secret)
     if isinstance(prepared, list):  # nothing to run: these rows say why
         return prepared
-    ran = received(prepared, run(prepared, settings, hide), settings)
     try:
+        ran = received(prepared, run(prepared, settings, hide), settings)
         rows = judge_run(job, prepared, ran, settings)
     finally:
-        if not prepared.boxed:  # the unisolated run's files; run.json stays
-            for name in ("grading", "work", "tmp"):
-                shutil.rmtree(prepared.work / name, ignore_errors=True)
-    return rows + speed_rows(job, prepared.notebook, rows, secret, hide)
+        if not prepared.boxed:  # the unisolated run's private folder; run.json stays
+            shutil.rmtree(prepared.root, ignore_errors=True)
+    return rows + speed_rows(job, prepared.notebook, rows, secret, settings, hide)
 
 
 def job_key(job: Job, settings: Settings, data: bytes | None, fingerprint: str) -> str:
     """What a grade depends on: the submission, its source, the part specs, the limits and the
     secret its inputs are drawn from (``fingerprint``: a rotated secret regrades it)."""
     h = hashlib.sha256(content_key(job, data, fingerprint).encode())
-    h.update(json.dumps(asdict(settings), sort_keys=True).encode())
+    h.update(json.dumps(settings.key_fields(), sort_keys=True).encode())
     return h.hexdigest()
 
 
@@ -117,7 +116,7 @@ def job_basis(job: Job, settings: Settings, fingerprint: str) -> str:
     this run's was graded against another source, other parts, limits or secret."""
     h = hashlib.sha256(GRADER_VERSION.encode())
     for text in (fingerprint, job.exercise.digest, job.exercise.specs_digest,
-                 json.dumps(asdict(settings), sort_keys=True)):
+                 json.dumps(settings.key_fields(), sort_keys=True)):
         h.update(f"{text}\0".encode())
     for name, beside in sorted(job.exercise.files.items()):
         h.update(hashlib.sha256(name.encode() + b"\0" + beside).digest())
@@ -150,7 +149,9 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     ``jobs`` threads here. Raises NothingToGrade (one sentence: why, and what to do) when the
     batch could not grade anything: no graded cell in the source, no student folder, nothing
     due submitted."""
-    settings = settings or Settings()
+    # Fails closed (NoSandbox) before anything is read or written. Asked here even for a cluster:
+    # the speed tasks run on this machine.
+    settings = (settings or Settings()).checked()
     dates = dates or Dates()
     log = log or say_to_stderr
     start = time.monotonic()
@@ -174,13 +175,11 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
                         source)
     out.mkdir(parents=True, exist_ok=True)
     notes = []
-    # On a cluster every worker must have the sandbox (cluster.py refuses one without it).
-    problem = "" if cluster is not None else sandbox.bwrap_problem()
+    problem = settings.sandbox_problem or ""  # only with --no-sandbox or validate's fallback
     if problem:
-        log(f"WARNING: grading WITHOUT a sandbox: {problem}. Submissions run with resource "
-            "limits only and can read and write what the grading user can; the gradebook "
-            "says 'rlimits only'.")
-        if secret is None or not secret.public:
+        notes.append(unsandboxed_warning(problem, settings))
+        log(notes[-1])
+        if (secret is None or not secret.public) and os.geteuid() != 0:
             notes.append(
                 "WARNING: without a sandbox the student code runs as you and can read the "
                 "grading secret (and so every hidden input); rotate it (edu-dl grade "
@@ -304,6 +303,15 @@ def _gradebooks(out: Path, submissions: Path, settings: Settings, secret: Secret
     gradebook.remember_options(out, applied)
     return Summary(rows, graded, len(all_jobs) - graded, time.monotonic() - start,
                    not problem, problem, secret.fingerprint, notes)
+
+
+def unsandboxed_warning(problem: str, settings: Settings) -> str:
+    """What the log and the summary say of a batch graded without the sandbox."""
+    who = ("an unprivileged uid of their own (the grader runs as root)" if os.geteuid() == 0
+           else f"you (uid {os.getuid()}), reading and writing whatever you may")
+    return (f"WARNING: grading WITHOUT a sandbox ({problem}): submissions run with resource "
+            f"limits only, as {who}, and see this machine's files, network and processes; "
+            f"the gradebook says '{settings.isolation()}'")
 
 
 def _others(entries: dict[tuple[str, str], gradebook.Entry], graded: list[Job],

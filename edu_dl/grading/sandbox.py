@@ -209,9 +209,29 @@ def bwrap_problem() -> str:
     return ""
 
 
-def isolation() -> str:
-    """The gradebook's sandbox column for a run on this machine: "bwrap" or "rlimits only"."""
-    return "rlimits only" if bwrap_problem() else "bwrap"
+def fallback_problem() -> str:
+    """'' if the fallback (no bwrap: rlimits only) can run here without root, else why not.
+
+    As root it runs the command as a uid of its own (``sandbox_ids``), which must reach the
+    Python and the package without any access root has and others lack."""
+    if os.geteuid() != 0:
+        return ""  # it runs as the grader's own user, who runs this Python already
+    for path in [Path(python()).resolve(), *software()]:
+        if not _reachable(path, UID_BASE, UID_BASE):
+            return (f"without it, notebooks run as an unprivileged uid, which cannot reach "
+                    f"{path} (make the folders above it searchable by every user, chmod o+x)")
+    return ""
+
+
+@contextlib.contextmanager
+def fallback_folder() -> Iterator[Path]:
+    """A fresh private folder for one run of the fallback (``run``'s ``fallback_dir``): made
+    here, root's or the user's (0700), handed to the run's uid by ``run``, removed after."""
+    folder = Path(tempfile.mkdtemp(prefix="edu-dl-unboxed-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def software() -> list[Path]:
@@ -407,11 +427,11 @@ def bwrap_args(
 
 
 @contextlib.contextmanager
-def sandbox_ids(isolated: bool = True) -> Iterator[tuple[int, int]]:
-    """(uid, gid) for a new sandbox, held until the block ends: as root a fresh unprivileged pair
-    no running process and no other sandbox (of this grader or another) has; else the caller's
-    own."""
-    if os.geteuid() != 0 or not isolated:
+def sandbox_ids() -> Iterator[tuple[int, int]]:
+    """(uid, gid) for a new sandbox or fallback run, held until the block ends: as root a fresh
+    unprivileged pair no running process and no other sandbox (of this grader or another) has
+    (a student's code never runs as root); else the caller's own."""
+    if os.geteuid() != 0:
         yield os.getuid(), os.getgid()
         return
     folder = _uid_lock_folder()
@@ -511,7 +531,9 @@ def _nproc_cap(limits: Limits, uid: int) -> int:
             except OSError:
                 continue
     hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
-    want = running + limits.processes
+    # The margin, as for root: a cap at exactly the limit would hold a fork bomb where the
+    # watchdog never sees it pass, and it would end as a "timeout".
+    want = running + limits.processes + CGROUP_MARGIN
     return want if hard == resource.RLIM_INFINITY or hard > want else 0
 
 
@@ -696,8 +718,10 @@ def run(
     result = Result(returncode=None, isolated=not problem)
     if problem:
         result.notes.append(f"NOT ISOLATED: {problem}; resource limits only")
-    with sandbox_ids(isolated=not problem) as (uid, gid):
+    with sandbox_ids() as (uid, gid):
         result.uid = uid
+        if problem:
+            _hand_over(fallback_dir, files, uid, gid)
         group = cgroups.create(f"{cgroups.PREFIX}{os.environ.get(GROUP_VAR, '')}"
                                f"{secrets.token_hex(8)}",
                                int(TREE_MEMORY * limits.memory_mb * MB),
@@ -717,9 +741,6 @@ def run(
             env = {**(env or {}), TAG_VAR: tag, RESULT_FD_VAR: str(out_w)}
             tmp = None
             if problem:
-                for dest, data in files.items():
-                    Path(dest).parent.mkdir(parents=True, exist_ok=True)
-                    Path(dest).write_bytes(data)
                 command, run_env, run_cwd = list(argv), dict(env), str(fallback_dir or cwd)
             else:
                 options = bwrap_args(fds, uid=uid, gid=gid, limits=limits, env=env, cwd=cwd,
@@ -738,7 +759,46 @@ def run(
                 drain.finish(result)
             finally:
                 group.remove()
+                if problem and os.geteuid() == 0:  # the uid is the run's alone: none survives
+                    _reap_uid(uid)
     return result
+
+
+def _hand_over(folder: Path | None, files: Mapping[str, bytes], uid: int, gid: int) -> None:
+    """The fallback's working folder: ``files`` written into it, and (as root) it and they
+    given to the run's uid. ``folder`` must be fresh (``fallback_folder``): root writes here
+    before the run's uid ever could."""
+    if folder is None:
+        raise ValueError("the fallback (no bwrap) needs a folder to run in: fallback_dir")
+    for dest, data in files.items():
+        if not Path(os.path.normpath(dest)).is_relative_to(folder):
+            raise ValueError(f"{dest}: outside the fallback's folder {folder}")
+        Path(dest).parent.mkdir(parents=True, exist_ok=True)
+        Path(dest).write_bytes(data)
+    if os.geteuid() != 0:
+        return
+    for path in [folder, *folder.rglob("*")]:
+        os.chown(path, uid, gid, follow_symlinks=False)
+    folder.chmod(0o700)
+    if not _reachable(folder, uid, gid):
+        raise RuntimeError(f"{folder}: the sandbox's uid {uid} cannot reach it; the fallback "
+                           "runs in a folder of the system's temporary folder")
+
+
+def _reap_uid(uid: int, tries: int = 50) -> None:
+    """Kill every process of ``uid`` (a sandbox uid of this run alone) until none is left."""
+    for _ in range(tries):
+        left = []
+        for entry in os.scandir("/proc"):
+            try:
+                if entry.name.isdigit() and entry.stat().st_uid == uid:
+                    left.append(int(entry.name))
+            except OSError:
+                continue
+        if not left:
+            return
+        _kill(left)
+        time.sleep(0.05)
 
 
 def _watch(command: list[str], env: dict[str, str], cwd: str, limits: Limits, result: Result,
@@ -790,7 +850,9 @@ def _watch(command: list[str], env: dict[str, str], cwd: str, limits: Limits, re
                 result.killed = "memory"
                 result.notes.append(f"{files} files and folders on its tmpfs mounts, over the "
                                     f"cap of {limits.tmp_inodes}")
-            elif tasks > limits.processes:
+            elif tasks > limits.processes or group.fork_refusals():
+                # A fork bomb held at the cap by the kernel may never be seen above it: its
+                # refusals name the cause before the budget runs out (else: "timeout").
                 result.killed = "processes"
             if result.killed:
                 _kill([proc.pid])  # bwrap's death kills its PID namespace (--die-with-parent)
@@ -807,6 +869,8 @@ def _watch(command: list[str], env: dict[str, str], cwd: str, limits: Limits, re
             if group.oom_kills() and not result.killed:
                 result.killed = "memory"
             result.peak_memory_mb = max(result.peak_memory_mb, group.peak_bytes() / MB)
+        if group.fork_refusals() and not result.killed:  # refused forks the runner outlived
+            result.killed = "processes"
         if result.killed == "memory" and group.memory is not None:
             result.notes.append(f"the kernel's OOM killer acted in its memory cgroup (limit "
                                 f"{cap_mb:.0f} MB)")

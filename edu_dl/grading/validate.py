@@ -35,7 +35,7 @@ from edu_dl.grading.notebooks import Notebook, NotebookError, read_notebook
 from edu_dl.grading.protocol import PART_ID
 from edu_dl.grading.run import sandbox_env
 from edu_dl.grading.secret import VALIDATION_SECRET
-from edu_dl.grading.settings import Settings
+from edu_dl.grading.settings import OWN_NOTEBOOK, Settings
 
 PASS, FAIL = "✓", "✗"
 MAX_MESSAGE_LINES = 6
@@ -118,11 +118,16 @@ def _errors_outside_graded_cells(nb: Any) -> list[str]:
 
 def validate(path: str | Path, timeout: float = 120.0, progress: bool = True,
              source: str | Path | None = None,
-             log: Callable[[str], None] | None = None) -> ValidationReport:
-    """Grade ``path`` as ``edu-dl grade`` would (against ``source``, else itself)."""
+             log: Callable[[str], None] | None = None,
+             without_sandbox: str = OWN_NOTEBOOK) -> ValidationReport:
+    """Grade ``path`` as ``edu-dl grade`` would (against ``source``, else itself).
+
+    Where the sandbox cannot be built it runs the labelled fallback (``without_sandbox``:
+    one's own notebook); ``assign``'s self-test passes "" (refuse: NoSandbox) or its
+    ``--no-sandbox``."""
     path = Path(path)
     report = ValidationReport(path)
-    settings = Settings(timeout_s=timeout)
+    settings = Settings(timeout_s=timeout, without_sandbox=without_sandbox)
     # Graded as the source notebook it answers: the one given, or the one named like it.
     name = Path(source).stem if source and Path(source).suffix == ".ipynb" else path.stem
     try:
