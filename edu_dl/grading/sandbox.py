@@ -850,10 +850,14 @@ def _watch(command: list[str], env: dict[str, str], cwd: str, limits: Limits, re
                 result.killed = "memory"
                 result.notes.append(f"{files} files and folders on its tmpfs mounts, over the "
                                     f"cap of {limits.tmp_inodes}")
-            elif tasks > limits.processes or group.fork_refusals():
-                # A fork bomb held at the cap by the kernel may never be seen above it: its
-                # refusals name the cause before the budget runs out (else: "timeout").
+            elif tasks > limits.processes:
                 result.killed = "processes"
+            if result.killed in ("", "timeout") and group.fork_refusals():
+                # A fork bomb the kernel holds at its cap may never be seen above it, and may
+                # outlast the budget: the forks it refused name the cause.
+                result.killed = "processes"
+                result.notes.append(f"the kernel refused its forks at the cap of "
+                                    f"{limits.processes + CGROUP_MARGIN} processes/threads")
             if result.killed:
                 _kill([proc.pid])  # bwrap's death kills its PID namespace (--die-with-parent)
                 _kill(pids)
@@ -869,8 +873,10 @@ def _watch(command: list[str], env: dict[str, str], cwd: str, limits: Limits, re
             if group.oom_kills() and not result.killed:
                 result.killed = "memory"
             result.peak_memory_mb = max(result.peak_memory_mb, group.peak_bytes() / MB)
-        if group.fork_refusals() and not result.killed:  # refused forks the runner outlived
+        if result.killed in ("", "timeout") and group.fork_refusals():  # outlived, or timed out
             result.killed = "processes"
+            result.notes.append(f"the kernel refused its forks at the cap of "
+                                f"{limits.processes + CGROUP_MARGIN} processes/threads")
         if result.killed == "memory" and group.memory is not None:
             result.notes.append(f"the kernel's OOM killer acted in its memory cgroup (limit "
                                 f"{cap_mb:.0f} MB)")
