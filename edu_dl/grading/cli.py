@@ -102,6 +102,7 @@ def add_validate(subparsers: Subparsers) -> None:
 
 def run_validate(args: argparse.Namespace) -> int:
     from edu_dl.grading.model import Interrupted
+    from edu_dl.grading.settings import NoSandbox
     from edu_dl.grading.validate import validate
 
     status = 0
@@ -111,6 +112,9 @@ def run_validate(args: argparse.Namespace) -> int:
         except (Interrupted, KeyboardInterrupt):
             say(f"edu-dl validate: interrupted while validating {path}", sys.stderr)
             return 130
+        except NoSandbox as exc:  # as root, where the fallback's uid cannot start Python
+            say(f"edu-dl validate: {exc}", sys.stderr)
+            return 2
         say(report)
         status = status or (0 if report.ok else 1)
     return status

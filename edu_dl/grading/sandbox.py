@@ -513,15 +513,16 @@ def _enter(limits: Limits, nproc: int, group: cgroups.Group, uid: int, gid: int)
         os.setresuid(uid, uid, uid)
 
 
-def _nproc_cap(limits: Limits, uid: int) -> int:
+def _nproc_cap(limits: Limits, uid: int, counted: bool = False) -> int:
     """RLIMIT_NPROC for the sandbox, or 0 for none.
 
     It counts processes AND threads of the uid across the whole machine: a root grader's sandbox
     has a uid of its own, so the cap is the sandbox's share; an ordinary user's sandbox adds its
-    share to what the user already runs.
+    share to what the user already runs. ``counted``: a pids cgroup caps the sandbox too; the
+    rlimit then leaves it room, so that the cgroup refuses first and counts what it refused.
     """
     if os.geteuid() == 0:
-        return limits.processes + CGROUP_MARGIN
+        return limits.processes + CGROUP_MARGIN * (2 if counted else 1)
     running = 0
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
@@ -812,8 +813,9 @@ def _watch(command: list[str], env: dict[str, str], cwd: str, limits: Limits, re
         proc = subprocess.Popen(
             command, stdin=stdin, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd,
             start_new_session=True, pass_fds=fds.fds,
-            preexec_fn=functools.partial(_enter, limits, _nproc_cap(limits, uid), group,
-                                         uid, gid),
+            preexec_fn=functools.partial(_enter, limits,
+                                         _nproc_cap(limits, uid, group.pids is not None),
+                                         group, uid, gid),
         )
     fds.close()  # the child holds its copies; ours would only keep the data (and pipes) alive
     try:
@@ -852,7 +854,9 @@ def _watch(command: list[str], env: dict[str, str], cwd: str, limits: Limits, re
                                     f"cap of {limits.tmp_inodes}")
             elif tasks > limits.processes:
                 result.killed = "processes"
-            if result.killed in ("", "timeout") and group.fork_refusals():
+            if result.killed == "timeout" and tasks > limits.processes:
+                result.killed = "processes"  # a fork bomb the kernel held until the budget
+            elif result.killed in ("", "timeout") and group.fork_refusals():
                 # A fork bomb the kernel holds at its cap may never be seen above it, and may
                 # outlast the budget: the forks it refused name the cause.
                 result.killed = "processes"

@@ -21,6 +21,7 @@ from fixtures.hostile import corpus, no_bwrap
 
 from edu_dl.grading import batch as G
 from edu_dl.grading import sandbox
+from edu_dl.grading.report import summary_text
 from edu_dl.grading.settings import NO_SANDBOX, NoSandbox, Settings
 
 EDU_DL = str(Path(sys.executable).parent / "edu-dl")
@@ -197,13 +198,37 @@ def test_no_sandbox_as_an_ordinary_user_runs_as_that_user_and_says_so(
     messages: list[str] = []
     summary = G.grade(subs, source, out, settings=Settings(
         timeout_s=20, budget_s=60, memory_mb=2048, without_sandbox=NO_SANDBOX),
-        progress=False, log=messages.append)
+        progress=False, log=messages.append, jobs=2)
     label = f"none ({NO_SANDBOX}, as uid {os.getuid()})"
     assert {r.sandbox for r in summary.rows} == {label}
     assert any("WITHOUT a sandbox" in m and f"as you (uid {os.getuid()})" in m
                for m in summary.notes), summary.notes
-    assert any("can read the grading secret" in m for m in messages), messages
+    warned = [m for m in messages if "can read the grading secret" in m]
+    assert len(warned) == 1, messages  # once per batch, not per submission
+    assert "can read the grading secret" in summary_text(summary)
     said = printed(out, "mallory")
     assert f"UID {os.getuid()}" in said
     assert (tmp_path / "marker").exists()  # as the user: exactly what the opt-in gives up
     assert corpus.sandbox_processes(GROUP) == []
+
+
+def test_validate_without_bwrap_runs_the_labelled_fallback(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where bwrap does not work (macOS), validate grades all the same and says it is unisolated
+    (root's path: test_validate_where_bwrap_is_hidden_falls_back_labelled)."""
+    ordinary_user()
+    from fixtures import nbgrader_course as course
+
+    from edu_dl.grading.validate import validate
+
+    monkeypatch.setattr(sandbox, "bwrap_problem", lambda: "bwrap is not installed")
+    src, root = course.build(tmp_path / "course")
+    messages: list[str] = []
+    report = validate(root / "submitted" / "carol" / course.ASSIGNMENT
+                      / f"{course.NOTEBOOK}.ipynb", timeout=30, progress=False, source=src,
+                      log=messages.append)
+    assert report.sandbox == "NOT isolated: bwrap is not installed"
+    assert "WITHOUT a sandbox" in messages[0]
+    assert "NOT isolated" in str(report).splitlines()[0]
+    assert {p.part_id: p.points for p in report.parts if not p.message.startswith("needs")} == {
+        k: v for k, v in course.EXPECTED["carol"].items() if v is not None}
