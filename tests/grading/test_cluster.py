@@ -411,3 +411,43 @@ def test_local_cluster_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert got[("good", "ex02.gflops")] == "passed"
     assert got[("stub", "ex02.gflops")] == "not implemented"
     assert main([*argv[:-1], "0"]) == 2
+
+
+def test_the_scratch_folder_must_be_ours_alone(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder another user could enter (here: one made 0755, as if pre-created) is refused
+    before any worker starts."""
+    shared = tmp_path / "pre-created"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    monkeypatch.setattr(C.tempfile, "mkdtemp", lambda prefix="": str(shared))
+    with pytest.raises(C.ClusterError, match="not this user's alone"), C.scratch():
+        pass
+    assert not shared.exists()  # removed all the same
+
+
+@pytest.mark.slow
+def test_a_local_cluster_scratch_space_is_private_and_removed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dask's default scratch space, <temporary folder>/dask-scratch-space, may be made first by
+    another user (here, as root: one owned by nobody, open to all), who could then swap the
+    workers' folders. --local-cluster's workers use a private folder of their own instead, and
+    it is gone when the cluster is."""
+    shared = tmp_path / "tmp"  # the machine's temporary folder, as others see it
+    shared.mkdir()
+    shared.chmod(0o1777)
+    planted = shared / "dask-scratch-space"
+    planted.mkdir()
+    planted.chmod(0o777)
+    if os.geteuid() == 0:
+        os.chown(planted, 65534, 65534)
+    monkeypatch.setattr(tempfile, "tempdir", str(shared))
+    with C.local_cluster(1) as client:
+        folders = list(client.run(lambda dask_worker: dask_worker.local_directory).values())
+        scratch = {Path(f).relative_to(shared).parts[0] for f in folders}
+        assert len(scratch) == 1 and scratch != {planted.name}, folders
+        mine = shared / scratch.pop()
+        st = mine.lstat()
+        assert st.st_uid == os.geteuid() and st.st_mode & 0o777 == 0o700
+    assert not mine.exists()
+    assert list(planted.iterdir()) == []  # nothing of the cluster's went to the planted folder
