@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from edu_dl.grading import gradebook, sandbox
 from edu_dl.grading.classreport import record_class
-from edu_dl.grading.cluster import grade_on_cluster, sigint_ignored
+from edu_dl.grading.cluster import check_workers, grade_on_cluster, sigint_ignored
 from edu_dl.grading.collect import collect, is_nbgrader_course, only, scope
 from edu_dl.grading.judge import judge_run
 from edu_dl.grading.load import load_parts, load_source, refuse_released
@@ -152,6 +152,8 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     # Fails closed (NoSandbox) before anything is read or written. Asked here even for a cluster:
     # the speed tasks run on this machine.
     settings = (settings or Settings()).checked()
+    if cluster is not None:  # so must every worker's, asked before anything is written too
+        check_workers(cluster, settings.sandbox_problem or "", log or say_to_stderr)
     dates = dates or Dates()
     log = log or say_to_stderr
     start = time.monotonic()

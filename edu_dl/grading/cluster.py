@@ -337,6 +337,20 @@ def check_cluster(client: Any, log: Callable[[str], None], timeout_s: float) -> 
     return software
 
 
+def check_workers(options: ClusterOptions, problem: str, log: Callable[[str], None]) -> None:
+    """Refuse, before anything is read or written, a cluster that would not grade in bwrap:
+    a local one where ``problem`` (this machine's sandbox: its workers are here), or a
+    scheduler any of whose workers lacks it (connected once to ask; the batch connects again)."""
+    if options.local_workers:
+        if problem:
+            raise ClusterError(f"no sandbox: {problem}; a cluster grades in bwrap only (the "
+                               "--local-cluster workers run here)")
+        return
+    with connect(options, lambda _: None) as client:
+        check_cluster(client, lambda line: log(line) if line.startswith("note:") else None,
+                      options.timeout_s)
+
+
 # --------------------------------------------------------------------------- the tasks
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fixtures.hostile import corpus
+from fixtures.hostile import corpus, no_bwrap
 
 from edu_dl.cli import main
 from edu_dl.grading import batch as G
@@ -152,7 +152,8 @@ class _Clusters:
     def __init__(self, folder: Path) -> None:
         self.folder, self.started, self.logs = folder, list[Cluster](), list[Any]()
 
-    def __call__(self, workers: int, tls: bool = False) -> Cluster:
+    def __call__(self, workers: int, tls: bool = False, no_bwrap_for: int = 0) -> Cluster:
+        """``no_bwrap_for``: that many of the workers start where bwrap is hidden (root)."""
         env = {**os.environ, "OMP_NUM_THREADS": "1", sandbox.GROUP_VAR: GROUP}
         folder = self.folder / f"cluster{len(self.started)}"
         folder.mkdir(parents=True)
@@ -174,10 +175,12 @@ class _Clusters:
         found = Cluster(address, security, {"scheduler": proc}, flags)
         self.started.append(found)
         for i in range(workers):
-            found.processes[f"w{i}"] = subprocess.Popen(
-                [DASK, "worker", address, "--nthreads", "1", "--no-nanny", "--no-dashboard",
-                 "--name", f"w{i}", "--host", "127.0.0.1", *flags],
-                env=env, stdout=log, stderr=subprocess.STDOUT)
+            argv = [DASK, "worker", address, "--nthreads", "1", "--no-nanny", "--no-dashboard",
+                    "--name", f"w{i}", "--host", "127.0.0.1", *flags]
+            if i < no_bwrap_for:
+                argv = no_bwrap.hide_bwrap(argv, folder)
+            found.processes[f"w{i}"] = subprocess.Popen(argv, env=env, stdout=log,
+                                                        stderr=subprocess.STDOUT)
         with found.client() as client:
             client.wait_for_workers(workers, timeout=120)
         return found
@@ -451,3 +454,22 @@ def test_a_local_cluster_scratch_space_is_private_and_removed(
         assert st.st_uid == os.geteuid() and st.st_mode & 0o777 == 0o700
     assert not mine.exists()
     assert list(planted.iterdir()) == []  # nothing of the cluster's went to the planted folder
+
+
+@pytest.mark.slow
+@pytest.mark.root_only
+def test_a_worker_without_bwrap_is_refused_before_anything_is_written(
+        tmp_path: Path, start: _Clusters, capsys: pytest.CaptureFixture[str]) -> None:
+    """One worker started where bwrap is hidden (a private mount namespace): the batch refuses
+    with exit status 2, naming the worker and the fix, and writes nothing."""
+    if no_bwrap.available():
+        pytest.fail(no_bwrap.available())
+    found = start(2, no_bwrap_for=1)
+    _corpus(tmp_path, ["good"])
+    out = tmp_path / "grades"
+    assert main(["grade", str(tmp_path / "submissions"), "--source", str(tmp_path / "source"),
+                 "--out", str(out), "--scheduler", found.address]) == 2
+    err = capsys.readouterr().err
+    assert "no sandbox: bubblewrap (bwrap) is not installed" in err, err
+    assert "apt-get install bubblewrap" in err and "a cluster grades in bwrap only" in err
+    assert not out.exists()
