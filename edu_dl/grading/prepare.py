@@ -76,12 +76,17 @@ def prepare(job: Job, out: Path, settings: Settings, data: bytes | None, secret:
     files[f"{root}/work/notebook.ipynb"] = restored
     prepared = Prepared(nb, notes, work, autograded, secret.fingerprint, {}, {}, files, root,
                         boxed, {}, data, job.path)
-    for part_id, (drawn, visible) in draw_cases(job, secret).items():
-        prepared.parts[part_id] = job.exercise.specs[part_id]
-        prepared.visible[part_id] = visible  # the rest are hidden: judge shows no value
-        prepared.files.update(grading_files(f"{root}/grading", part_id, drawn,
-                                            job.exercise.calls.get(part_id)))
-        prepared.cases[part_id] = roundtrip(drawn)  # exactly what the student's function gets
+    try:
+        for part_id, (drawn, visible) in draw_cases(job, secret).items():
+            prepared.parts[part_id] = job.exercise.specs[part_id]
+            prepared.visible[part_id] = visible  # the rest are hidden: judge shows no value
+            prepared.files.update(grading_files(f"{root}/grading", part_id, drawn,
+                                                job.exercise.calls.get(part_id)))
+            prepared.cases[part_id] = roundtrip(drawn)  # exactly what the student's code gets
+    except BaseException:
+        if not boxed:  # nothing will run in it
+            shutil.rmtree(root, ignore_errors=True)
+        raise
     return prepared
 
 

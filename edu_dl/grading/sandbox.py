@@ -216,7 +216,8 @@ def fallback_problem() -> str:
     Python and the package without any access root has and others lack."""
     if os.geteuid() != 0:
         return ""  # it runs as the grader's own user, who runs this Python already
-    for path in [Path(python()).resolve(), *software()]:
+    # The Python and the package, and the temporary folder its private folders are made in.
+    for path in [Path(python()).resolve(), *software(), Path(tempfile.gettempdir()).resolve()]:
         if not _reachable(path, UID_BASE, UID_BASE):
             return (f"without it, notebooks run as an unprivileged uid, which cannot reach "
                     f"{path} (make the folders above it searchable by every user, chmod o+x)")

@@ -232,3 +232,23 @@ def test_validate_without_bwrap_runs_the_labelled_fallback(tmp_path: Path,
     assert "NOT isolated" in str(report).splitlines()[0]
     assert {p.part_id: p.points for p in report.parts if not p.message.startswith("needs")} == {
         k: v for k, v in course.EXPECTED["carol"].items() if v is not None}
+
+
+def test_speed_measurements_fail_closed_and_fall_back_as_the_user(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A speed task runs the student's function too (in sandboxes of its own, on this machine
+    even with a cluster): refused without the sandbox, and with the opt-in run as the user in
+    a private folder per run, the same measurement."""
+    from edu_dl.grading import speed
+
+    monkeypatch.setattr(sandbox, "bwrap_problem", lambda: "bwrap is not installed")
+    solution = (Path(__file__).resolve().parents[2] / "fixtures" / "speed"
+                / "solution.py").read_text()
+    with pytest.raises(NoSandbox):
+        speed.measure("ex02.faster_standardize", solution, seed=11, rounds=1, calls=30)
+    ordinary_user()
+    before = unboxed_folders()
+    found = speed.measure("ex02.faster_standardize", solution, seed=11, rounds=1, calls=30,
+                          settings=Settings(without_sandbox=NO_SANDBOX))
+    assert found.correct and len(found.submission_s) == 1, found
+    assert unboxed_folders() == before
