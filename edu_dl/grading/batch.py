@@ -51,7 +51,14 @@ from edu_dl.grading.prepare import prepare, submission_bytes
 from edu_dl.grading.receive import received
 from edu_dl.grading.report import HTML_FEEDBACK, write_outputs
 from edu_dl.grading.run import run
-from edu_dl.grading.secret import Secret, check_unseen, load_or_create, secret_path
+from edu_dl.grading.secret import (
+    Secret,
+    SecretError,
+    check_unseen,
+    load_or_create,
+    read_secret,
+    secret_path,
+)
 from edu_dl.grading.settings import GRADER_VERSION, MB, Settings
 from edu_dl.grading.speed_rows import speed_rows
 from edu_dl.grading.trust.bounded import read_bounded
@@ -152,8 +159,6 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     # Fails closed (NoSandbox) before anything is read or written. Asked here even for a cluster:
     # the speed tasks run on this machine.
     settings = (settings or Settings()).checked()
-    if cluster is not None:  # so must every worker's, asked before anything is written too
-        check_workers(cluster, settings.sandbox_problem or "", log or say_to_stderr)
     dates = dates or Dates()
     log = log or say_to_stderr
     start = time.monotonic()
@@ -175,6 +180,11 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     if not allow_released:
         refuse_released(list({job.exercise.name: job.exercise for job in all_jobs}.values()),
                         source)
+    if cluster is not None and (force or not _all_kept(all_jobs, entries, settings, out, secret,
+                                                       retry_timeouts)):
+        # Every worker must have the sandbox too: asked before anything is written (a batch
+        # with nothing to grade does not ask).
+        check_workers(cluster, settings.sandbox_problem or "", log)
     out.mkdir(parents=True, exist_ok=True)
     notes = []
     problem = settings.sandbox_problem or ""  # only with --no-sandbox or validate's fallback
@@ -305,6 +315,27 @@ def _gradebooks(out: Path, submissions: Path, settings: Settings, secret: Secret
     gradebook.remember_options(out, applied)
     return Summary(rows, graded, len(all_jobs) - graded, time.monotonic() - start,
                    not problem, problem, secret.fingerprint, notes)
+
+
+def _all_kept(jobs: list[Job], entries: dict[tuple[str, str], gradebook.Entry],
+              settings: Settings, out: Path, secret: Secret | None, retry_timeouts: bool) -> bool:
+    """Whether every job's kept grade stands for this run, read without writing anything (a
+    first run, with no grading secret yet, has everything to grade)."""
+    if secret is None:
+        try:
+            secret = read_secret(secret_path(out)) if secret_path(out).is_file() else None
+        except SecretError:
+            secret = None
+    if secret is None:
+        return not jobs
+    for job in jobs:
+        data = submission_bytes(job, settings)
+        entry = entries.get((job.student, job.exercise.name))
+        retry = content_key(job, data, secret.fingerprint) if retry_timeouts else None
+        if entry is None or not _reusable(entry, job_key(job, settings, data, secret.fingerprint),
+                                          retry):
+            return False
+    return True
 
 
 def unsandboxed_warning(problem: str, settings: Settings) -> str:

@@ -709,9 +709,11 @@ def run(
 
     ``files`` (path inside -> bytes) are shown read-only inside. The sandbox may write up to
     ``output_limit`` bytes to the descriptor named by ``$EDU_DL_RESULT_FD`` (a pipe); they come
-    back as ``Result.output``. Without bwrap (``bwrap_problem()`` says why) the command runs with
-    the rlimits alone as the caller, in ``fallback_dir``, ``files`` are written where they name,
-    and ``Result.isolated`` is False. ``require_bwrap`` skips that check (the probe itself).
+    back as ``Result.output``. Without bwrap (``bwrap_problem()`` says why; the callers' settings
+    decide whether that may run at all) the command runs with the rlimits alone, never as root:
+    as root as a leased uid that is given ``fallback_dir`` (a fresh private folder, see
+    ``fallback_folder``: ``files`` are written into it), else as the caller; and
+    ``Result.isolated`` is False. ``require_bwrap`` skips that check (the probe itself).
     """
     # EDU_DL_SANDBOX_GROUP prefixes the tag, so one caller can find its own sandboxes' processes
     # among others' (the tests check that nothing is left running while others grade).
