@@ -85,8 +85,8 @@ def source_notebooks(source: Path) -> list[Path]:
 
 def assign(source: str | Path, dest: str | Path, write: bool = True,
            dotted: list[str] | None = None, warnings: list[str] | None = None,
-           run_solutions: bool = False, log: Callable[[str], None] | None = None
-           ) -> list[Path]:
+           run_solutions: bool = False, log: Callable[[str], None] | None = None,
+           without_sandbox: str = "") -> list[Path]:
     """Write the student version of every notebook of ``source`` into ``dest``.
 
     Returns the paths whose content changed (with ``write=False``: that would change, i.e. the
@@ -96,7 +96,8 @@ def assign(source: str | Path, dest: str | Path, write: bool = True,
     (a hint that is code, an oracle in a public part file that ships). ``run_solutions``:
     first grade each solution notebook against its own tests in the sandbox
     (``solution_run``) and refuse, naming each failing part, unless all pass; ``log`` hears
-    which ran.
+    which ran; where the sandbox cannot be built that raises NoSandbox before anything runs,
+    unless ``without_sandbox`` (``--no-sandbox``).
     """
     source, dest = Path(source), Path(dest)
     warnings = [] if warnings is None else warnings
@@ -132,7 +133,7 @@ def assign(source: str | Path, dest: str | Path, write: bool = True,
     if run_solutions:
         from edu_dl.grading.solution_run import check_solutions
 
-        failed = check_solutions(paths, log or print)
+        failed = check_solutions(paths, log or print, without_sandbox=without_sandbox)
         if failed:
             raise AssignError("a solution fails its own tests (fix it, or pass "
                               "--no-run-solutions to release anyway):\n" + "\n".join(failed))

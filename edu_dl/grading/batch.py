@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import sys
 import threading
@@ -20,7 +21,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from edu_dl.grading import gradebook, sandbox
 from edu_dl.grading.classreport import record_class
-from edu_dl.grading.cluster import grade_on_cluster, sigint_ignored
+from edu_dl.grading.cluster import check_workers, grade_on_cluster, sigint_ignored
 from edu_dl.grading.collect import check_students, collect, is_nbgrader_course, only, scope
 from edu_dl.grading.judge import judge_run
 from edu_dl.grading.load import load_parts, load_source, refuse_released
@@ -51,7 +51,14 @@ from edu_dl.grading.prepare import prepare, submission_bytes
 from edu_dl.grading.receive import received
 from edu_dl.grading.report import HTML_FEEDBACK, write_outputs
 from edu_dl.grading.run import run
-from edu_dl.grading.secret import Secret, check_unseen, load_or_create, secret_path
+from edu_dl.grading.secret import (
+    Secret,
+    SecretError,
+    check_unseen,
+    load_or_create,
+    read_secret,
+    secret_path,
+)
 from edu_dl.grading.settings import GRADER_VERSION, MB, Settings
 from edu_dl.grading.speed_rows import speed_rows
 from edu_dl.grading.trust.bounded import read_bounded
@@ -70,7 +77,7 @@ def grade_one(job: Job, out: Path, settings: Settings, hide: list[Path], secret:
         return _grade_one(job, out, settings, hide, secret, data)
     except Exception as exc:  # a grader bug must not stop the batch
         return rows_for(job, "grader error", f"{type(exc).__name__}: {exc}",
-                        sandbox.isolation())
+                        settings.isolation())
 
 
 def _grade_one(job: Job, out: Path, settings: Settings, hide: list[Path], secret: Secret,
@@ -79,21 +86,20 @@ def _grade_one(job: Job, out: Path, settings: Settings, hide: list[Path], secret
     prepared = prepare(job, out, settings, data, secret)
     if isinstance(prepared, list):  # nothing to run: these rows say why
         return prepared
-    ran = received(prepared, run(prepared, settings, hide), settings)
     try:
+        ran = received(prepared, run(prepared, settings, hide), settings)
         rows = judge_run(job, prepared, ran, settings)
     finally:
-        if not prepared.boxed:  # the unisolated run's files; run.json stays
-            for name in ("grading", "work", "tmp"):
-                shutil.rmtree(prepared.work / name, ignore_errors=True)
-    return rows + speed_rows(job, prepared.notebook, rows, secret, hide)
+        if not prepared.boxed:  # the unisolated run's private folder; run.json stays
+            shutil.rmtree(prepared.root, ignore_errors=True)
+    return rows + speed_rows(job, prepared.notebook, rows, secret, settings, hide)
 
 
 def job_key(job: Job, settings: Settings, data: bytes | None, fingerprint: str) -> str:
     """What a grade depends on: the submission, its source, the part specs, the limits and the
     secret its inputs are drawn from (``fingerprint``: a rotated secret regrades it)."""
     h = hashlib.sha256(content_key(job, data, fingerprint).encode())
-    h.update(json.dumps(asdict(settings), sort_keys=True).encode())
+    h.update(json.dumps(settings.key_fields(), sort_keys=True).encode())
     return h.hexdigest()
 
 
@@ -117,7 +123,7 @@ def job_basis(job: Job, settings: Settings, fingerprint: str) -> str:
     this run's was graded against another source, other parts, limits or secret."""
     h = hashlib.sha256(GRADER_VERSION.encode())
     for text in (fingerprint, job.exercise.digest, job.exercise.specs_digest,
-                 json.dumps(asdict(settings), sort_keys=True)):
+                 json.dumps(settings.key_fields(), sort_keys=True)):
         h.update(f"{text}\0".encode())
     for name, beside in sorted(job.exercise.files.items()):
         h.update(hashlib.sha256(name.encode() + b"\0" + beside).digest())
@@ -150,7 +156,9 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     ``jobs`` threads here. Raises NothingToGrade (one sentence: why, and what to do) when the
     batch could not grade anything: no graded cell in the source, no student folder, nothing
     due submitted."""
-    settings = settings or Settings()
+    # Fails closed (NoSandbox) before anything is read or written. Asked here even for a cluster:
+    # the speed tasks run on this machine.
+    settings = (settings or Settings()).checked()
     dates = dates or Dates()
     log = log or say_to_stderr
     start = time.monotonic()
@@ -178,15 +186,18 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     if not allow_released:
         refuse_released(list({job.exercise.name: job.exercise for job in all_jobs}.values()),
                         source)
+    if cluster is not None and (force or not _all_kept(all_jobs, entries, settings, out, secret,
+                                                       retry_timeouts)):
+        # Every worker must have the sandbox too: asked before anything is written (a batch
+        # with nothing to grade does not ask).
+        check_workers(cluster, settings.sandbox_problem or "", log)
     out.mkdir(parents=True, exist_ok=True)
     notes = list(unknown_extensions)
-    # On a cluster every worker must have the sandbox (cluster.py refuses one without it).
-    problem = "" if cluster is not None else sandbox.bwrap_problem()
+    problem = settings.sandbox_problem or ""  # only with --no-sandbox or validate's fallback
     if problem:
-        log(f"WARNING: grading WITHOUT a sandbox: {problem}. Submissions run with resource "
-            "limits only and can read and write what the grading user can; the gradebook "
-            "says 'rlimits only'.")
-        if secret is None or not secret.public:
+        notes.append(unsandboxed_warning(problem, settings))
+        log(notes[-1])
+        if (secret is None or not secret.public) and os.geteuid() != 0:
             notes.append(
                 "WARNING: without a sandbox the student code runs as you and can read the "
                 "grading secret (and so every hidden input); rotate it (edu-dl grade "
@@ -310,6 +321,36 @@ def _gradebooks(out: Path, submissions: Path, settings: Settings, secret: Secret
     gradebook.remember_options(out, applied)
     return Summary(rows, graded, len(all_jobs) - graded, time.monotonic() - start,
                    not problem, problem, secret.fingerprint, notes)
+
+
+def _all_kept(jobs: list[Job], entries: dict[tuple[str, str], gradebook.Entry],
+              settings: Settings, out: Path, secret: Secret | None, retry_timeouts: bool) -> bool:
+    """Whether every job's kept grade stands for this run, read without writing anything (a
+    first run, with no grading secret yet, has everything to grade)."""
+    if secret is None:
+        try:
+            secret = read_secret(secret_path(out)) if secret_path(out).is_file() else None
+        except SecretError:
+            secret = None
+    if secret is None:
+        return not jobs
+    for job in jobs:
+        data = submission_bytes(job, settings)
+        entry = entries.get((job.student, job.exercise.name))
+        retry = content_key(job, data, secret.fingerprint) if retry_timeouts else None
+        if entry is None or not _reusable(entry, job_key(job, settings, data, secret.fingerprint),
+                                          retry):
+            return False
+    return True
+
+
+def unsandboxed_warning(problem: str, settings: Settings) -> str:
+    """What the log and the summary say of a batch graded without the sandbox."""
+    who = ("an unprivileged uid of their own (the grader runs as root)" if os.geteuid() == 0
+           else f"you (uid {os.getuid()}), reading and writing whatever you may")
+    return (f"WARNING: grading WITHOUT a sandbox ({problem}): submissions run with resource "
+            f"limits only, as {who}, and see this machine's files, network and processes; "
+            f"the gradebook says '{settings.isolation()}'")
 
 
 def _others(entries: dict[tuple[str, str], gradebook.Entry], graded: list[Job],

@@ -72,6 +72,13 @@ class Group:
         name = "memory.oom_control" if self.version == 1 else "memory.events"
         return _field(self.memory / name, "oom_kill")
 
+    def fork_refusals(self) -> int:
+        """How many forks the pids group refused (pids.events' "max"): a tree that met its
+        cap, whether or not the watchdog saw it there."""
+        if self.pids is None:
+            return 0
+        return _field(self.pids / "pids.events", "max")
+
     def usage_bytes(self) -> int:
         if self.memory is None:
             return 0

@@ -38,20 +38,33 @@ def add_assign(subparsers: Subparsers) -> None:
                         "(by default assign does, in the sandbox with the hidden tests, and "
                         "writes nothing if a part fails; a notebook that passed unchanged is "
                         "not run again)")
+    add_no_sandbox(parser)
     parser.set_defaults(handler=run_assign)
+
+
+def add_no_sandbox(parser: argparse.ArgumentParser) -> None:
+    """``--no-sandbox``: the explicit opt-in to run notebooks where bwrap cannot be built."""
+    parser.add_argument("--no-sandbox", action="store_true",
+                        help="where the sandbox (bubblewrap) cannot be built, run the notebooks "
+                        "anyway with resource limits only: they see this machine's files, "
+                        "network and processes (as root they run as an unprivileged uid of "
+                        "their own, never root; as another user, as that user). Without it, "
+                        "such a run is refused (exit status 2) and writes nothing. Every "
+                        "gradebook row and the summary say 'none (--no-sandbox)'")
 
 
 def run_assign(args: argparse.Namespace) -> int:
     from edu_dl.grading.assign import assign
     from edu_dl.grading.notebooks import NotebookError
+    from edu_dl.grading.settings import NO_SANDBOX, NoSandbox
 
     dotted: list[str] = []
     warnings: list[str] = []
     try:
         changed = assign(args.source, args.dest, write=not args.check, dotted=dotted,
                          warnings=warnings, run_solutions=args.run_solutions and not args.check,
-                         log=say_to_stderr)
-    except NotebookError as exc:
+                         log=say_to_stderr, without_sandbox=NO_SANDBOX if args.no_sandbox else "")
+    except (NotebookError, NoSandbox) as exc:
         say(f"edu-dl assign: {exc}", sys.stderr)
         return 2
     for warning in warnings:
@@ -89,6 +102,7 @@ def add_validate(subparsers: Subparsers) -> None:
 
 def run_validate(args: argparse.Namespace) -> int:
     from edu_dl.grading.model import Interrupted
+    from edu_dl.grading.settings import NoSandbox
     from edu_dl.grading.validate import validate
 
     status = 0
@@ -98,6 +112,9 @@ def run_validate(args: argparse.Namespace) -> int:
         except (Interrupted, KeyboardInterrupt):
             say(f"edu-dl validate: interrupted while validating {path}", sys.stderr)
             return 130
+        except NoSandbox as exc:  # as root, where the fallback's uid cannot start Python
+            say(f"edu-dl validate: {exc}", sys.stderr)
+            return 2
         say(report)
         status = status or (0 if report.ok else 1)
     return status
@@ -185,6 +202,7 @@ def add_grade(subparsers: Any) -> None:
     p.add_argument("--rotate-secret", action="store_true",
                    help="replace the grading secret by a fresh one before grading: new hidden "
                    "inputs, and every submission is graded again")
+    add_no_sandbox(p)
     add_cluster_arguments(p)
     p.set_defaults(handler=run_grade)
 
@@ -205,15 +223,16 @@ def run_grade(args: argparse.Namespace) -> int:
     )
     from edu_dl.grading.report import summary_text
     from edu_dl.grading.secret import SecretError, load_or_create, rotate, secret_path
-    from edu_dl.grading.settings import Settings
+    from edu_dl.grading.settings import NO_SANDBOX, NoSandbox, Settings
 
     chosen = {k: getattr(args, k) for k in ("timeout_s", "budget_s", "memory_mb", "cpu_s",
                                             "processes", "file_mb", "tmp_mb", "notebook_mb",
                                             "beside_files", "beside_mb",
                                             "skip_after_timeout")
               if getattr(args, k) is not None}
-    settings = Settings(**chosen)
+    settings = Settings(**chosen, without_sandbox=NO_SANDBOX if args.no_sandbox else "")
     try:
+        settings = settings.checked()  # fails closed before anything is written
         try:
             due = parse_time(args.due) if args.due else None
         except ValueError:
@@ -234,7 +253,7 @@ def run_grade(args: argparse.Namespace) -> int:
                         manual=args.manual, cluster=cluster_options(args), secret=secret,
                         students=_students(args.students),
                         retry_timeouts=args.retry_timeouts)
-    except (NotebookError, PolicyError, ClusterError, SecretError) as exc:
+    except (NotebookError, PolicyError, ClusterError, SecretError, NoSandbox) as exc:
         say(f"edu-dl grade: {exc}", sys.stderr)
         return 2
     except (Interrupted, KeyboardInterrupt) as exc:

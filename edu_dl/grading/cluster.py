@@ -31,10 +31,14 @@ import functools
 import hashlib
 import ipaddress
 import logging
+import os
 import secrets
+import shutil
 import signal
 import socket
+import stat
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
@@ -201,27 +205,51 @@ def connect(options: ClusterOptions, log: Callable[[str], None]) -> Iterator[Any
 @contextmanager
 def local_cluster(workers: int) -> Iterator[Any]:
     """A client of a new cluster on this machine: ``workers`` one-thread worker processes, on
-    loopback, with TLS from a throwaway in-memory certificate (no other user gets in)."""
+    loopback, with TLS from a throwaway in-memory certificate (no other user gets in), their
+    scratch space in a private folder of this run (``scratch``)."""
+    import dask
     from distributed import Client, LocalCluster
     from distributed.security import Security
 
     security = Security.temporary()
     try:
-        # Workers started with SIGINT ignored keep ignoring it (Python leaves an ignored SIGINT
-        # alone): Ctrl-C at the terminal reaches the grader alone, which closes them in order.
-        with sigint_ignored():
-            # Their HTTP servers (metrics, task keys) start whatever the dashboard setting: on
-            # a free loopback port, not 8787, which another cluster on this machine may hold.
-            local = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                 host="127.0.0.1", protocol="tls://", security=security,
-                                 dashboard_address="127.0.0.1:0",
-                                 # the workers' warnings too: they write to our stderr
-                                 silence_logs=logging.ERROR,
-                                 worker_dashboard_address="127.0.0.1:0")
-        with local, Client(local, security=security) as client:
-            yield client
+        with scratch() as folder, dask.config.set({"temporary-directory": str(folder)}):
+            # Workers started with SIGINT ignored keep ignoring it (Python leaves an ignored
+            # SIGINT alone): Ctrl-C at the terminal reaches the grader alone, which closes them
+            # in order.
+            with sigint_ignored():
+                # Their HTTP servers (metrics, task keys) start whatever the dashboard setting:
+                # on a free loopback port, not 8787, which another cluster here may hold.
+                local = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                     host="127.0.0.1", protocol="tls://", security=security,
+                                     dashboard_address="127.0.0.1:0",
+                                     # the workers' warnings too: they write to our stderr
+                                     silence_logs=logging.ERROR,
+                                     worker_dashboard_address="127.0.0.1:0",
+                                     local_directory=str(folder))
+            with local, Client(local, security=security) as client:
+                yield client
     finally:  # Dask kills its workers before their atexit runs: their software mirrors stay
         sandbox.sweep_mirrors()
+
+
+@contextmanager
+def scratch() -> Iterator[Path]:
+    """A private folder for a local cluster's scratch space, removed when the block ends.
+
+    Dask's default, ``<temporary folder>/dask-scratch-space``, is one name for every user of
+    the machine: one who creates it first owns the folders a root grader's workers then use.
+    This one is made afresh (``mkdtemp``: 0700, a name no one could choose before) and checked
+    to be ours before any worker starts."""
+    folder = Path(tempfile.mkdtemp(prefix="edu-dl-dask-"))
+    try:
+        st = folder.lstat()
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            raise ClusterError(f"{folder}: the local cluster's scratch folder is not this "
+                               "user's alone (mode 0700)")
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @contextmanager
@@ -265,8 +293,8 @@ def _software_digest(package: Path) -> str:
 def worker_unfit(software: str, address: str) -> str:
     """'' when the worker at ``address`` (this process) may grade, else why not."""
     problem = sandbox.bwrap_problem()
-    if problem:
-        return f"no sandbox ({problem}); a cluster grades in bwrap only"
+    if problem:  # no --no-sandbox on a cluster: a worker's fallback would run as the worker
+        return f"no sandbox: {problem}; a cluster grades in bwrap only"
     if software != software_digest():
         return ("another edu_dl than the client's (its code, the grader's version or the "
                 "Python differs); install the same on every worker")
@@ -307,6 +335,20 @@ def check_cluster(client: Any, log: Callable[[str], None], timeout_s: float) -> 
     threads = sum(client.nthreads().values())
     log(f"grading on {scheduler}: {len(client.nthreads())} workers, {threads} threads")
     return software
+
+
+def check_workers(options: ClusterOptions, problem: str, log: Callable[[str], None]) -> None:
+    """Refuse, before anything is read or written, a cluster that would not grade in bwrap:
+    a local one where ``problem`` (this machine's sandbox: its workers are here), or a
+    scheduler any of whose workers lacks it (connected once to ask; the batch connects again)."""
+    if options.local_workers:
+        if problem:
+            raise ClusterError(f"no sandbox: {problem}; a cluster grades in bwrap only (the "
+                               "--local-cluster workers run here)")
+        return
+    with connect(options, lambda _: None) as client:
+        check_cluster(client, lambda line: log(line) if line.startswith("note:") else None,
+                      options.timeout_s)
 
 
 # --------------------------------------------------------------------------- the tasks
@@ -362,7 +404,7 @@ def grade_on_cluster(options: ClusterOptions, todo: list[Item], out: Path, setti
                     prepared = prepare(item[0], out, settings, data, secret, boxed=True)
                 except Exception as exc:  # a grader bug must not stop the batch
                     prepared = rows_for(item[0], "grader error", f"{type(exc).__name__}: {exc}",
-                                        sandbox.isolation())
+                                        "bwrap")
                 if isinstance(prepared, list):  # nothing to run: these rows say why
                     yield item, data, prepared
                     continue
@@ -378,7 +420,8 @@ def grade_on_cluster(options: ClusterOptions, todo: list[Item], out: Path, setti
                 item, data, prepared, sent = running.pop(future)
                 yield from fill()  # the next task starts while this one is judged
                 rows = _finish(future, item[0], prepared, settings, sent, options.timings)
-                rows += speed_rows(item[0], prepared.notebook, rows, secret, hide)  # here
+                rows += speed_rows(item[0], prepared.notebook, rows, secret, settings,
+                                   hide)  # here
                 yield item, data, rows
         finally:
             if running:  # interrupted (Ctrl-C): what is still running is no grade
@@ -426,7 +469,7 @@ def _finish(future: Any, job: Job, prepared: Prepared, settings: Settings, sent:
         raise ClusterError(str(exc)) from None
     except Exception as exc:
         return rows_for(job, "grader error", f"on a worker: {type(exc).__name__}: {exc}",
-                        sandbox.isolation())
+                        "bwrap")
     finally:
         future.release()
     if timings is not None:
@@ -434,5 +477,4 @@ def _finish(future: Any, job: Job, prepared: Prepared, settings: Settings, sent:
     try:
         return judge_run(job, prepared, received(prepared, done, settings), settings)
     except Exception as exc:  # a grader bug must not stop the batch
-        return rows_for(job, "grader error", f"{type(exc).__name__}: {exc}",
-                        sandbox.isolation())
+        return rows_for(job, "grader error", f"{type(exc).__name__}: {exc}", "bwrap")

@@ -9,13 +9,14 @@ the same for every submission and every run, so the same answer gets the same gr
 from __future__ import annotations
 
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from edu_dl.grading import protocol, sandbox
+from edu_dl.grading import protocol
 from edu_dl.grading.model import Job, Refused, Row, rows_for, safe_file_name
 from edu_dl.grading.notebooks import Notebook, NotebookError, write_atomic
 from edu_dl.grading.protocol import encode_inputs, roundtrip
@@ -41,7 +42,9 @@ class Prepared:
     cases: dict[str, list[tuple[Any, ...]]]
     files: dict[str, bytes]  # path inside the sandbox -> bytes, all read-only
     root: str  # the sandbox's folder for work/ and grading/
-    boxed: bool  # False: no bwrap, the same run unisolated in ``work``
+    # False: no bwrap, the same run unisolated in ``root``, a fresh private folder
+    # (sandbox.fallback_folder's kind) the caller removes after the run
+    boxed: bool
     visible: dict[str, int] = field(default_factory=dict)  # part id -> its visible cases
     submitted: bytes = b""  # the notebook as submitted (its digest is kept with the run)
     path: Path | None = None  # where it was submitted
@@ -51,8 +54,8 @@ def prepare(job: Job, out: Path, settings: Settings, data: bytes | None, secret:
             boxed: bool | None = None) -> Prepared | list[Row]:
     """Read, parse and restore the submission, draw its inputs from ``secret``; rows instead
     when there is nothing to run (missing, refused, unreadable, another exercise's notebook).
-    ``boxed``: will it run in bwrap (default: whether bwrap works here; a cluster's workers say
-    for themselves)."""
+    ``boxed``: will it run in bwrap (default: ``settings``' answer for this run; a cluster's
+    workers say for themselves)."""
     restored_nb = restored_submission(job, settings, data)
     if isinstance(restored_nb, list):
         return restored_nb
@@ -66,19 +69,24 @@ def prepare(job: Job, out: Path, settings: Settings, data: bytes | None, secret:
     autograded = (out / "autograded" / safe_file_name(job.student)
                   / safe_file_name(job.assignment) / f"{job.exercise.name}.ipynb")
     write_atomic(autograded, restored)
-    if boxed is None:  # else: the same run in the work folder, unisolated
-        boxed = not sandbox.bwrap_problem()
-    root = "/tmp" if boxed else str(work)
+    if boxed is None:  # else: the same run in a private folder, unisolated, as another uid
+        boxed = settings.boxed
+    root = "/tmp" if boxed else tempfile.mkdtemp(prefix="edu-dl-unboxed-")
     files = {f"{root}/work/{name}": beside for name, beside in job.exercise.files.items()}
     files[f"{root}/work/notebook.ipynb"] = restored
     prepared = Prepared(nb, notes, work, autograded, secret.fingerprint, {}, {}, files, root,
                         boxed, {}, data, job.path)
-    for part_id, (drawn, visible) in draw_cases(job, secret).items():
-        prepared.parts[part_id] = job.exercise.specs[part_id]
-        prepared.visible[part_id] = visible  # the rest are hidden: judge shows no value
-        prepared.files.update(grading_files(f"{root}/grading", part_id, drawn,
-                                            job.exercise.calls.get(part_id)))
-        prepared.cases[part_id] = roundtrip(drawn)  # exactly what the student's function gets
+    try:
+        for part_id, (drawn, visible) in draw_cases(job, secret).items():
+            prepared.parts[part_id] = job.exercise.specs[part_id]
+            prepared.visible[part_id] = visible  # the rest are hidden: judge shows no value
+            prepared.files.update(grading_files(f"{root}/grading", part_id, drawn,
+                                                job.exercise.calls.get(part_id)))
+            prepared.cases[part_id] = roundtrip(drawn)  # exactly what the student's code gets
+    except BaseException:
+        if not boxed:  # nothing will run in it
+            shutil.rmtree(root, ignore_errors=True)
+        raise
     return prepared
 
 
@@ -101,21 +109,21 @@ def restored_submission(job: Job, settings: Settings, data: bytes | None
     changed, and the bytes read), or the rows saying why there is nothing to run. Writes
     nothing."""
     if job.refused:
-        return rows_for(job, "refused", job.refused, sandbox.isolation())
+        return rows_for(job, "refused", job.refused, settings.isolation())
     if job.path is None:
         return rows_for(job, "missing", f"no {job.exercise.name}.ipynb was submitted",
-                        sandbox.isolation())
+                        settings.isolation())
     try:
         data = read_bounded(job.path, settings.notebook_mb * MB) if data is None else data
         submitted = parse_notebook(data, job.path.name)
     except Refused as exc:
-        return rows_for(job, "refused", str(exc), sandbox.isolation())
+        return rows_for(job, "refused", str(exc), settings.isolation())
     except NotebookError as exc:
-        return rows_for(job, "unreadable", str(exc), sandbox.isolation())
+        return rows_for(job, "unreadable", str(exc), settings.isolation())
     if is_other_exercise(submitted, job.exercise.notebook):
         return rows_for(job, "wrong notebook", f"{job.path.name} holds none of the cells of "
                         f"{job.exercise.name} (a notebook for another exercise?)",
-                        sandbox.isolation())
+                        settings.isolation())
     return (*restore(submitted, job.exercise.notebook), data)
 
 

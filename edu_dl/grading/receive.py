@@ -83,12 +83,20 @@ def without_notebook(result: bytes) -> bytes:
     return kept.getvalue()
 
 
+def isolation(done: sandbox.Result, settings: Settings) -> str:
+    """The gradebook's sandbox column of a run: "bwrap", or what ran it without (a run stored
+    before the settings carried the answer: "rlimits only")."""
+    if done.isolated:
+        return "bwrap"
+    return settings.isolation() if settings.sandbox_problem else "rlimits only"
+
+
 def read_back(prepared: Prepared, done: sandbox.Result, settings: Settings) -> Ran:
     """The sandbox's result read with every bound, and the restored notebook with the outputs
     it returned; writes nothing (``edu-dl replay`` reads a stored run with it)."""
     returned = read_run(done.output, done.output_size, settings.file_mb * MB,
                         settings.notebook_mb * MB + 2 * settings.output_cap)
-    ran = Ran(done, returned, "bwrap" if done.isolated else "rlimits only")
+    ran = Ran(done, returned, isolation(done, settings))
     if returned.executed:
         try:
             outputs = executed_outputs(returned.executed, prepared.notebook)

@@ -28,7 +28,7 @@ from edu_dl.grading.model import Job, Refused, Row, safe_file_name
 from edu_dl.grading.notebooks import NotebookError
 from edu_dl.grading.prepare import Prepared, draw_cases, restored_submission
 from edu_dl.grading.protocol import ErrorText, roundtrip
-from edu_dl.grading.receive import RESULT_FILE, RUN_FILE, Ran
+from edu_dl.grading.receive import RESULT_FILE, RUN_FILE, Ran, isolation
 from edu_dl.grading.secret import Secret, read_secret, secret_path
 from edu_dl.grading.settings import MB, Settings
 from edu_dl.grading.spec import judge_case, trusted_result
@@ -142,7 +142,7 @@ def _ran(stored: dict[str, Any], facts: dict[str, Any], output: bytes, prepared:
     else:
         returned = read_run(output, len(output), settings.file_mb * MB,
                             settings.notebook_mb * MB + 2 * settings.output_cap)
-    ran = Ran(done, returned, "bwrap" if done.isolated else "rlimits only",
+    ran = Ran(done, returned, isolation(done, settings),
               unused=str(stored.get("executed notebook not used", "")))
     if stored.get("executed"):
         try:

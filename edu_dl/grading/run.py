@@ -17,15 +17,13 @@ GRADING_TMP_MB = 128  # the grading dir's own tmpfs: a student filling /tmp cann
 
 
 def run(prepared: Prepared, settings: Settings, hide: list[Path]) -> sandbox.Result:
-    """Execute the restored notebook in a sandbox (unisolated in its work folder where bwrap
-    does not work here)."""
-    return run_sandboxed(prepared.files, settings, hide, prepared.root, prepared.boxed,
-                         prepared.work)
+    """Execute the restored notebook in a sandbox (where bwrap does not work here and the
+    settings allow it: unisolated in its private folder ``prepared.root``, as another uid)."""
+    return run_sandboxed(prepared.files, settings, hide, prepared.root, prepared.boxed)
 
 
 def run_sandboxed(files: dict[str, bytes], settings: Settings, hide: list[Path],
-                  root: str = "/tmp", boxed: bool = True,
-                  fallback_dir: Path | None = None) -> sandbox.Result:
+                  root: str = "/tmp", boxed: bool = True) -> sandbox.Result:
     """The runner on ``files`` in a sandbox of this machine (its Python, its environment): the
     one step a cluster worker does (``edu_dl.grading.cluster``)."""
     argv = [sandbox.python(), "-m", "edu_dl.grading.runner", f"{root}/work/notebook.ipynb",
@@ -36,7 +34,7 @@ def run_sandboxed(files: dict[str, bytes], settings: Settings, hide: list[Path],
     return sandbox.run(
         argv, limits=settings.limits(), hide=hide,
         env=sandbox_env(f"{root}/tmp" if not boxed else "/tmp"),
-        files=files, cwd=f"{root}/work", fallback_dir=fallback_dir,
+        files=files, cwd=f"{root}/work", fallback_dir=None if boxed else Path(root),
         output_limit=settings.file_mb * MB,
         tmpfs=[("/tmp/grading", GRADING_TMP_MB)] if boxed else (),
     )

@@ -209,9 +209,30 @@ def bwrap_problem() -> str:
     return ""
 
 
-def isolation() -> str:
-    """The gradebook's sandbox column for a run on this machine: "bwrap" or "rlimits only"."""
-    return "rlimits only" if bwrap_problem() else "bwrap"
+def fallback_problem() -> str:
+    """'' if the fallback (no bwrap: rlimits only) can run here without root, else why not.
+
+    As root it runs the command as a uid of its own (``sandbox_ids``), which must reach the
+    Python and the package without any access root has and others lack."""
+    if os.geteuid() != 0:
+        return ""  # it runs as the grader's own user, who runs this Python already
+    # The Python and the package, and the temporary folder its private folders are made in.
+    for path in [Path(python()).resolve(), *software(), Path(tempfile.gettempdir()).resolve()]:
+        if not _reachable(path, UID_BASE, UID_BASE):
+            return (f"without it, notebooks run as an unprivileged uid, which cannot reach "
+                    f"{path} (make the folders above it searchable by every user, chmod o+x)")
+    return ""
+
+
+@contextlib.contextmanager
+def fallback_folder() -> Iterator[Path]:
+    """A fresh private folder for one run of the fallback (``run``'s ``fallback_dir``): made
+    here, root's or the user's (0700), handed to the run's uid by ``run``, removed after."""
+    folder = Path(tempfile.mkdtemp(prefix="edu-dl-unboxed-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def software() -> list[Path]:
@@ -407,11 +428,11 @@ def bwrap_args(
 
 
 @contextlib.contextmanager
-def sandbox_ids(isolated: bool = True) -> Iterator[tuple[int, int]]:
-    """(uid, gid) for a new sandbox, held until the block ends: as root a fresh unprivileged pair
-    no running process and no other sandbox (of this grader or another) has; else the caller's
-    own."""
-    if os.geteuid() != 0 or not isolated:
+def sandbox_ids() -> Iterator[tuple[int, int]]:
+    """(uid, gid) for a new sandbox or fallback run, held until the block ends: as root a fresh
+    unprivileged pair no running process and no other sandbox (of this grader or another) has
+    (a student's code never runs as root); else the caller's own."""
+    if os.geteuid() != 0:
         yield os.getuid(), os.getgid()
         return
     folder = _uid_lock_folder()
@@ -493,15 +514,16 @@ def _enter(limits: Limits, nproc: int, group: cgroups.Group, uid: int, gid: int)
         os.setresuid(uid, uid, uid)
 
 
-def _nproc_cap(limits: Limits, uid: int) -> int:
+def _nproc_cap(limits: Limits, uid: int, counted: bool = False) -> int:
     """RLIMIT_NPROC for the sandbox, or 0 for none.
 
     It counts processes AND threads of the uid across the whole machine: a root grader's sandbox
     has a uid of its own, so the cap is the sandbox's share; an ordinary user's sandbox adds its
-    share to what the user already runs.
+    share to what the user already runs. ``counted``: a pids cgroup caps the sandbox too; the
+    rlimit then leaves it room, so that the cgroup refuses first and counts what it refused.
     """
     if os.geteuid() == 0:
-        return limits.processes + CGROUP_MARGIN
+        return limits.processes + CGROUP_MARGIN * (2 if counted else 1)
     running = 0
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
@@ -511,7 +533,9 @@ def _nproc_cap(limits: Limits, uid: int) -> int:
             except OSError:
                 continue
     hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
-    want = running + limits.processes
+    # The margin, as for root: a cap at exactly the limit would hold a fork bomb where the
+    # watchdog never sees it pass, and it would end as a "timeout".
+    want = running + limits.processes + CGROUP_MARGIN
     return want if hard == resource.RLIM_INFINITY or hard > want else 0
 
 
@@ -685,9 +709,11 @@ def run(
 
     ``files`` (path inside -> bytes) are shown read-only inside. The sandbox may write up to
     ``output_limit`` bytes to the descriptor named by ``$EDU_DL_RESULT_FD`` (a pipe); they come
-    back as ``Result.output``. Without bwrap (``bwrap_problem()`` says why) the command runs with
-    the rlimits alone as the caller, in ``fallback_dir``, ``files`` are written where they name,
-    and ``Result.isolated`` is False. ``require_bwrap`` skips that check (the probe itself).
+    back as ``Result.output``. Without bwrap (``bwrap_problem()`` says why; the callers' settings
+    decide whether that may run at all) the command runs with the rlimits alone, never as root:
+    as root as a leased uid that is given ``fallback_dir`` (a fresh private folder, see
+    ``fallback_folder``: ``files`` are written into it), else as the caller; and
+    ``Result.isolated`` is False. ``require_bwrap`` skips that check (the probe itself).
     """
     # EDU_DL_SANDBOX_GROUP prefixes the tag, so one caller can find its own sandboxes' processes
     # among others' (the tests check that nothing is left running while others grade).
@@ -696,8 +722,10 @@ def run(
     result = Result(returncode=None, isolated=not problem)
     if problem:
         result.notes.append(f"NOT ISOLATED: {problem}; resource limits only")
-    with sandbox_ids(isolated=not problem) as (uid, gid):
+    with sandbox_ids() as (uid, gid):
         result.uid = uid
+        if problem:
+            _hand_over(fallback_dir, files, uid, gid)
         group = cgroups.create(f"{cgroups.PREFIX}{os.environ.get(GROUP_VAR, '')}"
                                f"{secrets.token_hex(8)}",
                                int(TREE_MEMORY * limits.memory_mb * MB),
@@ -717,9 +745,6 @@ def run(
             env = {**(env or {}), TAG_VAR: tag, RESULT_FD_VAR: str(out_w)}
             tmp = None
             if problem:
-                for dest, data in files.items():
-                    Path(dest).parent.mkdir(parents=True, exist_ok=True)
-                    Path(dest).write_bytes(data)
                 command, run_env, run_cwd = list(argv), dict(env), str(fallback_dir or cwd)
             else:
                 options = bwrap_args(fds, uid=uid, gid=gid, limits=limits, env=env, cwd=cwd,
@@ -738,7 +763,46 @@ def run(
                 drain.finish(result)
             finally:
                 group.remove()
+                if problem and os.geteuid() == 0:  # the uid is the run's alone: none survives
+                    _reap_uid(uid)
     return result
+
+
+def _hand_over(folder: Path | None, files: Mapping[str, bytes], uid: int, gid: int) -> None:
+    """The fallback's working folder: ``files`` written into it, and (as root) it and they
+    given to the run's uid. ``folder`` must be fresh (``fallback_folder``): root writes here
+    before the run's uid ever could."""
+    if folder is None:
+        raise ValueError("the fallback (no bwrap) needs a folder to run in: fallback_dir")
+    for dest, data in files.items():
+        if not Path(os.path.normpath(dest)).is_relative_to(folder):
+            raise ValueError(f"{dest}: outside the fallback's folder {folder}")
+        Path(dest).parent.mkdir(parents=True, exist_ok=True)
+        Path(dest).write_bytes(data)
+    if os.geteuid() != 0:
+        return
+    for path in [folder, *folder.rglob("*")]:
+        os.chown(path, uid, gid, follow_symlinks=False)
+    folder.chmod(0o700)
+    if not _reachable(folder, uid, gid):
+        raise RuntimeError(f"{folder}: the sandbox's uid {uid} cannot reach it; the fallback "
+                           "runs in a folder of the system's temporary folder")
+
+
+def _reap_uid(uid: int, tries: int = 50) -> None:
+    """Kill every process of ``uid`` (a sandbox uid of this run alone) until none is left."""
+    for _ in range(tries):
+        left = []
+        for entry in os.scandir("/proc"):
+            try:
+                if entry.name.isdigit() and entry.stat().st_uid == uid:
+                    left.append(int(entry.name))
+            except OSError:
+                continue
+        if not left:
+            return
+        _kill(left)
+        time.sleep(0.05)
 
 
 def _watch(command: list[str], env: dict[str, str], cwd: str, limits: Limits, result: Result,
@@ -752,8 +816,9 @@ def _watch(command: list[str], env: dict[str, str], cwd: str, limits: Limits, re
         proc = subprocess.Popen(
             command, stdin=stdin, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd,
             start_new_session=True, pass_fds=fds.fds,
-            preexec_fn=functools.partial(_enter, limits, _nproc_cap(limits, uid), group,
-                                         uid, gid),
+            preexec_fn=functools.partial(_enter, limits,
+                                         _nproc_cap(limits, uid, group.pids is not None),
+                                         group, uid, gid),
         )
     fds.close()  # the child holds its copies; ours would only keep the data (and pipes) alive
     try:
@@ -792,6 +857,14 @@ def _watch(command: list[str], env: dict[str, str], cwd: str, limits: Limits, re
                                     f"cap of {limits.tmp_inodes}")
             elif tasks > limits.processes:
                 result.killed = "processes"
+            if result.killed == "timeout" and tasks > limits.processes:
+                result.killed = "processes"  # a fork bomb the kernel held until the budget
+            elif result.killed in ("", "timeout") and group.fork_refusals():
+                # A fork bomb the kernel holds at its cap may never be seen above it, and may
+                # outlast the budget: the forks it refused name the cause.
+                result.killed = "processes"
+                result.notes.append(f"the kernel refused its forks at the cap of "
+                                    f"{limits.processes + CGROUP_MARGIN} processes/threads")
             if result.killed:
                 _kill([proc.pid])  # bwrap's death kills its PID namespace (--die-with-parent)
                 _kill(pids)
@@ -807,6 +880,10 @@ def _watch(command: list[str], env: dict[str, str], cwd: str, limits: Limits, re
             if group.oom_kills() and not result.killed:
                 result.killed = "memory"
             result.peak_memory_mb = max(result.peak_memory_mb, group.peak_bytes() / MB)
+        if result.killed in ("", "timeout") and group.fork_refusals():  # outlived, or timed out
+            result.killed = "processes"
+            result.notes.append(f"the kernel refused its forks at the cap of "
+                                f"{limits.processes + CGROUP_MARGIN} processes/threads")
         if result.killed == "memory" and group.memory is not None:
             result.notes.append(f"the kernel's OOM killer acted in its memory cgroup (limit "
                                 f"{cap_mb:.0f} MB)")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from edu_dl.grading import parts
 from edu_dl.grading.load import read_beside
-from edu_dl.grading.settings import GRADER_VERSION
+from edu_dl.grading.settings import GRADER_VERSION, Settings
 
 CACHE_VAR = "EDU_DL_CACHE"
 PASSED = "solutions-passed"
@@ -62,12 +62,13 @@ def run_key(notebook: Path) -> str:
     return h.hexdigest()
 
 
-def failures(notebook: Path, progress: bool = False) -> list[str]:
-    """What fails when the solution notebook is graded against itself; [] when it passes."""
+def failures(notebook: Path, progress: bool = False, without_sandbox: str = "") -> list[str]:
+    """What fails when the solution notebook is graded against itself; [] when it passes.
+    Without the sandbox: NoSandbox, unless ``without_sandbox`` (``--no-sandbox``)."""
     from edu_dl.grading.validate import validate
 
     report = validate(notebook, timeout=TIMEOUT_S, progress=progress, source=notebook,
-                      log=lambda _: None)
+                      log=lambda _: None, without_sandbox=without_sandbox)
     found = [f"{notebook.name}: part {p.part_id} scores {p.points:g} of {p.max_points:g}: "
              + (p.message.splitlines() or [""])[0]
              for p in report.parts if not p.ok and not p.by_hand]
@@ -78,9 +79,13 @@ def failures(notebook: Path, progress: bool = False) -> list[str]:
 
 
 def check_solutions(notebooks: list[Path], log: Callable[[str], None] = print,
-                    cache: Path | None = None) -> list[str]:
+                    cache: Path | None = None, without_sandbox: str = "") -> list[str]:
     """Grade each solution notebook against its own tests (skipping those that passed with the
-    same key before); every failure, one line each, naming the notebook and the part."""
+    same key before); every failure, one line each, naming the notebook and the part.
+
+    Fails closed: raises NoSandbox, before anything runs, where the sandbox cannot be built
+    and ``without_sandbox`` (``--no-sandbox``) does not allow the fallback."""
+    Settings(without_sandbox=without_sandbox).checked()
     cache = (cache or cache_dir()) / PASSED
     problems: list[str] = []
     for notebook in notebooks:
@@ -88,7 +93,7 @@ def check_solutions(notebooks: list[Path], log: Callable[[str], None] = print,
         if (cache / key).is_file():
             log(f"{notebook.name}: the solution passed its tests before (unchanged since)")
             continue
-        found = failures(notebook)
+        found = failures(notebook, without_sandbox=without_sandbox)
         problems += found
         if not found:
             log(f"{notebook.name}: the solution passes its tests (hidden ones included)")

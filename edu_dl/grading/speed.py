@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from edu_dl.grading.model import Refused
 from edu_dl.grading.notebooks import Notebook, NotebookError
 from edu_dl.grading.run import sandbox_env
 from edu_dl.grading.secret import VALIDATION_SECRET, Secret, read_secret
+from edu_dl.grading.settings import NoSandbox, Settings
 from edu_dl.grading.trust.bounded import read_bounded
 from edu_dl.grading.trust.notebook import Untrusted, parse_notebook
 from edu_dl.grading.trust.source import find_source
@@ -90,33 +90,36 @@ def module_text(function_source: str) -> bytes:
 
 def measure(part_id: str, function_source: str, seed: int, *, rounds: int = ROUNDS,
             calls: int | None = None, hide: Iterable[Path] = (),
-            limits: sandbox.Limits = LIMITS) -> Measurement:
-    """Time the submitted function against the task's reference, from outside (module doc)."""
+            limits: sandbox.Limits = LIMITS, settings: Settings | None = None) -> Measurement:
+    """Time the submitted function against the task's reference, from outside (module doc).
+
+    ``settings``: the run's, whose answer says whether the sandbox works (default: asked
+    now; NoSandbox where it does not)."""
+    boxed = (settings or Settings()).checked().boxed
     task = TASKS[part_id]
     calls = calls or task.calls
     found = Measurement(part_id, task.goal)
     shape = (calls, *task.output_shape(*call_inputs(task, seed, 1)[0]))
     kinds = ("baseline", "reference", "submission")
-    with tempfile.TemporaryDirectory(prefix="edu_dl_speed_") as fallback:
-        expected: np.ndarray | None = None
-        for round_ in range(rounds):
-            for kind in kinds[round_ % 3:] + kinds[: round_ % 3]:  # interleaved: rotated
-                cpu, outputs, problem, status = _timed_run(task, kind, function_source, seed, calls,
-                                                   shape, hide, limits, Path(fallback))
-                if problem:
-                    found.correct, found.message = False, f"{kind} run: {problem}"
-                    found.status = status
+    expected: np.ndarray | None = None
+    for round_ in range(rounds):
+        for kind in kinds[round_ % 3:] + kinds[: round_ % 3]:  # interleaved: rotated
+            cpu, outputs, problem, status = _timed_run(task, kind, function_source, seed, calls,
+                                                       shape, hide, limits, boxed)
+            if problem:
+                found.correct, found.message = False, f"{kind} run: {problem}"
+                found.status = status
+                return found
+            getattr(found, f"{kind}_s").append(cpu)
+            if kind == "reference" and expected is None:
+                expected = outputs
+            elif kind == "submission":
+                assert expected is not None  # round 0 runs the reference before it
+                if not np.allclose(outputs, expected, rtol=task.rtol, atol=task.atol):
+                    found.correct, found.status = False, "failed"
+                    found.message = ("its answers differ from the reference's: a fast wrong "
+                                     "answer scores 0")
                     return found
-                getattr(found, f"{kind}_s").append(cpu)
-                if kind == "reference" and expected is None:
-                    expected = outputs
-                elif kind == "submission":
-                    assert expected is not None  # round 0 runs the reference before it
-                    if not np.allclose(outputs, expected, rtol=task.rtol, atol=task.atol):
-                        found.correct, found.status = False, "failed"
-                        found.message = ("its answers differ from the reference's: a fast wrong "
-                                         "answer scores 0")
-                        return found
     found.correct = True
     reference = min(found.reference_s) - min(found.baseline_s)
     submission = min(found.submission_s) - min(found.baseline_s)
@@ -136,11 +139,20 @@ def measure(part_id: str, function_source: str, seed: int, *, rounds: int = ROUN
 
 def _timed_run(task: SpeedTask, kind: str, function_source: str, seed: int, calls: int,
                shape: tuple[int, ...], hide: Iterable[Path], limits: sandbox.Limits,
-               fallback: Path) -> tuple[float, np.ndarray, str, str]:
+               boxed: bool) -> tuple[float, np.ndarray, str, str]:
     """(CPU seconds the kernel accounted, the outputs, "" or what went wrong, and its status)
-    of one run."""
-    boxed = not sandbox.bwrap_problem()
-    inside = INSIDE if boxed else str(fallback)
+    of one run (without bwrap: in a fresh private folder, as another uid)."""
+    if boxed:
+        return _timed_run_in(task, kind, function_source, seed, calls, shape, hide, limits, None)
+    with sandbox.fallback_folder() as fallback:
+        return _timed_run_in(task, kind, function_source, seed, calls, shape, hide, limits,
+                             fallback)
+
+
+def _timed_run_in(task: SpeedTask, kind: str, function_source: str, seed: int, calls: int,
+                  shape: tuple[int, ...], hide: Iterable[Path], limits: sandbox.Limits,
+                  fallback: Path | None) -> tuple[float, np.ndarray, str, str]:
+    inside = INSIDE if fallback is None else str(fallback)
     argv = [sandbox.python(), "-m", "edu_dl.grading.speed_driver", task.part_id, kind,
             str(seed), str(calls)]
     files = {}
@@ -149,7 +161,8 @@ def _timed_run(task: SpeedTask, kind: str, function_source: str, seed: int, call
         files[f"{inside}/submission.py"] = module_text(function_source)
     out_bytes = int(np.prod(shape)) * 4 + 4096
     result = sandbox.run(argv, limits=limits, env=sandbox_env(), files=files, hide=hide,
-                         cwd="/tmp" if boxed else str(fallback), fallback_dir=fallback,
+                         cwd="/tmp" if fallback is None else str(fallback),
+                         fallback_dir=fallback,
                          output_limit=out_bytes, poll_s=POLL_S)
     if result.killed or result.returncode != 0:
         why = result.killed or f"exit code {result.returncode}"
@@ -176,7 +189,8 @@ def measure_notebook(notebook: Path, part_id: str, seed: int, *, rounds: int = R
 
 
 def measure_submitted(nb: Notebook, part_id: str, seed: int, *, rounds: int = ROUNDS,
-                      calls: int | None = None, hide: Iterable[Path] = ()) -> Measurement:
+                      calls: int | None = None, hide: Iterable[Path] = (),
+                      settings: Settings | None = None) -> Measurement:
     """Measure the function a (parsed, restored) notebook's test cell for ``part_id`` checks:
     its source alone, after the source check; nothing else the notebook did is run."""
     found = Measurement(part_id, TASKS[part_id].goal)
@@ -189,7 +203,8 @@ def measure_submitted(nb: Notebook, part_id: str, seed: int, *, rounds: int = RO
     if problem:
         found.message, found.status = problem, "refused"
         return found
-    return measure(part_id, source, seed, rounds=rounds, calls=calls, hide=hide)
+    return measure(part_id, source, seed, rounds=rounds, calls=calls, hide=hide,
+                   settings=settings)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,6 +219,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, help="calls per timed run (default: the task's)")
     args = parser.parse_args(argv)
     secret = read_secret(args.secret) if args.secret else VALIDATION_SECRET
+    try:
+        Settings().checked()  # fails closed, as edu-dl grade does
+    except NoSandbox as exc:
+        say(f"{parser.prog}: {exc}", sys.stderr)
+        return 2
     found = measure_notebook(args.notebook, args.part, seed_for(secret, args.part),
                              rounds=args.rounds, calls=args.calls)
     say(f"{args.part}: {'passed' if found.passed else 'no credit'}: {found.message}")

@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from edu_dl.grading import sandbox
 from edu_dl.grading.model import OUTSIDE, Job, Row
 from edu_dl.grading.notebooks import Notebook
 from edu_dl.grading.secret import Secret
+from edu_dl.grading.settings import Settings
 from edu_dl.grading.speed import ROUNDS, measure_submitted, seed_for
 from edu_dl.harness.speed import TASKS, speed_row
 
@@ -28,30 +28,31 @@ calls: int | None = None  # None: each task's own
 
 
 def speed_rows(job: Job, notebook: Notebook, judged: list[Row], secret: Secret,
-               hide: Iterable[Path] = ()) -> list[Row]:
+               settings: Settings, hide: Iterable[Path] = ()) -> list[Row]:
     """A row per speed task of the job's exercise, after ``judged`` (its parts' rows)."""
     passed = {row.part for row in judged if row.status == "passed"}
     present = {row.part for row in judged}  # rows_for's (nothing judged) hold them already
     rows = []
     for part_id, _ in job.exercise.parts:
         if part_id in TASKS and speed_row(part_id) not in present:
-            rows.append(_speed_row(job, notebook, part_id, part_id in passed, secret, hide))
+            rows.append(_speed_row(job, notebook, part_id, part_id in passed, secret,
+                                   settings, hide))
     return rows
 
 
 def _speed_row(job: Job, notebook: Notebook, part_id: str, correct: bool, secret: Secret,
-               hide: Iterable[Path]) -> Row:
+               settings: Settings, hide: Iterable[Path]) -> Row:
     task = TASKS[part_id]
     row = Row(job.student, job.exercise.name, speed_row(part_id), 0.0,
               job.exercise.speed.get(speed_row(part_id), task.points), "not measured", "",
-              sandbox.isolation(), OUTSIDE)
+              settings.isolation(), OUTSIDE)
     if not correct:
         row.message = (f"not measured: the correctness part {part_id} did not pass, and only a "
                        "correct function's speed earns points")
         return row
     try:
         found = measure_submitted(notebook, part_id, seed_for(secret, part_id), rounds=rounds,
-                                  calls=calls, hide=hide)
+                                  calls=calls, hide=hide, settings=settings)
     except Exception as exc:  # a grader bug costs this row, never the batch
         row.status, row.message = "grader error", f"{type(exc).__name__}: {exc}"
         return row

@@ -40,7 +40,7 @@ from edu_dl.grading.notebooks import Notebook, NotebookError, read_notebook
 from edu_dl.grading.protocol import PART_ID
 from edu_dl.grading.run import sandbox_env
 from edu_dl.grading.secret import VALIDATION_SECRET
-from edu_dl.grading.settings import Settings
+from edu_dl.grading.settings import OWN_NOTEBOOK, Settings
 
 PASS, FAIL, BY_HAND_MARK = "✓", "✗", "·"  # a part graded by hand later gets no verdict here
 LATER = "graded by hand later"
@@ -139,14 +139,18 @@ def _errors_outside_graded_cells(nb: Any) -> list[str]:
 
 def validate(path: str | Path, timeout: float = 120.0, progress: bool = True,
              source: str | Path | None = None,
-             log: Callable[[str], None] | None = None) -> ValidationReport:
+             log: Callable[[str], None] | None = None,
+             without_sandbox: str = OWN_NOTEBOOK) -> ValidationReport:
     """Grade ``path`` as ``edu-dl grade`` would (against ``source``, else itself).
 
-    ``progress``: say on stderr that it runs (a run takes seconds to minutes)."""
+    ``progress``: say on stderr that it runs (a run takes seconds to minutes). Where the sandbox
+    cannot be built it runs the labelled fallback (``without_sandbox``: one's own notebook);
+    ``assign``'s self-test passes "" (refuse: NoSandbox) or its ``--no-sandbox``."""
     start = time.monotonic()
     path = Path(path)
     report = ValidationReport(path)
-    settings = Settings(timeout_s=timeout)
+    # Asked once here (NoSandbox where even the fallback cannot run), carried into grade().
+    settings = Settings(timeout_s=timeout, without_sandbox=without_sandbox).checked()
     # Graded as the source notebook it answers: the one given, or the one named like it.
     name = Path(source).stem if source and Path(source).suffix == ".ipynb" else path.stem
     try:
@@ -157,7 +161,7 @@ def validate(path: str | Path, timeout: float = 120.0, progress: bool = True,
                 report.errors.append(problem)
                 return report
         if progress:
-            print(RUNNING_BARE if sandbox.bwrap_problem() else RUNNING, file=sys.stderr,
+            print(RUNNING_BARE if settings.sandbox_problem else RUNNING, file=sys.stderr,
                   flush=True)
         with tempfile.TemporaryDirectory(prefix="edu-dl-validate-") as tmp:
             batch = Path(tmp) / "submissions" / VALIDATOR

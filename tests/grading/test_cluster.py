@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fixtures.hostile import corpus
+from fixtures.hostile import corpus, no_bwrap
 
 from edu_dl.cli import main
 from edu_dl.grading import batch as G
@@ -152,7 +152,8 @@ class _Clusters:
     def __init__(self, folder: Path) -> None:
         self.folder, self.started, self.logs = folder, list[Cluster](), list[Any]()
 
-    def __call__(self, workers: int, tls: bool = False) -> Cluster:
+    def __call__(self, workers: int, tls: bool = False, no_bwrap_for: int = 0) -> Cluster:
+        """``no_bwrap_for``: that many of the workers start where bwrap is hidden (root)."""
         env = {**os.environ, "OMP_NUM_THREADS": "1", sandbox.GROUP_VAR: GROUP}
         folder = self.folder / f"cluster{len(self.started)}"
         folder.mkdir(parents=True)
@@ -174,10 +175,12 @@ class _Clusters:
         found = Cluster(address, security, {"scheduler": proc}, flags)
         self.started.append(found)
         for i in range(workers):
-            found.processes[f"w{i}"] = subprocess.Popen(
-                [DASK, "worker", address, "--nthreads", "1", "--no-nanny", "--no-dashboard",
-                 "--name", f"w{i}", "--host", "127.0.0.1", *flags],
-                env=env, stdout=log, stderr=subprocess.STDOUT)
+            argv = [DASK, "worker", address, "--nthreads", "1", "--no-nanny", "--no-dashboard",
+                    "--name", f"w{i}", "--host", "127.0.0.1", *flags]
+            if i < no_bwrap_for:
+                argv = no_bwrap.hide_bwrap(argv, folder)
+            found.processes[f"w{i}"] = subprocess.Popen(argv, env=env, stdout=log,
+                                                        stderr=subprocess.STDOUT)
         with found.client() as client:
             client.wait_for_workers(workers, timeout=120)
         return found
@@ -411,3 +414,62 @@ def test_local_cluster_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert got[("good", "ex02.gflops")] == "passed"
     assert got[("stub", "ex02.gflops")] == "not implemented"
     assert main([*argv[:-1], "0"]) == 2
+
+
+def test_the_scratch_folder_must_be_ours_alone(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder another user could enter (here: one made 0755, as if pre-created) is refused
+    before any worker starts."""
+    shared = tmp_path / "pre-created"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    monkeypatch.setattr(C.tempfile, "mkdtemp", lambda prefix="": str(shared))
+    with pytest.raises(C.ClusterError, match="not this user's alone"), C.scratch():
+        pass
+    assert not shared.exists()  # removed all the same
+
+
+@pytest.mark.slow
+def test_a_local_cluster_scratch_space_is_private_and_removed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dask's default scratch space, <temporary folder>/dask-scratch-space, may be made first by
+    another user (here, as root: one owned by nobody, open to all), who could then swap the
+    workers' folders. --local-cluster's workers use a private folder of their own instead, and
+    it is gone when the cluster is."""
+    shared = tmp_path / "tmp"  # the machine's temporary folder, as others see it
+    shared.mkdir()
+    shared.chmod(0o1777)
+    planted = shared / "dask-scratch-space"
+    planted.mkdir()
+    planted.chmod(0o777)
+    if os.geteuid() == 0:
+        os.chown(planted, 65534, 65534)
+    monkeypatch.setattr(tempfile, "tempdir", str(shared))
+    with C.local_cluster(1) as client:
+        folders = list(client.run(lambda dask_worker: dask_worker.local_directory).values())
+        scratch = {Path(f).relative_to(shared).parts[0] for f in folders}
+        assert len(scratch) == 1 and scratch != {planted.name}, folders
+        mine = shared / scratch.pop()
+        st = mine.lstat()
+        assert st.st_uid == os.geteuid() and st.st_mode & 0o777 == 0o700
+    assert not mine.exists()
+    assert list(planted.iterdir()) == []  # nothing of the cluster's went to the planted folder
+
+
+@pytest.mark.slow
+@pytest.mark.root_only
+def test_a_worker_without_bwrap_is_refused_before_anything_is_written(
+        tmp_path: Path, start: _Clusters, capsys: pytest.CaptureFixture[str]) -> None:
+    """One worker started where bwrap is hidden (a private mount namespace): the batch refuses
+    with exit status 2, naming the worker and the fix, and writes nothing."""
+    if no_bwrap.available():
+        pytest.fail(no_bwrap.available())
+    found = start(2, no_bwrap_for=1)
+    _corpus(tmp_path, ["good"])
+    out = tmp_path / "grades"
+    assert main(["grade", str(tmp_path / "submissions"), "--source", str(tmp_path / "source"),
+                 "--out", str(out), "--scheduler", found.address]) == 2
+    err = capsys.readouterr().err
+    assert "no sandbox: bubblewrap (bwrap) is not installed" in err, err
+    assert "apt-get install bubblewrap" in err and "a cluster grades in bwrap only" in err
+    assert not out.exists()

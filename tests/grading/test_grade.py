@@ -212,18 +212,21 @@ def test_grade_cli_gradebook_feedback_and_resume(tmp_path: Path,
     assert not grader_processes()
 
 
-def test_without_bwrap_the_gradebook_says_so(tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    from edu_dl.grading import sandbox
-
+def test_without_bwrap_grade_refuses_in_one_sentence(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Fails closed (the opt-in's runs: tests/grading/hostile/test_fail_closed.py)."""
     monkeypatch.setattr(sandbox, "bwrap_problem", lambda: "bwrap is not installed")
     corpus.build(tmp_path, tmp_path / "escape", ["good"])
-    messages: list[str] = []
-    summary = G.grade(tmp_path / "submissions", tmp_path / "source", tmp_path / "grades",
-                      settings=FAST, progress=False, log=messages.append)
-    assert "WITHOUT a sandbox" in messages[0]
-    assert {(r.status, r.sandbox) for r in summary.rows} == {("passed", "rlimits only")}
-    assert "NONE" in report.summary_text(summary)
+    out = tmp_path / "grades"
+    assert main(["grade", str(tmp_path / "submissions"), "--source", str(tmp_path / "source"),
+                 "--out", str(out), "--rotate-secret"]) == 2
+    printed = capsys.readouterr()
+    assert printed.out == "" and printed.err.count("\n") == 1, printed
+    assert printed.err.startswith("edu-dl grade: refusing to run notebooks without the "
+                                  "sandbox: bwrap is not installed; ") and "--no-sandbox" in \
+        printed.err
+    assert not out.exists()
 
 
 @pytest.mark.slow

@@ -453,28 +453,6 @@ def test_submissions_and_grades_inside_the_source_folder_never_reach_a_sandbox(
     assert not names & {"bobs_secret.txt", "grades.csv", "manual.csv", "run.json"}, names
 
 
-def test_validate_without_bwrap_runs_the_labelled_fallback(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
-    """Where bwrap does not work (macOS), validate grades all the same and says it is unisolated."""
-    from fixtures import nbgrader_course as course
-
-    from edu_dl.grading.validate import validate
-
-    monkeypatch.setattr(sandbox, "bwrap_problem", lambda: "bwrap is not installed")
-    src, root = course.build(tmp_path / "course")
-    messages: list[str] = []
-    report = validate(root / "submitted" / "carol" / course.ASSIGNMENT
-                      / f"{course.NOTEBOOK}.ipynb", timeout=30, progress=True, source=src,
-                      log=messages.append)
-    assert capsys.readouterr().err.startswith("running your notebook WITHOUT the sandbox")
-    assert report.sandbox == "NOT isolated: bwrap is not installed"
-    assert "WITHOUT a sandbox" in messages[0]
-    assert "NOT isolated" in str(report).splitlines()[0]
-    assert {p.part_id: p.points for p in report.parts if not p.later} == {
-        k: v for k, v in course.EXPECTED["carol"].items() if v is not None}
-
-
 CALL_PARTS = '''
 import numpy as np
 

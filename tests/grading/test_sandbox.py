@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -160,29 +161,74 @@ def test_the_kernel_refuses_a_fork_bomb(monkeypatch: pytest.MonkeyPatch) -> None
     assert not left.exists()
 
 
-def test_fallback_without_bwrap_says_so_and_reaps(monkeypatch: pytest.MonkeyPatch,
-                                                  tmp_path: Path) -> None:
+def test_a_fork_bomb_held_at_its_cap_is_processes_not_timeout() -> None:
+    """The kernel holds a fork bomb at its cap (a pids cgroup, RLIMIT_NPROC) and it spins there
+    until the budget ends: it is named "processes" all the same. Where a pids cgroup counts the
+    refused forks (root), the watchdog looks only before the bomb and after the budget; an
+    ordinary user's cap leaves room above the limit for the watchdog to see."""
+    made = cgroups.create(f"{cgroups.PREFIX}probe_{os.getpid()}", 64 << 20, 10)
+    counted = made.pids is not None
+    made.remove()
+    limits = sandbox.Limits(wall_s=4 if counted else 20, memory_mb=1024, processes=16)
+    done = py("import os, time\n"
+              "while True:\n"
+              "    try:\n"
+              "        if os.fork() == 0:\n"
+              "            time.sleep(60.219)\n"
+              "    except OSError:\n"
+              "        pass\n", limits=limits, poll_s=5.0 if counted else 0.1)
+    assert done.killed == "processes", done
+    assert not any("time.sleep(60.219)" in _cmdline(pid) for pid in _all_pids())
+
+
+def test_fallback_without_bwrap_says_so_and_reaps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fallback (--no-sandbox, validate's): labelled, never root (as root: a leased uid
+    that owns its fresh private folder), and nothing of it left running."""
     monkeypatch.setattr(sandbox, "bwrap_problem", lambda: "bwrap is not installed")
     limits = sandbox.Limits(wall_s=2, memory_mb=512, processes=64)
-    done = sandbox.run([PY, "-c", "import os, time\nif os.fork() == 0:\n    os.setsid()\n"
-                        "    time.sleep(303)\ntime.sleep(304)"], limits=limits,
-                       env={"PATH": "/usr/bin:/bin"}, fallback_dir=tmp_path)
+    # /bin/sh: the leased uid may not reach this Python (a pyenv under /root)
+    with sandbox.fallback_folder() as folder:
+        done = sandbox.run(["/bin/sh", "-c", "id -u > uid; (setsid sleep 303.417 &); "
+                            "sleep 304.417"], limits=limits, env={"PATH": "/usr/bin:/bin"},
+                           fallback_dir=folder)
+        ran_as = int((folder / "uid").read_text())
+        assert (folder / "uid").stat().st_uid == ran_as == done.uid
+        assert folder.stat().st_uid == ran_as and folder.stat().st_mode & 0o777 == 0o700
     assert not done.isolated and "NOT ISOLATED" in done.notes[0]
     assert done.killed == "timeout"
-    # The double-forked child escaped the process tree; the tag finds and kills it.
-    assert not any("time.sleep(303)" in _cmdline(pid) for pid in _all_pids())
-    assert list(tmp_path.iterdir()) == []  # the log file is gone too
+    if os.geteuid() == 0:
+        assert sandbox.UID_BASE <= ran_as < sandbox.UID_BASE + sandbox.UID_SPAN
+    else:
+        assert ran_as == os.getuid()
+    # The double-forked child escaped the process tree; the tag (and, as root, its uid) finds
+    # and kills it.
+    assert not any("sleep 303.417" in _cmdline(pid) for pid in _all_pids())
+    assert not folder.exists()
 
 
-def test_without_bwrap_the_result_and_log_are_pipes_too(monkeypatch: pytest.MonkeyPatch,
-                                                         tmp_path: Path) -> None:
+def test_the_fallback_writes_only_into_its_folder(monkeypatch: pytest.MonkeyPatch,
+                                                  tmp_path: Path) -> None:
     monkeypatch.setattr(sandbox, "bwrap_problem", lambda: "bwrap is not installed")
-    done = sandbox.run([PY, "-c", "import os\n"
-                        "os.write(int(os.environ['EDU_DL_RESULT_FD']), b'result')\n"
-                        "for fd in (1, 2, int(os.environ['EDU_DL_RESULT_FD'])):\n"
-                        "    print(os.readlink(f'/proc/self/fd/{fd}').split(':')[0])"],
-                       limits=FAST, env={"PATH": "/usr/bin:/bin"}, fallback_dir=tmp_path,
-                       output_limit=100)
+    with pytest.raises(ValueError, match="needs a folder"):
+        sandbox.run(["/bin/true"], limits=FAST, files={str(tmp_path / "x"): b""})
+    with sandbox.fallback_folder() as folder, pytest.raises(ValueError, match="outside"):
+        sandbox.run(["/bin/true"], limits=FAST, fallback_dir=folder,
+                    files={f"{folder}/../x": b""})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_without_bwrap_the_result_and_log_are_pipes_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sandbox, "bwrap_problem", lambda: "bwrap is not installed")
+    # The leased uid may not reach this Python (a pyenv under /root): the system's where not.
+    python = PY if not sandbox.fallback_problem() else shutil.which("python3", path="/usr/bin")
+    assert python is not None, "a Python the fallback's uid can run"
+    with sandbox.fallback_folder() as folder:
+        done = sandbox.run([python, "-c", "import os\n"
+                            "os.write(int(os.environ['EDU_DL_RESULT_FD']), b'result')\n"
+                            "for fd in (1, 2, int(os.environ['EDU_DL_RESULT_FD'])):\n"
+                            "    print(os.readlink(f'/proc/self/fd/{fd}').split(':')[0])"],
+                           limits=FAST, env={"PATH": "/usr/bin:/bin"}, fallback_dir=folder,
+                           output_limit=100)
     assert not done.isolated and done.output == b"result" and done.output_size == 6, done
     assert done.log.split() == ["pipe"] * 3, done.log
 

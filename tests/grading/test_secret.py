@@ -306,20 +306,6 @@ def test_the_secret_is_created_on_the_first_grade_and_settable(tmp_path: Path) -
                  "--secret-file", str(given)]) == 2  # a link is refused, nothing graded
 
 
-def test_without_a_sandbox_the_batch_warns_that_the_secret_is_readable(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from edu_dl.grading.report import summary_text
-
-    monkeypatch.setattr(sandbox, "bwrap_problem", lambda: "bwrap is not installed")
-    subs, src = _course(tmp_path, STUDENTS[:2])
-    messages: list[str] = []
-    summary = G.grade(subs, src, tmp_path / "grades", settings=FAST, jobs=2, progress=False,
-                      log=messages.append)
-    warned = [m for m in messages if "can read the grading secret" in m]
-    assert len(warned) == 1, messages  # once per batch, not per submission
-    assert "can read the grading secret" in summary_text(summary)
-
-
 def test_validate_is_the_same_every_time_and_never_uses_a_grading_secret(
         tmp_path: Path) -> None:
     from edu_dl.grading.validate import validate
