@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading import protocol
-from edu_dl.grading.guard import CheckTimeout, changed_arguments, time_limit
+from edu_dl.grading import guard, protocol
+from edu_dl.grading.guard import CheckTimeout, time_limit
 from edu_dl.grading.parts import get
 from edu_dl.grading.protocol import GRADING_ENV, HIDDEN_SEED, VISIBLE_SEED  # noqa: F401 (re-exported)
 from edu_dl.grading.release import visible
@@ -176,7 +176,7 @@ def _run_cases(part: Part, fn: Callable[..., Any], drawn: list[tuple[Any, Any]],
         start = time.perf_counter()
         try:
             with time_limit(max(left, 1e-3)):
-                got = part.call(fn, given)
+                got, watched, aliased = guard.call_watched(part.call, fn, given)
         except NotImplementedError:
             return False, f"✗ {part.id}: not implemented yet"
         except CheckTimeout:
@@ -194,16 +194,10 @@ def _run_cases(part: Part, fn: Callable[..., Any], drawn: list[tuple[Any, Any]],
             continue
         finally:
             left -= time.perf_counter() - start
-        verdict = judge_case(part, i, n, args, expected, got)
-        written = [] if part.in_place else changed_arguments(args, given, part.arg_names)
-        if written:
-            said = ", ".join(f"`{name}`{f' ({how})' if how else ''}" for name, how in written)
-            message = (f"{case}: your function wrote into its argument {said}: leave the "
-                       "caller's inputs as they are and compute into a new array (y = x * m, "
-                       "not x *= m or x[...] = ...)")
-            if not verdict.ok:
-                message += "\n  and: " + verdict.message.partition(": ")[2]
-            verdict = Verdict(False, message)
+        # the same guard and the same words as the grader's judge (guard.judged)
+        found = guard.findings(args, given, watched, aliased)
+        verdict = guard.judged(part, i, n, args, found, judge_case(part, i, n, args, expected,
+                                                                      got))
         if verdict.ok:
             lines.append(f"✓ case {i + 1} of {n}")
             continue
@@ -310,11 +304,20 @@ def _encode_result(i: int, result: Any) -> dict[str, np.ndarray]:
         raise CheckFailure(str(exc)) from None
 
 
-def _call_case(call: Callable[..., Any], fn: Callable[..., Any], inputs: str, i: int) -> Any:
-    """``call(fn, case i)``, the case read from the inputs file straight into the call: while
-    the student's function runs, no frame of the grader's code holds a case (a part's own
-    ``call=`` keeps none either: see the threat model)."""
-    return call(fn, _read_case(inputs, i))
+def _call_case(call: Callable[..., Any], fn: Callable[..., Any], inputs: str, i: int
+               ) -> dict[str, np.ndarray]:
+    """Case i's result, and what the guard found (``case<i>_guard``, only when it found
+    something): ``call(fn, case i)``, the case read from the inputs file straight into the
+    call, and read again afterwards to compare: while the student's function runs, no frame
+    of the grader's code holds an untouched case (a part's own ``call=`` keeps none either:
+    see the threat model)."""
+    given = _read_case(inputs, i)
+    result, watched, aliased = guard.call_watched(call, fn, given)
+    arrays = _encode_result(i, result)
+    found = guard.findings(_read_case(inputs, i), given, watched, aliased)
+    if found:
+        arrays[f"case{i}_guard"] = guard.encode(found)
+    return arrays
 
 
 def _read_case(inputs: str, i: int) -> tuple[Any, ...]:
@@ -338,7 +341,7 @@ def _record(root: Path, part_id: str, fn: Callable[..., Any], hidden: bool) -> b
     arrays: dict[str, np.ndarray] = {"hidden": np.array(hidden), "n_cases": np.array(count)}
     for i in range(count):
         try:
-            arrays.update(_encode_result(i, _call_case(call, fn, inputs, i)))
+            arrays.update(_call_case(call, fn, inputs, i))
         except NotImplementedError:
             arrays[f"case{i}_error"] = np.array("not implemented yet")
         except Exception as exc:

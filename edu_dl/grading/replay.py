@@ -21,13 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading import sandbox
+from edu_dl.grading import guard, sandbox
 from edu_dl.grading.judge import judge_run
 from edu_dl.grading.load import load_parts, load_source
 from edu_dl.grading.model import Job, Refused, Row, safe_file_name
 from edu_dl.grading.notebooks import NotebookError
 from edu_dl.grading.prepare import Prepared, draw_cases, restored_submission
-from edu_dl.grading.protocol import ErrorText, roundtrip
+from edu_dl.grading.protocol import ErrorText, roundtrip, unguarded
 from edu_dl.grading.receive import RESULT_FILE, RUN_FILE, Ran
 from edu_dl.grading.secret import Secret, read_secret, secret_path
 from edu_dl.grading.settings import MB, Settings
@@ -178,10 +178,13 @@ def _cases(part: Any, cases: list[tuple[Any, ...]], got: list[Any] | None,
         if isinstance(result, ErrorText):
             ok, message = False, f"raised {result}"
         else:
+            value, guarded = unguarded(result)
             verdict = judge_case(part, i, len(cases), args, expected,
-                                 trusted_result(part, expected, result))
+                                 trusted_result(part, expected, value))
+            verdict = guard.judged(part, i, len(cases), args, guarded, verdict)
             ok, message = verdict.ok, verdict.message
-        found.append(CaseReplay(i, i >= n_visible, args, result, expected, ok, message))
+        found.append(CaseReplay(i, i >= n_visible, args, unguarded(result)[0], expected, ok,
+                                message))
     return found
 
 
