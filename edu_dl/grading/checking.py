@@ -173,10 +173,11 @@ def _run_cases(part: Part, fn: Callable[..., Any], drawn: list[tuple[Any, Any]],
     for i, (args, expected) in enumerate(drawn):
         case = describe_case(part, i, n, args)
         given = copy.deepcopy(args)  # args stays as drawn: what the function was given
+        watched = guard.Watched()
         start = time.perf_counter()
         try:
-            with time_limit(max(left, 1e-3)):
-                got, watched, aliased = guard.call_watched(part.call, fn, given)
+            with time_limit(max(left, 1e-3)), guard.watching(watched):
+                got = part.call(fn, given)
         except NotImplementedError:
             return False, f"✗ {part.id}: not implemented yet"
         except CheckTimeout:
@@ -187,17 +188,23 @@ def _run_cases(part: Part, fn: Callable[..., Any], drawn: list[tuple[Any, Any]],
                       "    a slow machine? check(..., timeout_s=60) gives it longer"]
             break
         except Exception as exc:
-            failed += 1
             what = "failed" if isinstance(exc, CheckFailure) else "raised"
-            error = student_error(exc).splitlines() or [""]
-            lines += [f"✗ {case} {what}: {error[0]}", *(f"    {t.strip()}" for t in error[1:])]
-            continue
+            found = guard.findings(args, given, watched)
+            if not found:
+                failed += 1
+                error = student_error(exc).splitlines() or [""]
+                lines += [f"✗ {case} {what}: {error[0]}",
+                          *(f"    {t.strip()}" for t in error[1:])]
+                continue
+            # a write that made the call fail afterwards (a harness reads the arguments): the
+            # write is the cause, said first
+            verdict = guard.judged(part, i, n, args, found,
+                                   Verdict(False, f"{case}: {what} {student_error(exc)}"))
+        else:  # the same guard and the same words as the grader's judge (guard.judged)
+            verdict = guard.judged(part, i, n, args, guard.findings(args, given, watched),
+                                   judge_case(part, i, n, args, expected, got))
         finally:
             left -= time.perf_counter() - start
-        # the same guard and the same words as the grader's judge (guard.judged)
-        found = guard.findings(args, given, watched, aliased)
-        verdict = guard.judged(part, i, n, args, found, judge_case(part, i, n, args, expected,
-                                                                      got))
         if verdict.ok:
             lines.append(f"✓ case {i + 1} of {n}")
             continue
@@ -312,9 +319,15 @@ def _call_case(call: Callable[..., Any], fn: Callable[..., Any], inputs: str, i:
     of the grader's code holds an untouched case (a part's own ``call=`` keeps none either:
     see the threat model)."""
     given = _read_case(inputs, i)
-    result, watched, aliased = guard.call_watched(call, fn, given)
-    arrays = _encode_result(i, result)
-    found = guard.findings(_read_case(inputs, i), given, watched, aliased)
+    watched = guard.Watched()
+    try:
+        with guard.watching(watched):
+            arrays = _encode_result(i, call(fn, given))
+    except NotImplementedError:
+        arrays = {f"case{i}_error": np.array("not implemented yet")}
+    except Exception as exc:
+        arrays = {f"case{i}_error": np.array(student_error(exc))}
+    found = guard.findings(_read_case(inputs, i), given, watched)
     if found:
         arrays[f"case{i}_guard"] = guard.encode(found)
     return arrays
@@ -340,12 +353,7 @@ def _record(root: Path, part_id: str, fn: Callable[..., Any], hidden: bool) -> b
         count = int(data["n_cases"])
     arrays: dict[str, np.ndarray] = {"hidden": np.array(hidden), "n_cases": np.array(count)}
     for i in range(count):
-        try:
-            arrays.update(_call_case(call, fn, inputs, i))
-        except NotImplementedError:
-            arrays[f"case{i}_error"] = np.array("not implemented yet")
-        except Exception as exc:
-            arrays[f"case{i}_error"] = np.array(student_error(exc))
+        arrays.update(_call_case(call, fn, inputs, i))
     out_dir = root / protocol.OUTPUTS
     out_dir.mkdir(parents=True, exist_ok=True)
     taken = [protocol.output_number(part_id, p.name) for p in out_dir.glob(f"{part_id}.*.npz")]

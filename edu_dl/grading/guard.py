@@ -6,7 +6,7 @@ judged outside) watch a call with the same code here and reach the same verdict 
 - :func:`time_limit`: a function that does not return is stopped after a bound (SIGALRM in the
   main thread; where there is none, as on Windows, a timer thread interrupts the main thread;
   off the main thread no bound is possible, and the call runs as it would without check()).
-- :func:`call_watched` and :func:`findings`: which of a case's arguments the call wrote into,
+- :func:`watching` and :func:`findings`: which of a case's arguments the call wrote into,
   found by comparing them with an untouched copy of the case (arrays, lists, tuples and dicts of
   them; bounded in size), and the copies a part's ``call=`` handed the function in their place
   (:func:`watch`); a result that is an argument itself where a part forbids it (:func:`alias`).
@@ -24,8 +24,8 @@ import contextlib
 import contextvars
 import signal
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -151,53 +151,56 @@ class Finding:
 
 
 T = TypeVar("T")
-# The copies a part's call= handed the function in place of case arguments, while it runs:
-# (argument index, the copy, the copy as it was); None outside call_watched.
-_WATCHED: contextvars.ContextVar[list[tuple[int, Any, Any]] | None] = \
-    contextvars.ContextVar("edu_dl_guard_watched", default=None)
-_ALIASED: contextvars.ContextVar[list[int] | None] = \
-    contextvars.ContextVar("edu_dl_guard_aliased", default=None)
+
+
+@dataclass
+class Watched:
+    """What a part's call= reported while it ran: the copies it handed the function in place of
+    case arguments (argument index, the copy, the copy as it was), and the arguments a result
+    was found to alias."""
+
+    copies: list[tuple[int, Any, Any]] = field(default_factory=list)
+    aliased: list[int] = field(default_factory=list)
+
+
+_WATCHING: contextvars.ContextVar[Watched | None] = \
+    contextvars.ContextVar("edu_dl_guard_watching", default=None)
+
+
+@contextlib.contextmanager
+def watching(watched: Watched) -> Iterator[Watched]:
+    """Collect into ``watched`` what :func:`watch` and :func:`alias` report in the block (the
+    call of one case). The case itself is compared afterwards by :func:`findings`, from a copy
+    the caller keeps out of the call's reach; ``watched`` stays filled when the call raised."""
+    token = _WATCHING.set(watched)
+    try:
+        yield watched
+    finally:
+        _WATCHING.reset(token)
 
 
 def watch(arg: int, value: T) -> T:
     """``value``, handed to the student's function in place of case argument ``arg`` (a float64
     copy, a seed the harness made): a write into it counts as a write into that argument.
-    Outside :func:`call_watched` (a part's call used on its own) it only returns ``value``."""
-    watched = _WATCHED.get()
+    Outside :func:`watching` (a part's call used on its own) it only returns ``value``."""
+    watched = _WATCHING.get()
     if watched is not None:
-        watched.append((arg, value, _copy(value)))
+        watched.copies.append((arg, value, _copy(value)))
     return value
 
 
 def alias(arg: int, result: Any, value: Any) -> None:
     """For a part whose result must be new memory (``tape_backward``'s gradients): note when
     ``result`` shares memory with ``value``, which stands for case argument ``arg``."""
-    aliased = _ALIASED.get()
-    if aliased is None or arg in aliased:
+    watched = _WATCHING.get()
+    if watched is None or arg in watched.aliased:
         return
     if isinstance(result, np.ndarray) and isinstance(value, np.ndarray) and \
             np.shares_memory(result, value):
-        aliased.append(arg)
+        watched.aliased.append(arg)
 
 
-def call_watched(call: Callable[[Callable[..., Any], tuple[Any, ...]], Any],
-                 fn: Callable[..., Any], given: tuple[Any, ...]
-                 ) -> tuple[Any, list[tuple[int, Any, Any]], list[int]]:
-    """(``call(fn, given)``, what the call watched, the arguments it found aliased).
-    The case itself is compared afterwards by :func:`findings`, from a copy the caller keeps
-    out of the call's reach."""
-    watched_token = _WATCHED.set([])
-    aliased_token = _ALIASED.set([])
-    try:
-        result = call(fn, given)
-        return result, _WATCHED.get() or [], _ALIASED.get() or []
-    finally:
-        _WATCHED.reset(watched_token)
-        _ALIASED.reset(aliased_token)
-
-
-def findings(case: Sequence[Any], given: Sequence[Any],
-             watched: Sequence[tuple[int, Any, Any]] = (), aliased: Sequence[int] = ()
+def findings(case: Sequence[Any], given: Sequence[Any], watched: Watched | None = None
              ) -> list[Finding]:
     """The arguments ``given`` (the case the call got) no longer equals ``case`` (an untouched
     copy) in, and the watched copies that changed, in argument order; then the aliased ones."""
@@ -206,12 +209,13 @@ def findings(case: Sequence[Any], given: Sequence[Any],
         changed = _changed(old, new)
         if changed is not None:
             wrote[j] = changed
-    for j, value, before in watched:
+    for j, value, before in watched.copies if watched is not None else ():
         changed = _changed(before, value)
         if changed is not None and j not in wrote:
             wrote[j] = changed
     found = [Finding(WROTE, j, wrote[j]) for j in sorted(wrote)]
-    return found + [Finding(ALIASED, j) for j in sorted(set(aliased))]
+    aliased = sorted(set(watched.aliased)) if watched is not None else []
+    return found + [Finding(ALIASED, j) for j in aliased]
 
 
 def _copy(value: Any) -> Any:

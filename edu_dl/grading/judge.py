@@ -326,11 +326,6 @@ def judge_part(part: Part, cases: list[tuple[Any, ...]], got: list[Any],
     hints: dict[str, None] = {}  # in the order the failed cases show them
     for i, (args, result) in enumerate(zip(cases, got)):
         hidden = i >= shown
-        if isinstance(result, ErrorText):
-            said = withheld_error(result) if hidden else str(result)
-            failures.append((i, f"{'hidden case' if hidden else 'case'} {i + 1} of {n} "
-                                f"raised {said}"))
-            continue
         verdict = judged_case(part, i, n, args, result, hidden)
         if not verdict.ok:
             failures.append((i, verdict.message))
@@ -363,12 +358,20 @@ def judge_part(part: Part, cases: list[tuple[Any, ...]], got: list[Any],
 
 def judged_case(part: Part, i: int, n: int, args: tuple[Any, ...], recorded: Any,
                 hidden: bool = False) -> Verdict:
-    """One case's recorded result (not an error) against the oracle, with what the guard saw
-    the call do to its arguments: the verdict check() reaches on the same call."""
+    """One case's recorded result (or the error it raised) against the oracle, with what the
+    guard saw the call do to its arguments: the verdict check() reaches on the same call."""
     result, found = unguarded(recorded)
-    expected = part.expected(*args)
-    verdict = judge_case(part, i, n, args, expected, trusted_result(part, expected, result),
-                         hidden=hidden)
+    if isinstance(result, ErrorText):
+        said = withheld_error(result) if hidden else str(result)
+        case = f"{'hidden case' if hidden else 'case'} {i + 1} of {n}"
+        if not found:
+            return Verdict(False, f"{case} raised {said}")
+        # a write that made the call fail afterwards: the write is the cause, said first
+        verdict = Verdict(False, f"{case}: raised {said}")
+    else:
+        expected = part.expected(*args)
+        verdict = judge_case(part, i, n, args, expected, trusted_result(part, expected, result),
+                             hidden=hidden)
     return guard.judged(part, i, n, args, found, verdict, hidden=hidden)
 
 

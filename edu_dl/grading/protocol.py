@@ -198,13 +198,14 @@ def read_outputs(path: Any) -> tuple[bool, list[Any]]:
         results: list[Any] = []
         for i in range(int(data["n_cases"])):
             if f"case{i}_error" in data:
-                results.append(ErrorText(str(data[f"case{i}_error"])))
-            elif f"case{i}_guard" in data:
+                result: Any = ErrorText(str(data[f"case{i}_error"]))
+            else:
+                result = decode_result(data, i)
+            if f"case{i}_guard" in data:
                 from edu_dl.grading.guard import decode
 
-                results.append(Guarded(decode_result(data, i), decode(data[f"case{i}_guard"])))
-            else:
-                results.append(decode_result(data, i))
+                result = Guarded(result, decode(data[f"case{i}_guard"]))
+            results.append(result)
     return hidden, results
 
 
