@@ -14,7 +14,9 @@ judged outside) watch a call with the same code here and reach the same verdict 
   argument by its parameter name (``Part.arg_names``).
 
 A finding crosses the sandbox's wall as three integers (:data:`WROTE` or :data:`ALIASED`, the
-argument's index, the entries changed): the grader names and words it from its own Part.
+argument's index, the entries changed): the grader names and words it from its own Part. Like
+every output of the sandbox it is the student's process's report: a forged one can hide a write
+the function need not have made, never make a wrong value pass (the values are judged outside).
 """
 
 from __future__ import annotations
@@ -80,18 +82,6 @@ def time_limit(seconds: float | None) -> Iterator[bool]:
         timer.cancel()
 
 
-def changed_arguments(before: tuple[Any, ...], after: tuple[Any, ...],
-                      names: tuple[str, ...]) -> list[tuple[str, str]]:
-    """(name, what changed: '4 of 6 entries', or '') of each argument ``after`` differs from
-    ``before`` in."""
-    changed = []
-    for j, (old, new) in enumerate(zip(before, after)):
-        how = _difference(old, new, 0)
-        if how is not None:
-            changed.append((names[j] if j < len(names) else f"arg{j}", how))
-    return changed
-
-
 def _difference(old: Any, new: Any, depth: int) -> str | None:
     """None if ``new`` still equals ``old`` (or cannot be compared cheaply), else what changed
     ('' when there is nothing more precise to say)."""
@@ -132,6 +122,10 @@ def _difference(old: Any, new: Any, depth: int) -> str | None:
 # --------------------------------------------------------------------------- one guard
 
 WROTE, ALIASED = 0, 1  # what a finding says: the call wrote into an argument; returned it
+# The gradebook's hint ids of the guard's failures (Verdict.hint), with what the class report
+# says about them.
+HINTS = {"wrote": "the guard: the function wrote into an argument (the caller's input) in place",
+         "aliased": "the guard: a result is the caller's array itself, not a new one"}
 MAX_FINDINGS = 64  # a case's findings that cross the wall (a part has far fewer arguments)
 MAX_ARGUMENTS = 256  # an argument index past this is no argument of any part
 
@@ -210,7 +204,7 @@ def findings(case: Sequence[Any], given: Sequence[Any], watched: Watched | None 
         if changed is not None:
             wrote[j] = changed
     for j, value, before in watched.copies if watched is not None else ():
-        changed = _changed(before, value)
+        changed = _changed(_numpy(before), _numpy(value))
         if changed is not None and j not in wrote:
             wrote[j] = changed
     found = [Finding(WROTE, j, wrote[j]) for j in sorted(wrote)]
@@ -218,8 +212,20 @@ def findings(case: Sequence[Any], given: Sequence[Any], watched: Watched | None 
     return found + [Finding(ALIASED, j) for j in aliased]
 
 
+def _is_tensor(value: Any) -> bool:
+    return type(value).__module__.split(".")[0] == "torch" and hasattr(value, "detach")
+
+
+def _numpy(value: Any) -> Any:
+    """A torch tensor a part's call= handed over, as a NumPy array to compare; else itself."""
+    return value.detach().cpu().numpy() if _is_tensor(value) else value
+
+
 def _copy(value: Any) -> Any:
-    """A copy to compare with later: arrays, and lists, tuples and dicts of them."""
+    """A copy to compare with later: arrays (a torch tensor too), and lists, tuples and dicts
+    of them."""
+    if _is_tensor(value):
+        return value.detach().clone()
     if isinstance(value, np.ndarray):
         return value.copy() if value.nbytes <= MAX_COMPARED_BYTES else value
     if isinstance(value, list | tuple):
@@ -283,8 +289,7 @@ def judged(part: Part, index: int, n_cases: int, args: tuple[Any, ...],
     message = f"{describe_case(part, index, n_cases, args, hidden)}: {what}\n  hint: {hint}"
     if not verdict.ok:
         message += "\n  and: " + verdict.message.partition(": ")[2]
-    kind = "wrote" if found[0].kind == WROTE else "aliased"
-    return Verdict(False, message, hint=kind)
+    return Verdict(False, message, hint="wrote" if found[0].kind == WROTE else "aliased")
 
 
 def encode(found: Sequence[Finding]) -> np.ndarray:

@@ -67,9 +67,9 @@ def call_one_graph(fn: Callable[..., Any], args: Case) -> tuple[np.ndarray, np.n
 
     x, W, tol, max_steps = args
 
-    def arguments() -> tuple[Any, ...]:
-        return (torch.tensor(x, dtype=torch.float64), torch.tensor(W, dtype=torch.float64),
-                float(tol), int(max_steps))
+    def arguments() -> tuple[Any, ...]:  # fresh tensors for each call, watched by the guard
+        return (guard.watch(0, torch.tensor(x, dtype=torch.float64)),
+                guard.watch(1, torch.tensor(W, dtype=torch.float64)), float(tol), int(max_steps))
 
     # Eagerly first: the stub's NotImplementedError, and any error of the student's code, then
     # show as themselves rather than as what TorchDynamo makes of them.

@@ -98,7 +98,7 @@ def test_relu_backward_into_dout_fails_both_ways(capsys: pytest.CaptureFixture[s
     report, judged = both_ways(capsys, tmp_path, monkeypatch, part, relu_backward_in_place)
     assert judged.status == "failed" and judged.points == 0
     assert f"{WROTE} `dout` (4 of 6 entries)" in judged.message
-    assert HINT in judged.message and judged.hints == "wrote"
+    assert HINT in judged.message and judged.hints == "wrote" and "wrote" in guard.HINTS
     assert_same_verdict(report, judged, 3)
 
 
@@ -177,6 +177,24 @@ def test_batchnorm_forward_names_the_running_averages(capsys: pytest.CaptureFixt
     said = "wrote into its arguments `running_mean` (3 of 3 entries), `running_var` (3 of 3"
     assert said in report and said in judged.message
     assert "argument 4" not in report + judged.message
+    assert_same_verdict(report, judged, len(visible_cases(part)))
+
+
+def test_a_torch_argument_written_in_place_is_named_both_ways(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """ex08c hands the function torch tensors made from the case: watched as the arguments they
+    stand for, so `x += ...` there fails as a write into a NumPy argument does."""
+    solution = part_namespace("ex08c.settle_one_graph")["settle"]
+
+    def settle(x: Any, W: Any, tol: Any, max_steps: Any) -> Any:
+        result = solution(x, W, tol, max_steps)
+        x.mul_(2.0)
+        return result
+
+    part = spec_part("ex08c.settle_one_graph")
+    report, judged = both_ways(capsys, tmp_path, monkeypatch, part, settle)
+    assert judged.status == "failed" and f"{WROTE} `x`" in judged.message, judged.message
     assert_same_verdict(report, judged, len(visible_cases(part)))
 
 
