@@ -122,10 +122,6 @@ def _difference(old: Any, new: Any, depth: int) -> str | None:
 # --------------------------------------------------------------------------- one guard
 
 WROTE, ALIASED = 0, 1  # what a finding says: the call wrote into an argument; returned it
-# The gradebook's hint ids of the guard's failures (Verdict.hint), with what the class report
-# says about them.
-HINTS = {"wrote": "the guard: the function wrote into an argument (the caller's input) in place",
-         "aliased": "the guard: a result is the caller's array itself, not a new one"}
 MAX_FINDINGS = 64  # a case's findings that cross the wall (a part has far fewer arguments)
 MAX_ARGUMENTS = 256  # an argument index past this is no argument of any part
 
@@ -281,7 +277,7 @@ def judged(part: Part, index: int, n_cases: int, args: tuple[Any, ...],
     """A case's verdict with what the guard found: ``verdict`` itself when it found nothing
     (or the part's contract is in place), else a failure saying what the call did to which
     argument, with its hint, and what was wrong with the values too."""
-    from edu_dl.grading.spec import Verdict, describe_case
+    from edu_dl.grading.spec import ALIASED_HINT, WROTE_HINT, Verdict, describe_case
 
     if not found or part.in_place:
         return verdict
@@ -289,7 +285,7 @@ def judged(part: Part, index: int, n_cases: int, args: tuple[Any, ...],
     message = f"{describe_case(part, index, n_cases, args, hidden)}: {what}\n  hint: {hint}"
     if not verdict.ok:
         message += "\n  and: " + verdict.message.partition(": ")[2]
-    return Verdict(False, message, hint="wrote" if found[0].kind == WROTE else "aliased")
+    return Verdict(False, message, hint=WROTE_HINT if found[0].kind == WROTE else ALIASED_HINT)
 
 
 def encode(found: Sequence[Finding]) -> np.ndarray:

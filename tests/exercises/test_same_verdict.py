@@ -98,7 +98,8 @@ def test_relu_backward_into_dout_fails_both_ways(capsys: pytest.CaptureFixture[s
     report, judged = both_ways(capsys, tmp_path, monkeypatch, part, relu_backward_in_place)
     assert judged.status == "failed" and judged.points == 0
     assert f"{WROTE} `dout` (4 of 6 entries)" in judged.message
-    assert HINT in judged.message and judged.hints == "wrote" and "wrote" in guard.HINTS
+    assert HINT in judged.message and judged.hints == spec.WROTE_HINT
+    assert spec.WROTE_HINT in spec.GUARD_HINTS  # the class report names it
     assert_same_verdict(report, judged, 3)
 
 
