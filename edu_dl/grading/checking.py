@@ -312,12 +312,11 @@ def _encode_result(i: int, result: Any) -> dict[str, np.ndarray]:
 
 
 def _call_case(call: Callable[..., Any], fn: Callable[..., Any], inputs: str, i: int
-               ) -> dict[str, np.ndarray]:
-    """Case i's result, and what the guard found (``case<i>_guard``, only when it found
-    something): ``call(fn, case i)``, the case read from the inputs file straight into the
-    call, and read again afterwards to compare: while the student's function runs, no frame
-    of the grader's code holds an untouched case (a part's own ``call=`` keeps none either:
-    see the threat model)."""
+               ) -> tuple[dict[str, np.ndarray], tuple[Any, ...], guard.Watched]:
+    """Case i's result (or error) as npz arrays, with the arguments as the call left them and
+    what it watched: ``call(fn, case i)``, the case read from the inputs file straight into
+    the call: while the student's function runs, no frame of the grader's code holds an
+    untouched case (a part's own ``call=`` keeps none either: see the threat model)."""
     given = _read_case(inputs, i)
     watched = guard.Watched()
     try:
@@ -327,10 +326,7 @@ def _call_case(call: Callable[..., Any], fn: Callable[..., Any], inputs: str, i:
         arrays = {f"case{i}_error": np.array("not implemented yet")}
     except Exception as exc:
         arrays = {f"case{i}_error": np.array(student_error(exc))}
-    found = guard.findings(_read_case(inputs, i), given, watched)
-    if found:
-        arrays[f"case{i}_guard"] = guard.encode(found)
-    return arrays
+    return arrays, given, watched
 
 
 def _read_case(inputs: str, i: int) -> tuple[Any, ...]:
@@ -352,8 +348,18 @@ def _record(root: Path, part_id: str, fn: Callable[..., Any], hidden: bool) -> b
     with np.load(inputs, allow_pickle=False) as data:
         count = int(data["n_cases"])
     arrays: dict[str, np.ndarray] = {"hidden": np.array(hidden), "n_cases": np.array(count)}
+    called = []
     for i in range(count):
-        arrays.update(_call_case(call, fn, inputs, i))
+        case_arrays, given, watched = _call_case(call, fn, inputs, i)
+        arrays.update(case_arrays)
+        called.append((given, watched))
+    # What the guard found (case<i>_guard, where it found something): each case as the calls
+    # left it against the inputs file, read again once all calls are done.
+    with np.load(inputs, allow_pickle=False) as data:
+        for i, (given, watched) in enumerate(called):
+            found = guard.findings(protocol.decode_case(data, i), given, watched)
+            if found:
+                arrays[f"case{i}_guard"] = guard.encode(found)
     out_dir = root / protocol.OUTPUTS
     out_dir.mkdir(parents=True, exist_ok=True)
     taken = [protocol.output_number(part_id, p.name) for p in out_dir.glob(f"{part_id}.*.npz")]
