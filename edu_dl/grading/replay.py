@@ -21,13 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading import sandbox
+from edu_dl.grading import protocol, sandbox
 from edu_dl.grading.judge import judge_run, judged_case
 from edu_dl.grading.load import load_parts, load_source
 from edu_dl.grading.model import Job, Refused, Row, safe_file_name
 from edu_dl.grading.notebooks import NotebookError
 from edu_dl.grading.prepare import Prepared, draw_cases, restored_submission
-from edu_dl.grading.protocol import ErrorText, roundtrip, unguarded
+from edu_dl.grading.protocol import ErrorText, roundtrip
 from edu_dl.grading.receive import RESULT_FILE, RUN_FILE, Ran
 from edu_dl.grading.secret import Secret, read_secret, secret_path
 from edu_dl.grading.settings import MB, Settings
@@ -174,7 +174,7 @@ def _cases(part: Any, cases: list[tuple[Any, ...]], got: list[Any] | None,
     for i, args in enumerate(cases):
         result = got[i] if i < len(got) else ErrorText("no result for this case")
         expected = _expected(part, args)
-        value, guarded = unguarded(result)
+        value, guarded = protocol.unguarded(result)
         if isinstance(value, ErrorText) and not guarded:
             ok, message = False, f"raised {value}"
         else:  # as judge_part judges it, the guard's findings included
