@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading import protocol
-from edu_dl.grading.guard import CheckTimeout, changed_arguments, time_limit
+from edu_dl.grading import guard, protocol
+from edu_dl.grading.guard import CheckTimeout, time_limit
 from edu_dl.grading.parts import get
 from edu_dl.grading.protocol import GRADING_ENV, HIDDEN_SEED, VISIBLE_SEED  # noqa: F401 (re-exported)
 from edu_dl.grading.release import visible
@@ -173,9 +173,10 @@ def _run_cases(part: Part, fn: Callable[..., Any], drawn: list[tuple[Any, Any]],
     for i, (args, expected) in enumerate(drawn):
         case = describe_case(part, i, n, args)
         given = copy.deepcopy(args)  # args stays as drawn: what the function was given
+        watched = guard.Watched()
         start = time.perf_counter()
         try:
-            with time_limit(max(left, 1e-3)):
+            with time_limit(max(left, 1e-3)), guard.watching(watched):
                 got = part.call(fn, given)
         except NotImplementedError:
             return False, f"✗ {part.id}: not implemented yet"
@@ -187,23 +188,23 @@ def _run_cases(part: Part, fn: Callable[..., Any], drawn: list[tuple[Any, Any]],
                       "    a slow machine? check(..., timeout_s=60) gives it longer"]
             break
         except Exception as exc:
-            failed += 1
             what = "failed" if isinstance(exc, CheckFailure) else "raised"
-            error = student_error(exc).splitlines() or [""]
-            lines += [f"✗ {case} {what}: {error[0]}", *(f"    {t.strip()}" for t in error[1:])]
-            continue
+            found = guard.findings(args, given, watched)
+            if not found:
+                failed += 1
+                error = student_error(exc).splitlines() or [""]
+                lines += [f"✗ {case} {what}: {error[0]}",
+                          *(f"    {t.strip()}" for t in error[1:])]
+                continue
+            # a write that made the call fail afterwards (a harness reads the arguments): the
+            # write is the cause, said first
+            verdict = guard.judged(part, i, n, args, found,
+                                   Verdict(False, f"{case}: {what} {student_error(exc)}"))
+        else:  # the same guard and the same words as the grader's judge (guard.judged)
+            verdict = guard.judged(part, i, n, args, guard.findings(args, given, watched),
+                                   judge_case(part, i, n, args, expected, got))
         finally:
             left -= time.perf_counter() - start
-        verdict = judge_case(part, i, n, args, expected, got)
-        written = [] if part.in_place else changed_arguments(args, given, part.arg_names)
-        if written:
-            said = ", ".join(f"`{name}`{f' ({how})' if how else ''}" for name, how in written)
-            message = (f"{case}: your function wrote into its argument {said}: leave the "
-                       "caller's inputs as they are and compute into a new array (y = x * m, "
-                       "not x *= m or x[...] = ...)")
-            if not verdict.ok:
-                message += "\n  and: " + verdict.message.partition(": ")[2]
-            verdict = Verdict(False, message)
         if verdict.ok:
             lines.append(f"✓ case {i + 1} of {n}")
             continue
@@ -310,11 +311,22 @@ def _encode_result(i: int, result: Any) -> dict[str, np.ndarray]:
         raise CheckFailure(str(exc)) from None
 
 
-def _call_case(call: Callable[..., Any], fn: Callable[..., Any], inputs: str, i: int) -> Any:
-    """``call(fn, case i)``, the case read from the inputs file straight into the call: while
-    the student's function runs, no frame of the grader's code holds a case (a part's own
-    ``call=`` keeps none either: see the threat model)."""
-    return call(fn, _read_case(inputs, i))
+def _call_case(call: Callable[..., Any], fn: Callable[..., Any], inputs: str, i: int
+               ) -> tuple[dict[str, np.ndarray], tuple[Any, ...], guard.Watched]:
+    """Case i's result (or error) as npz arrays, with the arguments as the call left them and
+    what it watched: ``call(fn, case i)``, the case read from the inputs file straight into
+    the call: while the student's function runs, no frame of the grader's code holds an
+    untouched case (a part's own ``call=`` keeps none either: see the threat model)."""
+    given = _read_case(inputs, i)
+    watched = guard.Watched()
+    try:
+        with guard.watching(watched):
+            arrays = _encode_result(i, call(fn, given))
+    except NotImplementedError:
+        arrays = {f"case{i}_error": np.array("not implemented yet")}
+    except Exception as exc:
+        arrays = {f"case{i}_error": np.array(student_error(exc))}
+    return arrays, given, watched
 
 
 def _read_case(inputs: str, i: int) -> tuple[Any, ...]:
@@ -336,13 +348,18 @@ def _record(root: Path, part_id: str, fn: Callable[..., Any], hidden: bool) -> b
     with np.load(inputs, allow_pickle=False) as data:
         count = int(data["n_cases"])
     arrays: dict[str, np.ndarray] = {"hidden": np.array(hidden), "n_cases": np.array(count)}
+    called = []
     for i in range(count):
-        try:
-            arrays.update(_encode_result(i, _call_case(call, fn, inputs, i)))
-        except NotImplementedError:
-            arrays[f"case{i}_error"] = np.array("not implemented yet")
-        except Exception as exc:
-            arrays[f"case{i}_error"] = np.array(student_error(exc))
+        case_arrays, given, watched = _call_case(call, fn, inputs, i)
+        arrays.update(case_arrays)
+        called.append((given, watched))
+    # What the guard found (case<i>_guard, where it found something): each case as the calls
+    # left it against the inputs file, read again once all calls are done.
+    with np.load(inputs, allow_pickle=False) as data:
+        for i, (given, watched) in enumerate(called):
+            found = guard.findings(protocol.decode_case(data, i), given, watched)
+            if found:
+                arrays[f"case{i}_guard"] = guard.encode(found)
     out_dir = root / protocol.OUTPUTS
     out_dir.mkdir(parents=True, exist_ok=True)
     taken = [protocol.output_number(part_id, p.name) for p in out_dir.glob(f"{part_id}.*.npz")]

@@ -31,7 +31,7 @@ from edu_dl.grading.nbgrader import grade_id, is_solution, student_version
 from edu_dl.grading.notebooks import NotebookError, write_atomic
 from edu_dl.grading.policy import LATE
 from edu_dl.grading.settings import MB, Settings
-from edu_dl.grading.spec import GENERIC
+from edu_dl.grading.spec import GENERIC, GUARD_HINTS
 from edu_dl.grading.trust.bounded import read_bounded
 from edu_dl.grading.trust.cells import MIN_TOKENS, cell_print
 from edu_dl.grading.trust.notebook import parse_notebook
@@ -83,7 +83,7 @@ def record_class(out: Path, jobs: list[Job], settings: Settings,
         solutions = {exercise.name: _digests(exercise.notebook) for exercise in exercises}
         hints = {exercise.name: {part_id: {**{hint_id(h, i): visible(_message(h))
                                               for i, h in enumerate(part.hints)},
-                                           GENERIC: GENERIC_MESSAGE}
+                                           GENERIC: GENERIC_MESSAGE, **GUARD_HINTS}
                                  for part_id, part in exercise.specs.items()}
                  for exercise in exercises}
         data = {"format": FORMAT, "cells": cells, "hints": hints, "solutions": solutions}

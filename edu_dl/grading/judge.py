@@ -16,7 +16,7 @@ from typing import Any
 
 import nbformat
 
-from edu_dl.grading import sandbox
+from edu_dl.grading import guard, sandbox
 from edu_dl.grading.model import AFTER_TIMEOUT, NOT_ANSWERED, OUTSIDE, Exercise, Job, Row, cap_text
 from edu_dl.grading.nbgrader import (
     PartialCreditError,
@@ -27,12 +27,12 @@ from edu_dl.grading.nbgrader import (
     unanswered,
 )
 from edu_dl.grading.prepare import Prepared
-from edu_dl.grading.protocol import ErrorText
+from edu_dl.grading.protocol import ErrorText, unguarded
 from edu_dl.grading.receive import Ran
 from edu_dl.grading.restore import copy_cell
 from edu_dl.grading.settings import Settings
 from edu_dl.grading.source import judge_source
-from edu_dl.grading.spec import Part, judge_case, trusted_result
+from edu_dl.grading.spec import Part, Verdict, judge_case, trusted_result
 from edu_dl.grading.trust.errors import CellError, cause_of, parse_error
 from edu_dl.grading.trust.result import RunRecord
 from edu_dl.grading.trust.source import SourceReader
@@ -326,14 +326,7 @@ def judge_part(part: Part, cases: list[tuple[Any, ...]], got: list[Any],
     hints: dict[str, None] = {}  # in the order the failed cases show them
     for i, (args, result) in enumerate(zip(cases, got)):
         hidden = i >= shown
-        if isinstance(result, ErrorText):
-            said = withheld_error(result) if hidden else str(result)
-            failures.append((i, f"{'hidden case' if hidden else 'case'} {i + 1} of {n} "
-                                f"raised {said}"))
-            continue
-        expected = part.expected(*args)
-        verdict = judge_case(part, i, n, args, expected, trusted_result(part, expected, result),
-                             hidden=hidden)
+        verdict = judged_case(part, i, n, args, result, hidden)
         if not verdict.ok:
             failures.append((i, verdict.message))
             if verdict.hint:
@@ -361,6 +354,25 @@ def judge_part(part: Part, cases: list[tuple[Any, ...]], got: list[Any],
         return Judged("partial", message, points, failed, named)
     among = f" ({n - shown} of them hidden)" if shown < n else ""
     return Judged("passed", f"{n} cases passed{among}", float(part.points))
+
+
+def judged_case(part: Part, i: int, n: int, args: tuple[Any, ...], recorded: Any,
+                hidden: bool = False) -> Verdict:
+    """One case's recorded result (or the error it raised) against the oracle, with what the
+    guard saw the call do to its arguments: the verdict check() reaches on the same call."""
+    result, found = unguarded(recorded)
+    if isinstance(result, ErrorText):
+        said = withheld_error(result) if hidden else str(result)
+        case = f"{'hidden case' if hidden else 'case'} {i + 1} of {n}"
+        if not found:
+            return Verdict(False, f"{case} raised {said}")
+        # a write that made the call fail afterwards: the write is the cause, said first
+        verdict = Verdict(False, f"{case}: raised {said}")
+    else:
+        expected = part.expected(*args)
+        verdict = judge_case(part, i, n, args, expected, trusted_result(part, expected, result),
+                             hidden=hidden)
+    return guard.judged(part, i, n, args, found, verdict, hidden=hidden)
 
 
 def case_points(points: float, n: int) -> list[Decimal]:

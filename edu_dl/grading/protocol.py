@@ -15,6 +15,7 @@ import io
 import re
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +77,23 @@ def output_number(part_id: str, name: str) -> int | None:
 
 class ErrorText(str):
     """The text of an exception the student's function raised on a case (grading mode)."""
+
+
+@dataclass(frozen=True)
+class Guarded:
+    """A case's result with what the guard saw the call do to its arguments (``guard.Finding``
+    rows, parsed strictly by ``guard.decode``): written beside the result as
+    ``case<i>_guard``, only where the guard found something."""
+
+    result: Any
+    findings: tuple[Any, ...]
+
+
+def unguarded(result: Any) -> tuple[Any, tuple[Any, ...]]:
+    """(the result, the guard's findings) of a case's recorded result."""
+    if isinstance(result, Guarded):
+        return result.result, result.findings
+    return result, ()
 
 
 def as_array(value: Any) -> np.ndarray:
@@ -180,9 +198,14 @@ def read_outputs(path: Any) -> tuple[bool, list[Any]]:
         results: list[Any] = []
         for i in range(int(data["n_cases"])):
             if f"case{i}_error" in data:
-                results.append(ErrorText(str(data[f"case{i}_error"])))
+                result: Any = ErrorText(str(data[f"case{i}_error"]))
             else:
-                results.append(decode_result(data, i))
+                result = decode_result(data, i)
+            if f"case{i}_guard" in data:
+                from edu_dl.grading.guard import decode
+
+                result = Guarded(result, decode(data[f"case{i}_guard"]))
+            results.append(result)
     return hidden, results
 
 

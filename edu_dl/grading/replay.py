@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading import sandbox
-from edu_dl.grading.judge import judge_run
+from edu_dl.grading import protocol, sandbox
+from edu_dl.grading.judge import judge_run, judged_case
 from edu_dl.grading.load import load_parts, load_source
 from edu_dl.grading.model import Job, Refused, Row, safe_file_name
 from edu_dl.grading.notebooks import NotebookError
@@ -31,7 +31,6 @@ from edu_dl.grading.protocol import ErrorText, roundtrip
 from edu_dl.grading.receive import RESULT_FILE, RUN_FILE, Ran, isolation
 from edu_dl.grading.secret import Secret, read_secret, secret_path
 from edu_dl.grading.settings import MB, Settings
-from edu_dl.grading.spec import judge_case, trusted_result
 from edu_dl.grading.trust.bounded import read_bounded
 from edu_dl.grading.trust.notebook import parse_notebook
 from edu_dl.grading.trust.result import RunResult, parse_record, read_run
@@ -175,13 +174,13 @@ def _cases(part: Any, cases: list[tuple[Any, ...]], got: list[Any] | None,
     for i, args in enumerate(cases):
         result = got[i] if i < len(got) else ErrorText("no result for this case")
         expected = _expected(part, args)
-        if isinstance(result, ErrorText):
-            ok, message = False, f"raised {result}"
-        else:
-            verdict = judge_case(part, i, len(cases), args, expected,
-                                 trusted_result(part, expected, result))
+        value, guarded = protocol.unguarded(result)
+        if isinstance(value, ErrorText) and not guarded:
+            ok, message = False, f"raised {value}"
+        else:  # as judge_part judges it, the guard's findings included
+            verdict = judged_case(part, i, len(cases), args, result)
             ok, message = verdict.ok, verdict.message
-        found.append(CaseReplay(i, i >= n_visible, args, result, expected, ok, message))
+        found.append(CaseReplay(i, i >= n_visible, args, value, expected, ok, message))
     return found
 
 

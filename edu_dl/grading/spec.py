@@ -208,6 +208,12 @@ OUTPUT_PREFIX = re.compile(r"output (\d+)\b")
 
 
 GENERIC = "generic"  # the gradebook's hint id of a generic hint (generic.py)
+# The gradebook's hint ids of the guard's failures (guard.judged), and what the class report
+# says about them.
+WROTE_HINT, ALIASED_HINT = "wrote", "aliased"
+GUARD_HINTS = {WROTE_HINT: "the guard: the function wrote into an argument (the caller's "
+                           "input) in place",
+               ALIASED_HINT: "the guard: a result is the caller's array itself, not a new one"}
 
 
 def _first_hint(part: Part, expected: Any, got: Any, args: tuple[Any, ...],

@@ -3,9 +3,11 @@
 Public code (a release names it by ``edu_dl.harness.ex05:<name>``), and it computes no answer
 of any part: the adapters drive the student's own ``Tape`` on a program given as data, hand
 the student's ``backward`` a tape recorded here with ops that are *not* the exercise's (a
-weighted sum, sin, tanh: their gradients answer nothing the student writes), and refuse a
-function that writes into the arrays it was given. The oracles (``torch.autograd``, central
-differences), the hidden cases and the mistake replays stay in the course's private part file.
+weighted sum, sin, tanh: their gradients answer nothing the student writes), and hand the
+guard (``edu_dl.grading.guard``) the copies they give in place of a case's arrays, so a
+function that writes into them fails as one that writes into the case does. The oracles
+(``torch.autograd``, central differences), the hidden cases and the mistake replays stay in the
+course's private part file.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from edu_dl.grading import guard
 from edu_dl.grading.source import names_check
 from edu_dl.grading.spec import CheckFailure
 
@@ -24,25 +27,11 @@ Vjp = Callable[[Any], tuple[Any, ...]]
 # --------------------------------------------------------------------------- inputs left alone
 
 
-def _snapshot(args: Sequence[Any]) -> list[np.ndarray | None]:
-    return [np.array(a, copy=True) if isinstance(a, np.ndarray) else None for a in args]
-
-
-def _refuse_writes(before: list[np.ndarray | None], args: Sequence[Any], what: str) -> None:
-    """CheckFailure when an array argument no longer holds what it held before the call."""
-    for j, (old, new) in enumerate(zip(before, args)):
-        if old is not None and not np.array_equal(old, new, equal_nan=True):
-            raise CheckFailure(
-                f"{what} changed its argument {j + 1} in place (e.g. `dout *= mask` or "
-                "`x[x < 0] = 0`): the caller still needs that array; compute into a new one")
-
-
 def call_leaving_inputs(fn: Callable[..., Any], args: Case) -> Any:
-    """fn(*args), failing the case if fn wrote into one of its array arguments."""
-    before = _snapshot(args)
-    result = fn(*args)
-    _refuse_writes(before, args, "your function")
-    return result
+    """fn(*args). The guard every part runs under (``edu_dl.grading.guard``, in check() and in
+    the grader alike) fails a case whose arguments the function wrote into; the name stays for
+    the releases that refer to it."""
+    return fn(*args)
 
 
 def call_unbroadcast(fn: Callable[..., Any], args: Case) -> Any:
@@ -66,10 +55,8 @@ def call_tape_op(tape_class: Callable[[], Any], args: Case) -> Any:
     if op not in TAPE_OPS:
         raise CheckFailure(f"unknown op {op!r}")
     tape = tape_class()
-    ids = [tape.input(x) for x in inputs]
-    before = _snapshot(inputs)
+    ids = [tape.input(x) for x in inputs]  # the case's own arrays: the guard compares them
     out = getattr(tape, op)(*ids)
-    _refuse_writes(before, inputs, f"Tape.{op}")
     if not tape.records:
         raise CheckFailure(f"Tape.{op} recorded nothing: append (output id, input ids, vjp) "
                            "to tape.records")
@@ -78,9 +65,8 @@ def call_tape_op(tape_class: Callable[[], Any], args: Case) -> Any:
         raise CheckFailure(f"Tape.{op} returned id {out!r} for inputs {ids}, but its last "
                            f"record is ({record[0]!r}, {record[1]!r}, ...): each record is "
                            "(output id, input ids, vjp)")
-    seed = np.array(dout, copy=True) if isinstance(dout, np.ndarray) else dout
+    seed = guard.watch(1, np.array(dout, copy=True) if isinstance(dout, np.ndarray) else dout)
     grads = record[2](seed)
-    _refuse_writes(_snapshot([dout]), [seed], f"the vjp of Tape.{op}")
     if not isinstance(grads, tuple | list) or len(grads) != len(ids):
         raise CheckFailure(f"the vjp of Tape.{op} returned {type(grads).__name__}: return a "
                            f"tuple of {len(ids)} gradient(s), one per input")
@@ -114,7 +100,9 @@ class RecordedTape:
 
 
 def _linear_vjp(c1: float, c2: float) -> Vjp:
-    return lambda dout: (c1 * dout, c2 * dout)
+    """A weight of exactly 1 hands dout on itself, as a real add's vjp does: a backward that
+    keeps that reference and adds into it later changes the caller's dout (the guard sees it)."""
+    return lambda dout: (dout if c1 == 1.0 else c1 * dout, dout if c2 == 1.0 else c2 * dout)
 
 
 def _sin_vjp(x: np.ndarray) -> Vjp:
@@ -151,13 +139,14 @@ def call_backward(fn: Callable[..., Any], args: Case) -> Any:
     leaves, program, coeffs, dout = args
     tape = record_program(leaves, program, coeffs)
     output = len(tape.values) - 1
-    seed = np.array(dout, copy=True)
+    seed = guard.watch(3, np.array(dout, copy=True))  # argument 3: the caller's dout
     grads = fn(tape, output, seed)
-    _refuse_writes(_snapshot([dout]), [seed], "backward")
     if not isinstance(grads, Sequence) or len(grads) != len(tape.values):
         raise CheckFailure(f"backward returned a {type(grads).__name__} of "
                            f"{len(grads) if isinstance(grads, Sequence) else '?'} items: "
                            f"return one gradient per variable of the tape ({len(tape.values)})")
+    for i in range(len(np.asarray(leaves))):  # a leaf's gradient that IS dout: a reference kept
+        guard.alias(3, grads[i], seed)
     return np.stack([np.asarray(grads[i], dtype=np.float64)
                      for i in range(len(np.asarray(leaves)))])
 

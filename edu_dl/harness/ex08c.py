@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from edu_dl.grading import guard
 from edu_dl.grading.source import definition_node, names_check
 from edu_dl.grading.spec import CheckFailure, Verdict
 
@@ -40,10 +41,11 @@ def _float64(value: Any, what: str, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def call_clipped(fn: Callable[..., Any], args: Case) -> tuple[np.ndarray, np.ndarray]:
-    """fn(w1, w2, X, Y, max_norm) on copies; its (g1, g2) as float64 arrays of w1's and w2's
-    shapes."""
+    """fn(w1, w2, X, Y, max_norm) on copies (watched by the guard); its (g1, g2) as float64
+    arrays of w1's and w2's shapes."""
     w1, w2, X, Y, max_norm = args
-    result = fn(*(np.array(a, dtype=np.float64) for a in (w1, w2, X, Y)), float(max_norm))
+    result = fn(*(guard.watch(j, np.array(a, dtype=np.float64))
+                  for j, a in enumerate((w1, w2, X, Y))), float(max_norm))
     if not isinstance(result, tuple | list) or len(result) != 2:
         raise CheckFailure(f"return a pair (g1, g2), one array per weight; got "
                            f"{type(result).__name__}")
@@ -65,9 +67,9 @@ def call_one_graph(fn: Callable[..., Any], args: Case) -> tuple[np.ndarray, np.n
 
     x, W, tol, max_steps = args
 
-    def arguments() -> tuple[Any, ...]:
-        return (torch.tensor(x, dtype=torch.float64), torch.tensor(W, dtype=torch.float64),
-                float(tol), int(max_steps))
+    def arguments() -> tuple[Any, ...]:  # fresh tensors for each call, watched by the guard
+        return (guard.watch(0, torch.tensor(x, dtype=torch.float64)),
+                guard.watch(1, torch.tensor(W, dtype=torch.float64)), float(tol), int(max_steps))
 
     # Eagerly first: the stub's NotImplementedError, and any error of the student's code, then
     # show as themselves rather than as what TorchDynamo makes of them.

@@ -16,15 +16,17 @@ from typing import Any
 
 import numpy as np
 
+from edu_dl.grading import guard
 from edu_dl.grading.hints import Rule, close, output_of
 
 Case = tuple[Any, ...]
 
 
 def call_with_list(fn: Callable[..., Any], args: Case) -> Any:
-    """The student's function gets a Python list of the k workers' arrays."""
+    """The student's function gets a Python list of the k workers' arrays (copies, watched by
+    the guard: a write into one fails the case as a write into ``grads``)."""
     grads = args[0]
-    return np.asarray(fn([np.array(g) for g in grads]))
+    return np.asarray(fn(guard.watch(0, [np.array(g) for g in grads])))
 
 
 def as_int(value: Any) -> int:
@@ -36,8 +38,8 @@ def call_with_shards(fn: Callable[..., Any], args: Case) -> Any:
     """The student's function gets each rank's shards as a list; each per-rank output (a list
     of k arrays, or one array with a leading rank axis) comes back as one stacked array."""
     x, w1_shards, w2_shards, dy = args
-    result = fn(np.array(x), [np.array(w) for w in w1_shards], [np.array(w) for w in w2_shards],
-                np.array(dy))
+    result = fn(guard.watch(0, np.array(x)), guard.watch(1, [np.array(w) for w in w1_shards]),
+                guard.watch(2, [np.array(w) for w in w2_shards]), guard.watch(3, np.array(dy)))
     if not isinstance(result, tuple | list) or len(result) != 3:
         return result  # the comparison reports the wrong kind of result
     return tuple(np.asarray(per_rank, dtype=np.float64) for per_rank in result)

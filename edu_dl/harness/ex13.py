@@ -3,8 +3,9 @@ check of the backward pass. Nothing here computes an answer: the oracles (``edu_
 autograd version for the backward pass; the merge worked out from the keys' scores), the hidden
 cases and the mistake replays stay in the course's private part file.
 
-Both functions get float64 copies (a student's in-place update cannot reach the case) and plain
-Python flags.
+Both functions get float64 copies and plain Python flags; the guard watches the copies
+(``edu_dl.grading.guard.watch``), so a function that writes into one (``q *= scale``) fails as one
+that writes into the case does.
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ from typing import Any
 
 import numpy as np
 
+from edu_dl.grading import guard
 from edu_dl.grading.source import names_check
 
 Case = tuple[Any, ...]
 
 
 def _float64(*arrays: Any) -> list[np.ndarray]:
-    return [np.array(a, dtype=np.float64) for a in arrays]
+    """Float64 copies of the case's first arrays, each watched as the argument it stands for."""
+    return [guard.watch(j, np.array(a, dtype=np.float64)) for j, a in enumerate(arrays)]
 
 
 def call_merge(fn: Callable[..., Any], args: Case) -> Any:

@@ -273,7 +273,12 @@ def _backward_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
                        dtype=np.int64),
               np.array([(1.0, 1.0), (1.5, 2.0), (1.0, 1.0), (1.0, -1.0)]),
               rng.standard_normal(2))
-    return [twice, unused, _program_case(rng, 2, 4, 4)]
+    # The docstring's example, tape.add(x, x) as the output: a weight of 1 hands dout on by
+    # reference (harness.ex05._linear_vjp), so a backward that stores it and then adds into it
+    # (grads[x] = g; grads[x] += g) changes the caller's dout from [1.] to [2.].
+    add_twice = (np.array([[3.0]]), np.array([(LINEAR, 0, 0)], dtype=np.int64),
+                 np.array([(1.0, 1.0)]), np.array([1.0]))
+    return [twice, unused, _program_case(rng, 2, 4, 4), add_twice]
 
 
 def _backward_expected(leaves: Array, program: Array, coeffs: Array, dout: Array) -> Array:

@@ -187,7 +187,7 @@ def test_a_function_that_writes_into_its_inputs_fails_naming_them(capsys):
 
     ok, out = run(capsys, "ex05.relu_backward", overwrite)
     assert not ok
-    assert "your function wrote into its argument `dout` (6 of 6 entries), `x` (" in out
+    assert "your function wrote into its arguments `dout` (6 of 6 entries), `x` (" in out
     assert run(capsys, "ex05.relu_backward", relu_backward)[0]
 
 
