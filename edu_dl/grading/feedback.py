@@ -50,6 +50,7 @@ import nbformat
 from jinja2 import DictLoader
 from nbconvert import HTMLExporter
 
+from edu_dl.grading.cost import Cost, metered
 from edu_dl.grading.model import Job, Row, safe_file_name
 from edu_dl.grading.nbgrader import BEGIN_HIDDEN, grade_id, strip_hidden_tests
 from edu_dl.grading.notebooks import write_atomic
@@ -440,10 +441,12 @@ def render(student: str, exercise: str, nb: Any, rows: list[Row],
 
 def write_pages(out: Path, rows: list[Row], jobs: list[Job],
                 executed: Callable[[Job], Any] | None, course: Path | None = None,
-                log: Callable[[str], None] = print) -> dict[tuple[str, str], str]:
+                log: Callable[[str], None] = print,
+                costs: dict[tuple[str, str], Cost] | None = None) -> dict[tuple[str, str], str]:
     """Write every graded notebook's page below ``out`` (and ``course``: an nbgrader course
     folder); returns (student, exercise) -> the page's path relative to ``out``. A page that
-    cannot be made is logged and left out: it never costs another student theirs."""
+    cannot be made is logged and left out: it never costs another student theirs. ``costs``
+    gets what reading and rendering each page made now cost the grader."""
     if executed is None:
         return {}
     by_job: dict[tuple[str, str], list[Row]] = {}
@@ -458,19 +461,23 @@ def write_pages(out: Path, rows: list[Row], jobs: list[Job],
     for job in jobs:
         key = (job.student, job.exercise.name)
         try:
-            nb = executed(job)
-            if nb is None:
-                continue
-            mine = by_job.get(key, [])
-            where = page_path(job.student, job.assignment, job.exercise.name)
-            placed = [*job.exercise.parts,  # a speed row's banner: above its part's test cell
-                      *((speed_row(p), cell) for p, cell in job.exercise.parts
-                        if speed_row(p) in job.exercise.speed)]
-            page = _made_already(out / where, digest(job.student, job.exercise.name, nb, mine,
-                                                     placed))
-            if page is None:
-                page = render(job.student, job.exercise.name, nb, mine, placed, html).encode()
-                write_atomic(out / where, page)
+            with metered() as spent:  # reading the notebook too: what a page costs the grader
+                nb = executed(job)
+                if nb is None:
+                    continue
+                mine = by_job.get(key, [])
+                where = page_path(job.student, job.assignment, job.exercise.name)
+                placed = [*job.exercise.parts,  # a speed row's banner: above its test cell
+                          *((speed_row(p), cell) for p, cell in job.exercise.parts
+                            if speed_row(p) in job.exercise.speed)]
+                page = _made_already(out / where, digest(job.student, job.exercise.name, nb,
+                                                         mine, placed))
+                if page is None:
+                    page = render(job.student, job.exercise.name, nb, mine, placed,
+                                  html).encode()
+                    write_atomic(out / where, page)
+            if costs is not None:
+                costs[key] = spent
             written[key] = where
             if course is not None:
                 _release(course / where, page, job)

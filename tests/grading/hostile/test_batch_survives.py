@@ -389,7 +389,7 @@ def test_amplification_attacks_stay_within_stated_bounds(tmp_path: Path) -> None
     with open(out / "grades.csv", newline="") as f:
         rows = {r["student"]: r for r in csv.DictReader(f)}
     assert rows["alice"]["points"] == "1.0"
-    assert rows["deep"]["status"] == "unreadable" and "deeper than 64" in rows["deep"]["message"]
+    assert rows["deep"]["status"] == "refused" and "deeper than 64" in rows["deep"]["message"]
     assert rows["wide"]["points"] == "1.0"  # allowed, and written back compactly
     assert rows["dead"]["status"] == "failed"
     assert "at most 100000 characters" in rows["dead"]["message"], rows["dead"]
