@@ -43,30 +43,33 @@ def student_name(case: str) -> str:
     return "s" + "".join(c for c in case if c.isalnum())[:20]
 
 
-def measure(cases: list[str], jobs: int) -> dict[str, Any]:
-    """Grade ``cases`` (one student each) in this process; what it cost."""
-    with tempfile.TemporaryDirectory(prefix="edu-dl-bench-cost-") as tmp:
-        root = Path(tmp)
-        corpus.write_source(root / "source", corpus.source())
-        sizes = {}
-        for case in cases:
-            data = (costly.FULL[case]() if case in costly.FULL
-                    else costly.nbformat.writes(corpus.student()).encode())
-            folder = root / "submissions" / student_name(case)
-            folder.mkdir(parents=True)
-            (folder / f"{corpus.EXERCISE}.ipynb").write_bytes(data)
-            sizes[case] = len(data)
-        start = time.perf_counter()
-        summary = grade(root / "submissions", root / "source", root / "grades",
-                        settings=SETTINGS, jobs=jobs, progress=False, log=lambda s: None)
-        wall = time.perf_counter() - start
+def build(root: Path, cases: list[str]) -> dict[str, int]:
+    """The source and one student per case below ``root``; each notebook's size."""
+    corpus.write_source(root / "source", corpus.source())
+    sizes = {}
+    for case in cases:
+        data = (costly.FULL[case]() if case in costly.FULL
+                else costly.nbformat.writes(corpus.student()).encode())
+        folder = root / "submissions" / student_name(case)
+        folder.mkdir(parents=True)
+        (folder / f"{corpus.EXERCISE}.ipynb").write_bytes(data)
+        sizes[case] = len(data)
+    return sizes
+
+
+def measure(root: Path, cases: list[str], jobs: int) -> dict[str, Any]:
+    """Grade what :func:`build` wrote (one student per case) in this process; what it cost."""
+    start = time.perf_counter()
+    summary = grade(root / "submissions", root / "source", root / "grades",
+                    settings=SETTINGS, jobs=jobs, progress=False, log=lambda s: None)
+    wall = time.perf_counter() - start
     found = {}
     for case in cases:
         key = (student_name(case), corpus.EXERCISE)
         spent, page = summary.costs[key]
         total = spent.plus(page) if page is not None else spent
         statuses = sorted({r.status for r in summary.rows if r.student == key[0]})
-        found[case] = {"bytes": sizes[case], "status": "/".join(statuses),
+        found[case] = {"status": "/".join(statuses),
                        "grader_s": total.seconds, "grader_cpu_s": total.cpu_seconds,
                        "grader_peak_mb": total.peak_mb, "grader_added_mb": total.added_mb,
                        "page_s": page.seconds if page is not None else 0.0}
@@ -75,12 +78,18 @@ def measure(cases: list[str], jobs: int) -> dict[str, Any]:
 
 
 def in_a_fresh_process(cases: list[str], jobs: int) -> dict[str, Any]:
-    """:func:`measure` in a new Python: its resident peak is this run's alone."""
-    done = subprocess.run([sys.executable, __file__, "--measure", json.dumps(cases),
-                           "--jobs", str(jobs)], capture_output=True, text=True, check=True,
-                          env={**os.environ, "TQDM_DISABLE": "1"},
-                          cwd=Path(__file__).parent)
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    """The cases built here, graded by :func:`measure` in a new Python: its resident peak is
+    the grading's alone (building a case costs more than grading it now)."""
+    with tempfile.TemporaryDirectory(prefix="edu-dl-bench-cost-") as tmp:
+        sizes = build(Path(tmp), cases)
+        done = subprocess.run([sys.executable, __file__, "--measure", json.dumps(cases),
+                               "--root", tmp, "--jobs", str(jobs)], capture_output=True,
+                              text=True, check=True, env={**os.environ, "TQDM_DISABLE": "1"},
+                              cwd=Path(__file__).parent)
+    found = dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    for case, size in sizes.items():
+        found["cases"][case]["bytes"] = size
+    return found
 
 
 def markdown(alone: dict[str, dict[str, Any]], together: dict[str, Any], cores: int,
@@ -116,18 +125,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="also write the table to this Markdown file")
     p.add_argument("--measure", help=argparse.SUPPRESS)  # the child's cases, as JSON
     p.add_argument("--jobs", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--root", type=Path, help=argparse.SUPPRESS)  # where build() wrote them
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.measure:  # the child: one run, its facts as the last line
-        print(json.dumps(measure(json.loads(args.measure), args.jobs)))
+        print(json.dumps(measure(args.root, json.loads(args.measure), args.jobs)))
         return 0
     load = os.getloadavg()
     alone = {case: in_a_fresh_process([case], 1) for case in CASES}
     together = in_a_fresh_process(list(costly.FULL), 2)
-    text = markdown(alone, together, usable_cores(), load)
+    text = markdown(alone, together, usable_cores().value, load)
     print(text)
     if args.out:
         args.out.write_text(text)

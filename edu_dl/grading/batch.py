@@ -82,6 +82,7 @@ def _grade_one(job: Job, out: Path, settings: Settings, hide: list[Path], secret
     started = time.perf_counter()
     done = run(prepared, settings, hide)
     cost.waited(time.perf_counter() - started)  # the sandbox's time, not the grader's
+    prepared.files = {}  # the sandbox had them: not held while its result is read
     ran = received(prepared, done, settings)
     try:
         rows = judge_run(job, prepared, ran, settings)
