@@ -27,6 +27,10 @@ No HTML or script a student wrote is ever live, by three layers, each enough on 
 
 The hosted install cell (``edu_dl.notebook.hosted``) is left out, hidden tests are stripped from
 every source, and an error raised in a cell that held them shows its name and message only.
+
+What a page costs is bounded like the rest of the grader's work: text per cell and per page,
+images per page, every graded cell and the first :data:`MAX_PAGE_CELLS` others, and
+:data:`PAGE_SECONDS` of rendering; the top of the page says what was cut.
 """
 
 from __future__ import annotations
@@ -369,8 +373,8 @@ def _cut_note(shown: Any, clock: _Clock) -> str:
         notes.append(f"This page shows {kept:,} of {total:,} cells: every graded cell and the "
                      f"first {others:,} others.")
     if clock.cut:
-        notes.append(f"{clock.cut:,} cell{'s' * (clock.cut != 1)} were not rendered: the page "
-                     f"ran out of its time budget of {PAGE_SECONDS:g} s.")
+        notes.append(f"{clock.cut:,} cell{'s were' if clock.cut != 1 else ' was'} not rendered: "
+                     f"the page ran out of its time budget of {PAGE_SECONDS:g} s.")
     return f'<p class="edu-cut">{" ".join(notes)}</p>' if notes else ""
 
 
