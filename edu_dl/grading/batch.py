@@ -26,7 +26,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from edu_dl.grading import gradebook, sandbox
+from edu_dl.grading import cost, gradebook, sandbox
 from edu_dl.grading.classreport import record_class
 from edu_dl.grading.cluster import check_workers, grade_on_cluster, sigint_ignored
 from edu_dl.grading.collect import check_students, collect, is_nbgrader_course, only, scope
@@ -48,7 +48,7 @@ from edu_dl.grading.model import (
 from edu_dl.grading.notebooks import Notebook, NotebookError
 from edu_dl.grading.policy import Dates
 from edu_dl.grading.prepare import prepare, submission_bytes
-from edu_dl.grading.receive import received
+from edu_dl.grading.receive import received, record_cost
 from edu_dl.grading.report import HTML_FEEDBACK, write_outputs
 from edu_dl.grading.run import run
 from edu_dl.grading.secret import (
@@ -87,7 +87,11 @@ def _grade_one(job: Job, out: Path, settings: Settings, hide: list[Path], secret
     if isinstance(prepared, list):  # nothing to run: these rows say why
         return prepared
     try:
-        ran = received(prepared, run(prepared, settings, hide), settings)
+        started = time.perf_counter()
+        done = run(prepared, settings, hide)
+        cost.waited(time.perf_counter() - started)  # the sandbox's time, not the grader's
+        prepared.files = {}  # the sandbox had them: not held while its result is read
+        ran = received(prepared, done, settings)
         rows = judge_run(job, prepared, ran, settings)
     finally:
         if not prepared.boxed:  # the unisolated run's private folder; run.json stays
@@ -230,22 +234,29 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
             state.unlink(missing_ok=True)
     saved: list[tuple[Job, Path]] = []
     stopping = threading.Event()  # Ctrl-C: a run that ends now is cut short, not graded
+    costs: dict[tuple[str, str], cost.Cost] = {}  # the grader's own, per submission
 
-    def record(item: tuple[Job, Path], data: bytes | None, rows: list[Row]) -> None:
+    def record(item: tuple[Job, Path], data: bytes | None, rows: list[Row],
+               spent: cost.Cost | None = None) -> None:
         job = item[0]
         rows_by_job[(job.student, job.exercise.name)] = rows
+        if spent is not None:
+            costs[(job.student, job.exercise.name)] = spent
         if _keep(out, job, rows, job_key(job, settings, data, secret.fingerprint), settings,
-                 secret, log, content_key(job, data, secret.fingerprint)):
+                 secret, log, content_key(job, data, secret.fingerprint), spent):
             saved.append(item)
 
     def work(item: tuple[Job, Path]) -> None:
         if stopping.is_set():
             return
-        # Read again and grade exactly these bytes; the key stored is theirs.
-        data = submission_bytes(item[0], settings)
-        rows = grade_one(item[0], out, settings, hide, secret, data)
+        began = time.time()
+        with cost.metered() as spent:
+            # Read again and grade exactly these bytes; the key stored is theirs.
+            data = submission_bytes(item[0], settings)
+            rows = grade_one(item[0], out, settings, hide, secret, data)
         if not stopping.is_set():
-            record(item, data, rows)
+            record_cost(out, item[0], spent.rounded(), began)
+            record(item, data, rows, spent)
 
     sandbox.STOP.clear()
     try:
@@ -272,7 +283,7 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
                         pool.shutdown(wait=True, cancel_futures=True)
         return _gradebooks(out, submissions, settings, secret, log, entries, all_jobs,
                            exercises, collected, rows_by_job, roster, dates, manual, filled,
-                           notes, len(todo), start, problem)
+                           notes, len(todo), start, problem, costs)
     except KeyboardInterrupt:
         raise Interrupted(len(saved), len(todo)) from None
 
@@ -282,8 +293,10 @@ def _gradebooks(out: Path, submissions: Path, settings: Settings, secret: Secret
                 all_jobs: list[Job], exercises: dict[str, Exercise], collected: set[str],
                 rows_by_job: dict[tuple[str, str], list[Row]], roster: dict[str, Any] | None,
                 dates: Dates, manual: Path | None, filled: Any, notes: list[str], graded: int,
-                start: float, problem: str) -> Summary:
-    """The gradebooks, from this run's rows and every kept submission's; the summary."""
+                start: float, problem: str, costs: dict[tuple[str, str], cost.Cost]
+                ) -> Summary:
+    """The gradebooks, from this run's rows and every kept submission's; the summary (with
+    ``costs``, the grader's own per submission graded now, its feedback page added)."""
     keep = (lambda student: True) if roster is None else \
         (lambda student: student in roster or student in collected)
     kept, stale = _others(entries, all_jobs, exercises, keep, settings, secret, rows_by_job)
@@ -313,14 +326,18 @@ def _gradebooks(out: Path, submissions: Path, settings: Settings, secret: Secret
     notes_kept = gradebook.read_collected(out)
     rows += [r for student in sorted(set(notes_kept) | collected) if keep(student)
              for r in notes_kept.get(student, [])]
+    pages: dict[tuple[str, str], cost.Cost] = {}
     write_outputs(out, rows, book, dates=dates, roster=roster, filled=filled,
                   executed=lambda job: executed_notebook(out, job, settings),
-                  course=submissions if is_nbgrader_course(submissions) else None, log=log)
+                  course=submissions if is_nbgrader_course(submissions) else None, log=log,
+                  costs=pages)
     record_class(out, book, settings, log=log,  # for edu-dl report: cells' digests, hints
                  kept=frozenset((j.student, j.exercise.name) for j in kept))
     gradebook.remember_options(out, applied)
     return Summary(rows, graded, len(all_jobs) - graded, time.monotonic() - start,
-                   not problem, problem, secret.fingerprint, notes)
+                   not problem, problem, secret.fingerprint, notes,
+                   {key: (spent, pages.get(key)) for key, spent in costs.items()},
+                   cost.process_peak_mb())
 
 
 def _all_kept(jobs: list[Job], entries: dict[tuple[str, str], gradebook.Entry],
@@ -387,13 +404,15 @@ def _has_submission(entry: gradebook.Entry | None) -> bool:
 
 
 def _keep(out: Path, job: Job, rows: list[Row], key: str, settings: Settings, secret: Secret,
-          log: Callable[[str], None], content: str = "") -> bool:
+          log: Callable[[str], None], content: str = "", spent: cost.Cost | None = None
+          ) -> bool:
     """Write the job's rows to the gradebook's state (compact: they hold what the student's
-    code printed and raised); whether they were written."""
+    code printed and raised), with what grading it cost the grader; whether they were
+    written."""
     try:
         gradebook.write_entry(out, job, rows, key,
                               job_basis(job, settings, secret.fingerprint), secret.fingerprint,
-                              content)
+                              content, spent.rounded() if spent is not None else None)
     except OSError as exc:  # graded all the same; the next run grades it again
         log(f"could not keep the grade of {job.student!r} for the next run ({exc})")
         return False

@@ -27,6 +27,10 @@ No HTML or script a student wrote is ever live, by three layers, each enough on 
 
 The hosted install cell (``edu_dl.notebook.hosted``) is left out, hidden tests are stripped from
 every source, and an error raised in a cell that held them shows its name and message only.
+
+What a page costs is bounded like the rest of the grader's work: text per cell and per page,
+images per page, every graded cell and the first :data:`MAX_PAGE_CELLS` others, and
+:data:`PAGE_SECONDS` of rendering; the top of the page says what was cut.
 """
 
 from __future__ import annotations
@@ -36,7 +40,9 @@ import binascii
 import hashlib
 import json
 import re
+import time
 from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 from dataclasses import asdict
 from html import escape
 from pathlib import Path
@@ -48,6 +54,7 @@ import nbformat
 from jinja2 import DictLoader
 from nbconvert import HTMLExporter
 
+from edu_dl.grading.cost import Cost, metered
 from edu_dl.grading.model import Job, Row, safe_file_name
 from edu_dl.grading.nbgrader import BEGIN_HIDDEN, grade_id, strip_hidden_tests
 from edu_dl.grading.notebooks import write_atomic
@@ -64,6 +71,12 @@ MAX_PAGE_IMAGES = 32 << 20  # base64 characters of images on one page; the rest 
 # all: a 14 MB cell once made a 97 MB page (highlighting multiplies the size); the rest is cut.
 MAX_CELL_TEXT = 100_000
 MAX_PAGE_TEXT = 2_000_000
+# A page shows every graded cell and this many others (the first ones): each cell costs about
+# 15 ms to render, and a page of 10,000 Markdown cells once took 284 s and 915 MB.
+MAX_PAGE_CELLS = 200
+# Once a page has taken this long, its remaining cells are named, not rendered (pathological
+# Markdown within the text caps).
+PAGE_SECONDS = 20.0
 # No script from anywhere, nothing fetched: the page needs nothing from outside itself.
 POLICY = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
           "base-uri 'none'; form-action 'none'")
@@ -128,9 +141,25 @@ def _image_uri(value: str) -> bool:
     return kind in ("data:image/png", "data:image/jpeg") and _image(data) is not None
 
 
+class _Clock:
+    """The time budget of the page being rendered, and how many cells it cut."""
+
+    def __init__(self, seconds: float) -> None:
+        self.deadline, self.cut = time.monotonic() + seconds, 0
+
+
+_PAGE: ContextVar[_Clock | None] = ContextVar("feedback_page_clock", default=None)
+LATE = '<pre>[not rendered: the page ran out of its time budget]</pre>'
+
+
 def clean_html(html: Any) -> str:
     """HTML a student's text became (Markdown, highlighted code, a raw cell) with only
-    harmless tags and attributes left: everything else is shown as text."""
+    harmless tags and attributes left: everything else is shown as text. Past the page's
+    time budget (:func:`render`), a note instead."""
+    clock = _PAGE.get()
+    if clock is not None and time.monotonic() > clock.deadline:
+        clock.cut += 1
+        return LATE
     text = html.decode() if isinstance(html, bytes) else str(html)
     return bleach.clean(text, tags=TAGS, attributes=_attribute_allowed, protocols=PROTOCOLS,
                         strip_comments=True)
@@ -278,16 +307,37 @@ def _attachments(source: str, attachments: Any, budget: list[int]
     return source, kept
 
 
-def for_students(nb: Any, banners: dict[str, str]) -> Any:
+def _gap(skipped: int) -> Any:
+    """Where cells were left out: one line saying how many."""
+    return nbformat.v4.new_raw_cell(f"[... {skipped:,} cell{'s' * (skipped != 1)} not shown "
+                                    "here]")
+
+
+def for_students(nb: Any, banners: dict[str, str], max_cells: int | None = None) -> Any:
     """The notebook a page shows: a new one, built from ``nb``'s sources and outputs only
-    (install cell left out, hidden tests stripped), each graded cell with its banner."""
+    (install cell left out, hidden tests stripped), each graded cell with its banner. Of the
+    cells without a banner, the first ``max_cells`` are shown and the others are named by
+    gap (``metadata.edu_dl_cut``: [cells shown, cells in all, ``max_cells``] when some were
+    left out; default MAX_PAGE_CELLS)."""
+    max_cells = MAX_PAGE_CELLS if max_cells is None else max_cells
     budget, text = [MAX_PAGE_IMAGES], [MAX_PAGE_TEXT]
     cells: list[Any] = []
+    plain = skipped = total = 0
     for cell in nb.cells:
         kind, source = cell.get("cell_type"), _text(cell.get("source"))
         if kind == "code" and is_install_cell(nbformat.from_dict(
                 {"cell_type": "code", "source": source})):
             continue
+        total += 1
+        gid = grade_id(cell)
+        if gid is None or gid not in banners:
+            plain += 1
+            if plain > max_cells:
+                skipped += 1
+                continue
+        if skipped:
+            cells.append(_gap(skipped))
+            skipped = 0
         hidden = BEGIN_HIDDEN.lstrip("# ") in source
         source = _capped(strip_hidden_tests(source), text)
         if kind == "code":
@@ -301,14 +351,31 @@ def for_students(nb: Any, banners: dict[str, str]) -> Any:
             new.source, new.attachments = _attachments(source, cell.get("attachments"), budget)
         else:  # raw: shown as text (the sanitizer cleans it as Markdown's HTML)
             new = nbformat.v4.new_raw_cell(source)
-        new.id = f"c{len(cells)}"  # the same page for the same notebook (nbformat's are random)
-        gid = grade_id(cell)
         if gid is not None and gid in banners:
             new.metadata["edu_dl_banner"] = banners[gid]
         cells.append(new)
+    if skipped:
+        cells.append(_gap(skipped))
+    for index, cell in enumerate(cells):  # the same page for the same notebook (nbformat's
+        cell.id = f"c{index}"  # ids are random)
     shown = nbformat.v4.new_notebook(cells=cells)
     shown.metadata["language_info"] = {"name": "python"}
+    if plain > max_cells:
+        shown.metadata["edu_dl_cut"] = [total - (plain - max_cells), total, max_cells]
     return shown
+
+
+def _cut_note(shown: Any, clock: _Clock) -> str:
+    """What the page left out, in a sentence or two (our markup; "" when nothing)."""
+    notes = []
+    if "edu_dl_cut" in shown.metadata:
+        kept, total, others = shown.metadata["edu_dl_cut"]
+        notes.append(f"This page shows {kept:,} of {total:,} cells: every graded cell and the "
+                     f"first {others:,} others.")
+    if clock.cut:
+        notes.append(f"{clock.cut:,} cell{'s were' if clock.cut != 1 else ' was'} not rendered: "
+                     f"the page ran out of its time budget of {PAGE_SECONDS:g} s.")
+    return f'<p class="edu-cut">{" ".join(notes)}</p>' if notes else ""
 
 
 def exporter() -> HTMLExporter:
@@ -362,7 +429,14 @@ def render(student: str, exercise: str, nb: Any, rows: list[Row],
     resources = {"metadata": {"name": f"Feedback: {exercise}"},
                  "edu_dl": {"policy": POLICY, "style": STYLE, "header": header,
                             "digest": digest(student, exercise, nb, rows, parts)}}
-    body, _ = (html or exporter()).from_notebook_node(for_students(nb, banners), resources)
+    shown, clock = for_students(nb, banners), _Clock(PAGE_SECONDS)
+    token = _PAGE.set(clock)
+    try:
+        body, _ = (html or exporter()).from_notebook_node(shown, resources)
+    finally:
+        _PAGE.reset(token)
+    # The header is ours and comes before every cell: the note goes right after it.
+    body = body.replace(header, header + _cut_note(shown, clock), 1)
     return visible(body)
 
 
@@ -371,10 +445,12 @@ def render(student: str, exercise: str, nb: Any, rows: list[Row],
 
 def write_pages(out: Path, rows: list[Row], jobs: list[Job],
                 executed: Callable[[Job], Any] | None, course: Path | None = None,
-                log: Callable[[str], None] = print) -> dict[tuple[str, str], str]:
+                log: Callable[[str], None] = print,
+                costs: dict[tuple[str, str], Cost] | None = None) -> dict[tuple[str, str], str]:
     """Write every graded notebook's page below ``out`` (and ``course``: an nbgrader course
     folder); returns (student, exercise) -> the page's path relative to ``out``. A page that
-    cannot be made is logged and left out: it never costs another student theirs."""
+    cannot be made is logged and left out: it never costs another student theirs. ``costs``
+    gets what reading and rendering each page made now cost the grader."""
     if executed is None:
         return {}
     by_job: dict[tuple[str, str], list[Row]] = {}
@@ -389,19 +465,23 @@ def write_pages(out: Path, rows: list[Row], jobs: list[Job],
     for job in jobs:
         key = (job.student, job.exercise.name)
         try:
-            nb = executed(job)
-            if nb is None:
-                continue
-            mine = by_job.get(key, [])
-            where = page_path(job.student, job.assignment, job.exercise.name)
-            placed = [*job.exercise.parts,  # a speed row's banner: above its part's test cell
-                      *((speed_row(p), cell) for p, cell in job.exercise.parts
-                        if speed_row(p) in job.exercise.speed)]
-            page = _made_already(out / where, digest(job.student, job.exercise.name, nb, mine,
-                                                     placed))
-            if page is None:
-                page = render(job.student, job.exercise.name, nb, mine, placed, html).encode()
-                write_atomic(out / where, page)
+            with metered() as spent:  # reading the notebook too: what a page costs the grader
+                nb = executed(job)
+                if nb is None:
+                    continue
+                mine = by_job.get(key, [])
+                where = page_path(job.student, job.assignment, job.exercise.name)
+                placed = [*job.exercise.parts,  # a speed row's banner: above its test cell
+                          *((speed_row(p), cell) for p, cell in job.exercise.parts
+                            if speed_row(p) in job.exercise.speed)]
+                page = _made_already(out / where, digest(job.student, job.exercise.name, nb,
+                                                         mine, placed))
+                if page is None:
+                    page = render(job.student, job.exercise.name, nb, mine, placed,
+                                  html).encode()
+                    write_atomic(out / where, page)
+            if costs is not None:
+                costs[key] = spent
             written[key] = where
             if course is not None:
                 _release(course / where, page, job)

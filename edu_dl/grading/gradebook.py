@@ -68,13 +68,14 @@ def job_facts(job: Job) -> dict[str, Any]:
 
 
 def write_entry(out: Path, job: Job, rows: list[Row], key: str, basis: str, secret: str,
-                content: str = "") -> None:
-    """Keep a job's rows (raises OSError: the caller logs it and grades it again next time)."""
+                content: str = "", grader: dict[str, float] | None = None) -> None:
+    """Keep a job's rows (raises OSError: the caller logs it and grades it again next time),
+    and ``grader``: what grading it cost the grader itself (``cost.Cost.rounded``)."""
     write_atomic(state_path(out, job.student, job.exercise.name), json.dumps({
         "key": key, "secret": secret, "basis": basis, "content": content,
         "student": job.student,
         "exercise": job.exercise.name, "job": job_facts(job),
-        "rows": [asdict(r) for r in rows]}).encode())
+        "rows": [asdict(r) for r in rows], "grader": grader or {}}).encode())
 
 
 def read_entries(out: Path, log: Callable[[str], None]) -> dict[tuple[str, str], Entry]:

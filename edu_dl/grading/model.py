@@ -153,6 +153,10 @@ class Summary:
     problem: str = ""
     secret: str = ""  # the fingerprint of the grading secret the inputs came from
     notes: list[str] = field(default_factory=list)  # warnings for the summary
+    # The grader's own cost (grading.cost.Cost) of each submission graded in this run, and of
+    # its feedback page (None: no page made now), by (student, exercise)
+    costs: dict[tuple[str, str], tuple[Any, Any]] = field(default_factory=dict)
+    peak_mb: float = 0.0  # the grader process's resident peak (ru_maxrss)
 
 
 SAFE_NAME = re.compile(r"[A-Za-z0-9_@+-][A-Za-z0-9_.@+-]{0,99}")

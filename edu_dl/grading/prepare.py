@@ -25,7 +25,7 @@ from edu_dl.grading.secret import Secret
 from edu_dl.grading.settings import MB, Settings
 from edu_dl.grading.spec import Part
 from edu_dl.grading.trust.bounded import read_bounded
-from edu_dl.grading.trust.notebook import compact_bytes, parse_notebook
+from edu_dl.grading.trust.notebook import TooLarge, compact_bytes, parse_notebook
 
 
 @dataclass
@@ -116,15 +116,38 @@ def restored_submission(job: Job, settings: Settings, data: bytes | None
     try:
         data = read_bounded(job.path, settings.notebook_mb * MB) if data is None else data
         submitted = parse_notebook(data, job.path.name)
-    except Refused as exc:
+    except (Refused, TooLarge) as exc:
         return rows_for(job, "refused", str(exc), settings.isolation())
     except NotebookError as exc:
         return rows_for(job, "unreadable", str(exc), settings.isolation())
+    code, limit = code_cells(submitted), code_cell_limit(job.exercise.notebook)
+    if code > limit:
+        return rows_for(job, "refused", f"{job.path.name} has {code:,} code cells, over the "
+                        f"limit of {limit} for {job.exercise.name} ({CODE_CELLS_FACTOR} times "
+                        f"its source's {code_cells(job.exercise.notebook)}, at least "
+                        f"{MIN_CODE_CELL_LIMIT}): the sandbox runs every code cell; not run",
+                        settings.isolation())
     if is_other_exercise(submitted, job.exercise.notebook):
         return rows_for(job, "wrong notebook", f"{job.path.name} holds none of the cells of "
                         f"{job.exercise.name} (a notebook for another exercise?)",
                         settings.isolation())
     return (*restore(submitted, job.exercise.notebook), data)
+
+
+# A submission may hold this many times its source's code cells (a student's own scratch cells),
+# and never fewer than the minimum: each costs the sandbox a kernel round trip (10,000 cells of
+# `pass` took 257 s), and no course notebook comes near (the largest source has 26).
+CODE_CELLS_FACTOR = 5
+MIN_CODE_CELL_LIMIT = 200
+
+
+def code_cells(nb: Notebook) -> int:
+    return sum(cell.get("cell_type") == "code" for cell in nb.cells)
+
+
+def code_cell_limit(source: Notebook) -> int:
+    """How many code cells a submission of ``source``'s exercise may have."""
+    return max(MIN_CODE_CELL_LIMIT, CODE_CELLS_FACTOR * code_cells(source))
 
 
 def submission_bytes(job: Job, settings: Settings) -> bytes | None:

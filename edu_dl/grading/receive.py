@@ -22,17 +22,21 @@ import io
 import json
 import zipfile
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from edu_dl.grading import sandbox
+from edu_dl.grading.model import Job, Refused, safe_file_name
 from edu_dl.grading.notebooks import Notebook, write_atomic
 from edu_dl.grading.prepare import Prepared
 from edu_dl.grading.protocol import EXECUTED
 from edu_dl.grading.settings import MB, Settings
+from edu_dl.grading.trust.bounded import read_bounded
 from edu_dl.grading.trust.notebook import Untrusted, compact_bytes, executed_outputs
 from edu_dl.grading.trust.result import RunResult, read_run
 from edu_dl.grading.trust.text import visible
 
 LOG_TAIL = 4000  # characters of the sandbox's log kept in run.json
+MAX_RUN_RECORD = 16 << 20  # run.json holds capped facts (a log tail, the runner's record)
 RUN_FILE, RESULT_FILE = "run.json", "result.zip"
 
 
@@ -70,6 +74,21 @@ def received(prepared: Prepared, done: sandbox.Result, settings: Settings) -> Ra
          "problem": ran.returned.problem, "record": asdict(ran.returned.record),
          "sandbox": facts, "executed notebook not used": ran.unused}, default=str).encode())
     return ran
+
+
+def record_cost(out: Path, job: Job, spent: dict[str, float], since: float) -> None:
+    """Add the grader's own cost of grading the submission (``cost.Cost.rounded``) to its
+    run.json, if this run wrote it (``since``: when its grading began; a refused submission
+    has none, or an older run's)."""
+    path = out / ".work" / safe_file_name(job.student) / job.exercise.name / RUN_FILE
+    try:
+        if path.is_symlink() or path.stat().st_mtime < since:
+            return
+        facts = json.loads(read_bounded(path, MAX_RUN_RECORD, "for a run record"))
+        facts["grader"] = spent
+        write_atomic(path, json.dumps(facts).encode())
+    except (Refused, OSError, ValueError):
+        pass  # only the record of the cost is lost: the state file and the summary have it
 
 
 def without_notebook(result: bytes) -> bytes:

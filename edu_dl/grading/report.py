@@ -34,7 +34,8 @@ NBGRADER_COLUMNS = ("assignment", "duedate", "timestamp", "student_id", "last_na
 def write_outputs(out: Path, rows: list[Row], jobs: list[Job], *, dates: Any = None,
                   roster: dict[str, Any] | None = None, filled: dict[Any, Any] | None = None,
                   executed: Callable[[Job], Any] | None = None, course: Path | None = None,
-                  log: Callable[[str], None] = print) -> None:
+                  log: Callable[[str], None] = print, costs: dict[Any, Any] | None = None
+                  ) -> None:
     """grades.csv, each notebook's feedback page (feedback.py), manual.csv,
     nbgrader_grades.csv, then feedback/<student>.md and feedback_html/<student>.html (an
     index linking the pages), each written atomically.
@@ -44,10 +45,11 @@ def write_outputs(out: Path, rows: list[Row], jobs: list[Job], *, dates: Any = N
     and comments in the new manual.csv; ``executed(job)`` gives the executed notebook of a job
     (or None) for the feedback pages; ``course``: an nbgrader course folder, whose
     feedback/ gets the pages too (nbgrader's release_feedback sends them). A student's
-    feedback that cannot be written is logged and skipped: it never stops the others'."""
+    feedback that cannot be written is logged and skipped: it never stops the others'.
+    ``costs`` gets what each page made now cost the grader ((student, exercise) -> Cost)."""
     table = ([getattr(r, c) for c in COLUMNS] for r in rows)
     write_if_changed(out / "grades.csv", csv_bytes(COLUMNS, table))
-    pages = write_pages(out, rows, jobs, executed, course, log)  # manual.csv links to them
+    pages = write_pages(out, rows, jobs, executed, course, log, costs)  # manual.csv links
     write_if_changed(out / "manual.csv", csv_bytes(manual.COLUMNS, manual.sheet(rows, filled or {},
                                                                           pages)))
     write_if_changed(out / "nbgrader_grades.csv",
@@ -170,5 +172,24 @@ def summary_text(summary: Summary) -> str:
         lines.append(f"{exercise:32} {len(students):>8} {mean:>7.2f} {total:>5g}  {statuses}")
     if summary.secret:
         lines.append(f"hidden inputs drawn from the grading secret {summary.secret}")
+    lines += cost_lines(summary)
     lines += summary.notes
     return for_terminal("\n".join(lines))
+
+
+def cost_lines(summary: Summary) -> list[str]:
+    """What grading cost the grader itself (grading.cost): per submission graded now, its page
+    included, the median and the most of its seconds and the most memory; the process's peak."""
+    if not summary.costs:
+        return []
+    totals = {key: spent.plus(page) if page is not None else spent
+              for key, (spent, page) in summary.costs.items()}
+    seconds = sorted(c.seconds for c in totals.values())
+    slowest = max(totals, key=lambda k: totals[k].seconds)
+    largest = max(totals, key=lambda k: totals[k].peak_mb)
+    return [f"the grader's own work per submission (outside the sandbox, its feedback page "
+            f"included): median {seconds[len(seconds) // 2]:.1f} s, most "
+            f"{totals[slowest].seconds:.1f} s ({slowest[0]}, {slowest[1]}); resident memory "
+            f"at most {totals[largest].peak_mb:.0f} MB ({largest[0]}, {largest[1]}: "
+            f"{totals[largest].added_mb:.0f} MB above where it began); the grading process's "
+            f"resident peak: {summary.peak_mb:.0f} MB"]

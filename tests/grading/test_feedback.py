@@ -447,3 +447,43 @@ def test_a_huge_cell_or_output_is_cut_on_the_page() -> None:
     assert len(output) < fb.MAX_CELL_TEXT + 100 and "more characters not shown" in output
     total = sum(len(c.source) for c in shown.cells) + len(output)
     assert total < fb.MAX_PAGE_TEXT + 100 * len(shown.cells)
+
+
+def _graded(gid: str) -> nbformat.NotebookNode:
+    cell = nbformat.v4.new_code_cell(f"check({gid!r})")
+    cell.metadata["nbgrader"] = {"grade": True, "grade_id": gid, "locked": True, "points": 1}
+    return cell
+
+
+def test_a_page_of_thousands_of_cells_shows_the_graded_ones_and_says_what_it_cut(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """10,000 Markdown cells once took 284 s to render: a page shows every graded cell and the
+    first MAX_PAGE_CELLS others, names each gap and says on top what it left out."""
+    monkeypatch.setattr(feedback, "MAX_PAGE_CELLS", 5)
+    cells = [nbformat.v4.new_markdown_cell(f"note {i}") for i in range(30)]
+    cells[3:3] = [_graded("early")]
+    cells.append(_graded("late"))  # past the cut: still shown, with its banner
+    nb = nbformat.v4.new_notebook(cells=cells)
+    rows = [Row("ann", "hw1", gid, 1.0, 1.0, "passed", "fine") for gid in ("early", "late")]
+    shown = feedback.for_students(nb, {"early": "E", "late": "L"}, max_cells=5)
+    assert [c.source for c in shown.cells] == [
+        "note 0", "note 1", "note 2", "check('early')", "note 3", "note 4",
+        "[... 25 cells not shown here]", "check('late')"]
+    assert shown.metadata["edu_dl_cut"] == [7, 32, 5]
+    html = feedback.render("ann", "hw1", nb, rows)
+    assert "This page shows 7 of 32 cells: every graded cell and the first 5 others." in html
+    assert html.count("edu-grade passed") == 2 and "note 4" in html and "note 5" not in html
+    assert "edu-cut" not in feedback.render("ann", "hw1", nbformat.v4.new_notebook(
+        cells=cells[:6]), rows)
+
+
+def test_a_page_past_its_time_budget_names_the_cells_it_did_not_render(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(feedback, "PAGE_SECONDS", 0.0)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("*slow* markdown"),
+                                         _graded("late")])
+    html = feedback.render("ann", "hw1", nb, [Row("ann", "hw1", "late", 1.0, 1.0, "passed",
+                                                  "fine")])
+    assert html.count(feedback.LATE) == 2 and "<em>slow</em>" not in html
+    assert "2 cells were not rendered: the page ran out of its time budget of 0 s." in html
+    assert "edu-grade passed" in html  # the banners are ours, never cut

@@ -80,6 +80,54 @@ def test_json_nesting_is_bounded() -> None:
         tnb.load_json(b'{"a": "\xff"}', "x")
 
 
+def values_and_depth(obj: object) -> tuple[int, int]:
+    """The JSON value's values and nesting depth, counted the plain (recursive) way."""
+    if not isinstance(obj, (dict, list)):
+        return 1, 0
+    inside = [values_and_depth(c) for c in (obj.values() if isinstance(obj, dict) else obj)]
+    return 1 + sum(v for v, _ in inside), 1 + max((d for _, d in inside), default=0)
+
+
+@pytest.mark.parametrize("text", ['0', '[]', '{}', '[[],[]]', '[ [ ] , { } ]', '[[[[]]]]',
+                                  '{"a": [1, 2, {}], "b": "x,[{\\"\\\\", "c": []}',
+                                  '{"[": "]]]", "k": [true, null, -1.5e3, "\\u005b"]}'])
+def test_values_and_depth_are_counted_exactly_before_parsing(text: str) -> None:
+    assert tnb.json_cost(text.encode()) == values_and_depth(json.loads(text))
+
+
+def test_a_notebook_over_the_value_or_cell_bound_is_refused_unparsed() -> None:
+    nb = json.loads(nbformat.writes(nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell("x = 1")])))
+    nb["metadata"]["junk"] = [0] * 1000
+    with pytest.raises(tnb.TooLarge, match=r"nb holds 1,0[0-9]{2} JSON values, over the "
+                       r"grader's limit of 1,000 for one file; not parsed"):
+        tnb.load_json(json.dumps(nb).encode(), "nb", max_values=1000)
+    nb["metadata"]["junk"] = [[[[]]]]
+    with pytest.raises(tnb.TooLarge, match="nb: nested deeper than 5 levels"):
+        tnb.load_json(json.dumps(nb).encode(), "nb", max_depth=5)
+    nb["cells"] *= 4
+    with pytest.raises(tnb.TooLarge, match="nb has 4 cells, over the grader's limit of 3"):
+        tnb.trimmed(nb, "nb", max_cells=3)
+
+
+def test_metadata_grading_never_reads_is_dropped_before_nbformat_sees_it() -> None:
+    cell = nbformat.v4.new_code_cell("x = 1")
+    cell.metadata = {"nbgrader": {"grade_id": "a"}, "tags": ["skip-execution"],
+                     "widgets": [[[]]] * 10}
+    nb = nbformat.v4.new_notebook(cells=[cell, nbformat.v4.new_markdown_cell("# t")])
+    nb.metadata = {"kernelspec": {"name": "python3", "display_name": "P"}, "nbgrader": {"x": 1},
+                   "widgets": {"state": list(range(100))}}
+    parsed = tnb.parse_notebook(nbformat.writes(nb).encode(), "nb")
+    assert parsed.metadata == {"kernelspec": {"name": "python3", "display_name": "P"},
+                               "nbgrader": {"x": 1}}
+    assert parsed.cells[0].metadata == {"nbgrader": {"grade_id": "a"}}
+    assert parsed.cells[1].metadata == {}
+    old = nbformat.v3.new_notebook(worksheets=[nbformat.v3.new_worksheet(cells=[
+        nbformat.v3.new_code_cell("y = 2", metadata={"collapsed": True, "nbgrader": {}})])])
+    parsed = tnb.parse_notebook(nbformat.v3.writes_json(old).encode(), "old")
+    assert parsed.cells[0].source == "y = 2" and parsed.cells[0].metadata == {"nbgrader": {}}
+
+
 def test_a_submitted_notebook_must_be_made_of_cells() -> None:
     good = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
     assert tnb.parse_notebook(nbformat.writes(good).encode(), "nb").cells[0].source == "x = 1"

@@ -1,9 +1,13 @@
 """A notebook a student or a sandbox wrote, parsed as data, strictly and within bounds.
 
-- :func:`parse_notebook`: a submitted notebook. JSON deeper than :data:`MAX_DEPTH` is refused
-  (a megabyte of lists nested hundreds deep would grow hundreds of times when written again),
-  and every cell must be a cell: a type, a text source, a metadata object. What the grader
-  keeps of a submission is its cells' sources and nbgrader metadata (``restore``).
+- :func:`parse_notebook`: a submitted notebook. Before any JSON is parsed, one pass over the
+  bytes (:func:`json_cost`) counts its values and nesting depth, and a notebook over
+  :data:`MAX_VALUES` or :data:`MAX_DEPTH` is refused unparsed (:class:`TooLarge`): 16 MB of
+  ``[]`` once cost the grader 823 MB and minutes in ``json.loads`` alone. Then, before nbformat
+  sees it, a notebook of more than :data:`MAX_CELLS` cells is refused, and all metadata but
+  nbgrader's and the kernelspec is dropped (nothing the grader does reads the rest). Every cell
+  must be a cell: a type, a text source, a metadata object. What the grader keeps of a
+  submission is its cells' sources and nbgrader metadata (``restore``).
 - :func:`executed_outputs`: the notebook the sandbox returns after running. It was written by
   the student's process, so only its outputs are taken, each checked against nbformat's schema
   and reduced to plain text, PNG/JPEG images and errors; its cells must line up with the
@@ -18,15 +22,25 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from typing import Any
 
 import nbformat
+import numpy as np
 from nbformat import versions
 from nbformat.reader import NotJSONError, get_version
 
 from edu_dl.grading.notebooks import Notebook, NotebookError
 
 MAX_DEPTH = 64  # nbformat itself needs about 8; widget states and plots a few more
+# The course's largest notebook, executed with its outputs, holds about 1,600 JSON values and 62
+# cells. 500,000 values parse in well under a second and 100 MB, whatever they are.
+MAX_VALUES = 500_000
+MAX_CELLS = 20_000  # of any kind; code cells have a tighter bound from the source (prepare)
+KEPT_METADATA = ("nbgrader", "kernelspec")  # the notebook's; a cell keeps only "nbgrader"
+# A JSON string, escapes included (the unrolled form: linear, no backtracking).
+STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 CELL_TYPES = frozenset({"code", "markdown", "raw"})
 # What the feedback shows of an output: text, pictures and errors. HTML, JavaScript, SVG and
 # widget state are the student's markup and are never kept.
@@ -52,28 +66,94 @@ def too_deep(obj: Any, limit: int = MAX_DEPTH) -> bool:
     return False
 
 
-def load_json(data: bytes, name: str, max_depth: int = MAX_DEPTH) -> Any:
-    """JSON from bytes: strict UTF-8, no deeper than ``max_depth``; NotebookError otherwise."""
+class TooLarge(NotebookError):
+    """A notebook over one of the grader's own bounds (values, depth, cells): refused, not
+    parsed further; the message names the file, the count and the bound."""
+
+
+def json_cost(data: bytes, max_values: int | None = None) -> tuple[int, int]:
+    """(values, depth) of the JSON in ``data``, counted without parsing it, exact for any text
+    ``json.loads`` accepts: with strings and spaces taken out, every value but the first
+    follows a comma or opens a non-empty container, and the depth is the running count of
+    open brackets. C-speed passes, two copies of ``data`` at most; the depth is not counted
+    (0) when there are more than ``max_values`` values."""
+    bare = STRING.sub(b"0", data).translate(None, b" \t\n\r")
+    opened = bare.count(b"[") + bare.count(b"{")
+    values = 1 + bare.count(b",") + opened - bare.count(b"[]") - bare.count(b"{}")
+    if max_values is not None and values > max_values:
+        return values, 0
+    return values, _depth(bare.translate(None, NOT_BRACKETS))
+
+
+def _depth(brackets: bytes, chunk: int = 1 << 20) -> int:
+    """The deepest nesting of a string of brackets, a chunk at a time (4 bytes a bracket)."""
+    deepest = level = 0
+    for start in range(0, len(brackets), chunk):
+        b = np.frombuffer(brackets[start:start + chunk], np.uint8)
+        running = level + np.cumsum((b == ord("[")) | (b == ord("{")), dtype=np.int64) \
+            - np.cumsum((b == ord("]")) | (b == ord("}")), dtype=np.int64)
+        deepest, level = max(deepest, int(running.max())), int(running[-1])
+    return deepest
+
+
+def load_json(data: bytes, name: str, max_depth: int = MAX_DEPTH,
+              max_values: int = MAX_VALUES) -> Any:
+    """JSON from bytes: strict UTF-8, at most ``max_values`` values no deeper than
+    ``max_depth`` (counted before parsing: TooLarge); NotebookError otherwise."""
+    values, depth = json_cost(data, max_values)
+    if values > max_values:
+        raise TooLarge(f"{name} holds {values:,} JSON values, over the grader's limit of "
+                       f"{max_values:,} for one file; not parsed")
+    if depth > max_depth:
+        raise TooLarge(f"{name}: nested deeper than {max_depth} levels; not parsed")
     try:
         obj = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise NotebookError(f"{name}: not UTF-8 text (byte {exc.start})") from None
-    except RecursionError:
+    except RecursionError:  # json_cost's depth is exact for valid JSON: never reached
         raise NotebookError(f"{name}: nested deeper than {max_depth} levels") from None
     except ValueError as exc:
         raise NotebookError(f"{name}: not JSON ({str(exc)[:200]})") from None
-    if too_deep(obj, max_depth):
-        raise NotebookError(f"{name}: nested deeper than {max_depth} levels")
+    return obj
+
+
+def _cells(obj: Any) -> list[Any]:
+    """The cells of a notebook's JSON, nbformat 4's or 3's (in worksheets); [] if none."""
+    if not isinstance(obj, dict):
+        return []
+    if isinstance(obj.get("cells"), list):
+        return obj["cells"]
+    sheets = obj.get("worksheets")
+    return [cell for sheet in sheets if isinstance(sheet, dict)
+            and isinstance(sheet.get("cells"), list) for cell in sheet["cells"]] \
+        if isinstance(sheets, list) else []
+
+
+def trimmed(obj: Any, name: str, max_cells: int = MAX_CELLS) -> Any:
+    """The notebook's JSON with what grading never reads taken out, in place: metadata but
+    nbgrader's and the kernelspec (the notebook's) or nbgrader's (a cell's); TooLarge when it
+    has more than ``max_cells`` cells."""
+    cells = _cells(obj)
+    if len(cells) > max_cells:
+        raise TooLarge(f"{name} has {len(cells):,} cells, over the grader's limit of "
+                       f"{max_cells:,} for one notebook; not parsed")
+    for holder, kept in ((obj, KEPT_METADATA), *((cell, KEPT_METADATA[:1]) for cell in cells)):
+        meta = holder.get("metadata") if isinstance(holder, dict) else None
+        if isinstance(meta, dict):
+            holder["metadata"] = {key: meta[key] for key in kept if key in meta}
     return obj
 
 
 def parse_notebook(data: bytes, name: str) -> Notebook:
     """A submitted notebook as nbformat 4, every cell checked to be a cell; NotebookError
-    (the message names the notebook and what is wrong) when it is not one."""
-    obj = load_json(data, name)
+    (the message names the notebook and what is wrong) when it is not one, TooLarge when it
+    is over the grader's bounds."""
+    obj = trimmed(load_json(data, name), name)
     try:
         major, minor = get_version(obj)
         nb = nbformat.convert(versions[major].to_notebook_json(obj, minor=minor), 4)
+        if major < 4:  # upgrading adds metadata of its own ("collapsed")
+            nb = nbformat.from_dict(trimmed(nb, name))
     except (KeyError, AttributeError, TypeError, ValueError, NotJSONError) as exc:
         raise NotebookError(f"{name}: not a readable Jupyter notebook ({type(exc).__name__}: "
                             f"{str(exc)[:200]})") from None
