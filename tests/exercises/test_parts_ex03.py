@@ -102,6 +102,7 @@ def test_prefetch_without_a_thread(capsys: pytest.CaptureFixture[str]) -> None:
     assert not ok and "every batch was read in the consumer's own thread" in out
 
 
+@pytest.mark.timing
 def test_prefetch_with_an_unbounded_queue(capsys: pytest.CaptureFixture[str]) -> None:
     ok, out = run(capsys, "ex03.prefetch", unbounded)
     assert not ok and "with depth=1: bound the queue (queue.Queue(maxsize=depth))" in out
@@ -128,6 +129,7 @@ def test_prefetch_that_swallows_errors(capsys: pytest.CaptureFixture[str]) -> No
     assert "hint: the source raised, but your generator ended quietly" in out
 
 
+@pytest.mark.timing
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_prefetch_that_hangs_on_an_error_is_stopped(capsys: pytest.CaptureFixture[str],
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
