@@ -224,7 +224,8 @@ def test_every_case_measures_exactly_what_the_simulation_says(hidden: bool) -> N
 def test_the_check_never_sleeps(monkeypatch: pytest.MonkeyPatch,
                                 capsys: pytest.CaptureFixture[str]) -> None:
     """No real waiting anywhere in the check: time.sleep raising changes nothing, and the four
-    cases (4.9 s of simulated work and launches) take a blink of the machine's time."""
+    cases (3 s of simulated work and launches, once slept for real) take a blink of the
+    machine's time."""
     def no_sleep(seconds: float) -> None:
         raise AssertionError(f"the timer's check slept {seconds} s")
 
