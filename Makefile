@@ -39,7 +39,7 @@ NOTEBOOK_DIRS := $(foreach d,lectures solutions,$(if $(shell find $(d) -name '*.
 	-not -path '*/.ipynb_checkpoints/*' 2>/dev/null | head -n 1),$(d)/))
 
 .PHONY: install install-dev lab test test-fast test-notebooks notebooks lint typecheck bench bench-gpu \
-	constraints clean site system-deps test-unprivileged
+	constraints clean site system-deps test-unprivileged test-timing-under-load
 
 # pip install of the course with the given extras, the lines about packages already there left out
 # (the developers' step would list some 200); pipefail keeps pip's own exit status.
@@ -145,6 +145,15 @@ test-unprivileged: install-dev system-deps
 
 test-fast: install-dev
 	$(TEST_ENV) $(BIN)/python -m pytest -n 2 -m "not slow" tests
+
+# The check of the check (issue 43): the tests marked `timing` (a verdict that rests on time),
+# three times in a row beside eight CPU-bound processes, which are stopped afterwards.
+LOAD_PROCESSES ?= 8
+test-timing-under-load: install-dev
+	@pids=""; trap 'kill $$pids 2>/dev/null' EXIT INT TERM; \
+	for i in $$(seq $(LOAD_PROCESSES)); do python3 -c 'while True: pass' & pids="$$pids $$!"; done; \
+	for run in 1 2 3; do echo "run $$run of 3 beside $(LOAD_PROCESSES) busy processes"; \
+		$(TEST_ENV) $(BIN)/python -m pytest -p no:randomly -m timing tests || exit 1; done
 
 # Progress bars print rates that differ on every run: TQDM_DISABLE=1 turns tqdm off.
 # Two workers, each notebook whole on one of them (nbval needs --dist loadscope: one kernel per

@@ -4,14 +4,17 @@ the source checks, and generic hints. Nothing here computes an answer.
 The prefetch calls feed the generator a source it can watch (:class:`Watched`: which thread
 reads, how far ahead of the consumer) and return what arrived; what the source observes is
 check()'s feedback only, the grader judges the submitted source (:func:`prefetch_source`: a
-thread, and a bound on how far it reads ahead). The oracles (``ndarray.nbytes``, the benchmark's
-``finish_rows``), the hidden cases and the mistake replays stay in the private part file; the
-source checks here keep a student from calling those helpers.
+thread, and a bound on how far it reads ahead). How far a reader runs ahead does not rest on
+how busy the machine is: after the first batch the consumer holds still until the reader has
+shown its bound (it waits on a full queue) or passed it (:func:`hold_first`). The oracles
+(``ndarray.nbytes``, the benchmark's ``finish_rows``), the hidden cases and the mistake replays
+stay in the private part file; the source checks here keep a student from calling those helpers.
 """
 
 from __future__ import annotations
 
 import ast
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,6 +29,9 @@ from edu_dl.grading.spec import CheckFailure, Verdict
 
 Case = tuple[Any, ...]
 WAIT_S = 3.0  # a prefetcher that delivers nothing for this long is stuck
+# Where a thread blocked on a full queue.Queue (or a Semaphore, an Event) sits: it reads no
+# further until the consumer takes a batch.
+_WAITING = threading.Condition.wait.__code__
 
 
 # --------------------------------------------------------------------------- a watched source
@@ -40,6 +46,7 @@ class Watched:
         self.produced = self.consumed = self.lead = 0
         self.off_thread = False
         self.consumer: threading.Thread | None = None
+        self.reader: threading.Thread | None = None  # the last thread other than the consumer's
         self.lock = threading.Lock()
 
     def __iter__(self) -> Iterator[np.ndarray]:
@@ -50,15 +57,46 @@ class Watched:
             with self.lock:
                 self.produced += 1
                 self.lead = max(self.lead, self.produced - self.consumed)
-                self.off_thread |= threading.current_thread() is not self.consumer
+                if threading.current_thread() is not self.consumer:
+                    self.off_thread, self.reader = True, threading.current_thread()
             yield self.data[k].copy()
         if self.fail_at == len(self.data) and self.error is not None:
             raise self.error
 
 
+def _blocked(thread: threading.Thread | None) -> bool:
+    """Whether ``thread`` waits on a condition (a full queue's put): it reads nothing more until
+    the consumer acts. Read from the thread's current frame, not from a clock."""
+    if thread is None or thread.ident is None:
+        return False
+    frame = sys._current_frames().get(thread.ident)
+    return frame is not None and frame.f_code is _WAITING
+
+
+def hold_first(source: Watched, depth: int, progress: threading.Event) -> None:
+    """The consumer, holding its first batch, waits until the reader has passed depth + 2
+    batches ahead (unbounded), waits on a full queue (bounded), has read everything or has
+    died (or there is no reader thread); WAIT_S at most (a reader that blocks some other way).
+    Whatever the machine's load, an unbounded reader then shows its lead and a bounded one
+    never does."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        with source.lock:
+            ahead = source.produced - source.consumed
+            done = source.produced >= len(source.data)
+            reader = source.reader
+        # no reader: the consumer's own thread read the batch it holds, and nothing reads ahead
+        if reader is None or ahead > depth + 2 or done or _blocked(reader) or \
+                not reader.is_alive():
+            return
+        progress.set()  # holding still on purpose: not stuck
+        time.sleep(0.001)
+
+
 def consume(fn: Callable[..., Any], source: Watched, depth: int,
             ) -> tuple[list[np.ndarray], BaseException | None]:
-    """Iterate fn(source, depth) in a thread of its own, slowly; give up after WAIT_S idle."""
+    """Iterate fn(source, depth) in a thread of its own, slowly (holding still after the first
+    batch: :func:`hold_first`); give up after WAIT_S idle."""
     received: list[np.ndarray] = []
     box: dict[str, BaseException | None] = {"error": None}
     progress = threading.Event()
@@ -70,7 +108,9 @@ def consume(fn: Callable[..., Any], source: Watched, depth: int,
                 with source.lock:
                     source.consumed += 1
                 progress.set()
-                time.sleep(0.002)  # a training step: a reader that runs ahead shows it here
+                if len(received) == 1:
+                    hold_first(source, depth, progress)
+                time.sleep(0.002)  # a training step
         except BaseException as exc:  # handed to the caller
             box["error"] = exc
         progress.set()

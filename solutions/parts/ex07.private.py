@@ -388,27 +388,33 @@ MODULE_HINTS = (
              "no ReLU after the last layer: the network's output is linear2(h_relu)"),
 )
 
+# check()'s bound on each part: PyTorch's first torch.optim.Adam(...) in a process imports
+# TorchDynamo (4.3 s on a quiet 2-core machine; 19 s of the old 20 s bound seen under load), and
+# the first autograd.Function 2.7 s, inside the bound; 60 s keeps a loaded machine's honest
+# answer far from it (issue 43), as ex08c's bounds do.
+TIMEOUT_S = 60.0
+
 PARTS = [
     Part(
         id="ex07.manual_biases", points=2, cases=_manual_cases, expected=_manual_expected,
-        compare=COMPARE, call=call_manual, source_check=MANUAL_SOURCE, timeout_s=20.0,
+        compare=COMPARE, call=call_manual, source_check=MANUAL_SOURCE, timeout_s=TIMEOUT_S,
         arg_names=("X", "y", "w1", "b1", "w2", "b2", "lr", "num_steps"), hints=MANUAL_HINTS,
     ),
     Part(
         id="ex07.linear_function", points=2, cases=_linear_cases, expected=_linear_expected,
-        compare=COMPARE, call=call_function, source_check=FUNCTION_SOURCE, timeout_s=20.0,
+        compare=COMPARE, call=call_function, source_check=FUNCTION_SOURCE, timeout_s=TIMEOUT_S,
         arg_names=("x", "w", "b", "grad_output"), output_names=("out", "dx", "dw", "db"),
         hints=LINEAR_HINTS,
     ),
     Part(
         id="ex07.two_layer_module", points=2, cases=_module_cases, expected=_module_expected,
-        compare=COMPARE, call=call_module, source_check=MODULE_SOURCE, timeout_s=20.0,
+        compare=COMPARE, call=call_module, source_check=MODULE_SOURCE, timeout_s=TIMEOUT_S,
         arg_names=("x", "W1", "b1", "W2", "b2"), hints=MODULE_HINTS,
     ),
     Part(
         id="ex07.adam_accumulation", points=3, cases=_adam_cases, expected=_adam_expected,
         compare=COMPARE, call=call_accumulated, source_check=ACCUMULATION_SOURCE,
-        feedback_outputs=(1,), timeout_s=20.0,
+        feedback_outputs=(1,), timeout_s=TIMEOUT_S,
         arg_names=("X", "y", "W1", "b1", "W2", "b2", "lr", "num_steps", "micro_batch"),
         output_names=("losses", "largest_forward_batch"), hints=ADAM_HINTS,
     ),

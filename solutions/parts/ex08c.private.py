@@ -56,13 +56,21 @@ def _clipped(w1: Array, w2: Array, X: Array, Y: Array, max_norm: float) -> tuple
 
 def _clipped_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     """Small nets; max_norm between the smallest and the largest per-example norm, so that
-    some examples are clipped and some are not (one case clips none, one clips all)."""
-    dims = [(4, 3, 5, 2, 0.5), (6, 4, 3, 1, 0.3), (3, 2, 4, 3, 1e9), (5, 3, 2, 2, 1e-3)]
+    some examples are clipped and some are not (one case clips none, one clips all).
+
+    One shape per draw (visible: N, D_in, H, D_out all different, so a swapped axis fails; hidden:
+    drawn): JAX compiles each primitive of a vmap'd grad once per shape, 2-4 s on a 2-core
+    machine, so eight shapes made the check cell (visible and hidden) take about 30 s, half the
+    grader's per-cell timeout; two shapes take a few seconds (issue 43)."""
+    shape = (5, 3, 4, 2)
+    quantiles = (1e-3, 0.5, 0.3, 1e9)  # first the case that tells every mistake apart
     if hidden:
-        dims = [(int(rng.integers(2, 9)), int(rng.integers(1, 6)), int(rng.integers(1, 7)),
-                 int(rng.integers(1, 4)), float(q)) for q in (0.25, 0.5, 0.75, 0.4)]
+        shape = (int(rng.integers(2, 9)), int(rng.integers(1, 6)), int(rng.integers(1, 7)),
+                 int(rng.integers(1, 4)))
+        quantiles = (0.25, 0.5, 0.75, 0.4)
     cases: list[Case] = []
-    for n, d_in, h, d_out, quantile in dims:
+    for quantile in quantiles:
+        n, d_in, h, d_out = shape
         while True:  # no example whose ReLUs are all off: its gradient would be zero
             w1 = rng.standard_normal((d_in, h)) * np.sqrt(2.0 / d_in)
             w2 = rng.standard_normal((h, d_out)) * np.sqrt(2.0 / h)
@@ -73,8 +81,10 @@ def _clipped_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
                 break
         if quantile >= 1.0:  # above every norm: nothing is clipped
             max_norm = float(norms.max() * 2 + 1)
-        elif quantile < 0.01:  # below every norm: everything is clipped
-            max_norm = float(norms.min() / 2)
+        elif quantile < 0.01:  # below every norm, the mean's too: everything is clipped, and
+            g1, g2 = _per_example(w1, w2, X, Y)  # clipping the mean instead is told apart
+            mean_norm = np.sqrt((g1.mean(axis=0) ** 2).sum() + (g2.mean(axis=0) ** 2).sum())
+            max_norm = float(min(norms.min(), mean_norm) / 2)
         else:
             max_norm = float(np.quantile(norms, quantile))
         cases.append((w1, w2, X, Y, max_norm))

@@ -7,17 +7,19 @@ pass on PyTorch's meta device, parameters and optimizer state from the model) fo
 largest batch, on MLPs built by ``edu_dl.gpu.zoo.mlp``; the kernel's own duration for the timer.
 The timer is run by a call wrapper (``edu_dl.harness.ex12.call_timer``, public like the other
 call adapters, the timer's comparison and source check, and the generic hint rules) against
-``edu_dl.gpu.timing.FakeAsyncDevice``, a background thread, with launches that cost the host a
-share of a kernel's time and return without waiting for the kernel, work still running when the
-timer is called and a slow first launch (a warm-up cost). The timer asked for is the device's
-time per kernel in a stream of back-to-back launches, where the lecture's timer synchronizes
-after every launch and so counts each launch's host cost.
+``edu_dl.gpu.timing.SimulatedAsyncDevice``, a device queue on a simulated clock that the timer is
+handed as ``clock``, with launches that cost the host a share of a kernel's time and return
+without waiting for the kernel, work still running when the timer is called and a slow first
+launch (a warm-up cost). Nothing sleeps: every timer reads exactly what the simulation says, so
+its verdict and hint do not depend on how busy the machine is. The timer asked for is the
+device's time per kernel in a stream of back-to-back launches, where the lecture's timer
+synchronizes after every launch and so counts each launch's host cost.
 
 Judged outside the sandbox: every byte count and batch size exactly; the timer's result against the
-kernel's duration (a sleep never ends early, so a correct timer never reports less; the upper bound
-leaves room for a loaded machine); from the submitted source, that the timer calls its
-``synchronize`` argument and reads a clock. How often it launched and synchronized in the sandbox
-is check()'s feedback only.
+kernel's duration (a correct timer reads kernel_s (1 + LAUNCH_SHARE / repeats) on the simulated
+clock, never less); from the submitted source, that the timer calls its ``synchronize`` and
+``clock`` arguments and looks inside neither. How often it launched, synchronized and read the
+clock in the sandbox is check()'s feedback only.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from edu_dl.grading.source import names_check
 from edu_dl.grading.spec import Part, tolerance
 from edu_dl.harness.ex12 import (
     LAUNCH_SHARE,
+    MIN_REPEATS,
     BelowFraction,
     ExceedsByArgument,
     IntegerOffBy,
@@ -198,16 +201,17 @@ MAX_BATCH_HINTS = (
 
 def _timer_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     """(kernel_s, warmup, repeats, backlog_s, first_extra_s): the backlog is work launched before
-    the timer is called and still running; the first launch costs first_extra_s more. Enough
-    repeats that one launch's host cost, spread over them, stays inside the window; a backlog
-    large enough that counting it, spread over 12 repeats, leaves the window of a 60 ms kernel."""
+    the timer is called and still running; the first launch costs first_extra_s more. At least
+    MIN_REPEATS repeats, so one launch's host cost, spread over them, stays inside the window; a
+    backlog large enough that counting it, spread over 12 repeats, leaves the window of a 60 ms
+    kernel."""
     if not hidden:
         return [(0.04, 1, 10, 0.0, 0.0), (0.03, 1, 8, 0.4, 0.0), (0.05, 2, 8, 0.0, 0.3),
                 (0.03, 1, 10, 0.4, 0.2)]
     cases: list[Case] = []
     for backlog, first in ((0.4, 0.0), (0.0, 0.3), (0.4, 0.2)):
         cases.append((round(float(rng.uniform(0.03, 0.06)), 3), int(rng.integers(1, 3)),
-                      int(rng.integers(8, 13)), backlog, first))
+                      int(rng.integers(MIN_REPEATS, 13)), backlog, first))
     return cases
 
 
@@ -224,7 +228,7 @@ TIMER_HINTS = (
         "that is a launch plus its kernel: synchronizing after every launch leaves the device "
         "idle while the host launches the next one; launch the repeats back to back and "
         "synchronize once at the end", factor=1 + LAUNCH_SHARE, within=0.2),
-    # the total holds one launch's host cost too (up to LAUNCH_SHARE of a kernel, and late wake-ups)
+    # the total holds one launch's host cost too (LAUNCH_SHARE of a kernel)
     NearMultiple("return the time of ONE kernel (the total divided by repeats), not their total",
                  factor_arg=2, within=1.0),
     ExceedsByArgument(

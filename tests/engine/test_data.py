@@ -188,6 +188,7 @@ def test_bad_arguments_are_clear(on_disk: ShardedDataset) -> None:
 # --------------------------------------------------------------------------- prefetch overlaps
 
 
+@pytest.mark.timing
 def test_prefetch_reads_ahead_while_the_consumer_works(on_disk: ShardedDataset) -> None:
     """Batch k+1's read starts before the consumer has finished batch k."""
     recorder = Recorder(on_disk)
@@ -214,6 +215,7 @@ def test_no_prefetch_reads_only_on_demand(on_disk: ShardedDataset) -> None:
     assert log == expected
 
 
+@pytest.mark.timing
 def test_prefetch_window_is_bounded(on_disk: ShardedDataset) -> None:
     """With prefetch=2 and an idle consumer, readers stop 2 batches ahead, not at the end."""
     recorder = Recorder(on_disk)

@@ -145,6 +145,7 @@ def _hangs(rank: int, world_size: int, device: torch.device) -> None:
     time.sleep(600)
 
 
+@pytest.mark.timing
 def test_a_worker_that_raises_surfaces_in_the_parent_and_no_child_survives():
     start = time.monotonic()
     with pytest.raises(WorkerError) as info:
@@ -156,6 +157,7 @@ def test_a_worker_that_raises_surfaces_in_the_parent_and_no_child_survives():
     assert_no_children_left()
 
 
+@pytest.mark.timing
 def test_a_hung_worker_is_killed_at_the_deadline():
     with pytest.raises(TimeoutError, match="did not finish within 3 s"):
         run_workers(_hangs, world_size=2, timeout_s=3)

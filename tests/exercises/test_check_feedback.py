@@ -311,6 +311,7 @@ def test_a_part_whose_contract_is_in_place_allows_it(hw9: Path) -> None:
 # ----------------------------------------------------------------------------- 5. time bound
 
 
+@pytest.mark.timing
 def test_a_function_that_never_returns_is_stopped_and_the_case_named(hw9: Path) -> None:
     def endless(x: np.ndarray) -> np.ndarray:
         while True:
@@ -404,6 +405,7 @@ def test_the_first_check_of_each_release_imports_no_heavy_framework() -> None:
     assert len(json.loads(out.stdout)) == len(light) >= 10
 
 
+@pytest.mark.timing
 def test_in_a_jupyter_kernel_an_endless_loop_is_stopped(hw9: Path) -> None:
     """ipykernel runs a cell in the main thread: the bound holds there, and the cell's error
     output is the report."""

@@ -102,9 +102,60 @@ def test_prefetch_without_a_thread(capsys: pytest.CaptureFixture[str]) -> None:
     assert not ok and "every batch was read in the consumer's own thread" in out
 
 
+@pytest.mark.timing
 def test_prefetch_with_an_unbounded_queue(capsys: pytest.CaptureFixture[str]) -> None:
     ok, out = run(capsys, "ex03.prefetch", unbounded)
     assert not ok and "with depth=1: bound the queue (queue.Queue(maxsize=depth))" in out
+
+
+@pytest.mark.timing
+def test_a_slow_unbounded_reader_is_caught_all_the_same(capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    """A reader slower than the consumer, as a starved thread on a loaded machine is, never got
+    ahead of a consumer that kept consuming (the check once failed this way under load): the
+    consumer now holds its first batch until the reader has shown its bound or passed it."""
+    import queue
+    import threading
+    import time
+
+    def slow_unbounded(batches, depth):
+        slots: queue.Queue = queue.Queue()
+        done = object()
+
+        def reader():
+            for b in batches:
+                time.sleep(0.02)  # ten of the consumer's 2 ms steps per read
+                slots.put(b)
+            slots.put(done)
+
+        threading.Thread(target=reader, daemon=True).start()
+        while (item := slots.get()) is not done:
+            yield item
+
+    ok, out = run(capsys, "ex03.prefetch", slow_unbounded)
+    assert not ok and "with depth=1: bound the queue (queue.Queue(maxsize=depth))" in out
+
+
+def test_a_reader_on_a_full_queue_is_seen_waiting() -> None:
+    """What ends the consumer's hold for a bounded reader: its thread waits on the full queue,
+    read from its frame (no clock)."""
+    import queue
+    import threading
+    import time
+
+    slots: queue.Queue = queue.Queue(maxsize=1)
+    slots.put(0)
+    reader = threading.Thread(target=lambda: slots.put(1), daemon=True)
+    assert not harness._blocked(reader)  # not started
+    reader.start()
+    deadline = time.monotonic() + 30  # generous: only a broken _blocked waits this long
+    while not harness._blocked(reader):
+        assert time.monotonic() < deadline, "the reader was never seen waiting"
+        time.sleep(0.001)
+    assert not harness._blocked(threading.current_thread())  # running, not waiting
+    slots.get()
+    reader.join(30)
+    assert not reader.is_alive() and not harness._blocked(reader)
 
 
 def test_prefetch_that_loses_the_last_batch(capsys: pytest.CaptureFixture[str]) -> None:
@@ -128,6 +179,7 @@ def test_prefetch_that_swallows_errors(capsys: pytest.CaptureFixture[str]) -> No
     assert "hint: the source raised, but your generator ended quietly" in out
 
 
+@pytest.mark.timing
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_prefetch_that_hangs_on_an_error_is_stopped(capsys: pytest.CaptureFixture[str],
                                                     monkeypatch: pytest.MonkeyPatch) -> None:

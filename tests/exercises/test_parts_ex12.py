@@ -21,8 +21,10 @@ from fixtures.exercise_helpers import (
     solution_namespace,
 )
 
+from edu_dl.gpu import timing as gpu_timing
 from edu_dl.grading import checking, protocol, spec
 from edu_dl.grading.trust import source as trusted_source
+from edu_dl.harness import ex12 as ex12_harness
 
 ex12 = course_module("ex12")
 NOTEBOOK = Path(__file__).resolve().parents[2] / "solutions" / "12_gpu_practice.ipynb"
@@ -170,34 +172,92 @@ def test_max_batch_negative_and_without_the_fixed_part(capsys: pytest.CaptureFix
 
 
 # --------------------------------------------------------------------------- the timer
+# The timer runs on the simulated device's clock: every figure below is exact, on any machine.
+
+timing = pytest.mark.timing
+time_kernel = SOLUTIONS["time_kernel"]
 
 
-def naive(launch, synchronize, warmup, repeats):
+def naive(launch, synchronize, clock, warmup, repeats):
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = clock()
         launch()
-        times.append(time.perf_counter() - start)
+        times.append(clock() - start)
     return statistics.median(times)
 
 
+def timer_part() -> spec.Part:
+    return next(p for p in ex12.PARTS if p.id == "ex12.stream_timer")
+
+
+@timing
 def test_the_stream_timer_is_graded_in_exercise_02c(capsys: pytest.CaptureFixture[str]) -> None:
     part = timer_part()
     assert trusted_source.find_source(nbformat.read(NOTEBOOK, as_version=4), part.id) is None
     found = trusted_source.find_source(nbformat.read(TIMER_NOTEBOOK, as_version=4), part.id)
     assert found is not None and "def time_kernel(" in found and part.source_check is not None
     assert part.source_check(found).ok
-    ok, out = run(capsys, part.id, SOLUTIONS["time_kernel"])
+    ok, out = run(capsys, part.id, time_kernel)
     assert ok and out.strip() == "✓ ex12.stream_timer: 4 cases passed"
 
 
+@timing
+@pytest.mark.parametrize("hidden", [False, True])
+def test_every_case_measures_exactly_what_the_simulation_says(hidden: bool) -> None:
+    """The right timer reads kernel_s (1 + LAUNCH_SHARE / repeats), the lecture's kernel_s (1 +
+    LAUNCH_SHARE), the naive one a launch's host cost: to the last bits, whatever the load."""
+    part = timer_part()
+    for args in part.cases(np.random.default_rng(11), hidden):
+        kernel_s, repeats = float(args[0]), int(args[2])
+        assert repeats >= ex12_harness.MIN_REPEATS, args
+        share = ex12_harness.LAUNCH_SHARE
+        right = part.call(time_kernel, args)
+        assert right == pytest.approx(kernel_s * (1 + share / repeats), rel=1e-12, abs=0)
+        assert part.compare(part.expected(*args), right).ok
+        lecture = part.call(lecture_timer, args)
+        assert lecture == pytest.approx(kernel_s * (1 + share), rel=1e-12, abs=0)
+        assert part.call(time_kernel, args) == right  # again: the same bits
+
+
+@timing
+def test_the_check_never_sleeps(monkeypatch: pytest.MonkeyPatch,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    """No real waiting anywhere in the check: time.sleep raising changes nothing, and the four
+    cases (3 s of simulated work and launches, once slept for real) take a blink of the
+    machine's time."""
+    def no_sleep(seconds: float) -> None:
+        raise AssertionError(f"the timer's check slept {seconds} s")
+
+    monkeypatch.setattr(time, "sleep", no_sleep)
+    begin = time.perf_counter()
+    ok, out = run(capsys, "ex12.stream_timer", time_kernel)
+    assert ok, out
+    assert time.perf_counter() - begin < 30.0  # the check's own work only (loaded: still < 1 s)
+
+
+@timing
 def test_a_timer_without_synchronize_fails(capsys: pytest.CaptureFixture[str]) -> None:
     ok, out = run(capsys, "ex12.stream_timer", naive)
     assert not ok and "never called synchronize()" in out
 
 
-def timer_part() -> spec.Part:
-    return next(p for p in ex12.PARTS if p.id == "ex12.stream_timer")
+@timing
+def test_a_timer_on_the_machines_clock_is_told_to_read_its_own(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """time.perf_counter cannot see the simulated time: the check names the clock to read."""
+    def perf_counter_timer(launch, synchronize, clock, warmup, repeats):
+        for _ in range(warmup):
+            launch()
+        synchronize()
+        begin = time.perf_counter()
+        for _ in range(repeats):
+            launch()
+        synchronize()
+        return (time.perf_counter() - begin) / repeats
+
+    ok, out = run(capsys, "ex12.stream_timer", perf_counter_timer)
+    assert not ok and "never called clock()" in out and "time.perf_counter" in out
 
 
 def test_the_grader_judges_the_time_per_kernel() -> None:
@@ -207,13 +267,15 @@ def test_the_grader_judges_the_time_per_kernel() -> None:
     verdict = spec.judge_case(part, 0, 4, args, 0.04, 3e-6)
     assert not verdict.ok and "measured 3e-06 s for a kernel that takes 0.04 s" in verdict.message
     assert "hint: the clock stopped while the device was still working" in verdict.message
-    assert spec.judge_case(part, 0, 4, args, 0.04, 0.041).ok
-    assert spec.judge_case(part, 0, 4, args, 0.04, 0.053).ok  # a loaded machine
+    assert spec.judge_case(part, 0, 4, args, 0.04, 0.04).ok
+    assert spec.judge_case(part, 0, 4, args, 0.04, 0.0424).ok  # what the simulation gives
+    assert spec.judge_case(part, 0, 4, args, 0.04, 0.053).ok  # the window's room (1.35)
+    assert not spec.judge_case(part, 0, 4, args, 0.04, 0.0541).ok
     per_launch = spec.judge_case(part, 0, 4, args, 0.04, 0.064)  # a launch + a kernel
     assert not per_launch.ok and "hint: that is a launch plus its kernel" in per_launch.message
     assert not spec.judge_case(part, 0, 4, args, 0.04, 0.4).ok  # the 10 repeats' total
-    # a sleep never ends early: less than the kernel is impossible for a correct timer
-    assert not spec.judge_case(part, 0, 4, args, 0.04, 0.035).ok
+    # the simulated clock cannot report less than the kernel's work to a correct timer
+    assert not spec.judge_case(part, 0, 4, args, 0.04, 0.0399).ok
 
 
 @pytest.mark.parametrize("hidden", [False, True])
@@ -221,126 +283,131 @@ def test_no_timer_hint_fires_on_a_right_answer(hidden: bool) -> None:
     part = timer_part()
     for args in part.cases(np.random.default_rng(5), hidden):
         e = part.expected(*args)
-        for got in (e, 1.06 * e, 1.35 * e):  # right, with a loaded machine's margin
+        # right, what the simulation gives a right timer, the window's top
+        for got in (e, part.call(time_kernel, args), ex12_harness.UPPER * e):
             assert part.compare(e, got).ok
             assert not [h.message for h in part.hints if h.applies(e, got, args)], (args, got)
 
 
-def lecture_timer(launch, synchronize, warmup, repeats):
+def lecture_timer(launch, synchronize, clock, warmup, repeats):
     """edu_dl.gpu.timing.time_synchronized, the lecture's timer: a synchronize per launch."""
-    for _ in range(warmup):
-        launch()
-    times = []
-    for _ in range(repeats):
-        synchronize()
-        start = time.perf_counter()
-        launch()
-        synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return statistics.median(gpu_timing.time_synchronized(launch, synchronize, warmup, repeats,
+                                                          clock))
 
 
+@timing
 def test_the_lectures_timer_counts_every_launch(capsys: pytest.CaptureFixture[str]) -> None:
     ok, out = run(capsys, "ex12.stream_timer", lecture_timer)
     assert not ok and "case 1 of 4" in out and "hint: that is a launch plus its kernel" in out
 
 
+@timing
 def test_a_stream_without_the_last_synchronize(capsys: pytest.CaptureFixture[str]) -> None:
-    def host_only(launch, synchronize, warmup, repeats):
+    def host_only(launch, synchronize, clock, warmup, repeats):
         for _ in range(warmup):
             launch()
         synchronize()
-        begin = time.perf_counter()
+        begin = clock()
         for _ in range(repeats):
             launch()
-        return (time.perf_counter() - begin) / repeats  # the host's launches, not the kernels
+        return (clock() - begin) / repeats  # the host's launches, not the kernels
 
     ok, out = run(capsys, "ex12.stream_timer", host_only)
     assert not ok and "case 1 of 4" in out
     assert "hint: the clock stopped while the device was still working" in out
 
 
+@timing
 def test_a_stream_that_counts_earlier_work(capsys: pytest.CaptureFixture[str]) -> None:
-    def no_first_sync(launch, synchronize, warmup, repeats):
+    def no_first_sync(launch, synchronize, clock, warmup, repeats):
         for _ in range(warmup):
             launch()
-        begin = time.perf_counter()
+        begin = clock()
         for _ in range(repeats):
             launch()
         synchronize()
-        return (time.perf_counter() - begin) / repeats
+        return (clock() - begin) / repeats
 
     ok, out = run(capsys, "ex12.stream_timer", no_first_sync)
     assert not ok and "case 2 of 4" in out
     assert "hint: work queued before your clock started was still running" in out
 
 
+@timing
 def test_a_stream_that_returns_the_total(capsys: pytest.CaptureFixture[str]) -> None:
+    """The test a loaded machine once failed (0.323 s measured for ten 30 ms kernels): on the
+    simulated clock the total is exactly 10.6 kernels, inside its hint's band."""
     ok, out = run(capsys, "ex12.stream_timer",
-                  lambda launch, sync, warmup, repeats: repeats * SOLUTIONS["time_kernel"](
-                      launch, sync, warmup, repeats))
-    assert not ok and "case 1 of 4" in out and "hint: return the time of ONE kernel" in out
+                  lambda launch, sync, clock, warmup, repeats: repeats * time_kernel(
+                      launch, sync, clock, warmup, repeats))
+    assert not ok and "case 1 of 4" in out and "measured 0.424 s" in out
+    assert "hint: return the time of ONE kernel" in out
 
 
+@timing
 def test_a_timer_that_launches_too_often(capsys: pytest.CaptureFixture[str]) -> None:
-    def twice(launch, synchronize, warmup, repeats):
+    def twice(launch, synchronize, clock, warmup, repeats):
         launch()
-        return SOLUTIONS["time_kernel"](launch, synchronize, warmup, repeats)
+        return time_kernel(launch, synchronize, clock, warmup, repeats)
 
     ok, out = run(capsys, "ex12.stream_timer", twice)
     assert not ok and "launch() was called 12 times with warmup=1, repeats=10" in out
 
 
-def test_the_timer_source_must_synchronize_and_read_a_clock() -> None:
-    part = next(p for p in ex12.PARTS if p.id == "ex12.stream_timer")
+def test_the_timer_source_must_synchronize_and_read_its_clock() -> None:
+    part = timer_part()
     assert part.source_check is not None
     naive_source = '''
-def time_kernel(launch, synchronize, warmup, repeats):
+def time_kernel(launch, synchronize, clock, warmup, repeats):
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = clock()
         launch()
-        times.append(time.perf_counter() - start)
+        times.append(clock() - start)
     return statistics.median(times)
 '''
     verdict = part.source_check(naive_source)
     assert not verdict.ok and "never calls synchronize()" in verdict.message
     renamed = '''
-def time_kernel(go, wait, warmup, repeats):
+def time_kernel(go, wait, tick, warmup, repeats):
     wait()
-    start = perf_counter()
+    start = tick()
     go()
     wait()
-    return perf_counter() - start
+    return tick() - start
 '''
     assert part.source_check(renamed).ok  # the parameters' own names count
-    no_clock = renamed.replace("perf_counter()", "0.0")
-    assert "reads no clock" in part.source_check(no_clock).message
+    machine_clock = renamed.replace("tick()", "time.perf_counter()")
+    assert "never calls tick()" in part.source_check(machine_clock).message
+    inside = renamed.replace("return tick() - start", "return go._kernel_s + 0 * tick()")
+    verdict = part.source_check(inside)
+    assert not verdict.ok and "not look inside them: it reads go._kernel_s" in verdict.message
 
 
 def test_the_grader_refuses_a_forged_timer_by_its_source() -> None:
     from edu_dl.grading import judge
 
-    part = next(p for p in ex12.PARTS if p.id == "ex12.stream_timer")
+    part = timer_part()
     cases = protocol.roundtrip(part.cases(np.random.default_rng(7), False))
     forged = [part.expected(*args) for args in cases]  # perfect values from a hacked sandbox
     status, message = judge.judge(part, cases, forged, '''
-def time_kernel(launch, synchronize, warmup, repeats):
-    start = time.perf_counter()
+def time_kernel(launch, synchronize, clock, warmup, repeats):
+    start = clock()
     launch()
-    return time.perf_counter() - start
+    return clock() - start
 ''')
     assert status != "passed" and message.startswith("the values are right, but")
 
 
 PEEK = '''
-def time_kernel(launch, synchronize, warmup, repeats):
+def time_kernel(launch, synchronize, clock, warmup, repeats):
     synchronize()
-    time.perf_counter()  # looks like a timer
+    clock()  # looks like a timer
     return sys._getframe(1).f_locals["args"][0]
 '''
 
 
+@timing
 def test_the_frame_peek_finds_no_case(tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
                                       capsys: pytest.CaptureFixture[str]) -> None:
     """The review's attack scored 3/3: a timer returning the caller's args[0], the kernel's own
@@ -358,7 +425,7 @@ def test_the_frame_peek_finds_no_case(tmp_path: Any, monkeypatch: pytest.MonkeyP
     seen: list[Any] = []
     this_test = sys._getframe(0).f_code  # in a notebook, check()'s caller is the cell
 
-    def peek(launch: Any, synchronize: Any, warmup: int, repeats: int) -> Any:
+    def peek(launch: Any, synchronize: Any, clock: Any, warmup: int, repeats: int) -> Any:
         frame = sys._getframe(1)
         while frame is not None and frame.f_code is not this_test:  # every frame up to check()
             seen.extend(frame.f_locals.values())

@@ -1,15 +1,22 @@
 """Timing asynchronous work: the fake device's launches return at once, synchronize and events
-measure the work, errors surface at the next synchronize; on CUDA when there is one."""
+measure the work, errors surface at the next synchronize; the simulated device's clock gives every
+timer its exact reading; on CUDA when there is one.
+
+Nothing here rests on how busy the machine is: the thread-backed device is gated (a kernel that
+waits for the test's signal) or bounded from below only (a sleep never ends early), and every
+figure with an upper bound is read on the simulated clock."""
 
 from __future__ import annotations
 
+import re
 import sys
+import threading
 import types
 
 import pytest
 
 from edu_dl.gpu import timing as gpu_timing
-from edu_dl.gpu.timing import FakeAsyncDevice
+from edu_dl.gpu.timing import FakeAsyncDevice, SimulatedAsyncDevice
 
 KERNEL_S = 0.03  # a sleep never ends early: every lower bound below is exact
 
@@ -21,30 +28,82 @@ def device():
 
 
 def test_a_launch_returns_before_the_work_is_done(device: FakeAsyncDevice) -> None:
-    times = gpu_timing.time_launch_only(lambda: device.launch(0.1), repeats=3)
-    assert max(times) < 0.1  # three launches return before the first kernel could end
-    assert device.pending() >= 2 and device.launches == 3
+    gate = threading.Event()  # the first kernel runs until the test opens the gate
+    device.launch(gate.wait)
+    for _ in range(2):
+        device.launch(KERNEL_S)
+    assert device.pending() == 3 and device.launches == 3  # all three returned, none ran
+    gate.set()
     device.synchronize()
     assert device.pending() == 0 and device.syncs == 1
 
 
+def test_the_simulated_launch_costs_no_time_and_synchronize_waits() -> None:
+    sim = SimulatedAsyncDevice()
+    times = gpu_timing.time_launch_only(lambda: sim.launch(0.1), repeats=3, clock=sim.clock)
+    assert times == [0.0, 0.0, 0.0] and sim.pending() == 3 and sim.launches == 3
+    sim.synchronize()
+    assert sim.clock() == pytest.approx(0.3, abs=1e-15) and sim.pending() == 0
+
+
+@pytest.mark.timing
 def test_synchronized_timer_measures_the_work(device: FakeAsyncDevice) -> None:
     times = gpu_timing.time_synchronized(lambda: device.launch(KERNEL_S), device.synchronize,
                                          warmup=1, repeats=3)
-    assert len(times) == 3 and min(times) >= KERNEL_S
+    assert len(times) == 3 and min(times) >= KERNEL_S  # a lower bound: load only adds
     assert device.launches == 4 and device.syncs == 6
 
 
+def test_synchronized_timer_on_the_simulated_clock_is_exact() -> None:
+    sim = SimulatedAsyncDevice()
+
+    def launch() -> None:
+        sim.host_work(0.01)  # the host's cost of a launch, counted by a per-launch timer
+        sim.launch(KERNEL_S)
+
+    times = gpu_timing.time_synchronized(launch, sim.synchronize, warmup=1, repeats=3,
+                                         clock=sim.clock)
+    assert times == pytest.approx([0.01 + KERNEL_S] * 3, rel=1e-12)
+    assert sim.launches == 4 and sim.syncs == 6
+
+
+@pytest.mark.timing
 def test_events_measure_the_work_on_the_device_clock(device: FakeAsyncDevice) -> None:
     times = gpu_timing.time_events(lambda: device.launch(KERNEL_S), device.event, repeats=3)
     assert min(times) >= KERNEL_S
 
 
-def test_earlier_work_is_kept_out(device: FakeAsyncDevice) -> None:
-    device.launch(0.3)  # still running when the timer starts
-    (synced,) = gpu_timing.time_synchronized(lambda: device.launch(0.01), device.synchronize,
-                                             warmup=0, repeats=1)
-    assert 0.01 <= synced < 0.3
+def test_simulated_events_stamp_the_device_not_the_host() -> None:
+    sim = SimulatedAsyncDevice()
+    sim.launch(0.5)  # earlier work: the start event is reached when it ends
+    start, end = sim.event(), sim.event()
+    start.record()
+    sim.host_work(0.2)  # the host's time between the events is not the device's
+    sim.launch(KERNEL_S)
+    end.record()
+    assert sim.clock() == pytest.approx(0.2) and start.elapsed_time(end) == pytest.approx(30.0)
+    assert sim.clock() == pytest.approx(0.5 + KERNEL_S)  # elapsed_time waited for the events
+    with pytest.raises(RuntimeError, match="never recorded"):
+        sim.event().synchronize()
+
+
+def test_earlier_work_is_kept_out() -> None:
+    sim = SimulatedAsyncDevice()
+    sim.launch(0.3)  # still running when the timer starts
+    (synced,) = gpu_timing.time_synchronized(lambda: sim.launch(0.01), sim.synchronize,
+                                             warmup=0, repeats=1, clock=sim.clock)
+    assert synced == pytest.approx(0.01, rel=1e-12)
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda sim: sim.launch(-1.0), "SimulatedAsyncDevice.launch: a duration is finite and >= 0"),
+    (lambda sim: sim.launch(float("nan")), "finite and >= 0 seconds, got nan"),
+    (lambda sim: sim.host_work("soon"), "host_work: a duration is a number of seconds, got a str"),
+    (lambda sim: sim.launch(lambda: None), "a number of seconds, got a function"),
+])
+def test_the_simulated_device_refuses_what_is_not_a_duration(call, message: str) -> None:
+    with pytest.raises((TypeError, ValueError), match=re.escape(message)):
+        call(SimulatedAsyncDevice())
 
 
 def test_kernels_run_in_order_and_functions_too(device: FakeAsyncDevice) -> None:
@@ -79,20 +138,22 @@ def test_close_finishes_the_queue() -> None:
     assert done == [1] and not dev._thread.is_alive()
 
 
-def test_cuda_timers_logic_on_a_fake_torch_cuda(device: FakeAsyncDevice,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """test_cuda_timers' logic without a GPU: torch.cuda's synchronize and Event are the fake
-    device's, so the three timers see a launch return at once and the work take KERNEL_S."""
-    cuda = types.SimpleNamespace(synchronize=device.synchronize,
-                                 Event=lambda enable_timing: device.event())
+def test_cuda_timers_logic_on_a_fake_torch_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """test_cuda_timers' logic without a GPU: torch.cuda's synchronize and Event are the simulated
+    device's, and so is the clock, so the three timers read exactly a launch (no time) and the
+    work (KERNEL_S)."""
+    sim = SimulatedAsyncDevice()
+    cuda = types.SimpleNamespace(synchronize=sim.synchronize,
+                                 Event=lambda enable_timing: sim.event())
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
-    result = gpu_timing.cuda_timers(lambda: device.launch(KERNEL_S), warmup=1, repeats=3)
-    assert set(result) == {"launch_only", "synchronize", "cuda_events"}
-    assert result["launch_only"] < KERNEL_S <= result["synchronize"]
-    assert result["cuda_events"] >= KERNEL_S
+    result = gpu_timing.cuda_timers(lambda: sim.launch(KERNEL_S), warmup=1, repeats=3,
+                                    clock=sim.clock)
+    assert result == pytest.approx({"launch_only": 0.0, "synchronize": KERNEL_S,
+                                    "cuda_events": KERNEL_S}, rel=1e-12, abs=1e-15)
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 @pytest.mark.skipif(not gpu_timing.cuda_available(), reason="No CUDA GPU")
 def test_cuda_timers() -> None:  # pragma: no cover - needs a GPU
     import torch

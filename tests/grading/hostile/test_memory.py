@@ -118,6 +118,7 @@ def test_an_empty_file_flood_stops_within_the_limit(mode: str) -> None:
         assert any("files and folders on its tmpfs mounts" in n for n in done.notes), done
 
 
+@pytest.mark.timing
 def test_the_fallback_counts_tmpfs_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
     """/dev/shm filled within its size but beyond the memory limit: killed for memory."""
     monkeypatch.setenv(cgroups.DELEGATE_VAR, "off")

@@ -31,6 +31,7 @@ def test_a_speed_part_has_a_row_of_its_own(tmp_path: Path) -> None:
                                                         TASKS[speed_corpus.PART].points)
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_speed_rows_in_a_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Best of three rounds of 60 calls, as the grader measures (one round of 30 once measured a
