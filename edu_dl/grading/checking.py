@@ -312,21 +312,45 @@ def _encode_result(i: int, result: Any) -> dict[str, np.ndarray]:
 
 
 def _call_case(call: Callable[..., Any], fn: Callable[..., Any], inputs: str, i: int
-               ) -> tuple[dict[str, np.ndarray], tuple[Any, ...], guard.Watched]:
-    """Case i's result (or error) as npz arrays, with the arguments as the call left them and
-    what it watched: ``call(fn, case i)``, the case read from the inputs file straight into
-    the call: while the student's function runs, no frame of the grader's code holds an
-    untouched case (a part's own ``call=`` keeps none either: see the threat model)."""
-    given = _read_case(inputs, i)
+               ) -> tuple[dict[str, np.ndarray], list[Any], guard.Watched]:
+    """Case i's result (or error) as npz arrays, with the arguments a call could write into as
+    it left them and what it watched: ``call(fn, case i)``, the case read from the inputs file
+    straight into the call: while the student's function runs, no frame of the grader's code
+    holds a case's plain values (a part's own ``call=`` keeps none either: see the threat
+    model), only references to the mutable arguments the function is handed anyway."""
+    kept: list[Any] = []
     watched = guard.Watched()
     try:
         with guard.watching(watched):
-            arrays = _encode_result(i, call(fn, given))
+            arrays = _encode_result(i, call(fn, _keeping(_read_case(inputs, i), kept)))
     except NotImplementedError:
         arrays = {f"case{i}_error": np.array("not implemented yet")}
     except Exception as exc:
         arrays = {f"case{i}_error": np.array(student_error(exc))}
-    return arrays, given, watched
+    return arrays, kept, watched
+
+
+_UNKEPT = object()  # an argument no call can write into (a number, a string): not kept
+
+
+def _keeping(case: tuple[Any, ...], kept: list[Any]) -> tuple[Any, ...]:
+    """``case``, with references to its mutable arguments put in ``kept`` (_UNKEPT for the
+    others: a timer's kernel duration must not sit where its frame-walking timer finds it)."""
+    kept.extend(value if _mutable(value) else _UNKEPT for value in case)
+    return case
+
+
+def _mutable(value: Any) -> bool:
+    if isinstance(value, int | float | complex | str | bytes | np.generic) or value is None:
+        return False
+    if isinstance(value, tuple):
+        return any(_mutable(v) for v in value)
+    return True
+
+
+def _as_left(case: tuple[Any, ...], kept: list[Any]) -> tuple[Any, ...]:
+    """The arguments as the call left them: the kept ones, and the unkept from the file."""
+    return tuple(original if value is _UNKEPT else value for original, value in zip(case, kept))
 
 
 def _read_case(inputs: str, i: int) -> tuple[Any, ...]:
@@ -350,16 +374,17 @@ def _record(root: Path, part_id: str, fn: Callable[..., Any], hidden: bool) -> b
     arrays: dict[str, np.ndarray] = {"hidden": np.array(hidden), "n_cases": np.array(count)}
     called = []
     for i in range(count):
-        case_arrays, given, watched = _call_case(call, fn, inputs, i)
+        case_arrays, kept, watched = _call_case(call, fn, inputs, i)
         arrays.update(case_arrays)
-        called.append((given, watched))
+        called.append((kept, watched))
     # What the guard found (case<i>_guard, where it found something): each case as the calls
     # left it against the inputs file, read again once all calls are done.
     with np.load(inputs, allow_pickle=False) as data:
-        for i, (given, watched) in enumerate(called):
-            found = guard.findings(protocol.decode_case(data, i), given, watched)
+        for i, (kept, watched) in enumerate(called):
+            case = protocol.decode_case(data, i)
+            found = guard.findings(case, _as_left(case, kept), watched)
             if found:
-                arrays[f"case{i}_guard"] = guard.encode(found)
+                arrays[f"case{i}_guard"] = protocol.encode(found)
     out_dir = root / protocol.OUTPUTS
     out_dir.mkdir(parents=True, exist_ok=True)
     taken = [protocol.output_number(part_id, p.name) for p in out_dir.glob(f"{part_id}.*.npz")]

@@ -121,24 +121,9 @@ def _difference(old: Any, new: Any, depth: int) -> str | None:
 
 # --------------------------------------------------------------------------- one guard
 
-WROTE, ALIASED = 0, 1  # what a finding says: the call wrote into an argument; returned it
-MAX_FINDINGS = 64  # a case's findings that cross the wall (a part has far fewer arguments)
-MAX_ARGUMENTS = 256  # an argument index past this is no argument of any part
-
-
-@dataclass(frozen=True)
-class Finding:
-    """What a call did to case argument ``arg`` (its index in the part's case): ``kind``
-    :data:`WROTE` (``changed``: how many of an array's entries, -1 when not counted) or
-    :data:`ALIASED` (the result holds the argument's own memory)."""
-
-    kind: int
-    arg: int
-    changed: int = -1
-
-    def row(self) -> tuple[int, int, int]:
-        return self.kind, self.arg, self.changed
-
+# The record of what the guard saw (Finding, encode, decode) is the wire format's: protocol.py
+# (which reads it back from the sandbox and must not import this module: spec imports protocol).
+from edu_dl.grading.protocol import ALIASED, WROTE, Finding  # noqa: E402
 
 T = TypeVar("T")
 
@@ -286,21 +271,3 @@ def judged(part: Part, index: int, n_cases: int, args: tuple[Any, ...],
     if not verdict.ok:
         message += "\n  and: " + verdict.message.partition(": ")[2]
     return Verdict(False, message, hint=WROTE_HINT if found[0].kind == WROTE else ALIASED_HINT)
-
-
-def encode(found: Sequence[Finding]) -> np.ndarray:
-    """Findings as the sandbox writes them: an (n, 3) int64 array of rows (kind, arg, changed)."""
-    return np.array([f.row() for f in found], dtype=np.int64).reshape(-1, 3)
-
-
-def decode(rows: Any) -> tuple[Finding, ...]:
-    """Findings the sandbox wrote, parsed strictly (ValueError for anything else)."""
-    a = np.asarray(rows)
-    if a.dtype.kind not in "iu" or a.ndim != 2 or a.shape[1] != 3 or a.shape[0] > MAX_FINDINGS:
-        raise ValueError("a guard record is an (n, 3) integer array")
-    found = []
-    for kind, arg, changed in a.tolist():
-        if kind not in (WROTE, ALIASED) or not 0 <= arg < MAX_ARGUMENTS or changed < -1:
-            raise ValueError(f"a guard record holds a row out of range: {(kind, arg, changed)}")
-        found.append(Finding(int(kind), int(arg), int(changed)))
-    return tuple(found)

@@ -81,15 +81,56 @@ class ErrorText(str):
 
 @dataclass(frozen=True)
 class Guarded:
-    """A case's result with what the guard saw the call do to its arguments (``guard.Finding``
-    rows, parsed strictly by ``guard.decode``): written beside the result as
+    """A case's result with what the guard saw the call do to its arguments (:class:`Finding`
+    rows, parsed strictly by :func:`decode`): written beside the result as
     ``case<i>_guard``, only where the guard found something."""
 
     result: Any
-    findings: tuple[Any, ...]
+    findings: tuple[Finding, ...]
 
 
-def unguarded(result: Any) -> tuple[Any, tuple[Any, ...]]:
+WROTE, ALIASED = 0, 1  # what a finding says: the call wrote into an argument; returned it
+MAX_FINDINGS = 64  # a case's findings that cross the wall (a part has far fewer arguments)
+MAX_ARGUMENTS = 256  # an argument index past this is no argument of any part
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What a call did to case argument ``arg`` (its index in the part's case): ``kind``
+    :data:`WROTE` (``changed``: how many of an array's entries, -1 when not counted) or
+    :data:`ALIASED` (the result holds the argument's own memory)."""
+
+    kind: int
+    arg: int
+    changed: int = -1
+
+    def row(self) -> tuple[int, int, int]:
+        return self.kind, self.arg, self.changed
+
+
+def encode(found: Sequence[Finding]) -> np.ndarray:
+    """Findings as the sandbox writes them: an (n, 3) int64 array of rows (kind, arg, changed)."""
+    import numpy as np
+
+    return np.array([f.row() for f in found], dtype=np.int64).reshape(-1, 3)
+
+
+def decode(rows: Any) -> tuple[Finding, ...]:
+    """Findings the sandbox wrote, parsed strictly (ValueError for anything else)."""
+    import numpy as np
+
+    a = np.asarray(rows)
+    if a.dtype.kind not in "iu" or a.ndim != 2 or a.shape[1] != 3 or a.shape[0] > MAX_FINDINGS:
+        raise ValueError("a guard record is an (n, 3) integer array")
+    found = []
+    for kind, arg, changed in a.tolist():
+        if kind not in (WROTE, ALIASED) or not 0 <= arg < MAX_ARGUMENTS or changed < -1:
+            raise ValueError(f"a guard record holds a row out of range: {(kind, arg, changed)}")
+        found.append(Finding(int(kind), int(arg), int(changed)))
+    return tuple(found)
+
+
+def unguarded(result: Any) -> tuple[Any, tuple[Finding, ...]]:
     """(the result, the guard's findings) of a case's recorded result."""
     if isinstance(result, Guarded):
         return result.result, result.findings
@@ -202,8 +243,6 @@ def read_outputs(path: Any) -> tuple[bool, list[Any]]:
             else:
                 result = decode_result(data, i)
             if f"case{i}_guard" in data:
-                from edu_dl.grading.guard import decode
-
                 result = Guarded(result, decode(data[f"case{i}_guard"]))
             results.append(result)
     return hidden, results

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edu_dl.grading import check, checking, generic, guard, hints, judge
+from edu_dl.grading import check, checking, generic, guard, hints, judge, protocol
 from edu_dl.grading.model import Row
 from edu_dl.grading.spec import Part
 
@@ -290,14 +290,15 @@ def test_the_guard_looks_into_lists_and_dicts() -> None:
     after = copy.deepcopy(before)
     after[0][2][0][1] = 7.0
     after[1]["k"] = np.ones(4)
-    assert guard.findings(before, after) == [guard.Finding(guard.WROTE, 0),
-                                             guard.Finding(guard.WROTE, 1)]
+    assert guard.findings(before, after) == [protocol.Finding(protocol.WROTE, 0),
+                                             protocol.Finding(protocol.WROTE, 1)]
     after = copy.deepcopy(before)
     after[0].append(3)
-    assert guard.findings(before, after) == [guard.Finding(guard.WROTE, 0)]
+    assert guard.findings(before, after) == [protocol.Finding(protocol.WROTE, 0)]
     nan = (np.array([np.nan, 1.0]),)
     assert guard.findings(nan, copy.deepcopy(nan)) == []
-    assert guard.findings(nan, (np.array([np.nan, 2.0]),)) == [guard.Finding(guard.WROTE, 0, 1)]
+    written = [protocol.Finding(protocol.WROTE, 0, 1)]
+    assert guard.findings(nan, (np.array([np.nan, 2.0]),)) == written
 
 
 def test_a_part_whose_contract_is_in_place_allows_it(hw9: Path) -> None:

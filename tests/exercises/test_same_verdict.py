@@ -273,7 +273,7 @@ def test_every_course_part_names_each_argument() -> None:
         rng = np.random.default_rng(checking.VISIBLE_SEED)
         for args in part.cases(rng, False):
             assert len(part.arg_names) >= len(args), part.id
-    found = [guard.Finding(guard.WROTE, 3, 2)]
+    found = [protocol.Finding(protocol.WROTE, 3, 2)]
     part = spec_part("ex05.batchnorm_forward")
     args = visible_cases(part)[0]
     assert guard.said(part, args, found)[0] == f"{WROTE} `running_mean` (2 of 3 entries)"
@@ -295,10 +295,10 @@ def test_a_forged_or_broken_guard_record_is_refused(tmp_path: Path) -> None:
             protocol.savez(f, arrays)
         return path.read_bytes()
 
-    good = _outputs(npz(guard.encode([guard.Finding(guard.WROTE, 0, 2)])))
+    good = _outputs(npz(protocol.encode([protocol.Finding(protocol.WROTE, 0, 2)])))
     assert good is not None
     (result,) = good[1]
-    assert protocol.unguarded(result)[1] == (guard.Finding(guard.WROTE, 0, 2),)
+    assert protocol.unguarded(result)[1] == (protocol.Finding(protocol.WROTE, 0, 2),)
     for rows in ([[7, 0, 1]], [[0, -1, 1]], [[0, 0, -5]], [[0.5, 0, 1]], [0, 0, 1],
                  np.zeros((65, 3), dtype=np.int64), ["x"]):
         assert _outputs(npz(rows)) is None, rows
