@@ -69,7 +69,7 @@ def test_assign_runs_a_passing_solution_once_until_something_changes(
         capsys.readouterr().err
     assert (release / "hw4.ipynb").is_file()
     ran: list[Path] = []
-    monkeypatch.setattr(solution_run, "failures", lambda nb: ran.append(nb) or [])
+    monkeypatch.setattr(solution_run, "failures", lambda nb, **_: ran.append(nb) or [])
     assert main(["assign", str(source), str(release)]) == 0
     assert "passed its tests before" in capsys.readouterr().err and not ran
     # a changed part file (here: a comment) is a new key: it runs again

@@ -12,7 +12,7 @@ import pytest
 from fixtures.nbgrader_course import _code
 
 from edu_dl.grading import batch as G
-from edu_dl.grading import classreport, sandbox
+from edu_dl.grading import classreport, sandbox, spec
 from edu_dl.grading.classreport_show import after_batch, render, write_histogram
 from edu_dl.grading.model import Row
 from edu_dl.grading.policy import LATE, Person
@@ -210,7 +210,8 @@ def test_recorded_cells_are_bounded_and_a_broken_submission_costs_only_its_own(
     assert not any(c[0] == "broken" for c in data["cells"])
     assert data["hints"]["hw3"]["hw3.triple"] == {"1:Transposed": "the result is transposed",
                                                   "2:Mistake": "multiplied by 2, not 3",
-                                                  "generic": classreport.GENERIC_MESSAGE}
+                                                  "generic": classreport.GENERIC_MESSAGE,
+                                                  **spec.GUARD_HINTS}  # the one guard's two
     text = (tmp_path / classreport.CLASS_DATA).read_bytes()
     assert text.isascii() and b"x = 1" not in text  # digests only, no student text
     [shared, _] = sorted(classreport.shared_cells(data["cells"]), key=lambda s: s.cell,
