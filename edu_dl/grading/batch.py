@@ -92,6 +92,7 @@ def _grade_one(job: Job, out: Path, settings: Settings, hide: list[Path], secret
         cost.waited(time.perf_counter() - started)  # the sandbox's time, not the grader's
         prepared.files = {}  # the sandbox had them: not held while its result is read
         ran = received(prepared, done, settings)
+        cost.checkpoint()  # the parsed result is held now: its size counts on a busy machine too
         rows = judge_run(job, prepared, ran, settings)
     finally:
         if not prepared.boxed:  # the unisolated run's private folder; run.json stays

@@ -15,7 +15,9 @@ once cost the grader 142 s and 909 MB, outside every budget).
   made a feedback page four times slower to render, the measurement costing more than what it
   measured. Not the kernel's high-water mark either: resetting it (``clear_refs``) would take
   the process's real peak from whoever reads it later. A spike shorter than a period can be
-  missed; the process's own peak (:func:`process_peak_mb`) never is.
+  missed, and so can one the sampler thread was not scheduled for on a loaded machine: the
+  grader therefore also samples at its own stage boundaries (:func:`checkpoint`), where it
+  holds the most. The process's own peak (:func:`process_peak_mb`) is never missed.
 """
 
 from __future__ import annotations
@@ -121,6 +123,13 @@ def metered() -> Iterator[Cost]:
             _ACTIVE.remove(meter)
         cost.peak_mb = meter.highest_mb
         cost.added_mb = meter.highest_mb - meter.start_mb
+
+
+def checkpoint() -> None:
+    """Sample now, from the calling thread: what is held at this point counts for every
+    running meter, whether or not the sampler thread got the CPU meanwhile."""
+    with _LOCK:
+        _sample()
 
 
 def waited(seconds: float) -> None:
