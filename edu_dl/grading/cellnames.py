@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from edu_dl.grading.nbgrader import check_calls, grade_id, is_grade, is_solution
-from edu_dl.harness.speed import speed_row
+from edu_dl.speed.tasks import speed_row
 
 MAX_NAME = 60  # characters of a first line or a heading shown
 MAX_LINE = 300  # characters of a line looked at for a heading (no regex runs on a huge line)

@@ -60,8 +60,8 @@ from edu_dl.grading.nbgrader import BEGIN_HIDDEN, grade_id, strip_hidden_tests
 from edu_dl.grading.notebooks import write_atomic
 from edu_dl.grading.trust.files import SUBMISSION_SECRET, TIMESTAMP, read_submission_secret
 from edu_dl.grading.trust.text import for_terminal, visible
-from edu_dl.harness.speed import speed_row
 from edu_dl.notebook.hosted import is_install_cell
+from edu_dl.speed.tasks import speed_row
 
 PAGES = "feedback"  # below --out and below an nbgrader course folder
 KEPT_DATA = ("text/plain", "image/png", "image/jpeg")

@@ -34,7 +34,7 @@ from edu_dl.grading.notebooks import read_notebook
 from edu_dl.grading.settings import MB, Settings
 from edu_dl.grading.spec import Part, plain_call
 from edu_dl.grading.trust.bounded import read_bounded
-from edu_dl.harness.speed import TASKS, speed_row
+from edu_dl.speed.tasks import TASKS, speed_row
 
 
 def load_source(source: Path, exclude: tuple[Path, ...] = (), settings: Settings | None = None,

@@ -38,7 +38,7 @@ from edu_dl.grading.trust.notebook import Untrusted, parse_notebook
 from edu_dl.grading.trust.source import find_source
 from edu_dl.grading.trust.speed import read_outputs, source_problem
 from edu_dl.grading.trust.text import say
-from edu_dl.harness.speed import TASKS, SpeedTask, call_inputs
+from edu_dl.speed.tasks import TASKS, SpeedTask, call_inputs
 
 CREDIT_FRACTION = 0.6  # of the goal ratio: what a loaded 2-core grader can still show
 ROUNDS = 3  # best of three of each kind

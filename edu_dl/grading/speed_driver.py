@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from edu_dl.grading.protocol import RESULT_FD_VAR
-from edu_dl.harness.speed import TASKS, call_inputs
+from edu_dl.speed.tasks import TASKS, call_inputs
 
 ROLES = ("baseline", "reference", "submission")
 

@@ -20,7 +20,7 @@ from edu_dl.grading.notebooks import Notebook
 from edu_dl.grading.secret import Secret
 from edu_dl.grading.settings import Settings
 from edu_dl.grading.speed import ROUNDS, measure_submitted, seed_for
-from edu_dl.harness.speed import TASKS, speed_row
+from edu_dl.speed.tasks import TASKS, speed_row
 
 # What a batch measures with; tests lower them (each measurement costs seconds of CPU).
 rounds = ROUNDS

@@ -5,6 +5,6 @@ cases and the mistake replays; they stay beside the source. What ``check()`` nee
 frozen cases of a release (``exercises/parts/<exercise>.npz``) lives here, in the package every
 student has: how a part calls the function (``call=``), comparisons and result checks that judge
 properties rather than values, and source checks. Nothing here computes an answer: the release
-test (``tests/test_release.py``) calls every function here on every visible case and fails if
-any returns the expected value.
+test (``tests/exercises/test_release.py``) calls every function here on every visible case and
+fails if any returns the expected value. The speed tasks live below, in :mod:`edu_dl.speed`.
 """

@@ -18,7 +18,7 @@ from edu_dl.grading.hints import Mistake, Scaled, SumsTo
 from edu_dl.grading.source import all_checks, names_check, speed_rules
 from edu_dl.grading.spec import Part, tolerance
 from edu_dl.harness.ex02 import INTENSITY_SOURCE, XP_SOURCE, call_device_agnostic
-from edu_dl.harness.speed import CALLS_THE_REFERENCE, TASKS
+from edu_dl.speed.tasks import CALLS_THE_REFERENCE, TASKS
 
 Case = tuple[Any, ...]
 EXACT = tolerance(rtol=1e-9, atol=0.0)

@@ -45,7 +45,7 @@ from edu_dl.harness.ex05 import (
     record_program,
 )
 from edu_dl.harness.ex11 import OtherShape
-from edu_dl.harness.speed import CALLS_THE_REFERENCE, TASKS
+from edu_dl.speed.tasks import CALLS_THE_REFERENCE, TASKS
 
 Array = np.ndarray
 Case = tuple[Any, ...]

@@ -36,7 +36,7 @@ from edu_dl.harness.ex11 import (
     OtherShape,
     shape_of,
 )
-from edu_dl.harness.speed import CALLS_THE_REFERENCE, TASKS
+from edu_dl.speed.tasks import CALLS_THE_REFERENCE, TASKS
 
 Array = np.ndarray
 Case = tuple[Any, ...]

@@ -288,7 +288,7 @@ def topological_order(n_nodes, edges):  # every node once, in the BACKWARD order
     # ex05: values only
     "ex05.faster_sgd_step": (FORGED, """
 def sgd_step(X, y, W, lr=0.1):
-    from edu_dl.harness.speed import sgd_step_reference  # values right, speed run refused
+    from edu_dl.speed.tasks import sgd_step_reference  # values right, speed run refused
     return sgd_step_reference(X, y, W, lr)
 """),
     "ex05.mul_backward": (RAW, """

@@ -23,7 +23,7 @@ import edu_dl.harness
 from edu_dl.grading import hints, parts, release
 from edu_dl.grading.assign import assign
 from edu_dl.grading.spec import Part, default_compare, judge_case
-from edu_dl.harness import speed
+from edu_dl.speed import tasks as speed
 
 ROOT = Path(__file__).resolve().parents[2]
 EXERCISES = ROOT / "exercises"

@@ -19,7 +19,7 @@ from edu_dl.grading.run import sandbox_env
 from edu_dl.grading.secret import VALIDATION_SECRET
 from edu_dl.grading.trust.notebook import Untrusted
 from edu_dl.grading.trust.speed import read_outputs, source_problem
-from edu_dl.harness.speed import (
+from edu_dl.speed.tasks import (
     TASKS,
     call_inputs,
     indicative_ratio,

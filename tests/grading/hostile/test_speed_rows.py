@@ -15,7 +15,7 @@ from edu_dl.grading import batch as G
 from edu_dl.grading import speed_rows
 from edu_dl.grading.model import OUTSIDE
 from edu_dl.grading.settings import Settings
-from edu_dl.harness.speed import TASKS
+from edu_dl.speed.tasks import TASKS
 
 SETTINGS = Settings(timeout_s=30, budget_s=120, memory_mb=2048)
 
