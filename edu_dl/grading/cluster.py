@@ -275,10 +275,10 @@ def software_digest() -> str:
 
 def warm_up(dask_worker: Any = None) -> str:
     """On a worker (``client.run(warm_up)``): what its first task would otherwise pay for, the
-    grader's imports and the sandbox probe; returns the sandbox's problem or the digest."""
-    import importlib
+    grader's imports and the sandbox probe; returns the sandbox's problem or the digest.
 
-    importlib.import_module("edu_dl.grading.batch")
+    Unpickling this function imports this module on the worker, and with it everything a task
+    runs there (prepare, run, receive, judge, the speed rows): no module named by a string."""
     return sandbox.bwrap_problem() or software_digest()
 
 
