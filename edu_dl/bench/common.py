@@ -144,7 +144,7 @@ def load_average() -> float:
 
 def busy_note(before: float, after: float) -> str | None:
     """A warning when the 1-minute load average exceeded the usable cores, else None."""
-    cores = usable_cores()
+    cores = int(hw.usable_cores().value)  # affinity and cgroup quota
     if max(before, after) > cores:
         return (f"the machine was busy: 1-minute load average {before:.1f} before and "
                 f"{after:.1f} after the run on {cores} cores, so absolute times are inflated and "
@@ -153,11 +153,6 @@ def busy_note(before: float, after: float) -> str | None:
 
 
 # --------------------------------------------------------------------------- the machine
-
-
-def usable_cores() -> int:
-    """CPUs this process may use (``hardware.usable_cores``: affinity and cgroup quota)."""
-    return int(hw.usable_cores().value)
 
 
 def package_version(*names: str) -> str:
@@ -180,7 +175,8 @@ def machine_lines(device: Device | None = None) -> list[str]:
     versions = [package_version("numpy"), package_version("edu-dl"), package_version("torch"),
                 package_version("tensorflow-cpu", "tensorflow")]
     lines = [
-        f"- CPU: {cpu_name()}, {usable_cores()} usable cores ({os.cpu_count()} online)",
+        f"- CPU: {cpu_name()}, {int(hw.usable_cores().value)} usable cores "
+        f"({os.cpu_count()} online)",
         f"- OS: {platform.platform()}; Python {platform.python_version()}",
         "- " + ", ".join(versions),
         f"- BLAS (NumPy): {blas_description()}",

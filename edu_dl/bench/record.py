@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from edu_dl.bench import parallel
-from edu_dl.bench.common import add_flags, cpu_name, now, package_version, usable_cores
+from edu_dl.bench.common import add_flags, cpu_name, now, package_version
 from edu_dl.bench.device import Device, get_device, gpu_missing
 from edu_dl.bench.engine import EngineResult, check_targets
 from edu_dl.bench.loader import LoaderResult, loader_table
 from edu_dl.bench.matmul import MatmulResult, render
 from edu_dl.bench.transfer import TransferResult, transfer_table
+from edu_dl.machine import hardware
 from edu_dl.machine.recorded import BENCHMARKS, PROVENANCE, ROOT, read_provenance
 from edu_dl.util.args import comma_list
 from edu_dl.util.worker import WorkerError, run_in_worker
@@ -91,7 +92,7 @@ def machine_facts(device: Device) -> dict[str, str]:
         "device": ", ".join(gpus) if gpus else device.label,
         "driver": (f"{driver.get('version')}, CUDA up to {driver.get('max_cuda')}"
                    if driver else "none (no GPU)"),
-        "host": f"{cpu_name()}, {usable_cores()} usable cores",
+        "host": f"{cpu_name()}, {int(hardware.usable_cores().value)} usable cores",
         "python": platform.python_version(),
         "versions": ", ".join(versions),
         "commit": git_commit(),

@@ -28,7 +28,7 @@ from edu_dl.grading import guard, protocol
 from edu_dl.grading.guard import CheckTimeout, time_limit
 from edu_dl.grading.parts import get
 from edu_dl.grading.protocol import GRADING_ENV, HIDDEN_SEED, VISIBLE_SEED  # noqa: F401 (re-exported)
-from edu_dl.grading.release import visible
+from edu_dl.grading.release import visible_cases
 from edu_dl.grading.source import judge_source, own_source
 from edu_dl.grading.spec import (
     CheckFailure,
@@ -144,7 +144,7 @@ def _check(part_id: str, fn: Callable[..., Any], hidden: bool,
            timeout_s: float | None = None, blame: bool = True) -> tuple[bool, str]:
     """(passed, report); remembers the outcome for the parts that use this one (``uses``)."""
     part = _get(part_id)
-    drawn = visible(part, hidden)
+    drawn = visible_cases(part, hidden)
     if not drawn and hidden:
         return False, (f"✗ {part_id}: no hidden cases here (the student version holds the "
                        "visible ones only; your instructor grades the hidden ones)")

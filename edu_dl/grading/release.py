@@ -46,7 +46,7 @@ class FreezeError(Exception):
     """A part that cannot ship as data: what, where, and how to fix it."""
 
 
-def visible(part: Part, hidden: bool = False) -> list[tuple[Case, Any]]:
+def visible_cases(part: Part, hidden: bool = False) -> list[tuple[Case, Any]]:
     """The cases ``check()`` runs and their expected results: drawn from the fixed seed and
     computed by the oracle (a part file), or as a release froze them."""
     seed = protocol.HIDDEN_SEED if hidden else protocol.VISIBLE_SEED
@@ -152,7 +152,7 @@ SPECIAL = ("cases", "expected", "hints")
 def _freeze_part(part: Part, n: int, exercise: str, arrays: dict[str, np.ndarray],
                  warnings: list[str]) -> dict[str, Any]:
     where = f"part {part.id}"
-    drawn = visible(part)
+    drawn = visible_cases(part)
     cases, expected = [args for args, _ in drawn], [value for _, value in drawn]
     for key, a in protocol.encode_cases(cases).items():
         arrays[f"p{n}/{key}"] = a

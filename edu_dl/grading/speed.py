@@ -36,7 +36,7 @@ from edu_dl.grading.settings import NoSandbox, Settings
 from edu_dl.grading.trust.bounded import read_bounded
 from edu_dl.grading.trust.notebook import Untrusted, parse_notebook
 from edu_dl.grading.trust.source import find_source
-from edu_dl.grading.trust.speed import read_outputs, source_problem
+from edu_dl.grading.trust.speed import read_speed_outputs, source_problem
 from edu_dl.grading.trust.text import say
 from edu_dl.speed.tasks import TASKS, SpeedTask, call_inputs
 
@@ -169,7 +169,7 @@ def _timed_run_in(task: SpeedTask, kind: str, function_source: str, seed: int, c
         return (result.cpu_s, np.zeros(0), f"it failed ({why}): {result.log[-500:]}",
                 result.killed or "crashed")
     try:
-        outputs = read_outputs(result.output, result.output_size, shape, limit=out_bytes)
+        outputs = read_speed_outputs(result.output, result.output_size, shape, limit=out_bytes)
     except Untrusted as exc:
         return result.cpu_s, np.zeros(0), str(exc), "failed"
     return result.cpu_s, outputs, "", ""

@@ -372,7 +372,7 @@ def test_dropout_scaling_hints_ship_in_what_students_have(
     outcome, report = checked(part_id, fn)
     assert not outcome and hint in report, report
     part = parts.get(part_id, local=True)
-    cases = [args for args, _ in release.visible(part)]
+    cases = [args for args, _ in release.visible_cases(part)]
     judged = judge.judge_part(part, cases, [part.call(fn, args) for args in cases])
     assert judged.status == "failed" and hint in judged.message, judged.message
     assert ":Mistake" in judged.hints  # the gradebook records the part's own hint, not generic

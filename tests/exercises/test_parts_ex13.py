@@ -214,7 +214,7 @@ def test_triangle_hints_ship_in_what_students_have(tmp_path: Path,
     ok, out = checked("ex13.causal_tiles", fn)
     assert not ok and f"✗ case {case} of " in out and hint in out, out
     part = parts.get("ex13.causal_tiles", local=True)
-    cases = [args for args, _ in release.visible(part)]
+    cases = [args for args, _ in release.visible_cases(part)]
     judged = judge.judge_part(part, cases, [part.call(fn, args) for args in cases])
     assert hint in judged.message and ":Mistake" in judged.hints, judged
 

@@ -66,8 +66,8 @@ def test_the_release_judges_as_the_part_file_does(part: Part):
     if part.id not in shipped:
         pytest.skip(f"{part.id} is checked by no released cell")  # the next test forbids it
     mine = shipped[part.id]
-    drawn = release.visible(part)
-    assert _same_cases(release.visible(mine), drawn)
+    drawn = release.visible_cases(part)
+    assert _same_cases(release.visible_cases(mine), drawn)
     for i, (args, expected) in enumerate(drawn):
         for got in _candidates(part, expected, args):
             live = judge_case(part, i, len(drawn), args, expected, got)
@@ -95,7 +95,7 @@ def test_the_course_release_holds_no_python_and_no_hidden_case():
     for part in COURSE:
         mine = frozen(part.id.split(".")[0])[part.id]
         assert mine.cases(np.random.default_rng(1), True) == []
-        assert len(mine.cases(np.random.default_rng(1), False)) == len(release.visible(part))
+        assert len(mine.cases(np.random.default_rng(1), False)) == len(release.visible_cases(part))
 
 
 def test_no_course_hint_is_code_a_release_cannot_carry():
@@ -156,7 +156,7 @@ def test_nothing_that_ships_returns_an_expected_value():
     answered: list[str] = []
     # A speed task gives its slow reference on purpose (the task is the speed, not the value).
     cases = [(p.id, args, expected) for p in COURSE if p.id not in speed.TASKS
-             for args, expected in release.visible(p)]
+             for args, expected in release.visible_cases(p)]
     for module in _shipped_modules():
         for name, obj in inspect.getmembers(module, callable):
             if getattr(obj, "__module__", None) != module.__name__:
@@ -237,7 +237,7 @@ def test_an_instructor_release_ships_data_and_warns_about_what_it_cannot_carry(t
     assert len(warnings) == 1 and "a legacy hint" in warnings[0]
     monkeypatch.chdir(tmp_path / "out")
     (part,) = parts._folder_parts(tmp_path / "out" / "parts", "hw1").values()
-    args, expected = release.visible(part)[0]
+    args, expected = release.visible_cases(part)[0]
     assert np.allclose(expected, args[0] ** 2)
     assert "doubled" in judge_case(part, 0, 1, args, expected, args[0] * 2).message
     assert "keep the shape" in judge_case(part, 0, 1, args, expected, 1.0).message

@@ -18,7 +18,7 @@ from edu_dl.grading import sandbox, speed
 from edu_dl.grading.run import sandbox_env
 from edu_dl.grading.secret import VALIDATION_SECRET
 from edu_dl.grading.trust.notebook import Untrusted
-from edu_dl.grading.trust.speed import read_outputs, source_problem
+from edu_dl.grading.trust.speed import read_speed_outputs, source_problem
 from edu_dl.speed.tasks import (
     TASKS,
     call_inputs,
@@ -136,7 +136,7 @@ def npy(array: np.ndarray) -> bytes:
 
 def test_outputs_are_read_strictly() -> None:
     good = npy(np.ones((2, 3), np.float32))
-    assert read_outputs(good, len(good), (2, 3)).sum() == 6
+    assert read_speed_outputs(good, len(good), (2, 3)).sum() == 6
     hostile = {
         "wrong shape": npy(np.ones((3, 2), np.float32)),
         "wrong dtype": npy(np.ones((2, 3), np.float64)),
@@ -148,12 +148,12 @@ def test_outputs_are_read_strictly() -> None:
     }
     for why, data in hostile.items():
         with pytest.raises(Untrusted):
-            read_outputs(data, len(data), (2, 3))
+            read_speed_outputs(data, len(data), (2, 3))
             pytest.fail(why)
     with pytest.raises(Untrusted):
-        read_outputs(good, len(good) + 1, (2, 3))  # the sandbox wrote more than was kept
+        read_speed_outputs(good, len(good) + 1, (2, 3))  # the sandbox wrote more than was kept
     with pytest.raises(Untrusted):
-        read_outputs(good, len(good), (2, 3), limit=len(good) - 1)
+        read_speed_outputs(good, len(good), (2, 3), limit=len(good) - 1)
 
 
 # --------------------------------------------------------------------------- CPU time, outside

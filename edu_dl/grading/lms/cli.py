@@ -90,7 +90,7 @@ def run_collect(args: argparse.Namespace) -> int:
     from edu_dl.grading.lms.report import report_csv, report_text
     from edu_dl.grading.lms.roster import KEYS, read_lms_roster
     from edu_dl.grading.policy import PolicyError
-    from edu_dl.grading.trust.archive import MB, Limits
+    from edu_dl.grading.trust.archive import MB, ArchiveLimits
 
     try:
         if args.key is not None and args.key not in KEYS:
@@ -104,7 +104,7 @@ def run_collect(args: argparse.Namespace) -> int:
         if args.metadata:
             metadata = read_canvas(args.metadata) if args.kind == "canvas" else \
                 read_moodle(args.metadata, timezone(args.timezone))
-        limits = Limits(max_member_bytes=max(1, args.max_notebook_mb) * MB)
+        limits = ArchiveLimits(max_member_bytes=max(1, args.max_notebook_mb) * MB)
         found = collect_downloads(args.kind, args.downloads, roster, args.out,
                                   pattern=pattern, metadata=metadata, exercise=args.exercise,
                                   key=args.key, limits=limits)

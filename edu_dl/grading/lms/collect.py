@@ -29,7 +29,7 @@ from edu_dl.grading.lms.formats import PLAIN_STEM, Named, parse_name
 from edu_dl.grading.lms.metadata import Metadata
 from edu_dl.grading.lms.roster import KEYS, Roster, Student
 from edu_dl.grading.notebooks import write_atomic
-from edu_dl.grading.trust.archive import DEFAULT_LIMITS, Limits, Member, read_download
+from edu_dl.grading.trust.archive import DEFAULT_LIMITS, ArchiveLimits, Member, read_download
 from edu_dl.grading.trust.files import TIMESTAMP, entries
 from edu_dl.grading.trust.identity import NameClash, check_distinct
 from edu_dl.grading.trust.text import visible
@@ -123,7 +123,7 @@ def identify(kind: str, user: str, roster: Roster, metadata: Metadata | None,
 def collect_downloads(kind: str, downloads: list[Path], roster: Roster, out: Path, *,
                       pattern: re.Pattern[str], metadata: Metadata | None = None,
                       exercise: str | None = None, key: str | None = None,
-                      limits: Limits = DEFAULT_LIMITS) -> Collected:
+                      limits: ArchiveLimits = DEFAULT_LIMITS) -> Collected:
     """Read every download, choose each student's latest notebook per exercise, write them
     (and their timestamps) under ``out/submitted/``; the report has one line per member."""
     check_out(out)

@@ -47,7 +47,7 @@ UNIX_SYSTEM = 3  # ZipInfo.create_system of a member made on Unix (its mode is m
 
 
 @dataclass(frozen=True)
-class Limits:
+class ArchiveLimits:
     """Bounds on one download. Canvas zips a class of 300 into a few hundred members."""
 
     max_archive_bytes: int = 4096 * MB
@@ -60,7 +60,7 @@ class Limits:
     max_depth: int = 8  # folders, in an unpacked download
 
 
-DEFAULT_LIMITS = Limits()
+DEFAULT_LIMITS = ArchiveLimits()
 
 
 @dataclass
@@ -88,7 +88,7 @@ class Download:
     skipped: int = 0  # members past ``max_members``, not looked at
 
 
-def read_download(path: Path, limits: Limits = DEFAULT_LIMITS, only: str = ".ipynb"
+def read_download(path: Path, limits: ArchiveLimits = DEFAULT_LIMITS, only: str = ".ipynb"
                   ) -> Download:
     """The members of a zip file or an unpacked folder. Only the bytes of members whose name
     ends with ``only`` are read (others are listed, with data None and no problem)."""
@@ -138,7 +138,7 @@ def _zip_name(info: zipfile.ZipInfo) -> str:
 # --------------------------------------------------------------------------- zip files
 
 
-def _directory_problem(f: IO[bytes], size: int, limits: Limits) -> str:
+def _directory_problem(f: IO[bytes], size: int, limits: ArchiveLimits) -> str:
     """Why the zip's central directory is not to be read ('' when it may be): more entries or
     bytes than the limits allow. Read from its end records, before zipfile reads them all."""
     tail = min(size, 22 + MAX_COMMENT)
@@ -164,7 +164,7 @@ def _directory_problem(f: IO[bytes], size: int, limits: Limits) -> str:
     return ""
 
 
-def _read_zip(path: Path, limits: Limits, only: str) -> Download:
+def _read_zip(path: Path, limits: ArchiveLimits, only: str) -> Download:
     download = Download(path)
     shown = visible(path.name)
     try:
@@ -198,7 +198,7 @@ def _read_zip(path: Path, limits: Limits, only: str) -> Download:
     return download
 
 
-def _zip_members(zf: zipfile.ZipFile, download: Download, limits: Limits, only: str) -> None:
+def _zip_members(zf: zipfile.ZipFile, download: Download, limits: ArchiveLimits, only: str) -> None:
     infos = zf.infolist()
     download.skipped = max(0, len(infos) - limits.max_members)
     infos = infos[:limits.max_members]
@@ -258,7 +258,7 @@ def _over(size: int, limit: int, verb: str = "is") -> str:
 # --------------------------------------------------------------------------- unpacked folders
 
 
-def _read_folder(root: Path, limits: Limits, only: str) -> Download:
+def _read_folder(root: Path, limits: ArchiveLimits, only: str) -> Download:
     """An unpacked download, walked without following a link, bounded in entries and depth."""
     download = Download(root)
     todo: list[tuple[Path, int]] = [(root, 0)]

@@ -13,7 +13,7 @@ from edu_dl.grading.trust.notebook import Untrusted
 MAX_OUTPUT_BYTES = 64 << 20
 
 
-def read_outputs(data: bytes, size: int, shape: tuple[int, ...],
+def read_speed_outputs(data: bytes, size: int, shape: tuple[int, ...],
                  dtype: np.dtype[np.generic] | type = np.float32,
                  limit: int = MAX_OUTPUT_BYTES) -> np.ndarray:
     """The array in ``data`` (``size``: the bytes the sandbox wrote, maybe more than it kept),

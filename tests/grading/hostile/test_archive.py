@@ -31,13 +31,14 @@ from hypothesis import strategies as st
 from edu_dl.grading.lms import formats
 from edu_dl.grading.lms.collect import Collected, collect_downloads
 from edu_dl.grading.lms.roster import read_lms_roster
-from edu_dl.grading.trust.archive import DEFAULT_LIMITS, MB, Limits, read_download
+from edu_dl.grading.trust.archive import DEFAULT_LIMITS, MB, ArchiveLimits, read_download
 
 GOOD = ("smithalice_101_1_02_mini.ipynb", notebook("good"))
 CANVAS = formats.compile_pattern("canvas")
 
 
-def collect(tmp_path: Path, downloads: list[Path], limits: Limits = DEFAULT_LIMITS) -> Collected:
+def collect(tmp_path: Path, downloads: list[Path],
+            limits: ArchiveLimits = DEFAULT_LIMITS) -> Collected:
     roster = csv_file(tmp_path / "roster.csv", ROSTER_HEADER, [
         ["alice", "Alice", "Smith", "a@x", "101"], ["bob", "Bob", "Jones", "b@x", "102"],
         ["carol", "Carol", "Diaz", "c@x", "103"], ["dave", "Dave", "Müller", "d@x", "104"],
@@ -138,12 +139,13 @@ def test_too_many_members(tmp_path: Path) -> None:
     directory claims), the archive is not opened at all."""
     some = write_zip(tmp_path / "some.zip",
                      [GOOD, *((f"x_9{i}_1_02_mini.ipynb", b"{}") for i in range(7))])
-    found = collect(tmp_path, [some], Limits(max_members=5))
+    found = collect(tmp_path, [some], ArchiveLimits(max_members=5))
     assert written(tmp_path) == {f"alice/{MINI}/{MINI}.ipynb": GOOD[1]}
     assert got_status(found, "some.zip") == ("over the limit", "3 members past the limit")
     many = write_zip(tmp_path / "many.zip", [(f"m{i}.txt", b"") for i in range(60)])
-    assert "claims 60 members" in read_download(many, Limits(max_members=5)).problem
-    assert "central directory is" in read_download(many, Limits(max_directory_bytes=1000)).problem
+    assert "claims 60 members" in read_download(many, ArchiveLimits(max_members=5)).problem
+    assert "central directory is" in read_download(
+        many, ArchiveLimits(max_directory_bytes=1000)).problem
 
 
 def got_status(found: Collected, where: str) -> tuple[str, str]:
@@ -159,8 +161,8 @@ def test_zip64_member_count_is_read_before_the_archive_is_opened(tmp_path: Path)
         for i in range(1 << 16):
             zf.writestr(f"{i}", b"")
     assert b"PK\x06\x06" in path.read_bytes()[-200:]
-    assert "claims 65536 members" in read_download(path, Limits(max_members=100)).problem
-    assert read_download(path, Limits(max_members=7000)).skipped == (1 << 16) - 7000
+    assert "claims 65536 members" in read_download(path, ArchiveLimits(max_members=100)).problem
+    assert read_download(path, ArchiveLimits(max_members=7000)).skipped == (1 << 16) - 7000
 
 
 def test_an_unpacked_folder_follows_no_link_and_opens_no_fifo(tmp_path: Path) -> None:
@@ -175,7 +177,7 @@ def test_an_unpacked_folder_follows_no_link_and_opens_no_fifo(tmp_path: Path) ->
     nested = folder.joinpath(*"abcdefghij")
     nested.mkdir(parents=True)
     (nested / "foxfrank_106_5_02_mini.ipynb").write_bytes(notebook())
-    found = collect(tmp_path, [folder], Limits(max_member_bytes=MB))
+    found = collect(tmp_path, [folder], ArchiveLimits(max_member_bytes=MB))
     assert written(tmp_path) == {f"alice/{MINI}/{MINI}.ipynb": GOOD[1],
                                  f"dave/{MINI}/{MINI}.ipynb": notebook()}
     assert "m\\xfcller1_104_6_02_mini.ipynb" in {line.member for line in found.written}
@@ -205,7 +207,7 @@ def test_a_damaged_zip_never_raises(tmp_path_factory: pytest.TempPathFactory,
         data[at % len(data)] = value
     path = tmp_path_factory.mktemp("fuzz") / "damaged.zip"
     path.write_bytes(bytes(data[:len(data) - cut % 64]))
-    download = read_download(path, Limits(max_member_bytes=MB))
+    download = read_download(path, ArchiveLimits(max_member_bytes=MB))
     assert download.problem or all(m.data is not None or m.problem or
                                    not m.path.endswith(".ipynb") for m in download.members)
 
