@@ -18,7 +18,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
 
-from edu_dl.bench.device import DEVICES, Device, get_device, gpu_missing, gpu_name
+from edu_dl.bench.device import DEVICES, Device, get_device, gpu_name, why_no_gpu_mode
 from edu_dl.machine import hardware as hw
 from edu_dl.util.args import positive, positive_int
 from edu_dl.util.worker import DEFAULT_TIMEOUT_S
@@ -76,7 +76,7 @@ def device_of(args: argparse.Namespace, name: str) -> Device | None:
     """The Device asked for; None (after one sentence on stderr) for 'gpu' without a GPU."""
     kind = getattr(args, "device", None) or "cpu"
     if kind == "gpu":
-        reason = gpu_missing()
+        reason = why_no_gpu_mode()
         if reason is not None:
             print(f"edu-dl bench {name} --device gpu: {reason}, so nothing was measured; run it "
                   "without --device gpu to measure the CPU.", file=sys.stderr)

@@ -79,7 +79,7 @@ def get_device(kind: str) -> Device:
     return Device(kind, fake=kind == "gpu" and os.environ.get(FAKE_GPU_ENV) == "1")
 
 
-def gpu_missing() -> str | None:
+def why_no_gpu_mode() -> str | None:
     """Why there is no GPU for --device gpu, as a clause; None when there is one (or a fake).
 
     The GPU mode runs its arrays on CuPy, so ``backend.gpu_status`` answers."""

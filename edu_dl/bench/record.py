@@ -27,7 +27,7 @@ from typing import Any
 
 from edu_dl.bench import parallel
 from edu_dl.bench.common import add_flags, cpu_name, now, package_version
-from edu_dl.bench.device import Device, get_device, gpu_missing
+from edu_dl.bench.device import Device, get_device, why_no_gpu_mode
 from edu_dl.bench.engine import EngineResult, check_targets
 from edu_dl.bench.loader import LoaderResult, loader_table
 from edu_dl.bench.matmul import MatmulResult, render
@@ -167,7 +167,7 @@ def _benchmark_list(text: str) -> list[str]:
 
 
 def run_gpu_command(args: argparse.Namespace) -> int:
-    reason = gpu_missing()
+    reason = why_no_gpu_mode()
     if reason is not None:
         print(f"edu-dl bench gpu: {reason}, so no GPU benchmark was run and nothing was "
               "recorded.", file=sys.stderr)

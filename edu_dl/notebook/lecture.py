@@ -83,12 +83,12 @@ def device_or_cpu(device: str = "gpu") -> str:
     return "cpu"
 
 
-def gpu_missing(needs: tuple[str, ...] = ("cupy",)) -> str | None:
+def why_no_gpu(needs: tuple[str, ...] = ("cupy",)) -> str | None:
     """Why the libraries in ``needs`` cannot run on a GPU here, or None when all of them can
     (each library's own answer: ``edu_dl.backend.gpu_status``)."""
     unknown = [name for name in needs if name not in backend.GPU_FRAMEWORKS]
     if unknown:
-        raise ValueError(f"gpu_missing: unknown libraries {unknown}; choose from "
+        raise ValueError(f"why_no_gpu: unknown libraries {unknown}; choose from "
                          f"{sorted(backend.GPU_FRAMEWORKS)}")
     # CuPy first when asked for: it is cheap and says why when there is no GPU at all.
     for name in sorted(needs, key=lambda n: n != "cupy"):
@@ -103,7 +103,7 @@ def on_gpu(
 ) -> T | None:
     """Run ``fn`` when every library in ``needs`` can use a GPU; otherwise print one sentence
     and return None."""
-    reason = gpu_missing(needs)
+    reason = why_no_gpu(needs)
     if reason is not None:
         print(f"No GPU here ({reason}): {what} is skipped; on a machine with an "
               f"NVIDIA GPU and `make lab GPU=1` it runs.")

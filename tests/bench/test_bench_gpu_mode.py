@@ -12,13 +12,13 @@ import pytest
 import edu_dl
 from edu_dl.bench import kernels, record
 from edu_dl.bench.common import TIMES
-from edu_dl.bench.device import FAKE_GPU_ENV, Device, get_device, gpu_missing
+from edu_dl.bench.device import FAKE_GPU_ENV, Device, get_device, why_no_gpu_mode
 from edu_dl.cli import main
 from edu_dl.machine import recorded
 
 ROOT = Path(__file__).resolve().parents[2]
 H100 = ROOT / "benchmarks" / "gpu" / "nvidia-h100-80gb-hbm3"
-GPU_HERE = gpu_missing() is None and not Device("gpu").fake
+GPU_HERE = why_no_gpu_mode() is None and not Device("gpu").fake
 
 
 @pytest.fixture

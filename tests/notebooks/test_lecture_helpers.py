@@ -41,13 +41,13 @@ def test_cupy_is_asked_first_so_a_machine_without_gpu_gets_its_reason(monkeypatc
     asked: list[str] = []
     fake_gpu_status(monkeypatch, {"cupy": "no GPU", "tensorflow": "TensorFlow sees no GPU"},
                     asked)
-    assert lecture.gpu_missing(("tensorflow", "cupy")) == "no GPU"
+    assert lecture.why_no_gpu(("tensorflow", "cupy")) == "no GPU"
     assert asked == ["cupy"]  # TensorFlow (slow to import) is never asked
 
 
 def test_unknown_library_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown libraries \\['jax'\\]"):
-        lecture.gpu_missing(("jax",))
+        lecture.why_no_gpu(("jax",))
 
 
 @pytest.mark.parametrize(("status", "missing"), [
@@ -60,7 +60,7 @@ def test_the_cupy_probe_gives_the_backends_reason(monkeypatch, status, missing):
     is made here (it once compared the probe with the backend on this machine only, which holds
     by construction and so could not fail)."""
     fake_gpu_status(monkeypatch, {"cupy": None if status[0] else status[1]})
-    assert lecture.gpu_missing(("cupy",)) == missing
+    assert lecture.why_no_gpu(("cupy",)) == missing
 
 
 def test_device_or_cpu_falls_back_with_one_sentence(capsys):
