@@ -10,6 +10,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from fixtures import graded_course as batches
 from fixtures.nbgrader_course import _code
 
 from edu_dl.grading import batch as G
@@ -383,17 +384,23 @@ def test_manual_sheet_merges_into_both_gradebooks_and_html_feedback_is_escaped(
 
 
 @pytest.mark.slow
-def test_validate_agrees_with_grade_on_the_nbgrader_course(tmp_path: Path) -> None:
+def test_validate_agrees_with_grade_on_the_nbgrader_course(
+        tmp_path: Path, graded_nbgrader_course: batches.Graded) -> None:
+    """The batch is conftest.py's, graded once per session (the same limits as FAST); each
+    notebook validate reads is copied here first, so nothing is run in the shared folders."""
+    import shutil
+
     from fixtures import nbgrader_course as course
 
     from edu_dl.grading.validate import validate
 
-    src, root = course.build(tmp_path / "course")
-    summary = G.grade(root, src, tmp_path / "grades", settings=FAST, jobs=2, progress=False,
-                      log=lambda s: None)
-    graded = {(r.student, r.part): (r.points, r.status) for r in summary.rows}
+    src, root = graded_nbgrader_course.source, graded_nbgrader_course.submissions
+    graded = {(r.student, r.part): (r.points, r.status) for r in graded_nbgrader_course.rows}
+    assert {s for s, _ in graded} == set(course.STUDENTS)
     for student in course.STUDENTS:
-        notebook = root / "submitted" / student / course.ASSIGNMENT / f"{course.NOTEBOOK}.ipynb"
+        notebook = tmp_path / student / f"{course.NOTEBOOK}.ipynb"
+        notebook.parent.mkdir()
+        shutil.copy(root / "submitted" / student / course.ASSIGNMENT / notebook.name, notebook)
         report = validate(notebook, timeout=30, progress=False, source=src, log=lambda s: None)
         got = {p.part_id: (p.points, p.ok) for p in report.parts}
         want = {part: (points, status in ("passed", "needs manual grading"))
@@ -402,8 +409,9 @@ def test_validate_agrees_with_grade_on_the_nbgrader_course(tmp_path: Path) -> No
         assert report.sandbox == ("bwrap" if not sandbox.bwrap_problem() else
                                   f"NOT isolated: {sandbox.bwrap_problem()}")
     # The instructor's own source passes (nbgrader validate says so too); people grade the rest.
-    report = validate(src / f"{course.NOTEBOOK}.ipynb", timeout=30, progress=False,
-                      log=lambda s: None)
+    shutil.copytree(src, tmp_path / "source")
+    report = validate(tmp_path / "source" / f"{course.NOTEBOOK}.ipynb", timeout=30,
+                      progress=False, log=lambda s: None)
     assert report.ok and report.errors == [], str(report)
     assert report.score == (7.0, 12.0)
     assert sum(p.message == "graded by hand later" for p in report.parts) == 3

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from fixtures import graded_course as batches
 from fixtures import nbgrader_course as course
 
 from edu_dl.cli import main
@@ -92,11 +93,13 @@ def edu_dl_scores(out: Path) -> dict[str, dict[str, float | None]]:
 
 
 @pytest.mark.slow
-def test_an_nbgrader_course_is_graded_cell_by_cell_as_nbgrader_does(tmp_path: Path) -> None:
-    src, root = course.build(tmp_path / "course")
-    out = tmp_path / "grades"
-    assert main(["grade", str(root), "--source", str(src), "--out", str(out), "--jobs", "2",
-                 "--timeout", "30", "--memory", "2048"]) == 0
+def test_an_nbgrader_course_is_graded_cell_by_cell_as_nbgrader_does(
+        graded_nbgrader_course: batches.Graded) -> None:
+    """The course graded once per session by conftest.py (what `edu-dl grade --jobs 2 --timeout
+    30 --memory 2048` runs; test_instructor_course's manual-sheet test runs that command on
+    this course), read here without a change."""
+    src, root = graded_nbgrader_course.source, graded_nbgrader_course.submissions
+    out = graded_nbgrader_course.out
     scores = edu_dl_scores(out)
     for student, expected in course.EXPECTED.items():
         got = {k: v for k, v in scores[student].items() if k in expected}
