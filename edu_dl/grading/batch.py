@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -161,184 +162,240 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     ``jobs`` threads here. Raises NothingToGrade (one sentence: why, and what to do) when the
     batch could not grade anything: no graded cell in the source, no student folder, nothing
     due submitted."""
-    # Fails closed (NoSandbox) before anything is read or written. Asked here even for a cluster:
-    # the speed tasks run on this machine.
-    settings = (settings or Settings()).checked()
-    dates = dates or Dates()
-    log = log or say_to_stderr
-    start = time.monotonic()
-    filled = read_sheet(manual) if manual is not None else {}  # a broken sheet: before grading
-    exercises = load_source(source, exclude=(submissions, out), settings=settings, log=log)
-    load_parts(exercises, source)
-    found, extra = collect(submissions, exercises)
-    folders = {j.student for j in found} | {r.student for r in extra}
-    if students:
-        found, extra = only(found, extra, students, submissions, roster)
-    entries = gradebook.read_entries(out, log)
-    # One name per student, decided here: every later step (manual.csv, --extensions, the
-    # exports) finds a student by this name alone.
-    students_known = folders | set(roster or ()) | {student for student, _ in entries}
-    check_students(students_known)
-    dates, unknown_extensions = dates.for_students(students_known)
-    all_jobs = scope(found, exercises, exercises_due or _submitted(found, entries, exercises),
-                     roster)
-    if students:
-        all_jobs = [j for j in all_jobs if j.student in students]
-    # Nothing found for a student now never replaces a submission graded before (a folder
-    # holding one resubmission, a roster student's earlier work).
-    all_jobs = [j for j in all_jobs if j.path is not None or j.refused
-                or not _has_submission(entries.get((j.student, j.exercise.name)))]
-    if not allow_released:
-        refuse_released(list({job.exercise.name: job.exercise for job in all_jobs}.values()),
-                        source)
-    if cluster is not None and (force or not _all_kept(all_jobs, entries, settings, out, secret,
-                                                       retry_timeouts)):
-        # Every worker must have the sandbox too: asked before anything is written (a batch
-        # with nothing to grade does not ask).
-        check_workers(cluster, settings.sandbox_problem or "", log)
-    out.mkdir(parents=True, exist_ok=True)
-    notes = list(unknown_extensions)
-    problem = settings.sandbox_problem or ""  # only with --no-sandbox or validate's fallback
-    if problem:
-        notes.append(unsandboxed_warning(problem, settings))
-        log(notes[-1])
-        if (secret is None or not secret.public) and os.geteuid() != 0:
-            notes.append(
-                "WARNING: without a sandbox the student code runs as you and can read the "
-                "grading secret (and so every hidden input); rotate it (edu-dl grade "
-                "--rotate-secret) once a sandbox works")
-            log(notes[-1])
-    if secret is None:
-        secret, created = load_or_create(secret_path(out))
-        if created:
-            log(f"created the grading secret {secret_path(out)} (fingerprint "
-                f"{secret.fingerprint}): every part's hidden inputs are drawn from it")
-    check_unseen(secret, out, [*sandbox.software(), Path("/usr")])
-    hide = _hidden_paths(source, out, submissions)
-    collected = {j.student for j in found} | {r.student for r in extra}
-    for student in collected:  # this run's notes on their folders replace the earlier ones
-        gradebook.write_collected(out, student, [r for r in extra if r.student == student])
-    todo, rows_by_job = [], {}
-    for job in all_jobs:
-        data = submission_bytes(job, settings)
-        key = job_key(job, settings, data, secret.fingerprint)
-        entry = entries.get((job.student, job.exercise.name))
-        retry = content_key(job, data, secret.fingerprint) if retry_timeouts else None
-        if entry is not None and not force and _reusable(entry, key, retry):
-            rows_by_job[(job.student, job.exercise.name)] = entry.rows
-            if entry.key == key and entry.job != gradebook.job_facts(job):  # new timestamp
-                _keep(out, job, entry.rows, key, settings, secret, log, entry.content)
-        else:
-            todo.append((job, gradebook.state_path(out, job.student, job.exercise.name)))
-    if force:  # so that a --force cut short by Ctrl-C resumes, without it, where it stopped
-        for _, state in todo:
-            state.unlink(missing_ok=True)
-    saved: list[tuple[Job, Path]] = []
-    stopping = threading.Event()  # Ctrl-C: a run that ends now is cut short, not graded
-    costs: dict[tuple[str, str], cost.Cost] = {}  # the grader's own, per submission
-
-    def record(item: tuple[Job, Path], data: bytes | None, rows: list[Row],
-               spent: cost.Cost | None = None) -> None:
-        job = item[0]
-        rows_by_job[(job.student, job.exercise.name)] = rows
-        if spent is not None:
-            costs[(job.student, job.exercise.name)] = spent
-        if _keep(out, job, rows, job_key(job, settings, data, secret.fingerprint), settings,
-                 secret, log, content_key(job, data, secret.fingerprint), spent):
-            saved.append(item)
-
-    def work(item: tuple[Job, Path]) -> None:
-        if stopping.is_set():
-            return
-        began = time.time()
-        with cost.metered() as spent:
-            # Read again and grade exactly these bytes; the key stored is theirs.
-            data = submission_bytes(item[0], settings)
-            rows = grade_one(item[0], out, settings, hide, secret, data)
-        if not stopping.is_set():
-            record_cost(out, item[0], spent.rounded(), began)
-            record(item, data, rows, spent)
-
-    sandbox.STOP.clear()
+    batch = Batch(Request(submissions, source, out, jobs, force, progress, exercises_due,
+                          roster, manual, cluster, students, retry_timeouts, allow_released),
+                  settings, dates, log, secret)
+    batch.plan()
     try:
-        with tqdm(total=len(todo), desc="grading", unit="submission",
-                  disable=not progress or not todo, file=sys.stderr) as bar:
-            if cluster is not None and todo:
-                # closed at once on Ctrl-C: its tasks cancelled, its cluster closed
-                with closing(grade_on_cluster(cluster, todo, out, settings, hide, log,
-                                              secret)) as graded_on_cluster:
-                    for item, data, graded in graded_on_cluster:
-                        record(item, data, graded)
-                        bar.update(1)
-            else:
-                pool = ThreadPoolExecutor(max_workers=max(1, jobs))
-                try:
-                    for _ in pool.map(work, todo):
-                        bar.update(1)
-                except BaseException:
-                    stopping.set()
-                    sandbox.STOP.set()  # every running sandbox is killed within a poll
-                    raise
-                finally:
-                    with sigint_ignored():  # a second Ctrl-C must not leave threads behind
-                        pool.shutdown(wait=True, cancel_futures=True)
-        return _gradebooks(out, submissions, settings, secret, log, entries, all_jobs,
-                           exercises, collected, rows_by_job, roster, dates, manual, filled,
-                           notes, len(todo), start, problem, costs)
+        batch.execute()
+        return batch.write()
     except KeyboardInterrupt:
-        raise Interrupted(len(saved), len(todo)) from None
+        raise Interrupted(len(batch.saved), len(batch.todo)) from None
 
 
-def _gradebooks(out: Path, submissions: Path, settings: Settings, secret: Secret,
-                log: Callable[[str], None], entries: dict[tuple[str, str], gradebook.Entry],
-                all_jobs: list[Job], exercises: dict[str, Exercise], collected: set[str],
-                rows_by_job: dict[tuple[str, str], list[Row]], roster: dict[str, Any] | None,
-                dates: Dates, manual: Path | None, filled: Any, notes: list[str], graded: int,
-                start: float, problem: str, costs: dict[tuple[str, str], cost.Cost]
-                ) -> Summary:
-    """The gradebooks, from this run's rows and every kept submission's; the summary (with
-    ``costs``, the grader's own per submission graded now, its feedback page added)."""
-    keep = (lambda student: True) if roster is None else \
-        (lambda student: student in roster or student in collected)
-    kept, stale = _others(entries, all_jobs, exercises, keep, settings, secret, rows_by_job)
-    leaving = sorted({s for s, _ in entries} - collected - set(roster or ())) if roster else []
-    if leaving:
-        gradebook.remove_students(out, leaving, ("feedback", HTML_FEEDBACK))
-        notes.append(f"removed {len(leaving)} student(s) not on the roster from the "
-                     f"gradebook: {', '.join(leaving[:10])}{' ...' if len(leaving) > 10 else ''}")
-    if kept:
-        notes.append(f"{len(kept)} submission(s) not graded in this run kept as graded before")
-    if stale:
-        notes.append(f"kept submissions of {', '.join(sorted(stale))} were graded against "
-                     "another source, part files, limits or secret (or by an older grader): "
-                     "grade the whole folder (without --student) to bring them up to date")
-    applied = {"--due": f"{dates.due:%Y-%m-%dT%H:%M}" if dates.due else "",
-               "--late": str(dates.late) if dates.late.method != "none" else "",
-               "--extensions": f"({len(dates.extensions)} lines)" if dates.extensions else "",
-               "--manual": str(manual or ""),
-               "--roster": f"({len(roster)} students)" if roster else ""}
-    notes += gradebook.dropped_options(out, applied)
-    order = {name: i for i, name in enumerate(exercises)}
-    book = sorted([*all_jobs, *kept], key=lambda j: (j.student, order[j.exercise.name]))
-    rows = [r for job in book for r in rows_by_job[(job.student, job.exercise.name)]]
-    if manual is not None:
-        merge_sheet(rows, filled, manual)
-    rows += dates.late_rows(rows, book)
-    notes_kept = gradebook.read_collected(out)
-    rows += [r for student in sorted(set(notes_kept) | collected) if keep(student)
-             for r in notes_kept.get(student, [])]
-    pages: dict[tuple[str, str], cost.Cost] = {}
-    write_outputs(out, rows, book, dates=dates, roster=roster, filled=filled,
-                  executed=lambda job: executed_notebook(out, job, settings),
-                  course=submissions if is_nbgrader_course(submissions) else None, log=log,
-                  costs=pages)
-    record_class(out, book, settings, log=log,  # for edu-dl report: cells' digests, hints
-                 kept=frozenset((j.student, j.exercise.name) for j in kept))
-    gradebook.remember_options(out, applied)
-    return Summary(rows, graded, len(all_jobs) - graded, time.monotonic() - start,
-                   not problem, problem, secret.fingerprint, notes,
-                   {key: (spent, pages.get(key)) for key, spent in costs.items()},
-                   cost.process_peak_mb())
+@dataclass(frozen=True)
+class Request:
+    """What ``grade`` was asked to do (its arguments, less the four a batch fills in)."""
+
+    submissions: Path
+    source: Path
+    out: Path
+    jobs: int = 1
+    force: bool = False
+    progress: bool = True
+    exercises_due: list[str] | None = None
+    roster: dict[str, Any] | None = None
+    manual: Path | None = None
+    cluster: Any = None
+    students: list[str] | None = None
+    retry_timeouts: bool = False
+    allow_released: bool = False
+
+
+class Batch:
+    """One ``edu-dl grade``, its state in one place: :meth:`plan` reads the course and the
+    submissions and decides what to grade again; :meth:`execute` grades that (threads here,
+    or a Dask cluster); :meth:`write` makes the gradebooks from this run's rows and the kept
+    ones and returns the Summary."""
+
+    def __init__(self, request: Request, settings: Settings | None, dates: Dates | None,
+                 log: Callable[[str], None] | None, secret: Secret | None) -> None:
+        # Fails closed (NoSandbox) before anything is read or written. Asked here even for a
+        # cluster: the speed tasks run on this machine.
+        self.request = request
+        self.settings = (settings or Settings()).checked()
+        self.dates = dates or Dates()
+        self.log = log or say_to_stderr
+        self.given_secret = secret
+        self.start = time.monotonic()
+        self.todo: list[tuple[Job, Path]] = []  # graded in this run, each with its state file
+        self.saved: list[tuple[Job, Path]] = []  # of those, kept so far
+        self.rows_by_job: dict[tuple[str, str], list[Row]] = {}
+        self.costs: dict[tuple[str, str], cost.Cost] = {}  # the grader's own, per submission
+        self.notes: list[str] = []
+
+    def plan(self) -> None:
+        """Read the sheet, the source and the submissions; decide who is graded now and what
+        is kept; create the secret on a first run. Everything that can refuse the whole
+        batch refuses here, before a sandbox starts."""
+        r, settings, log = self.request, self.settings, self.log
+        self.filled = read_sheet(r.manual) if r.manual is not None else {}  # broken: now
+        exercises = load_source(r.source, exclude=(r.submissions, r.out), settings=settings,
+                                log=log)
+        load_parts(exercises, r.source)
+        found, extra = collect(r.submissions, exercises)
+        folders = {j.student for j in found} | {row.student for row in extra}
+        if r.students:
+            found, extra = only(found, extra, r.students, r.submissions, r.roster)
+        entries = gradebook.read_entries(r.out, log)
+        # One name per student, decided here: every later step (manual.csv, --extensions, the
+        # exports) finds a student by this name alone.
+        students_known = folders | set(r.roster or ()) | {student for student, _ in entries}
+        check_students(students_known)
+        self.dates, unknown_extensions = self.dates.for_students(students_known)
+        all_jobs = scope(found, exercises,
+                         r.exercises_due or _submitted(found, entries, exercises), r.roster)
+        if r.students:
+            all_jobs = [j for j in all_jobs if j.student in r.students]
+        # Nothing found for a student now never replaces a submission graded before (a folder
+        # holding one resubmission, a roster student's earlier work).
+        all_jobs = [j for j in all_jobs if j.path is not None or j.refused
+                    or not _has_submission(entries.get((j.student, j.exercise.name)))]
+        if not r.allow_released:
+            refuse_released(list({job.exercise.name: job.exercise for job in all_jobs}.values()),
+                            r.source)
+        if r.cluster is not None and (r.force or not _all_kept(
+                all_jobs, entries, settings, r.out, self.given_secret, r.retry_timeouts)):
+            # Every worker must have the sandbox too: asked before anything is written (a
+            # batch with nothing to grade does not ask).
+            check_workers(r.cluster, settings.sandbox_problem or "", log)
+        r.out.mkdir(parents=True, exist_ok=True)
+        self.notes = list(unknown_extensions)
+        self.problem = settings.sandbox_problem or ""  # only --no-sandbox, validate's fallback
+        if self.problem:
+            self.notes.append(unsandboxed_warning(self.problem, settings))
+            log(self.notes[-1])
+            if (self.given_secret is None or not self.given_secret.public) and \
+                    os.geteuid() != 0:
+                self.notes.append(
+                    "WARNING: without a sandbox the student code runs as you and can read the "
+                    "grading secret (and so every hidden input); rotate it (edu-dl grade "
+                    "--rotate-secret) once a sandbox works")
+                log(self.notes[-1])
+        secret = self.given_secret
+        if secret is None:
+            secret, created = load_or_create(secret_path(r.out))
+            if created:
+                log(f"created the grading secret {secret_path(r.out)} (fingerprint "
+                    f"{secret.fingerprint}): every part's hidden inputs are drawn from it")
+        check_unseen(secret, r.out, [*sandbox.software(), Path("/usr")])
+        self.secret = secret
+        self.hide = _hidden_paths(r.source, r.out, r.submissions)
+        self.collected = {j.student for j in found} | {row.student for row in extra}
+        for student in self.collected:  # this run's notes on their folders replace the old
+            gradebook.write_collected(r.out, student,
+                                      [row for row in extra if row.student == student])
+        for job in all_jobs:
+            data = submission_bytes(job, settings)
+            key = job_key(job, settings, data, secret.fingerprint)
+            entry = entries.get((job.student, job.exercise.name))
+            retry = content_key(job, data, secret.fingerprint) if r.retry_timeouts else None
+            if entry is not None and not r.force and _reusable(entry, key, retry):
+                self.rows_by_job[(job.student, job.exercise.name)] = entry.rows
+                if entry.key == key and entry.job != gradebook.job_facts(job):  # new timestamp
+                    _keep(r.out, job, entry.rows, key, settings, secret, log, entry.content)
+            else:
+                self.todo.append((job, gradebook.state_path(r.out, job.student,
+                                                            job.exercise.name)))
+        if r.force:  # so that a --force cut short by Ctrl-C resumes, without it, where it stopped
+            for _, state in self.todo:
+                state.unlink(missing_ok=True)
+        self.entries, self.all_jobs, self.exercises = entries, all_jobs, exercises
+
+    def _record(self, item: tuple[Job, Path], data: bytes | None, rows: list[Row],
+                spent: cost.Cost | None = None) -> None:
+        job = item[0]
+        self.rows_by_job[(job.student, job.exercise.name)] = rows
+        if spent is not None:
+            self.costs[(job.student, job.exercise.name)] = spent
+        if _keep(self.request.out, job, rows,
+                 job_key(job, self.settings, data, self.secret.fingerprint), self.settings,
+                 self.secret, self.log, content_key(job, data, self.secret.fingerprint), spent):
+            self.saved.append(item)
+
+    def execute(self) -> None:
+        """Grade every planned submission, each kept as soon as it is graded. Ctrl-C stops the
+        running sandboxes; what was graded stays kept, nothing half-graded is."""
+        r, settings = self.request, self.settings
+        stopping = threading.Event()  # Ctrl-C: a run that ends now is cut short, not graded
+
+        def work(item: tuple[Job, Path]) -> None:
+            if stopping.is_set():
+                return
+            began = time.time()
+            with cost.metered() as spent:
+                # Read again and grade exactly these bytes; the key stored is theirs.
+                data = submission_bytes(item[0], settings)
+                rows = grade_one(item[0], r.out, settings, self.hide, self.secret, data)
+            if not stopping.is_set():
+                record_cost(r.out, item[0], spent.rounded(), began)
+                self._record(item, data, rows, spent)
+
+        sandbox.STOP.clear()
+        with tqdm(total=len(self.todo), desc="grading", unit="submission",
+                  disable=not r.progress or not self.todo, file=sys.stderr) as bar:
+            if r.cluster is not None and self.todo:
+                # closed at once on Ctrl-C: its tasks cancelled, its cluster closed
+                with closing(grade_on_cluster(r.cluster, self.todo, r.out, settings, self.hide,
+                                              self.log, self.secret)) as graded_on_cluster:
+                    for item, data, graded in graded_on_cluster:
+                        self._record(item, data, graded)
+                        bar.update(1)
+                return
+            pool = ThreadPoolExecutor(max_workers=max(1, r.jobs))
+            try:
+                for _ in pool.map(work, self.todo):
+                    bar.update(1)
+            except BaseException:
+                stopping.set()
+                sandbox.STOP.set()  # every running sandbox is killed within a poll
+                raise
+            finally:
+                with sigint_ignored():  # a second Ctrl-C must not leave threads behind
+                    pool.shutdown(wait=True, cancel_futures=True)
+
+    def write(self) -> Summary:
+        """The gradebooks, from this run's rows and every kept submission's; the summary (with
+        the grader's own cost per submission graded now, its feedback page added)."""
+        r, settings, log, notes = self.request, self.settings, self.log, self.notes
+        out, roster, dates, collected = r.out, r.roster, self.dates, self.collected
+        keep = (lambda student: True) if roster is None else \
+            (lambda student: student in roster or student in collected)
+        kept, stale = _others(self.entries, self.all_jobs, self.exercises, keep, settings,
+                              self.secret, self.rows_by_job)
+        leaving = sorted({s for s, _ in self.entries} - collected - set(roster or ())) \
+            if roster else []
+        if leaving:
+            gradebook.remove_students(out, leaving, ("feedback", HTML_FEEDBACK))
+            notes.append(f"removed {len(leaving)} student(s) not on the roster from the "
+                         f"gradebook: {', '.join(leaving[:10])}"
+                         f"{' ...' if len(leaving) > 10 else ''}")
+        if kept:
+            notes.append(f"{len(kept)} submission(s) not graded in this run kept as graded "
+                         "before")
+        if stale:
+            notes.append(f"kept submissions of {', '.join(sorted(stale))} were graded against "
+                         "another source, part files, limits or secret (or by an older "
+                         "grader): grade the whole folder (without --student) to bring them up "
+                         "to date")
+        applied = {"--due": f"{dates.due:%Y-%m-%dT%H:%M}" if dates.due else "",
+                   "--late": str(dates.late) if dates.late.method != "none" else "",
+                   "--extensions": f"({len(dates.extensions)} lines)" if dates.extensions else "",
+                   "--manual": str(r.manual or ""),
+                   "--roster": f"({len(roster)} students)" if roster else ""}
+        notes += gradebook.dropped_options(out, applied)
+        order = {name: i for i, name in enumerate(self.exercises)}
+        book = sorted([*self.all_jobs, *kept], key=lambda j: (j.student, order[j.exercise.name]))
+        rows = [row for job in book for row in self.rows_by_job[(job.student, job.exercise.name)]]
+        if r.manual is not None:
+            merge_sheet(rows, self.filled, r.manual)
+        rows += dates.late_rows(rows, book)
+        notes_kept = gradebook.read_collected(out)
+        rows += [row for student in sorted(set(notes_kept) | collected) if keep(student)
+                 for row in notes_kept.get(student, [])]
+        pages: dict[tuple[str, str], cost.Cost] = {}
+        write_outputs(out, rows, book, dates=dates, roster=roster, filled=self.filled,
+                      executed=lambda job: executed_notebook(out, job, settings),
+                      course=r.submissions if is_nbgrader_course(r.submissions) else None,
+                      log=log, costs=pages)
+        record_class(out, book, settings, log=log,  # for edu-dl report: cells' digests, hints
+                     kept=frozenset((j.student, j.exercise.name) for j in kept))
+        gradebook.remember_options(out, applied)
+        graded = len(self.todo)
+        return Summary(rows, graded, len(self.all_jobs) - graded, time.monotonic() - self.start,
+                       not self.problem, self.problem, self.secret.fingerprint, notes,
+                       {key: (spent, pages.get(key)) for key, spent in self.costs.items()},
+                       cost.process_peak_mb())
 
 
 def _all_kept(jobs: list[Job], entries: dict[tuple[str, str], gradebook.Entry],
