@@ -3,6 +3,7 @@ guard that no test leaks grad mode."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import types
@@ -51,6 +52,19 @@ def numpy_as_cupy(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     backend.gpu_status.cache_clear()
     yield
     backend.gpu_status.cache_clear()
+
+
+@pytest.fixture(autouse=True)
+def _frameworks_imported(request: pytest.FixtureRequest) -> None:
+    """The frameworks a test module holds from fixtures/frameworks.py, imported in the test's
+    set-up: a first import takes seconds, and must not fall inside a call that a test times
+    (check()'s time limit); collecting the module imported none of them."""
+    from fixtures.frameworks import LazyModule
+
+    module = getattr(request.node, "module", None)  # None for an item that no module holds
+    for value in list(vars(module).values()) if module else []:
+        if isinstance(value, LazyModule):
+            importlib.import_module(value.__name__)
 
 
 @pytest.fixture(autouse=True)

@@ -34,8 +34,9 @@ run = run_check
 
 
 def test_feed_bytes_without_the_loss(capsys: pytest.CaptureFixture[str]) -> None:
+    feed_bytes = solutions()["feed_bytes"]  # executed before check() times a call
     def no_loss(n, d, h, d_out, size):
-        fed_in, fed_out, kept_in, _ = solutions()["feed_bytes"](n, d, h, d_out, size)
+        fed_in, fed_out, kept_in, _ = feed_bytes(n, d, h, d_out, size)
         return fed_in, fed_out - size, kept_in, 0
 
     ok, out = run(capsys, "ex03.feed_bytes", no_loss)
@@ -163,9 +164,10 @@ def test_a_reader_on_a_full_queue_is_seen_waiting() -> None:
 
 
 def test_prefetch_that_loses_the_last_batch(capsys: pytest.CaptureFixture[str]) -> None:
+    prefetch = solutions()["prefetch"]  # executed before check() times a call
     def drops_last(batches, depth):
         previous, first = None, True
-        for item in solutions()["prefetch"](batches, depth):
+        for item in prefetch(batches, depth):
             if not first:
                 yield previous
             previous, first = item, False
@@ -210,9 +212,10 @@ def test_prefetch_that_hangs_on_an_error_is_stopped(capsys: pytest.CaptureFixtur
 
 
 def test_prefetch_that_raises_another_error(capsys: pytest.CaptureFixture[str]) -> None:
+    prefetch = solutions()["prefetch"]  # executed before check() times a call
     def wraps(batches, depth):
         try:
-            yield from solutions()["prefetch"](batches, depth)
+            yield from prefetch(batches, depth)
         except Exception as exc:
             raise RuntimeError("reader failed") from exc
 
