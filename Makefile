@@ -143,8 +143,10 @@ test-unprivileged: install-dev system-deps
 		$(BIN)/python -m pytest -p no:cacheprovider -n 2 -m "not root_only" $(HOSTILE_TESTS); \
 	rm -rf "$$home"
 
+# The edit-test loop, a few minutes on 2 cores: no sandboxed batch, no notebook run, no browser
+# and nothing marked slow (the markers: tests/conftest.py, tests/README.md). make test runs all.
 test-fast: install-dev
-	$(TEST_ENV) $(BIN)/python -m pytest -n 2 -m "not slow" tests
+	$(TEST_ENV) $(BIN)/python -m pytest -n 2 -m "not slow and not sandbox and not notebook and not browser" tests
 
 # The check of the check (issue 43): the tests marked `timing` (a verdict that rests on time),
 # three times in a row beside eight CPU-bound processes, which are stopped afterwards.

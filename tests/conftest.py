@@ -3,6 +3,7 @@ guard that no test leaks grad mode."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import types
@@ -54,6 +55,19 @@ def numpy_as_cupy(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def _frameworks_imported(request: pytest.FixtureRequest) -> None:
+    """The frameworks a test module holds from fixtures/frameworks.py, imported in the test's
+    set-up: a first import takes seconds, and must not fall inside a call that a test times
+    (check()'s time limit); collecting the module imported none of them."""
+    from fixtures.frameworks import LazyModule
+
+    module = getattr(request.node, "module", None)  # None for an item that no module holds
+    for value in list(vars(module).values()) if module else []:
+        if isinstance(value, LazyModule):
+            importlib.import_module(value.__name__)
+
+
+@pytest.fixture(autouse=True)
 def _grad_mode_is_restored():
     """Every test starts and ends with gradient recording on."""
     assert edu_dl.is_grad_enabled()
@@ -72,10 +86,49 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
         report.longrepr = f"skipped, and EDU_DL_FORBID_SKIPS forbids it: {report.longrepr}"
 
 
+# What a test module does that costs the most, as markers (`make test-fast` deselects them; see
+# tests/README.md). One rule each, by the module's path from tests/: a folder ends in "/".
+# sandbox: runs student code in the bubblewrap sandbox, most of them a graded batch.
+SANDBOX = (
+    "grading/hostile/",
+    "grading/test_grade.py", "grading/test_timeouts_and_causes.py", "grading/test_cluster.py",
+    "grading/test_secret.py", "grading/test_instructor_course.py", "grading/test_feedback.py",
+    "grading/test_term_grading.py", "grading/test_classreport.py", "grading/test_sandbox.py",
+    "grading/test_speed.py", "grading/test_validate.py", "grading/test_nbgrader_course.py",
+    "grading/test_lms.py", "bench/test_bench_grading.py", "notebooks/test_authoring_guide.py",
+)
+# notebook: executes a notebook (nbval, nbclient, a kernel, nbgrader's autograde).
+NOTEBOOK = (
+    "notebooks/test_lectures_without_tensorflow.py", "notebooks/test_notebook_checks.py",
+    "notebooks/test_compiled.py", "notebooks/test_hosted.py", "notebooks/test_browser.py",
+    "grading/test_nbgrader_check.py",
+)
+# browser: drives headless Chromium (the course site, JupyterLab).
+BROWSER = ("notebooks/test_site.py", "notebooks/test_lab.py", "notebooks/test_browser.py")
+TESTS = Path(__file__).resolve().parent
+
+
+def cost_markers(path: Path) -> list[str]:
+    """The markers of SANDBOX, NOTEBOOK and BROWSER whose rules name this test file."""
+    where = path.resolve().relative_to(TESTS).as_posix()
+    return [name for name, rules in (("sandbox", SANDBOX), ("notebook", NOTEBOOK),
+                                     ("browser", BROWSER))
+            if any(where == rule or (rule.endswith("/") and where.startswith(rule))
+                   for rule in rules)]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """root_only tests (a cgroup made around the grader, the sandbox's uid range) skip, saying
-    so, when an ordinary user runs the suite; `make test-unprivileged` deselects them instead,
-    since its skips fail."""
+    """The cost markers above, on every test of the modules they name; and root_only tests (a
+    cgroup made around the grader, the sandbox's uid range) skip, saying so, when an ordinary
+    user runs the suite; `make test-unprivileged` deselects them instead, since its skips
+    fail."""
+    markers: dict[Path, list[str]] = {}
+    for item in items:
+        path = item.path
+        if path not in markers:
+            markers[path] = cost_markers(path)
+        for name in markers[path]:
+            item.add_marker(name)
     if os.geteuid() == 0:
         return
     skip = pytest.mark.skip(reason="root_only: needs root (run by make test as root)")

@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-import torch
-import torch.nn.functional as F
+from fixtures.frameworks import F, torch
 
 from edu_dl.bench import conv as conv_bench
 from edu_dl.cli import main

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
-import torch.nn.functional as F
+from fixtures.frameworks import F, torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-import torch.nn.functional as F
+from fixtures.frameworks import F, torch
 
 import edu_dl
 from edu_dl import caffe

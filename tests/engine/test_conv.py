@@ -13,8 +13,7 @@ import math
 
 import numpy as np
 import pytest
-import torch
-import torch.nn.functional as F
+from fixtures.frameworks import F, torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

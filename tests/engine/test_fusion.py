@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
+from fixtures.frameworks import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

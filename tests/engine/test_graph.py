@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
+from fixtures.frameworks import torch
 
 import edu_dl
 from edu_dl import backend, ops

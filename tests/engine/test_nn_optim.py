@@ -6,7 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
-import torch
+from fixtures.frameworks import torch
 
 import edu_dl
 from edu_dl import nn, optim

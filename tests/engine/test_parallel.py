@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing
 import os
@@ -9,26 +10,21 @@ import time
 
 import numpy as np
 import pytest
-import torch
-import torch.distributed as dist
+from fixtures.frameworks import dist, torch
 
 import edu_dl
+from edu_dl import parallel as par  # its torch modules load on first use, not at collection
 from edu_dl.backend import DeviceError
-from edu_dl.parallel import (
-    WorkerError,
-    choose_backend,
-    make_problem,
-    max_rel_diff,
-    mirrored_strategy_demo,
-    pitfalls,
-    run_workers,
-    train_data_parallel,
-    train_single,
-)
+
 
 # float64 and a mean loss: averaging the shards' gradients IS the full-batch gradient, so the
 # only difference left is the order of floating-point sums (~1e-16).
-PROBLEM = make_problem(n=16, d_in=40, hidden=20, d_out=5, seed=7)
+@functools.cache
+def problem() -> par.TwoLayerProblem:
+    """The shared problem, made when a test first needs it (it needs torch)."""
+    return par.make_problem(n=16, d_in=40, hidden=20, d_out=5, seed=7)
+
+
 STEPS, LR, TOL = 6, 2e-2, 1e-10
 
 
@@ -55,34 +51,35 @@ def assert_no_children_left() -> None:
 
 @pytest.fixture(scope="module")
 def single():
-    return train_single(PROBLEM, steps=STEPS, lr=LR)
+    return par.train_single(problem(), steps=STEPS, lr=LR)
 
 
 def test_single_process_is_plain_sgd_on_the_full_batch_gradient():
-    X, Y, w1, w2 = PROBLEM.X, PROBLEM.Y, PROBLEM.w1, PROBLEM.w2
+    p = problem()
+    X, Y, w1, w2 = p.X, p.Y, p.w1, p.w2
     h = np.maximum(X @ w1, 0)
     d_pred = 2 * (h @ w2 - Y) / X.shape[0]  # d/dy_pred of sum(diff**2) / N
     grad_w2 = h.T @ d_pred
     grad_w1 = X.T @ ((d_pred @ w2.T) * (h > 0))
-    result = train_single(PROBLEM, steps=1, lr=LR)
-    assert max_rel_diff(result.weights, [w1 - LR * grad_w1, w2 - LR * grad_w2]) < TOL
+    result = par.train_single(problem(), steps=1, lr=LR)
+    assert par.max_rel_diff(result.weights, [w1 - LR * grad_w1, w2 - LR * grad_w2]) < TOL
     assert result.global_losses[0] == pytest.approx(((h @ w2 - Y) ** 2).sum() / X.shape[0])
 
 
 def test_training_moves_the_weights_and_lowers_the_loss(single):
     # Otherwise "parallel equals single" could hold for a run that does nothing.
-    assert max_rel_diff(single.weights, [PROBLEM.w1, PROBLEM.w2]) > 1e-2
+    assert par.max_rel_diff(single.weights, [problem().w1, problem().w2]) > 1e-2
     assert single.global_losses[-1] < 0.7 * single.global_losses[0]
 
 
 @pytest.mark.parametrize("mode", ["all_reduce", "ddp"])
 def test_two_workers_with_half_batches_match_one_worker_with_the_whole_batch(single, mode):
-    result = train_data_parallel(PROBLEM, world_size=2, steps=STEPS, lr=LR, mode=mode)
+    result = par.train_data_parallel(problem(), world_size=2, steps=STEPS, lr=LR, mode=mode)
     assert (result.backend, result.world_size, result.mode) == ("gloo", 2, mode)
     assert result.rows_per_rank == [8, 8]
     assert len(set(result.pids)) == 2 and os.getpid() not in result.pids  # two real processes
-    assert max_rel_diff(result.weights, single.weights) < TOL
-    assert max_rel_diff(result.rank_weights[1], result.rank_weights[0]) < TOL
+    assert par.max_rel_diff(result.weights, single.weights) < TOL
+    assert par.max_rel_diff(result.rank_weights[1], result.rank_weights[0]) < TOL
     # Each rank's own loss is its shard's; their mean is the full-batch loss.
     assert result.losses.shape == (2, STEPS)
     assert not np.allclose(result.losses[0], result.losses[1])
@@ -97,32 +94,32 @@ def test_two_workers_with_half_batches_match_one_worker_with_the_whole_batch(sin
 def test_nccl_on_the_gpu_runs_the_same_code(single):
     # One rank per GPU; with one GPU the group has one rank, and the code path is the same.
     world_size = 2 if torch.cuda.device_count() >= 2 else 1
-    result = train_data_parallel(
-        PROBLEM, world_size=world_size, steps=STEPS, lr=LR, mode="ddp", backend="nccl"
+    result = par.train_data_parallel(
+        problem(), world_size=world_size, steps=STEPS, lr=LR, mode="ddp", backend="nccl"
     )
     assert result.backend == "nccl"
-    assert max_rel_diff(result.weights, single.weights) < TOL
+    assert par.max_rel_diff(result.weights, single.weights) < TOL
     assert_no_children_left()
 
 
 def test_a_batch_that_does_not_split_evenly_is_refused_before_spawning():
-    odd = make_problem(n=15, d_in=4, hidden=3, d_out=2)
+    odd = par.make_problem(n=15, d_in=4, hidden=3, d_out=2)
     with pytest.raises(ValueError, match="15 rows does not split evenly over 2 workers"):
-        train_data_parallel(odd, world_size=2, steps=1)
+        par.train_data_parallel(odd, world_size=2, steps=1)
     with pytest.raises(ValueError, match="unknown mode 'sum'"):
-        train_data_parallel(PROBLEM, mode="sum")  # type: ignore[arg-type]
+        par.train_data_parallel(problem(), mode="sum")  # type: ignore[arg-type]
 
 
 def test_backend_choice():
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     expected = "nccl" if dist.is_nccl_available() and gpus >= 2 else "gloo"
-    assert choose_backend(None, 2) == expected
-    assert choose_backend("gloo", 2) == "gloo"
+    assert par.choose_backend(None, 2) == expected
+    assert par.choose_backend("gloo", 2) == "gloo"
     with pytest.raises(ValueError, match="unknown backend 'mpi'"):
-        choose_backend("mpi", 2)
+        par.choose_backend("mpi", 2)
     if gpus < 64:
         with pytest.raises(DeviceError, match="needs 64 CUDA GPUs"):
-            choose_backend("nccl", 64)
+            par.choose_backend("nccl", 64)
 
 
 def test_nccl_without_a_gpu_says_why_pytorch_sees_none(monkeypatch):
@@ -130,8 +127,8 @@ def test_nccl_without_a_gpu_says_why_pytorch_sees_none(monkeypatch):
 
     monkeypatch.setattr(launch, "gpu_status", lambda name="cupy": (False, f"{name} sees none"))
     with pytest.raises(DeviceError, match=r"this machine has 0 \(torch sees none\)"):
-        choose_backend("nccl", 1)
-    assert choose_backend(None, 1) == "gloo"
+        par.choose_backend("nccl", 1)
+    assert par.choose_backend(None, 1) == "gloo"
 
 
 # Workers for the failure tests: module-level, so the spawned children can import them.
@@ -148,8 +145,8 @@ def _hangs(rank: int, world_size: int, device: torch.device) -> None:
 @pytest.mark.timing
 def test_a_worker_that_raises_surfaces_in_the_parent_and_no_child_survives():
     start = time.monotonic()
-    with pytest.raises(WorkerError) as info:
-        run_workers(_rank1_raises, world_size=2, timeout_s=120)
+    with pytest.raises(par.WorkerError) as info:
+        par.run_workers(_rank1_raises, world_size=2, timeout_s=120)
     message = str(info.value)
     assert message.startswith("data-parallel worker rank 1 of 2 failed: ValueError: rank 1 refuses")
     assert "_rank1_raises" in message  # the worker's own traceback comes along
@@ -160,27 +157,27 @@ def test_a_worker_that_raises_surfaces_in_the_parent_and_no_child_survives():
 @pytest.mark.timing
 def test_a_hung_worker_is_killed_at_the_deadline():
     with pytest.raises(TimeoutError, match="did not finish within 3 s"):
-        run_workers(_hangs, world_size=2, timeout_s=3)
+        par.run_workers(_hangs, world_size=2, timeout_s=3)
     assert_no_children_left()
 
 
 @pytest.mark.slow  # a fresh TensorFlow process: ~5 s on a quiet machine, 20+ s on a busy one
 def test_mirrored_strategy_on_two_logical_cpus_matches_one_device(single):
-    result = mirrored_strategy_demo(PROBLEM, replicas=2, steps=STEPS, lr=LR)
+    result = par.mirrored_strategy_demo(problem(), replicas=2, steps=STEPS, lr=LR)
     assert result.num_replicas_in_sync == 2
     assert result.devices == ["/device:CPU:0", "/device:CPU:1"]
     assert result.rows_per_replica == [8, 8]  # each replica saw half the batch
     assert result.replicas_agree
     assert result.dtype == "float64"  # MirroredStrategy all-reduces float64 on CPU
-    assert max_rel_diff(result.weights, result.single_weights) < TOL
+    assert par.max_rel_diff(result.weights, result.single_weights) < TOL
     np.testing.assert_allclose(result.losses, result.single_losses, rtol=TOL)
     # And TensorFlow's one device agrees with PyTorch's one process: the same model and loss.
-    assert max_rel_diff(result.single_weights, single.weights) < TOL
+    assert par.max_rel_diff(result.single_weights, single.weights) < TOL
     assert result.wall_seconds > result.seconds > 0
 
 
 def test_pitfalls_names_the_lectures_pitfalls_and_quotes_measured_numbers(single):
-    generic = " ".join(pitfalls().split())
+    generic = " ".join(par.pitfalls().split())
     for phrase in (
         "Limited memory per GPU",
         "Transfer bottlenecks",
@@ -191,17 +188,17 @@ def test_pitfalls_names_the_lectures_pitfalls_and_quotes_measured_numbers(single
     # GPUs on one PCIe bus can exchange gradients directly (peer-to-peer), not only via the host.
     assert "directly between GPUs where peer-to-peer access is supported" in generic
     # A hand-made 4-worker result: the numbers must come from it, not from a template.
-    parallel = train_single(PROBLEM, steps=STEPS, lr=LR)
+    parallel = par.train_single(problem(), steps=STEPS, lr=LR)
     parallel.world_size, parallel.rows_per_rank = 4, [4, 4, 4, 4]
     parallel.weights = [w + 1e-6 for w in parallel.weights]
-    text = pitfalls(parallel, single, width=72)
+    text = par.pitfalls(parallel, single, width=72)
     assert max(len(line) for line in text.splitlines()) <= 72
     text = " ".join(text.split())  # undo the line wrapping
-    n_params = PROBLEM.w1.size + PROBLEM.w2.size
+    n_params = problem().w1.size + problem().w2.size
     assert f"{n_params:,} parameters" in text
     assert f"{n_params * 8 / 1e6:.3g} MB of gradients on EACH of 4 workers" in text
     assert f"a ring sends {1.5 * n_params * 8 / 1e6:.3g} MB per worker" in text  # 2(R-1)/R
-    drift = max_rel_diff(parallel.weights, single.weights)
+    drift = par.max_rel_diff(parallel.weights, single.weights)
     assert f"differ from one process's by {drift:.1e}" in text
 
 

@@ -6,17 +6,11 @@ import itertools
 
 import numpy as np
 import pytest
+from fixtures.frameworks import lazy
 
-from edu_dl.parallel import (
-    AlphaBeta,
-    bytes_per_device,
-    communication_factor,
-    fit_alpha_beta,
-    measure_all_reduce,
-    ring_factor,
-    tensor_parallel_mlp,
-)
-from edu_dl.parallel.tensor_parallel import hidden_split, mlp
+from edu_dl import parallel as par  # its torch modules load on first use, not at collection
+
+tensor_parallel = lazy("edu_dl.parallel.tensor_parallel")  # it imports torch
 
 GB = 1e9
 
@@ -25,32 +19,32 @@ GB = 1e9
 def test_zero_paper_figure_1_per_device_memory(stage: int, paper_gb: float) -> None:
     # The ZeRO paper's figure 1: 7.5 billion parameters, 64 devices, K = 12, rounded to 0.1 GB:
     # (2 + 2 + 12) P, (2 + 2 + 12/64) P, (2 + 14/64) P, 16 P / 64.
-    states = bytes_per_device(7_500_000_000, 64, stage)
+    states = par.bytes_per_device(7_500_000_000, 64, stage)
     assert round(states.total / GB, 1) == paper_gb
 
 
 def test_zero_parts_by_hand() -> None:
     # 1000 parameters over 4 devices: weights 2000 B, gradients 2000 B, optimizer 12000 B in all.
-    assert bytes_per_device(1000, 4, 0) == bytes_per_device(1000, 1, 3)
-    s1, s2, s3 = (bytes_per_device(1000, 4, s) for s in (1, 2, 3))
+    assert par.bytes_per_device(1000, 4, 0) == par.bytes_per_device(1000, 1, 3)
+    s1, s2, s3 = (par.bytes_per_device(1000, 4, s) for s in (1, 2, 3))
     assert (s1.weights, s1.grads, s1.optimizer) == (2000, 2000, 3000)
     assert (s2.weights, s2.grads, s2.optimizer) == (2000, 500, 3000)
     assert (s3.weights, s3.grads, s3.optimizer) == (500, 500, 3000)
-    fp32_sgd = bytes_per_device(1000, 4, 0, weight_bytes=4, grad_bytes=4, optimizer_bytes=0)
+    fp32_sgd = par.bytes_per_device(1000, 4, 0, weight_bytes=4, grad_bytes=4, optimizer_bytes=0)
     assert fp32_sgd.total == 8000
 
 
 def test_zero_refuses_unknown_stages_and_counts() -> None:
     with pytest.raises(ValueError, match="stage"):
-        bytes_per_device(10, 2, 4)
+        par.bytes_per_device(10, 2, 4)
     with pytest.raises(ValueError, match="world_size"):
-        bytes_per_device(10, 0, 1)
-    assert [communication_factor(s) for s in (0, 1, 2, 3)] == [1.0, 1.0, 1.0, 1.5]
+        par.bytes_per_device(10, 0, 1)
+    assert [par.communication_factor(s) for s in (0, 1, 2, 3)] == [1.0, 1.0, 1.0, 1.5]
 
 
 def test_hidden_split_covers_every_unit_once() -> None:
     for hidden, ranks in [(10, 3), (8, 2), (3, 3), (7, 4)]:
-        spans = [hidden_split(hidden, ranks, r) for r in range(ranks)]
+        spans = [tensor_parallel.hidden_split(hidden, ranks, r) for r in range(ranks)]
         assert spans[0][0] == 0 and spans[-1][1] == hidden
         assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
         assert max(b - a for a, b in spans) - min(b - a for a, b in spans) <= 1
@@ -59,8 +53,8 @@ def test_hidden_split_covers_every_unit_once() -> None:
 def test_tensor_parallel_block_on_two_processes_equals_one_process() -> None:
     rng = np.random.default_rng(3)
     x, w1, w2 = (rng.standard_normal(s) for s in [(6, 5), (5, 9), (9, 4)])  # 9 units: 5 + 4
-    result = tensor_parallel_mlp(x, w1, w2, world_size=2)
-    expected = mlp(x, w1, w2)
+    result = par.tensor_parallel_mlp(x, w1, w2, world_size=2)
+    expected = tensor_parallel.mlp(x, w1, w2)
     assert len(set(result.pids)) == 2
     assert result.hidden_columns == [(0, 5), (5, 9)]
     assert result.weight_elements == [5 * 5 + 5 * 4, 5 * 4 + 4 * 4]
@@ -73,16 +67,16 @@ def test_tensor_parallel_block_on_two_processes_equals_one_process() -> None:
 
 def test_tensor_parallel_refuses_shapes_that_do_not_chain() -> None:
     with pytest.raises(ValueError, match="chain"):
-        tensor_parallel_mlp(np.ones((2, 3)), np.ones((4, 5)), np.ones((5, 1)))
+        par.tensor_parallel_mlp(np.ones((2, 3)), np.ones((4, 5)), np.ones((5, 1)))
     with pytest.raises(ValueError, match="cannot be split"):
-        tensor_parallel_mlp(np.ones((2, 3)), np.ones((3, 1)), np.ones((1, 1)))
+        par.tensor_parallel_mlp(np.ones((2, 3)), np.ones((3, 1)), np.ones((1, 1)))
 
 
 def test_alpha_beta_fit_recovers_a_known_model() -> None:
-    truth = AlphaBeta(alpha=50e-6, beta=1e-9, world_size=4)
+    truth = par.AlphaBeta(alpha=50e-6, beta=1e-9, world_size=4)
     sizes = [4 * 2**k for k in range(0, 22, 3)]
     noise = 1 + 0.02 * np.random.default_rng(0).standard_normal(len(sizes))
-    fitted = fit_alpha_beta(sizes, np.asarray(truth.predict(sizes)) * noise, world_size=4)
+    fitted = par.fit_alpha_beta(sizes, np.asarray(truth.predict(sizes)) * noise, world_size=4)
     assert fitted.alpha == pytest.approx(50e-6, rel=0.1)
     assert fitted.beta == pytest.approx(1e-9, rel=0.1)
     assert fitted.bandwidth == pytest.approx(1e9, rel=0.1)
@@ -91,17 +85,17 @@ def test_alpha_beta_fit_recovers_a_known_model() -> None:
 
 
 def test_alpha_beta_fit_keeps_both_terms_non_negative() -> None:
-    flat = fit_alpha_beta([4, 40, 400], [1e-4, 1e-4, 1e-4], world_size=2)
+    flat = par.fit_alpha_beta([4, 40, 400], [1e-4, 1e-4, 1e-4], world_size=2)
     assert flat.beta == 0.0 and flat.alpha == pytest.approx(1e-4)
-    linear = fit_alpha_beta([1e3, 1e4, 1e5], [1e-6, 1e-5, 1e-4], world_size=2)
+    linear = par.fit_alpha_beta([1e3, 1e4, 1e5], [1e-6, 1e-5, 1e-4], world_size=2)
     assert linear.alpha >= 0 and linear.beta == pytest.approx(1e-9, rel=1e-6)
-    assert ring_factor(1) == 0 and ring_factor(2) == 1 and ring_factor(8) == 1.75
+    assert par.ring_factor(1) == 0 and par.ring_factor(2) == 1 and par.ring_factor(8) == 1.75
 
 
 def test_measured_gloo_all_reduce_times_grow_with_the_message() -> None:
-    times = measure_all_reduce([4, 4 * 2**20], world_size=2, rounds=3, calls=2)
+    times = par.measure_all_reduce([4, 4 * 2**20], world_size=2, rounds=3, calls=2)
     assert times.sizes == [4, 4 * 2**20] and all(len(v) == 3 for v in times.samples.values())
     small, large = times.medians()
     assert 0 < small < large  # 4 MiB through loopback takes longer than 4 bytes
     with pytest.raises(ValueError, match="multiples of 4"):
-        measure_all_reduce([6])
+        par.measure_all_reduce([6])

@@ -8,7 +8,7 @@ import weakref
 
 import numpy as np
 import pytest
-import torch
+from fixtures.frameworks import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

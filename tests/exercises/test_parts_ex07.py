@@ -11,8 +11,8 @@ from pathlib import Path
 import nbformat
 import numpy as np
 import pytest
-import torch
 from fixtures.exercise_helpers import course_module, course_part, run_check, solution_namespace
+from fixtures.frameworks import torch
 
 from edu_dl.grading.trust.source import find_source
 

@@ -9,12 +9,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-import jax
-import jax.numpy as jnp
 import nbformat
 import numpy as np
 import pytest
-import torch
 from fixtures.exercise_helpers import (
     code_lines,
     course_module,
@@ -22,6 +19,7 @@ from fixtures.exercise_helpers import (
     run_check,
     solution_namespace,
 )
+from fixtures.frameworks import jax, jnp, torch
 
 from edu_dl.grading import spec
 
@@ -31,7 +29,12 @@ NOTEBOOK = ROOT / "solutions" / "08c_compiling_dynamic_code.ipynb"
 PART_FUNCTIONS = {"ex08c.clipped_gradient": "clipped_mean_gradient",
                   "ex08c.settle_one_graph": "settle"}
 
-jax.config.update("jax_enable_x64", True)  # as the notebook's set-up cell
+
+@pytest.fixture(autouse=True, scope="module")
+def _jax_float64() -> None:
+    """float64 in JAX, as the notebook's set-up cell asks: set when these tests run, not when
+    they are collected (collecting imports no framework)."""
+    jax.config.update("jax_enable_x64", True)
 
 
 def solutions() -> dict[str, Any]:

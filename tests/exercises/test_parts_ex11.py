@@ -16,8 +16,6 @@ from pathlib import Path
 import nbformat
 import numpy as np
 import pytest
-import torch
-import torch.nn.functional as F
 from fixtures.exercise_helpers import (
     assert_solution_passes,
     code_lines,
@@ -28,6 +26,7 @@ from fixtures.exercise_helpers import (
     run_check,
     solution_namespace,
 )
+from fixtures.frameworks import F, torch
 
 from edu_dl.grading.checking import HIDDEN_SEED, VISIBLE_SEED
 from edu_dl.grading.hints import Mistake

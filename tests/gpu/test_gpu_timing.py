@@ -154,8 +154,9 @@ def test_cuda_timers_logic_on_a_fake_torch_cuda(monkeypatch: pytest.MonkeyPatch)
 
 @pytest.mark.gpu
 @pytest.mark.timing
-@pytest.mark.skipif(not gpu_timing.cuda_available(), reason="No CUDA GPU")
 def test_cuda_timers() -> None:  # pragma: no cover - needs a GPU
+    if not gpu_timing.cuda_available():  # asks torch: when the test runs, not at collection
+        pytest.skip("No CUDA GPU")
     import torch
 
     a = torch.randn(4096, 4096, device="cuda")

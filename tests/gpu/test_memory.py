@@ -4,13 +4,16 @@ counted on the meta device equal to those on the CPU, max_batch and the out-of-m
 from __future__ import annotations
 
 import pytest
-import torch
+from fixtures.frameworks import lazy, torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch import nn
 
-from edu_dl.gpu import memory, zoo
 from edu_dl.util.units import GiB
+
+# torch.nn and the two modules below import torch: loaded when a test first uses them.
+nn = lazy("torch.nn")
+memory = lazy("edu_dl.gpu.memory")
+zoo = lazy("edu_dl.gpu.zoo")
 
 
 def mlp(sizes: list[int], device: str = "meta") -> nn.Sequential:
@@ -54,9 +57,10 @@ def small_cnn(device: str) -> nn.Sequential:
             nn.Flatten(), nn.Linear(16 * 3 * 3, 10))
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("dtype_name", ["float32", "float64"])
 @pytest.mark.parametrize("batch_size", [1, 5])
-def test_activations_on_meta_equal_cpu(dtype: torch.dtype, batch_size: int) -> None:
+def test_activations_on_meta_equal_cpu(dtype_name: str, batch_size: int) -> None:
+    dtype = getattr(torch, dtype_name)
     meta = memory.saved_activations(small_cnn("meta"), (3, 16, 16), batch_size, dtype)
     cpu_model = small_cnn("cpu").to(dtype)
     cpu = memory.saved_activations(cpu_model, (3, 16, 16), batch_size)

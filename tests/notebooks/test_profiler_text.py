@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
+from fixtures.frameworks import torch
 
 from edu_dl.notebook.profiler_text import microseconds, read_profiler_table
 
