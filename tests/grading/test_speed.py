@@ -57,6 +57,7 @@ def test_reference_standardizes_each_channel() -> None:
                        / images[..., 1].std(), atol=1e-5)
 
 
+@pytest.mark.timing
 def test_solution_matches_reference_and_is_indicatively_faster() -> None:
     task = TASKS[PART]
     solve = function("solution")
@@ -181,6 +182,7 @@ def cpu_of(code: str) -> float:
     return result.cpu_s
 
 
+@pytest.mark.timing
 def test_cpu_time_counts_orphaned_children() -> None:
     idle, busy, orphans = cpu_of("pass"), cpu_of(BUSY), cpu_of(ORPHANS)
     assert busy - idle > 0.1  # the loop's work is seen from outside
@@ -191,6 +193,7 @@ def test_cpu_time_counts_orphaned_children() -> None:
 # --------------------------------------------------------------------------- the grader
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_solution_earns_credit() -> None:
     found = speed.measure(PART, submission("solution"), seed=11, rounds=2, calls=CALLS)
@@ -199,6 +202,7 @@ def test_solution_earns_credit() -> None:
     assert "reaches" in found.message
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 @pytest.mark.parametrize("part_id", ["ex05.faster_sgd_step", "ex11.faster_max_pool"])
 def test_the_other_tasks_solutions_earn_credit(part_id: str) -> None:
@@ -216,6 +220,7 @@ def test_fast_wrong_answer_scores_zero() -> None:
     assert len(found.submission_s) == 1  # stopped at the first wrong run
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 @pytest.mark.parametrize("attack", ["patched_timers", "detached_worker", "daemon_worker"])
 def test_timing_attacks_earn_nothing(attack: str) -> None:
