@@ -196,9 +196,13 @@ def test_cpu_time_counts_orphaned_children() -> None:
 @pytest.mark.timing
 @pytest.mark.slow
 def test_solution_earns_credit() -> None:
-    found = speed.measure(PART, submission("solution"), seed=11, rounds=2, calls=CALLS)
+    # Measured as graded: the task's calls, best of ROUNDS. A fast solution's net CPU time is a
+    # few clock ticks, and the baseline's own varies by about 0.1 s from run to run, more on a
+    # loaded machine: fewer calls or rounds measure that noise (issue 43).
+    found = speed.measure(PART, submission("solution"), seed=11)
     assert found.correct and found.passed, found
-    assert len(found.reference_s) == len(found.submission_s) == len(found.baseline_s) == 2
+    assert len(found.reference_s) == len(found.submission_s) == len(found.baseline_s) \
+        == speed.ROUNDS
     assert "reaches" in found.message
 
 
@@ -206,9 +210,11 @@ def test_solution_earns_credit() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("part_id", ["ex05.faster_sgd_step", "ex11.faster_max_pool"])
 def test_the_other_tasks_solutions_earn_credit(part_id: str) -> None:
-    calls = TASKS[part_id].calls // 3  # a third of the graded calls: quick, still measurable
-    found = speed.measure(part_id, submission(SOLUTIONS[part_id]), seed=11, rounds=1,
-                          calls=calls)
+    """Measured as graded (see test_solution_earns_credit): a third of the calls in one round
+    once measured the max-pool solution at 5.0x beside eight busy processes (baseline 0.31 s,
+    reference 0.71 s, solution 0.39 s: 8 ticks of net work), and the SGD step's at 5.2x on a
+    quieter machine, both under the 6x that earns credit."""
+    found = speed.measure(part_id, submission(SOLUTIONS[part_id]), seed=11)
     assert found.correct and found.passed, found
 
 
