@@ -144,13 +144,18 @@ def _hangs(rank: int, world_size: int, device: torch.device) -> None:
 
 @pytest.mark.timing
 def test_a_worker_that_raises_surfaces_in_the_parent_and_no_child_survives():
+    # A deadline far beyond the work: two spawned workers that import torch and meet at the
+    # store take a few seconds on a quiet machine and took 118 s beside eight busy
+    # processes (issue 43), so a bound of 100 s under a 120 s deadline graded the load. Half
+    # of a 600 s deadline still tells "surfaced at once" from "waited for the deadline".
+    timeout_s = 600
     start = time.monotonic()
     with pytest.raises(par.WorkerError) as info:
-        par.run_workers(_rank1_raises, world_size=2, timeout_s=120)
+        par.run_workers(_rank1_raises, world_size=2, timeout_s=timeout_s)
     message = str(info.value)
     assert message.startswith("data-parallel worker rank 1 of 2 failed: ValueError: rank 1 refuses")
     assert "_rank1_raises" in message  # the worker's own traceback comes along
-    assert time.monotonic() - start < 100  # it did not wait for the 120 s timeout
+    assert time.monotonic() - start < timeout_s / 2  # it did not wait for the deadline
     assert_no_children_left()
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from edu_dl.grading import cost
 from edu_dl.grading.model import Summary
 from edu_dl.grading.report import cost_lines, summary_text
@@ -26,6 +28,9 @@ def held_for_a_while() -> None:
     cost.checkpoint()
 
 
+# `timing`: a sampler thread that a busy machine may starve, and threads that wait for each other
+# (issue 43): checked under load with the others.
+@pytest.mark.timing
 def test_memory_is_the_processes_highest_resident_size_while_the_block_ran() -> None:
     before = touched(8)  # before the block: in its start, not in what it added
     with cost.metered() as spent:
@@ -46,21 +51,24 @@ def test_time_waiting_for_the_sandbox_is_not_the_graders() -> None:
     cost.waited(5.0)  # outside any measured block: nothing to count it against
 
 
+@pytest.mark.timing
 def test_jobs_at_once_each_get_the_highest_point_of_their_own_interval() -> None:
     """With --jobs N the process has one resident size: each block gets its highest point
     while it ran, a neighbour's memory meanwhile included (an upper bound), never a
-    neighbour's peak from before it started."""
+    neighbour's peak from before it started. The sizes leave 40 MB or more between each bound
+    and what a missed point would give: the process (1 GB by then in a full run) changes its
+    own resident size meanwhile, by 17 MB once beside eight busy processes (issue 43)."""
     steps = [threading.Event() for _ in range(4)]
     costs: dict[str, cost.Cost] = {}
 
     def first() -> None:
         with cost.metered() as spent:
-            big = touched(120)
+            big = touched(240)
             held_for_a_while()
             del big  # its peak is over before the second block starts
             steps[0].set()
             steps[1].wait(30)
-            held = touched(40)  # while the second block runs
+            held = touched(80)  # while the second block runs
             steps[2].set()
             steps[3].wait(30)
         costs["first"] = spent
@@ -71,7 +79,7 @@ def test_jobs_at_once_each_get_the_highest_point_of_their_own_interval() -> None
         with cost.metered() as spent:
             steps[1].set()
             steps[2].wait(30)
-            mine = touched(40)
+            mine = touched(80)
             held_for_a_while()
             del mine
         costs["second"] = spent
@@ -82,8 +90,8 @@ def test_jobs_at_once_each_get_the_highest_point_of_their_own_interval() -> None
         t.start()
     for t in threads:
         t.join(60)
-    assert 110 <= costs["first"].added_mb < 160, costs
-    assert 70 <= costs["second"].added_mb < 110, costs  # its 40 MB and the neighbour's 40
+    assert 200 <= costs["first"].added_mb < 300, costs  # its 240 MB; 160 if it missed them
+    assert 120 <= costs["second"].added_mb < 200, costs  # its 80 MB and the neighbour's 80
     assert costs["second"].peak_mb < costs["first"].peak_mb, costs
 
 

@@ -98,6 +98,7 @@ def test_memory_limit_raises_memory_error() -> None:
     assert "MemoryError" in done.log and "ALLOCATED" not in done.log, done.log
 
 
+@pytest.mark.timing
 def test_wall_time_kills_everything() -> None:
     limits = sandbox.Limits(wall_s=2, memory_mb=512, processes=64)
     # Durations no other process on the machine has (a plain `sleep 300` elsewhere is not ours).
@@ -110,6 +111,7 @@ def test_wall_time_kills_everything() -> None:
                    for pid in _all_pids())
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_fork_bomb_is_stopped_and_reaped() -> None:
     limits = sandbox.Limits(wall_s=30, memory_mb=1024, processes=48)
@@ -121,6 +123,7 @@ def test_fork_bomb_is_stopped_and_reaped() -> None:
     assert not any("os.fork()" in _cmdline(pid) for pid in _all_pids())
 
 
+@pytest.mark.timing
 def test_the_kernel_refuses_a_fork_bomb(monkeypatch: pytest.MonkeyPatch) -> None:
     """RLIMIT_NPROC binds for the sandbox's unprivileged uid (as root too: it is never root), and
     where a pids cgroup can be made (as root) it caps the sandbox as well; nothing is skipped."""
@@ -161,6 +164,7 @@ def test_the_kernel_refuses_a_fork_bomb(monkeypatch: pytest.MonkeyPatch) -> None
     assert not left.exists()
 
 
+@pytest.mark.timing
 def test_a_fork_bomb_held_at_its_cap_is_processes_not_timeout() -> None:
     """The kernel holds a fork bomb at its cap (a pids cgroup, RLIMIT_NPROC) and it spins there
     until the budget ends: it is named "processes" all the same. Where a pids cgroup counts the

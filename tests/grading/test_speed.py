@@ -57,6 +57,7 @@ def test_reference_standardizes_each_channel() -> None:
                        / images[..., 1].std(), atol=1e-5)
 
 
+@pytest.mark.timing
 def test_solution_matches_reference_and_is_indicatively_faster() -> None:
     task = TASKS[PART]
     solve = function("solution")
@@ -181,6 +182,7 @@ def cpu_of(code: str) -> float:
     return result.cpu_s
 
 
+@pytest.mark.timing
 def test_cpu_time_counts_orphaned_children() -> None:
     idle, busy, orphans = cpu_of("pass"), cpu_of(BUSY), cpu_of(ORPHANS)
     assert busy - idle > 0.1  # the loop's work is seen from outside
@@ -191,20 +193,28 @@ def test_cpu_time_counts_orphaned_children() -> None:
 # --------------------------------------------------------------------------- the grader
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_solution_earns_credit() -> None:
-    found = speed.measure(PART, submission("solution"), seed=11, rounds=2, calls=CALLS)
+    # Measured as graded: the task's calls, best of ROUNDS. A fast solution's net CPU time is a
+    # few clock ticks, and the baseline's own varies by about 0.1 s from run to run, more on a
+    # loaded machine: fewer calls or rounds measure that noise (issue 43).
+    found = speed.measure(PART, submission("solution"), seed=11)
     assert found.correct and found.passed, found
-    assert len(found.reference_s) == len(found.submission_s) == len(found.baseline_s) == 2
+    assert len(found.reference_s) == len(found.submission_s) == len(found.baseline_s) \
+        == speed.ROUNDS
     assert "reaches" in found.message
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 @pytest.mark.parametrize("part_id", ["ex05.faster_sgd_step", "ex11.faster_max_pool"])
 def test_the_other_tasks_solutions_earn_credit(part_id: str) -> None:
-    calls = TASKS[part_id].calls // 3  # a third of the graded calls: quick, still measurable
-    found = speed.measure(part_id, submission(SOLUTIONS[part_id]), seed=11, rounds=1,
-                          calls=calls)
+    """Measured as graded (see test_solution_earns_credit): a third of the calls in one round
+    once measured the max-pool solution at 5.0x beside eight busy processes (baseline 0.31 s,
+    reference 0.71 s, solution 0.39 s: 8 ticks of net work), and the SGD step's at 5.2x on a
+    quieter machine, both under the 6x that earns credit."""
+    found = speed.measure(part_id, submission(SOLUTIONS[part_id]), seed=11)
     assert found.correct and found.passed, found
 
 
@@ -216,6 +226,7 @@ def test_fast_wrong_answer_scores_zero() -> None:
     assert len(found.submission_s) == 1  # stopped at the first wrong run
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 @pytest.mark.parametrize("attack", ["patched_timers", "detached_worker", "daemon_worker"])
 def test_timing_attacks_earn_nothing(attack: str) -> None:
