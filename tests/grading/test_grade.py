@@ -244,6 +244,7 @@ def assert_full_marks(solved: list[model.Row], sources: list[Path]) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timing  # every solution cell within a 120 s cell timeout
 @pytest.mark.parametrize("memory", ["as found", "fallback"])
 def test_solutions_score_full_marks_and_exercises_zero(tmp_path: Path, memory: str,
                                                        monkeypatch: pytest.MonkeyPatch,
@@ -310,6 +311,7 @@ def assert_no_live_markup(html: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timing  # honest cells within a 10 s timeout, beside ones that must fail otherwise
 def test_hostile_corpus(tmp_path: Path) -> None:
     """Every hostile or broken submission gets its rows and status; nothing leaks or lingers."""
     escape = ROOT / "HOSTILE_ESCAPE.txt"
