@@ -325,11 +325,13 @@ class Batch:
         with tqdm(total=len(self.todo), desc="grading", unit="submission",
                   disable=not r.progress or not self.todo, file=sys.stderr) as bar:
             if r.cluster is not None and self.todo:
+                began = time.time()  # the run records written after it are this batch's
                 # closed at once on Ctrl-C: its tasks cancelled, its cluster closed
                 with closing(grade_on_cluster(r.cluster, self.todo, r.out, settings, self.hide,
                                               self.log, self.secret)) as graded_on_cluster:
-                    for item, data, graded in graded_on_cluster:
-                        self._record(item, data, graded)
+                    for item, data, graded, spent in graded_on_cluster:
+                        record_cost(r.out, item[0], spent.rounded(), began)
+                        self._record(item, data, graded, spent)
                         bar.update(1)
                 return
             pool = ThreadPoolExecutor(max_workers=max(1, r.jobs))

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from edu_dl.grading import sandbox
+from edu_dl.grading import cost, sandbox
 from edu_dl.grading.judge import judge_run
 from edu_dl.grading.model import Job, Row, rows_for, safe_file_name
 from edu_dl.grading.prepare import Prepared, prepare, submission_bytes
@@ -60,6 +60,7 @@ from edu_dl.grading.speed_rows import speed_rows
 ALLOWED_FAILURES = 1  # a task is tried on at most 1 + this many workers that die running it
 WORKER_LOST = "worker lost"
 Item = tuple[Job, Path]  # a job and its state file, as batch.grade hands them over
+Graded = tuple[Item, bytes | None, list[Row], cost.Cost]  # what came back, and its cost
 
 
 class ClusterError(ValueError):
@@ -379,10 +380,13 @@ def run_task(task: Task) -> Any:
 
 def grade_on_cluster(options: ClusterOptions, todo: list[Item], out: Path, settings: Settings,
                      hide: list[Path], log: Callable[[str], None], secret: Secret
-                     ) -> Generator[tuple[Item, bytes | None, list[Row]], None, None]:
-    """(item, the bytes graded, rows) for every item, in the order results come back.
+                     ) -> Generator[Graded, None, None]:
+    """(item, the bytes graded, rows, the grader's own cost) for every item, in the order
+    results come back.
 
-    The inputs are drawn here from ``secret``, as locally; a task carries them, never it."""
+    The inputs are drawn here from ``secret``, as locally; a task carries them, never it. The
+    cost is this process's (reading and preparing the submission, judging what came back), as
+    ``grading.cost`` measures it locally; the worker's sandbox time is not in it."""
     import time
 
     from distributed import as_completed
@@ -391,38 +395,41 @@ def grade_on_cluster(options: ClusterOptions, todo: list[Item], out: Path, setti
         software = check_cluster(client, log, options.timeout_s)
         hidden = tuple(str(p) for p in hide)
         finished = as_completed()
-        running: dict[Any, tuple[Item, bytes | None, Prepared, float]] = {}
+        running: dict[Any, tuple[Item, bytes | None, Prepared, float, cost.Cost]] = {}
         queue = iter(todo)
 
-        def fill() -> Iterator[tuple[Item, bytes | None, list[Row]]]:
+        def fill() -> Iterator[Graded]:
             """Submit until every thread has a task (workers may come and go): never more in
             flight, so a dying worker holds no task it was not running."""
             slots = max(1, sum(client.nthreads().values()))
             while len(running) < slots and (item := next(queue, None)) is not None:
-                data = submission_bytes(item[0], settings)
-                try:
-                    prepared = prepare(item[0], out, settings, data, secret, boxed=True)
-                except Exception as exc:  # a grader bug must not stop the batch
-                    prepared = rows_for(item[0], "grader error", f"{type(exc).__name__}: {exc}",
-                                        "bwrap")
+                with cost.metered() as preparing:  # no yield inside: one stage, measured alone
+                    data = submission_bytes(item[0], settings)
+                    try:
+                        prepared = prepare(item[0], out, settings, data, secret, boxed=True)
+                    except Exception as exc:  # a grader bug must not stop the batch
+                        prepared = rows_for(item[0], "grader error",
+                                            f"{type(exc).__name__}: {exc}", "bwrap")
                 if isinstance(prepared, list):  # nothing to run: these rows say why
-                    yield item, data, prepared
+                    yield item, data, prepared, preparing
                     continue
                 task = Task(prepared.files, settings, hidden, software)
                 future = client.submit(run_task, task, pure=False, key=_key(item[0]))
-                running[future] = (item, data, prepared, time.perf_counter())
+                running[future] = (item, data, prepared, time.perf_counter(), preparing)
                 finished.add(future)
 
         try:
             yield from fill()
             while running:
                 future = next(finished)
-                item, data, prepared, sent = running.pop(future)
+                item, data, prepared, sent, preparing = running.pop(future)
                 yield from fill()  # the next task starts while this one is judged
-                rows = _finish(future, item[0], prepared, settings, sent, options.timings)
-                rows += speed_rows(item[0], prepared.notebook, rows, secret, settings,
-                                   hide)  # here
-                yield item, data, rows
+                with cost.metered() as judging:
+                    rows = _finish(future, item[0], prepared, settings, sent, options.timings)
+                    cost.checkpoint()  # the parsed result is held now
+                    rows += speed_rows(item[0], prepared.notebook, rows, secret, settings,
+                                       hide)  # here
+                yield item, data, rows, preparing.plus(judging)
         finally:
             if running:  # interrupted (Ctrl-C): what is still running is no grade
                 stopped()

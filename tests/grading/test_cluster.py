@@ -252,6 +252,16 @@ def test_cluster_gradebooks_equal_a_local_run_even_with_a_worker_killed(
     assert any("3 workers, 3 threads" in m for m in messages), messages
     assert any("allowed-failures from 3 to 1" in m for m in messages), messages
     _same_gradebooks(tmp_path / "local", tmp_path / "grades")
+    # The grader's own cost is recorded as on a local run: per submission, in its run record.
+    assert set(first.costs) == set(local.costs) and len(first.costs) == first.graded
+    assert all(spent.cpu_seconds > 0 and spent.peak_mb > 0 for spent, _ in first.costs.values())
+    def run_records(out: Path) -> list[Path]:  # a submission refused before it ran has none
+        return sorted(p.relative_to(out) for p in (out / ".work").glob("*/*/run.json"))
+
+    records = run_records(tmp_path / "grades")
+    assert records and records == run_records(tmp_path / "local")
+    assert all("grader" in json.loads((tmp_path / "grades" / p).read_text())
+               for p in records), records
     # Idempotent: nothing changed, nothing runs (the cluster is not even asked).
     again = G.grade(subs, source, tmp_path / "grades", settings=FAST, progress=False,
                     log=lambda s: None, cluster=C.ClusterOptions(scheduler="tcp://127.0.0.1:9"))
