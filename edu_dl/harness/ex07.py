@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from edu_dl.grading import guard
 from edu_dl.grading.hints import Rule
 from edu_dl.grading.source import definition_node
 from edu_dl.grading.spec import CheckFailure, Verdict
@@ -29,12 +30,13 @@ Case = tuple[Any, ...]
 # --------------------------------------------------------------------------- conversions
 
 
-def to_torch(value: Any) -> Any:
-    """A case's argument as the student sees it: arrays become torch float64 tensors (copies)."""
+def to_torch(value: Any, arg: int) -> Any:
+    """Case argument ``arg`` as the student sees it: arrays become torch float64 tensors
+    (copies, watched by the guard: a write into one is a write into that argument)."""
     import torch
 
     if isinstance(value, np.ndarray) and value.dtype.kind == "f":
-        return torch.tensor(value, dtype=torch.float64)
+        return guard.watch(arg, torch.tensor(value, dtype=torch.float64))
     return value
 
 
@@ -65,7 +67,7 @@ def call_manual(fn: Callable[..., Any], args: Case) -> np.ndarray:
 
     with torch.no_grad():
         try:
-            result = fn(*(to_torch(a) for a in args))
+            result = fn(*(to_torch(a, j) for j, a in enumerate(args)))
         except RuntimeError as exc:
             if "grad" not in str(exc):
                 raise
@@ -102,12 +104,13 @@ def call_function(cls: Any, args: Case) -> tuple[Any, ...]:
     # A subclass with the same name (so torch's messages name the student's class) whose backward
     # records what the student's returns before autograd sees it.
     recording: Any = type(cls.__name__, (cls,), {"backward": staticmethod(recorded_backward)})
-    x, w, b = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in args[:3])
+    x, w, b = (guard.watch(j, torch.tensor(a, dtype=torch.float64, requires_grad=True))
+               for j, a in enumerate(args[:3]))
     out = recording.apply(x, w, b)
     if not isinstance(out, torch.Tensor):
         raise CheckFailure(f"forward must return a tensor, got a {type(out).__name__}")
     try:
-        out.backward(torch.tensor(args[3], dtype=torch.float64))
+        out.backward(guard.watch(3, torch.tensor(args[3], dtype=torch.float64)))
     except RuntimeError as exc:
         text = str(exc)
         if "invalid gradient" in text or "incorrect number of gradients" in text:
@@ -188,7 +191,7 @@ def call_module(cls: Any, args: Case) -> np.ndarray:
         for layer, weight, bias in ((first, w1, b1), (second, w2, b2)):
             layer.weight.copy_(torch.tensor(weight))
             layer.bias.copy_(torch.tensor(bias))
-    out = net(torch.tensor(x, dtype=torch.float64))
+    out = net(guard.watch(0, torch.tensor(x, dtype=torch.float64)))
     if not isinstance(out, torch.Tensor):
         raise CheckFailure(f"forward must return a tensor, got a {type(out).__name__}")
     return out.detach().numpy()
@@ -211,7 +214,7 @@ def call_accumulated(fn: Callable[..., Any], args: Case) -> tuple[np.ndarray, np
 
     handle = torch.nn.modules.module.register_module_forward_hook(count_rows)
     try:
-        losses = numbers(fn(*(to_torch(a) for a in args)))
+        losses = numbers(fn(*(to_torch(a, j) for j, a in enumerate(args))))
     finally:
         handle.remove()
     return losses, np.array(most_rows[0], dtype=np.int64)

@@ -211,6 +211,11 @@ def written_into(value: Any) -> bool:
     update would; whether anything changed."""
     if isinstance(value, list | tuple):
         return any([written_into(v) for v in value])  # every item, not the first only
+    if type(value).__module__.split(".")[0] == "torch":  # ex07's, ex08c's tensors
+        if not value.is_floating_point() or value.numel() == 0 or value.requires_grad:
+            return False
+        value.add_(1)
+        return True
     if not isinstance(value, np.ndarray) or not value.flags.writeable or value.size == 0:
         return False
     before = value.copy()
@@ -329,3 +334,25 @@ def test_validate_fails_relu_backward_writing_into_dout(tmp_path: Path) -> None:
     assert not row.ok and row.points == 0, row
     assert f"{WROTE} `dout` (4 of 6 entries)" in row.message, row.message
     assert trusted_source.find_source(nb, "ex05.relu_backward") is not None
+
+
+def test_ex07_tensors_written_in_place_are_named_both_ways(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """ex07 hands the student's code torch tensors made from the case ("left unchanged", its
+    docstrings say): a module's forward that scales its input in place fails both ways, named,
+    as a NumPy argument's write does (its classes are not wrapped by the test above)."""
+    solution = part_namespace("ex07.two_layer_module")["TwoLayerNet"]
+
+    class IntoInput(solution):  # type: ignore[misc, valid-type]
+        def forward(self, x: Any) -> Any:
+            out = super().forward(x)
+            x.mul_(2.0)  # after its output: the values stay right, only the write is wrong
+            return out
+
+    IntoInput.__name__ = "TwoLayerNet"
+    part = spec_part("ex07.two_layer_module")
+    report, judged = both_ways(capsys, tmp_path, monkeypatch, part, IntoInput)
+    assert judged.status == "failed" and f"{WROTE} `x`" in judged.message, judged.message
+    assert f"{WROTE} `x`" in report
+    assert_same_verdict(report, judged, len(visible_cases(part)))
