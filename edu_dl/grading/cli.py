@@ -94,25 +94,32 @@ def add_validate(subparsers: Subparsers) -> None:
     parser.add_argument("notebook", type=Path, nargs="+", metavar="NOTEBOOK.ipynb")
     parser.add_argument("--source", type=Path, default=None, metavar="PATH",
                         help="the instructor's source notebook or folder to restore and judge "
-                        "against (default: the notebook itself)")
+                        "against (default: the notebook itself). With it the notebook is "
+                        "someone else's, as in `edu-dl grade`: where the sandbox cannot be "
+                        "built, validate refuses unless --no-sandbox is given")
     parser.add_argument("--timeout", type=float, default=120.0, metavar="S",
                         help="seconds per cell before it counts as hanging (default: 120)")
+    add_no_sandbox(parser)
     parser.set_defaults(handler=run_validate)
 
 
 def run_validate(args: argparse.Namespace) -> int:
     from edu_dl.grading.model import Interrupted
-    from edu_dl.grading.settings import NoSandbox
+    from edu_dl.grading.settings import NO_SANDBOX, NoSandbox
     from edu_dl.grading.validate import validate
 
+    # Without the opt-in, validate decides: one's own notebook falls back, labelled; against an
+    # instructor's --source it is someone else's notebook and fails closed, as grade does.
+    without_sandbox = NO_SANDBOX if args.no_sandbox else None
     status = 0
     for path in args.notebook:
         try:
-            report = validate(path, timeout=args.timeout, source=args.source)
+            report = validate(path, timeout=args.timeout, source=args.source,
+                              without_sandbox=without_sandbox)
         except (Interrupted, KeyboardInterrupt):
             say(f"edu-dl validate: interrupted while validating {path}", sys.stderr)
             return 130
-        except NoSandbox as exc:  # as root, where the fallback's uid cannot start Python
+        except NoSandbox as exc:  # --source without the opt-in, or no fallback can run here
             say(f"edu-dl validate: {exc}", sys.stderr)
             return 2
         say(report)

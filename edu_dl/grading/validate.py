@@ -140,15 +140,19 @@ def _errors_outside_graded_cells(nb: Any) -> list[str]:
 def validate(path: str | Path, timeout: float = 120.0, progress: bool = True,
              source: str | Path | None = None,
              log: Callable[[str], None] | None = None,
-             without_sandbox: str = OWN_NOTEBOOK) -> ValidationReport:
+             without_sandbox: str | None = None) -> ValidationReport:
     """Grade ``path`` as ``edu-dl grade`` would (against ``source``, else itself).
 
     ``progress``: say on stderr that it runs (a run takes seconds to minutes). Where the sandbox
-    cannot be built it runs the labelled fallback (``without_sandbox``: one's own notebook);
-    ``assign``'s self-test passes "" (refuse: NoSandbox) or its ``--no-sandbox``."""
+    cannot be built, one's own notebook (no ``source``) runs the labelled fallback; against an
+    instructor's ``source`` the notebook is someone else's and, as in ``grade``, the run is
+    refused (NoSandbox) unless ``without_sandbox`` is the opt-in (``--no-sandbox``).
+    ``assign``'s self-test passes "" (refuse) or its ``--no-sandbox``."""
     start = time.monotonic()
     path = Path(path)
     report = ValidationReport(path)
+    if without_sandbox is None:
+        without_sandbox = OWN_NOTEBOOK if source is None else ""
     # Asked once here (NoSandbox where even the fallback cannot run), carried into grade().
     settings = Settings(timeout_s=timeout, without_sandbox=without_sandbox).checked()
     # Graded as the source notebook it answers: the one given, or the one named like it.

@@ -151,20 +151,35 @@ def test_no_sandbox_as_root_runs_students_as_an_unprivileged_uid(tmp_path: Path)
 
 
 @pytest.mark.root_only
-def test_validate_where_bwrap_is_hidden_falls_back_labelled(tmp_path: Path) -> None:
+def test_validate_where_bwrap_is_hidden(tmp_path: Path) -> None:
     """A student validating their own notebook is not refused: the fallback runs, says so, and
-    (as root) as an unprivileged uid."""
+    (as root) as an unprivileged uid. Against an instructor's --source the notebook is someone
+    else's: refused as grade refuses, unless --no-sandbox."""
+    from fixtures import nbgrader_course
+
     if no_bwrap.available():
         pytest.fail(no_bwrap.available())
     (tmp_path / "stash").mkdir()
     subs, source = course(tmp_path, [tmp_path / "marker"])
-    done = run(["validate", str(subs / "mallory" / f"{corpus.EXERCISE}.ipynb"),
-                "--source", str(source / f"{corpus.EXERCISE}.ipynb"), "--timeout", "20"],
-               tmp_path, reachable=True)
-    first = done.stdout.splitlines()[0]
-    assert "NOT isolated: bubblewrap (bwrap) is not installed" in first, done
-    assert done.returncode == 0, done  # the solved notebook passes, fallback or not
+    mallory = [str(subs / "mallory" / f"{corpus.EXERCISE}.ipynb"),
+               "--source", str(source / f"{corpus.EXERCISE}.ipynb"), "--timeout", "20"]
+    done = run(["validate", *mallory], tmp_path, reachable=True)
+    assert done.returncode == 2, done
+    said = one_sentence(done.stderr)
+    assert said.startswith("edu-dl validate: refusing to run notebooks without the sandbox")
+    assert NO_SANDBOX in said and done.stdout == "", done
     assert not (tmp_path / "marker").exists()
+
+    done = run(["validate", *mallory, NO_SANDBOX], tmp_path, reachable=True)
+    assert "NOT isolated: bubblewrap (bwrap) is not installed" in done.stdout.splitlines()[0], done
+    assert done.returncode == 0, done  # the solved notebook passes, fallback or not
+    assert not (tmp_path / "marker").exists()  # a leased uid, not root
+
+    src, _ = nbgrader_course.build(tmp_path / "nbgrader")
+    own = src / f"{nbgrader_course.NOTEBOOK}.ipynb"
+    done = run(["validate", str(own), "--timeout", "20"], tmp_path, reachable=True)
+    assert "NOT isolated: bubblewrap (bwrap) is not installed" in done.stdout.splitlines()[0], done
+    assert done.returncode == 0, done
 
 
 # --------------------------------------------------------------------------- as a user
@@ -215,8 +230,9 @@ def test_no_sandbox_as_an_ordinary_user_runs_as_that_user_and_says_so(
 def test_validate_without_bwrap_runs_the_labelled_fallback(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    """Where bwrap does not work (macOS), validate grades all the same and says it is unisolated
-    (root's path: test_validate_where_bwrap_is_hidden_falls_back_labelled)."""
+    """Where bwrap does not work (macOS), validate grades one's own notebook all the same and
+    says it is unisolated; against an instructor's source it refuses without the opt-in (root's
+    path: test_validate_where_bwrap_is_hidden)."""
     ordinary_user()
     from fixtures import nbgrader_course as course
 
@@ -224,16 +240,25 @@ def test_validate_without_bwrap_runs_the_labelled_fallback(
 
     monkeypatch.setattr(sandbox, "bwrap_problem", lambda: "bwrap is not installed")
     src, root = course.build(tmp_path / "course")
+    carol = root / "submitted" / "carol" / course.ASSIGNMENT / f"{course.NOTEBOOK}.ipynb"
+    before = tree(tmp_path)
+    with pytest.raises(NoSandbox) as refused:
+        validate(carol, timeout=30, progress=False, source=src)
+    assert NO_SANDBOX in one_sentence(str(refused.value))
+    assert tree(tmp_path) == before
+
     messages: list[str] = []
-    report = validate(root / "submitted" / "carol" / course.ASSIGNMENT
-                      / f"{course.NOTEBOOK}.ipynb", timeout=30, progress=True, source=src,
-                      log=messages.append)
+    report = validate(carol, timeout=30, progress=True, source=src, log=messages.append,
+                      without_sandbox=NO_SANDBOX)
     assert capsys.readouterr().err.startswith("running your notebook WITHOUT the sandbox")
     assert report.sandbox == "NOT isolated: bwrap is not installed"
     assert "WITHOUT a sandbox" in messages[0]
     assert "NOT isolated" in str(report).splitlines()[0]
     assert {p.part_id: p.points for p in report.parts if not p.later} == {
         k: v for k, v in course.EXPECTED["carol"].items() if v is not None}
+
+    own = validate(src / f"{course.NOTEBOOK}.ipynb", timeout=30, progress=False)
+    assert own.sandbox == "NOT isolated: bwrap is not installed" and own.ok, str(own)
 
 
 def test_speed_measurements_fail_closed_and_fall_back_as_the_user(
