@@ -67,18 +67,29 @@ def test_the_release_judges_as_the_part_file_does(part: Part):
         pytest.skip(f"{part.id} is checked by no released cell")  # the next test forbids it
     mine = shipped[part.id]
     drawn = release.visible_cases(part)
-    assert _same_cases(release.visible_cases(mine), drawn)
-    for i, (args, expected) in enumerate(drawn):
+    shipped_cases = release.visible_cases(mine)
+    assert _same_cases(shipped_cases, drawn)
+    # Each side judges its own copy of the case (they may differ in the last bit: _same_value).
+    for i, ((args, expected), (ship_args, _)) in enumerate(zip(drawn, shipped_cases)):
         for got in _candidates(part, expected, args):
             live = judge_case(part, i, len(drawn), args, expected, got)
-            ship = judge_case(mine, i, len(drawn), args, mine.expected(*args), got)
+            ship = judge_case(mine, i, len(drawn), ship_args, mine.expected(*ship_args), got)
             assert (live.ok, live.message) == (ship.ok, ship.message)
+
+
+def _same_value(p: Any, q: Any) -> bool:
+    """Equal; floats to the last few bits: a case computed with a matrix product (ex13's
+    partial outputs) differs by an ulp between CPUs, whose BLAS kernels sum in other orders."""
+    p, q = np.asarray(p), np.asarray(q)
+    if p.dtype.kind == "f" and q.dtype.kind == "f" and p.shape == q.shape:
+        return bool(np.allclose(p, q, rtol=1e-13, atol=1e-300, equal_nan=True))
+    return np.array_equal(p, q)
 
 
 def _same_cases(a: list[tuple[Any, Any]], b: list[tuple[Any, Any]]) -> bool:
     return len(a) == len(b) and all(
-        len(x) == len(y) and all(np.array_equal(np.asarray(p), np.asarray(q))
-                                 for p, q in zip(x, y)) for (x, _), (y, _) in zip(a, b))
+        len(x) == len(y) and all(_same_value(p, q) for p, q in zip(x, y))
+        for (x, _), (y, _) in zip(a, b))
 
 
 def test_every_checked_part_ships_and_nothing_else():

@@ -246,11 +246,16 @@ def test_a_crashing_submission_says_so() -> None:
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_the_grader_measures_a_notebook_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
-    """The solution notebook earns the speed credit; the release (a stub) earns nothing."""
+    """The solution notebook earns the speed credit; the release (a stub) earns nothing.
+
+    Measured as graded (the task's calls, best of speed.ROUNDS), as the solution's credit is
+    above: with one round of CALLS its net CPU time was a few clock ticks against a baseline
+    that varies by 0.1 s, and it once measured 3.7x against the 6x that earns credit."""
     solved = ROOT / "solutions" / "02_cpu_vs_gpu.ipynb"
-    assert speed.main([str(solved), "--rounds", "1", "--calls", str(CALLS)]) == 0
+    assert speed.main([str(solved)]) == 0
     assert "ex02.faster_standardize: passed" in capsys.readouterr().out
     released = speed.measure_notebook(ROOT / "exercises" / "02_cpu_vs_gpu.ipynb", PART,
                                       seed=11, rounds=1, calls=CALLS)
