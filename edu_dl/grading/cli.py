@@ -224,13 +224,13 @@ def run_grade(args: argparse.Namespace) -> int:
         Dates,
         LatePolicy,
         PolicyError,
-        parse_time,
         read_extensions,
         read_roster,
     )
     from edu_dl.grading.report import summary_text
     from edu_dl.grading.secret import SecretError, load_or_create, rotate, secret_path
     from edu_dl.grading.settings import NO_SANDBOX, NoSandbox, Settings
+    from edu_dl.grading.trust.files import parse_time
 
     chosen = {k: getattr(args, k) for k in ("timeout_s", "budget_s", "memory_mb", "cpu_s",
                                             "processes", "file_mb", "tmp_mb", "notebook_mb",

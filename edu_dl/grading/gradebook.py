@@ -24,8 +24,8 @@ from typing import Any
 
 from edu_dl.grading.model import Exercise, Job, Refused, Row, safe_file_name
 from edu_dl.grading.notebooks import write_atomic
-from edu_dl.grading.policy import parse_time
 from edu_dl.grading.trust.bounded import read_bounded
+from edu_dl.grading.trust.files import parse_time
 
 STATE = ".state"
 # A student's rows from collecting (ignored copies, refused folders). An exercise's file ends in

@@ -25,11 +25,12 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 from edu_dl.grading.model import Job, Row
 from edu_dl.grading.trust.bounded import read_named_file
+from edu_dl.grading.trust.files import parse_time
 from edu_dl.grading.trust.identity import NameClash, Names, check_distinct, quoted
 
 MAX_ROSTER_BYTES = 8 << 20
@@ -39,22 +40,6 @@ POLICY = "late policy"  # its "judged" column
 
 class PolicyError(ValueError):
     """A due date, policy or roster the grader cannot use; the message says how to fix it."""
-
-
-def parse_time(text: str) -> datetime:
-    """An ISO date and time, or nbgrader's '2024-03-01 12:00:00.000000 UTC'; naive = UTC."""
-    text = text.strip()
-    for suffix in (" UTC", "UTC", "Z"):
-        if text.endswith(suffix):
-            text = text[: -len(suffix)].strip()
-            break
-    moment = datetime.fromisoformat(text)
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    try:
-        return moment.astimezone(UTC)
-    except OverflowError:  # 9999-12-31T23:59:59-23:59 lies past the last UTC moment
-        raise ValueError(f"{text!r} is out of the range of dates") from None
 
 
 UNITS = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}

@@ -16,30 +16,18 @@ instructor; the grade never rests on what the student's process reports.
 from __future__ import annotations
 
 import ast
-import textwrap
 import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from edu_dl.grading.spec import Part, Verdict, global_names
+from edu_dl.grading.trust.scopes import SCOPES, segment
 
 NOT_FOUND = ("the grader could not find the source of the function you pass to check() for "
              "this part: define it with a plain top-level `def` (or `class`) of that name in a "
              "cell before the test cell, and do not assign, import or redefine that name later "
              "(this part judges how the function computes its result, from its source)")
-SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-
-
-def segment(code: str, node: ast.AST) -> str:
-    """The node's lines, decorators included, dedented (a def inside a top-level ``if``)."""
-    assert isinstance(node, SCOPES)
-    lines = code.splitlines()
-    first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-    last = node.end_lineno or node.lineno
-    return textwrap.dedent("\n".join(lines[first - 1:last])) + "\n"
-
-
 def judge_source(part: Part, source: str | None, missing: str = "") -> Verdict:
     """The part's source check on the found source; a clear failure when there is none
     (``missing``: why it could not be read, when the reader knows)."""

@@ -203,9 +203,9 @@ def test_nothing_to_grade_exits_non_zero_with_one_sentence(tmp_path: Path,
 
 
 def test_late_policy_and_timestamps() -> None:
-    due = policy.parse_time("2026-03-01T12:00")
-    assert policy.parse_time("2026-03-01 13:30:00.123456 UTC") > due
-    assert policy.parse_time("2026-03-01T13:00+01:00") == due
+    due = files.parse_time("2026-03-01T12:00")
+    assert files.parse_time("2026-03-01 13:30:00.123456 UTC") > due
+    assert files.parse_time("2026-03-01T13:00+01:00") == due
     per_hour = policy.LatePolicy.parse("per-hour:0.5")
     assert per_hour.penalty(5, 1) == 0.5 and per_hour.penalty(5, 3601) == 1.0
     assert per_hour.penalty(0.7, 10 * 3600) == 0.7  # never more than the score

@@ -30,8 +30,9 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from edu_dl.grading.notebooks import NotebookError
-from edu_dl.grading.policy import PolicyError, parse_time
+from edu_dl.grading.policy import PolicyError
 from edu_dl.grading.trust.bounded import read_named_file
+from edu_dl.grading.trust.files import parse_time
 from edu_dl.grading.trust.notebook import load_json
 
 MAX_METADATA_BYTES = 32 << 20

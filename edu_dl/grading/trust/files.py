@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import os
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 from edu_dl.grading.model import Refused
-from edu_dl.grading.policy import parse_time
 from edu_dl.grading.trust.bounded import read_bounded
 
 TIMESTAMP = "timestamp.txt"  # nbgrader's, beside the submitted notebooks
@@ -26,6 +25,22 @@ SECRET = re.compile(rb"[A-Za-z0-9_-]{1,200}\r?\n?")
 IGNORED = frozenset({".ipynb_checkpoints", "__pycache__", ".git", ".hg", ".svn", ".DS_Store"})
 MAX_WALK = 10_000  # entries looked at in one student's folder
 MAX_DEPTH = 4  # folders below a student's
+
+
+def parse_time(text: str) -> datetime:
+    """An ISO date and time, or nbgrader's '2024-03-01 12:00:00.000000 UTC'; naive = UTC."""
+    text = text.strip()
+    for suffix in (" UTC", "UTC", "Z"):
+        if text.endswith(suffix):
+            text = text[: -len(suffix)].strip()
+            break
+    moment = datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:59:59-23:59 lies past the last UTC moment
+        raise ValueError(f"{text!r} is out of the range of dates") from None
 
 
 def read_timestamp(folder: Path) -> datetime | None:

@@ -21,7 +21,7 @@ from typing import Any
 
 from edu_dl.grading.nbgrader import grade_id
 from edu_dl.grading.notebooks import Notebook
-from edu_dl.grading.source import SCOPES, segment
+from edu_dl.grading.trust.scopes import SCOPES, segment
 
 # --------------------------------------------------------------------------- parsing cells
 

@@ -249,7 +249,8 @@ def test_a_nested_copy_is_never_graded_in_nbgrader_layout(tmp_path: Path) -> Non
     cheat = write(course / "submitted" / "alice" / "ps1" / "0", corpus.student())
     (cheat.parent / "timestamp.txt").write_text("2026-03-01 00:00:00 UTC")
     write(course / "submitted" / "bob", corpus.student())  # not in an assignment folder
-    from edu_dl.grading.policy import Dates, LatePolicy, parse_time
+    from edu_dl.grading.policy import Dates, LatePolicy
+    from edu_dl.grading.trust.files import parse_time
 
     summary = G.grade(course, course / "source" / "ps1", tmp_path / "grades", settings=FAST,
                       progress=False, log=lambda text: None,
