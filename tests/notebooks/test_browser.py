@@ -350,8 +350,10 @@ def test_a_student_in_make_labs_jupyterlab(tmp_path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(values))
     port, token = free_port(), secrets.token_hex(16)
-    server, base = start(make_lab(port, token, "--LabApp.expose_app_in_browser=True"), env,
-                         tmp_path / "make-lab.log", port, token)
+    # JupyterLab checkpoints a notebook it opens: into tmp_path, not beside the course's own.
+    checkpoints = f"--FileCheckpoints.checkpoint_dir={tmp_path / 'checkpoints'}"
+    server, base = start(make_lab(port, token, "--LabApp.expose_app_in_browser=True",
+                                  checkpoints), env, tmp_path / "make-lab.log", port, token)
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=executable, headless=True,
@@ -424,3 +426,4 @@ def test_a_student_in_make_labs_jupyterlab(tmp_path: Path) -> None:
         stop_server(server, base, token)
     for path, data in before.items():
         assert path.read_bytes() == data, f"{path.name} was written"
+        assert not (path.parent / ".ipynb_checkpoints").exists(), "a checkpoint in the course"
