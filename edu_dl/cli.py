@@ -15,8 +15,8 @@ from typing import Any
 from edu_dl import __version__
 from edu_dl.bench.cli import add_bench
 from edu_dl.caffe.cli import add_train
-from edu_dl.grading.cli import add_assign, add_grade, add_replay, add_report, add_validate
-from edu_dl.grading.lms.cli import add_lms
+from edu_dl.grading.term.cli import add_assign, add_grade, add_replay, add_report, add_validate
+from edu_dl.grading.term.lms.cli import add_lms
 from edu_dl.machine.doctor import add_doctor
 
 Subparsers = Any  # argparse's _SubParsersAction is private

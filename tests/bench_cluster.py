@@ -25,9 +25,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from edu_dl.grading.batch import grade
-from edu_dl.grading.cluster import ClusterOptions, local_cluster, warm_up
 from edu_dl.grading.settings import Settings
+from edu_dl.grading.stages.cluster import ClusterOptions, local_cluster, warm_up
+from edu_dl.grading.term.batch import grade
 from edu_dl.machine.hardware import usable_cores
 
 

@@ -27,9 +27,9 @@ from typing import Any
 
 from fixtures.hostile import corpus, costly
 
-from edu_dl.grading.batch import grade
 from edu_dl.grading.cost import process_peak_mb
 from edu_dl.grading.settings import Settings
+from edu_dl.grading.term.batch import grade
 from edu_dl.machine.hardware import usable_cores
 
 HONEST = "honest (solved)"

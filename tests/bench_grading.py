@@ -22,8 +22,8 @@ from typing import Any
 
 from fixtures import nbgrader_course as course
 
-from edu_dl.grading.batch import grade
 from edu_dl.grading.settings import Settings
+from edu_dl.grading.term.batch import grade
 from edu_dl.machine.hardware import usable_cores
 
 SOLUTIONS = Path(__file__).resolve().parents[1] / "solutions"

@@ -24,13 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading import guard, protocol
-from edu_dl.grading.guard import CheckTimeout, time_limit
-from edu_dl.grading.parts import get
-from edu_dl.grading.protocol import GRADING_ENV, HIDDEN_SEED, VISIBLE_SEED  # noqa: F401 (re-exported)
-from edu_dl.grading.release import visible_cases
-from edu_dl.grading.source import judge_source, own_source
-from edu_dl.grading.spec import (
+from edu_dl.grading import protocol
+from edu_dl.grading.authoring import guard
+from edu_dl.grading.authoring.guard import CheckTimeout, time_limit
+from edu_dl.grading.authoring.parts import get
+from edu_dl.grading.authoring.release import visible_cases
+from edu_dl.grading.authoring.source import judge_source, own_source
+from edu_dl.grading.authoring.spec import (
     CheckFailure,
     Part,
     Verdict,
@@ -39,6 +39,7 @@ from edu_dl.grading.spec import (
     judge_case,
     plain_call,
 )
+from edu_dl.grading.protocol import GRADING_ENV, HIDDEN_SEED, VISIBLE_SEED  # noqa: F401 (re-exported)
 
 GRADING_DIR = Path(__file__).resolve().parent
 

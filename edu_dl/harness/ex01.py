@@ -9,7 +9,7 @@ the hints are data.
 
 from __future__ import annotations
 
-from edu_dl.grading.source import NamesCheck, names_check
+from edu_dl.grading.authoring.source import NamesCheck, names_check
 
 CALLS_PEAK = ("this part asks you to write the formula yourself: cores x clock x FLOPs per cycle "
               "(do not call edu_dl.machine.hardware.peak_flops or flops_per_cycle)")

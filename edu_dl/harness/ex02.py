@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from edu_dl.grading.source import NamesCheck, names_check
-from edu_dl.grading.spec import CheckFailure, global_names
+from edu_dl.grading.authoring.source import NamesCheck, names_check
+from edu_dl.grading.authoring.spec import CheckFailure, global_names
 
 NAMES_NUMPY = ("the function still names NumPy (np.…): write xp.exp, xp.sum, … with "
                "xp = edu_dl.get_xp(x), so the same code runs on CuPy arrays on a GPU")

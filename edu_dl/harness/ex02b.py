@@ -22,9 +22,9 @@ import numpy as np
 
 from edu_dl.gpu import launch, mistakes
 from edu_dl.gpu.simulator import fill_shared_with_nan, simulator_active
-from edu_dl.grading.hints import Rule
-from edu_dl.grading.source import AllChecks, all_checks, decorator_names, names_check
-from edu_dl.grading.spec import CheckFailure, Verdict
+from edu_dl.grading.authoring.hints import Rule
+from edu_dl.grading.authoring.source import AllChecks, all_checks, decorator_names, names_check
+from edu_dl.grading.authoring.spec import CheckFailure, Verdict
 
 Array = np.ndarray
 Case = tuple[Any, ...]

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from edu_dl.grading.source import AllChecks, all_checks, decorator_names, names_check
-from edu_dl.grading.spec import CheckFailure, Verdict
+from edu_dl.grading.authoring.source import AllChecks, all_checks, decorator_names, names_check
+from edu_dl.grading.authoring.spec import CheckFailure, Verdict
 
 NOT_COMPILED = ("the values are right, but the function is not compiled: decorate it with "
                 "@njit (from numba), so that its loops run as one pass of machine code")

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.hints import Rule, output_of
-from edu_dl.grading.source import NamesCheck, code_names, definition_node, names_check
-from edu_dl.grading.spec import CheckFailure, Verdict
+from edu_dl.grading.authoring.hints import Rule, output_of
+from edu_dl.grading.authoring.source import NamesCheck, code_names, definition_node, names_check
+from edu_dl.grading.authoring.spec import CheckFailure, Verdict
 
 Case = tuple[Any, ...]
 WAIT_S = 3.0  # a prefetcher that delivers nothing for this long is stuck

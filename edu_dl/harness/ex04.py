@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.spec import CheckFailure, Verdict, global_names
+from edu_dl.grading.authoring.spec import CheckFailure, Verdict, global_names
 
 Case = tuple[Any, ...]
 

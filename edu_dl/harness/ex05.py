@@ -4,7 +4,7 @@ Public code (a release names it by ``edu_dl.harness.ex05:<name>``), and it compu
 of any part: the adapters drive the student's own ``Tape`` on a program given as data, hand
 the student's ``backward`` a tape recorded here with ops that are *not* the exercise's (a
 weighted sum, sin, tanh: their gradients answer nothing the student writes), and hand the
-guard (``edu_dl.grading.guard``) the copies they give in place of a case's arrays, so a
+guard (``edu_dl.grading.authoring.guard``) the copies they give in place of a case's arrays, so a
 function that writes into them fails as one that writes into the case does. The oracles
 (``torch.autograd``, central differences), the hidden cases and the mistake replays stay in the
 course's private part file.
@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading import guard
-from edu_dl.grading.source import names_check
-from edu_dl.grading.spec import CheckFailure
+from edu_dl.grading.authoring import guard
+from edu_dl.grading.authoring.source import names_check
+from edu_dl.grading.authoring.spec import CheckFailure
 
 Case = tuple[Any, ...]
 Vjp = Callable[[Any], tuple[Any, ...]]
@@ -28,9 +28,9 @@ Vjp = Callable[[Any], tuple[Any, ...]]
 
 
 def call_leaving_inputs(fn: Callable[..., Any], args: Case) -> Any:
-    """fn(*args). The guard every part runs under (``edu_dl.grading.guard``, in check() and in
-    the grader alike) fails a case whose arguments the function wrote into; the name stays for
-    the releases that refer to it."""
+    """fn(*args). The guard every part runs under (``edu_dl.grading.authoring.guard``, in
+    check() and in the grader alike) fails a case whose arguments the function wrote into; the
+    name stays for the releases that refer to it."""
     return fn(*args)
 
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.hints import Rule
-from edu_dl.grading.spec import CheckFailure
+from edu_dl.grading.authoring.hints import Rule
+from edu_dl.grading.authoring.spec import CheckFailure
 
 Case = tuple[Any, ...]
 

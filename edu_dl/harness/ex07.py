@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading import guard
-from edu_dl.grading.hints import Rule
-from edu_dl.grading.source import definition_node
-from edu_dl.grading.spec import CheckFailure, Verdict
+from edu_dl.grading.authoring import guard
+from edu_dl.grading.authoring.hints import Rule
+from edu_dl.grading.authoring.source import definition_node
+from edu_dl.grading.authoring.spec import CheckFailure, Verdict
 
 Case = tuple[Any, ...]
 

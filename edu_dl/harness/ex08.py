@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.hints import Rule, close
+from edu_dl.grading.authoring.hints import Rule, close
+from edu_dl.grading.authoring.spec import CheckFailure, Verdict
 from edu_dl.grading.protocol import as_array
-from edu_dl.grading.spec import CheckFailure, Verdict
 
 Case = tuple[Any, ...]
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading import guard
-from edu_dl.grading.source import definition_node, names_check
-from edu_dl.grading.spec import CheckFailure, Verdict
+from edu_dl.grading.authoring import guard
+from edu_dl.grading.authoring.source import definition_node, names_check
+from edu_dl.grading.authoring.spec import CheckFailure, Verdict
 
 Case = tuple[Any, ...]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from edu_dl.grading.hints import Rule
+from edu_dl.grading.authoring.hints import Rule
 
 
 def first_output(got: Any) -> Any:

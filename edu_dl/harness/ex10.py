@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading import guard
-from edu_dl.grading.hints import Rule, close, output_of
+from edu_dl.grading.authoring import guard
+from edu_dl.grading.authoring.hints import Rule, close, output_of
 
 Case = tuple[Any, ...]
 

@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from edu_dl.grading.authoring.hints import Rule, close
+from edu_dl.grading.authoring.source import names_check
+from edu_dl.grading.authoring.spec import CheckFailure
 from edu_dl.grading.checking import student_error
-from edu_dl.grading.hints import Rule, close
 from edu_dl.grading.protocol import as_array
-from edu_dl.grading.source import names_check
-from edu_dl.grading.spec import CheckFailure
 
 Case = tuple[Any, ...]
 RTOL, ATOL = 1e-9, 1e-10  # float64 against float64: matmul and loop orders differ by ~1e-15

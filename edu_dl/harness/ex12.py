@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.hints import Rule
-from edu_dl.grading.source import code_names, definition_node
-from edu_dl.grading.spec import CheckFailure, Verdict
+from edu_dl.grading.authoring.hints import Rule
+from edu_dl.grading.authoring.source import code_names, definition_node
+from edu_dl.grading.authoring.spec import CheckFailure, Verdict
 
 Case = tuple[Any, ...]
 

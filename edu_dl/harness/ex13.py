@@ -4,8 +4,8 @@ autograd version for the backward pass; the merge worked out from the keys' scor
 cases and the mistake replays stay in the course's private part file.
 
 Both functions get float64 copies and plain Python flags; the guard watches the copies
-(``edu_dl.grading.guard.watch``), so a function that writes into one (``q *= scale``) fails as one
-that writes into the case does.
+(``edu_dl.grading.authoring.guard.watch``), so a function that writes into one (``q *= scale``)
+fails as one that writes into the case does.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading import guard
-from edu_dl.grading.source import names_check
+from edu_dl.grading.authoring import guard
+from edu_dl.grading.authoring.source import names_check
 
 Case = tuple[Any, ...]
 

@@ -28,11 +28,11 @@ ROOT = PACKAGE.parent
 META_KEY = "edu_dl"
 DIGEST_CHARS = 16
 # The probe cell: every file a module of the kernel came from, and the part files check() loaded
-# (those are kept out of sys.modules, see edu_dl.grading.parts).
+# (those are kept out of sys.modules, see edu_dl.grading.authoring.parts).
 PROBE = """\
 import json as _json, sys as _sys
 _files = {getattr(_m, "__file__", None) for _m in list(_sys.modules.values())}
-_parts = _sys.modules.get("edu_dl.grading.parts")
+_parts = _sys.modules.get("edu_dl.grading.authoring.parts")
 if _parts is not None:
     _files |= {str(_key[0]) for _key in _parts._MODULES}
 print(_json.dumps(sorted(_f for _f in _files if _f)))"""

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.hints import (
+from edu_dl.grading.authoring.hints import (
     DtypeKind,
     Equals,
     Mistake,
@@ -22,7 +22,7 @@ from edu_dl.grading.hints import (
     Scaled,
     StartsWith,
 )
-from edu_dl.grading.spec import Part, tolerance
+from edu_dl.grading.authoring.spec import Part, tolerance
 from edu_dl.harness.ex01 import MACHINE_SOURCE, PEAK_SOURCE
 
 Array = np.ndarray

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.hints import Mistake, Scaled, SumsTo
-from edu_dl.grading.source import all_checks, names_check, speed_rules
-from edu_dl.grading.spec import Part, tolerance
+from edu_dl.grading.authoring.hints import Mistake, Scaled, SumsTo
+from edu_dl.grading.authoring.source import all_checks, names_check, speed_rules
+from edu_dl.grading.authoring.spec import Part, tolerance
 from edu_dl.harness.ex02 import INTENSITY_SOURCE, XP_SOURCE, call_device_agnostic
 from edu_dl.speed.tasks import CALLS_THE_REFERENCE, TASKS
 
@@ -99,7 +99,7 @@ def _softmax(x: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------- going further
 
 # The answers only: the speed itself is measured by the grader, from outside, in separate
-# sandboxed runs (edu_dl.grading.speed); the written justification is graded by hand.
+# sandboxed runs (edu_dl.grading.stages.speed); the written justification is graded by hand.
 FASTER = TASKS["ex02.faster_standardize"]
 
 

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from edu_dl.gpu import mistakes
-from edu_dl.grading.hints import EqualsArgument, Mistake
-from edu_dl.grading.spec import Part, tolerance
+from edu_dl.grading.authoring.hints import EqualsArgument, Mistake
+from edu_dl.grading.authoring.spec import Part, tolerance
 from edu_dl.harness.ex02b import (
     KERNEL_SOURCE,
     ROW_SUM_SOURCE,

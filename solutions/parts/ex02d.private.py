@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.hints import Mistake
-from edu_dl.grading.spec import Part, tolerance
+from edu_dl.grading.authoring.hints import Mistake
+from edu_dl.grading.authoring.spec import Part, tolerance
 from edu_dl.harness.ex02d import FUSED_SOURCE, call_compiled
 
 Case = tuple[Any, ...]

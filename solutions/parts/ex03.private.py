@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.hints import Equals, EqualsArgument, Less, Mistake, Permuted
-from edu_dl.grading.spec import Part, tolerance
+from edu_dl.grading.authoring.hints import Equals, EqualsArgument, Less, Mistake, Permuted
+from edu_dl.grading.authoring.spec import Part, tolerance
 from edu_dl.harness import ex03 as harness
 from edu_dl.harness.ex03 import (
     ERRORS,

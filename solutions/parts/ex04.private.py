@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.hints import Arity, Mistake, NotScalar, Scalar, Shorter
-from edu_dl.grading.source import names_check
-from edu_dl.grading.spec import Part, tolerance
+from edu_dl.grading.authoring.hints import Arity, Mistake, NotScalar, Scalar, Shorter
+from edu_dl.grading.authoring.source import names_check
+from edu_dl.grading.authoring.spec import Part, tolerance
 from edu_dl.harness.ex04 import (
     STATIC_NAMES,
     call_static,

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.hints import (
+from edu_dl.grading.authoring.hints import (
     EqualsArgument,
     Mistake,
     NonFinite,
@@ -30,8 +30,8 @@ from edu_dl.grading.hints import (
     Transposed,
     close,
 )
-from edu_dl.grading.source import all_checks, names_check, speed_rules
-from edu_dl.grading.spec import Part, tolerance
+from edu_dl.grading.authoring.source import all_checks, names_check, speed_rules
+from edu_dl.grading.authoring.spec import Part, tolerance
 from edu_dl.harness.ex05 import (
     BY_HAND,
     LINEAR,
@@ -524,8 +524,8 @@ DROPOUT_BACK = ("the gradient flows back only through the elements the forward p
 # --------------------------------------------------------------------------- going further
 
 # The answers only: the speed itself is measured by the grader, from outside, in separate
-# sandboxed runs (edu_dl.grading.speed, a gradebook row of its own); the written justification
-# is graded by hand.
+# sandboxed runs (edu_dl.grading.stages.speed, a gradebook row of its own); the written
+# justification is graded by hand.
 FASTER = TASKS["ex05.faster_sgd_step"]
 
 

@@ -30,10 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.hints import Mistake
-from edu_dl.grading.parts import sibling
-from edu_dl.grading.source import all_checks, names_check
-from edu_dl.grading.spec import Part, tolerance
+from edu_dl.grading.authoring.hints import Mistake
+from edu_dl.grading.authoring.parts import sibling
+from edu_dl.grading.authoring.source import all_checks, names_check
+from edu_dl.grading.authoring.spec import Part, tolerance
 from edu_dl.harness.ex06 import Stuck
 from edu_dl.harness.ex07 import (
     ClassCheck,

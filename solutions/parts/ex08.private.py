@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.hints import Mistake, close
-from edu_dl.grading.source import names_check
-from edu_dl.grading.spec import Part, tolerance
+from edu_dl.grading.authoring.hints import Mistake, close
+from edu_dl.grading.authoring.source import names_check
+from edu_dl.grading.authoring.spec import Part, tolerance
 from edu_dl.harness.ex08 import (
     OutputRight,
     RightButTransposed,

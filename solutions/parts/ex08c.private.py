@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.hints import Mistake
-from edu_dl.grading.spec import Part, tolerance
+from edu_dl.grading.authoring.hints import Mistake
+from edu_dl.grading.authoring.spec import Part, tolerance
 from edu_dl.harness.ex08c import NO_PYTHON_DECISIONS, VMAP_SOURCE, call_clipped, call_one_graph
 
 Array = np.ndarray

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.hints import EqualsArgument, Mistake, Scaled
-from edu_dl.grading.spec import Part, tolerance
+from edu_dl.grading.authoring.hints import EqualsArgument, Mistake, Scaled
+from edu_dl.grading.authoring.spec import Part, tolerance
 from edu_dl.harness.ex10 import (
     FirstAxisDropped,
     ValuesRightCountsScaled,

@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.hints import Mistake, Permuted, Transposed
-from edu_dl.grading.source import all_checks, names_check, speed_rules
-from edu_dl.grading.spec import Part, tolerance
+from edu_dl.grading.authoring.hints import Mistake, Permuted, Transposed
+from edu_dl.grading.authoring.source import all_checks, names_check, speed_rules
+from edu_dl.grading.authoring.spec import Part, tolerance
 from edu_dl.harness.ex11 import (
     NO_LIBRARY_CONV,
     NO_LIBRARY_CONV_BACKWARD,
@@ -518,8 +518,8 @@ POOL_BACKWARD_HINTS = (
 # --------------------------------------------------------------------------- going further
 
 # The answers only: the speed itself is measured by the grader, from outside, in separate
-# sandboxed runs (edu_dl.grading.speed, a gradebook row of its own); the written justification
-# is graded by hand.
+# sandboxed runs (edu_dl.grading.stages.speed, a gradebook row of its own); the written
+# justification is graded by hand.
 FASTER = TASKS["ex11.faster_max_pool"]
 
 

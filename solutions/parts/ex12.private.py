@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.hints import Equals, Greater, Less, Mistake
-from edu_dl.grading.source import names_check
-from edu_dl.grading.spec import Part, tolerance
+from edu_dl.grading.authoring.hints import Equals, Greater, Less, Mistake
+from edu_dl.grading.authoring.source import names_check
+from edu_dl.grading.authoring.spec import Part, tolerance
 from edu_dl.harness.ex12 import (
     LAUNCH_SHARE,
     MIN_REPEATS,

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.hints import Mistake, NonFinite, close
-from edu_dl.grading.spec import Part, tolerance
+from edu_dl.grading.authoring.hints import Mistake, NonFinite, close
+from edu_dl.grading.authoring.spec import Part, tolerance
 from edu_dl.harness.ex13 import BY_HAND, call_backward, call_merge, call_tiles
 
 Array = np.ndarray

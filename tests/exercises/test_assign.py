@@ -11,10 +11,11 @@ from fixtures.exercise_helpers import all_course_parts
 from nbformat.v4 import new_code_cell, new_notebook
 
 from edu_dl.cli import main
-from edu_dl.grading import nbgrader, release
+from edu_dl.grading import nbgrader
 from edu_dl.grading import notebooks as nbs
-from edu_dl.grading.assign import assign, lint
+from edu_dl.grading.authoring import release
 from edu_dl.grading.nbgrader import AssignError, student_version
+from edu_dl.grading.term.assign import assign, lint
 
 ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS, EXERCISES = ROOT / "solutions", ROOT / "exercises"

@@ -9,7 +9,8 @@ import pytest
 from fixtures.exercise_helpers import all_course_parts, course_module, course_part
 
 import edu_dl
-from edu_dl.grading import Part, Verdict, check, checking, default_compare, parts, protocol
+from edu_dl.grading import Part, Verdict, check, checking, default_compare, protocol
+from edu_dl.grading.authoring import parts
 
 pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there
 

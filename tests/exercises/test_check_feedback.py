@@ -22,16 +22,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edu_dl.grading import check, checking, generic, guard, hints, judge, protocol
+from edu_dl.grading import check, checking, protocol
+from edu_dl.grading.authoring import generic, guard, hints
+from edu_dl.grading.authoring.spec import Part
 from edu_dl.grading.model import Row
-from edu_dl.grading.spec import Part
+from edu_dl.grading.stages import judge
 
 ROOT = Path(__file__).resolve().parents[2]
 
 HW9 = '''
 import numpy as np
-from edu_dl.grading.hints import Mistake
-from edu_dl.grading.spec import Part
+from edu_dl.grading.authoring.hints import Mistake
+from edu_dl.grading.authoring.spec import Part
 
 def _cases(rng, hidden):
     return [(rng.standard_normal((3, 4)),), (rng.standard_normal((5, 2)),)]

@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 from fixtures.nbgrader_course import _code
 
-from edu_dl.grading import batch as G
 from edu_dl.grading import sandbox
-from edu_dl.grading.judge import case_numbers, case_points, judge_part
+from edu_dl.grading.authoring.spec import Part, Verdict, describe_case, judge_case
+from edu_dl.grading.authoring.withhold import withheld, withheld_error
 from edu_dl.grading.protocol import ErrorText, roundtrip
 from edu_dl.grading.settings import Settings
-from edu_dl.grading.spec import Part, Verdict, describe_case, judge_case
-from edu_dl.grading.withhold import withheld, withheld_error
+from edu_dl.grading.stages.judge import case_numbers, case_points, judge_part
+from edu_dl.grading.term import batch as G
 
 SECRET = 12345.678  # a hidden input: it must appear nowhere the student reads
 SECRET_TEXTS = ("12345", "24691", "37037")  # the input, 2x (expected) and 3x (got), any format

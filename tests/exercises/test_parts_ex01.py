@@ -14,7 +14,7 @@ from fixtures.exercise_helpers import (
     solution_namespace,
 )
 
-from edu_dl.grading import source
+from edu_dl.grading.authoring import source
 from edu_dl.grading.trust.source import find_source
 
 ex01 = course_module("ex01")

@@ -13,7 +13,7 @@ from fixtures.exercise_helpers import (
     run_check,
 )
 
-from edu_dl.grading import source
+from edu_dl.grading.authoring import source
 from edu_dl.grading.trust.source import find_source
 
 ex02 = course_module("ex02")

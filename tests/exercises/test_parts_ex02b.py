@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 from fixtures.exercise_helpers import SIMULATED_SOLUTIONS, checked, course_module
 
-from edu_dl.grading import protocol, spec
+from edu_dl.grading import protocol
+from edu_dl.grading.authoring import spec
 
 SOLUTION = Path(__file__).resolve().parents[2] / "solutions" / "02b_writing_a_gpu_kernel.ipynb"
 ex02b = course_module("ex02b")

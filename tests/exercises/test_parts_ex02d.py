@@ -16,7 +16,7 @@ from fixtures.exercise_helpers import code_lines, course_module, longest_shared_
 from numba import njit
 
 from edu_dl.gpu.transactions import warp_segments
-from edu_dl.grading import source
+from edu_dl.grading.authoring import source
 from edu_dl.grading.trust.source import find_source
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,8 @@ from fixtures.exercise_helpers import (
     solution_namespace,
 )
 
-from edu_dl.grading import check, spec
+from edu_dl.grading import check
+from edu_dl.grading.authoring import spec
 from edu_dl.grading.trust import source as trusted_source
 
 pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there

@@ -22,8 +22,10 @@ from fixtures.exercise_helpers import (
 )
 
 import edu_dl
-from edu_dl.grading import judge, parts, protocol, release
-from edu_dl.grading.hints import first_hint
+from edu_dl.grading import protocol
+from edu_dl.grading.authoring import parts, release
+from edu_dl.grading.authoring.hints import first_hint
+from edu_dl.grading.stages import judge
 from edu_dl.grading.trust import source as trusted_source
 from edu_dl.models import spec as models
 

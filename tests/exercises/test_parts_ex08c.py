@@ -21,7 +21,7 @@ from fixtures.exercise_helpers import (
 )
 from fixtures.frameworks import jax, jnp, torch
 
-from edu_dl.grading import spec
+from edu_dl.grading.authoring import spec
 
 ex08c = course_module("ex08c")
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from fixtures.exercise_helpers import course_module, run_check, solution_namespace
 
-from edu_dl.grading import spec
+from edu_dl.grading.authoring import spec
 from edu_dl.grading.trust import source as trusted_source
 
 ex09 = course_module("ex09")

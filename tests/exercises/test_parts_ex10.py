@@ -16,8 +16,8 @@ import pytest
 from fixtures.exercise_helpers import code_lines, course_module, course_part, longest_shared_run
 
 from edu_dl.grading import CheckFailed, check, checking
+from edu_dl.grading.authoring.spec import judge_case
 from edu_dl.grading.protocol import GRADING_ENV, read_outputs, roundtrip, write_inputs
-from edu_dl.grading.spec import judge_case
 
 pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there
 

@@ -28,9 +28,9 @@ from fixtures.exercise_helpers import (
 )
 from fixtures.frameworks import F, torch
 
+from edu_dl.grading.authoring.hints import Mistake
+from edu_dl.grading.authoring.spec import describe_case
 from edu_dl.grading.checking import HIDDEN_SEED, VISIBLE_SEED
-from edu_dl.grading.hints import Mistake
-from edu_dl.grading.spec import describe_case
 from edu_dl.grading.trust import source as trusted_source
 
 pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there

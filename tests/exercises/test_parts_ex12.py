@@ -22,7 +22,8 @@ from fixtures.exercise_helpers import (
 )
 
 from edu_dl.gpu import timing as gpu_timing
-from edu_dl.grading import checking, protocol, spec
+from edu_dl.grading import checking, protocol
+from edu_dl.grading.authoring import spec
 from edu_dl.grading.trust import source as trusted_source
 from edu_dl.harness import ex12 as ex12_harness
 
@@ -385,7 +386,7 @@ def time_kernel(go, wait, tick, warmup, repeats):
 
 
 def test_the_grader_refuses_a_forged_timer_by_its_source() -> None:
-    from edu_dl.grading import judge
+    from edu_dl.grading.stages import judge
 
     part = timer_part()
     cases = protocol.roundtrip(part.cases(np.random.default_rng(7), False))
@@ -415,7 +416,8 @@ def test_the_frame_peek_finds_no_case(tmp_path: Any, monkeypatch: pytest.MonkeyP
     the student's function holds a case, and the grader refuses the source."""
     import sys
 
-    from edu_dl.grading import check, judge, load
+    from edu_dl.grading import check
+    from edu_dl.grading.stages import judge, load
 
     part = next(p for p in ex12.PARTS if p.id == "ex12.stream_timer")
     cases = protocol.roundtrip(part.cases(np.random.default_rng(3), False))

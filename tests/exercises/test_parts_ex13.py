@@ -22,7 +22,8 @@ from fixtures.exercise_helpers import (
     solution_namespace,
 )
 
-from edu_dl.grading import judge, parts, release
+from edu_dl.grading.authoring import parts, release
+from edu_dl.grading.stages import judge
 
 pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there
 

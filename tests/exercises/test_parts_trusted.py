@@ -31,9 +31,11 @@ from fixtures.exercise_helpers import (
     solution_namespace,
 )
 
-from edu_dl.grading import check, checking, judge, load, prepare, protocol, source, spec
+from edu_dl.grading import check, checking, protocol
+from edu_dl.grading.authoring import source, spec
 from edu_dl.grading.nbgrader import is_solution
 from edu_dl.grading.notebooks import Notebook
+from edu_dl.grading.stages import judge, load, prepare
 from edu_dl.grading.trust import source as trusted_source
 
 pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there

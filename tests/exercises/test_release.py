@@ -20,9 +20,9 @@ from fixtures.exercise_helpers import SOLUTIONS, all_course_parts
 from nbformat.v4 import new_code_cell, new_notebook
 
 import edu_dl.harness
-from edu_dl.grading import hints, parts, release
-from edu_dl.grading.assign import assign
-from edu_dl.grading.spec import Part, default_compare, judge_case
+from edu_dl.grading.authoring import hints, parts, release
+from edu_dl.grading.authoring.spec import Part, default_compare, judge_case
+from edu_dl.grading.term.assign import assign
 from edu_dl.speed import tasks as speed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,7 +125,7 @@ def _shipped_modules() -> list[Any]:
         with np.load(path, allow_pickle=False) as data:
             text = str(data["spec"])
         names |= {ref.split(":")[0] for ref in _imports(text)}
-    return [importlib.import_module(name) for name in sorted(names)]
+    return [importlib.import_module(release.MOVED.get(name, name)) for name in sorted(names)]
 
 
 def _imports(text: str) -> list[str]:
@@ -222,8 +222,8 @@ def _instructor_course(root: Path, public: str | None, private: str) -> Path:
 
 PRIVATE = '''
 import numpy as np
-from edu_dl.grading.hints import Mistake, Scalar
-from edu_dl.grading.spec import Part
+from edu_dl.grading.authoring.hints import Mistake, Scalar
+from edu_dl.grading.authoring.spec import Part
 {imports}
 
 def _cases(rng, hidden):
@@ -258,7 +258,7 @@ def test_an_instructor_release_ships_data_and_warns_about_what_it_cannot_carry(t
 def test_a_public_part_file_ships_only_for_code_the_release_names(tmp_path: Path):
     public = '''
 import numpy as np
-from edu_dl.grading.spec import Verdict
+from edu_dl.grading.authoring.spec import Verdict
 
 def squares_oracle(x):
     return x ** 2
@@ -267,7 +267,8 @@ def positive(got, args):
     return Verdict(bool(np.all(np.asarray(got) >= 0)), "squares are never negative")
 '''
     source = _instructor_course(tmp_path, public, PRIVATE.format(
-        imports="from edu_dl.grading.parts import sibling\npub = sibling(__file__, 'hw1')",
+        imports="from edu_dl.grading.authoring.parts import sibling\n"
+                "pub = sibling(__file__, 'hw1')",
         expected="pub.squares_oracle", extra="result_check=pub.positive,"))
     warnings: list[str] = []
     assign(source, tmp_path / "out", warnings=warnings)
@@ -297,3 +298,14 @@ def test_the_same_release_has_the_same_bytes():
     a = release.freeze([p for p in COURSE if p.id.startswith(f"{exercise}.")], exercise)[0]
     b = release.freeze([p for p in COURSE if p.id.startswith(f"{exercise}.")], exercise)[0]
     assert a == b
+
+
+def test_a_release_written_before_the_rooms_still_loads() -> None:
+    """Issue 42 moved the authors' modules into grading/authoring/: a release frozen earlier
+    names them where they were (``edu_dl.grading.hints:Mistake``), and loads the same objects."""
+    from edu_dl.grading.authoring import hints, source, spec
+
+    assert release._import("edu_dl.grading.hints:Mistake") is hints.Mistake
+    assert release._import("edu_dl.grading.source:NamesCheck") is source.NamesCheck
+    assert release._import("edu_dl.grading.spec:Tolerance") is spec.Tolerance
+    assert release._import("edu_dl.harness.ex05:call_leaving_inputs") is not None

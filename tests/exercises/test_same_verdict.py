@@ -1,9 +1,10 @@
 """One guard, one verdict (issue 35, item 6; issue 44's "name the argument every time").
 
 ``check()`` in the student's kernel and the grader (``validate``, ``grade``: the call recorded in
-the sandbox, judged outside) decide a case with the same guard (``edu_dl.grading.guard``): a
-function that writes into an argument, or hands back the caller's ``dout`` itself where a part
-forbids it, fails both ways with the same line and a hint naming the argument by its name.
+the sandbox, judged outside) decide a case with the same guard
+(``edu_dl.grading.authoring.guard``): a function that writes into an argument, or hands back the
+caller's ``dout`` itself where a part forbids it, fails both ways with the same line and a hint
+naming the argument by its name.
 """
 
 from __future__ import annotations
@@ -27,10 +28,12 @@ from test_parts_trusted import (
     recorded,
 )
 
-from edu_dl.grading import checking, guard, judge, protocol, spec
+from edu_dl.grading import checking, protocol
+from edu_dl.grading.authoring import guard, spec
 from edu_dl.grading.nbgrader import grade_id
+from edu_dl.grading.stages import judge
+from edu_dl.grading.term.validate import validate
 from edu_dl.grading.trust import source as trusted_source
-from edu_dl.grading.validate import validate
 
 pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there
 

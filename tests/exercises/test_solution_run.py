@@ -10,7 +10,8 @@ import pytest
 from fixtures.nbgrader_course import _code
 
 from edu_dl.cli import main
-from edu_dl.grading import sandbox, solution_run
+from edu_dl.grading import sandbox
+from edu_dl.grading.term import solution_run
 
 PRIVATE = '''
 import numpy as np

@@ -30,7 +30,7 @@ from edu_dl.gpu import (
     timing,
 )
 from edu_dl.gpu.launch import LaunchConfig
-from edu_dl.grading.hints import Rule, first_hint
+from edu_dl.grading.authoring.hints import Rule, first_hint
 from edu_dl.harness import ex02b
 from edu_dl.machine.hardware import matmul_flops
 

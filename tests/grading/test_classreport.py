@@ -11,13 +11,15 @@ import nbformat
 import pytest
 from fixtures.nbgrader_course import _code
 
-from edu_dl.grading import batch as G
-from edu_dl.grading import classreport, sandbox, spec
-from edu_dl.grading.classreport_show import after_batch, render, write_histogram
+from edu_dl.grading import sandbox
+from edu_dl.grading.authoring import spec
 from edu_dl.grading.model import Row
-from edu_dl.grading.policy import LATE, Person
-from edu_dl.grading.report import COLUMNS, write_outputs
 from edu_dl.grading.settings import Settings
+from edu_dl.grading.term import batch as G
+from edu_dl.grading.term import classreport
+from edu_dl.grading.term.classreport_show import after_batch, render, write_histogram
+from edu_dl.grading.term.policy import LATE, Person
+from edu_dl.grading.term.report import COLUMNS, write_outputs
 from edu_dl.grading.trust.cells import cell_print, normalized_tokens
 
 FAST = Settings(timeout_s=30, memory_mb=2048)
@@ -25,7 +27,7 @@ FAST = Settings(timeout_s=30, memory_mb=2048)
 PRIVATE = '''
 import numpy as np
 from edu_dl.grading import Part
-from edu_dl.grading.hints import Mistake, Transposed
+from edu_dl.grading.authoring.hints import Mistake, Transposed
 
 PARTS = [
     Part(id="hw3.triple", points=2,
@@ -185,8 +187,8 @@ def test_a_gradebook_from_before_the_hint_column_still_reports(tmp_path: Path) -
 
 def test_recorded_cells_are_bounded_and_a_broken_submission_costs_only_its_own(
         tmp_path: Path) -> None:
-    from edu_dl.grading.load import load_parts, load_source
     from edu_dl.grading.model import Job
+    from edu_dl.grading.stages.load import load_parts, load_source
 
     _source(tmp_path / "source")
     exercises = load_source(tmp_path / "source", log=lambda s: None)

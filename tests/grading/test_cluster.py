@@ -24,10 +24,10 @@ import pytest
 from fixtures.hostile import corpus, no_bwrap
 
 from edu_dl.cli import main
-from edu_dl.grading import batch as G
-from edu_dl.grading import cluster as C
 from edu_dl.grading import model, sandbox
 from edu_dl.grading.settings import Settings
+from edu_dl.grading.stages import cluster as C
+from edu_dl.grading.term import batch as G
 
 distributed = pytest.importorskip("distributed")
 

@@ -24,11 +24,13 @@ import nbformat
 import pytest
 from fixtures.nbgrader_course import _code, _md
 
-from edu_dl.grading import batch as G
-from edu_dl.grading import feedback, manual, nbgrader
+from edu_dl.grading import nbgrader
 from edu_dl.grading.model import Row
 from edu_dl.grading.settings import Settings
-from edu_dl.grading.validate import validate
+from edu_dl.grading.stages import feedback
+from edu_dl.grading.term import batch as G
+from edu_dl.grading.term import manual
+from edu_dl.grading.term.validate import validate
 from edu_dl.notebook import hosted
 
 FAST = Settings(timeout_s=30, memory_mb=2048)

@@ -16,11 +16,13 @@ from fixtures.graded_course import COURSE_SETTINGS, course_notebooks
 from fixtures.hostile import corpus
 
 from edu_dl.cli import main
-from edu_dl.grading import batch as G
-from edu_dl.grading import cgroups, classreport, collect, model, report, restore, sandbox
-from edu_dl.grading.classreport_show import render
+from edu_dl.grading import cgroups, model, sandbox
 from edu_dl.grading.nbgrader import grade_id
 from edu_dl.grading.settings import Settings
+from edu_dl.grading.stages import collect, restore
+from edu_dl.grading.term import batch as G
+from edu_dl.grading.term import classreport, report
+from edu_dl.grading.term.classreport_show import render
 from edu_dl.grading.trust import result as results
 
 ROOT = Path(__file__).resolve().parents[2]

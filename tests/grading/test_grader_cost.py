@@ -11,7 +11,7 @@ import pytest
 
 from edu_dl.grading import cost
 from edu_dl.grading.model import Summary
-from edu_dl.grading.report import cost_lines, summary_text
+from edu_dl.grading.term.report import cost_lines, summary_text
 
 MB = 1 << 20
 

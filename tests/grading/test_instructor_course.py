@@ -13,10 +13,11 @@ import pytest
 from fixtures import graded_course as batches
 from fixtures.nbgrader_course import _code
 
-from edu_dl.grading import batch as G
-from edu_dl.grading import load, model, nbgrader, sandbox
+from edu_dl.grading import model, nbgrader, sandbox
 from edu_dl.grading import notebooks as nbs
 from edu_dl.grading.settings import Settings
+from edu_dl.grading.stages import load
+from edu_dl.grading.term import batch as G
 
 FAST = Settings(timeout_s=30, memory_mb=2048)
 
@@ -249,7 +250,7 @@ def test_a_private_exercise_is_graded_from_a_source_outside_the_repository(
         assert not {"hw2.py", "hw2.private.py"} & {Path(p).name for p in seen}
         assert "PRIVATE_PART_FILE" not in json.dumps(seen)
     # validate is the grader: against the source, the cheat fails as in the gradebook.
-    from edu_dl.grading.validate import validate
+    from edu_dl.grading.term.validate import validate
 
     cheat = tmp_path / "course" / "submitted" / "cheat" / "hw2" / "hw2.ipynb"
     report = validate(cheat, timeout=30, progress=False, source=src, log=lambda s: None)
@@ -392,7 +393,7 @@ def test_validate_agrees_with_grade_on_the_nbgrader_course(
 
     from fixtures import nbgrader_course as course
 
-    from edu_dl.grading.validate import validate
+    from edu_dl.grading.term.validate import validate
 
     src, root = graded_nbgrader_course.source, graded_nbgrader_course.submissions
     graded = {(r.student, r.part): (r.points, r.status) for r in graded_nbgrader_course.rows}

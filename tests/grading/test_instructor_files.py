@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from edu_dl.grading import manual, policy
-from edu_dl.grading.lms import export, metadata, roster
+from edu_dl.grading.term import manual, policy
+from edu_dl.grading.term.lms import export, metadata, roster
 
 # (flag in the message, the reader, the module and name of its limit)
 READERS: list[tuple[str, Callable[[Path], Any], Any, str]] = [

@@ -17,10 +17,10 @@ from fixtures.lms_fixtures import MINI, ROSTER_HEADER, csv_file, notebook, read_
 
 from edu_dl.cli import main
 from edu_dl.grading import sandbox
-from edu_dl.grading.lms import formats, metadata
-from edu_dl.grading.lms.collect import CollectError, collect_downloads
-from edu_dl.grading.lms.roster import read_lms_roster
-from edu_dl.grading.policy import PolicyError
+from edu_dl.grading.term.lms import formats, metadata
+from edu_dl.grading.term.lms.collect import CollectError, collect_downloads
+from edu_dl.grading.term.lms.roster import read_lms_roster
+from edu_dl.grading.term.policy import PolicyError
 from edu_dl.grading.trust.files import timestamp_of
 
 GROUP = f"pytest{os.getpid()}-"

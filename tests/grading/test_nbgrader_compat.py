@@ -25,7 +25,7 @@ import nbformat
 import pytest
 from fixtures.nbgrader_course import nbgrader_venv
 
-from edu_dl.grading.assign import assign
+from edu_dl.grading.term.assign import assign
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "solutions" / "05_autograd_from_scratch.ipynb"

@@ -17,10 +17,11 @@ from fixtures import graded_course as batches
 from fixtures import nbgrader_course as course
 
 from edu_dl.cli import main
-from edu_dl.grading import model, nbgrader, policy
+from edu_dl.grading import model, nbgrader
 from edu_dl.grading import notebooks as nbs
-from edu_dl.grading.assign import assign, lint
 from edu_dl.grading.settings import Settings
+from edu_dl.grading.term import policy
+from edu_dl.grading.term.assign import assign, lint
 from edu_dl.grading.trust import files
 
 FAST = Settings(timeout_s=30, memory_mb=2048)

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 from fixtures.nbgrader_course import _code
 
-from edu_dl.grading import batch as G
 from edu_dl.grading import nbgrader, sandbox
 from edu_dl.grading import notebooks as nbs
-from edu_dl.grading import secret as S
 from edu_dl.grading.settings import Settings
+from edu_dl.grading.stages import secret as S
+from edu_dl.grading.term import batch as G
 
 FAST = Settings(timeout_s=30, memory_mb=2048)
 STUDENTS = [f"s{i}" for i in range(8)]
@@ -176,7 +176,7 @@ def test_seeds_depend_on_the_secret_and_the_part_alone() -> None:
 def test_identical_submissions_get_one_grade_on_every_run_and_replay_reproduces_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from edu_dl.cli import main
-    from edu_dl.grading.replay import replay
+    from edu_dl.grading.stages.replay import replay
 
     subs, src = _course(tmp_path)
     failing, passing = _secrets()
@@ -232,7 +232,7 @@ def test_identical_submissions_get_one_grade_on_every_run_and_replay_reproduces_
     double_after = next(p for p in after.parts if p.part_id == "hw5.double").cases[1].args[0]
     assert not np.array_equal(double_before, double_after)
     # The old secret no longer replays the new run, and says why.
-    from edu_dl.grading.replay import ReplayError
+    from edu_dl.grading.stages.replay import ReplayError
 
     with pytest.raises(ReplayError, match="rotated since"):
         replay(out, "s3", "hw5", src, secret=failing)
@@ -246,7 +246,7 @@ def test_a_cluster_draws_the_same_inputs_and_never_gets_the_secret(tmp_path: Pat
     pytest.importorskip("distributed")
     from test_cluster import _Recording
 
-    from edu_dl.grading import cluster as C
+    from edu_dl.grading.stages import cluster as C
 
     subs, src = _course(tmp_path)
     failing, _ = _secrets()
@@ -308,7 +308,7 @@ def test_the_secret_is_created_on_the_first_grade_and_settable(tmp_path: Path) -
 
 def test_validate_is_the_same_every_time_and_never_uses_a_grading_secret(
         tmp_path: Path) -> None:
-    from edu_dl.grading.validate import validate
+    from edu_dl.grading.term.validate import validate
 
     subs, src = _course(tmp_path, STUDENTS[:1])
     notebook = subs / "s0" / "hw5.ipynb"
@@ -328,7 +328,7 @@ def test_replay_reproduces_every_row_of_the_nbgrader_fixture_course(tmp_path: Pa
     gradebook's, and a changed submission is refused rather than replayed."""
     from fixtures import nbgrader_course as course
 
-    from edu_dl.grading.replay import ReplayError, replay
+    from edu_dl.grading.stages.replay import ReplayError, replay
 
     src, root = course.build(tmp_path / "course")
     out = tmp_path / "grades"

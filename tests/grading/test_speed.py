@@ -1,7 +1,7 @@
 """Speed tasks: the reference, CPU time read from outside the sandbox, and the grader's ratio.
 
 The submissions in tests/fixtures/speed/ are module
-bodies as ``edu_dl.grading.speed`` runs them (after
+bodies as ``edu_dl.grading.stages.speed`` runs them (after
 its prelude): a vectorized solution, a fast wrong answer, and three attacks on the timing.
 """
 
@@ -14,9 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edu_dl.grading import sandbox, speed
-from edu_dl.grading.run import sandbox_env
-from edu_dl.grading.secret import VALIDATION_SECRET
+from edu_dl.grading import sandbox
+from edu_dl.grading.stages import speed
+from edu_dl.grading.stages.run import sandbox_env
+from edu_dl.grading.stages.secret import VALIDATION_SECRET
 from edu_dl.grading.trust.notebook import Untrusted
 from edu_dl.grading.trust.speed import read_speed_outputs, source_problem
 from edu_dl.speed.tasks import (

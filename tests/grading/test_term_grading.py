@@ -13,10 +13,10 @@ import pytest
 from fixtures.hostile import corpus
 
 from edu_dl.cli import main
-from edu_dl.grading import batch as G
-from edu_dl.grading import gradebook, manual, report
 from edu_dl.grading.model import BY_HAND, OUTSIDE, Exercise, Job, Row
-from edu_dl.grading.policy import Dates, LatePolicy, PolicyError, read_extensions
+from edu_dl.grading.term import batch as G
+from edu_dl.grading.term import gradebook, manual, report
+from edu_dl.grading.term.policy import Dates, LatePolicy, PolicyError, read_extensions
 
 EX = corpus.EXERCISE
 STUDENTS = ("good", "stub", "wrong")

@@ -17,13 +17,13 @@ import pytest
 from fixtures.hostile import corpus
 
 from edu_dl.cli import main
-from edu_dl.grading import batch as G
 from edu_dl.grading import sandbox
-from edu_dl.grading.cli import command_again
 from edu_dl.grading.model import AFTER_TIMEOUT
 from edu_dl.grading.settings import Settings
+from edu_dl.grading.term import batch as G
+from edu_dl.grading.term.cli import command_again
+from edu_dl.grading.term.validate import validate
 from edu_dl.grading.trust.errors import CellError, cause_of, defines, parse_error
-from edu_dl.grading.validate import validate
 
 ROOT = Path(__file__).resolve().parents[2]
 # A looping cell costs 6 s, not 60; the honest cells (at most the import of edu_dl.grading, 0.7 s

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from edu_dl.grading import load, parts
+from edu_dl.grading.authoring import parts
 from edu_dl.grading.notebooks import NotebookError
+from edu_dl.grading.stages import load
 from edu_dl.grading.trust import notebook as tnb
 from edu_dl.grading.trust import source as tsource
 from edu_dl.grading.trust.result import RunRecord, parse_record

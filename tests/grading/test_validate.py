@@ -13,7 +13,7 @@ import pytest
 from edu_dl.cli import main
 from edu_dl.grading import nbgrader
 from edu_dl.grading import notebooks as nbs
-from edu_dl.grading.validate import validate
+from edu_dl.grading.term.validate import validate
 
 ROOT = Path(__file__).resolve().parents[2]
 EX02 = "02_cpu_vs_gpu.ipynb"
@@ -116,7 +116,7 @@ def test_part_files_of_another_user_are_never_imported(tmp_path: Path, capsys,
 def test_own_part_files_are_used_and_said_so(tmp_path: Path):
     shutil.copy(ROOT / "exercises" / EX02, tmp_path / EX02)
     shutil.copytree(ROOT / "exercises" / "parts", tmp_path / "parts")
-    from edu_dl.grading import validate as V
+    from edu_dl.grading.term import validate as V
 
     nb = nbs.read_notebook(tmp_path / EX02)
     notes: list[str] = []
@@ -158,7 +158,7 @@ def test_what_the_notebook_raises_never_drives_the_terminal(tmp_path: Path, caps
 
 
 def test_a_part_graded_by_hand_later_gets_neither_a_tick_nor_a_zero() -> None:
-    from edu_dl.grading.validate import PartResult, ValidationReport
+    from edu_dl.grading.term.validate import PartResult, ValidationReport
 
     report = ValidationReport(Path("05_x.ipynb"), seconds=3.04, parts=[
         PartResult("ex05.relu_backward", "ex05.relu_backward", 1, 1, True, "",
@@ -180,7 +180,7 @@ def test_a_part_graded_by_hand_later_gets_neither_a_tick_nor_a_zero() -> None:
 def test_cells_are_named_by_their_first_line_and_the_heading_above() -> None:
     import nbformat
 
-    from edu_dl.grading import cellnames
+    from edu_dl.grading.stages import cellnames
 
     v4 = nbformat.v4
     graded = {"grade": True, "solution": False, "grade_id": "f_tests", "points": 1}

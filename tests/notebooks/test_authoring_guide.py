@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from edu_dl.grading import hints, sandbox, solution_run
-from edu_dl.grading.spec import Part, Tolerance
+from edu_dl.grading import sandbox
+from edu_dl.grading.authoring import hints
+from edu_dl.grading.authoring.spec import Part, Tolerance
+from edu_dl.grading.term import solution_run
 
 GUIDE = Path(__file__).resolve().parents[2] / "site" / "instructors.md"
 FIELDS = "### Every field of a Part"

@@ -1,8 +1,8 @@
 """The text of one definition: what a module-level ``def`` or ``class`` is, and its lines.
 
 Read by ``trust.source`` (finding a part's function in a student's cells) and by the part
-authors' source checks (``grading.source``); pure ``ast`` and text, importing nothing of the
-grader, so that the trusted readers sit below what an author writes.
+authors' source checks (``grading.authoring.source``); pure ``ast`` and text, importing nothing
+of the grader, so that the trusted readers sit below what an author writes.
 """
 
 from __future__ import annotations

@@ -28,9 +28,9 @@ from fixtures.lms_fixtures import (
 from hypothesis import given
 from hypothesis import strategies as st
 
-from edu_dl.grading.lms import formats
-from edu_dl.grading.lms.collect import Collected, collect_downloads
-from edu_dl.grading.lms.roster import read_lms_roster
+from edu_dl.grading.term.lms import formats
+from edu_dl.grading.term.lms.collect import Collected, collect_downloads
+from edu_dl.grading.term.lms.roster import read_lms_roster
 from edu_dl.grading.trust.archive import DEFAULT_LIMITS, MB, ArchiveLimits, read_download
 
 GOOD = ("smithalice_101_1_02_mini.ipynb", notebook("good"))

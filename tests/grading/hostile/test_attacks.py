@@ -24,9 +24,10 @@ from fixtures.hostile import attacks, corpus
 from fixtures.hostile.corpus import write
 from fixtures.hostile.planted import plant_everywhere
 
-from edu_dl.grading import batch as G
-from edu_dl.grading import model, parts, sandbox
+from edu_dl.grading import model, sandbox
+from edu_dl.grading.authoring import parts
 from edu_dl.grading.settings import Settings
+from edu_dl.grading.term import batch as G
 
 ROOT = Path(__file__).resolve().parents[3]
 FAST = Settings(timeout_s=20, budget_s=60, memory_mb=2048)

@@ -21,9 +21,9 @@ from fixtures.hostile import corpus
 from fixtures.hostile.corpus import write
 
 from edu_dl.cli import main
-from edu_dl.grading import batch as G
 from edu_dl.grading import model, sandbox
 from edu_dl.grading.settings import Settings
+from edu_dl.grading.term import batch as G
 
 FAST = Settings(timeout_s=20, budget_s=60, memory_mb=2048)
 GROUP = f"survives{os.getpid()}-"
@@ -132,7 +132,7 @@ def test_every_known_crash_input_beside_an_honest_control(tmp_path: Path,
 
 def test_a_local_cluster_survives_the_same_student(tmp_path: Path) -> None:
     pytest.importorskip("distributed")
-    from edu_dl.grading.cluster import ClusterOptions
+    from edu_dl.grading.stages.cluster import ClusterOptions
 
     subs, source = tmp_path / "submissions", tmp_path / "source"
     corpus.write_source(source, corpus.source())
@@ -249,7 +249,7 @@ def test_a_nested_copy_is_never_graded_in_nbgrader_layout(tmp_path: Path) -> Non
     cheat = write(course / "submitted" / "alice" / "ps1" / "0", corpus.student())
     (cheat.parent / "timestamp.txt").write_text("2026-03-01 00:00:00 UTC")
     write(course / "submitted" / "bob", corpus.student())  # not in an assignment folder
-    from edu_dl.grading.policy import Dates, LatePolicy
+    from edu_dl.grading.term.policy import Dates, LatePolicy
     from edu_dl.grading.trust.files import parse_time
 
     summary = G.grade(course, course / "source" / "ps1", tmp_path / "grades", settings=FAST,
@@ -319,7 +319,7 @@ def test_dot_names_beside_the_source_reach_no_sandbox_and_no_release(tmp_path: P
 
 SQUARE_PARTS = '''
 from edu_dl.grading import Part
-from edu_dl.grading.source import names_check
+from edu_dl.grading.authoring.source import names_check
 
 
 def _cases(rng, hidden):

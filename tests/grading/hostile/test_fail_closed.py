@@ -19,10 +19,10 @@ import nbformat
 import pytest
 from fixtures.hostile import corpus, no_bwrap
 
-from edu_dl.grading import batch as G
 from edu_dl.grading import sandbox
-from edu_dl.grading.report import summary_text
 from edu_dl.grading.settings import NO_SANDBOX, NoSandbox, Settings
+from edu_dl.grading.term import batch as G
+from edu_dl.grading.term.report import summary_text
 
 EDU_DL = str(Path(sys.executable).parent / "edu-dl")
 FAST = ["--timeout", "20", "--budget", "60", "--memory", "2048"]
@@ -236,7 +236,7 @@ def test_validate_without_bwrap_runs_the_labelled_fallback(
     ordinary_user()
     from fixtures import nbgrader_course as course
 
-    from edu_dl.grading.validate import validate
+    from edu_dl.grading.term.validate import validate
 
     monkeypatch.setattr(sandbox, "bwrap_problem", lambda: "bwrap is not installed")
     src, root = course.build(tmp_path / "course")
@@ -266,7 +266,7 @@ def test_speed_measurements_fail_closed_and_fall_back_as_the_user(
     """A speed task runs the student's function too (in sandboxes of its own, on this machine
     even with a cluster): refused without the sandbox, and with the opt-in run as the user in
     a private folder per run, the same measurement."""
-    from edu_dl.grading import speed
+    from edu_dl.grading.stages import speed
 
     monkeypatch.setattr(sandbox, "bwrap_problem", lambda: "bwrap is not installed")
     solution = (Path(__file__).resolve().parents[2] / "fixtures" / "speed"

@@ -16,10 +16,12 @@ from pathlib import Path
 import pytest
 from fixtures.hostile import corpus, costly
 
-from edu_dl.grading import batch as G
-from edu_dl.grading import feedback, gradebook, sandbox
-from edu_dl.grading.report import summary_text
+from edu_dl.grading import sandbox
 from edu_dl.grading.settings import Settings
+from edu_dl.grading.stages import feedback
+from edu_dl.grading.term import batch as G
+from edu_dl.grading.term import gradebook
+from edu_dl.grading.term.report import summary_text
 
 FAST = Settings(timeout_s=20, budget_s=60, memory_mb=2048)
 STUDENTS = {"nested []": "nested", "0,": "zeros", "10,000 Markdown cells": "markdown",

@@ -17,14 +17,15 @@ from fixtures.hostile import corpus
 from fixtures.lms_fixtures import MINI, csv_file, notebook, read_csv, write_zip
 
 from edu_dl.cli import main
-from edu_dl.grading import batch as G
-from edu_dl.grading import manual, report, sandbox
-from edu_dl.grading.csvio import WrittenCsv, csv_bytes, spreadsheet_safe, unguard
-from edu_dl.grading.lms import formats, metadata
-from edu_dl.grading.lms.collect import Collected, CollectError, collect_downloads
-from edu_dl.grading.lms.roster import read_lms_roster
+from edu_dl.grading import sandbox
 from edu_dl.grading.model import BY_HAND, Row
-from edu_dl.grading.policy import Dates, PolicyError
+from edu_dl.grading.term import batch as G
+from edu_dl.grading.term import manual, report
+from edu_dl.grading.term.csvio import WrittenCsv, csv_bytes, spreadsheet_safe, unguard
+from edu_dl.grading.term.lms import formats, metadata
+from edu_dl.grading.term.lms.collect import Collected, CollectError, collect_downloads
+from edu_dl.grading.term.lms.roster import read_lms_roster
+from edu_dl.grading.term.policy import Dates, PolicyError
 from edu_dl.grading.trust.identity import NameClash
 from edu_dl.grading.trust.text import for_terminal
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from fixtures.hostile import attacks, corpus
 
-from edu_dl.grading import batch as G
 from edu_dl.grading.settings import Settings
+from edu_dl.grading.term import batch as G
 from hostile.test_attacks import (
     _own_sandbox_group,  # noqa: F401  (the fixture: this module's sandboxes carry GROUP)
     assert_no_process_left,

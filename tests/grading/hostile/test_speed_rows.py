@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from fixtures.hostile import speed_corpus
 
-from edu_dl.grading import batch as G
-from edu_dl.grading import speed_rows
 from edu_dl.grading.model import OUTSIDE
 from edu_dl.grading.settings import Settings
+from edu_dl.grading.stages import speed_rows
+from edu_dl.grading.term import batch as G
 from edu_dl.speed.tasks import TASKS
 
 SETTINGS = Settings(timeout_s=30, budget_s=120, memory_mb=2048)

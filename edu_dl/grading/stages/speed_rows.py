@@ -1,0 +1,62 @@
+"""The gradebook rows of the speed tasks: one per speed part a submission answers.
+
+After a submission ran and its parts were judged, the grader measures the speed of each function
+a speed task grades (``speed.measure_submitted``: the function's source alone, in sandboxes of
+its own, its CPU time read from outside) and records a row ``<part id>.speed``
+(``tasks.speed_row``). Points: all of the task's at or above ``CREDIT_FRACTION`` x the goal
+ratio, none below: a loaded grader's ratio is noisy, and a ramp would grade the noise. A speed is
+measured only for a function whose correctness part passed (a wrong answer has no speed worth
+measuring); every failure (a refused source, a crash, a timeout, a wrong answer on the secret's
+inputs, a grader bug) costs this row alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from edu_dl.grading.model import OUTSIDE, Job, Row
+from edu_dl.grading.notebooks import Notebook
+from edu_dl.grading.settings import Settings
+from edu_dl.grading.stages.secret import Secret
+from edu_dl.grading.stages.speed import ROUNDS, measure_submitted, seed_for
+from edu_dl.speed.tasks import TASKS, speed_row
+
+# What a batch measures with; tests lower them (each measurement costs seconds of CPU).
+rounds = ROUNDS
+calls: int | None = None  # None: each task's own
+
+
+def speed_rows(job: Job, notebook: Notebook, judged: list[Row], secret: Secret,
+               settings: Settings, hide: Iterable[Path] = ()) -> list[Row]:
+    """A row per speed task of the job's exercise, after ``judged`` (its parts' rows)."""
+    passed = {row.part for row in judged if row.status == "passed"}
+    present = {row.part for row in judged}  # rows_for's (nothing judged) hold them already
+    rows = []
+    for part_id, _ in job.exercise.parts:
+        if part_id in TASKS and speed_row(part_id) not in present:
+            rows.append(_speed_row(job, notebook, part_id, part_id in passed, secret,
+                                   settings, hide))
+    return rows
+
+
+def _speed_row(job: Job, notebook: Notebook, part_id: str, correct: bool, secret: Secret,
+               settings: Settings, hide: Iterable[Path]) -> Row:
+    task = TASKS[part_id]
+    row = Row(job.student, job.exercise.name, speed_row(part_id), 0.0,
+              job.exercise.speed.get(speed_row(part_id), task.points), "not measured", "",
+              settings.isolation(), OUTSIDE)
+    if not correct:
+        row.message = (f"not measured: the correctness part {part_id} did not pass, and only a "
+                       "correct function's speed earns points")
+        return row
+    try:
+        found = measure_submitted(notebook, part_id, seed_for(secret, part_id), rounds=rounds,
+                                  calls=calls, hide=hide, settings=settings)
+    except Exception as exc:  # a grader bug costs this row, never the batch
+        row.status, row.message = "grader error", f"{type(exc).__name__}: {exc}"
+        return row
+    row.status, row.message = found.status, found.message
+    if found.passed:
+        row.points = row.max_points
+    return row
