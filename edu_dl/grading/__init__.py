@@ -3,9 +3,18 @@ instructors. nbgrader's markers and metadata; no Docker, no server.
 
 In an exercise notebook: ``from edu_dl.grading import check`` and ``check("ex05.relu_backward",
 relu_backward)``.
+
+Rooms by role (issue 42), bottom first; each imports only its own and those below:
+``trust/`` (every byte a student or a sandbox wrote, parsed strictly), the sandbox (``sandbox``,
+``cgroups`` and what runs inside it: ``runner``, ``speed_driver``), ``authoring/`` (what an
+instructor writes: parts, hints, the release), ``stages/`` (one submission: load, prepare, run,
+receive, judge, feedback) and ``term/`` (grade(), validate, gradebooks, hand grades, policies,
+reports, the LMS, the commands). At the top beside them: ``protocol``, ``notebooks``, ``model``,
+``nbgrader``, ``settings`` and ``cost``, which every room shares, and ``checking``, a student's
+``check()``. ``tests/install/test_package_layout.py`` holds the order.
 """
 
+from edu_dl.grading.authoring.spec import Part, Verdict, default_compare, tolerance
 from edu_dl.grading.checking import CheckFailed, check
-from edu_dl.grading.spec import Part, Verdict, default_compare, tolerance
 
 __all__ = ["CheckFailed", "Part", "Verdict", "check", "default_compare", "tolerance"]

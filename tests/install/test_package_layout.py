@@ -30,6 +30,26 @@ APART = [("bench", "grading"), ("grading", "bench"), ("bench", "harness"), ("har
          ("grading", "harness")]
 
 
+# The grading wing in rooms by role (issue 42), bottom first: a grading module may import its own
+# rung and the ones below. A room is a sub-package (trust/, sandbox/, authoring/, stages/, term/);
+# the few modules at grading's top are named one by one; "" is the package itself (check, Part).
+GRADING_RUNGS: list[set[str]] = [
+    {"protocol", "notebooks", "cost"},  # the wire format, notebook files, the grader's own cost
+    {"model"},  # jobs, rows, names
+    {"nbgrader"},  # nbgrader's metadata and markers
+    {"trust"},  # every byte a student or a sandbox wrote, parsed
+    {"sandbox", "cgroups", "runner", "speed_driver"},  # the sandbox and what runs inside it
+    {"settings"},  # a run's limits, and whether the sandbox works here (asked once)
+    {"authoring"},  # what an instructor writes: parts, hints, source checks, the release
+    {"checking"},  # a student's check()
+    {"stages"},  # one submission: load, prepare, run, receive, judge, feedback; speed; a cluster
+    {"term"},  # the term: grade(), validate, gradebooks, hand grades, policies, reports, LMS, CLI
+    {""},
+]
+MAX_GRADING_TOP = 12  # modules at grading's top, __init__.py included
+MAX_MODULE_LINES = 600
+
+
 def modules() -> dict[str, Path]:
     found = {}
     for path in PACKAGE.rglob("*.py"):
@@ -71,7 +91,7 @@ def imports(path: Path, known: dict[str, Path]) -> set[str]:
 
 
 def imported_by_name(node: ast.AST) -> str | None:
-    """The module a call such as ``importlib.import_module("edu_dl.grading.batch")`` or
+    """The module a call such as ``importlib.import_module("edu_dl.grading.term.batch")`` or
     ``__import__("...")`` imports, when it is written out as a string; else None."""
     if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
             and isinstance(node.args[0].value, str)):
@@ -210,3 +230,39 @@ def test_the_speed_tasks_old_address_is_the_same_objects() -> None:
               getattr(getattr(tasks, name), "__module__", None) == tasks.__name__]
     assert public and all(getattr(old, name) is getattr(tasks, name) for name in public), \
         sorted(set(public) - set(vars(old)))
+
+
+def grading_room(module: str) -> str:
+    """``edu_dl.grading.stages.judge`` -> ``stages``; ``edu_dl.grading.model`` -> ``model``."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 else ""
+
+
+def grading_rung(module: str) -> int:
+    for rank, rooms in enumerate(GRADING_RUNGS):
+        if grading_room(module) in rooms:
+            return rank
+    raise AssertionError(f"{module}: its room {grading_room(module)!r} is in no rung of this test")
+
+
+def test_the_grading_wing_is_a_few_rooms_with_arrows_one_way() -> None:
+    """Issue 42: the folder listing reads as the roles, and no grading import points up a rung
+    (an authoring module importing a stage, a stage importing the term, trust importing a
+    policy, ...)."""
+    grading = {name: targets for name, targets in graph().items() if home(name) == "grading"}
+    upward = [f"{a} -> {b}" for a, targets in grading.items() for b in targets
+              if home(b) == "grading" and grading_rung(b) > grading_rung(a)]
+    assert upward == [], "grading imports that point up a rung:\n" + "\n".join(sorted(upward))
+    top = sorted(p.name for p in (PACKAGE / "grading").glob("*.py"))
+    assert len(top) <= MAX_GRADING_TOP, top
+    rooms = sorted(p.name for p in (PACKAGE / "grading").iterdir()
+                   if p.is_dir() and (p / "__init__.py").exists())
+    assert rooms == ["authoring", "sandbox", "stages", "term", "trust"] or \
+        rooms == ["authoring", "stages", "term", "trust"], rooms
+
+
+def test_no_grading_module_is_over_six_hundred_lines() -> None:
+    long = {str(p.relative_to(ROOT)): n for name, p in modules().items()
+            if home(name) == "grading"
+            and (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert long == {}, long
