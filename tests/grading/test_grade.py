@@ -17,9 +17,10 @@ from fixtures.hostile import corpus
 
 from edu_dl.cli import main
 from edu_dl.grading import batch as G
-from edu_dl.grading import cgroups, classreport, collect, model, report, restore, sandbox
+from edu_dl.grading import classreport, collect, model, report, restore, sandbox
 from edu_dl.grading.classreport_show import render
 from edu_dl.grading.nbgrader import grade_id
+from edu_dl.grading.sandbox import cgroups
 from edu_dl.grading.settings import Settings
 from edu_dl.grading.trust import result as results
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from edu_dl.grading import cgroups, sandbox
+from edu_dl.grading import sandbox
+from edu_dl.grading.sandbox import cgroups
 
 FAST = sandbox.Limits(wall_s=20, memory_mb=512, processes=64, file_mb=4, tmp_mb=8)
 PY = sys.executable

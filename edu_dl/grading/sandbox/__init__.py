@@ -60,8 +60,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edu_dl.grading import cgroups
 from edu_dl.grading.protocol import RESULT_FD_VAR  # the descriptor the sandbox writes its result to
+from edu_dl.grading.sandbox import cgroups
 
 MB = 1 << 20
 PAGE = os.sysconf("SC_PAGE_SIZE")
