@@ -28,6 +28,10 @@ LAYERS: list[set[str]] = [
 # (it once did, for the speed tasks, which now live below both in ``speed``).
 APART = [("bench", "grading"), ("grading", "bench"), ("bench", "harness"), ("harness", "bench"),
          ("grading", "harness")]
+# Rooms inside a home that import nothing of the rest of it but what is named here: the sandbox
+# runs untrusted code, so it must not depend on what judges that code, only on the wire format
+# (and on the package ``edu_dl`` itself, whose folder it shows inside).
+ROOMS = {"edu_dl.grading.sandbox": {"edu_dl", "edu_dl.grading.protocol"}}
 
 
 def modules() -> dict[str, Path]:
@@ -127,6 +131,19 @@ def test_tools_do_not_import_each_other(importer: str, imported: str) -> None:
     found = [f"{a} -> {b}" for a, targets in graph().items() if home(a) == importer
              for b in targets if home(b) == imported]
     assert found == []
+
+
+@pytest.mark.parametrize("room", sorted(ROOMS))
+def test_a_room_imports_only_itself_and_what_it_names(room: str) -> None:
+    def inside(module: str) -> bool:
+        return module == room or module.startswith(f"{room}.")
+
+    edges = graph()
+    members = [a for a in edges if inside(a)]
+    assert len(members) > 1, f"{room}: no modules found"
+    outside = [f"{a} -> {b}" for a in members for b in edges[a]
+               if not inside(b) and b not in ROOMS[room]]
+    assert outside == [], f"{room} imports outside its room:\n" + "\n".join(sorted(outside))
 
 
 def test_no_import_cycles() -> None:
