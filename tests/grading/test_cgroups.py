@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from edu_dl.grading import cgroups
+from edu_dl.grading.sandbox import cgroups
 
 MB = 1 << 20
 NAME = f"{cgroups.PREFIX}test"

@@ -16,8 +16,9 @@ from fixtures.graded_course import COURSE_SETTINGS, course_notebooks
 from fixtures.hostile import corpus
 
 from edu_dl.cli import main
-from edu_dl.grading import cgroups, model, sandbox
+from edu_dl.grading import model, sandbox
 from edu_dl.grading.nbgrader import grade_id
+from edu_dl.grading.sandbox import cgroups
 from edu_dl.grading.settings import Settings
 from edu_dl.grading.stages import collect, restore
 from edu_dl.grading.term import batch as G

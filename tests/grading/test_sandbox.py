@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from edu_dl.grading import cgroups, sandbox
+from edu_dl.grading import sandbox
+from edu_dl.grading.sandbox import cgroups
 
 FAST = sandbox.Limits(wall_s=20, memory_mb=512, processes=64, file_mb=4, tmp_mb=8)
 PY = sys.executable
@@ -263,9 +264,9 @@ def test_a_mirror_keeps_a_venvs_packages_and_leaves_out_only_the_base_pythons(
     (base / "lib" / "python3.11" / "os.py").write_text("")
     monkeypatch.setattr(sys, "prefix", str(venv))
     monkeypatch.setattr(sys, "base_prefix", str(base))
-    mirrored = sandbox._mirror(venv) / "lib" / "python3.11"
+    mirrored = sandbox.bwrap._mirror(venv) / "lib" / "python3.11"
     assert (mirrored / "site-packages" / "pkg" / "__init__.py").read_text() == "x = 1"
-    mirrored = sandbox._mirror(base) / "lib" / "python3.11"
+    mirrored = sandbox.bwrap._mirror(base) / "lib" / "python3.11"
     assert (mirrored / "os.py").exists()
     assert not (mirrored / "site-packages").exists() and not (mirrored / "test").exists()
 
@@ -280,7 +281,7 @@ def test_dev_and_hidden_folders_are_read_only(tmp_path: Path,
     secret = tmp_path / "secret"  # a private folder inside the software shown, e.g. an --out
     secret.mkdir()
     shown = sandbox.software()
-    monkeypatch.setattr(sandbox, "software", lambda: [*shown, tmp_path])
+    monkeypatch.setattr(sandbox.bwrap, "software", lambda: [*shown, tmp_path])
     done = sandbox.run(["/bin/sh", "-c", f"for p in /dev/x {secret}/x /dev/shm/x /tmp/x; do "
                         "(echo x > $p) 2>/dev/null && echo wrote $p || echo refused $p; done"],
                        limits=FAST, env={"PATH": "/usr/bin:/bin"}, hide=[secret])
@@ -311,7 +312,7 @@ def test_stdout_stderr_and_result_are_pipes_and_fallocate_is_refused() -> None:
 def test_a_log_flood_is_cut_and_costs_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     """Past LOG_CAP the grader stops reading and closes the pipe: the writer gets EPIPE at once,
     and only the log's tail was kept."""
-    monkeypatch.setattr(sandbox, "LOG_CAP", 4 << 20)
+    monkeypatch.setattr(sandbox.drain, "LOG_CAP", 4 << 20)
     done = py("import sys\n"
               "try:\n"
               "    while True:\n"
@@ -411,7 +412,7 @@ def test_two_concurrent_sandboxes_never_share_a_uid(monkeypatch: pytest.MonkeyPa
     import threading
 
     assert os.geteuid() == 0
-    monkeypatch.setattr(sandbox.secrets, "randbelow", lambda n: 0)
+    monkeypatch.setattr(sandbox.identity.secrets, "randbelow", lambda n: 0)
     limits = sandbox.Limits(wall_s=20, memory_mb=512, processes=64)
     done: list[sandbox.Result] = []
     runs = [threading.Thread(target=lambda: done.append(sandbox.run(
@@ -422,7 +423,7 @@ def test_two_concurrent_sandboxes_never_share_a_uid(monkeypatch: pytest.MonkeyPa
         thread.join()
     assert len({d.uid for d in done}) == 2, [d.uid for d in done]
     deadline = time.monotonic() + 10  # their last processes may take a moment to be reaped
-    while {d.uid for d in done} & sandbox._uids_running() and time.monotonic() < deadline:
+    while {d.uid for d in done} & sandbox.identity._uids_running() and time.monotonic() < deadline:
         time.sleep(0.05)
     # Another grader holds UID_BASE: this one draws it first and must pass it by.
     holder = subprocess.Popen(
@@ -449,7 +450,7 @@ def test_mirrors_of_dead_graders_are_swept(tmp_path: Path) -> None:
     import subprocess
 
     code = ("import sys, os; from pathlib import Path; from edu_dl.grading import sandbox\n"
-            "print(sandbox._mirror(Path(sys.argv[1])), flush=True)\n"
+            "print(sandbox.bwrap._mirror(Path(sys.argv[1])), flush=True)\n"
             "os.kill(os.getpid(), 9)")
     src = tmp_path / "software"
     (src / "lib").mkdir(parents=True)

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from fixtures.hostile import corpus
 
-from edu_dl.grading import cgroups, sandbox
+from edu_dl.grading import sandbox
+from edu_dl.grading.sandbox import cgroups
 from hostile.test_attacks import GROUP, attacker, write
 
 MB = 1 << 20

@@ -71,12 +71,12 @@ def test_each_denied_syscall_fails_with_eperm() -> None:
 
 def test_the_syscall_test_can_fail(monkeypatch: pytest.MonkeyPatch) -> None:
     """With an empty filter, keyctl answers with its own error, not EPERM: the probe sees it."""
-    monkeypatch.setattr(sandbox, "DENIED_SYSCALLS", ())
-    sandbox.seccomp_filter.cache_clear()
+    monkeypatch.setattr(sandbox.bwrap, "DENIED_SYSCALLS", ())
+    sandbox.bwrap.seccomp_filter.cache_clear()
     try:
         done = py(_syscall_probe(("keyctl",)))
     finally:
-        sandbox.seccomp_filter.cache_clear()
+        sandbox.bwrap.seccomp_filter.cache_clear()
     assert "call keyctl" in done.log and "call keyctl -1 1\n" not in done.log, done.log
 
 

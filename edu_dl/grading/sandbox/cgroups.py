@@ -11,7 +11,7 @@ and CI run): ``memory.limit_in_bytes``, ``memory.memsw.limit_in_bytes`` set to t
 where swap is accounted (no swap) and ``memory.swappiness`` 0; ``pids.max``. OOM kills are
 ``oom_kill`` in ``memory.oom_control``, the peak is ``memory.max_usage_in_bytes``. On the kernel
 tried (6.18) SysV shm, memfds, tmpfs pages and the slab of empty tmpfs files are all charged to
-the group (tests/hostile/test_memory.py shows each being stopped).
+the group (tests/grading/hostile/test_memory.py shows each being stopped).
 
 cgroup v2 (one hierarchy): ``memory.max``, ``memory.swap.max`` 0, ``memory.oom.group`` 1 (an OOM
 kill takes the whole sandbox) and ``pids.max``, in a child of the grader's cgroup, or of the
@@ -23,8 +23,8 @@ and the note says to delegate a subtree. OOM kills are ``oom_kill`` in ``memory.
 peak is ``memory.peak``.
 
 ``EDU_DL_SANDBOX_CGROUP=off`` makes none (the watchdog's fallback, for tests and comparisons).
-Where none can be made (an ordinary user on v1, v2 without delegation), ``sandbox`` falls back to
-its watchdog's count and a stricter seccomp filter.
+Where none can be made (an ordinary user on v1, v2 without delegation), the sandbox falls back to
+its watchdog's count (``watchdog``) and a stricter seccomp filter (``bwrap``).
 """
 
 from __future__ import annotations
