@@ -110,11 +110,17 @@ def graph() -> dict[str, set[str]]:
     return {name: imports(path, known) - {name} for name, path in known.items()}
 
 
-def layer_of(module: str) -> int:
-    for rank, homes in enumerate(LAYERS):
-        if home(module) in homes:
+def rank_in(ladder: list[set[str]], place: str, module: str) -> int:
+    """The rung of ``ladder`` (bottom first) that holds ``place``, the home or room of
+    ``module``; a place no rung names fails the test, so a new home must be placed."""
+    for rank, places in enumerate(ladder):
+        if place in places:
             return rank
-    raise AssertionError(f"{module}: its home {home(module)!r} is in no layer of this test")
+    raise AssertionError(f"{module}: {place!r} is on no rung of this test")
+
+
+def layer_of(module: str) -> int:
+    return rank_in(LAYERS, home(module), module)
 
 
 def test_no_edu_dl_module_is_imported_by_a_string() -> None:
@@ -256,10 +262,7 @@ def grading_room(module: str) -> str:
 
 
 def grading_rung(module: str) -> int:
-    for rank, rooms in enumerate(GRADING_RUNGS):
-        if grading_room(module) in rooms:
-            return rank
-    raise AssertionError(f"{module}: its room {grading_room(module)!r} is in no rung of this test")
+    return rank_in(GRADING_RUNGS, grading_room(module), module)
 
 
 def test_the_grading_wing_is_a_few_rooms_with_arrows_one_way() -> None:
