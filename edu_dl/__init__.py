@@ -18,7 +18,7 @@ from edu_dl.autograd.tensor import (
     tensor,
     zeros,
 )
-from edu_dl.backend import get_xp, gpu_available, synchronize, to_device, to_numpy
+from edu_dl.backend import get_xp, gpu_status, synchronize, to_device, to_numpy
 
 __version__ = "0.1.0"
 
@@ -27,7 +27,7 @@ __all__ = [
     "backend",
     "enable_grad",
     "get_xp",
-    "gpu_available",
+    "gpu_status",
     "gradcheck",
     "graph",
     "is_grad_enabled",

@@ -117,14 +117,6 @@ def gpu_status(framework: str = "cupy") -> tuple[bool, str]:
         return False, f"{framework} could not be checked ({type(exc).__name__}: {exc})"
 
 
-def gpu_available() -> bool:
-    """True when CuPy is installed and sees at least one CUDA GPU. Never raises."""
-    try:
-        return gpu_status()[0]
-    except Exception:
-        return False
-
-
 def _refuse_unless_usable(status: tuple[bool, str]) -> None:
     usable, reason = status
     if not usable:
@@ -220,7 +212,7 @@ def to_device(x: Any, device: str) -> Any:
 
 def synchronize() -> None:
     """Wait for queued GPU work, so a timer measures the work and not just its launch."""
-    if gpu_available():
+    if gpu_status()[0]:
         cupy = require_gpu()
         cupy.cuda.get_current_stream().synchronize()
 

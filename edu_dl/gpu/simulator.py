@@ -43,7 +43,7 @@ class SimulatorError(RuntimeError):
 # --------------------------------------------------------------------------- this process
 
 
-def gpu_present() -> bool:
+def _gpu_present() -> bool:
     """True when a CUDA GPU is usable (CuPy sees one, or the driver reports one). Never raises.
 
     Asks CuPy or the driver library directly, NOT numba.cuda: importing numba.cuda would fix this
@@ -51,7 +51,7 @@ def gpu_present() -> bool:
     """
     from edu_dl import backend
 
-    return backend.gpu_available() or bool(backend.driver_device_count())
+    return backend.gpu_status()[0] or bool(backend.driver_device_count())
 
 
 def _numba_probe() -> bool:
@@ -68,7 +68,7 @@ def numba_gpu_works(timeout_s: float = 120.0) -> bool:
     ``numba-cuda[cu12]`` / ``[cu13]`` extras install. The probe runs elsewhere so that this process
     can still choose the simulator.
     """
-    if not gpu_present():
+    if not _gpu_present():
         return False
     from edu_dl.util.worker import WorkerError, run_in_worker
 

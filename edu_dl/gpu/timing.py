@@ -332,11 +332,6 @@ def time_events(fn: Callable[[], Any], make_event: Callable[[], Event], warmup: 
     return times
 
 
-def cuda_available() -> bool:
-    """Whether PyTorch sees a CUDA GPU here."""
-    return backend.gpu_status("torch")[0]
-
-
 # --------------------------------------------------------------------------- real GPUs
 
 
@@ -396,7 +391,7 @@ def profile_step(step: Callable[[], Any], cuda: bool | None = None) -> Any:
     GPU is there), synchronized at the end; returns the profiler (``.key_averages().table()``)."""
     from torch.profiler import ProfilerActivity, profile
 
-    cuda = cuda_available() if cuda is None else cuda
+    cuda = backend.gpu_status("torch")[0] if cuda is None else cuda
     activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
     with quiet_native_stderr(), profile(activities=activities) as prof:
         step()

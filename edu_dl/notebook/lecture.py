@@ -77,7 +77,7 @@ def setup(seed: int = 0) -> np.random.Generator:
 
 def device_or_cpu(device: str = "gpu") -> str:
     """``device`` if it can be used here, else 'cpu' after one clear sentence saying why."""
-    if device == "cpu" or backend.gpu_available():
+    if device == "cpu" or backend.gpu_status()[0]:
         return device
     print(f"No GPU here ({backend.gpu_status()[1]}), so this runs on the CPU instead.")
     return "cpu"

@@ -219,7 +219,7 @@ def test_cupy_transfers_through_the_stand_in() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not edu_dl.gpu_available(), reason="no CUDA GPU here")
+@pytest.mark.skipif(not edu_dl.gpu_status()[0], reason="no CUDA GPU here")
 def test_cupy_transfers_measured() -> None:
     rows = transfer.cupy_rows([2**16, 2**20], repeats=1, batch_s=0.001)
     assert {(r.direction, r.memory) for r in rows} == {

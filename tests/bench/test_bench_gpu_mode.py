@@ -162,7 +162,7 @@ def test_results_md_is_up_to_date() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not edu_dl.gpu_available(), reason="no CUDA GPU here")
+@pytest.mark.skipif(not edu_dl.gpu_status()[0], reason="no CUDA GPU here")
 def test_engine_and_kernels_run_on_the_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.delenv(FAKE_GPU_ENV, raising=False)

@@ -18,7 +18,7 @@ import pytest
 import edu_dl as ed
 from edu_dl import backend
 
-GPU = pytest.mark.skipif(not ed.gpu_available(), reason="no CUDA GPU / CuPy here")
+GPU = pytest.mark.skipif(not ed.gpu_status()[0], reason="no CUDA GPU / CuPy here")
 DEVICES = ["cpu", pytest.param("gpu", marks=[GPU, pytest.mark.gpu])]
 
 FakeCupyArray = type("ndarray", (), {"__module__": "cupy._core.core"})
@@ -87,28 +87,26 @@ def test_cupy_array_without_usable_gpu_is_a_device_error(no_gpu):
         backend.get_xp(FakeCupyArray())
 
 
-# --------------------------------------------------------------------------- gpu_available
+# --------------------------------------------------------------------------- gpu_status (CuPy)
 
 
 def test_the_gpu_is_probed_once_however_often_it_is_asked(monkeypatch, fresh_gpu_status):
-    """Notebooks ask gpu_available() in many cells and CUDA's first query is slow: one probe,
-    one answer. (This test once checked gpu_available() against gpu_status() on this machine,
-    which holds by construction and could not fail.)"""
+    """Notebooks ask gpu_status() in many cells and CUDA's first query is slow: one probe,
+    one answer."""
     probes = []
     cupy = _cupy_with_device_count(lambda: probes.append(1) or 2)
     monkeypatch.setitem(sys.modules, "cupy", cupy)
-    assert [backend.gpu_available() for _ in range(3)] == [True] * 3
-    assert backend.gpu_status() == (True, "2 CUDA device(s)")
+    assert [backend.gpu_status() for _ in range(3)] == [(True, "2 CUDA device(s)")] * 3
     assert len(probes) == 1
 
 
-def test_gpu_available_false_without_cupy(monkeypatch, fresh_gpu_status):
+def test_gpu_status_false_without_cupy(monkeypatch, fresh_gpu_status):
     monkeypatch.setitem(sys.modules, "cupy", None)  # makes `import cupy` raise ImportError
-    assert backend.gpu_available() is False
+    assert backend.gpu_status()[0] is False
     assert backend.gpu_status() == (False, "CuPy is not installed")
 
 
-def test_gpu_available_false_when_importing_cupy_raises(monkeypatch, fresh_gpu_status):
+def test_gpu_status_false_when_importing_cupy_raises(monkeypatch, fresh_gpu_status):
     real_import = importlib.import_module
 
     def broken_import(name, *args, **kwargs):
@@ -117,7 +115,7 @@ def test_gpu_available_false_when_importing_cupy_raises(monkeypatch, fresh_gpu_s
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(backend.importlib, "import_module", broken_import)
-    assert backend.gpu_available() is False
+    assert backend.gpu_status()[0] is False
 
 
 def _cupy_with_device_count(count_fn):
@@ -126,7 +124,7 @@ def _cupy_with_device_count(count_fn):
     return cupy
 
 
-def test_gpu_available_false_when_cuda_has_no_driver(monkeypatch, fresh_gpu_status):
+def test_gpu_status_false_when_cuda_has_no_driver(monkeypatch, fresh_gpu_status):
     class CUDARuntimeError(RuntimeError):
         pass
 
@@ -134,32 +132,37 @@ def test_gpu_available_false_when_cuda_has_no_driver(monkeypatch, fresh_gpu_stat
         raise CUDARuntimeError("cudaErrorInsufficientDriver")
 
     monkeypatch.setitem(sys.modules, "cupy", _cupy_with_device_count(no_driver))
-    assert backend.gpu_available() is False
+    assert backend.gpu_status()[0] is False
     usable, reason = backend.gpu_status()
     assert not usable and "CUDARuntimeError" in reason
     with pytest.raises(backend.DeviceError, match=r"CUDARuntimeError.*device='cpu'"):
         backend.require_gpu()
 
 
-def test_gpu_available_false_with_zero_devices(monkeypatch, fresh_gpu_status):
+def test_gpu_status_false_with_zero_devices(monkeypatch, fresh_gpu_status):
     monkeypatch.setitem(sys.modules, "cupy", _cupy_with_device_count(lambda: 0))
-    assert backend.gpu_available() is False
+    assert backend.gpu_status()[0] is False
     assert backend.gpu_status() == (False, "CuPy found no CUDA device")
 
 
-def test_gpu_available_true_with_a_device(monkeypatch, fresh_gpu_status):
+def test_gpu_status_true_with_a_device(monkeypatch, fresh_gpu_status):
     cupy = _cupy_with_device_count(lambda: 2)
     monkeypatch.setitem(sys.modules, "cupy", cupy)
-    assert backend.gpu_available() is True
+    assert backend.gpu_status()[0] is True
     assert backend.require_gpu() is cupy
 
 
-def test_gpu_available_never_raises(monkeypatch):
+def test_gpu_status_never_raises(monkeypatch):
     def broken():
         raise RuntimeError("anything at all")
 
-    monkeypatch.setattr(backend, "gpu_status", broken)
-    assert backend.gpu_available() is False
+    monkeypatch.setitem(backend._STATUS, "cupy", broken)
+    backend.gpu_status.cache_clear()
+    try:
+        assert backend.gpu_status() == (
+            False, "cupy could not be checked (RuntimeError: anything at all)")
+    finally:
+        backend.gpu_status.cache_clear()
 
 
 # --------------------------------------------------------------------------- each framework's GPU
@@ -320,7 +323,7 @@ def test_to_device_round_trip(device):
 
 
 def test_synchronize_is_a_noop_without_gpu(monkeypatch):
-    monkeypatch.setattr(backend, "gpu_available", lambda: False)
+    monkeypatch.setattr(backend, "gpu_status", lambda framework="cupy": (False, "faked"))
 
     def must_not_be_called():
         raise AssertionError("synchronize touched the GPU")

@@ -474,7 +474,7 @@ def test_random_seed_makes_training_repeatable(two_layer) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not edu_dl.gpu_available(), reason="no CUDA GPU here")
+@pytest.mark.skipif(not edu_dl.gpu_status()[0], reason="no CUDA GPU here")
 def test_gpu_gives_the_cpu_losses(two_layer, tmp_path: Path) -> None:
     net_path, solver_path, _ = two_layer
     initial_weights(tmp_path / "w0.npz")

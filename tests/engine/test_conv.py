@@ -24,7 +24,7 @@ from edu_dl.autograd import ops
 SEEDS = st.integers(0, 2**32 - 1)
 CASES = settings(max_examples=40)
 DEVICES = ["cpu", pytest.param("gpu", marks=[
-    pytest.mark.gpu, pytest.mark.skipif(not ed.gpu_available(), reason="no CUDA GPU / CuPy here")])]
+    pytest.mark.gpu, pytest.mark.skipif(not ed.gpu_status()[0], reason="no CUDA GPU / CuPy here")])]
 
 
 def eager(fn, arrays, projection, device):

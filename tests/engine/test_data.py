@@ -336,7 +336,7 @@ def test_device_gpu_hands_every_array_of_every_batch_to_to_device(arrays, prefet
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not edu_dl.gpu_available(), reason="no CUDA GPU here")
+@pytest.mark.skipif(not edu_dl.gpu_status()[0], reason="no CUDA GPU here")
 def test_gpu_device_moves_batches(arrays) -> None:
     X, y = arrays
     loader = DataLoader(ArrayDataset(X, y), batch_size=20, device="gpu", num_threads=2)
@@ -345,7 +345,7 @@ def test_gpu_device_moves_batches(arrays) -> None:
     np.testing.assert_array_equal(edu_dl.to_numpy(batches[1][0]), X[20:40])
 
 
-@pytest.mark.skipif(edu_dl.gpu_available(), reason="a GPU is present: nothing to refuse")
+@pytest.mark.skipif(edu_dl.gpu_status()[0], reason="a GPU is present: nothing to refuse")
 def test_missing_gpu_fails_at_construction(arrays) -> None:
     with pytest.raises(edu_dl.backend.DeviceError, match="No GPU"):
         DataLoader(ArrayDataset(*arrays), batch_size=4, device="gpu")

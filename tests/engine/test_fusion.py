@@ -264,7 +264,7 @@ def test_on_a_gpu_the_fused_plan_runs_through_cupy(monkeypatch: pytest.MonkeyPat
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not __import__("edu_dl").gpu_available(), reason="no CUDA GPU here")
+@pytest.mark.skipif(not __import__("edu_dl").gpu_status()[0], reason="no CUDA GPU here")
 def test_on_a_real_gpu_the_fused_kernels_give_the_unfused_numbers() -> None:
     """The generated ElementwiseKernels compiled by CuPy on a real GPU: the fused step's losses
     and weights agree with the unfused plan's to float32 rounding (kernels may reorder)."""

@@ -701,7 +701,7 @@ def test_gpu_without_gpu_is_a_device_error(g: tf.Graph, monkeypatch: pytest.Monk
 @pytest.mark.parametrize("device", [
     "cpu",
     pytest.param("gpu", marks=pytest.mark.skipif(
-        not edu_dl.gpu_available(), reason="no CUDA GPU with CuPy on this machine")),
+        not edu_dl.gpu_status()[0], reason="no CUDA GPU with CuPy on this machine")),
 ])
 def test_session_runs_on_device(g: tf.Graph, device: str) -> None:
     r = _rng(13)

@@ -90,7 +90,7 @@ def test_two_workers_with_half_batches_match_one_worker_with_the_whole_batch(sin
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not edu_dl.gpu_available(), reason="no CUDA GPU here")
+@pytest.mark.skipif(not edu_dl.gpu_status()[0], reason="no CUDA GPU here")
 def test_nccl_on_the_gpu_runs_the_same_code(single):
     # One rank per GPU; with one GPU the group has one rank, and the code path is the same.
     world_size = 2 if torch.cuda.device_count() >= 2 else 1

@@ -16,7 +16,7 @@ import edu_dl as ed
 from edu_dl import backend
 from edu_dl.autograd import ops
 
-GPU = pytest.mark.skipif(not ed.gpu_available(), reason="no CUDA GPU / CuPy here")
+GPU = pytest.mark.skipif(not ed.gpu_status()[0], reason="no CUDA GPU / CuPy here")
 
 
 def leaf(values, dtype=np.float64):

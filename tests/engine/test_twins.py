@@ -166,7 +166,7 @@ def test_bad_input_is_a_clear_error_naming_the_twin_and_shapes(twin):
 def test_unknown_twin_and_missing_gpu_are_clear_errors():
     with pytest.raises(ValueError, match="unknown twin 'mxnet'"):
         get_twin("mxnet")
-    if not edu_dl.gpu_available():
+    if not edu_dl.gpu_status()[0]:
         spec = SPECS["mean_row_sum"]
         X, Y = spec.make_data()
         with pytest.raises(edu_dl.backend.DeviceError, match="No GPU"):
@@ -194,7 +194,7 @@ def test_framework_device_asks_the_backend_and_says_why_not(monkeypatch, to_devi
     assert to_device("gpu") == gpu_name
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not edu_dl.gpu_available(), reason="no CUDA GPU here")
+@pytest.mark.skipif(not edu_dl.gpu_status()[0], reason="no CUDA GPU here")
 @pytest.mark.parametrize("optimizer", models.OPTIMIZERS)
 @pytest.mark.parametrize("twin", ["numpy", "edu_eager", "edu_static"])
 def test_cupy_twins_match_the_cpu(twin, optimizer):

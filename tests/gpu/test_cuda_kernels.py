@@ -421,7 +421,7 @@ def test_time_it_synchronizes_every_run_and_gflops() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not edu_dl.gpu_available(), reason="no CUDA GPU here")
+@pytest.mark.skipif(not edu_dl.gpu_status()[0], reason="no CUDA GPU here")
 def test_kernels_on_the_gpu_match_numpy() -> None:
     from edu_dl.gpu import kernels
 

@@ -15,6 +15,7 @@ import types
 
 import pytest
 
+from edu_dl import backend
 from edu_dl.gpu import timing as gpu_timing
 from edu_dl.gpu.timing import FakeAsyncDevice, SimulatedAsyncDevice
 
@@ -155,7 +156,7 @@ def test_cuda_timers_logic_on_a_fake_torch_cuda(monkeypatch: pytest.MonkeyPatch)
 @pytest.mark.gpu
 @pytest.mark.timing
 def test_cuda_timers() -> None:  # pragma: no cover - needs a GPU
-    if not gpu_timing.cuda_available():  # asks torch: when the test runs, not at collection
+    if not backend.gpu_status("torch")[0]:  # asks torch: when the test runs, not at collection
         pytest.skip("No CUDA GPU")
     import torch
 
@@ -165,23 +166,21 @@ def test_cuda_timers() -> None:  # pragma: no cover - needs a GPU
     assert result["cuda_events"] <= result["synchronize"] * 1.5
 
 
-def test_cuda_available_is_false_without_torch_and_a_bool_from_it(
+def test_torchs_gpu_status_is_false_without_torch_and_a_bool_from_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Without PyTorch there is no CUDA to time (not an ImportError); with it, torch's answer as
     a bool, whatever truthy value it gives (an isinstance check of it alone could not fail)."""
-    from edu_dl import backend
-
     backend.gpu_status.cache_clear()  # the backend asks each framework once; here, every time
     monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` raise ImportError
     try:
-        assert gpu_timing.cuda_available() is False
+        assert backend.gpu_status("torch")[0] is False
         for answer, want in ((1, True), (0, False)):
             backend.gpu_status.cache_clear()
             cuda = types.SimpleNamespace(is_available=lambda answer=answer: answer,
                                          device_count=lambda answer=answer: answer)
             fake = types.SimpleNamespace(cuda=cuda, __version__="9.9")
             monkeypatch.setitem(sys.modules, "torch", fake)
-            assert gpu_timing.cuda_available() is want
+            assert backend.gpu_status("torch")[0] is want
     finally:
         backend.gpu_status.cache_clear()
 
@@ -225,9 +224,7 @@ def test_synchronize_waits_only_for_libraries_in_use_with_a_gpu(monkeypatch) -> 
 
 
 def test_gpu_peak_without_a_gpu_gives_the_backends_reason(monkeypatch) -> None:
-    from edu_dl import backend
 
     monkeypatch.setattr(backend, "gpu_status",
                         lambda name="cupy": (False, f"{name} finds no CUDA device"))
     assert gpu_timing.gpu_peak() == (None, "numba finds no CUDA device")
-    assert gpu_timing.cuda_available() is False

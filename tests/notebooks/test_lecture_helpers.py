@@ -65,7 +65,7 @@ def test_the_cupy_probe_gives_the_backends_reason(monkeypatch, status, missing):
 
 def test_device_or_cpu_falls_back_with_one_sentence(capsys):
     device = lecture.device_or_cpu("gpu")
-    if backend.gpu_available():
+    if backend.gpu_status()[0]:
         assert device == "gpu"
     else:
         assert device == "cpu"
