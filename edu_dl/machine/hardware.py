@@ -19,12 +19,13 @@ import math
 import os
 import platform
 import re
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from edu_dl.gpu.timing import time_synchronized
 
 X = "\u00d7"  # the multiplication sign in printed formulas, spelled out for linters
 
@@ -478,16 +479,16 @@ def theoretical_bandwidth(
 # --------------------------------------------------------------------------- measurements
 
 
+def _no_sync() -> None:
+    """NumPy's work is done when the call returns: nothing to wait for."""
+
+
 def measure_bandwidth(nbytes: int = 256 * 2**20, repeats: int = 5) -> Fact:
     """Best copy bandwidth in GB/s of one NumPy copy: 2 * nbytes moved (read + write) / time."""
     src = np.ones(nbytes // 8, dtype=np.float64)  # ones, not empty: pages must really exist
     dst = np.zeros_like(src)
-    np.copyto(dst, src)  # warm-up: the first copy also faults pages in
-    best = math.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
-        np.copyto(dst, src)
-        best = min(best, time.perf_counter() - start)
+    # One warm-up copy first: it also faults the pages in.
+    best = min(time_synchronized(lambda: np.copyto(dst, src), _no_sync, 1, repeats))
     return Fact(
         2 * src.nbytes / best / 1e9,
         "GB/s",
@@ -500,12 +501,8 @@ def measure_matmul(n: int = 1024, repeats: int = 5) -> Fact:
     rng = np.random.default_rng(0)
     a = rng.standard_normal((n, n), dtype=np.float32)
     b = rng.standard_normal((n, n), dtype=np.float32)
-    a @ b  # warm-up: BLAS thread pool start, page faults
-    best = math.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - start)
+    # One warm-up call first: the BLAS thread pool starts, pages fault in.
+    best = min(time_synchronized(lambda: a @ b, _no_sync, 1, repeats))
     return Fact(
         matmul_flops(n) / best / 1e9,
         "GFLOP/s",
