@@ -2,29 +2,25 @@
 
 Colab, Kaggle and other hosted services open a notebook in an environment of their own, with their
 own PyTorch, TensorFlow and NumPy, and without edu_dl (the course is not on PyPI). The cell clones
-the course's repository (git, one commit deep), installs it from that clone with pip, and hands pip
-the versions the service already has as constraints: pip keeps them, or stops with a conflict, but
-never replaces them. Without TensorFlow it adds the `cpu` extra (tensorflow-cpu), which the
-TensorFlow lecture needs; the `caffe` extra (protobuf 7, for lecture 08b's Caffe reader) only where
-TensorFlow is absent or 2.20 or later, since an older TensorFlow refuses protobuf 7. An exercise's
-check() reads the course's part files from `parts/` beside the notebook, which a hosted service
-does not have: the cell copies the clone's `exercises/parts/` there (never over an existing
-`parts/`). Where edu_dl is installed (`make lab`, nbval, the grader's sandbox) the cell does nothing
-and prints nothing. Where the clone or the install fails, the cell ends with one sentence that
-names the repository and what to do (IPython shows an exception's `_render_traceback_` instead of
-its traceback), and Run All stops there instead of failing in every later cell.
+the course's repository (git, one commit deep) and runs the installer it finds in that clone
+(:mod:`edu_dl.notebook.hosted_install`: pip with the service's own torch, TensorFlow and NumPy kept,
+the extras that fit them, and the exercises' `parts/` beside the notebook), so the cell holds only
+what must run before the course exists: the clone. Where edu_dl is installed (`make lab`, nbval, the
+grader's sandbox) the cell does nothing and prints nothing. Where the clone or the install fails,
+the cell ends with one sentence that names the repository and what to do (IPython shows an
+exception's `_render_traceback_` instead of its traceback), and Run All stops there instead of
+failing in every later cell.
 
 The repository is pyproject.toml's `[project.urls] Source`, read from the installed package's
 metadata: a fork sets it there, reinstalls (`make install`) and regenerates the cells. The cell
 cannot import edu_dl (edu_dl is what is missing), so each notebook holds INSTALL_CELL whole.
 `python -m edu_dl.notebook.hosted NOTEBOOK...` puts it first in each notebook (or brings an older
-one up to
-date) without executing anything: an executed notebook gets it as execution 1, with no output (what
-it prints where the course is installed), and every later count moves up by one, as a top-to-bottom
-run with the new cell would number them; refreshing a cell already there changes no output.
-Exercises get it from their solutions through `edu-dl assign`. The cell is collapsed where the
-notebook is opened: JupyterLab hides its source (`jupyter.source_hidden`), Colab shows it as a form
-with its title (`#@title`, `cellView: form`).
+one up to date) without executing anything: an executed notebook gets it as execution 1, with no
+output (what it prints where the course is installed), and every later count moves up by one, as a
+top-to-bottom run with the new cell would number them; refreshing a cell already there changes no
+output. Exercises get it from their solutions through `edu-dl assign`. The cell is collapsed where
+the notebook is opened: JupyterLab hides its source (`jupyter.source_hidden`), Colab shows it as a
+form with its title (`#@title`, `cellView: form`).
 """
 
 from __future__ import annotations
@@ -61,60 +57,34 @@ METADATA: dict[str, Any] = {"tags": TAGS, "jupyter": {"source_hidden": True}, "c
 
 INSTALL_CELL = f'''\
 {MARK} {{ display-mode: "form" }}
-# Where edu_dl is missing, install the course from its repository, keeping the service's own
-# torch, TensorFlow and NumPy (pip gets their versions as constraints), and bring the exercises'
-# parts/ (what check() reads) beside the notebook. Where the course is installed, do nothing.
+# Where edu_dl is missing, clone the course and run its installer from the clone
+# (edu_dl/notebook/hosted_install.py: it keeps the service's own torch, TensorFlow and NumPy and
+# brings the exercises' parts/ beside the notebook). Where the course is installed, do nothing.
 import importlib.util
 
 if importlib.util.find_spec("edu_dl") is None:
-    import re
-    import shutil
+    import runpy
     import subprocess
-    import sys
     import tempfile
-    from importlib.metadata import PackageNotFoundError, version
-    from pathlib import Path
 
     REPOSITORY = "{REPOSITORY}"
-
-    class CourseNotInstalled(Exception):
-        def _render_traceback_(self):  # IPython shows this line instead of a traceback
-            return [f"CourseNotInstalled: {{self}}"]
-
-    keep = {{}}
-    for name in ("torch", "tensorflow", "tensorflow-cpu", "numpy"):
-        try:
-            keep[name] = version(name)
-        except PackageNotFoundError:
-            pass
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as pins:
-        pins.writelines(f"{{name}}=={{v}}\\n" for name, v in keep.items())
-    tensorflow = keep.get("tensorflow") or keep.get("tensorflow-cpu")
-    if tensorflow is None:
-        extra = "[cpu,caffe]"  # TensorFlow for lecture 06, protobuf 7 for lecture 08b
-    elif tuple(int(n) for n in re.findall(r"\\d+", tensorflow)[:2]) >= (2, 20):
-        extra = "[caffe]"
-    else:
-        extra = ""  # TensorFlow before 2.20 refuses protobuf 7: lecture 08b's Caffe cells say so
-    course = Path(tempfile.mkdtemp()) / "edu-dl"
-    clone = ["git", "clone", "--quiet", "--depth", "1", REPOSITORY, str(course)]
+    course = tempfile.mkdtemp() + "/edu-dl"
     try:
-        subprocess.run(clone, check=True, capture_output=True, text=True)
+        subprocess.run(["git", "clone", "--quiet", "--depth", "1", REPOSITORY, course],
+                       check=True, capture_output=True, text=True)
     except (OSError, subprocess.CalledProcessError) as exc:
         said = (getattr(exc, "stderr", None) or str(exc)).strip().splitlines() or ["git failed"]
+
+        class CourseNotInstalled(Exception):
+            def _render_traceback_(self):  # IPython shows this line instead of a traceback
+                return [f"CourseNotInstalled: {{self}}"]
+
         raise CourseNotInstalled(
             f"could not download the course from {{REPOSITORY}} ({{said[-1].strip()}}): check "
             "that this notebook can reach the internet (on Kaggle, switch Internet on in the "
             "notebook's settings), then run this cell again") from None
-    pip = [sys.executable, "-m", "pip", "install", "-c", pins.name, f"{{course}}{{extra}}"]
-    if subprocess.run(pip).returncode != 0:
-        raise CourseNotInstalled(
-            f"pip could not install the course from {{REPOSITORY}} (its messages are above): "
-            "restart the runtime and run this cell again, and if it fails again, report pip's "
-            f"last lines at {{REPOSITORY}}/issues")
-    if not Path("parts").exists():
-        shutil.copytree(course / "exercises" / "parts", "parts")
-    importlib.invalidate_caches()'''
+    installer = runpy.run_path(course + "/edu_dl/notebook/hosted_install.py", run_name="__main__")
+    installer["install"](course, REPOSITORY)'''
 
 
 CELL_ID = "install-the-course"

@@ -1,13 +1,14 @@
 """The first cell of every notebook installs the course on a hosted service, and only there.
 
-The cell runs as a hosted service would run it: in a Python where edu_dl cannot be imported
-(`python -S`, no site-packages, from an empty folder), with the service's torch, TensorFlow and
-NumPy as installed distributions (their .dist-info folders) at versions of the service's own, and
-with a stand-in `pip` package first on PYTHONPATH, which records the command it was given and the
+The cell runs as a hosted service would run it: in a Python where edu_dl cannot be imported (`python
+-S`, no site-packages, from an empty folder), with the service's torch, TensorFlow and NumPy as
+installed distributions (their .dist-info folders) at versions of the service's own, and with a
+stand-in `pip` package first on PYTHONPATH, which records the command it was given and the
 constraints file it was handed (or fails, as asked), and a stand-in `git` first on PATH, whose
-"clone" writes a tiny course (one part file, or this repository's exercises/parts/) and records the
-command, or fails as git does without a network. Where it fails, the cell also runs in IPython, as
-a notebook shows it. The course is not on PyPI: nothing is installed, nothing is fetched.
+"clone" writes a tiny course (the installer the cell runs from the clone, and one part file or this
+repository's exercises/parts/) and records the command, or fails as git does without a network.
+Where it fails, the cell also runs in IPython, as a notebook shows it. The course is not on PyPI:
+nothing is installed, nothing is fetched.
 """
 
 from __future__ import annotations
@@ -45,8 +46,9 @@ if os.environ.get("PIP_FAIL"):
 
 
 STAND_IN_GIT = """#!/bin/sh
-# records its arguments; "clone ... DEST" writes a tiny course with one exercise part file, or
-# copies COURSE_PARTS there; with GIT_FAIL set it fails as git does without a network
+# records its arguments; "clone ... DEST" writes a tiny course: the installer the cell runs from
+# the clone (COURSE_INSTALLER, this repository's) and one exercise part file, or COURSE_PARTS;
+# with GIT_FAIL set it fails as git does without a network
 printf '%s\\n' "$@" > "$GIT_RECORD"
 if [ -n "$GIT_FAIL" ]; then
     echo "Cloning into '/tmp/x/edu-dl'..." >&2
@@ -54,7 +56,8 @@ if [ -n "$GIT_FAIL" ]; then
     exit 128
 fi
 for last; do :; done
-mkdir -p "$last/exercises/parts"
+mkdir -p "$last/exercises/parts" "$last/edu_dl/notebook"
+cp "$COURSE_INSTALLER" "$last/edu_dl/notebook/hosted_install.py"
 if [ -n "$COURSE_PARTS" ]; then
     cp -R "$COURSE_PARTS/." "$last/exercises/parts/"
 else
@@ -121,6 +124,7 @@ def cell_env(tmp_path: Path, site: Path, **more: str) -> dict[str, str]:
     return env | {"PYTHONPATH": str(site), "PIP_RECORD": str(tmp_path / "pip-record.json"),
                   "GIT_RECORD": str(tmp_path / "git-record.txt"),
                   "IPYTHONDIR": str(tmp_path / "ipython"),
+                  "COURSE_INSTALLER": str(ROOT / "edu_dl" / "notebook" / "hosted_install.py"),
                   "PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', '')}", **more}
 
 
@@ -335,3 +339,19 @@ def test_refreshing_an_older_cell_changes_its_text_and_metadata_only() -> None:
     assert nb.cells[0].execution_count == 1 and nb.cells[0].metadata["cellView"] == "form"
     assert nb.cells[1] == before
     nbformat.validate(nb)
+
+
+def test_the_installer_needs_nothing_but_the_standard_library() -> None:
+    """The cell runs it from the clone before the course is installed: an import of edu_dl or of
+    any third-party package there would fail on every hosted service."""
+    import ast
+
+    from edu_dl.notebook import hosted_install
+
+    tree = ast.parse(Path(hosted_install.__file__).read_text())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree)
+                if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and node.module}
+    assert imported and imported <= set(sys.stdlib_module_names) | {"__future__"}, \
+        imported - set(sys.stdlib_module_names)
