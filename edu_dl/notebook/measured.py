@@ -7,17 +7,24 @@ measurements: it ranks two programs only when the middle half of the per-round r
 
 `time_in_turns` runs the programs round-robin (a, b, c, a, b, c, ...), so a load that comes and
 goes on a shared machine falls on all of them alike, and round k of one program can be paired with
-round k of another.
+round k of another. `medians_and_pairs` prints the two ways of dividing the timings (the medians'
+ratio and the paired rounds' ratio) side by side, and `busy_warning` says when the machine was
+too busy for either to be trusted.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 
 # A ratio within 5% of 1 ranks nothing: on a shared machine that is noise, and no lesson of its own.
 MARGIN = 1.05
+# On a quiet machine the rounds of one program agree within a few percent. When the middle half of
+# a program's rounds spans more than this fraction of their median, other work took the CPU in
+# some rounds and not in others.
+BUSY_SPREAD = 0.20
 
 
 def quartiles(samples: Sequence[float]) -> tuple[float, float, float]:
@@ -85,3 +92,59 @@ def compare(name_a: str, samples_a: Sequence[float], name_b: str,
         return f"{name_a} is faster than {name_b}: it takes {middle:.2f}x the time ({spread_text})"
     return (f"{name_a} and {name_b} take about the same time here: {middle:.2f}x, with "
             f"{spread_text}, too close to rank on this machine")
+
+
+def medians_and_pairs(name_a: str, samples_a: Sequence[float], name_b: str,
+                      samples_b: Sequence[float]) -> str:
+    """The ratio of A's median to B's beside the median of the paired rounds' ratios (the one
+    `compare` ranks by): on a machine whose load comes and goes the two can differ."""
+    ratios = paired_ratios(samples_a, samples_b)
+    by_medians = statistics.median(samples_a) / statistics.median(samples_b)
+    return (f"{name_a} / {name_b}: {by_medians:.2f}x from the two medians; "
+            f"{statistics.median(ratios):.2f}x from the {len(ratios)} rounds paired "
+            "(what the verdict uses)")
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity where the OS says, else all)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def load_average() -> float | None:
+    """The 1-minute load average (processes running or waiting for a core); None where the OS
+    has none (Windows)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def busy_warning(samples: Mapping[str, Sequence[float]], load: float | None = None,
+                 cores: int | None = None) -> str:
+    """A line saying whether the machine looked busy while ``samples`` were measured.
+
+    Two criteria, either one enough: some program's middle half of rounds spans more than
+    BUSY_SPREAD of its median (other work came and went between rounds), or the 1-minute load
+    average exceeds the usable cores (processes were waiting for a core). ``load`` and ``cores``
+    default to this machine's (`load_average`, `usable_cores`); pass them to test.
+    """
+    load = load_average() if load is None else load
+    cores = usable_cores() if cores is None else cores
+    widths = {}
+    for name, times in samples.items():
+        low, middle, high = quartiles(times)
+        widths[name] = (high - low) / middle if middle > 0 else 0.0
+    shown = ", ".join(f"{name} {width:.0%}" for name, width in widths.items())
+    load_text = ("no load average on this OS" if load is None
+                 else f"load average {load:.1f} on {cores} core{'s' if cores != 1 else ''}")
+    facts = (f"width of the rounds' middle half, as a share of the median: {shown} (busy above "
+             f"{BUSY_SPREAD:.0%}); {load_text}")
+    wide = [name for name, width in widths.items() if width > BUSY_SPREAD]
+    if wide or (load is not None and load > cores):
+        return (f"WARNING: this machine was busy while it measured ({facts}): the times above mix "
+                "the programs with other work; run the cell again when it is quieter before "
+                "reading a ranking into them")
+    return f"the machine looked quiet while it measured ({facts})"

@@ -6,7 +6,16 @@ import itertools
 
 import pytest
 
-from edu_dl.notebook.measured import compare, quartiles, spread, time_in_turns, verdict
+from edu_dl.notebook.measured import (
+    busy_warning,
+    compare,
+    medians_and_pairs,
+    quartiles,
+    spread,
+    time_in_turns,
+    usable_cores,
+    verdict,
+)
 
 
 def test_a_clear_gap_is_ranked_both_ways() -> None:
@@ -71,3 +80,32 @@ def test_a_steady_gap_within_the_margin_is_not_ranked() -> None:
     assert verdict([1.03] * 7, [1.0] * 7) == 0
     assert verdict([1.0] * 7, [1.03] * 7) == 0
     assert verdict([1.08] * 7, [1.0] * 7) == 1
+
+
+def test_medians_and_pairs_can_differ() -> None:
+    # the load doubles a in round 1 and b in round 2: the medians differ, every other pair is 1.0
+    a, b = [1.0, 2.0, 1.0, 1.0, 2.0], [1.0, 1.0, 2.0, 1.0, 2.0]
+    said = medians_and_pairs("a", a, "b", b)
+    assert said.startswith("a / b: 1.00x from the two medians; 1.00x from the 5 rounds paired")
+    a, b = [3.0, 3.0, 1.0, 1.0, 3.0], [2.0, 2.0, 1.0, 1.0, 2.0]
+    assert "1.50x from the two medians; 1.50x" in medians_and_pairs("a", a, "b", b)
+    # medians from different rounds: 2.0 / 1.0 by the medians, 1.0 by the pairs
+    a, b = [1.0, 2.0, 2.0, 2.0, 4.0], [1.0, 1.0, 1.0, 2.0, 4.0]
+    said = medians_and_pairs("a", a, "b", b)
+    assert "2.00x from the two medians" in said and "1.00x from the 5 rounds paired" in said
+
+
+def test_busy_warning_by_spread_and_by_load() -> None:
+    steady = {"a": [1.0, 1.01, 0.99, 1.0, 1.02], "b": [2.0, 2.02, 1.98, 2.0, 2.01]}
+    quiet = busy_warning(steady, load=0.5, cores=2)
+    assert quiet.startswith("the machine looked quiet") and "load average 0.5 on 2 cores" in quiet
+    assert "WARNING" not in quiet
+    noisy = {"a": [1.0, 1.5, 1.0, 1.6, 1.0], "b": steady["b"]}
+    said = busy_warning(noisy, load=0.5, cores=2)
+    assert said.startswith("WARNING: this machine was busy") and "a 50%" in said
+    assert busy_warning(steady, load=3.1, cores=2).startswith("WARNING")
+
+
+def test_busy_warning_reads_this_machine() -> None:
+    said = busy_warning({"a": [1.0, 1.0, 1.0]})
+    assert f"on {usable_cores()} core" in said or "no load average" in said
