@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""GPU memory-system probe (recorded outside the project's commands, for issue 29's lecture on the
-GPU as it really works): coalescing in a naive matmul, transposes, reductions, fusion of
+"""GPU memory-system probe (recorded outside the project's commands, for the lecture on the GPU
+as it really works): coalescing in a naive matmul, transposes, reductions, fusion of
 memory-bound work, attention's N^2 memory, and the device's own properties.
 
 Standalone: needs CuPy with a CUDA GPU (and PyTorch with CUDA for the attention part). Without a

@@ -7,8 +7,9 @@ site/_build/src/ first: site/index.md, site/instructors.md, site/developers.md, 
 lectures/ and exercises/, under the same relative paths as in the repository (so that the Colab
 and GitHub links of each page point at the notebook itself). A Markdown page's relative links are
 written for GitHub, relative to its own file; here a link to another page of the site becomes that
-page, and a link to any other file of the repository its address on GitHub (site/addresses.py,
-from pyproject.toml). Then Sphinx builds them with site/conf.py into site/_build/html/ (or --out).
+page (students.md, written by this script, included: site/index.md's "Start here" links to it), and
+a link to any other file of the repository its address on GitHub (site/addresses.py, from
+pyproject.toml). Then Sphinx builds them with site/conf.py into site/_build/html/ (or --out).
 Nothing is executed and nothing is fetched: the pages show the outputs the notebooks were
 committed with.
 """
@@ -29,6 +30,9 @@ ROOT = SITE.parent
 FOLDERS = ("lectures", "exercises")
 # site/NAME.md -> the page NAME of the site.
 PAGES = ("index", "instructors", "developers")
+# The site's page that no file of site/ holds: gather() writes it from the README. A link from
+# site/ to students.md is to this page, never to GitHub (where site/students.md does not exist).
+STUDENTS = "students"
 # The README's part for students, between these two lines, is the site's page students.md.
 STUDENTS_FROM = "<!-- students' part"
 STUDENTS_TO = "<!-- end of the students' part"
@@ -52,10 +56,10 @@ def site_links(text: str, folder: str) -> str:
         path, hash_, anchor = match[1].partition("#")
         resolved = posixpath.normpath(posixpath.join(folder, path))
         stem = resolved.removeprefix("site/").removesuffix(".md")
-        if resolved.startswith("site/") and stem in PAGES:
+        if resolved.startswith("site/") and stem in (*PAGES, STUDENTS):
             new = f"{stem}.md"
         elif resolved == "README.md":
-            new = "students.md"
+            new = f"{STUDENTS}.md"
         elif resolved.split("/")[0] in FOLDERS and resolved.endswith(".ipynb"):
             new = resolved
         else:
@@ -74,7 +78,7 @@ def gather(src: Path) -> list[Path]:
         text = text.replace("{{ repository }}", REPOSITORY)
         (src / f"{page}.md").write_text(site_links(text, "site"), encoding="utf-8")
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    (src / "students.md").write_text(site_links(students_part(readme), "."), encoding="utf-8")
+    (src / f"{STUDENTS}.md").write_text(site_links(students_part(readme), "."), encoding="utf-8")
     notebooks = []
     for folder in FOLDERS:
         shutil.copytree(ROOT / folder, src / folder,

@@ -46,7 +46,7 @@ SIZES: tuple[tuple[str, tuple[int, int, int, int], int], ...] = (
 QUICK_BATCH = 2  # --quick: the same layers on 2 images, one round (checks that it runs)
 KERNEL, PAD = 3, 1
 IMPLEMENTATIONS = ("numpy", "edu_dl", "edu_dl graph", "torch")
-TARGET = 1.5  # issue 15: edu_dl within 1.5x of the NumPy reference, forward and backward
+TARGET = 1.5  # edu_dl within 1.5x of the NumPy reference, forward and backward
 
 
 # --------------------------------------------------------------------------- the reference
@@ -258,7 +258,7 @@ def target_line(rows: list[Row]) -> str:
               for r in rows if r.implementation == "edu_dl"]
     worst = max(max(pair) for pair in ratios)
     verdict = "met" if worst <= TARGET else "NOT met"
-    return (f"Target (issue 15): edu_dl's conv2d within {TARGET}x of the NumPy reference, forward "
+    return (f"Target: edu_dl's conv2d within {TARGET}x of the NumPy reference, forward "
             f"and forward+backward, at every size: {verdict} (worst ratio {worst:.2f}).")
 
 

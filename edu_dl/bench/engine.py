@@ -265,7 +265,7 @@ class Target:
         return result.ratio(self.size, self.framework, to=self.other)
 
 
-TARGETS: tuple[Target, ...] = (  # issues 2 and 12, on the CPU
+TARGETS: tuple[Target, ...] = (  # on the CPU
     Target(f"eager ≤ 1.05{TIMES} NumPy at large", "large", "eager", "numpy", 1.05),
     Target(f"eager ≤ 1.10{TIMES} NumPy at lecture", "lecture", "eager", "numpy", 1.10),
     Target(f"eager ≤ 1.10{TIMES} NumPy at lecture_tf", "lecture_tf", "eager", "numpy", 1.10),
@@ -274,7 +274,7 @@ TARGETS: tuple[Target, ...] = (  # issues 2 and 12, on the CPU
            upper=False),
     Target("static no slower than eager at tiny", "tiny", "static", "eager", 1.0),
 )
-GPU_TARGETS: tuple[Target, ...] = (  # issue 13: the H100 baseline was 1.00-1.03x and 1.22x
+GPU_TARGETS: tuple[Target, ...] = (  # on a GPU: the H100 baseline was 1.00-1.03x and 1.22x
     *(Target(f"{fw} ≤ 1.05{TIMES} CuPy by hand at {size}", size, fw, "numpy", 1.05)
       for size in GPU_SIZES for fw in ("eager", "static")),
     *(Target(f"{fw} ≤ 1.2{TIMES} PyTorch CUDA at large", "large", fw, "torch", 1.2)
@@ -336,7 +336,7 @@ def engine_markdown(result: EngineResult) -> str:
         rows.append([size, ", ".join(map(str, SIZES[size])), *cells])
     out += markdown_table(["size", "N, D, H, out", *(titles[fw] for fw in fws)], rows,
                           [False, False, *(True for _ in fws)])
-    heading = "### GPU targets (issue 13)" if on_gpu else "### Targets (issues 2 and 12)"
+    heading = "### GPU targets" if on_gpu else "### Targets"
     targets = []
     for target, ratio, met in check_targets(result):
         measured = "not measured" if ratio is None else format_ratio(ratio)

@@ -36,7 +36,7 @@ FUSED_FRAMEWORKS = {"cpu": ("numpy", "planned", "static_unfused", "eager"),
                     "gpu": ("numpy", "planned", "static_unfused", "torch")}
 FUSED_TITLES = {"numpy": "by hand", "planned": "fused plan", "static_unfused": "unfused plan",
                 "eager": "edu_dl eager", "torch": "PyTorch"}
-# Issue 29: the fused plan / the hand-written step, at most this, per size (on the CPU).
+# The fused plan / the hand-written step, at most this, per size (on the CPU).
 FUSED_TARGETS = {"tiny": 0.5, "lecture": 0.95}
 
 
@@ -106,7 +106,7 @@ def fused_markdown(result: Any) -> str:
             measured = "not measured" if ratio is None else format_ratio(ratio)
             targets.append([f"fused plan ≤ {limit}{TIMES} NumPy by hand at {size}", measured,
                             met])
-        out += ["", "### Targets (issue 29)", "",
+        out += ["", "### Targets", "",
                 *markdown_table(["target", "measured", "met"], targets, [False, True, False])]
     notes = [f"- {fw} could not run: {message}" for fw, message in result.errors.items()]
     notes += [f"- {w}" for w in result.warnings]

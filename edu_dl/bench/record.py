@@ -247,7 +247,7 @@ def results_markdown(root: Path = BENCHMARKS) -> str:
         if "not measured" in facts:
             parts += [f"Not measured there: {facts['not measured']}.", ""]
         if not (folder / "engine" / "engine.json").is_file():
-            parts += ["### GPU targets of the engine (issue 13)", "",
+            parts += ["### GPU targets of the engine", "",
                       "No `edu-dl bench engine --device gpu` run is recorded for this GPU, so "
                       "every target is not measured (the separate script's figures below are "
                       "its baseline, not a measurement of these targets):", "",

@@ -62,7 +62,7 @@ def test_engine_gpu_mode_end_to_end_on_a_fake_gpu(
     assert main(argv) == 0
     text = capsys.readouterr().out
     assert "| CuPy by hand | edu_dl eager (CuPy) | edu_dl static (CuPy) |" in text
-    assert "NumPy by hand, host CPU" in text and "### GPU targets (issue 13)" in text
+    assert "NumPy by hand, host CPU" in text and "### GPU targets" in text
     assert "fake GPU" in text and "Where edu_dl eager's time goes" not in text  # CPU only
     data = json.loads((tmp_path / "engine.json").read_text())
     assert data["device"] == "gpu" and data["fake"] is True

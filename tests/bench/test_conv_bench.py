@@ -39,7 +39,7 @@ def test_the_cli_writes_its_report_and_data_on_a_tiny_size(tmp_path: Path, capsy
     out = tmp_path / "conv"
     assert main(["bench", "conv", "--quick", "--batch", "1", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "| conv1 1->8, 8x8 | edu_dl |" in printed and "Target (issue 15)" in printed
+    assert "| conv1 1->8, 8x8 | edu_dl |" in printed and "Target: edu_dl's conv2d" in printed
     assert "batch 1, float32" in printed and "Made by `edu-dl bench conv --quick`" in printed
     assert sorted(p.name for p in out.iterdir()) == ["conv.csv", "conv.json", "conv.md",
                                                       "conv.png"]

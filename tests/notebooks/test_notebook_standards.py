@@ -1,6 +1,8 @@
-"""Static checks of the course notebooks: the "Standards for every notebook" of the lectures issue.
+"""Static checks of the course notebooks: the "Standards for every notebook" of the lectures issue;
+and what readers see (the notebooks, the website's pages, the benchmark reports) names none of the
+project's machinery: no issue number, no lent machine, no test file (but in the developers' guide).
 
-These read the committed .ipynb files only (no kernel runs; nbval does that in `make
+These read committed files only (no kernel runs; nbval does that in `make
 test-notebooks`). nbval compares outputs only for cells that were executed and only where a cell is
 tagged `nbval-check-output`, so a notebook committed unexecuted, or with too few checked cells,
 would pass nbval while checking nothing: these tests close that gap. Others keep the harness out of
@@ -538,3 +540,108 @@ def test_checks_catch_an_exercise_without_its_validate_step() -> None:
     nb.cells.append(nbformat.v4.new_markdown_cell("Going further: ..."))
     nb.cells[-2].source = "Run `!edu-dl validate 99_demo.ipynb` before you submit."
     assert ends_with_validate(exercise, nb)
+
+
+# ---------------------------------------------------------------------------------------------
+# What readers see names none of the project's own machinery: the lectures, exercises and
+# solutions (sources and the outputs they show), the website's pages (the README, whose students'
+# part is the site's students page, and site/*.md) and every committed benchmark report say what
+# was measured where (the device, the date, the command) and what was checked, never an issue of
+# the tracker ("issue 12", "issues 2 and 13", "#29") nor "a lent machine / lent GPU". Pages for
+# students and instructors, and the reports, name no test file either (a development benchmark
+# under tests/, such as tests/bench_cluster.py, is a command and may be named); the developers'
+# guide (site/developers.md) may.
+
+TRACKER = re.compile(
+    r"\bissues?\s+(?:no\.?\s*)?#?\d+"  # issue 12, issues 2 and 13, Issue #29
+    r"|(?:\(|\b(?:issues?|PRs?|pull\s+requests?|fix(?:es|ed)?|close[sd]?|see|tracker|ticket)\s+)"
+    r"#\d+\b"  # (#2), fixes #7, see #3
+    r"|(?<![\w&#/:='\"])#\d{2,}\b",  # #29; not #1 (a count: "backward #1"), color:#333, "#555"
+    re.IGNORECASE)
+LENT = re.compile(
+    r"\blent\s+(?:\w+\s+){0,2}?(?:machines?|gpus?|devices?|h[12]00)\b"  # a lent GPU, another
+    r"|\b(?:machines?|gpus?|devices?|h[12]00)\s+(?:(?:was|were|is|are)\s+)?lent\b",  # GPU was lent
+    re.IGNORECASE)
+TEST_PATH = re.compile(r"\btests/(?!bench_\w+\.py\b|README\.md\b)[\w./-]+")
+README_STUDENTS = ("<!-- students' part", "<!-- end of the students' part")
+SHOWN_MIMES = ("text/plain", "text/markdown", "text/latex")  # not text/html: CSS has #333 colours
+
+
+def reader_texts(path: Path) -> list[tuple[str, str]]:
+    """(where, text) of what a reader of ``path`` sees: a notebook's cell sources and the outputs
+    they show, or a text file's whole text ('' for a file that is not UTF-8 text, such as a PNG)."""
+    if path.suffix != ".ipynb":
+        try:
+            return [("", path.read_text(encoding="utf-8"))]
+        except UnicodeDecodeError:
+            return []
+    found = []
+    for n, cell in enumerate(nbformat.read(path, as_version=4).cells):
+        found.append((f"cell {n}", cell.source))
+        for output in cell.get("outputs", []):
+            if output.output_type == "stream":
+                text = output.get("text", "")
+                found.append((f"cell {n}'s output", "".join(text)))
+            elif output.output_type == "error":
+                found.append((f"cell {n}'s error", output_text(output)))
+            for mime in SHOWN_MIMES:
+                if mime in output.get("data", {}):
+                    value = output.data[mime]
+                    found.append((f"cell {n}'s output", "".join(value)))
+    return found
+
+
+def machinery(path: Path, texts: list[tuple[str, str]], test_paths: bool = True) -> list[str]:
+    """Each issue number, lent machine and (with ``test_paths``) test file that ``texts`` name."""
+    patterns = [("an issue number", TRACKER), ("a lent machine", LENT)]
+    patterns += [("a test file", TEST_PATH)] if test_paths else []
+    return [f"{where or path.name}: {what} {m[0]!r} in ...{text[max(0, m.start() - 50):m.end()]!r}"
+            for where, text in texts for what, pattern in patterns
+            for m in pattern.finditer(text)]
+
+
+def readers_files() -> list[Path]:
+    notebooks_ = sorted(p for folder in ("lectures", "exercises", "solutions")
+                        for p in (ROOT / folder).glob("*.ipynb"))
+    reports = sorted(p for p in (ROOT / "benchmarks").rglob("*")
+                     if p.is_file() and "__pycache__" not in p.parts)
+    return [*notebooks_, ROOT / "README.md", *sorted((ROOT / "site").glob("*.md")), *reports]
+
+
+def readers_see(path: Path) -> list[str]:
+    texts = reader_texts(path)
+    if path == ROOT / "README.md":  # all of it is read; its students' part is the students' page
+        text = texts[0][1]
+        start, end = (text.find(marker) for marker in README_STUDENTS)
+        students = [("the students' part", text[start:end])] if 0 <= start < end else []
+        return machinery(path, texts, test_paths=False) + machinery(path, students)
+    return machinery(path, texts, test_paths=path != ROOT / "site" / "developers.md")
+
+
+@pytest.mark.parametrize("path", readers_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_readers_see_no_issue_number_lent_machine_or_test_file(path: Path) -> None:
+    problems = readers_see(path)
+    assert not problems, (f"{path.relative_to(ROOT)} names the project's machinery: say what was "
+                          "measured where (device, date, command) and what was checked; "
+                          + "; ".join(problems))
+
+
+@pytest.mark.parametrize("text", [
+    "Targets (issue 29)", "### Targets (issues 2 and 12)", "as issue #13 asked", "fixed (#7)",
+    "see #3", "the plan of #29", "Issue 15: within 1.5x", "on a lent machine", "On a lent GPU,",
+    "a GPU lent to the session", "no GPU was lent to this work", "the lent H200",
+    "`tests/engine/test_attention.py` checks it", "solutions in `tests/fixtures/speed/`"])
+def test_the_machinery_check_catches(text: str, tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(text, encoding="utf-8")
+    assert readers_see(page), text
+
+
+@pytest.mark.parametrize("text", [
+    "after backward #1: x.grad = [2. 4.]", "issues of numerical stability", "# 1. Tensors",
+    "style='color:#333'", 'color="#555555"', "&#39;", "the lens of a camera", "an excellent GPU",
+    "`tests/bench_cluster.py --workers 2`", "the test targets: tests/README.md"])
+def test_the_machinery_check_leaves_other_text_alone(text: str, tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(text, encoding="utf-8")
+    assert readers_see(page) == [], text

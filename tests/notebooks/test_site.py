@@ -207,6 +207,10 @@ def test_the_students_instructors_and_developers_pages(site: Path) -> None:
     # Links to the repository's other files go to GitHub, never to a page that does not exist.
     developers = (site / "developers.html").read_text()
     assert f'href="{REPOSITORY}/blob/main/benchmarks/RESULTS.md"' in developers
+    # The index's "Start here" opens the students' page beside it, not the repository.
+    assert re.search(r'<a [^>]*href="students.html"[^>]*>(?:<[^>]+>)*Start here<', index), (
+        "index.html's Start here does not link to students.html")
+    assert "/blob/main/site/" not in index
 
 
 def test_a_pages_links_are_the_sites_or_githubs() -> None:
@@ -220,6 +224,12 @@ def test_a_pages_links_are_the_sites_or_githubs() -> None:
         f"[f](#here) ![g]({REPOSITORY}/blob/main/lab/shot.png)")
     assert build.site_links("[i](site/instructors.md) [l](LICENSE)", ".") == (
         f"[i](instructors.md) [l]({REPOSITORY}/blob/main/LICENSE)")
+    # The students' page is the site's own (written from the README), never site/students.md on
+    # GitHub: site/index.md's "Start here" stays within the site.
+    assert build.site_links("[Start here](students.md) [s](students.md#open-book)", "site") == (
+        "[Start here](students.md) [s](students.md#open-book)")
+    index = build.site_links((ROOT / "site" / "index.md").read_text(), "site")
+    assert "[Start here](students.md)" in index and "/blob/" not in index
 
 
 def test_the_readme_gives_the_addresses_pyproject_sets() -> None:

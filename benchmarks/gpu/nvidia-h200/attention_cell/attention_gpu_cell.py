@@ -1,5 +1,5 @@
-"""Lecture 13's live-GPU cell (section 5), run as a script on a lent GPU: naive attention against
-F.scaled_dot_product_attention, CUDA events, peak memory."""
+"""Lecture 13's live-GPU cell (section 5), run as a script on an NVIDIA H200 (2026-11-26): naive
+attention against F.scaled_dot_product_attention, CUDA events, peak memory."""
 import math
 import statistics
 
