@@ -33,6 +33,7 @@ COMMANDS: list[Callable[[Subparsers], None]] = [add_bench, add_train, add_doctor
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``edu-dl`` parser, one subcommand per entry of COMMANDS (each sets ``handler``)."""
     parser = argparse.ArgumentParser(
         prog="edu-dl",
         description="The course's command line: computational graphs, autograd and GPUs.",

@@ -72,10 +72,13 @@ def global_variables_initializer() -> Group:
 
 
 def variables_initializer(var_list: Iterable[Variable]) -> Group:
+    """A node that assigns each Variable of ``var_list`` its initial value."""
     return group(*(v.initializer for v in var_list), name="init")
 
 
 def assign(ref: Node, value: Any) -> Assign:
+    """A node that, when run, stores ``value`` in the Variable ``ref``; TypeError when ``ref`` is
+    not a Variable, ValueError when the shapes differ."""
     return ref.assign(value)
 
 
@@ -102,26 +105,32 @@ def gradients(ys: Node | Sequence[Node], xs: Node | Sequence[Node],
 
 
 def matmul(a: Any, b: Any) -> Any:
+    """``tf.matmul``: a @ b, with NumPy's rules for 1-D and batched operands."""
     return ops.matmul(a, b)
 
 
 def maximum(x: Any, y: Any) -> Any:
+    """``tf.maximum``: max(x, y) elementwise, broadcast as NumPy does."""
     return ops.maximum(x, y)
 
 
 def reduce_sum(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Any:
+    """``tf.reduce_sum``: the sum of x over ``axis`` (every axis when None)."""
     return ops.sum(x, axis=axis, keepdims=keepdims)
 
 
 def reduce_mean(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Any:
+    """``tf.reduce_mean``: the mean of x over ``axis`` (every axis when None)."""
     return ops.mean(x, axis=axis, keepdims=keepdims)
 
 
 def reduce_max(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Any:
+    """``tf.reduce_max``: the max of x over ``axis`` (every axis when None)."""
     return ops.max(x, axis=axis, keepdims=keepdims)
 
 
 def square(x: Any) -> Any:
+    """``tf.square``: x ** 2 elementwise."""
     return ops.pow(x, 2)
 
 

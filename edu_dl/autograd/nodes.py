@@ -51,6 +51,7 @@ _GRAPH_STACK: list[Graph] = [Graph()]
 
 
 def get_default_graph() -> Graph:
+    """The Graph new nodes go to: the innermost ``graph.as_default()``, else the global one."""
     return _GRAPH_STACK[-1]
 
 
@@ -204,11 +205,13 @@ class Group(Node):
 
 
 def shape_str(shape: Sequence[int | None]) -> str:
+    """A shape as Python prints a tuple, None for an unknown size: ``(None, 3)``, ``(5,)``."""
     return "(" + ", ".join("None" if d is None else str(d) for d in shape) + (
         ",)" if len(shape) == 1 else ")")
 
 
 def shapes_compatible(actual: Sequence[int | None], expected: Sequence[int | None]) -> bool:
+    """Same rank, and every size equal where both are known (None matches any size)."""
     return len(actual) == len(expected) and all(
         e is None or a is None or a == e for a, e in zip(actual, expected)
     )

@@ -798,50 +798,62 @@ class SoftmaxCrossEntropy(Op):
 
 
 def add(x: Any, y: Any) -> Any:
+    """Elementwise x + y, broadcast as NumPy does."""
     return Add.apply(x, y)
 
 
 def sub(x: Any, y: Any) -> Any:
+    """Elementwise x - y, broadcast as NumPy does."""
     return Sub.apply(x, y)
 
 
 def mul(x: Any, y: Any) -> Any:
+    """Elementwise x * y, broadcast as NumPy does."""
     return Mul.apply(x, y)
 
 
 def div(x: Any, y: Any) -> Any:
+    """Elementwise x / y (true division), broadcast as NumPy does."""
     return Div.apply(x, y)
 
 
 def neg(x: Any) -> Any:
+    """Elementwise -x."""
     return Neg.apply(x)
 
 
 def pow(x: Any, exponent: float) -> Any:
+    """Elementwise x ** exponent for a constant real exponent (TypeError for anything else)."""
     return Pow.apply(x, exponent=exponent)
 
 
 def exp(x: Any) -> Any:
+    """Elementwise e ** x."""
     return Exp.apply(x)
 
 
 def log(x: Any) -> Any:
+    """Elementwise natural logarithm of x."""
     return Log.apply(x)
 
 
 def sqrt(x: Any) -> Any:
+    """Elementwise square root of x."""
     return Sqrt.apply(x)
 
 
 def tanh(x: Any) -> Any:
+    """Elementwise tanh(x)."""
     return Tanh.apply(x)
 
 
 def sigmoid(x: Any) -> Any:
+    """Elementwise 1 / (1 + exp(-x))."""
     return Sigmoid.apply(x)
 
 
 def relu(x: Any) -> Any:
+    """Elementwise max(x, 0); its derivative at 0 is 0, as in PyTorch."""
     return ReLU.apply(x)
 
 
@@ -851,6 +863,8 @@ def maximum(x: Any, y: Any) -> Any:
 
 
 def matmul(x: Any, y: Any) -> Any:
+    """x @ y with NumPy's rules for 1-D and batched operands; ValueError naming both shapes when
+    they do not align."""
     return MatMul.apply(x, y)
 
 
@@ -869,26 +883,33 @@ def max_pool2d(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,
 
 
 def sum(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Any:
+    """Sum of x over ``axis`` (all when None); ``keepdims`` keeps those axes, as size 1."""
     return Sum.apply(x, axis=axis, keepdims=keepdims)
 
 
 def mean(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Any:
+    """Mean of x over ``axis`` (all when None); ``keepdims`` keeps those axes, as size 1."""
     return Mean.apply(x, axis=axis, keepdims=keepdims)
 
 
 def max(x: Any, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Any:
+    """Max of x over ``axis`` (all when None; ``keepdims`` as in sum); ties share the gradient
+    evenly, as torch.amax does; ValueError for an empty x."""
     return Max.apply(x, axis=axis, keepdims=keepdims)
 
 
 def reshape(x: Any, shape: Shape) -> Any:
+    """x with a new ``shape`` (same elements in the same order, as NumPy's reshape)."""
     return Reshape.apply(x, shape=tuple(shape))
 
 
 def transpose(x: Any, axes: tuple[int, ...] | None = None) -> Any:
+    """x with its axes permuted by ``axes`` (reversed when None)."""
     return Transpose.apply(x, axes=axes)
 
 
 def broadcast_to(x: Any, shape: Shape) -> Any:
+    """x broadcast to ``shape`` by NumPy's rules; its gradient is summed back to x's shape."""
     return BroadcastTo.apply(x, shape=tuple(shape))
 
 

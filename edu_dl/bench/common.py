@@ -67,6 +67,7 @@ def add_flags(parser: argparse.ArgumentParser, *, files: str,
 
 
 def repeats_of(args: argparse.Namespace, default: int, quick: int) -> int:
+    """``--repeats`` when given, else ``quick`` with --quick and ``default`` without."""
     if getattr(args, "repeats", None) is not None:
         return int(args.repeats)
     return quick if args.quick else default
@@ -85,6 +86,7 @@ def device_of(args: argparse.Namespace, name: str) -> Device | None:
 
 
 def command_line(args: argparse.Namespace) -> str:
+    """The command as typed, ``edu-dl`` and ``args.argv``; plain ``edu-dl`` without argv."""
     argv = getattr(args, "argv", None)
     return "edu-dl " + " ".join(argv) if argv else "edu-dl"
 
@@ -116,6 +118,7 @@ def each(items: Sequence[T], desc: str, enabled: bool = True,
 
 
 def now() -> str:
+    """The local date, time and time zone as the reports print them: ``2026-03-01 14:05 CET``."""
     return datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
 
 
@@ -129,6 +132,7 @@ def format_time(seconds: float) -> str:
 
 
 def format_ratio(ratio: float) -> str:
+    """A ratio followed by the multiplication sign: two decimals below 10, one from 10 on."""
     return f"{ratio:.2f}{TIMES}" if ratio < 10 else f"{ratio:.1f}{TIMES}"
 
 
@@ -136,6 +140,7 @@ def format_ratio(ratio: float) -> str:
 
 
 def load_average() -> float:
+    """The 1-minute load average; NaN where the platform does not report one."""
     try:
         return os.getloadavg()[0]
     except (OSError, AttributeError):  # not on every platform
@@ -166,6 +171,7 @@ def package_version(*names: str) -> str:
 
 
 def cpu_name() -> str:
+    """The CPU's model name where the machine reveals it, else ``platform.machine()``."""
     cpu = hw.read_cpu()
     return str(cpu.model.value) if cpu.model.known else platform.machine()
 
@@ -188,6 +194,8 @@ def machine_lines(device: Device | None = None) -> list[str]:
 
 
 def blas_description() -> str:
+    """NumPy's BLAS: library, version, architecture, threads and threading layer from
+    threadpoolctl; else name and version from NumPy's build configuration; else 'unknown'."""
     try:
         from threadpoolctl import threadpool_info
 

@@ -335,6 +335,7 @@ def plot(rows: list[Row], path: Path) -> Path:
 
 
 def conv_flags(p: argparse.ArgumentParser) -> None:
+    """``edu-dl bench conv``'s own flags: --rounds, --threads, --batch and --wall."""
     p.add_argument("--rounds", type=positive_int, default=None,
                    help="timed rounds; the best is reported (default: 30, with --quick 1)")
     p.add_argument("--threads", type=positive_int, default=1,
@@ -346,6 +347,8 @@ def conv_flags(p: argparse.ArgumentParser) -> None:
 
 
 def measure_conv(args: argparse.Namespace, device: Device) -> Report:
+    """Run ``edu-dl bench conv`` as ``args`` ask on ``device`` (best of interleaved rounds; the
+    CPU clock unless --wall or a GPU): the report, conv.csv, conv.json and conv.png."""
     rounds = args.rounds or (1 if args.quick else 30)
     batch = args.batch or (QUICK_BATCH if args.quick else SIZES[0][1][0])
     clock = "wall" if args.wall or device.kind == "gpu" else "cpu"

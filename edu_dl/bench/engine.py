@@ -384,6 +384,8 @@ def write_plot(result: EngineResult, path: Path) -> Path:
 
 
 def engine_flags(p: argparse.ArgumentParser) -> None:
+    """``edu-dl bench engine``'s own flags: --sizes, --frameworks, --threads, --processes, --plot
+    and --no-plan."""
     p.add_argument("--sizes", type=comma_list(tuple(SIZES), "size"), default=None,
                    help=f"comma-separated sizes (default: {','.join(CPU_SIZES)}; with --device "
                    f"gpu {','.join(GPU_SIZES)})")
@@ -405,6 +407,9 @@ def engine_flags(p: argparse.ArgumentParser) -> None:
 
 
 def measure_engine(args: argparse.Namespace, device: Device) -> Report:
+    """Run ``edu-dl bench engine``: each framework's training step at each size in fresh worker
+    processes, then in this process the static-plan section and (on the CPU, at size tiny)
+    eager's breakdown; the report, engine.json and engine.png."""
     on_gpu = device.kind == "gpu"
     sizes = args.sizes or list(GPU_SIZES if on_gpu else CPU_SIZES)
     frameworks = args.frameworks or list(GPU_FRAMEWORKS if on_gpu else CPU_FRAMEWORKS)

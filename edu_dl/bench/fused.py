@@ -121,6 +121,7 @@ def fused_markdown(result: Any) -> str:
 
 
 def plan_flags(p: argparse.ArgumentParser) -> None:
+    """``edu-dl bench plan``'s own flags: --threads and --processes."""
     p.add_argument("--threads", type=positive_int, default=1,
                    help="BLAS and OpenMP threads per worker (default: 1, the targets' protocol)")
     p.add_argument("--processes", type=positive_int, default=3,
@@ -129,6 +130,9 @@ def plan_flags(p: argparse.ArgumentParser) -> None:
 
 
 def measure_plan(args: argparse.Namespace, device: Device) -> Report:
+    """Run ``edu-dl bench plan``: the fused-plan timings in worker processes and the static-plan
+    section in this process; the report and plan.json, status 1 when a framework failed or the
+    section measured nothing."""
     result = run_fused(args.repeats, args.quick, device, args.threads, args.processes,
                        progress_bar=not args.no_progress)
     with limit_threads(args.threads):

@@ -151,6 +151,8 @@ def run_kernels(kernels: Sequence[str], sizes: Sequence[int], repeats: int, batc
 
 
 def kernels_table(result: KernelsResult) -> str:
+    """The printed report of ``bench kernels``: one row per kernel and n (time, GFLOP/s, fraction
+    of the FP32 peak, max relative error), then each failure."""
     device = result.device
     lines = [f"bench kernels: C = A @ B, n x n float32, on the {device.label}; GFLOP/s = 2n^3 / "
              f"median time; {device.synced}.",
@@ -172,6 +174,7 @@ def kernels_table(result: KernelsResult) -> str:
 
 
 def kernels_flags(p: argparse.ArgumentParser) -> None:
+    """``edu-dl bench kernels``'s own flags: --kernels and --sizes."""
     p.add_argument("--kernels", type=comma_list(tuple(KERNELS), "kernel"),
                    default=list(KERNELS), help=f"comma-separated (default: {','.join(KERNELS)})")
     p.add_argument("--sizes", type=int_list, default=None,
@@ -180,6 +183,8 @@ def kernels_flags(p: argparse.ArgumentParser) -> None:
 
 
 def measure_kernels(args: argparse.Namespace, device: Device) -> Report:
+    """Run ``edu-dl bench kernels`` on a GPU (Refused on the CPU: these kernels have no CPU
+    side); status 1 when a kernel failed or nothing was measured."""
     if device.kind == "cpu":
         raise Refused("edu-dl bench kernels: these are GPU kernels, with no CPU side; `edu-dl "
                       "bench matmul --device cpu` measures the CPU's matmul.")

@@ -347,6 +347,8 @@ def run_loader(
 
 
 def loader_table(result: LoaderResult) -> str:
+    """The printed report of ``bench loader``: the setup, reads and compute alone, then per
+    loader the epoch time against the ideal and how much of the hideable time was hidden."""
     c = result.config
     n = c.batches
     lines = [
@@ -421,6 +423,8 @@ def _synced(device: Device) -> str:
 
 
 def loader_flags(p: argparse.ArgumentParser) -> None:
+    """``edu-dl bench loader``'s own flags: --frameworks, --batches, --batch-size, --delay-ms and
+    --compute-ms."""
     p.add_argument("--frameworks", type=comma_list(LOADER_FRAMEWORKS, "framework"),
                    default=list(LOADER_FRAMEWORKS),
                    help=f"comma-separated (default: {','.join(LOADER_FRAMEWORKS)})")
@@ -434,6 +438,8 @@ def loader_flags(p: argparse.ArgumentParser) -> None:
 
 
 def measure_loader(args: argparse.Namespace, device: Device) -> Report:
+    """Run ``edu-dl bench loader`` as ``args`` ask on ``device``: the report, loader.csv,
+    loader.json and loader.png (status 1 when nothing ran)."""
     return loader_report(run_loader(
         args.frameworks, args.batches or (6 if args.quick else 40), args.batch_size,
         args.delay_ms / 1000, args.compute_ms / 1000, args.repeats,

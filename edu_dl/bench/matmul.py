@@ -118,6 +118,7 @@ def time_matmul(
 
 
 def library_version(library: str) -> str:
+    """The ``__version__`` of ``library`` (numpy, torch or tensorflow), importing it."""
     module = {"numpy": np}.get(library) or __import__(library)
     return str(module.__version__)
 
@@ -460,6 +461,8 @@ def plot_roofline(result: MatmulResult, path: Path) -> Path:
 
 
 def matmul_flags(parser: argparse.ArgumentParser) -> None:
+    """``edu-dl bench matmul``'s own flags: --sizes, --frameworks, --threads and the machine
+    flags it shares with ``edu-dl doctor``."""
     parser.add_argument("--sizes", type=int_list, default=None,
                         help=f"comma-separated n (default: {','.join(map(str, SIZES))}; "
                         f"with --quick {','.join(map(str, QUICK_SIZES))})")
@@ -474,6 +477,9 @@ def matmul_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def measure_matmul(args: argparse.Namespace, device: Device) -> Report:
+    """Run ``edu-dl bench matmul`` on --frameworks, else the CPU targets, with the GPU ones too
+    under --device gpu or where an NVIDIA driver is present; the report, matmul.csv, matmul.json
+    and two plots."""
     args.sizes = args.sizes or list(QUICK_SIZES if args.quick else SIZES)
     args.left_out = {}
     if args.frameworks is not None:

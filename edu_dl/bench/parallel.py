@@ -38,6 +38,7 @@ class Row:
 
 
 def parallel_flags(p: argparse.ArgumentParser) -> None:
+    """``edu-dl bench parallel``'s own flags: --world-size, --steps, --backend and --no-tf."""
     p.add_argument("--world-size", type=positive_int, default=None,
                    help="workers (default 2; with --device gpu one per GPU, at most 2)")
     p.add_argument("--steps", type=positive_int, default=None, help="SGD steps (default 20)")
@@ -47,6 +48,9 @@ def parallel_flags(p: argparse.ArgumentParser) -> None:
 
 
 def measure_parallel(args: argparse.Namespace, device: Device) -> Report:
+    """Run ``edu-dl bench parallel``: the same SGD steps on one worker, with all_reduce, with DDP
+    and (on the CPU, unless --no-tf) TensorFlow's MirroredStrategy, each compared with the single
+    run; Refused when the batch does not split over the workers."""
     from tqdm.auto import tqdm
 
     from edu_dl.parallel import (
@@ -134,6 +138,8 @@ def parallel_report(rows: list[Row], text: str) -> Report:
 
 
 def plot_parallel(rows: list[Row], path: Path) -> None:
+    """Draw each run's loss per step (log scale) and its seconds, total and training loop, into
+    the PNG ``path``."""
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     for r, style in zip(rows, ["-", "--", ":", "-."]):

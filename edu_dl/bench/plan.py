@@ -113,6 +113,7 @@ def run_plan(repeats: int = DEFAULT_REPEATS, quick: bool = False,
 
 
 def plan_markdown(rows: list[PlanRow], device: Device | None = None) -> str:
+    """The static-plan section as Markdown: eager and static medians, speed-up, per optimization."""
     device = device or Device()
     out = [
         "## Static plan: what planning once buys" + (" on the GPU" if device.kind == "gpu"
@@ -198,6 +199,8 @@ def eager_breakdown(size: str = "tiny", repeats: int = DEFAULT_REPEATS,
 
 
 def breakdown_markdown(rows: list[tuple[str, float]], size: str = "tiny") -> str:
+    """Eager's step split into parts as Markdown, with each part's share of the step; ``rows`` as
+    eager_breakdown returns them (the whole step second to last)."""
     total = rows[-2][1]
     out = [
         f"## Where edu_dl eager's time goes at {size}",

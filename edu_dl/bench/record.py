@@ -56,6 +56,7 @@ GPU_RUNS: dict[str, list[str]] = {
 
 
 def write_provenance(folder: Path, facts: dict[str, str], comment: str) -> Path:
+    """Write ``folder``/PROVENANCE: ``# comment``, then a ``key: value`` line per fact; its path."""
     path = folder / PROVENANCE
     lines = [f"# {comment}", *(f"{key}: {value}" for key, value in facts.items())]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -150,6 +151,7 @@ def record_gpu(out: Path, quick: bool = False, only: list[str] | None = None,
 
 
 def add_gpu(kinds: Any) -> None:
+    """Register ``edu-dl bench gpu``: every benchmark's GPU mode, recorded into OUT/<device>/."""
     p = kinds.add_parser(
         "gpu", help="record every GPU benchmark into benchmarks/gpu/<device>/ (make bench-gpu)",
         description="Run every benchmark's GPU mode (engine and plan, kernels, matmul, "
@@ -167,6 +169,8 @@ def _benchmark_list(text: str) -> list[str]:
 
 
 def run_gpu_command(args: argparse.Namespace) -> int:
+    """``edu-dl bench gpu``: 1 when the GPU mode cannot run (nothing is recorded) or a benchmark
+    did not finish ok, else 0."""
     reason = why_no_gpu_mode()
     if reason is not None:
         print(f"edu-dl bench gpu: {reason}, so no GPU benchmark was run and nothing was "
@@ -276,6 +280,7 @@ def _files_of(folder: Path) -> str:
 
 
 def add_results(kinds: Any) -> None:
+    """Register ``edu-dl bench results``: benchmarks/RESULTS.md from the recorded results."""
     p = kinds.add_parser(
         "results", help="write benchmarks/RESULTS.md from the recorded CPU and GPU results",
         description="Assemble benchmarks/RESULTS.md: the CPU reports of benchmarks/cpu/ and "
@@ -286,6 +291,7 @@ def add_results(kinds: Any) -> None:
 
 
 def run_results_command(args: argparse.Namespace) -> int:
+    """``edu-dl bench results``: write RESULTS.md into --root; returns 0."""
     path = args.root / "RESULTS.md"
     path.write_text(results_markdown(args.root), encoding="utf-8")
     print(f"wrote {path}", file=sys.stderr)

@@ -106,6 +106,8 @@ class Report:
 
 
 def write_csv(path: Path, table_: Csv) -> Path:
+    """Write ``table_`` to ``path`` under a header of its columns (else the first row's keys; an
+    empty file when it has neither); returns ``path``."""
     with path.open("w", newline="", encoding="utf-8") as f:
         columns = table_.columns or (list(table_.rows[0]) if table_.rows else None)
         if columns is not None:
@@ -127,6 +129,7 @@ def finish(name: str, report: Report, out: Path | None) -> list[Path]:
 
 
 def pyplot() -> Any:
+    """matplotlib.pyplot on the non-interactive Agg backend, imported only when a plot is drawn."""
     import matplotlib
 
     matplotlib.use("Agg")

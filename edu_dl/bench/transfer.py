@@ -419,12 +419,15 @@ def text_table(rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 def no_gpu_sentence(result: TransferResult) -> str:
+    """Why no GPU transfer was measured, and that the bandwidths shown are host-memory copies."""
     return (f"No CUDA GPU here ({result.no_gpu_reason}), so no PCIe host↔device transfer was "
             "measured: the bandwidths below are NumPy copies within host memory, the reference "
             "a GPU transfer is compared with.")
 
 
 def transfer_table(result: TransferResult) -> str:
+    """The printed report of ``bench transfer``: copy bandwidths, then (where measured) copy
+    against matmul and the TF 1.x feed lesson, then each failure."""
     lines = [f"bench transfer, {result.date}; NumPy's BLAS capped at 1 thread (workers too)."]
     lines.append(f"GPU: {result.gpu}. {SYNCED}" if result.gpu else no_gpu_sentence(result))
     lines += ["", "Copy bandwidth (bytes copied / seconds; median):"]
@@ -526,6 +529,8 @@ def plot_transfer(result: TransferResult, path: Path) -> None:
 
 
 def measure_transfer(args: argparse.Namespace, device: Device) -> Report:
+    """Run ``edu-dl bench transfer``; under --device gpu with no GPU transfer measured, it says
+    why on stderr and the status is 1."""
     result = run_transfer(args.frameworks, args.repeats, args.quick,
                           not args.no_progress, args.device == "cpu", args.timeout)
     report = transfer_report(result)

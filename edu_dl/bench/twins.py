@@ -66,6 +66,8 @@ def run_worker(twin: str, args: argparse.Namespace, device: Device | None = None
 
 def twins_table(results: list[dict[str, Any]], args: argparse.Namespace,
                 device: Device) -> str:
+    """The printed Markdown table of ``bench twins``: ms per step and the ratio to the NumPy twin
+    (CuPy on a GPU); sets each result's ``ratio``."""
     spec = SPECS[args.model]
     base = next((r["seconds"] for r in results if r["twin"] == "numpy" and "seconds" in r), None)
     lines = [f"## Twins: one training step of {args.model} (N, D_in, H, D_out = {spec.N}, "
@@ -87,6 +89,7 @@ def twins_table(results: list[dict[str, Any]], args: argparse.Namespace,
 
 
 def twins_flags(p: argparse.ArgumentParser) -> None:
+    """``edu-dl bench twins``'s own flags: --model, --twins, --steps, --optimizer and --dtype."""
     p.add_argument("--model", choices=list(SPECS), default="lecture_torch")
     p.add_argument("--twins", default=",".join(TWINS),
                    help=f"comma-separated twins (default: all: {','.join(TWINS)})")
@@ -98,6 +101,8 @@ def twins_flags(p: argparse.ArgumentParser) -> None:
 
 
 def measure_twins(args: argparse.Namespace, device: Device) -> Report:
+    """Run ``edu-dl bench twins``, one worker per twin; Refused for an unknown twin or --steps
+    below 1; status 1 when a twin could not run."""
     twins = [t.strip() for t in args.twins.split(",") if t.strip()]
     unknown = [t for t in twins if t not in TWINS]
     if unknown or not twins:

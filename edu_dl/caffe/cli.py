@@ -13,6 +13,7 @@ EXAMPLE_NAMES = ("lenet", "two_layer")
 
 
 def add_train(subparsers: Subparsers) -> None:
+    """Register ``edu-dl train``: a Caffe net and solver (.prototxt), or a shipped --example."""
     parser = subparsers.add_parser(
         "train",
         help="train a network described in a Caffe .prototxt, with no code",
@@ -51,6 +52,8 @@ def _default_out(net: Path | None, solver_path: Path) -> Path:
 
 
 def run_train(args: argparse.Namespace) -> int:
+    """``edu-dl train``: train, print the first and last loss and write the weights (.npz); 2 for
+    a usage error, 1 when the files, the device or the training fail, else 0."""
     from edu_dl.backend import DeviceError
     from edu_dl.caffe.examples import EXAMPLES
     from edu_dl.caffe.prototxt import CaffeFormatError

@@ -82,6 +82,7 @@ def read_net(path: str | Path) -> tuple[pb.NetParameter, list[LayerSource]]:
 
 
 def read_solver(path: str | Path) -> pb.SolverParameter:
+    """A SolverParameter from ``path``; CaffeFormatError (file:line:column) if it does not parse."""
     return read_text(path, pb.SolverParameter())
 
 

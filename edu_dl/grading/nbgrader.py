@@ -60,10 +60,12 @@ def nbgrader(cell: Cell) -> dict[str, Any]:
 
 
 def is_solution(cell: Cell) -> bool:
+    """Whether nbgrader marks the cell a solution (``metadata.nbgrader.solution``)."""
     return bool(nbgrader(cell).get("solution", False))
 
 
 def is_grade(cell: Cell) -> bool:
+    """Whether nbgrader marks the cell graded (``metadata.nbgrader.grade``)."""
     return bool(nbgrader(cell).get("grade", False))
 
 
@@ -75,11 +77,13 @@ def is_locked(cell: Cell) -> bool:
 
 
 def grade_id(cell: Cell) -> str | None:
+    """The cell's nbgrader grade_id as a string; None when it has none."""
     value = nbgrader(cell).get("grade_id")
     return str(value) if value is not None else None
 
 
 def points(cell: Cell) -> float:
+    """The cell's nbgrader points; 0.0 for a cell that is not graded."""
     return float(nbgrader(cell).get("points", 0.0)) if is_grade(cell) else 0.0
 
 

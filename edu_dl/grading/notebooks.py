@@ -65,4 +65,5 @@ def write_if_changed(path: str | Path, data: bytes) -> bool:
 
 
 def write_notebook(nb: Notebook, path: str | Path) -> None:
+    """Write ``nb`` to ``path`` atomically, byte for byte as nbformat.write would."""
     write_atomic(path, notebook_bytes(nb))

@@ -178,6 +178,7 @@ def encode_cases(cases: Sequence[tuple[Any, ...]]) -> dict[str, np.ndarray]:
 
 
 def decode_cases(arrays: Any) -> list[tuple[Any, ...]]:
+    """Every case of an inputs npz, in order: the inverse of encode_cases."""
     return [decode_case(arrays, i) for i in range(int(arrays["n_cases"]))]
 
 

@@ -267,6 +267,8 @@ def _write_all(out: io.RawIOBase, data: bytes) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The runner's command line: execute the notebook and write the result zip, even when the
+    run crashes (the record then says so); a finished run returns 0, however its cells went."""
     # First: before the kernel (the student's code) exists, nothing of this process is its.
     if not undumpable():
         print("runner: prctl(PR_SET_DUMPABLE, 0) failed", file=sys.stderr)

@@ -38,6 +38,8 @@ def _load(path: str, name: str) -> Callable[..., Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The driver's command line (TASK ROLE SEED CALLS [--module FILE]): the role's outputs for
+    the seed's inputs, written as one .npy to the result descriptor; returns 0."""
     parser = argparse.ArgumentParser(prog="python -m edu_dl.grading.speed_driver")
     parser.add_argument("task", choices=sorted(TASKS))
     parser.add_argument("role", choices=ROLES)

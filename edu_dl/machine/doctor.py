@@ -206,6 +206,8 @@ def render(report: dict[str, Any], width: int | None = None) -> str:
 
 
 def framework_list(text: str) -> list[str]:
+    """An argparse type for --frameworks: the comma-separated names, duplicates dropped;
+    ArgumentTypeError for none or an unknown one."""
     items = [t.strip() for t in text.split(",") if t.strip()]
     bad = [t for t in items if t not in gp.FRAMEWORKS]
     if bad or not items:
@@ -217,6 +219,7 @@ def framework_list(text: str) -> list[str]:
 
 
 def add_doctor(subparsers: Subparsers) -> None:
+    """Register ``edu-dl doctor``: what this machine can do."""
     parser = subparsers.add_parser(
         "doctor",
         help="what this machine can do: CPU, RAM, peaks, GPUs each framework sees",
@@ -240,6 +243,7 @@ def add_doctor(subparsers: Subparsers) -> None:
 
 
 def run_doctor(args: argparse.Namespace) -> int:
+    """``edu-dl doctor``: print the report as a page, or as JSON with --json; returns 0."""
     report = collect(args)
     if args.json:
         json.dump(report, sys.stdout, indent=2, default=str)

@@ -56,6 +56,7 @@ class Fact:
 
 
 def unknown(reason: str, unit: str = "") -> Fact:
+    """A Fact without a value: ``reason`` says why it is unknown."""
     return Fact(None, unit, "", reason)
 
 

@@ -275,6 +275,7 @@ def sized(size: str, loss: Loss = "mean_row_sum", seed: int = 0) -> TwoLayerNet:
 
 
 def check_optimizer(optimizer: str) -> str:
+    """``optimizer`` itself if it is one of OPTIMIZERS; else ValueError naming the choices."""
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}: choose from {', '.join(OPTIMIZERS)}")
     return optimizer
@@ -317,6 +318,7 @@ class AdamState:
 
 
 def adam_init(xp: ModuleType, params: list[Any]) -> AdamState:
+    """Adam's starting state: m and v zeros shaped like each parameter, t = 0."""
     return AdamState([xp.zeros_like(p) for p in params], [xp.zeros_like(p) for p in params])
 
 

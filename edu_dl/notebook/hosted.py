@@ -103,6 +103,7 @@ def _collapse(cell: nbformat.NotebookNode) -> None:
 
 
 def install_cell(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """A new INSTALL_CELL, collapsed; its id is CELL_ID where ``nb``'s format has ids (4.5 on)."""
     cell = nbformat.v4.new_code_cell(INSTALL_CELL)
     _collapse(cell)
     if (nb.nbformat, nb.nbformat_minor) >= (4, 5):  # a fixed id: no noise in the diffs
@@ -113,6 +114,7 @@ def install_cell(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
 
 def is_install_cell(cell: nbformat.NotebookNode) -> bool:
+    """Whether ``cell`` is the install cell, current or former: code that starts with its mark."""
     return cell.cell_type == "code" and cell.source.startswith((MARK, *FORMER_MARKS))
 
 
@@ -140,6 +142,8 @@ def add_install_cell(nb: nbformat.NotebookNode) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m edu_dl.notebook.hosted NOTEBOOK...``: put the install cell first in each
+    notebook (or refresh it), saying which it wrote; returns 0."""
     parser = argparse.ArgumentParser(prog="python -m edu_dl.notebook.hosted",
                                      description=__doc__.split("\n", 1)[0])
     parser.add_argument("notebooks", nargs="+", type=Path)

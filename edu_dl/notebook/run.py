@@ -39,6 +39,7 @@ print(_json.dumps(sorted(_f for _f in _files if _f)))"""
 
 
 def digest(path: Path) -> str:
+    """The first DIGEST_CHARS hex digits of the SHA-256 of the file's bytes."""
     return hashlib.sha256(path.read_bytes()).hexdigest()[:DIGEST_CHARS]
 
 
@@ -100,6 +101,8 @@ def stale(path: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m edu_dl.notebook.run NOTEBOOK...``: execute each in place and record its
+    sources; every notebook is tried, and the status is 1 when any failed."""
     parser = argparse.ArgumentParser(
         prog="python -m edu_dl.notebook.run",
         description="Execute notebooks in place (fresh kernel, in their own folder) and record "

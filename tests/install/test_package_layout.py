@@ -285,3 +285,14 @@ def test_no_grading_module_is_over_six_hundred_lines() -> None:
             if home(name) == "grading"
             and (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
     assert long == {}, long
+
+
+def test_every_public_function_has_a_docstring() -> None:
+    """A module-level function whose name has no leading underscore is the package's to offer,
+    so it says what it returns or does (generated ``*_pb2.py`` files aside)."""
+    bare = [f"{path.relative_to(ROOT)}:{node.lineno} {node.name}"
+            for path in sorted(modules().values()) if not path.name.endswith("_pb2.py")
+            for node in ast.parse(path.read_text(encoding="utf-8")).body
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            and not node.name.startswith("_") and ast.get_docstring(node) is None]
+    assert bare == [], "public functions without a docstring:\n" + "\n".join(bare)

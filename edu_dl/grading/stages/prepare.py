@@ -142,6 +142,7 @@ MIN_CODE_CELL_LIMIT = 200
 
 
 def code_cells(nb: Notebook) -> int:
+    """How many code cells ``nb`` has."""
     return sum(cell.get("cell_type") == "code" for cell in nb.cells)
 
 

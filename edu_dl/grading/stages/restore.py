@@ -52,6 +52,8 @@ def restore(submitted: Notebook, source: Notebook) -> tuple[Notebook, list[str]]
 
 
 def copy_cell(cell: Any) -> Any:
+    """A deep copy of ``cell``; a code cell comes back fresh (a new id, no outputs, no execution
+    count) with its source and metadata."""
     if cell.get("cell_type") != "code":
         return nbformat.from_dict(json.loads(json.dumps(cell)))
     new = nbformat.v4.new_code_cell(cell.get("source", ""))

@@ -63,6 +63,7 @@ VALIDATION_SECRET = Secret(b"edu-dl validate: a public, fixed secret", public=Tr
 
 
 def secret_path(out: Path) -> Path:
+    """Where the grading secret of the output folder ``out`` lives: ``out/.secret``."""
     return out / FILE_NAME
 
 

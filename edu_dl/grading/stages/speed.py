@@ -208,6 +208,9 @@ def measure_submitted(nb: Notebook, part_id: str, seed: int, *, rounds: int = RO
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line: measure one notebook's speed task against its reference (validate's
+    public secret unless --secret) and print the CPU times; 0 with credit, 1 without, 2 when the
+    sandbox cannot run."""
     parser = argparse.ArgumentParser(
         prog="python -m edu_dl.grading.stages.speed",
         description="Measure a notebook's speed task against its reference, from outside.")

@@ -20,6 +20,7 @@ Subparsers = Any  # argparse's _SubParsersAction is private
 
 
 def add_assign(subparsers: Subparsers) -> None:
+    """Register ``edu-dl assign SOURCE EXERCISES``: student versions of solution notebooks."""
     parser = subparsers.add_parser(
         "assign",
         help="write the student versions of the solution notebooks",
@@ -54,6 +55,8 @@ def add_no_sandbox(parser: argparse.ArgumentParser) -> None:
 
 
 def run_assign(args: argparse.Namespace) -> int:
+    """``edu-dl assign``: write (with --check, compare) the student versions; 1 when --check
+    finds them out of date, 2 for a broken notebook or no sandbox, else 0."""
     from edu_dl.grading.notebooks import NotebookError
     from edu_dl.grading.settings import NO_SANDBOX, NoSandbox
     from edu_dl.grading.term.assign import assign
@@ -84,6 +87,8 @@ def run_assign(args: argparse.Namespace) -> int:
 
 
 def add_validate(subparsers: Subparsers) -> None:
+    """Register ``edu-dl validate NOTEBOOK.ipynb...``: grade as ``edu-dl grade`` would and say
+    what would fail."""
     parser = subparsers.add_parser(
         "validate",
         help="run an exercise notebook as the grader will and say what would fail",
@@ -104,6 +109,8 @@ def add_validate(subparsers: Subparsers) -> None:
 
 
 def run_validate(args: argparse.Namespace) -> int:
+    """``edu-dl validate``: print each notebook's report; 1 when anything would fail, 2 when the
+    sandbox is refused, 130 when interrupted, else 0."""
     from edu_dl.grading.model import Interrupted
     from edu_dl.grading.settings import NO_SANDBOX, NoSandbox
     from edu_dl.grading.term.validate import validate
@@ -215,6 +222,9 @@ def add_grade(subparsers: Any) -> None:
 
 
 def run_grade(args: argparse.Namespace) -> int:
+    """``edu-dl grade``: grade the batch into --out (gradebook, feedback, exports) and print the
+    summary; 2 for a broken notebook, policy, cluster, secret or missing sandbox, 130 when
+    interrupted (what was graded stays saved), else 0."""
     from edu_dl.grading.model import Interrupted
     from edu_dl.grading.notebooks import NotebookError
     from edu_dl.grading.settings import NO_SANDBOX, NoSandbox, Settings
@@ -310,6 +320,7 @@ def command_again(argv: list[str], *extra: str) -> str:
 
 
 def add_replay(subparsers: Subparsers) -> None:
+    """Register ``edu-dl replay OUT STUDENT EXERCISE``: judge a stored run again, case by case."""
     parser = subparsers.add_parser(
         "replay",
         help="judge a stored run again and show each case: inputs, results, verdicts",
@@ -332,6 +343,8 @@ def add_replay(subparsers: Subparsers) -> None:
 
 
 def run_replay(args: argparse.Namespace) -> int:
+    """``edu-dl replay``: print each case and the rows; 0 when they match the gradebook's, 1 when
+    not, 2 when the run, the secret or the source cannot be read."""
     from edu_dl.grading.notebooks import NotebookError
     from edu_dl.grading.stages.replay import ReplayError, replay, replay_text
     from edu_dl.grading.stages.secret import SecretError, read_secret
@@ -379,6 +392,7 @@ def cluster_options(args: argparse.Namespace) -> ClusterOptions | None:
 
 
 def add_report(subparsers: Subparsers) -> None:
+    """Register ``edu-dl report GRADES``: the class at a glance."""
     parser = subparsers.add_parser(
         "report",
         help="the class at a glance: students, pass rates, histogram, shared cells, mistakes",
@@ -399,6 +413,8 @@ def add_report(subparsers: Subparsers) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
+    """``edu-dl report``: print the class report in --format and write score_histogram.png beside
+    the gradebook (a note where it cannot); 2 when GRADES cannot be read, else 0."""
     from edu_dl.grading.term.classreport import HISTOGRAM, ReportError, build, gradebook_path
     from edu_dl.grading.term.classreport_show import render, write_histogram
 

@@ -57,6 +57,8 @@ class Entry:
 
 
 def state_path(out: Path, student: str, exercise: str) -> Path:
+    """The state file of ``student``'s ``exercise``: ``OUT/.state/<student>/<exercise>.json``,
+    the name made file-safe."""
     return out / STATE / safe_file_name(student) / f"{exercise}.json"
 
 
@@ -131,6 +133,7 @@ def write_collected(out: Path, student: str, rows: list[Row]) -> None:
 
 
 def read_collected(out: Path) -> dict[str, list[Row]]:
+    """Every student's rows from collecting, by student; a file that will not read is skipped."""
     found: dict[str, list[Row]] = {}
     for path in sorted((out / STATE).glob(f"*/{COLLECTED}")):
         try:

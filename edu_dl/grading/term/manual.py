@@ -49,6 +49,7 @@ class ManualSheetError(NotebookError):
 
 
 def is_manual(row: Row) -> bool:
+    """Whether a person grades ``row``: judged by hand, and still to grade or graded already."""
     return row.judged == BY_HAND and row.status in (NEEDS, GRADED)
 
 

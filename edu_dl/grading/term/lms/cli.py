@@ -84,6 +84,9 @@ def add_lms(subparsers: Any) -> None:
 
 
 def run_collect(args: argparse.Namespace) -> int:
+    """``edu-dl lms collect``: unpack the LMS downloads into OUT/submitted and print what was
+    collected (with --report, also the CSV); 2 for a refused option, roster, pattern or download,
+    1 when no notebook was written, else 0."""
     from edu_dl.grading.term.lms.collect import CollectError, collect_downloads
     from edu_dl.grading.term.lms.formats import PLAIN_STEM, PatternError, compile_pattern
     from edu_dl.grading.term.lms.metadata import read_canvas, read_moodle, timezone
@@ -121,6 +124,8 @@ def run_collect(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
+    """``edu-dl lms export``: write the gradebook as a Canvas or Moodle import CSV and warn of
+    what it could not export; 2 when the options, roster or gradebook are refused, else 0."""
     from edu_dl.grading.notebooks import write_atomic
     from edu_dl.grading.term.lms.export import canvas_csv, moodle_csv, read_grades, unexported
     from edu_dl.grading.term.lms.roster import read_lms_roster

@@ -17,10 +17,13 @@ COLUMNS = ("download", "member", "user", "student", "exercise", "status", "messa
 
 
 def report_csv(found: Collected) -> bytes:
+    """The CSV report: one line per download member (``COLUMNS``), collected or not."""
     return csv_bytes(COLUMNS, ([getattr(line, c) for c in COLUMNS] for line in found.lines))
 
 
 def report_text(found: Collected, out: Path) -> str:
+    """The terminal summary: each problem, then how many notebooks of how many students went into
+    ``out``/submitted, and the command to run next."""
     buffer = io.StringIO()
     for line in found.problems:
         where = "/".join(p for p in (line.download, line.member) if p)
