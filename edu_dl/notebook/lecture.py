@@ -258,9 +258,15 @@ def progress(iterable: Iterable[T], **options: Any) -> Iterable[T]:
 # --------------------------------------------------------------------------- recorded GPU results
 
 
-def recorded_gpu(benchmark: str, device: str | None = None) -> dict[str, Any] | None:
-    """A result recorded on a real GPU under benchmarks/gpu/ (see edu_dl.bench.record), with a
-    ``label`` naming device, date, versions and the command; None, after one sentence, if none."""
+def recorded_gpu(benchmark: str, device: str | None = None, *, command: str | None = None
+                 ) -> dict[str, Any] | None:
+    """A result recorded on a real GPU under benchmarks/ (see ``edu_dl.machine.recorded``), with
+    a ``label`` naming device, date, versions and the command; None, after one sentence, if none.
+
+    The command is PROVENANCE's ``command <benchmark>`` line (or its only ``command`` line);
+    ``command`` replaces it in the label where that line is a maintainer's note rather than what
+    a student needs to know.
+    """
     from edu_dl.machine.recorded import recorded
 
     try:
@@ -270,7 +276,9 @@ def recorded_gpu(benchmark: str, device: str | None = None) -> dict[str, Any] | 
               "are shown.")
         return None
     facts = result["provenance"]
-    result["command"] = facts.get(f"command {benchmark}", "see PROVENANCE")
+    commands = [value for key, value in facts.items() if key.startswith("command ")]
+    result["command"] = command or facts.get(f"command {benchmark}") or (
+        commands[0] if len(commands) == 1 else "see PROVENANCE")
     result["label"] = (f"recorded on {facts.get('device', '?')} ({facts.get('date', '?')}; "
                        f"{facts.get('versions', '?')}) by: {result['command']}")
     return result

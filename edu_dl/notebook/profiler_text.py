@@ -5,6 +5,12 @@ The columns are found from the dashed rule above the header and named by the hea
 fixed character offsets, so a table with other columns, widths or sort order reads the same way.
 A live profile needs none of this: read ``prof.key_averages()`` (``event.key``, ``event.count``,
 ``event.self_cpu_time_total``, ...) directly.
+
+A row adds up every event of one name, and an event's total includes the events nested inside
+it. So where one call of an operation is recorded as two events of the same name, one inside the
+other, the row's total counts that call twice: under ``torch.autocast``, ``aten::conv2d`` casts
+its inputs and calls ``aten::conv2d`` again, and the printed row shows twice the calls of every
+other layer's row. ``layer_time`` counts each call once; self times never need it.
 """
 
 from __future__ import annotations
@@ -70,3 +76,51 @@ def microseconds(cell: str) -> float:
     if match is None:
         raise ValueError(f"not a profiler duration: {cell!r}")
     return float(match["number"]) * _MICROSECONDS[match["unit"]]
+
+
+def once_per_call(table: ProfilerTable, name: str, calls: int, column: str = "CUDA total"
+                  ) -> float:
+    """Microseconds of ``column`` in row ``name``, each of its ``calls`` calls counted once.
+
+    A row with ``k * calls`` events (``# of Calls``) recorded each call as ``k`` nested events of
+    one name; every event's total holds the ones inside it, so the row's total counts a call up to
+    ``k`` times. Divided by ``k`` it lies between the innermost events' sum (the operation itself)
+    and the outermost events' (what each call took, with what the outer event did besides calling
+    the inner one: autocast's casts to the 16-bit type). A row with ``calls`` events is returned as
+    it is. Self-time columns count nothing twice: do not use this for them.
+    """
+    events = int(table.row(name)["# of Calls"])
+    if calls <= 0 or events % calls:
+        raise ValueError(f"{name!r} has {events} events, not a whole multiple of {calls} calls")
+    return microseconds(table.row(name)[column]) / (events // calls)
+
+
+@dataclass(frozen=True)
+class LayerTime:
+    """One kind of layer's time in a profile, forward and backward, each call counted once."""
+
+    forward: str  # the forward row ("aten::conv2d")
+    backward: str  # its autograd node's row ("ConvolutionBackward0")
+    calls: int  # the backward row's events: autograd makes one node per forward call
+    forward_events: int  # the forward row's events: calls times the events one call makes
+    forward_us: float
+    backward_us: float
+
+    @property
+    def total_us(self) -> float:
+        return self.forward_us + self.backward_us
+
+    @property
+    def events_per_call(self) -> int:
+        return self.forward_events // self.calls
+
+
+def layer_time(table: ProfilerTable, forward: str, backward: str, column: str = "CUDA total"
+               ) -> LayerTime:
+    """The ``column`` time of the forward row ``forward`` and the backward row ``backward`` (an
+    autograd node, ``...Backward0``), each forward call counted once (``once_per_call``): the
+    backward row gives the number of calls, since autograd records one node per forward call."""
+    calls = int(table.row(backward)["# of Calls"])
+    return LayerTime(forward, backward, calls, int(table.row(forward)["# of Calls"]),
+                     once_per_call(table, forward, calls, column),
+                     once_per_call(table, backward, calls, column))

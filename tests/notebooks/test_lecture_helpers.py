@@ -90,6 +90,54 @@ def test_recorded_gpu_is_labelled(tmp_path, monkeypatch, capsys):
     assert "No GPU recording of 'loader' exists yet" in capsys.readouterr().out
 
 
+def test_recorded_gpu_reads_a_later_session_and_a_probe_folder(tmp_path, monkeypatch):
+    """A PROVENANCE line '<benchmark> <key>' is that benchmark's own session (its device, date,
+    versions replace the folder's); a probe's JSON may have its own name; a probe recorded on its
+    own sits in benchmarks/<probe>/<device>/ with its PROVENANCE and its one command line."""
+    from edu_dl.machine import recorded
+
+    folder = tmp_path / "gpu" / "some-gpu"
+    (folder / "matmul").mkdir(parents=True)
+    (folder / "matmul" / "matmul.json").write_text('{"x": 1}')
+    (folder / "probe").mkdir()
+    (folder / "probe" / "my_probe.json").write_text('{"y": 2}')
+    (folder / "probe" / "my_probe.log").write_text("not data")
+    (folder / "PROVENANCE").write_text(
+        "# a comment: ignored\ndevice: Some GPU\ndate: 2026-11-24\nversions: torch 9\n"
+        "command matmul: edu-dl bench matmul\ncommand probe: a maintainer's note\n"
+        "probe device: Some GPU (the probe's own words)\nprobe date: 2026-11-25\n")
+    probe_folder = tmp_path / "kernel_probe" / "other-gpu"
+    probe_folder.mkdir(parents=True)
+    (probe_folder / "kernel_probe.json").write_text('{"z": 3}')
+    (probe_folder / "PROVENANCE").write_text("device: Other GPU\ndate: 2026-11-26\n"
+                                             "versions: numba 1\ncommand k: python3 k.py\n")
+    monkeypatch.setattr(recorded, "recorded", functools.partial(recorded.recorded, root=tmp_path))
+
+    matmul = lecture.recorded_gpu("matmul")
+    assert matmul["provenance"]["date"] == "2026-11-24" and matmul["files"] == folder / "matmul"
+    probe = lecture.recorded_gpu("probe", "some-gpu", command="my_probe.py (a probe script)")
+    assert probe["data"] == {"y": 2} and probe["folder"] == folder
+    assert probe["label"] == ("recorded on Some GPU (the probe's own words) (2026-11-25; "
+                              "torch 9) by: my_probe.py (a probe script)")
+    assert lecture.recorded_gpu("probe")["command"] == "a maintainer's note"
+    alone = lecture.recorded_gpu("kernel_probe", "other-gpu")
+    assert alone["data"] == {"z": 3} and alone["folder"] == alone["files"] == probe_folder
+    assert alone["label"] == "recorded on Other GPU (2026-11-26; numba 1) by: python3 k.py"
+
+
+def test_the_recordings_lecture_02d_reads_are_found():
+    from edu_dl.machine.recorded import recorded
+
+    memory_probe = recorded("memory_probe", "nvidia-h100-80gb-hbm3")
+    facts = memory_probe["provenance"]
+    assert memory_probe["data"]["device"]["multiprocessor_count"] == 132
+    assert facts["date"] == "2026-11-25" and facts["device"].startswith("NVIDIA H100")
+    assert recorded("practice_probe")["provenance"]["date"] == "2026-11-24"  # the folder's own
+    h200 = recorded("gpu_memory_system", "nvidia-h200")
+    assert h200["provenance"]["device"].startswith("NVIDIA H200")
+    assert h200["data"]["transpose"]["n"] == 8192
+
+
 # --------------------------------------------------------------------------- %%needs
 
 
