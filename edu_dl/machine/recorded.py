@@ -57,7 +57,7 @@ def recorded(benchmark: str, device: str | None = None, root: Path = BENCHMARKS
 
     Where ``edu-dl bench gpu`` writes: ``benchmarks/gpu/<device>/<benchmark>/``, the PROVENANCE
     in the device folder (``folder``; ``device``: a folder name under benchmarks/gpu/, default the
-    only or first one). A probe recorded on its own may instead sit in
+    first, in name order, that holds ``benchmark``). A probe recorded on its own may instead sit in
     ``benchmarks/<benchmark>/<device>/`` with its PROVENANCE beside it (then ``folder`` is that
     folder). ``files`` is the folder of the data and of the files recorded with it; the data is
     ``<benchmark>.json`` there, or the only JSON file there. ``provenance`` holds the facts as
@@ -66,8 +66,9 @@ def recorded(benchmark: str, device: str | None = None, root: Path = BENCHMARKS
     folders = sorted(p for p in (root / "gpu").glob("*") if (p / PROVENANCE).is_file())
     if device is not None:
         folders = [p for p in folders if p.name == device]
-    if folders and (folders[0] / benchmark).is_dir():
-        folder, files = folders[0], folders[0] / benchmark
+    holding = [p for p in folders if (p / benchmark).is_dir()]
+    if holding:
+        folder, files = holding[0], holding[0] / benchmark
     else:
         probes = sorted(p for p in (root / benchmark).glob("*") if (p / PROVENANCE).is_file())
         if device is not None:

@@ -136,6 +136,20 @@ def test_record_gpu_on_a_fake_gpu_writes_results_and_provenance(
     assert recorded.read_provenance(over)["status kernels"].startswith("skipped")
 
 
+def test_a_recording_is_found_on_whichever_device_holds_it(tmp_path: Path) -> None:
+    """Without a device named, the first device folder that holds the benchmark answers: a
+    recording made on the second device only is found, not reported missing."""
+    for device, benchmarks in (("a-gpu", ["matmul"]), ("b-gpu", ["matmul", "kernels"])):
+        for name in benchmarks:
+            (tmp_path / "gpu" / device / name).mkdir(parents=True)
+            (tmp_path / "gpu" / device / name / f"{name}.json").write_text(f'{{"on": "{device}"}}')
+        (tmp_path / "gpu" / device / "PROVENANCE").write_text(f"device: {device}\n")
+    assert recorded.recorded("matmul", root=tmp_path)["data"] == {"on": "a-gpu"}
+    assert recorded.recorded("kernels", root=tmp_path)["data"] == {"on": "b-gpu"}
+    with pytest.raises(FileNotFoundError, match="'kernels'.*'a-gpu'"):
+        recorded.recorded("kernels", "a-gpu", root=tmp_path)
+
+
 def test_the_h100_record_is_complete_and_labelled() -> None:
     facts = recorded.read_provenance(H100)
     assert facts["commit"] == "e5ef6d5" and facts["python"] == "3.12.3"
