@@ -157,9 +157,10 @@ class FitCheck:
         """Two sentences: how well the model follows the samples, and what may be used of it."""
         ratio = self.worst_ratio
         side = "above" if ratio > 1 else "below"
+        size = f"{self.worst_size:,}\u00a0B"  # a no-break space: a wrapped line keeps it whole
         text = (
             f"the model lies inside the measured middle half at {self.inside_count} of "
-            f"{len(self.sizes)} sizes; it is furthest off at {self.worst_size:,} B, "
+            f"{len(self.sizes)} sizes; it is furthest off at {size}, "
             f"{ratio:.2f}x the median ({self.worst_error:.0%} {side} it)."
         )
         if self.predicts:
