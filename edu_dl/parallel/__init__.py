@@ -6,9 +6,11 @@
 - ``mirrored_strategy_demo``: TensorFlow's ``MirroredStrategy`` on logical CPU devices;
 - ``run_workers``: the launcher (spawned processes, loopback rendezvous, timeouts, clean-up);
 - ``pitfalls``: the lecture's list of multi-device pitfalls with measured numbers;
+  ``draw_data_parallel_step``: its diagram of one step (two workers, one all-reduce);
 - beyond data parallelism: ``bytes_per_device`` (ZeRO / FSDP memory arithmetic),
   ``tensor_parallel_mlp`` (a Megatron-style column-then-row split on R processes) and
-  ``measure_all_reduce`` / ``fit_alpha_beta`` (the alpha-beta model of an all-reduce).
+  ``measure_all_reduce`` / ``fit_alpha_beta`` / ``check_fit`` (the alpha-beta model of an
+  all-reduce, and how well it follows the measurements).
 
 Scripts that call these must guard their top level with ``if __name__ == "__main__":``, because
 every spawned worker re-imports the script.
@@ -23,6 +25,8 @@ if TYPE_CHECKING:
     from edu_dl.parallel.comm_model import (
         AllReduceTimes,
         AlphaBeta,
+        FitCheck,
+        check_fit,
         fit_alpha_beta,
         measure_all_reduce,
         ring_factor,
@@ -30,7 +34,7 @@ if TYPE_CHECKING:
     from edu_dl.parallel.launch import WorkerError, choose_backend, run_workers
     from edu_dl.parallel.mirrored import MirroredResult, mirrored_strategy_demo
     from edu_dl.parallel.problem import TwoLayerNet, TwoLayerProblem, make_problem
-    from edu_dl.parallel.summary import max_rel_diff, pitfalls
+    from edu_dl.parallel.summary import draw_data_parallel_step, max_rel_diff, pitfalls
     from edu_dl.parallel.tensor_parallel import TensorParallelResult, tensor_parallel_mlp
     from edu_dl.parallel.torch_dp import MODES, ParallelResult, train_data_parallel, train_single
     from edu_dl.parallel.zero import ModelStates, bytes_per_device, communication_factor
@@ -43,6 +47,7 @@ _WHERE = {
     "run_workers": "launch",
     "MirroredResult": "mirrored",
     "mirrored_strategy_demo": "mirrored",
+    "draw_data_parallel_step": "summary",
     "max_rel_diff": "summary",
     "pitfalls": "summary",
     "TwoLayerNet": "problem",
@@ -54,6 +59,8 @@ _WHERE = {
     "train_single": "torch_dp",
     "AllReduceTimes": "comm_model",
     "AlphaBeta": "comm_model",
+    "FitCheck": "comm_model",
+    "check_fit": "comm_model",
     "fit_alpha_beta": "comm_model",
     "measure_all_reduce": "comm_model",
     "ring_factor": "comm_model",
@@ -67,6 +74,7 @@ __all__ = [
     "MODES",
     "AllReduceTimes",
     "AlphaBeta",
+    "FitCheck",
     "MirroredResult",
     "ModelStates",
     "ParallelResult",
@@ -75,8 +83,10 @@ __all__ = [
     "TwoLayerProblem",
     "WorkerError",
     "bytes_per_device",
+    "check_fit",
     "choose_backend",
     "communication_factor",
+    "draw_data_parallel_step",
     "fit_alpha_beta",
     "make_problem",
     "max_rel_diff",

@@ -1,12 +1,17 @@
-"""The multi-device pitfalls the lecture names, with this machine's numbers filled in."""
+"""What the lecture shows of data parallelism: the pitfalls it names, with this machine's numbers
+filled in, and the diagram of one data-parallel step."""
 
 from __future__ import annotations
 
 import textwrap
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from edu_dl.parallel.torch_dp import ParallelResult
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 # Optimizer state kept per parameter, in copies of the weights: SGD none, momentum 1, Adam 2.
 STATE_COPIES = {"sgd": 0, "momentum": 1, "adam": 2}
@@ -30,8 +35,9 @@ def pitfalls(
     lines = ["Pitfalls of training on many devices (data parallelism):"]
     memory = (
         "1. Limited memory per GPU: every device holds a full copy of the model, its gradients "
-        "and its optimizer state; only the batch is split. A model too big for one GPU does not "
-        "fit on eight either (that needs model, pipeline or tensor parallelism)."
+        "and its optimizer state; only the batch is split. With data parallelism alone, a model "
+        "too big for one GPU does not fit on eight either: that needs its states sharded over "
+        "the devices (ZeRO-3, FSDP) or its layers split (tensor or pipeline parallelism)."
     )
     transfer = (
         "2. Transfer bottlenecks: every step, every gradient crosses between devices (over NVLink, "
@@ -90,3 +96,54 @@ def pitfalls(
     items = [memory, transfer, unstable, correct, debugging]
     lines += [textwrap.fill(item, width=width, subsequent_indent="   ") for item in items]
     return "\n".join(lines)
+
+
+def draw_data_parallel_step(batch_size: int = 64, ax: Axes | None = None) -> Axes:
+    """Draw one data-parallel SGD step on two workers; returns the Axes drawn into.
+
+    The batch is split in two halves; each worker runs forward and backward on its half and gets
+    its own gradient g_r; one all-reduce (mean) gives both g = (g_0 + g_1) / 2; both apply the
+    same update. Only the gradients cross between the workers. Without ``ax``, a new pyplot
+    figure (11 x 4.2 inches) holds the diagram.
+    """
+    from matplotlib.patches import FancyBboxPatch
+
+    from edu_dl.notebook.lecture import PALETTE
+
+    if batch_size < 2 or batch_size % 2:
+        raise ValueError(f"the diagram splits the batch in two halves: got {batch_size} rows")
+    half = batch_size // 2
+    if ax is None:
+        import matplotlib.pyplot as plt
+
+        _, ax = plt.subplots(figsize=(11, 4.2))
+
+    def box(x: float, y: float, w: float, h: float, text: str, color: str) -> None:
+        ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.02,rounding_size=0.08",
+                                    facecolor=color, edgecolor="0.2", alpha=0.9))
+        ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=9)
+
+    def arrow(start: tuple[float, float], end: tuple[float, float]) -> None:
+        ax.annotate("", xy=end, xytext=start,
+                    arrowprops={"arrowstyle": "->", "color": "0.2", "lw": 1.2})
+
+    ax.set_xlim(0, 11)
+    ax.set_ylim(0, 4.4)
+    ax.axis("off")
+    box(0.1, 1.2, 1.3, 2.0, f"batch\nX, y\n{batch_size} rows", "0.85")
+    for r, y0 in ((0, 2.75), (1, 0.55)):  # each worker's lane, worker 0 on top
+        middle = y0 + 0.45
+        arrow((1.4, 2.2), (1.9, middle))
+        box(1.9, y0, 1.5, 0.9, f"worker {r}\nrows {half * r}..{half * r + half - 1}\n"
+            "replica of w", PALETTE[5])
+        arrow((3.4, middle), (3.7, middle))
+        box(3.7, y0, 1.6, 0.9, f"forward:\nloss$_{r}$ = mean over\nits {half} rows", PALETTE[1])
+        arrow((5.3, middle), (5.6, middle))
+        box(5.6, y0, 1.2, 0.9, f"backward:\n$g_{r}$", PALETTE[1])
+        arrow((6.8, middle), (7.25, 2.2))
+        arrow((8.65, 2.2), (9.1, middle))
+        box(9.1, y0, 1.8, 0.9, "same update:\nw \u2190 w \u2212 lr\u00b7g", PALETTE[2])
+    box(7.25, 1.55, 1.4, 1.3, "all-reduce\n(mean)\n$g = (g_0 + g_1)/2$", PALETTE[4])
+    ax.text(5.5, 4.15, "one data-parallel SGD step: only the gradients cross between workers",
+            ha="center", fontsize=11)
+    return ax

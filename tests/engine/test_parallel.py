@@ -207,6 +207,26 @@ def test_pitfalls_names_the_lectures_pitfalls_and_quotes_measured_numbers(single
     assert f"differ from one process's by {drift:.1e}" in text
 
 
+def test_pitfalls_say_that_sharding_fits_what_data_parallelism_cannot():
+    generic = " ".join(par.pitfalls().split())
+    assert "With data parallelism alone, a model too big for one GPU does not fit" in generic
+    assert "ZeRO-3, FSDP" in generic
+
+
+def test_the_data_parallel_step_diagram_draws_both_workers_and_one_all_reduce():
+    from matplotlib.figure import Figure  # no pyplot: no window, no global state
+
+    ax = Figure().subplots()
+    assert par.draw_data_parallel_step(batch_size=8, ax=ax) is ax
+    texts = [t.get_text() for t in ax.texts]
+    assert len(ax.patches) == 1 + 2 * 4 + 1  # the batch, four boxes per worker, the all-reduce
+    assert sum("all-reduce" in t for t in texts) == 1
+    assert any("rows 0..3" in t for t in texts) and any("rows 4..7" in t for t in texts)
+    assert "8 rows" in texts[0]
+    with pytest.raises(ValueError, match="two halves"):
+        par.draw_data_parallel_step(batch_size=7, ax=Figure().subplots())
+
+
 def test_bench_parallel_command_is_registered_and_refuses_an_uneven_split(capsys):
     from edu_dl.cli import main
 

@@ -92,6 +92,49 @@ def test_alpha_beta_fit_keeps_both_terms_non_negative() -> None:
     assert par.ring_factor(1) == 0 and par.ring_factor(2) == 1 and par.ring_factor(8) == 1.75
 
 
+SIZES = [4 * 4**k for k in range(12)]  # the lecture's: 4 B to 16 MiB
+
+
+def test_robust_alpha_beta_fit_ignores_a_few_wild_sizes() -> None:
+    truth = par.AlphaBeta(alpha=200e-6, beta=2e-9, world_size=2)
+    rng = np.random.default_rng(1)
+    times = np.asarray(truth.predict(SIZES)) * (1 + 0.05 * rng.standard_normal(len(SIZES)))
+    times[[1, 4, 9]] *= [6.0, 0.2, 4.0]  # three sizes hit by load, or by another algorithm
+    robust = par.fit_alpha_beta(SIZES, times, world_size=2)
+    assert robust.alpha == pytest.approx(200e-6, rel=0.15)
+    assert robust.beta == pytest.approx(2e-9, rel=0.15)
+    plain = par.fit_alpha_beta(SIZES, times, world_size=2, robust=False)
+    assert abs(plain.alpha / 200e-6 - 1) > 0.3  # least squares alone is dragged off
+    # Several samples per size, some of them wild: the same.
+    samples = {n: list(truth.predict(n) * (1 + 0.05 * rng.standard_normal(9))) for n in SIZES}
+    for n in SIZES[::3]:
+        samples[n][0] *= 10
+    repeated = [n for n in SIZES for _ in samples[n]]
+    fitted = par.fit_alpha_beta(repeated, [t for n in SIZES for t in samples[n]], world_size=2)
+    assert fitted.alpha == pytest.approx(200e-6, rel=0.1)
+    assert fitted.beta == pytest.approx(2e-9, rel=0.1)
+
+
+def test_check_fit_says_whether_the_model_follows_the_samples() -> None:
+    truth = par.AlphaBeta(alpha=200e-6, beta=2e-9, world_size=2)
+    rng = np.random.default_rng(2)
+    samples = {n: list(truth.predict(n) * (1 + 0.1 * rng.standard_normal(15))) for n in SIZES}
+    good = par.check_fit(truth, samples)
+    assert good.sizes == SIZES and good.predicts and good.inside_count >= 10
+    assert good.worst_error < 0.1
+    assert "inside the measured middle half at" in good.summary()
+    assert "good enough to estimate" in good.summary()
+    samples[64] = [t * 3 for t in samples[64]]  # one size three times slower than the model
+    poor = par.check_fit(truth, samples)
+    assert not poor.predicts and poor.worst_size == 64
+    assert poor.worst_ratio == pytest.approx(1 / 3, rel=0.1)
+    assert poor.worst_error == pytest.approx(2 / 3, rel=0.1)
+    assert not poor.inside[SIZES.index(64)]
+    text = " ".join(poor.summary().split())
+    assert "at 1 of 12 sizes" in text and "are not this machine's costs" in text
+    assert "furthest off at 64 B" in text
+
+
 def test_measured_gloo_all_reduce_times_grow_with_the_message() -> None:
     times = par.measure_all_reduce([4, 4 * 2**20], world_size=2, rounds=3, calls=2)
     assert times.sizes == [4, 4 * 2**20] and all(len(v) == 3 for v in times.samples.values())
