@@ -146,7 +146,7 @@ def test_a_recording_is_found_on_whichever_device_holds_it(tmp_path: Path) -> No
         (tmp_path / "gpu" / device / "PROVENANCE").write_text(f"device: {device}\n")
     assert recorded.recorded("matmul", root=tmp_path)["data"] == {"on": "a-gpu"}
     assert recorded.recorded("kernels", root=tmp_path)["data"] == {"on": "b-gpu"}
-    with pytest.raises(FileNotFoundError, match="'kernels'.*'a-gpu'"):
+    with pytest.raises(FileNotFoundError, match=r"'kernels'.*'a-gpu'"):
         recorded.recorded("kernels", "a-gpu", root=tmp_path)
 
 
