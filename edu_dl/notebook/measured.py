@@ -105,17 +105,8 @@ def medians_and_pairs(name_a: str, samples_a: Sequence[float], name_b: str,
             "(what the verdict uses)")
 
 
-def usable_cores() -> int:
-    """The CPU cores this process may run on (its affinity where the OS says, else all)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def load_average() -> float | None:
-    """The 1-minute load average (processes running or waiting for a core); None where the OS
-    has none (Windows)."""
+def _load_average() -> float | None:
+    """The 1-minute load average; None where the OS has none (Windows)."""
     try:
         return os.getloadavg()[0]
     except (AttributeError, OSError):
@@ -129,10 +120,13 @@ def busy_warning(samples: Mapping[str, Sequence[float]], load: float | None = No
     Two criteria, either one enough: some program's middle half of rounds spans more than
     BUSY_SPREAD of its median (other work came and went between rounds), or the 1-minute load
     average exceeds the usable cores (processes were waiting for a core). ``load`` and ``cores``
-    default to this machine's (`load_average`, `usable_cores`); pass them to test.
+    default to this machine's (its load average, and ``hardware.usable_cores``: the affinity
+    mask capped by a container's CPU quota); pass them to test.
     """
-    load = load_average() if load is None else load
-    cores = usable_cores() if cores is None else cores
+    from edu_dl.machine import hardware
+
+    load = _load_average() if load is None else load
+    cores = int(hardware.usable_cores().value) if cores is None else cores
     widths = {}
     for name, times in samples.items():
         low, middle, high = quartiles(times)

@@ -13,7 +13,6 @@ from edu_dl.notebook.measured import (
     quartiles,
     spread,
     time_in_turns,
-    usable_cores,
     verdict,
 )
 
@@ -108,4 +107,6 @@ def test_busy_warning_by_spread_and_by_load() -> None:
 
 def test_busy_warning_reads_this_machine() -> None:
     said = busy_warning({"a": [1.0, 1.0, 1.0]})
-    assert f"on {usable_cores()} core" in said or "no load average" in said
+    from edu_dl.machine import hardware
+
+    assert f"on {int(hardware.usable_cores().value)} core" in said or "no load average" in said
