@@ -236,6 +236,54 @@ def test_no_cache_keeps_a_students_cells_across_submissions() -> None:
     assert len(reader._parsed) == 2  # one reader per submission holds them
 
 
+def test_threads_grading_at_once_parse_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch grades on a thread pool; CPython 3.11's parser fails one of two threads parsing at
+    once now and then ("AST constructor recursion depth mismatch"), which made a grader error of
+    an answer that parses. Every reader of a student's source (a cell, a part's definition, a
+    speed function) parses through one lock."""
+    import ast
+    import threading
+    import time
+
+    from edu_dl.grading.authoring import source as asource
+    from edu_dl.grading.trust import speed
+
+    inside, most = [0], [0]
+    count = threading.Lock()
+    real = ast.parse
+
+    def slow_parse(code: str, *args: object, **kwargs: object) -> ast.Module:
+        with count:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.01)  # long enough for every other thread to arrive
+        try:
+            return real(code)
+        finally:
+            with count:
+                inside[0] -= 1
+
+    monkeypatch.setattr(ast, "parse", slow_parse)
+    readers = [lambda: tsource.parse_cell("def square(n):\n    return n * n"),
+               lambda: asource.definition_node("def square(n):\n    return n * n"),
+               lambda: speed.source_problem("def f(x):\n    return x + 1")] * 4
+    threads = [threading.Thread(target=read) for read in readers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert most[0] == 1, f"{most[0]} threads parsed at once"
+
+
+def test_the_grader_parses_python_in_one_place() -> None:
+    """The lock above holds only if nothing in the package calls ``ast.parse`` beside it."""
+    package = ROOT / "edu_dl"
+    callers = sorted(str(p.relative_to(ROOT)) for p in package.rglob("*.py")
+                     if "ast.parse(" in p.read_text(encoding="utf-8")
+                     and p.name != "scopes.py")
+    assert callers == [], callers
+
+
 # --------------------------------------------------------------------------- what travels
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edu_dl.grading.authoring.spec import Part, Verdict, global_names
-from edu_dl.grading.trust.scopes import SCOPES, segment
+from edu_dl.grading.trust.scopes import SCOPES, parse_python, segment
 
 NOT_FOUND = ("the grader could not find the source of the function you pass to check() for "
              "this part: define it with a plain top-level `def` (or `class`) of that name in a "
@@ -47,7 +47,7 @@ def judge_source(part: Part, source: str | None, missing: str = "") -> Verdict:
 
 def definition_node(source: str) -> ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef:
     """The def or class statement a source text holds (ValueError otherwise)."""
-    tree = ast.parse(source)
+    tree = parse_python(source)
     if len(tree.body) != 1 or not isinstance(tree.body[0], SCOPES):
         raise ValueError("the source is not one def or class statement")
     return tree.body[0]
@@ -154,7 +154,7 @@ def own_source(fn: Any) -> str | None:
     code = codes[0]
     text = "".join(linecache.getlines(code.co_filename))
     try:
-        tree = ast.parse(text)
+        tree = parse_python(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     line = code.co_firstlineno

@@ -21,7 +21,7 @@ from typing import Any
 
 from edu_dl.grading.nbgrader import grade_id
 from edu_dl.grading.notebooks import Notebook
-from edu_dl.grading.trust.scopes import SCOPES, segment
+from edu_dl.grading.trust.scopes import SCOPES, parse_python, segment
 
 # --------------------------------------------------------------------------- parsing cells
 
@@ -47,7 +47,7 @@ def parse_cell(text: str) -> tuple[ast.Module, str] | None:
     nothing). A ``%%time`` or ``%%capture`` cell is its body."""
     code = _ipython_text(text)
     try:
-        tree = ast.parse(code)
+        tree = parse_python(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     body = _cell_magic_body(tree)

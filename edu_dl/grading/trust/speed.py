@@ -9,6 +9,7 @@ import io
 import numpy as np
 
 from edu_dl.grading.trust.notebook import Untrusted
+from edu_dl.grading.trust.scopes import parse_python
 
 MAX_OUTPUT_BYTES = 64 << 20
 
@@ -52,7 +53,7 @@ def source_problem(source: str) -> str:
     if len(source) > MAX_SOURCE_CHARS:
         return f"the function's source is over {MAX_SOURCE_CHARS} characters"
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return "the function's source does not parse"
     for node in ast.walk(tree):
