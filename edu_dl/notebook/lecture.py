@@ -105,10 +105,15 @@ def on_gpu(
     and return None."""
     reason = why_no_gpu(needs)
     if reason is not None:
-        print(f"No GPU here ({reason}): {what} is skipped; on a machine with an "
-              f"NVIDIA GPU and `make lab GPU=1` it runs.")
+        print(_no_gpu(reason, what))
         return None
     return fn()
+
+
+def _no_gpu(reason: str, what: str) -> str:
+    """The one sentence printed instead of ``what`` where a GPU library has no GPU."""
+    return (f"No GPU here ({reason}): {what} is skipped; on a machine with an NVIDIA GPU and "
+            "`make lab GPU=1` it runs.")
 
 
 def rounded(value: Any, digits: int = 6) -> Any:
@@ -158,16 +163,28 @@ def needs(line: str, cell: str) -> None:
 
     Runs the cell unchanged, in the notebook's namespace, when every named framework imports;
     otherwise prints one sentence and skips it. Cells that use a skipped cell's names start with
-    the same line, so they skip too instead of failing with NameError."""
+    the same line, so they skip too instead of failing with NameError.
+
+    ``gpu`` among the names asks for a CUDA GPU as well, one that every GPU library named beside
+    it can use (``%%needs gpu torch``; CuPy when none is named): those libraries are asked as
+    :func:`on_gpu` asks them, and a missing one is a reason there is no GPU here."""
     from IPython import get_ipython
     from IPython.core.error import UsageError
 
     names = line.split()
     if not names:
-        raise UsageError("%%needs takes import names, for example: %%needs tensorflow")
+        raise UsageError("%%needs takes import names, for example: %%needs tensorflow "
+                         "(and gpu for a CUDA GPU: %%needs gpu torch)")
+    on_the_gpu = "gpu" in names
+    gpu_libraries = tuple(n for n in names if on_the_gpu and n in backend.GPU_FRAMEWORKS)
     for name in names:
-        if framework_missing(name) is not None:
+        if name != "gpu" and name not in gpu_libraries and framework_missing(name) is not None:
             print(_skipped(name, "this cell"))
+            return
+    if on_the_gpu:
+        reason = why_no_gpu(gpu_libraries or ("cupy",))
+        if reason is not None:
+            print(_no_gpu(reason, "this cell"))
             return
     result = get_ipython().run_cell(cell, store_history=False)
     if not result.success:

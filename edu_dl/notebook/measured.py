@@ -56,6 +56,34 @@ def time_in_turns(programs: Mapping[str, Callable[[], object]], rounds: int = 7,
     return samples
 
 
+def time_and_compare(programs: Mapping[str, Callable[[], object]],
+                     pairs: Sequence[tuple[str, str]] = (), *, rounds: int = 7, number: int = 1,
+                     per: str = "call", scale: float = 1e3, unit: str = "ms",
+                     clock: Callable[[], float] = time.perf_counter) -> dict[str, list[float]]:
+    """Time the programs in turns (`time_in_turns`), print each one's median and middle half,
+    then one `compare` sentence for each (A, B) in ``pairs``; return the rounds.
+
+    ``time_and_compare({"a": f, "b": g}, [("a", "b")], rounds=9)`` prints::
+
+        time per call: median (middle half of 9 rounds)
+          a  2.51 ms (2.40 to 2.73)
+          b  3.02 ms (2.95 to 3.10)
+        a is faster than b: it takes 0.83x the time (...)
+    """
+    unknown = sorted({name for pair in pairs for name in pair} - set(programs))
+    if unknown:
+        raise ValueError(f"time_and_compare: {unknown} to compare, but the programs are "
+                         f"{list(programs)}")
+    samples = time_in_turns(programs, rounds=rounds, number=number, clock=clock)
+    print(f"time per {per}: median (middle half of {rounds} rounds)")
+    width = max(len(name) for name in samples)
+    for name, times in samples.items():
+        print(f"  {name:{width}s}  {spread(times, scale, unit)}")
+    for a, b in pairs:
+        print(compare(a, samples[a], b, samples[b]))
+    return samples
+
+
 def spread(samples: Sequence[float], scale: float = 1e3, unit: str = "ms") -> str:
     """'2.51 ms (2.40 to 2.73)': the median and the middle half of the samples."""
     low, middle, high = quartiles([s * scale for s in samples])

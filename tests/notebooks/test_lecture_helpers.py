@@ -181,6 +181,39 @@ def test_needs_lets_a_failing_cell_fail_the_notebook(shell, capsys):
     assert out.rstrip().endswith("CellFailed: this cell failed (its traceback is above)")
 
 
+def test_needs_gpu_skips_with_the_libraries_reason_and_runs_where_it_has_one(shell, monkeypatch,
+                                                                           capsys):
+    """``%%needs gpu`` asks CuPy; ``%%needs gpu torch`` asks torch (the GPU library named)."""
+    asked: list[str] = []
+    fake_gpu_status(monkeypatch, {"cupy": "CuPy found no CUDA device", "torch": None}, asked)
+    assert shell.run_cell("%%needs gpu\nran_on_cupy = 1").success
+    assert "ran_on_cupy" not in shell.user_ns and asked == ["cupy"]
+    assert capsys.readouterr().out == (
+        "No GPU here (CuPy found no CUDA device): this cell is skipped; on a machine with an "
+        "NVIDIA GPU and `make lab GPU=1` it runs.\n")
+    assert shell.run_cell("%%needs gpu torch\nran_on_torch = 1").success
+    assert shell.user_ns["ran_on_torch"] == 1 and asked == ["cupy", "torch"]
+    assert capsys.readouterr().out == ""
+
+
+def test_needs_gpu_says_a_missing_gpu_library_is_why_there_is_no_gpu(shell, monkeypatch, capsys):
+    """Not "pip install cupy": on a laptop the reason is that there is no GPU for it to use."""
+    fake_gpu_status(monkeypatch, {"cupy": "CuPy is not installed", "torch": None})
+    assert shell.run_cell("%%needs gpu cupy torch\nboth = 1").success
+    assert "both" not in shell.user_ns
+    assert capsys.readouterr().out.startswith("No GPU here (CuPy is not installed): this cell "
+                                              "is skipped;")
+
+
+def test_needs_gpu_names_a_missing_framework_before_asking_for_a_gpu(shell, monkeypatch, capsys):
+    asked: list[str] = []
+    fake_gpu_status(monkeypatch, {}, asked)
+    assert shell.run_cell("%%needs gpu no_such_framework_xyz\nx = 1").success
+    assert asked == [] and "x" not in shell.user_ns
+    assert capsys.readouterr().out.startswith("no_such_framework_xyz is missing here, so this "
+                                              "cell is skipped")
+
+
 def test_needs_without_a_name_is_a_usage_error(shell, capsys):
     assert not shell.run_cell("%%needs\nx = 1").success
     assert "%%needs takes import names" in capsys.readouterr().err

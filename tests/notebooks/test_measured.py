@@ -12,6 +12,7 @@ from edu_dl.notebook.measured import (
     medians_and_pairs,
     quartiles,
     spread,
+    time_and_compare,
     time_in_turns,
     verdict,
 )
@@ -60,6 +61,27 @@ def test_programs_take_turns_after_one_warm_up_each() -> None:
                             rounds=3, number=2, clock=lambda: float(next(ticks)))
     assert calls == ["a", "b"] + ["a", "a", "b", "b"] * 3
     assert samples == {"a": [0.5] * 3, "b": [0.5] * 3}  # one second over two calls
+
+
+def test_time_and_compare_prints_the_table_and_one_verdict_per_pair(capsys) -> None:
+    now = [0.0]
+    cost = {"slow one": 2.0, "fast": 1.0}  # seconds each call moves a fake clock on
+
+    def program(name: str):
+        return lambda: now.__setitem__(0, now[0] + cost[name])
+
+    samples = time_and_compare({name: program(name) for name in cost},
+                               [("fast", "slow one")], rounds=3, per="step",
+                               clock=lambda: now[0])
+    assert samples == {"slow one": [2.0] * 3, "fast": [1.0] * 3}
+    assert capsys.readouterr().out.splitlines() == [
+        "time per step: median (middle half of 3 rounds)",
+        "  slow one  2e+03 ms (2e+03 to 2e+03)",
+        "  fast      1e+03 ms (1e+03 to 1e+03)",
+        "fast is faster than slow one: it takes 0.50x the time (the middle half of 3 rounds "
+        "between 0.50x and 0.50x)"]
+    with pytest.raises(ValueError, match=r"\['slow'\] to compare"):
+        time_and_compare({"fast": lambda: None}, [("fast", "slow")])
 
 
 def test_time_in_turns_needs_a_round() -> None:

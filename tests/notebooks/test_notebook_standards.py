@@ -160,6 +160,17 @@ def tensorflow_cells_start_with_needs(path: Path, nb: Notebook) -> list[str]:
             and not c.source.startswith("%%needs ")]
 
 
+ON_GPU_CALL = re.compile(r"(?<!\w)on_gpu\(")
+
+
+def gpu_cells_start_with_needs_gpu(path: Path, nb: Notebook) -> list[str]:
+    """A lecture's GPU section is a cell that starts with `%%needs gpu` (plus the GPU libraries
+    it uses): its code as a student would write it, skipped in one sentence without a GPU; not
+    the code wrapped in a function handed to `on_gpu` with a description string."""
+    return [f"{label(nb, c)} calls on_gpu(...): start the cell with `%%needs gpu` instead"
+            for c in code_cells(nb) if ON_GPU_CALL.search(c.source)]
+
+
 def timing_cells_not_checked(path: Path, nb: Notebook) -> list[str]:
     """Durations and rates differ on every run: such a cell must not be checked."""
     problems = []
@@ -288,7 +299,7 @@ COMMON: list[Check] = [valid_nbformat, executed_in_order, no_error_outputs, no_t
                        title_style, no_widget_outputs, no_printed_checks,
                        kernelspec_as_jupyterlab_writes_it]
 LECTURE: list[Check] = [*COMMON, opens_with_objectives, ends_with_exercise,
-                        tensorflow_cells_start_with_needs]
+                        tensorflow_cells_start_with_needs, gpu_cells_start_with_needs_gpu]
 
 # folder -> the standards its notebooks must meet.
 FOLDERS: dict[str, list[Check]] = {
@@ -465,6 +476,19 @@ def test_plain_cells_that_only_name_tensorflow_pass(source: str) -> None:
     nb = make_notebook()
     code_cells(nb)[3].source = source
     assert tensorflow_cells_start_with_needs(DEMO, nb) == []
+
+
+@pytest.mark.parametrize(("source", "flagged"), [
+    ('on_gpu(run_it, "timing your GPU", needs=("torch",))', True),
+    ("result = lecture.on_gpu(lambda: 1)", True),
+    ("%%needs gpu torch\nprint(torch.cuda.get_device_name())", False),
+    ("def standardize_on_gpu():\n    pass\n\n\nstandardize_on_gpu()", False),
+])
+def test_checks_catch_a_gpu_section_handed_to_on_gpu(source: str, flagged: bool) -> None:
+    nb = make_notebook()
+    code_cells(nb)[3].source = source
+    problems = gpu_cells_start_with_needs_gpu(DEMO, nb)
+    assert bool(problems) == flagged and (not flagged or "code cell 3" in problems[0])
 
 
 def test_quiet_tensorflow_counts_as_set_up() -> None:
