@@ -38,12 +38,32 @@ def notebook_bytes(nb: Notebook) -> bytes:
     return (text if text.endswith("\n") else text + "\n").encode("utf-8")
 
 
+def umask() -> int:
+    """This process's umask, read without setting it: Linux shows it in /proc/self/status, where
+    ``os.umask`` can only read it by changing it, for a moment, under every other thread."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    current = os.umask(0o022)
+    os.umask(current)
+    return current
+
+
 def write_atomic(path: str | Path, data: bytes) -> None:
-    """Write via a temporary file and rename, so a reader never sees half a file."""
+    """Write via a temporary file and rename, so a reader never sees half a file.
+
+    The file gets the mode ``open()`` would give it (0o666 less the umask: 0o644 under the usual
+    022, as nbgrader's files), not the temporary file's owner-only 0o600: what ``assign`` releases
+    and the feedback pages are for students and web servers to read. A secret is written by code
+    of its own, owner-only whatever the umask."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
