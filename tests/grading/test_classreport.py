@@ -13,10 +13,10 @@ from fixtures.nbgrader_course import _code
 
 from edu_dl.grading import sandbox
 from edu_dl.grading.authoring import spec
-from edu_dl.grading.model import Row
+from edu_dl.grading.model import BY_HAND, Row
 from edu_dl.grading.settings import Settings
 from edu_dl.grading.term import batch as G
-from edu_dl.grading.term import classreport
+from edu_dl.grading.term import classreport, manual
 from edu_dl.grading.term.classreport_show import after_batch, render, write_histogram
 from edu_dl.grading.term.policy import LATE, Person
 from edu_dl.grading.term.report import COLUMNS, write_outputs
@@ -224,3 +224,75 @@ def test_recorded_cells_are_bounded_and_a_broken_submission_costs_only_its_own(
     # an exercise name that looks like TeX is drawn as text
     report = classreport.ClassReport(scores={"hw$\\frac{": [10.0, 100.0]})
     assert write_histogram(report, tmp_path / "h.png") == tmp_path / "h.png"
+
+
+HAND = "sgd_step_justification"
+
+
+def _hand_graded_term(tmp_path: Path, hand: dict[str, float]) -> list[Row]:
+    """Eight students of hw5: an autograded part (six passed) and a cell a person grades,
+    given ``hand`` (student -> points of 2) through a filled-in manual.csv as an instructor
+    would; the others still wait for a person."""
+    students = [f"s{i}" for i in range(8)]
+    rows = []
+    for i, student in enumerate(students):
+        passed = i < 6
+        rows += [Row(student, "hw5", "hw5.sgd", 1.0 if passed else 0.0, 1.0,
+                     "passed" if passed else "failed", "m"),
+                 Row(student, "hw5", HAND, 0.0, 2.0, manual.NEEDS, "an answer: graded by hand",
+                     judged=BY_HAND, answer=f"because {student}")]
+    filled = {(s, "hw5", HAND): (p, "", manual.answer_id(f"because {s}"))
+              for s, p in hand.items()}
+    assert manual.merge(rows, filled, tmp_path / "sheet.csv") == len(hand)
+    write_outputs(tmp_path, rows, [], log=lambda s: None)
+    return rows
+
+
+def test_a_part_graded_by_hand_counts_its_points_and_waiting_rows_are_no_failures(
+        tmp_path: Path) -> None:
+    _hand_graded_term(tmp_path, {"s0": 2.0, "s1": 2.0, "s2": 2.0})
+    report = classreport.build(tmp_path)
+    rate = {r.part: r for r in report.parts}[HAND]
+    assert (rate.students, rate.by_hand, rate.waiting) == (8, 3, 5)
+    assert rate.pass_rate == 1.0 and rate.mean_points == 2.0  # of the three graded
+    text = render(report)
+    [line] = [line for line in text.splitlines() if HAND in line]
+    assert "100%" in line and "3 of 8 graded by hand so far" in line
+    assert "0/8" not in line and "0%" not in line.replace("100%", "")
+    assert "5 students with answers still to grade by hand" in text
+    assert "1.50 / 3 (5 students with answers still to grade by hand" in render(report, "markdown")
+    markdown = render(report, "markdown")
+    assert f"| {HAND} | 3 of 8 graded by hand so far | 100% | 2.00 / 2 |" in markdown
+    data = {p["part"]: p for p in json.loads(render(report, "json"))["parts"]}
+    assert (data[HAND]["pass_rate"], data[HAND]["waiting"], data[HAND]["by_hand"]) == (1, 5, 3)
+    # the batch's summary names the autograded part six of eight passed, not the hand one
+    short = after_batch(tmp_path)
+    assert "fewest passed hw5.sgd (75%)" in short and HAND not in short
+
+
+def test_hand_grades_count_their_share_and_a_part_nobody_graded_yet_is_waiting(
+        tmp_path: Path) -> None:
+    _hand_graded_term(tmp_path, {"s0": 1.0, "s1": 0.0})
+    rate = {r.part: r for r in classreport.build(tmp_path).parts}[HAND]
+    assert rate.pass_rate == pytest.approx(0.25) and rate.mean_points == 0.5  # 1/2 and 0/2
+    short = after_batch(tmp_path)  # judged by its points, like the report: the fewest now
+    assert f"fewest passed {HAND} (25% of its points, graded by hand)" in short
+
+    waiting = tmp_path / "waiting"
+    _hand_graded_term(waiting, {})
+    report = classreport.build(waiting)
+    rate = {r.part: r for r in report.parts}[HAND]
+    assert (rate.by_hand, rate.waiting) == (0, 8)
+    [line] = [line for line in render(report).splitlines() if HAND in line]
+    assert "waiting" in line and "0 of 8 graded by hand so far" in line and "%" not in line
+    assert {p["part"]: p["pass_rate"] for p in json.loads(render(report, "json"))["parts"]
+            }[HAND] is None
+    assert "fewest passed hw5.sgd (75%)" in after_batch(waiting)
+
+
+def test_an_overridden_row_counts_the_points_a_person_gave(tmp_path: Path) -> None:
+    rows = [*_rows("ann", ("failed", "passed")), *_rows("bob", ("passed", "passed"))]
+    manual.override(rows[0], 1.0, "the grader's tolerance was too tight", tmp_path / "s.csv")
+    write_outputs(tmp_path, rows, [], log=lambda s: None)
+    rate = {r.part: r for r in classreport.build(tmp_path).parts}["hw9.a"]
+    assert (rate.passed, rate.by_hand, rate.waiting, rate.pass_rate) == (1, 1, 0, 1.0)

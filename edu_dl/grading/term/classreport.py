@@ -3,7 +3,9 @@
 
 Counted in **students**, never rows: per exercise how many submitted, how many are missing,
 late, or crashed or timed out; per part the share of the students who submitted that passed it
-and their mean points; a histogram of the scores (``score_histogram.png`` beside the
+and their mean points (a row a person graded counts its points' share of its maximum, 2 of 2 a
+pass and 1 of 2 half of one; a row still waiting for a person is counted as waiting, not
+judged); a histogram of the scores (``score_histogram.png`` beside the
 gradebook); solution cells that two or more students submitted identically once comments,
 blank lines and spacing are removed; and the misconception table, how many students made each
 typical mistake a hint recognised (the gradebook's ``hint`` column), with one example each.
@@ -31,6 +33,7 @@ from edu_dl.grading.nbgrader import grade_id, is_solution, student_version
 from edu_dl.grading.notebooks import NotebookError, write_atomic
 from edu_dl.grading.settings import MB, Settings
 from edu_dl.grading.term.csvio import WrittenCsv
+from edu_dl.grading.term.manual import GRADED, NEEDS, OVERRIDDEN
 from edu_dl.grading.term.policy import LATE
 from edu_dl.grading.trust.bounded import read_bounded
 from edu_dl.grading.trust.cells import MIN_TOKENS, cell_print
@@ -49,6 +52,8 @@ GENERIC_MESSAGE = ("a generic hint: a constant factor, a sign, a shift by one, a
 # A row in one of these says the submission did not run to its end.
 BROKEN = frozenset({"crashed", "timeout", "memory", "processes", "grader error", "refused"})
 NOT_PARTS = ("", LATE)  # rows that are no part: a refused file, a late penalty
+# A row whose points a person gave (manual.merge): judged by its points, not by passing.
+BY_A_PERSON = frozenset({GRADED, OVERRIDDEN})
 
 
 class ReportError(ValueError):
@@ -157,6 +162,7 @@ class ExerciseCount:
     crashed_or_timed_out: int = 0
     mean_score: float = 0.0  # over the students who submitted, late penalties included
     max_score: float = 0.0
+    waiting: int = 0  # students with a row still waiting for a person (its points 0 until then)
 
 
 @dataclass
@@ -164,13 +170,23 @@ class PartRate:
     exercise: str
     part: str
     students: int  # who submitted
-    passed: int
-    mean_points: float
+    passed: int  # rows the grader passed
+    mean_points: float  # over the judged rows: those waiting for a person left out
     max_points: float
+    by_hand: int = 0  # rows a person gave points (graded by hand, or overridden)
+    waiting: int = 0  # rows waiting for a person ("needs manual grading")
+    hand_share: float = 0.0  # the by_hand rows' points as shares of their maximum, summed
+
+    @property
+    def judged(self) -> int:
+        """The students whose row has a grade: every one but those waiting for a person."""
+        return self.students - self.waiting
 
     @property
     def pass_rate(self) -> float:
-        return self.passed / self.students if self.students else 0.0
+        """The share of the judged students that passed, a row a person graded counting its
+        share of the points (0.0 when none is judged yet: check ``judged`` before showing it)."""
+        return (self.passed + self.hand_share) / self.judged if self.judged else 0.0
 
 
 @dataclass
@@ -291,6 +307,7 @@ def _count(exercise: str, students: dict[str, list[dict[str, str]]],
         count.submitted += 1
         count.late += any(r.get("part") == LATE and r.get("status") == "late" for r in mine)
         count.crashed_or_timed_out += bool(statuses & BROKEN)
+        count.waiting += NEEDS in statuses
         got = sum(_number(r.get("points", "")) for r in mine)
         most = sum(_number(r.get("max_points", "")) for r in mine)
         totals.append((got, most))
@@ -312,10 +329,26 @@ def _rates(exercise: str, students: dict[str, list[dict[str, str]]]) -> list[Par
     for mine in _submitted(students).values():
         for r in mine:
             by_part[r.get("part", "")].append(r)
-    return [PartRate(exercise, part, len(rows), sum(r.get("status") == "passed" for r in rows),
-                     sum(_number(r.get("points", "")) for r in rows) / len(rows),
-                     max(_number(r.get("max_points", "")) for r in rows))
-            for part, rows in by_part.items()]
+    return [_rate(exercise, part, rows) for part, rows in by_part.items()]
+
+
+def _rate(exercise: str, part: str, rows: list[dict[str, str]]) -> PartRate:
+    """One part's rate: a row waiting for a person is no grade yet (its 0 points are not
+    the student's), a row a person graded counts its share of the points."""
+    judged = [r for r in rows if r.get("status") != NEEDS]
+    hand = [r for r in judged if r.get("status") in BY_A_PERSON]
+    return PartRate(exercise, part, len(rows), sum(r.get("status") == "passed" for r in rows),
+                    sum(_number(r.get("points", "")) for r in judged) / len(judged)
+                    if judged else 0.0,
+                    max(_number(r.get("max_points", "")) for r in rows),
+                    by_hand=len(hand), waiting=len(rows) - len(judged),
+                    hand_share=sum(_share(r) for r in hand))
+
+
+def _share(row: dict[str, str]) -> float:
+    """A row's points as a share of its maximum, within 0..1 (a row worth no points: 1)."""
+    most = _number(row.get("max_points", ""))
+    return min(1.0, max(0.0, _number(row.get("points", "")) / most)) if most > 0 else 1.0
 
 
 def _misconceptions(exercise: str, students: dict[str, list[dict[str, str]]],

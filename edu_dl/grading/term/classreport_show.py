@@ -20,6 +20,9 @@ SHOWN_CLUSTERS = 30  # in text and Markdown; JSON lists all
 HISTOGRAM_EXERCISES = 24
 CAUTION = ("identical code is common for short or standard answers and proves nothing by "
            "itself: look at the notebooks before drawing any conclusion")
+BY_HAND_NOTE = ("a part graded by hand: its rate is the graded students' share of its points "
+                "(2 of 2 counts as a pass, 1 of 2 as half of one); answers still waiting for "
+                "a person count once graded")
 
 
 # --------------------------------------------------------------------------- the histogram
@@ -63,8 +66,8 @@ def render(report: ClassReport, fmt: str = "text", short: bool = False) -> str:
     """The report as text (``short``: the lines a batch prints at its end), Markdown or JSON."""
     if fmt == "json":
         data = asdict(report)
-        for rate, row in zip(report.parts, data["parts"]):
-            row["pass_rate"] = round(rate.pass_rate, 4)
+        for rate, row in zip(report.parts, data["parts"]):  # None: nobody graded it yet
+            row["pass_rate"] = round(rate.pass_rate, 4) if rate.judged else None
         return json.dumps(data, indent=1, ensure_ascii=True)
     if fmt == "markdown":
         return visible("\n".join(_markdown(report)))
@@ -72,22 +75,56 @@ def render(report: ClassReport, fmt: str = "text", short: bool = False) -> str:
 
 
 def _percent(rate: PartRate) -> str:
-    return f"{100 * rate.pass_rate:.0f}%"
+    """The pass rate, or "waiting" while nobody's row has a grade yet (never 0%)."""
+    return f"{100 * rate.pass_rate:.0f}%" if rate.judged else "waiting"
+
+
+def _passed(rate: PartRate) -> str:
+    """'6/8 75%' for a part the grader judged alone; a part a person grades shows its rate
+    only (a share of the points, which no count of passes says)."""
+    if rate.by_hand or rate.waiting:
+        return _percent(rate)
+    return f"{rate.passed}/{rate.students} {_percent(rate)}"
+
+
+def _by_hand(rate: PartRate) -> str:
+    """'3 of 8 graded by hand so far' (others waiting), '' for a part no person graded."""
+    if not (rate.by_hand or rate.waiting):
+        return ""
+    return (f"{rate.by_hand} of {rate.students} graded by hand"
+            + (" so far" if rate.waiting else ""))
+
+
+def _mean(rate: PartRate) -> str:
+    return f"{f'{rate.mean_points:.2f}' if rate.judged else '-'} / {rate.max_points:g}"
 
 
 def _exercise_line(c: ExerciseCount) -> str:
     return (f"{c.exercise}: {c.students} students, {c.submitted} submitted, {c.missing} "
             f"missing, {c.late} late, {c.crashed_or_timed_out} crashed or timed out; mean "
-            f"{c.mean_score:.2f} of {c.max_score:g}")
+            f"{c.mean_score:.2f} of {c.max_score:g}{_waiting(c)}")
+
+
+def _waiting(c: ExerciseCount) -> str:
+    return (f" ({c.waiting} students with answers still to grade by hand, 0 points until "
+            "then)" if c.waiting else "")
+
+
+def _hardest(report: ClassReport, exercise: str) -> str:
+    """'; fewest passed PART (rate)' among the parts with a grade, rows waiting for a
+    person left out, those graded by hand judged by their points as in the report."""
+    rates = [r for r in report.parts if r.exercise == exercise and r.judged]
+    hardest = min(rates, key=lambda r: r.pass_rate, default=None)
+    if hardest is None:
+        return ""
+    how = " of its points, graded by hand" if hardest.by_hand else ""
+    return f"; fewest passed {hardest.part} ({_percent(hardest)}{how})"
 
 
 def _short(report: ClassReport) -> list[str]:
     lines = ["the class at a glance (counted in students; edu-dl report OUT for all of it):"]
     for c in report.exercises:
-        rates = [r for r in report.parts if r.exercise == c.exercise and r.students]
-        hardest = min(rates, key=lambda r: r.pass_rate, default=None)
-        lines.append(f"  {_exercise_line(c)}" + (
-            f"; fewest passed {hardest.part} ({_percent(hardest)})" if hardest else ""))
+        lines.append(f"  {_exercise_line(c)}{_hardest(report, c.exercise)}")
     if report.shared_cells:
         students = {s for cell in report.shared_cells for s in cell.students}
         lines.append(f"  {len(report.shared_cells)} solution cells submitted identically by "
@@ -102,8 +139,10 @@ def _text(report: ClassReport) -> list[str]:
     lines += [f"  {_exercise_line(c)}" for c in report.exercises]
     lines += ["", "Parts (of the students who submitted)",
               f"  {'part':36} {'passed':>12} {'mean points':>14}"]
-    lines += [f"  {r.part:36} {f'{r.passed}/{r.students} {_percent(r)}':>12} "
-              f"{f'{r.mean_points:.2f} / {r.max_points:g}':>14}" for r in report.parts]
+    lines += [f"  {r.part:36} {_passed(r):>12} {_mean(r):>14}"
+              + (f"   {_by_hand(r)}" if _by_hand(r) else "") for r in report.parts]
+    if any(_by_hand(r) for r in report.parts):
+        lines.append(f"  {BY_HAND_NOTE}")
     lines += ["", "Typical mistakes a hint recognised (students per hint)"]
     lines += [f"  {m.part} [{m.hint}] {m.students} students, e.g. {m.example}: {m.message}"
               for m in report.misconceptions] or ["  none"]
@@ -130,12 +169,14 @@ def _markdown(report: ClassReport) -> list[str]:
              "| exercise | students | submitted | missing | late | crashed or timed out | "
              "mean score |", "|---|---|---|---|---|---|---|"]
     lines += [f"| {m(c.exercise)} | {c.students} | {c.submitted} | {c.missing} | {c.late} | "
-              f"{c.crashed_or_timed_out} | {c.mean_score:.2f} / {c.max_score:g} |"
+              f"{c.crashed_or_timed_out} | {c.mean_score:.2f} / {c.max_score:g}{_waiting(c)} |"
               for c in report.exercises]
     lines += ["", "## Parts (of the students who submitted)", "",
               "| part | passed | pass rate | mean points |", "|---|---|---|---|"]
-    lines += [f"| {m(r.part)} | {r.passed} / {r.students} | {_percent(r)} | "
-              f"{r.mean_points:.2f} / {r.max_points:g} |" for r in report.parts]
+    lines += [f"| {m(r.part)} | {_by_hand(r) or f'{r.passed} / {r.students}'} | "
+              f"{_percent(r)} | {_mean(r)} |" for r in report.parts]
+    if any(_by_hand(r) for r in report.parts):
+        lines += ["", BY_HAND_NOTE]
     lines += ["", "## Typical mistakes a hint recognised", "",
               "| part | hint | students | example | message |", "|---|---|---|---|---|"]
     lines += [f"| {m(x.part)} | {m(x.hint)} | {x.students} | {m(x.example)} | {m(x.message)} |"
