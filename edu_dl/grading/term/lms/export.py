@@ -118,6 +118,19 @@ def canvas_csv(book: Gradebook, roster: Roster, columns: dict[str, str]) -> byte
     return csv_bytes([*CANVAS_IDS, *names], lines)
 
 
+def empty_ids(roster: Roster, collected: bool) -> list[str]:
+    """One line naming the Canvas lines exported with an empty ID (a student with SIS ids but
+    no Canvas user id, neither learned at collect nor on the roster), or none."""
+    empty = [s.id for s in roster.students
+             if not s.canvas_id and (s.sis_user_id or s.sis_login_id)]
+    if not empty:
+        return []
+    where = "" if collected else "give --collected with the folder lms collect wrote, or "
+    return [f"{len(empty)} line(s) with an empty ID (Canvas's user id), which Canvas matches "
+            f"by SIS User ID or SIS Login ID alone: {', '.join(empty)}; {where}fill the "
+            "roster's canvas_id to match them by ID"]
+
+
 def moodle_csv(book: Gradebook, roster: Roster, columns: dict[str, str],
                identifier: str = "email", feedback: bool = False) -> bytes:
     """Moodle's grade import: an identifier column, a column per grade item (and feedback)."""
