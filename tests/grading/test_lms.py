@@ -351,7 +351,7 @@ def test_the_recorded_canvas_ids_are_read_strictly(tmp_path: Path,
         assert main(export) == 2
         err = capsys.readouterr().err
         assert "canvas_ids.csv" in err and said in err, err
-        with pytest.raises(CollectError, match="canvas_ids.csv"):
+        with pytest.raises(CollectError, match=r"canvas_ids\.csv"):
             collect_downloads("canvas", [], read_lms_roster(people), subs,
                               pattern=formats.compile_pattern("canvas"))
     (subs / "canvas_ids.csv").unlink()

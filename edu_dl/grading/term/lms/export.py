@@ -4,6 +4,9 @@
   column per assignment, named as Canvas names it in its own export (``Autograd (1234)``: the
   number is the assignment's id, by which Canvas matches the column; a name without one makes
   a new assignment), and a second line ``Points Possible`` with each assignment's maximum.
+  The ids are the roster's, or, with ``--collected``, first those ``lms collect`` learned from
+  Canvas (``roster.with_learned``); lines left with an empty ID are named once
+  (:func:`empty_ids`).
 - Moodle (Grades > Import > CSV file): an identifier column (``Email address`` or ``ID
   number``, mapped to the user field of that name on import), one column per grade item and,
   with ``feedback``, one ``<item> feedback`` column each (map it to the item's feedback).
