@@ -222,6 +222,143 @@ def test_custom_pattern_and_as(tmp_path: Path) -> None:
     assert main([*argv[:-6], "--pattern", r"(?P<user>[a-z]+)/(?P<file>.*)"]) == 2
 
 
+def test_copies_and_names_of_no_exercise_are_not_collected(tmp_path: Path) -> None:
+    """Jupyter's copy (02_mini-Copy1) was collected as an exercise of its own, where a
+    browser's '02_mini (1)' was refused: every copy is refused, naming the notebook it copies,
+    and with --source a name of no exercise is refused as grade refuses it."""
+    download = write_zip(tmp_path / "c.zip", [
+        ("smithalice_101_5001_02_mini.ipynb", notebook()),
+        ("smithalice_101_5001_02_mini-Copy1.ipynb", notebook("wrong")),
+        ("smithalice_101_5001_scratch.ipynb", notebook()),
+        ("jonesbob_102_5002_02_mini (1).ipynb", notebook()),
+        ("jonesbob_102_5002_02_mini-Copy2-1.ipynb", notebook()),  # a resubmitted copy
+    ])
+    people = read_lms_roster(roster(tmp_path / "r.csv"))
+    pattern = formats.compile_pattern("canvas")
+    found = collect_downloads("canvas", [download], people, tmp_path / "a", pattern=pattern)
+    assert sorted(collected(tmp_path / "a")) == [("alice", MINI), ("alice", "scratch")]
+    copies = {line.member: line.message for line in found.problems if line.status == "copy"}
+    assert sorted(copies) == ["jonesbob_102_5002_02_mini (1).ipynb",
+                              "jonesbob_102_5002_02_mini-Copy2-1.ipynb",
+                              "smithalice_101_5001_02_mini-Copy1.ipynb"]
+    assert all(f"of {MINI}.ipynb, not an exercise of its own" in m for m in copies.values())
+    assert "Jupyter's copy" in copies["smithalice_101_5001_02_mini-Copy1.ipynb"]
+    assert "'02_mini-Copy1.ipynb' is" in copies["smithalice_101_5001_02_mini-Copy1.ipynb"]
+    assert "browser" in copies["jonesbob_102_5002_02_mini (1).ipynb"]
+    assert [line.status for line in found.problems] == ["copy"] * 3
+
+    # With the source's exercises, a name of none of them is not collected either.
+    corpus.write_source(tmp_path / "source", corpus.source())
+    argv = ["lms", "collect", "canvas", str(download), "--roster", str(tmp_path / "r.csv"),
+            "--out", str(tmp_path / "b"), "--source", str(tmp_path / "source"), "--report",
+            str(tmp_path / "report.csv")]
+    assert main(argv) == 0
+    assert sorted(collected(tmp_path / "b")) == [("alice", MINI)]
+    lines = {line[1]: line for line in read_csv(tmp_path / "report.csv")[1:]}
+    assert lines["smithalice_101_5001_scratch.ipynb"][5:] == [
+        "not an exercise", f"'scratch.ipynb' matches no source notebook ({MINI}); "
+        "not collected"]
+    assert lines["smithalice_101_5001_02_mini-Copy1.ipynb"][5] == "copy"
+    assert main([*argv[:-2], "--as", "nope"]) == 2  # --as names no exercise of the source
+    assert main([*argv[:-3], str(tmp_path / "nowhere")]) == 2  # no source there
+
+
+def test_formats_recognise_copies() -> None:
+    for stem, of in [("05_x-Copy1", "05_x"), ("05_x (2)", "05_x"), ("05_x(1)", "05_x"),
+                     ("Copy of 05_x", "05_x"), ("05_x - Copy (2)", "05_x"),
+                     ("05_x copy 2", "05_x"), ("Copy of 05_x-Copy1 (1)", "05_x")]:
+        copy = formats.copy_of(stem)
+        assert copy is not None and copy.of == of, stem
+    for stem in ("05_x", "05_x-1", "05_x-Copy", "(1)", "copy"):
+        assert formats.copy_of(stem) is None, stem
+
+
+def write_grades(folder: Path, lines: list[list[str]]) -> Path:
+    folder.mkdir()
+    csv_file(folder / "grades.csv", ["student", "exercise", "part", "points", "max_points",
+                                     "status"], lines)
+    return folder
+
+
+def test_canvas_ids_learned_at_collect_reach_the_export(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]
+                                                          ) -> None:
+    """carol has no canvas_id on the roster; collect matched Canvas user 103 to her through
+    the metadata's SIS id, and export gave her an empty ID: the ids collect learned are
+    recorded in OUT and fill Canvas's id columns, the roster's where none was learned."""
+    people = roster(tmp_path / "r.csv")
+    download = write_zip(tmp_path / "c.zip", [("diazcarol_103_5003_02_mini.ipynb", notebook()),
+                                              ("smithalice_101_5001_02_mini.ipynb", notebook())])
+    csv_file(tmp_path / "subs.csv", ["user_id", "submitted_at", "sis_user_id", "login_id"],
+             [["103", "2026-03-01T12:00:00Z", "S003", "cdiaz"]])
+    subs = tmp_path / "subs"
+    assert main(["lms", "collect", "canvas", str(download), "--roster", str(people), "--out",
+                 str(subs), "--metadata", str(tmp_path / "subs.csv")]) == 0
+    assert "recorded the Canvas ids of 2 student(s)" in capsys.readouterr().out
+    assert read_csv(subs / "canvas_ids.csv") == [
+        ["id", "canvas_id", "sis_user_id", "sis_login_id"], ["alice", "101", "", ""],
+        ["carol", "103", "S003", "cdiaz"]]
+    grades = write_grades(tmp_path / "grades", [["alice", MINI, "a", "1", "2", "passed"],
+                                                ["carol", MINI, "a", "2", "2", "passed"]])
+    out = tmp_path / "canvas.csv"
+    export = ["lms", "export", "canvas", str(grades), "--roster", str(people), "--out", str(out)]
+    assert main([*export, "--collected", str(subs)]) == 0
+    by_name = {line[0]: line for line in read_csv(out)[2:]}
+    assert by_name["Diaz, Carol"][:5] == ["Diaz, Carol", "103", "S003", "cdiaz", "Sec A"]
+    assert by_name["Smith, Alice"][1] == "101"
+    assert "warning" not in capsys.readouterr().err
+
+    # Without what collect learned: the roster's ids, and one warning naming who has no ID.
+    assert main(export) == 0
+    assert {line[0]: line[1] for line in read_csv(out)[2:]}["Diaz, Carol"] == ""
+    warned = capsys.readouterr().err.splitlines()
+    assert warned == ["warning: 1 line(s) with an empty ID (Canvas's user id), which Canvas "
+                      "matches by SIS User ID or SIS Login ID alone: carol; give --collected "
+                      "with the folder lms collect wrote, or fill the roster's canvas_id to "
+                      "match them by ID"]
+
+    # Canvas later maps another user to carol: two ids of one student, recorded for neither.
+    csv_file(tmp_path / "subs2.csv", ["user_id", "sis_user_id"], [["104", "S003"]])
+    again = write_zip(tmp_path / "d.zip", [("diazcarol_104_6003_03_other.ipynb", notebook())])
+    found = collect_downloads("canvas", [again], read_lms_roster(people), subs,
+                              metadata=metadata.read_canvas(tmp_path / "subs2.csv"),
+                              pattern=formats.compile_pattern("canvas"))
+    conflict = [line for line in found.lines if line.status == "id conflict"]
+    assert [(line.student, line.download) for line in conflict] == [("carol", "canvas_ids.csv")]
+    assert "two canvas_ids (103, 104)" in conflict[0].message
+    assert read_csv(subs / "canvas_ids.csv")[2] == ["carol", "", "S003", "cdiaz"]
+
+
+def test_the_recorded_canvas_ids_are_read_strictly(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    people = roster(tmp_path / "r.csv")
+    grades = write_grades(tmp_path / "grades", [["alice", MINI, "a", "1", "2", "passed"]])
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    export = ["lms", "export", "canvas", str(grades), "--roster", str(people), "--out",
+              str(tmp_path / "x.csv"), "--collected", str(subs)]
+    bad = {"header": ("id,canvas_id\nalice,101\n", "header"),
+           "digits": ("id,canvas_id,sis_user_id,sis_login_id\nalice,10x,,\n",
+                      "line 2: '10x' is not a canvas_id"),
+           "shared": ("id,canvas_id,sis_user_id,sis_login_id\nalice,7,,\nbob,7,,\n",
+                      "line 3: alice and bob share the canvas_id '7'"),
+           "twice": ("id,canvas_id,sis_user_id,sis_login_id\nalice,7,,\nalice,8,,\n",
+                     "line 3: alice appears twice"),
+           "cells": ("id,canvas_id,sis_user_id,sis_login_id\nalice,7,,,x\n", "line 2: not 4"),
+           "name": ("id,canvas_id,sis_user_id,sis_login_id\n../x,7,,\n", "not a student")}
+    for text, said in bad.values():
+        (subs / "canvas_ids.csv").write_text(text)
+        assert main(export) == 2
+        err = capsys.readouterr().err
+        assert "canvas_ids.csv" in err and said in err, err
+        with pytest.raises(CollectError, match=r"canvas_ids\.csv"):
+            collect_downloads("canvas", [], read_lms_roster(people), subs,
+                              pattern=formats.compile_pattern("canvas"))
+    (subs / "canvas_ids.csv").unlink()
+    assert main(export) == 2
+    assert "canvas_ids.csv" in capsys.readouterr().err
+
+
 # --------------------------------------------------------------------------- round trips
 
 

@@ -29,7 +29,8 @@ def add_lms(subparsers: Any) -> None:
         "each student's latest resubmission per exercise, and write "
         "OUT/submitted/<student>/<exercise>/<exercise>.ipynb, with timestamp.txt from "
         "--metadata only. Then: edu-dl grade OUT --source ... --out grades/. Exit status 1 "
-        "when nothing was collected, 2 when an option or the roster cannot be used.")
+        "when nothing was collected, 2 when an option or the roster cannot be used. Canvas: "
+        "the ids learned of each student go to OUT/canvas_ids.csv, for export --collected.")
     collect.add_argument("kind", choices=KINDS)
     collect.add_argument("downloads", type=Path, nargs="+", metavar="DOWNLOAD",
                          help="the LMS's zip, or the folder it was unpacked to")
@@ -53,6 +54,10 @@ def add_lms(subparsers: Any) -> None:
     collect.add_argument("--match-by", metavar="COLUMN", dest="key",
                          help="the roster column the pattern's user group is looked up in "
                          "(default canvas_id / moodle_participant_id)")
+    collect.add_argument("--source", type=Path, metavar="SOURCE",
+                         help="the assignment's source notebooks (as edu-dl grade --source): "
+                         "a notebook whose name matches none of its exercises is not "
+                         "collected (a copy such as 05_x-Copy1 or '05_x (1)' never is)")
     collect.add_argument("--as", dest="exercise", metavar="NAME",
                          help="every notebook of the download answers exercise NAME (default: "
                          "the uploaded name, without a -1, -2 resubmission suffix)")
@@ -73,6 +78,10 @@ def add_lms(subparsers: Any) -> None:
                         help="the folder edu-dl grade wrote (or its grades.csv)")
     export.add_argument("--roster", type=Path, required=True, metavar="CSV")
     export.add_argument("--out", type=Path, required=True, metavar="FILE")
+    export.add_argument("--collected", type=Path, metavar="SUBMISSIONS",
+                        help="canvas: the folder lms collect wrote; the Canvas ids it learned "
+                        "(its canvas_ids.csv) fill ID, SIS User ID and SIS Login ID before "
+                        "the roster's")
     export.add_argument("--column", action="append", default=[], metavar="EXERCISE=NAME",
                         help="the LMS's name of an exercise's column, e.g. "
                         "'05_autograd_from_scratch=Autograd from scratch (1234)'; repeatable")
@@ -103,6 +112,7 @@ def run_collect(args: argparse.Namespace) -> int:
                               "notebook's, without .ipynb: letters, digits, _.+-)")
         pattern = compile_pattern(args.kind, args.pattern)
         roster = read_lms_roster(args.roster)
+        exercises = _source_exercises(args.source) if args.source else None
         metadata = None
         if args.metadata:
             metadata = read_canvas(args.metadata) if args.kind == "canvas" else \
@@ -110,7 +120,7 @@ def run_collect(args: argparse.Namespace) -> int:
         limits = ArchiveLimits(max_member_bytes=max(1, args.max_notebook_mb) * MB)
         found = collect_downloads(args.kind, args.downloads, roster, args.out,
                                   pattern=pattern, metadata=metadata, exercise=args.exercise,
-                                  key=args.key, limits=limits)
+                                  key=args.key, exercises=exercises, limits=limits)
     except (PolicyError, PatternError, CollectError) as exc:
         say(f"edu-dl lms collect: {exc}", sys.stderr)
         return 2
@@ -123,21 +133,53 @@ def run_collect(args: argparse.Namespace) -> int:
     return 0 if found.written else 1
 
 
+def _source_exercises(source: Path) -> list[str]:
+    """The names of the source's exercises, as ``edu-dl grade --source`` reads them."""
+    from edu_dl.grading.model import NothingToGrade
+    from edu_dl.grading.notebooks import NotebookError
+    from edu_dl.grading.stages.load import load_source
+    from edu_dl.grading.term.policy import PolicyError
+
+    try:
+        return list(load_source(source, log=lambda _: None))
+    except (NothingToGrade, NotebookError) as exc:
+        raise PolicyError(f"--source: {exc}") from None
+
+
 def run_export(args: argparse.Namespace) -> int:
     """``edu-dl lms export``: write the gradebook as a Canvas or Moodle import CSV and warn of
     what it could not export; 2 when the options, roster or gradebook are refused, else 0."""
     from edu_dl.grading.notebooks import write_atomic
-    from edu_dl.grading.term.lms.export import canvas_csv, moodle_csv, read_grades, unexported
-    from edu_dl.grading.term.lms.roster import read_lms_roster
+    from edu_dl.grading.term.lms.export import (
+        canvas_csv,
+        empty_ids,
+        moodle_csv,
+        read_grades,
+        unexported,
+    )
+    from edu_dl.grading.term.lms.roster import (
+        IDS_FILE,
+        read_ids,
+        read_lms_roster,
+        with_learned,
+    )
     from edu_dl.grading.term.policy import PolicyError
 
+    notes: list[str] = []
     try:
         columns = dict(_pair(text) for text in args.column)
         book = read_grades(args.grades)
         roster = read_lms_roster(args.roster)
+        if args.collected is not None and args.kind != "canvas":
+            raise PolicyError("--collected: for canvas only (Moodle's participant ids differ "
+                              "between assignments; its export matches by the roster's ids)")
+        if args.collected is not None:
+            path = args.collected / IDS_FILE if args.collected.is_dir() else args.collected
+            roster, notes = with_learned(roster, read_ids(path))
         if args.kind == "canvas":
             data = canvas_csv(book, roster, columns)
             key = "canvas_id|sis_user_id|sis_login_id"
+            notes += empty_ids(roster, args.collected is not None)
         else:
             data = moodle_csv(book, roster, columns, args.identifier, args.feedback)
             key = args.identifier
@@ -145,7 +187,7 @@ def run_export(args: argparse.Namespace) -> int:
         say(f"edu-dl lms export: {exc}", sys.stderr)
         return 2
     write_atomic(args.out, data)
-    for problem in unexported(book, roster, key):
+    for problem in [*unexported(book, roster, key), *notes]:
         say(f"warning: {problem}", sys.stderr)
     say(f"wrote {args.out}: {len(roster.students)} students, {len(book.exercises)} "
         f"{args.kind} column(s)")

@@ -14,21 +14,43 @@ over none), then the highest Canvas submission id, then the later download on th
 line. File times are never looked at. Two of equal standing (``--as`` over two uploads) are
 a guess, so neither is written.
 
+The exercise is the uploaded name (without its resubmission suffix) unless ``--as`` names it.
+A name that says it is a copy of a notebook (Jupyter's ``05_x-Copy1``, a browser's ``05_x
+(1)``, ``formats.copy_of``) is never an exercise of its own: it is refused, naming the notebook
+it copies. With the source's exercises (``--source``, as ``edu-dl grade`` reads them), a name
+that matches none of them is refused too ("matches no source notebook", as grade says it).
+
 Every member is read through ``trust.archive``; a problem costs the member's own line of the
 report (or, for an unreadable archive, that archive's), never the collection.
+
+Canvas: the ids collect learned of each student it identified (the user id in the file's
+name, and the SIS ids ``--metadata`` gives that user) are recorded in ``OUT/canvas_ids.csv``
+(``roster.read_ids``), for ``lms export canvas --collected OUT``. An id learned as two
+students', or two ids of one student, is recorded for neither, and the report says so.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from edu_dl.grading.notebooks import write_atomic
 from edu_dl.grading.stages.collect import NBGRADER_FOLDERS
-from edu_dl.grading.term.lms.formats import PLAIN_STEM, Named, parse_name
+from edu_dl.grading.term.lms.formats import PLAIN_STEM, Named, copy_of, parse_name
 from edu_dl.grading.term.lms.metadata import Metadata
-from edu_dl.grading.term.lms.roster import KEYS, Roster, Student
+from edu_dl.grading.term.lms.roster import (
+    IDS_COLUMNS,
+    IDS_FILE,
+    KEYS,
+    Roster,
+    Student,
+    ids_csv,
+    read_ids,
+    usable_id,
+)
+from edu_dl.grading.term.policy import PolicyError
 from edu_dl.grading.trust.archive import DEFAULT_LIMITS, ArchiveLimits, Member, read_download
 from edu_dl.grading.trust.files import TIMESTAMP, entries
 from edu_dl.grading.trust.identity import NameClash, check_distinct
@@ -58,6 +80,8 @@ class Line:
 @dataclass
 class Collected:
     lines: list[Line] = field(default_factory=list)
+    checked: bool = False  # were the exercise names checked against the source's?
+    ids: int = 0  # students whose Canvas ids OUT/canvas_ids.csv records
 
     @property
     def written(self) -> list[Line]:
@@ -123,12 +147,19 @@ def identify(kind: str, user: str, roster: Roster, metadata: Metadata | None,
 def collect_downloads(kind: str, downloads: list[Path], roster: Roster, out: Path, *,
                       pattern: re.Pattern[str], metadata: Metadata | None = None,
                       exercise: str | None = None, key: str | None = None,
+                      exercises: Collection[str] | None = None,
                       limits: ArchiveLimits = DEFAULT_LIMITS) -> Collected:
     """Read every download, choose each student's latest notebook per exercise, write them
-    (and their timestamps) under ``out/submitted/``; the report has one line per member."""
+    (and their timestamps) under ``out/submitted/``; the report has one line per member.
+    ``exercises``: the source's exercise names, which a notebook's name must be one of (None:
+    any plain name); Canvas's ids learned are recorded in ``out/canvas_ids.csv``."""
     check_out(out)
     _check_names(out, roster)
-    report = Collected()
+    if exercises is not None and exercise is not None and exercise not in exercises:
+        raise CollectError(f"--as {exercise}: no such exercise in the source (it has "
+                           f"{', '.join(sorted(exercises))})")
+    ids = _Ids(out / IDS_FILE if kind == "canvas" else None)
+    report = Collected(checked=exercises is not None)
     chosen: dict[tuple[str, str], list[_Candidate]] = {}
     for order, path in enumerate(downloads):
         download = read_download(path, limits)
@@ -141,7 +172,12 @@ def collect_downloads(kind: str, downloads: list[Path], roster: Roster, out: Pat
                                      f"{download.skipped} members past the limit of "
                                      f"{limits.max_members} were not looked at"))
         for member in download.members:
-            found = _classify(kind, member, shown, roster, pattern, metadata, exercise, key)
+            whose = _identify(kind, member, shown, roster, pattern, metadata, key)
+            if isinstance(whose, Line):
+                report.lines.append(whose)
+                continue
+            ids.learn(whose[1].id, _learned(kind, whose[0].user, metadata, key))
+            found = _exercise(whose[0], whose[1], member, shown, exercise, exercises)
             if isinstance(found, Line):
                 report.lines.append(found)
             else:
@@ -149,7 +185,71 @@ def collect_downloads(kind: str, downloads: list[Path], roster: Roster, out: Pat
                     _Candidate(found.named, order, member, shown))
     for (student, name), candidates in sorted(chosen.items()):
         report.lines += _choose(out, student, name, candidates, metadata)
+    report.lines += ids.record()
+    report.ids = ids.recorded
     return report
+
+
+def _learned(kind: str, user: str, metadata: Metadata | None, key: str | None
+             ) -> dict[str, str]:
+    """The Canvas ids a member's name (and the metadata of its user) give its student."""
+    column = key or DIRECT_KEY[kind]
+    if kind != "canvas" or column not in IDS_COLUMNS:
+        return {}
+    found = {column: user}
+    submitted = metadata.by_user.get(user) if metadata and column == "canvas_id" else None
+    if submitted is not None:
+        found |= {c: v for c, v in submitted.keys.items() if c in IDS_COLUMNS and v}
+    return {c: v for c, v in found.items() if usable_id(c, v)}
+
+
+class _Ids:
+    """The Canvas ids learned in one collection, merged into the record an earlier one left
+    (read first: a record collect cannot read stops it before anything is written)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.recorded = 0
+        try:
+            before = read_ids(path) if path is not None and path.exists() else {}
+        except PolicyError as exc:
+            raise CollectError(str(exc)) from None
+        self.seen: dict[tuple[str, str], set[str]] = {}  # (student, column) -> values
+        for student, found in before.items():
+            self.learn(student, found)
+
+    def learn(self, student: str, found: dict[str, str]) -> None:
+        for column, value in found.items():
+            self.seen.setdefault((student, column), set()).add(value)
+
+    def record(self) -> list[Line]:
+        """Write the record (when there is one to write); a line per id not recorded."""
+        if self.path is None or not self.seen:
+            return []
+        lines: list[Line] = []
+        owners: dict[tuple[str, str], set[str]] = {}
+        for (student, column), values in self.seen.items():
+            for value in values:
+                owners.setdefault((column, value), set()).add(student)
+        ids: dict[str, dict[str, str]] = {}
+        shown = self.path.name
+        for (student, column), values in sorted(self.seen.items()):
+            value = min(values)
+            if len(values) > 1:
+                lines.append(Line(shown, "", "", student, "", "id conflict",
+                                  f"Canvas gave {student} two {column}s "
+                                  f"({', '.join(sorted(values))}); neither is recorded "
+                                  f"(give the right one in the roster's {column})"))
+            elif len(others := owners[(column, value)]) > 1:
+                lines.append(Line(shown, "", value, student, "", "id conflict",
+                                  f"the {column} {value} was learned for "
+                                  f"{', '.join(sorted(others))}; it is recorded for none "
+                                  f"(check the roster and --metadata)"))
+            else:
+                ids.setdefault(student, {})[column] = value
+        write_atomic(self.path, ids_csv(ids))
+        self.recorded = len(ids)
+        return lines
 
 
 @dataclass(frozen=True)
@@ -159,11 +259,10 @@ class _Whose:
     exercise: str
 
 
-def _classify(kind: str, member: Member, download: str, roster: Roster,
-              pattern: re.Pattern[str], metadata: Metadata | None, exercise: str | None,
-              key: str | None) -> _Whose | Line:
-    """Whose notebook for which exercise the member is, or the report's line on why it is
-    not collected."""
+def _identify(kind: str, member: Member, download: str, roster: Roster,
+              pattern: re.Pattern[str], metadata: Metadata | None,
+              key: str | None) -> tuple[Named, Student] | Line:
+    """Whose notebook the member is, or the report's line on why that cannot be told."""
     def refused(status: str, message: str, user: str = "", student: str = "") -> Line:
         return Line(download, member.shown, user, student, "", status, message)
 
@@ -182,11 +281,32 @@ def _classify(kind: str, member: Member, download: str, roster: Roster,
         mapped = " (nor does the metadata map it to one)" if metadata else ""
         return refused("not on the roster", f"no student on the roster has the {kind} id "
                        f"{named.user}{mapped}; not collected", named.user)
-    name = exercise or named.stem
+    return named, student
+
+
+def _exercise(named: Named, student: Student, member: Member, download: str,
+              exercise: str | None, exercises: Collection[str] | None) -> _Whose | Line:
+    """Which exercise the member answers, or the report's line on why it answers none: a copy
+    of a notebook, a name that is not an exercise's (of the source's, when they are known)."""
+    def refused(status: str, message: str) -> Line:
+        return Line(download, member.shown, named.user, student.id, "", status, message)
+
+    if exercise is not None:
+        return _Whose(named, student.id, exercise)
+    name, file = named.stem, repr(visible(named.file))
+    if exercises is not None and name in exercises and PLAIN_STEM.fullmatch(name):
+        return _Whose(named, student.id, name)
+    copy = copy_of(name)
+    if copy is not None and (exercises is None or copy.of in exercises):
+        return refused("copy", f"{file} is {copy.how} of {visible(copy.of)}.ipynb, not an "
+                       f"exercise of its own; not collected: if it is the student's "
+                       f"{visible(copy.of)}, collect it by hand")
+    if exercises is not None:
+        return refused("not an exercise", f"{file} matches no source notebook "
+                       f"({', '.join(sorted(exercises))}); not collected")
     if not PLAIN_STEM.fullmatch(name):
-        return refused("unusable name", f"{visible(named.file)!r} does not name an exercise "
-                       "(letters, digits, _.+-); name the exercise with --as", named.user,
-                       student.id)
+        return refused("unusable name", f"{file} does not name an exercise "
+                       "(letters, digits, _.+-); name the exercise with --as")
     return _Whose(named, student.id, name)
 
 

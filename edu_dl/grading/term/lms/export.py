@@ -4,6 +4,9 @@
   column per assignment, named as Canvas names it in its own export (``Autograd (1234)``: the
   number is the assignment's id, by which Canvas matches the column; a name without one makes
   a new assignment), and a second line ``Points Possible`` with each assignment's maximum.
+  The ids are the roster's, or, with ``--collected``, first those ``lms collect`` learned from
+  Canvas (``roster.with_learned``); lines left with an empty ID are named once
+  (:func:`empty_ids`).
 - Moodle (Grades > Import > CSV file): an identifier column (``Email address`` or ``ID
   number``, mapped to the user field of that name on import), one column per grade item and,
   with ``feedback``, one ``<item> feedback`` column each (map it to the item's feedback).
@@ -116,6 +119,19 @@ def canvas_csv(book: Gradebook, roster: Roster, columns: dict[str, str]) -> byte
         lines.append([display, s.canvas_id, s.sis_user_id, s.sis_login_id, s.section,
                       *(_points(book, s, e) for e in book.exercises)])
     return csv_bytes([*CANVAS_IDS, *names], lines)
+
+
+def empty_ids(roster: Roster, collected: bool) -> list[str]:
+    """One line naming the Canvas lines exported with an empty ID (a student with SIS ids but
+    no Canvas user id, neither learned at collect nor on the roster), or none."""
+    empty = [s.id for s in roster.students
+             if not s.canvas_id and (s.sis_user_id or s.sis_login_id)]
+    if not empty:
+        return []
+    where = "" if collected else "give --collected with the folder lms collect wrote, or "
+    return [f"{len(empty)} line(s) with an empty ID (Canvas's user id), which Canvas matches "
+            f"by SIS User ID or SIS Login ID alone: {', '.join(empty)}; {where}fill the "
+            "roster's canvas_id to match them by ID"]
 
 
 def moodle_csv(book: Gradebook, roster: Roster, columns: dict[str, str],

@@ -38,6 +38,15 @@ REQUIRED_GROUPS = ("user", "file")
 # A resubmission's suffix, as Canvas writes it: "05_autograd_from_scratch-1.ipynb".
 RESUBMISSION = re.compile(r"^(?P<stem>.+?)-(?P<n>\d{1,4})$")
 PLAIN_STEM = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,99}")
+# How tools name a copy of a notebook, each with the original's name in ``of``: never an
+# exercise of its own, whatever the student uploaded it as.
+COPIES = (
+    (re.compile(r"^(?P<of>.+)-Copy[0-9]{1,4}$"), "Jupyter's copy (File > Make a Copy)"),
+    (re.compile(r"^(?P<of>.+?) - Copy(?: \([0-9]{1,4}\))?$"), "a Windows copy"),
+    (re.compile(r"^(?P<of>.+?) ?\([0-9]{1,4}\)$"), "a browser's second download"),
+    (re.compile(r"^Copy of (?P<of>.+)$"), "Colab's copy"),
+    (re.compile(r"^(?P<of>.+?) copy(?: [0-9]{1,4})?$"), "a macOS copy"),
+)
 
 
 class PatternError(ValueError):
@@ -79,6 +88,28 @@ class Named:
         stem = self.file[:-len(".ipynb")] if self.file.lower().endswith(".ipynb") else self.file
         found = RESUBMISSION.match(stem)
         return found.group("stem") if found else stem
+
+
+@dataclass(frozen=True)
+class Copy:
+    """A notebook's name that says it is a copy of another notebook."""
+
+    of: str  # the original's name, without .ipynb (the innermost copy's original)
+    how: str  # what made the copy, in words
+
+
+def copy_of(stem: str) -> Copy | None:
+    """What ``stem`` (a notebook's name without .ipynb or a resubmission suffix) is a copy of,
+    as Jupyter (``05_x-Copy1``), a browser (``05_x (1)``), Colab, Windows or macOS name a
+    copy; None when it does not look like one. A copy of a copy names the first original."""
+    found: Copy | None = None
+    for _ in range(8):  # a copy of a copy of a copy...; a bounded name, a bounded loop
+        match = next(((m, how) for regex, how in COPIES if (m := regex.match(stem))), None)
+        if match is None:
+            break
+        stem = match[0].group("of").strip()
+        found = Copy(stem, found.how if found else match[1])
+    return found
 
 
 def parse_name(pattern: re.Pattern[str], path: str) -> Named | None:

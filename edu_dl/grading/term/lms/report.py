@@ -12,6 +12,7 @@ from pathlib import Path
 
 from edu_dl.grading.term.csvio import csv_bytes
 from edu_dl.grading.term.lms.collect import Collected
+from edu_dl.grading.term.lms.roster import IDS_FILE
 
 COLUMNS = ("download", "member", "user", "student", "exercise", "status", "message")
 
@@ -38,4 +39,13 @@ def report_text(found: Collected, out: Path) -> str:
         + ("; not collected: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
            if counts else "")
         + f"\nnext: edu-dl grade {out} --source SOURCE --out GRADES")
+    if written and not found.checked:
+        names = sorted({line.exercise for line in written})
+        buffer.write(f"\nthe exercises were named by the uploaded files ({', '.join(names)}), "
+                     "unchecked: with --source, a name that matches no source notebook is "
+                     "not collected")
+    if found.ids:
+        buffer.write(f"\nrecorded the Canvas ids of {found.ids} student(s) in "
+                     f"{out / IDS_FILE}: edu-dl lms export canvas GRADES --collected {out} "
+                     "uses them")
     return buffer.getvalue()

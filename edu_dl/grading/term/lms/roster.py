@@ -12,21 +12,31 @@ nbgrader's columns (``id``, ``first_name``, ``last_name``, ``email``; ``id`` req
 
 ``edu-dl grade --roster`` reads the same file and ignores the extra columns. The roster is the
 instructor's, but it is read bounded all the same.
+
+``lms collect canvas`` records the Canvas ids it learned of each student it identified (the
+user id in a file's name; through ``--metadata``, the SIS ids Canvas gives that user) in
+``OUT/canvas_ids.csv``, a roster of the columns ``IDS_COLUMNS``, written and read here alone
+(:func:`ids_csv`, :func:`read_ids`, strictly: a line it cannot vouch for stops the command);
+``lms export canvas --collected OUT`` puts them before the roster's own (:func:`with_learned`).
 """
 
 from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from edu_dl.grading.model import HASHED, SAFE_NAME
+from edu_dl.grading.term.csvio import WrittenCsv, csv_bytes
 from edu_dl.grading.term.policy import MAX_ROSTER_BYTES, PolicyError
 from edu_dl.grading.trust.bounded import read_named_file
 from edu_dl.grading.trust.identity import NameClash, check_distinct
 
 MAX_CELL = 200  # characters kept of a roster cell
+IDS_FILE = "canvas_ids.csv"  # in lms collect's OUT: the Canvas ids collect learned
+IDS_COLUMNS = ("id", "canvas_id", "sis_user_id", "sis_login_id")
+MAX_IDS_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -110,3 +120,75 @@ def _students(path: Path, reader: csv.DictReader[str]) -> list[Student]:
         seen.add(values["id"])
         students.append(Student(**values))
     return students
+
+
+def usable_id(column: str, value: str) -> bool:
+    """Can ``value`` be recorded as a student's ``column`` (an IDS_COLUMNS id)? A Canvas user
+    id is at most 18 ASCII digits; any other a printable text of at most MAX_CELL characters."""
+    if column == "canvas_id":
+        return value.isascii() and value.isdigit() and len(value) <= 18
+    return bool(value) and value == value.strip() and value.isprintable() and \
+        len(value) <= MAX_CELL
+
+
+def ids_csv(ids: dict[str, dict[str, str]]) -> bytes:
+    """``canvas_ids.csv``: student id -> {column: value} (IDS_COLUMNS), students sorted."""
+    return csv_bytes(IDS_COLUMNS, ([student, *(ids[student].get(c, "") for c in
+                                               IDS_COLUMNS[1:])] for student in sorted(ids)))
+
+
+def read_ids(path: Path) -> dict[str, dict[str, str]]:
+    """The ids ``lms collect`` recorded (``canvas_ids.csv``): student id -> {column: value}.
+    Strict: a header other than IDS_COLUMNS, a student id that is not a plain name or comes
+    twice, an id that is not usable (:func:`usable_id`) or is two students' stops the command
+    with PolicyError naming the file and line."""
+    data = read_named_file(path, f"the ids lms collect recorded ({IDS_FILE})", MAX_IDS_BYTES,
+                           PolicyError)
+    reader = WrittenCsv(data.decode("utf-8", "replace"))
+    redo = "; it is lms collect's record: delete it and collect again, or fix the line"
+    if tuple(reader.fieldnames or ()) != IDS_COLUMNS:
+        raise PolicyError(f"{path}: not the ids lms collect records (its header is "
+                          f"{','.join(IDS_COLUMNS)}){redo}")
+    found: dict[str, dict[str, str]] = {}
+    owner: dict[tuple[str, str], str] = {}
+    try:
+        for line in reader:
+            where = f"{path}: line {reader.line_num}"
+            if None in line or any(v is None for v in line.values()):
+                raise PolicyError(f"{where}: not {len(IDS_COLUMNS)} cells{redo}")
+            student = line["id"]
+            if not SAFE_NAME.fullmatch(student) or HASHED.fullmatch(student):
+                raise PolicyError(f"{where}: {student[:40]!r} is not a student id{redo}")
+            if student in found:
+                raise PolicyError(f"{where}: {student} appears twice{redo}")
+            ids = {c: line[c] for c in IDS_COLUMNS[1:] if line[c]}
+            for column, value in ids.items():
+                if not usable_id(column, value):
+                    raise PolicyError(f"{where}: {value[:40]!r} is not a {column}{redo}")
+                other = owner.setdefault((column, _key(column, value)), student)
+                if other != student:
+                    raise PolicyError(f"{where}: {other} and {student} share the {column} "
+                                      f"{value!r}{redo}")
+            found[student] = ids
+    except csv.Error as exc:
+        raise PolicyError(f"{path}: line {reader.line_num}: {exc}{redo}") from None
+    return found
+
+
+def with_learned(roster: Roster, learned: dict[str, dict[str, str]]
+                 ) -> tuple[Roster, list[str]]:
+    """The roster with the ids collect learned in place of its own (a roster id kept where
+    nothing was learned), and a line for each id that differs from the roster's."""
+    differ: list[str] = []
+    students: list[Student] = []
+    for s in roster.students:
+        ids = learned.get(s.id, {})
+        for column, value in sorted(ids.items()):
+            if getattr(s, column) and _key(column, getattr(s, column)) != _key(column, value):
+                differ.append(f"{s.id}: Canvas gave the {column} {value!r} at collect, the "
+                              f"roster has {getattr(s, column)!r}; exported: {value!r}")
+        students.append(replace(s, **ids))
+    try:
+        return Roster(students), differ
+    except PolicyError as exc:
+        raise PolicyError(f"the roster with the ids lms collect recorded: {exc}") from None
