@@ -184,6 +184,28 @@ def strip_hidden_tests(source: str) -> str:
         return "\n".join(kept)
 
 
+def hidden_lines(source: str) -> frozenset[int]:
+    """The lines of ``source`` (numbered from 1, as a traceback numbers a cell's lines) that a
+    hidden-test region holds, its marker lines included; on malformed markers, as
+    :func:`strip_hidden_tests`: from a BEGIN line to its END line, or to the end."""
+    lines: set[int] = set()
+    inside = False
+    for number, line in enumerate(source.split("\n"), start=1):
+        if BEGIN_HIDDEN.lstrip("# ") in line:
+            inside = True
+        if inside:
+            lines.add(number)
+        if END_HIDDEN.lstrip("# ") in line:
+            inside = False
+    return frozenset(lines)
+
+
+def hidden_failure(error: str) -> str:
+    """What a student reads of an error a hidden test raised (``error``: "ename: evalue" or the
+    name alone): that a hidden test failed, and the exception; never the hidden code."""
+    return f"a hidden test failed ({error.strip().rstrip(':').strip() or 'an error'})"
+
+
 # --------------------------------------------------------------------------- the release
 
 

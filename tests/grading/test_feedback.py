@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import csv
 import os
+import re
 import struct
 import zlib
 from datetime import UTC, datetime
@@ -23,6 +24,7 @@ from types import SimpleNamespace
 import nbformat
 import pytest
 from fixtures.nbgrader_course import _code, _md
+from fixtures.tracebacks import HIDDEN_CELL, TRACEBACK_9, VISIBLE_9
 
 from edu_dl.grading import nbgrader
 from edu_dl.grading.model import Row
@@ -159,6 +161,31 @@ def test_the_page_renders_markdown_code_plots_and_banners_and_leaves_out_the_res
     assert sum('class="edu-grade' in h for h in html.split("<div")) == 2
     assert all(a.get("id") != "evil" for _, a in page.tags)
     assert "default-src 'none'" in html  # no script may run even if one got through
+
+
+def test_the_page_shows_execution_counts_and_says_a_hidden_test_failed() -> None:
+    """nbgrader's "In [3]:" prompts, and an error a hidden test raised said to be one, under
+    a visible assert that passed; a visible assert's error stays as it was."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("def f(x):\n    assert x > 0\n    return x",
+                                          execution_count=1),
+                nbformat.v4.new_code_cell("f(2)", execution_count=2, outputs=[
+                    nbformat.v4.new_output("execute_result", data={"text/plain": "2"},
+                                           execution_count=2)]),
+                _code(HIDDEN_CELL, gid="test_f", grade=True, locked=True, points=1),
+                _code(HIDDEN_CELL, gid="test_g", grade=True, locked=True, points=1),
+                nbformat.v4.new_code_cell("never_ran()")]
+    nb.cells[2].execution_count = nb.cells[3].execution_count = 3
+    nb.cells[2].outputs = [nbformat.v4.new_output("error", ename="AssertionError", evalue="",
+                                                  traceback=TRACEBACK_9)]
+    nb.cells[3].outputs = [nbformat.v4.new_output("error", ename="AssertionError", evalue="",
+                                                  traceback=VISIBLE_9)]
+    html = feedback.render("ann", "hw1", nb, [])
+    prompts = re.findall(r"(In|Out)\xa0?\[([^\]]*)\]:", html.replace("&nbsp;", "\xa0"))
+    assert prompts == [("In", "1"), ("In", "2"), ("Out", "2"), ("In", "3"), ("In", "3"),
+                       ("In", "\xa0")]
+    assert html.count("a hidden test failed (AssertionError)") == 1
+    assert "f(-1)" not in html and "HIDDEN" not in html
 
 
 # --------------------------------------------------------------------------- Chromium
@@ -338,6 +365,47 @@ def test_grading_writes_pages_links_them_and_leaves_blank_answers_to_nobody(
     released = root / "feedback" / "alice" / "ps1"
     assert (released / "hw1.html").read_bytes() == page.encode()
     assert (released / "timestamp.txt").read_text().startswith("2026-03-01 12:00:00")
+
+
+def test_a_failing_hidden_test_is_named_and_the_page_shows_execution_counts(
+        tmp_path: Path) -> None:
+    """One grading run: bob's answer passes the visible assert and fails the hidden one (his
+    row and page say a hidden test failed, and show none of its code); carol's fails the
+    visible one (as nbgrader says it). Each page numbers the cells that ran, as nbgrader's."""
+    src = tmp_path / "source" / "ps1"
+    src.mkdir(parents=True)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        _code("def answer():\n    ### BEGIN SOLUTION\n    return 3\n    ### END SOLUTION",
+              gid="answer", solution=True),
+        _code("answer() + 1", gid="show", locked=True),
+        _code("assert answer() > 0\n### BEGIN HIDDEN TESTS\nassert answer() == 3, 'off by '"
+              " + str(3 - answer())\nassert answer() != 3\n### END HIDDEN TESTS",
+              gid="test_answer", grade=True, locked=True, points=1)]
+    nbformat.write(nb, src / "hw1.ipynb")
+    root = tmp_path / "course"
+    for student, value in (("bob", "2"), ("carol", "-1")):
+        mine = nbgrader.student_version(nb)
+        mine.cells[0].source = f"def answer():\n    return {value}"
+        folder = root / "submitted" / student / "ps1"
+        folder.mkdir(parents=True)
+        nbformat.write(mine, folder / "hw1.ipynb")
+    out = tmp_path / "grades"
+    summary = G.grade(root, src, out, settings=FAST, jobs=2, progress=False, log=lambda s: None)
+    for student, count in (("bob", "3"), ("carol", "3")):
+        page = (out / "feedback" / student / "ps1" / "hw1.html").read_text()
+        prompts = re.findall(r"(In|Out)\xa0?\[([^\]]*)\]:", page.replace("&nbsp;", "\xa0"))
+        assert prompts == [("In", "1"), ("In", "2"), ("Out", "2"), ("In", count)], student
+        assert "HIDDEN" not in page and "answer() == 3" not in page, student
+    said = {r.student: r.message for r in summary.rows if r.part == "test_answer"}
+    assert said == {"bob": "test cell 'test_answer': a hidden test failed (AssertionError: "
+                           "off by 1)",
+                    "carol": "test cell 'test_answer' failed: AssertionError"}
+    bob = (out / "feedback" / "bob" / "ps1" / "hw1.html").read_text()
+    # the header's table, the banner and the error output under the cell
+    assert bob.count("a hidden test failed (AssertionError: off by 1)") == 3
+    executed = nbformat.read(out / "autograded" / "bob" / "ps1" / "hw1.ipynb", as_version=4)
+    assert [c.execution_count for c in executed.cells] == [1, 2, 3]
 
 
 def test_validate_says_not_answered_for_an_untouched_markdown_answer(tmp_path: Path) -> None:

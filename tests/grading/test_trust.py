@@ -8,14 +8,17 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from fixtures.tracebacks import HIDDEN_CELL, TRACEBACK_9, VISIBLE_9
 from hypothesis import given
 from hypothesis import strategies as st
 
+from edu_dl.grading import nbgrader
 from edu_dl.grading.authoring import parts
 from edu_dl.grading.notebooks import NotebookError
 from edu_dl.grading.stages import load
 from edu_dl.grading.trust import notebook as tnb
 from edu_dl.grading.trust import source as tsource
+from edu_dl.grading.trust.errors import failing_line, raised_in_hidden
 from edu_dl.grading.trust.result import RunRecord, parse_record
 from edu_dl.grading.trust.text import for_markdown, for_terminal, visible
 
@@ -183,6 +186,40 @@ def test_a_forged_executed_notebook_is_not_used(outputs: object, cells: list[obj
                                                 why: str) -> None:
     with pytest.raises(tnb.Untrusted, match=why):
         tnb.executed_outputs(executed(outputs, cells), ran())
+
+
+def test_execution_counts_are_kept_from_the_executed_notebook() -> None:
+    """The feedback page shows "In [2]:" as nbgrader's does: the counts come back with the
+    outputs, each a small non-negative int or None."""
+    nb = json.loads(executed([{"output_type": "execute_result", "execution_count": 2,
+                               "data": {"text/plain": "1"}}]))
+    nb["cells"][1]["execution_count"] = 2
+    counts, outputs = tnb.executed_cells(json.dumps(nb).encode(), ran())
+    assert counts == [None, 2] and outputs[1][0]["execution_count"] == 2
+    nb["cells"][1]["execution_count"] = None  # a cell that never ran
+    assert tnb.executed_cells(json.dumps(nb).encode(), ran())[0] == [None, None]
+    for forged in (-1, True, "2", 2.0, 10**40, [2]):
+        nb["cells"][1]["execution_count"] = forged
+        with pytest.raises(tnb.Untrusted, match="cell 1's execution count"):
+            tnb.executed_cells(json.dumps(nb).encode(), ran())
+    assert [tnb.execution_count(v) for v in (0, 7, -1, True, "3", None, 10**7)] == \
+        [0, 7, None, None, None, None, None]
+
+
+def test_the_line_a_test_cell_raised_on_is_read_from_its_own_frame() -> None:
+    assert failing_line(TRACEBACK_9, 3) == 3 and failing_line(TRACEBACK_9, None) == 3
+    assert failing_line(TRACEBACK_9, 1) == 2  # cell In[1]'s frame (the function's)
+    assert failing_line(TRACEBACK_9, 7) is None  # no frame of the cell that ran
+    assert failing_line(["Input In [4], in <cell line: 2>()", "E: x"], 4) == 2  # IPython 8.0
+    assert failing_line(["<ipython-input-4-0a1b2c> in <module>\n      1 x = 1\n----> 2 f()",
+                         "E"], 4) == 2  # IPython 7
+    for junk in (None, "----> 3", [3], ["----> 3 assert"], ["Traceback", "AssertionError"]):
+        assert failing_line(junk, 3) is None
+    assert raised_in_hidden(HIDDEN_CELL, TRACEBACK_9, 3)
+    assert not raised_in_hidden(HIDDEN_CELL, VISIBLE_9, 3)  # the visible assert on line 1
+    assert not raised_in_hidden("assert f(1) == 1\n\nassert f(-1) == 1", TRACEBACK_9, 3)
+    assert nbgrader.hidden_lines(HIDDEN_CELL) == {2, 3, 4}
+    assert nbgrader.hidden_lines("x\n### BEGIN HIDDEN TESTS\ny") == {2, 3}  # no END: to the end
 
 
 def test_the_grader_writes_student_data_compactly() -> None:

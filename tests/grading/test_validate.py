@@ -140,6 +140,15 @@ def test_a_sandbox_that_cannot_start_shows_its_last_lines(tmp_path: Path, capsys
     assert "PYTHONPATH=" in out
 
 
+def test_the_sandboxs_python_path_is_the_folder_that_holds_the_package() -> None:
+    """Not the package itself: a checkout the editable install does not point at (a second
+    worktree) must still import its own edu_dl inside the sandbox."""
+    import edu_dl
+    from edu_dl.grading.stages.run import sandbox_env
+
+    assert Path(sandbox_env()["PYTHONPATH"]) == Path(edu_dl.__file__).resolve().parents[1]
+
+
 @pytest.mark.slow
 def test_what_the_notebook_raises_never_drives_the_terminal(tmp_path: Path, capsys):
     nb = nbs.read_notebook(ROOT / "exercises" / EX02)

@@ -26,7 +26,9 @@ No HTML or script a student wrote is ever live, by three layers, each enough on 
   require.js, MathJax and Mermaid (so math shows as its TeX source).
 
 The hosted install cell (``edu_dl.notebook.hosted``) is left out, hidden tests are stripped from
-every source, and an error raised in a cell that held them shows its name and message only.
+every source, and an error raised in a cell that held them shows its name and message only,
+said to come from a hidden test when its traceback's line lies in one (``trust.errors``). Each
+code cell shows its execution count, as nbgrader's pages do ("In [3]:").
 
 What a page costs is bounded like the rest of the grader's work: text per cell and per page,
 images per page, every graded cell and the first :data:`MAX_PAGE_CELLS` others, and
@@ -56,9 +58,11 @@ from nbconvert import HTMLExporter
 
 from edu_dl.grading.cost import Cost, metered
 from edu_dl.grading.model import Job, Row, safe_file_name
-from edu_dl.grading.nbgrader import BEGIN_HIDDEN, grade_id, strip_hidden_tests
+from edu_dl.grading.nbgrader import BEGIN_HIDDEN, grade_id, hidden_failure, strip_hidden_tests
 from edu_dl.grading.notebooks import write_atomic
+from edu_dl.grading.trust.errors import raised_in_hidden
 from edu_dl.grading.trust.files import SUBMISSION_SECRET, TIMESTAMP, read_submission_secret
+from edu_dl.grading.trust.notebook import execution_count
 from edu_dl.grading.trust.text import for_terminal, visible
 from edu_dl.notebook.hosted import is_install_cell
 from edu_dl.speed.tasks import speed_row
@@ -243,10 +247,13 @@ def _image(value: Any) -> str | None:
     return text
 
 
-def _outputs(outputs: Any, hidden: bool, budget: list[int], text: list[int]) -> list[Any]:
+def _outputs(outputs: Any, hidden: str | None, count: int | None, budget: list[int],
+             text: list[int]) -> list[Any]:
     """A cell's outputs reduced to what the page may show (fresh nodes, no metadata, text
-    within the page's ``text`` budget). ``hidden``: the cell held hidden tests, which a
-    traceback would quote."""
+    within the page's ``text`` budget). ``hidden``: the cell's source when it held hidden tests,
+    which a traceback would quote: its error shows its name and message only, said to come from
+    a hidden test when it does (``count``: the cell's execution count, which its traceback
+    names)."""
     kept = []
     for output in outputs if isinstance(outputs, list) else []:
         kind = output.get("output_type") if isinstance(output, dict) else None
@@ -257,8 +264,10 @@ def _outputs(outputs: Any, hidden: bool, budget: list[int], text: list[int]) -> 
         elif kind == "error":
             ename = _capped(_text(output.get("ename")), text)
             evalue = _capped(_text(output.get("evalue")), text)
-            traceback = [] if hidden else [_capped(_text(line), text) for line in
-                                           (output.get("traceback") or [])[:100]]
+            traceback = [] if hidden is not None else [
+                _capped(_text(line), text) for line in (output.get("traceback") or [])[:100]]
+            if hidden is not None and raised_in_hidden(hidden, output.get("traceback"), count):
+                traceback = [hidden_failure(f"{ename}: {evalue}")]
             kept.append(nbformat.v4.new_output("error", ename=ename, evalue=evalue,
                                                traceback=traceback or [f"{ename}: {evalue}"]))
         elif kind in ("execute_result", "display_data"):
@@ -283,7 +292,7 @@ def _outputs(outputs: Any, hidden: bool, budget: list[int], text: list[int]) -> 
                 kept.append(nbformat.v4.new_output("display_data", data=shown))
             else:
                 kept.append(nbformat.v4.new_output("execute_result", data=shown,
-                                                   execution_count=None))
+                                                   execution_count=count))
     return kept
 
 
@@ -338,14 +347,13 @@ def for_students(nb: Any, banners: dict[str, str], max_cells: int | None = None)
         if skipped:
             cells.append(_gap(skipped))
             skipped = 0
-        hidden = BEGIN_HIDDEN.lstrip("# ") in source
+        hidden = source if BEGIN_HIDDEN.lstrip("# ") in source else None
         source = _capped(strip_hidden_tests(source), text)
         if kind == "code":
+            count = execution_count(cell.get("execution_count"))
             new = nbformat.v4.new_code_cell(source, outputs=_outputs(
-                cell.get("outputs"), hidden, budget, text))
-            count = cell.get("execution_count")
-            new.execution_count = count if isinstance(count, int) and \
-                not isinstance(count, bool) else None
+                cell.get("outputs"), hidden, count, budget, text))
+            new.execution_count = count
         elif kind == "markdown":
             new = nbformat.v4.new_markdown_cell()
             new.source, new.attachments = _attachments(source, cell.get("attachments"), budget)

@@ -26,6 +26,7 @@ from edu_dl.grading.nbgrader import (
     PartialCreditError,
     determine_grade,
     grade_id,
+    hidden_failure,
     is_solution,
     nbgrader,
     unanswered,
@@ -35,7 +36,8 @@ from edu_dl.grading.settings import Settings
 from edu_dl.grading.stages.prepare import Prepared
 from edu_dl.grading.stages.receive import Ran
 from edu_dl.grading.stages.restore import copy_cell
-from edu_dl.grading.trust.errors import CellError, cause_of, parse_error
+from edu_dl.grading.trust.errors import CellError, cause_of, parse_error, raised_in_hidden
+from edu_dl.grading.trust.notebook import execution_count
 from edu_dl.grading.trust.result import RunRecord
 from edu_dl.grading.trust.source import SourceReader
 
@@ -181,6 +183,9 @@ def _test_cell_message(gid: str, cell: Any, points: float, max_points: float) ->
         kind = output.get("output_type")
         if kind == "error":
             error = f"{output.get('ename', '')}: {output.get('evalue', '')}".rstrip(": ")
+            if raised_in_hidden(str(cell.get("source", "")), output.get("traceback"),
+                                execution_count(cell.get("execution_count"))):
+                return cap_text(f"test cell {gid!r}: {hidden_failure(error)}")
             return cap_text(f"test cell {gid!r} failed: {error}")
         if kind == "stream" and output.get("name") == "stderr":
             return cap_text(f"test cell {gid!r} wrote to stderr (nbgrader scores that 0): "

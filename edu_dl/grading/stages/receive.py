@@ -2,9 +2,9 @@
 
 The result (``trust.result``) and the executed notebook (``trust.notebook``) were written by the
 student's process: nothing of them is trusted, and a broken or forged one can only cost that
-student points. Of the executed notebook only the outputs are taken, checked and reduced; the
-notebook the instructor audits in ``autograded/`` is the restored one (its sources are the ones
-that ran) with those outputs, written compactly.
+student points. Of the executed notebook only the outputs and execution counts are taken,
+checked and reduced; the notebook the instructor audits in ``autograded/`` is the restored one
+(its sources are the ones that ran) with those outputs and counts, written compactly.
 
 Kept for ``edu-dl replay`` in the submission's work folder (``OUT/.work/<student>/<exercise>/``,
 the instructor's only): ``run.json`` (the sandbox's facts, the limits, the secret's fingerprint,
@@ -31,7 +31,7 @@ from edu_dl.grading.protocol import EXECUTED
 from edu_dl.grading.settings import MB, Settings
 from edu_dl.grading.stages.prepare import Prepared
 from edu_dl.grading.trust.bounded import read_bounded
-from edu_dl.grading.trust.notebook import Untrusted, compact_bytes, executed_outputs
+from edu_dl.grading.trust.notebook import Untrusted, compact_bytes, executed_cells
 from edu_dl.grading.trust.result import RunResult, read_run
 from edu_dl.grading.trust.text import visible
 
@@ -118,18 +118,22 @@ def read_back(prepared: Prepared, done: sandbox.Result, settings: Settings) -> R
     ran = Ran(done, returned, isolation(done, settings))
     if returned.executed:
         try:
-            outputs = executed_outputs(returned.executed, prepared.notebook)
+            counts, outputs = executed_cells(returned.executed, prepared.notebook)
         except Untrusted as exc:  # forged or broken: the restored notebook stays as it is
             ran.unused = str(exc)
         else:
-            ran.executed = with_outputs(prepared.notebook, outputs)
+            ran.executed = with_outputs(prepared.notebook, outputs, counts)
     return ran
 
 
-def with_outputs(nb: Notebook, outputs: list[list[dict[str, object]]]) -> Notebook:
-    """A copy of ``nb`` whose code cells carry ``outputs`` (one list per cell)."""
+def with_outputs(nb: Notebook, outputs: list[list[dict[str, object]]],
+                 counts: list[int | None] | None = None) -> Notebook:
+    """A copy of ``nb`` whose code cells carry ``outputs`` (one list per cell) and execution
+    ``counts`` (one per cell; None: the cells keep theirs)."""
     executed = copy.deepcopy(nb)
-    for cell, cell_outputs in zip(executed.cells, outputs):
+    for index, (cell, cell_outputs) in enumerate(zip(executed.cells, outputs)):
         if cell.get("cell_type") == "code":
             cell["outputs"] = cell_outputs
+            if counts is not None:
+                cell["execution_count"] = counts[index]
     return executed

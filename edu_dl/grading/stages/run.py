@@ -42,7 +42,7 @@ def run_sandboxed(files: dict[str, bytes], settings: Settings, hide: list[Path],
 
 def sandbox_env(tmp: str = "/tmp") -> dict[str, str]:
     """The sandbox's whole environment: no secrets of the grader, one thread per library."""
-    package_root = str(Path(__file__).resolve().parents[2])
+    package_root = str(Path(__file__).resolve().parents[3])  # the folder holding edu_dl/
     venv_bin = str(Path(sys.executable).parent)
     one = "1"
     return {

@@ -6,6 +6,9 @@ message can be anything. So it is read strictly here, or not at all: the excepti
 be an identifier, its message is cut to its first line and :data:`VALUE_CAP` characters, the
 line of a ``SyntaxError`` is a bounded number. Cell sources are student text too: they are only
 searched with fixed, linear patterns, and only up to :data:`MAX_SOURCE` characters.
+
+Which line of a test cell raised (:func:`raised_in_hidden`) is read from the error output's
+traceback, as strictly: it decides only whether the student reads "a hidden test failed".
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from edu_dl.grading.nbgrader import hidden_lines
 
 VALUE_CAP = 200  # characters of an exception's message named as a cause
 MAX_SOURCE = 100_000  # characters of a cell searched for a definition
@@ -87,3 +92,51 @@ def cause_of(test_index: int, test_error: CellError | None,
         if index < test_index and defines(source, name):
             found = (index, error)
     return found
+
+
+# --------------------------------------------------------------------------- where a cell failed
+
+ANSI = re.compile(r"\x1b\[[0-9;?]{0,40}[ -/]{0,4}[@-~]")
+# The frame of a notebook cell in IPython's traceback, ANSI colours taken out: IPython 8.6 and
+# later ("Cell In[3], line 4"), 8.0 to 8.5 ("Input In [3], in <cell line: 4>()"), 7
+# ("<ipython-input-3-5f1a...> in <module>", the line by the arrow "----> 4").
+CELL_FRAME = re.compile(r"\s{0,20}(?:Cell In ?\[(?P<a>[0-9 ]{0,9})\], line (?P<la>[0-9]{1,7})"
+                        r"|Input In ?\[(?P<b>[0-9 ]{0,9})\], in <cell line: (?P<lb>[0-9]{1,7})>"
+                        r"|<ipython-input-(?P<c>[0-9]{1,9})-[0-9a-f]{1,40}> in )")
+ARROW = re.compile(r"^-{2,}> ?(?P<line>[0-9]{1,7})", re.M)
+MAX_FRAMES = 100  # traceback entries read
+FRAME_TEXT = 10_000  # characters of one entry read
+
+
+def failing_line(traceback: object, count: int | None) -> int | None:
+    """The line of the cell (numbered from 1) whose statement raised, read from the traceback
+    of the cell's error output: its first frame in the cell that ran as ``In[count]`` (the
+    first cell frame when ``count`` is None). None when no such frame is found.
+
+    The traceback was written in the sandbox: a forged one can only make the grader say a
+    visible test failed where a hidden one did, or the other way round."""
+    if not isinstance(traceback, list):
+        return None
+    for entry in traceback[:MAX_FRAMES]:
+        text = ANSI.sub("", entry[:FRAME_TEXT]) if isinstance(entry, str) else ""
+        frame = CELL_FRAME.match(text)
+        if frame is None:
+            continue
+        ran = (frame["a"] if frame["a"] is not None else frame["b"] if frame["b"] is not None
+               else frame["c"] or "").strip()
+        if count is not None and ran and ran != str(count):
+            continue  # another cell's frame (a function the test called)
+        line = frame["la"] or frame["lb"]
+        if line is None:
+            arrow = ARROW.search(text)
+            line = arrow["line"] if arrow else None
+        return int(line) if line is not None else None
+    return None
+
+
+def raised_in_hidden(source: str, traceback: object, count: int | None) -> bool:
+    """Whether a test cell's error was raised by a statement of one of its hidden-test regions:
+    the line the traceback names (:func:`failing_line`) against the regions of ``source``,
+    the cell's source as the grader restored it (never the one the sandbox returned)."""
+    line = failing_line(traceback, count)
+    return line is not None and line in hidden_lines(source)

@@ -8,9 +8,10 @@
   nbgrader's and the kernelspec is dropped (nothing the grader does reads the rest). Every cell
   must be a cell: a type, a text source, a metadata object. What the grader keeps of a
   submission is its cells' sources and nbgrader metadata (``restore``).
-- :func:`executed_outputs`: the notebook the sandbox returns after running. It was written by
-  the student's process, so only its outputs are taken, each checked against nbformat's schema
-  and reduced to plain text, PNG/JPEG images and errors; its cells must line up with the
+- :func:`executed_cells`: the notebook the sandbox returns after running. It was written by
+  the student's process, so only its outputs and execution counts are taken, each checked
+  against nbformat's schema (a count: a bounded non-negative int or None) and the outputs
+  reduced to plain text, PNG/JPEG images and errors; its cells must line up with the
   notebook that was run, whose sources (not the returned ones) are what the instructor sees.
 - :func:`compact_bytes`: how the grader writes what it built from student data: compact JSON,
   ASCII only (a lone surrogate is written as an escape), so its size stays within a small
@@ -49,6 +50,9 @@ MAX_OUTPUTS = 200  # per cell
 MAX_TEXT = 100_000  # characters of one text output
 MAX_IMAGE = 4 << 20  # base64 characters of one image
 MAX_TRACEBACK = 100  # lines
+# A cell's execution count, as the feedback page shows it ("In [3]:"): the kernel counts one a
+# cell, and a notebook has at most MAX_CELLS cells; this leaves room and bounds what is shown.
+MAX_EXECUTION_COUNT = 1_000_000
 
 
 def too_deep(obj: Any, limit: int = MAX_DEPTH) -> bool:
@@ -190,12 +194,38 @@ class Untrusted(ValueError):
     """An executed notebook that is not what the runner writes; the message says why."""
 
 
+def execution_count(value: Any) -> int | None:
+    """An execution count as nbformat allows it and the grader shows it: an int from 0 to
+    :data:`MAX_EXECUTION_COUNT`, else None."""
+    if isinstance(value, int) and not isinstance(value, bool) and \
+            0 <= value <= MAX_EXECUTION_COUNT:
+        return value
+    return None
+
+
+def _count(value: Any, where: str) -> int | None:
+    """An execution count the sandbox wrote: None, or an int :func:`execution_count` keeps;
+    Untrusted otherwise."""
+    if value is not None and execution_count(value) is None:
+        raise Untrusted(f"{where}'s execution count is not a number from 0 to "
+                        f"{MAX_EXECUTION_COUNT:,}")
+    return value
+
+
 def executed_outputs(data: bytes, ran: Notebook) -> list[list[dict[str, Any]]]:
-    """The outputs of each cell of ``ran`` (the notebook the sandbox ran), taken from the
-    executed notebook it returned: checked, reduced to what the feedback shows, capped.
+    """The outputs of each cell of ``ran``, as :func:`executed_cells` takes them."""
+    return executed_cells(data, ran)[1]
+
+
+def executed_cells(data: bytes, ran: Notebook
+                   ) -> tuple[list[int | None], list[list[dict[str, Any]]]]:
+    """(execution counts, outputs) of each cell of ``ran`` (the notebook the sandbox ran),
+    taken from the executed notebook it returned: the outputs checked, reduced to what the
+    feedback shows, capped; the counts None (a Markdown cell, a cell not run) or an int
+    from 0 to :data:`MAX_EXECUTION_COUNT`, which the feedback page shows as nbgrader's does.
 
     Untrusted when the returned notebook does not line up with ``ran`` cell for cell, or any
-    output is not one nbformat allows: then none of it is used.
+    output or count is not one nbformat allows: then none of it is used.
     """
     try:
         obj = load_json(data, "the executed notebook")
@@ -204,15 +234,17 @@ def executed_outputs(data: bytes, ran: Notebook) -> list[list[dict[str, Any]]]:
     cells = obj.get("cells") if isinstance(obj, dict) else None
     if not isinstance(cells, list) or len(cells) != len(ran.cells):
         raise Untrusted("its cells do not match the notebook that was run")
-    found = []
+    found, counts = [], []
     for index, (cell, original) in enumerate(zip(cells, ran.cells)):
         if not isinstance(cell, dict) or cell.get("cell_type") != original.get("cell_type"):
             raise Untrusted(f"cell {index} is not the cell that was run")
-        outputs = cell.get("outputs", []) if original.get("cell_type") == "code" else []
+        code = original.get("cell_type") == "code"
+        outputs = cell.get("outputs", []) if code else []
         if not isinstance(outputs, list):
             raise Untrusted(f"cell {index}: its outputs are not a list")
+        counts.append(_count(cell.get("execution_count"), f"cell {index}") if code else None)
         found.append([_output(o, index) for o in outputs[:MAX_OUTPUTS]])
-    return found
+    return counts, found
 
 
 def _text(value: Any, where: str, cap: int = MAX_TEXT) -> str:
@@ -250,9 +282,7 @@ def _output(output: Any, index: int) -> dict[str, Any]:
         data = {mime: _data(mime, bundle[mime], where) for mime in KEPT_DATA if mime in bundle}
         if kind == "display_data":
             return nbformat.v4.new_output("display_data", data=data)
-        count = output.get("execution_count")
-        if count is not None and (not isinstance(count, int) or isinstance(count, bool)):
-            raise Untrusted(f"{where}'s execution count is not a number")
+        count = _count(output.get("execution_count"), where)
         return nbformat.v4.new_output("execute_result", data=data, execution_count=count)
     raise Untrusted(f"{where} has the unknown type {str(kind)[:40]!r}")
 
