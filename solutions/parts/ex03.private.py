@@ -1,9 +1,8 @@
-"""Exercise 3, feeding the GPU: bytes per step, the ideal pipeline, a prefetching loader, and the
-epoch of a bounded pipeline whose reads are uneven (what the prefetch depth is for).
+"""Exercise 3, feeding the GPU: the ideal pipeline, a prefetching loader, and the epoch of a
+bounded pipeline whose reads are uneven (what the prefetch depth is for).
 
-The oracles: the bytes of real arrays of the shapes fed and fetched (``ndarray.nbytes``, as
-``edu_dl.bench.transfer`` counts them), ``bench.loader.finish_rows`` (the benchmark's ideal), and
-an event-by-event replay of one reader thread and a bounded queue (the pipeline's epoch). The
+The oracles: ``bench.loader.finish_rows`` (the benchmark's ideal), and an event-by-event replay
+of one reader thread and a bounded queue (the pipeline's epoch). The
 prefetching generator is run by a call wrapper that feeds it a source it can watch: which thread
 reads, how far ahead, in which order.
 
@@ -18,12 +17,11 @@ replays; the calls, the source checks and the generic hints are public (``edu_dl
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.authoring.hints import Equals, EqualsArgument, Less, Mistake, Permuted
+from edu_dl.grading.authoring.hints import Equals, Less, Mistake, Permuted
 from edu_dl.grading.authoring.spec import Part, tolerance
 from edu_dl.harness import ex03 as harness
 from edu_dl.harness.ex03 import (
@@ -39,35 +37,8 @@ from edu_dl.harness.ex03 import (
 
 Case = tuple[Any, ...]
 EXACT = tolerance(rtol=1e-9, atol=0.0)
-FLOATS = {2: np.float16, 4: np.float32, 8: np.float64}
 # The watched source and its helpers, under their old names here (tests replay the call with them).
 _Watched, _message, _stacked = harness.Watched, harness.error_message, harness.stacked
-
-
-# --------------------------------------------------------------------------- bytes per step
-
-
-def _feed_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    # (N, D, H, D_out, itemsize): the lecture's network in float32 first
-    cases: list[Case] = [(64, 1000, 100, 1000, 4), (32, 784, 128, 10, 8), (8, 3, 5, 2, 2)]
-    if hidden:
-        cases = [(int(rng.integers(1, 300)), int(rng.integers(1, 3000)), int(rng.integers(1, 500)),
-                  int(rng.integers(1, 1000)), int(rng.choice([2, 4, 8]))) for _ in range(4)]
-    return cases
-
-
-def _feed_expected(n: int, d: int, h: int, d_out: int, itemsize: int) -> tuple[int, ...]:
-    """Bytes of the arrays themselves: fed x, y, w1, w2 / fetched loss, grad_w1, grad_w2."""
-    def arrays(*shapes: tuple[int, ...]) -> list[np.ndarray]:
-        return [np.empty(s, dtype=FLOATS[itemsize]) for s in shapes]
-
-    def nbytes(values: list[np.ndarray]) -> int:
-        return sum(int(a.nbytes) for a in values)
-
-    x, y, w1, w2 = arrays((n, d), (n, d_out), (d, h), (h, d_out))
-    loss, grad_w1, grad_w2 = arrays((), (d, h), (h, d_out))
-    return (nbytes([x, y, w1, w2]), nbytes([loss, grad_w1, grad_w2]),
-            nbytes([x, y]), nbytes([loss]))
 
 
 # --------------------------------------------------------------------------- the ideal epoch
@@ -207,32 +178,7 @@ PIPELINE_HINTS = (
 )
 
 
-def _exact(replay: Callable[[Any, Case], Any], message: str, output: int) -> Mistake:
-    """The mistake's output ``output``, exactly (byte counts are integers)."""
-    return Mistake(replay, message, output=output, rtol=0.0, atol=0.0)
-
-
-ELEMENTS = "count bytes, not elements: multiply by itemsize"
-NO_LOSS = "the loss is fetched too: one number of itemsize bytes"
-
-
 PARTS = [
-    Part(
-        id="ex03.feed_bytes", points=1, cases=_feed_cases, expected=_feed_expected,
-        arg_names=("N", "D", "H", "D_out", "itemsize"),
-        output_names=("feed_in", "feed_out", "variables_in", "variables_out"),
-        hints=(
-            _exact(lambda e, a: e[0] // a[4], ELEMENTS, output=0),
-            _exact(lambda e, a: e[2] // a[4], ELEMENTS, output=2),
-            _exact(lambda e, a: e[1] - a[4], NO_LOSS, output=1),
-            Equals(NO_LOSS, output=3, value=0),
-            EqualsArgument("feeding the weights also fetches their gradients every step (to "
-                           "update the NumPy weights): out = loss + grad_w1 + grad_w2",
-                           output=1, argument=4),
-            _exact(lambda e, a: e[0], "with Variables the weights stay in the graph: only x and "
-                                      "y are fed", output=2),
-        ),
-    ),
     Part(
         id="ex03.ideal_epoch", points=1, cases=_ideal_cases, expected=_ideal_expected,
         compare=EXACT, arg_names=("read_s", "compute_s", "n", "readers"),

@@ -2,7 +2,9 @@
 TF 1.x minibatches through one graph whose batch size is a run-time dimension, TF 1.x Variables
 whose run returns the loss at the weights it just updated (the read ordered after the assign:
 TF 1.x's dataflow), TF 2 with ``GradientTape`` and momentum (state kept across steps), and
-``tf.function`` under a decaying learning rate (what a trace freezes).
+``tf.function`` under a decaying learning rate (what a trace freezes); and the bytes a TF 1.x
+training step feeds and fetches, with the weights fed every step and as Variables (its oracle: the
+bytes of real arrays of those shapes, ``ndarray.nbytes``, as ``edu_dl.bench.transfer`` counts them).
 
 Every part trains the net ``loss = mean_i sum_j (relu(x w1) w2 - y)_ij²`` by gradient descent and
 returns the losses: the minibatch part takes one step per batch of ``batch_size`` rows, in order,
@@ -40,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.authoring.hints import Equals, Greater, Mistake, Rule
+from edu_dl.grading.authoring.hints import Equals, EqualsArgument, Greater, Mistake, Rule
 from edu_dl.grading.authoring.source import names_check
 from edu_dl.grading.authoring.spec import Part, tolerance
 from edu_dl.harness.ex06 import (
@@ -496,6 +498,44 @@ FUNCTION_SOURCE = names_check(required=[
     (("GradientTape",), "the function never opens a tf.GradientTape: " + TAPE_NOTE),
 ])
 
+FLOATS = {2: np.float16, 4: np.float32, 8: np.float64}
+
+
+# --------------------------------------------------------------------------- bytes per step
+
+
+def _feed_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    # (N, D, H, D_out, itemsize): the lecture's network in float32 first
+    cases: list[Case] = [(64, 1000, 100, 1000, 4), (32, 784, 128, 10, 8), (8, 3, 5, 2, 2)]
+    if hidden:
+        cases = [(int(rng.integers(1, 300)), int(rng.integers(1, 3000)), int(rng.integers(1, 500)),
+                  int(rng.integers(1, 1000)), int(rng.choice([2, 4, 8]))) for _ in range(4)]
+    return cases
+
+
+def _feed_expected(n: int, d: int, h: int, d_out: int, itemsize: int) -> tuple[int, ...]:
+    """Bytes of the arrays themselves: fed x, y, w1, w2 / fetched loss, grad_w1, grad_w2."""
+    def arrays(*shapes: tuple[int, ...]) -> list[np.ndarray]:
+        return [np.empty(s, dtype=FLOATS[itemsize]) for s in shapes]
+
+    def nbytes(values: list[np.ndarray]) -> int:
+        return sum(int(a.nbytes) for a in values)
+
+    x, y, w1, w2 = arrays((n, d), (n, d_out), (d, h), (h, d_out))
+    loss, grad_w1, grad_w2 = arrays((), (d, h), (h, d_out))
+    return (nbytes([x, y, w1, w2]), nbytes([loss, grad_w1, grad_w2]),
+            nbytes([x, y]), nbytes([loss]))
+
+
+def _exact(replay: Callable[[Any, Case], Any], message: str, output: int) -> Mistake:
+    """The mistake's output ``output``, exactly (byte counts are integers)."""
+    return Mistake(replay, message, output=output, rtol=0.0, atol=0.0)
+
+
+ELEMENTS = "count bytes, not elements: multiply by itemsize"
+NO_LOSS = "the loss is fetched too: one number of itemsize bytes"
+
+
 PARTS = [
     Part(
         id="ex06.tf1_minibatch", points=2, cases=_minibatch_cases,
@@ -525,5 +565,21 @@ PARTS = [
         source_check=FUNCTION_SOURCE, feedback_outputs=(1,), arg_names=(*ARG_NAMES, "decay"),
         timeout_s=30.0, output_names=("losses", "tracing count"),
         hints=(*TRACE_HINTS, *DECAY_HINTS, *loss_hints("batch_mean")),
+    ),
+    Part(
+        id="ex06.feed_bytes", points=1, cases=_feed_cases, expected=_feed_expected,
+        arg_names=("N", "D", "H", "D_out", "itemsize"),
+        output_names=("feed_in", "feed_out", "variables_in", "variables_out"),
+        hints=(
+            _exact(lambda e, a: e[0] // a[4], ELEMENTS, output=0),
+            _exact(lambda e, a: e[2] // a[4], ELEMENTS, output=2),
+            _exact(lambda e, a: e[1] - a[4], NO_LOSS, output=1),
+            Equals(NO_LOSS, output=3, value=0),
+            EqualsArgument("feeding the weights also fetches their gradients every step (to "
+                           "update the NumPy weights): out = loss + grad_w1 + grad_w2",
+                           output=1, argument=4),
+            _exact(lambda e, a: e[0], "with Variables the weights stay in the graph: only x and "
+                                      "y are fed", output=2),
+        ),
     ),
 ]

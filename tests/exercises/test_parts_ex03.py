@@ -21,35 +21,13 @@ from edu_dl.harness import ex03 as harness
 ex03 = course_module("ex03")
 SOLUTIONS_DIR = Path(__file__).resolve().parents[2] / "solutions"
 
-# ex03.feed_bytes moved with the feed_dict lesson to exercise 6 and kept its id (gradebooks).
-
 
 def solutions() -> dict[str, Any]:
-    """The reference answers, executed when a test first asks (notebook 06's import TensorFlow)."""
-    return {**solution_namespace("03_feeding_the_gpu.ipynb"),
-            **solution_namespace("06_tensorflow.ipynb")}
+    """The reference answers, executed when a test first asks."""
+    return solution_namespace("03_feeding_the_gpu.ipynb")
 
 
 run = run_check
-
-
-def test_feed_bytes_without_the_loss(capsys: pytest.CaptureFixture[str]) -> None:
-    feed_bytes = solutions()["feed_bytes"]  # executed before check() times a call
-    def no_loss(n, d, h, d_out, size):
-        fed_in, fed_out, kept_in, _ = feed_bytes(n, d, h, d_out, size)
-        return fed_in, fed_out - size, kept_in, 0
-
-    ok, out = run(capsys, "ex03.feed_bytes", no_loss)
-    assert not ok
-    assert "output 1 (feed_out): expected 800004, got 800000" in out
-    assert "hint: the loss is fetched too" in out
-
-
-def test_feed_bytes_in_elements(capsys: pytest.CaptureFixture[str]) -> None:
-    ok, out = run(capsys, "ex03.feed_bytes",
-                  lambda n, d, h, o, s: (n * d + n * o + d * h + h * o, 1 + d * h + h * o,
-                                         n * d + n * o, 1))
-    assert not ok and "hint: count bytes, not elements" in out
 
 
 def test_ideal_epoch_steady_state_only(capsys: pytest.CaptureFixture[str]) -> None:

@@ -23,7 +23,7 @@ PART_FUNCTIONS = {
     "ex06.tf1_loss_after_update": "train_tf1_loss_after_update",
     "ex06.tape_momentum": "train_tf2_momentum",
     "ex06.tf_function_decay": "train_tf_function_decay",
-    "ex03.feed_bytes": "feed_bytes",  # moved here with the feed_dict lesson; its id stays
+    "ex06.feed_bytes": "feed_bytes",
 }
 
 
@@ -374,3 +374,23 @@ def test_tf_function_must_return_the_function(capsys, sol):
     assert not ok and "not a tf.function" in out
 
 
+# --------------------------------------------------------------------------- bytes per step
+
+
+def test_feed_bytes_without_the_loss(capsys: pytest.CaptureFixture[str], sol) -> None:
+    feed_bytes = sol["feed_bytes"]  # executed before check() times a call
+    def no_loss(n, d, h, d_out, size):
+        fed_in, fed_out, kept_in, _ = feed_bytes(n, d, h, d_out, size)
+        return fed_in, fed_out - size, kept_in, 0
+
+    ok, out = run(capsys, "ex06.feed_bytes", no_loss)
+    assert not ok
+    assert "output 1 (feed_out): expected 800004, got 800000" in out
+    assert "hint: the loss is fetched too" in out
+
+
+def test_feed_bytes_in_elements(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex06.feed_bytes",
+                  lambda n, d, h, o, s: (n * d + n * o + d * h + h * o, 1 + d * h + h * o,
+                                         n * d + n * o, 1))
+    assert not ok and "hint: count bytes, not elements" in out

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +19,12 @@ SOLUTIONS = Path(__file__).resolve().parents[2] / "solutions"
 
 
 def solutions() -> dict[str, Any]:
-    """The solution functions: the RNN and plan parts in exercise 8, the Caffe part (which kept its
-    id, ex08.caffe_forward) in exercise 8b."""
-    return {**solution_namespace("08_static_vs_dynamic.ipynb"),
-            **solution_namespace("08b_caffe_and_the_landscape.ipynb", also="def parse_layer")}
+    """The solution functions of exercise 8."""
+    return solution_namespace("08_static_vs_dynamic.ipynb")
 
 
 FUNCTIONS = {"ex08.rnn_eager_batch": "rnn_eager_batch", "ex08.rnn_static": "rnn_static",
-             "ex08.plan": "plan", "ex08.fusion": "fused_writes",
-             "ex08.caffe_forward": "caffe_forward"}
+             "ex08.plan": "plan", "ex08.fusion": "fused_writes"}
 
 
 run = run_check
@@ -236,64 +232,6 @@ def test_fusion_cases_separate_the_mistakes() -> None:
                        for c in cases), (flags, hidden)
 
 
-def test_caffe_without_transposing_w(capsys: pytest.CaptureFixture[str]) -> None:
-    parse_layer = solutions()["parse_layer"]
-
-    def forward(lines, x, y, *params):
-        blobs, it = {"x": x, "y": y}, iter(params)
-        for line in lines:
-            layer = parse_layer(line)
-            b = blobs[layer.bottom[0]]
-            if layer.type == "InnerProduct":
-                W, bias = next(it), next(it)
-                blobs[layer.top[0]] = b @ W + bias if W.shape[0] == b.shape[1] else b @ W.T + bias
-            elif layer.type == "ReLU":
-                blobs[layer.top[0]] = np.maximum(b, 0)
-            else:
-                return float(np.sum((b - y) ** 2) / (2 * len(b))), b
-        return None
-
-    ok, out = run(capsys, "ex08.caffe_forward", forward)
-    assert not ok and "case 2 of 3" in out and "params[0] (4, 4)" in out
-    # loss and top blob both differ; the hint explains the blob, so the report names it
-    assert "output 1" in out and "output 0 (loss)" not in out
-    assert "y = x @ W.T + b" in out
-
-
-def test_caffe_loss_as_a_mean(capsys: pytest.CaptureFixture[str]) -> None:
-    right = solutions()["caffe_forward"]
-
-    def forward(lines, x, y, *params):
-        _, y_hat = right(lines, x, y, *params)
-        return float(np.mean((y_hat - y) ** 2)), y_hat
-
-    ok, out = run(capsys, "ex08.caffe_forward", forward)
-    assert not ok and "output 0 (loss)" in out and "sum((y_hat - y)**2) / (2 N)" in out
-
-
-def test_caffe_by_the_library_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    """edu_dl.caffe's Net gives the right values, but the part asks for the layers by hand."""
-    def caffe_forward(lines, x, y, *params):
-        from edu_dl.caffe import Net, read_net
-
-        with tempfile.TemporaryDirectory() as tmp:
-            np.savez(Path(tmp) / "data.npz", x=x, y=y)
-            data = ('layer { name: "data" type: "HDF5Data" top: "x" top: "y" '
-                    f'hdf5_data_param {{ source: "data.npz" batch_size: {len(x)} }} }}')
-            (Path(tmp) / "net.prototxt").write_text("\n".join([data, *map(str, lines)]))
-            net = Net(*read_net(Path(tmp) / "net.prototxt"), Path(tmp), dtype=np.float64)
-            for param, value in zip(net.params, params):
-                param.tensor.data = np.asarray(value, dtype=np.float64)
-            loss, blobs = net.forward()
-        (last,) = [layer for layer in net.layers if layer.loss_weight]
-        return float(loss.item()), blobs[last.bottom[0]].numpy().copy()
-
-    ok, out = run(capsys, "ex08.caffe_forward", caffe_forward)
-    assert not ok
-    assert out.startswith("✗ ex08.caffe_forward: the values are right, but this part asks you "
-                          "to run the layers yourself")
-
-
 def test_rnn_eager_in_pytorch_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     def rnn_eager_batch(X, lengths, W, U):
         import torch
@@ -315,11 +253,10 @@ def test_rnn_eager_in_pytorch_is_refused(capsys: pytest.CaptureFixture[str]) -> 
                           "to write the RNN with edu_dl's eager engine")
 
 
-@pytest.mark.parametrize(("part_id", "notebook"), [
-    ("ex08.rnn_eager_batch", "08_static_vs_dynamic.ipynb"),
-    ("ex08.caffe_forward", "08b_caffe_and_the_landscape.ipynb")])
-def test_the_solutions_source_passes(part_id: str, notebook: str) -> None:
+def test_the_solutions_source_passes() -> None:
+    part_id = "ex08.rnn_eager_batch"
     part = next(p for p in ex08.PARTS if p.id == part_id)
-    found = trusted_source.find_source(nbformat.read(SOLUTIONS / notebook, as_version=4), part_id)
+    notebook = SOLUTIONS / "08_static_vs_dynamic.ipynb"
+    found = trusted_source.find_source(nbformat.read(notebook, as_version=4), part_id)
     assert found is not None and part.source_check is not None
     assert part.source_check(found).ok

@@ -52,14 +52,12 @@ NOTEBOOKS = {"ex01": "01_getting_started.ipynb", "ex02": "02_cpu_vs_gpu.ipynb",
              "ex11": "07b_convolutions.ipynb", "ex12": "12_gpu_practice.ipynb",
              "ex13": "13_attention.ipynb"}
 ALSO = {"ex08b": "def parse_layer"}  # given helpers the solution functions use
-# Parts that moved to another exercise keep their ids (gradebooks hold them): their notebook.
-MOVED = {"ex03.feed_bytes": "ex06", "ex08.caffe_forward": "ex08b", "ex12.stream_timer": "ex02c"}
 ALL_PARTS = all_course_parts()
 
 
 def module_of(part_id: str) -> str:
     """The key of the solution notebook that checks ``part_id`` (in NOTEBOOKS)."""
-    return MOVED.get(part_id, part_id.split(".")[0])
+    return part_id.split(".")[0]
 
 
 def solution_notebook(module: str) -> Notebook:
@@ -235,7 +233,7 @@ def layer_norm(x, gamma, beta, eps):  # NumPy's passes, not one compiled kernel
     return gamma * (x - mean) / np.sqrt(x.var(axis=1, keepdims=True) + eps) + beta
 """),
     # ex03
-    "ex03.feed_bytes": (RAW, """
+    "ex06.feed_bytes": (RAW, """
 def feed_bytes(N, D, H, D_out, itemsize):  # elements, not bytes
     return N * D + N * D_out + D * H + H * D_out, 1 + D * H + H * D_out, N * D + N * D_out, 1
 """),
@@ -466,7 +464,7 @@ def fused_writes(kinds, parents, fetches):  # unfused: every op of the plan writ
             stack.extend(int(p) for p in parents[node] if p >= 0)
     return sorted(i for i in needed if kinds[i] > 0)
 """),
-    "ex08.caffe_forward": (RAW, """
+    "ex08b.caffe_forward": (RAW, """
 def caffe_forward(lines, x, y, *params):
     _caffe_expected = course_module("ex08")._caffe_expected
     loss, y_hat = _caffe_expected(lines, x, y, *params)
@@ -602,7 +600,7 @@ def max_batch(sizes, itemsize, optimizer, budget_bytes):
     fixed = (2 + {"sgd": 0, "sgd_momentum": 1, "adam": 2}[optimizer]) * values * itemsize
     return max(0, (budget_bytes - fixed) // (sum(sizes[:-1]) * itemsize) + 1)  # one too many
 """),
-    "ex12.stream_timer": (FORGED, """
+    "ex02c.stream_timer": (FORGED, """
 def time_kernel(launch, synchronize, clock, warmup, repeats):
     begin = clock()
     for _ in range(warmup + repeats):  # the host's launches only: no synchronize

@@ -409,7 +409,7 @@ def test_amplification_attacks_stay_within_stated_bounds(tmp_path: Path) -> None
 
 
 def test_the_frame_peek_scores_zero_in_a_real_batch(tmp_path: Path) -> None:
-    """ex12.gpu_timer (now ex12.stream_timer, in exercise 02c) once scored 3/3 by returning
+    """The stream timer (ex12.gpu_timer then) once scored 3/3 by returning
     sys._getframe(1).f_locals["args"][0], the kernel's duration, from the call= wrapper's
     frame."""
     name = "02c_timing_the_gpu"
@@ -432,6 +432,6 @@ def test_the_frame_peek_scores_zero_in_a_real_batch(tmp_path: Path) -> None:
                       settings=Settings(timeout_s=120, budget_s=400), jobs=2, progress=False,
                       log=lambda text: None, exercises_due=[name])
     rows = {(r.student, r.part): r for r in summary.rows}
-    assert rows[("alice", "ex12.stream_timer")].points == 3.0, rows[("alice", "ex12.stream_timer")]
-    peeked = rows[("mallory", "ex12.stream_timer")]
+    assert rows[("alice", "ex02c.stream_timer")].points == 3.0, rows[("alice", "ex02c.stream_timer")]
+    peeked = rows[("mallory", "ex02c.stream_timer")]
     assert peeked.points == 0 and peeked.status == "failed", peeked
