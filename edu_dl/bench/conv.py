@@ -1,6 +1,6 @@
 """``edu-dl bench conv``: edu_dl's conv2d against a hand-written NumPy im2col and PyTorch.
 
-A benchmark, not a test: it prints a table and never asserts a time. The sizes are lecture 07b's
+A benchmark, not a test: it prints a table and never asserts a time. The sizes are lecture 11's
 CNN on 8x8 digits (batch 64, 3x3 kernels, pad 1): conv1 (1 -> 8 channels on 8x8), conv2
 (8 -> 16) on 4x4 after pooling, and conv2 on 8x8 for a larger case. For each it times the
 forward pass, and forward plus backward (the gradients of x, weight and bias), of
@@ -366,8 +366,8 @@ def measure_conv(args: argparse.Namespace, device: Device) -> Report:
 
 
 CONV = Benchmark(
-    "conv", "edu_dl's conv2d against a NumPy im2col and PyTorch, at lecture 07b's sizes",
-    "Time conv2d forward, and forward plus backward, at lecture 07b's CNN sizes: edu_dl (eager "
+    "conv", "edu_dl's conv2d against a NumPy im2col and PyTorch, at lecture 11's sizes",
+    "Time conv2d forward, and forward plus backward, at lecture 11's CNN sizes: edu_dl (eager "
     "and static), a hand-written NumPy im2col (sliding_window_view and tensordot) and PyTorch; "
     "best of interleaved rounds, on the process's CPU time unless --wall (a GPU is always timed "
     "on the wall clock, synchronized).",

@@ -9,7 +9,7 @@ The three classics and how each shows (sizes not a multiple of the block expose 
   ``edu_dl.gpu.simulator`` fills with NaN, so NaN appears in the result.
 
 Pure functions of NumPy arrays, so a grader can call them outside the student's process; the
-hints a release carries for them (Rules) are in ``edu_dl.harness.ex02b``.
+hints a release carries for them (Rules) are in ``edu_dl.harness.ex03``.
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ A GPU serves a warp's load or store instruction in aligned 32-byte *sectors* (se
 transaction, however many threads share it. Consecutive float32 addresses (coalesced) need
 32 * 4 / 32 = 4 segments; addresses a row apart (a stride of n floats, n >= 8) need 32.
 
-Numba's CUDA simulator has no memory system, so lecture 02d counts these segments from each
+Numba's CUDA simulator has no memory system, so lecture 05 counts these segments from each
 kernel's index mapping instead of timing them. This counts for ONE warp; forming warps from a
-launch's blocks is left to the reader (and to exercise 02d).
+launch's blocks is left to the reader (and to exercise 05).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Exercises and auto-grading: ``check`` for students, ``assign`` / ``validate`` / ``grade`` for
 instructors. nbgrader's markers and metadata; no Docker, no server.
 
-In an exercise notebook: ``from edu_dl.grading import check`` and ``check("ex05.relu_backward",
+In an exercise notebook: ``from edu_dl.grading import check`` and ``check("ex08.relu_backward",
 relu_backward)``.
 
 Rooms by role (issue 42), bottom first; each imports only its own and those below:

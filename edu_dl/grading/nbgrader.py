@@ -35,7 +35,7 @@ END_HIDDEN = "### END HIDDEN TESTS"
 CODE_STUB = "# YOUR CODE HERE\nraise NotImplementedError()"
 TEXT_STUB = "YOUR ANSWER HERE"
 SCHEMA_VERSION = 3
-# A check call in a test cell: check("ex05.relu_backward", relu_backward ...
+# A check call in a test cell: check("ex08.relu_backward", relu_backward ...
 CHECK_CALL = re.compile(r"""\bcheck\(\s*["'](?P<part>[^"']+)["']""")
 # Output-related cell metadata: nbconvert's ClearOutput drops the first two; "execution" holds
 # nbclient's timestamps, which would make the generated file differ on every run.

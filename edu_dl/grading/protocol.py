@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 
 GRADING_ENV = "EDU_DL_GRADING_DIR"  # set inside the sandbox: check() records, compares nothing
 RESULT_FD_VAR = "EDU_DL_RESULT_FD"  # the descriptor the sandbox writes its result zip to
-# A part id: '<exercise>.<name>', e.g. 'ex05.relu_backward' (the course's) or 'hw1.squares' (an
-# instructor's); the exercise names the file of Part specs that defines it (parts/ex05.py in the
+# A part id: '<exercise>.<name>', e.g. 'ex08.relu_backward' (the course's) or 'hw1.squares' (an
+# instructor's); the exercise names the file of Part specs that defines it (parts/ex08.py in the
 # package, parts/hw1.py beside the source), the name is a Python identifier.
 EXERCISE_ID = r"[A-Za-z][A-Za-z0-9_]{0,63}"
 EXERCISE_NAME = re.compile(EXERCISE_ID)

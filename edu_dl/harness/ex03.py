@@ -1,256 +1,213 @@
-"""Exercise 3 (feeding the GPU), public half: how its parts run a student's prefetching generator,
-the source checks, and generic hints. Nothing here computes an answer.
+"""Exercise 3 (writing a GPU kernel), public half: how its parts launch a student's kernel, the
+source checks, and a generic hint about unwritten edges. Nothing here computes an answer.
 
-The prefetch calls feed the generator a source it can watch (:class:`Watched`: which thread
-reads, how far ahead of the consumer) and return what arrived; what the source observes is
-check()'s feedback only, the grader judges the submitted source (:func:`prefetch_source`: a
-thread, and a bound on how far it reads ahead). How far a reader runs ahead does not rest on
-how busy the machine is: after the first batch the consumer holds still until the reader has
-shown its bound (it waits on a full queue) or passed it (:func:`hold_first`). The oracles
-(``ndarray.nbytes``, the benchmark's ``finish_rows``), the hidden cases and the mistake replays
-stay in the private part file; the source checks here keep a student from calling those helpers.
+Each ``call_*`` launches the student's ``@cuda.jit`` kernel with a configuration from
+``edu_dl.gpu.launch`` on the case's arrays (outputs start as NaN, so a slot no thread writes
+shows) and returns the output: the grader compares plain arrays with the private NumPy oracle.
+An ``IndexError`` in the simulator becomes ``edu_dl.gpu.mistakes``' bounds-check hint. That the
+kernel really ran is check()'s feedback only; the grader judges the source: a ``@cuda.jit``
+function (:class:`JitCheck`) that reads its thread's index, and for the row-sum kernel (inside
+its factory) shared memory and ``cuda.syncthreads()``.
+
+This module never imports ``numba.cuda``: the notebook's first cell decides, before that import,
+whether the simulator runs, and the grader imports this module outside any notebook.
 """
 
 from __future__ import annotations
 
-import ast
-import sys
-import threading
-import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.authoring.hints import Rule, output_of
-from edu_dl.grading.authoring.source import NamesCheck, code_names, definition_node, names_check
+from edu_dl.gpu import launch, mistakes
+from edu_dl.gpu.simulator import fill_shared_with_nan, simulator_active
+from edu_dl.grading.authoring.hints import Rule
+from edu_dl.grading.authoring.source import AllChecks, all_checks, decorator_names, names_check
 from edu_dl.grading.authoring.spec import CheckFailure, Verdict
 
+Array = np.ndarray
 Case = tuple[Any, ...]
-WAIT_S = 3.0  # a prefetcher that delivers nothing for this long is stuck
-# Where a thread blocked on a full queue.Queue (or a Semaphore, an Event) sits: it reads no
-# further until the consumer takes a batch.
-_WAITING = threading.Condition.wait.__code__
+
+SWAP_NOTE = ("if the kernel has its bounds check, look for swapped indices instead: "
+             "out[row, col] needs X[row, k] and W[k, col]")
 
 
-# --------------------------------------------------------------------------- a watched source
+# --------------------------------------------------------------------------- launching
 
 
-class Watched:
-    """A source of batches that records who reads it, and how far ahead of the consumer."""
-
-    def __init__(self, data: np.ndarray, fail_at: int | None = None,
-                 error: BaseException | None = None) -> None:
-        self.data, self.fail_at, self.error = data, fail_at, error
-        self.produced = self.consumed = self.lead = 0
-        self.off_thread = False
-        self.consumer: threading.Thread | None = None
-        self.reader: threading.Thread | None = None  # the last thread other than the consumer's
-        self.lock = threading.Lock()
-
-    def __iter__(self) -> Iterator[np.ndarray]:
-        for k in range(len(self.data)):
-            if k == self.fail_at and self.error is not None:
-                raise self.error
-            time.sleep(0.0005)  # a read takes a little time (and lets the consumer run)
-            with self.lock:
-                self.produced += 1
-                self.lead = max(self.lead, self.produced - self.consumed)
-                if threading.current_thread() is not self.consumer:
-                    self.off_thread, self.reader = True, threading.current_thread()
-            yield self.data[k].copy()
-        if self.fail_at == len(self.data) and self.error is not None:
-            raise self.error
+def kernel_or_fail(kernel: Any, what: str) -> Any:
+    """The student's @cuda.jit function, or NotImplementedError for the unsolved stub."""
+    py_func = getattr(kernel, "py_func", None)
+    if py_func is None or not hasattr(kernel, "__getitem__"):
+        raise CheckFailure(f"{what} must be a kernel: decorate the function with @cuda.jit "
+                           f"(got {type(kernel).__name__})")
+    if "NotImplementedError" in py_func.__code__.co_names:
+        raise NotImplementedError  # the stub: a real GPU would not report the raise
+    return kernel
 
 
-def _blocked(thread: threading.Thread | None) -> bool:
-    """Whether ``thread`` waits on a condition (a full queue's put): it reads nothing more until
-    the consumer acts. Read from the thread's current frame, not from a clock."""
-    if thread is None or thread.ident is None:
-        return False
-    frame = sys._current_frames().get(thread.ident)
-    return frame is not None and frame.f_code is _WAITING
-
-
-def hold_first(source: Watched, depth: int, progress: threading.Event) -> None:
-    """The consumer, holding its first batch, waits until the reader has passed depth + 2
-    batches ahead (unbounded), waits on a full queue (bounded), has read everything or has
-    died (or there is no reader thread); WAIT_S at most (a reader that blocks some other way).
-    Whatever the machine's load, an unbounded reader then shows its lead and a bounded one
-    never does."""
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        with source.lock:
-            ahead = source.produced - source.consumed
-            done = source.produced >= len(source.data)
-            reader = source.reader
-        # no reader: the consumer's own thread read the batch it holds, and nothing reads ahead
-        if reader is None or ahead > depth + 2 or done or _blocked(reader) or \
-                not reader.is_alive():
-            return
-        progress.set()  # holding still on purpose: not stuck
-        time.sleep(0.001)
-
-
-def consume(fn: Callable[..., Any], source: Watched, depth: int,
-            ) -> tuple[list[np.ndarray], BaseException | None]:
-    """Iterate fn(source, depth) in a thread of its own, slowly (holding still after the first
-    batch: :func:`hold_first`); give up after WAIT_S idle."""
-    received: list[np.ndarray] = []
-    box: dict[str, BaseException | None] = {"error": None}
-    progress = threading.Event()
-
-    def run() -> None:
-        try:
-            for batch in fn(iter(source), depth):
-                received.append(np.asarray(batch))
-                with source.lock:
-                    source.consumed += 1
-                progress.set()
-                if len(received) == 1:
-                    hold_first(source, depth, progress)
-                time.sleep(0.002)  # a training step
-        except BaseException as exc:  # handed to the caller
-            box["error"] = exc
-        progress.set()
-
-    consumer = threading.Thread(target=run, name="edu_dl-check-consumer", daemon=True)
-    source.consumer = consumer
-    consumer.start()
-    while consumer.is_alive():
-        progress.clear()
-        if not progress.wait(WAIT_S) and consumer.is_alive():
-            raise CheckFailure(
-                f"no batch arrived for {WAIT_S:g} s after {len(received)} batches: the "
-                "generator is stuck (does the reader put a marker in the queue when the source "
-                "ends, or when it raises? does the consumer wait for it?)")
-    consumer.join()
-    return received, box["error"]
-
-
-def stacked(received: list[np.ndarray], data: np.ndarray) -> np.ndarray:
-    """The batches received, stacked on a new axis 0 (none: an empty stack of data's rows)."""
-    return np.stack(received) if received else np.zeros((0, *data.shape[1:]), data.dtype)
-
-
-# --------------------------------------------------------------------------- prefetch
-
-
-def call_prefetch(fn: Callable[..., Any], args: Case) -> tuple[np.ndarray, int]:
-    """(the batches fn(source, depth) delivered, stacked; how many); check()'s feedback if the
-    reading never left the consumer's thread or ran more than depth (+2) ahead."""
-    data, depth = args
-    source = Watched(np.asarray(data))
-    received, error = consume(fn, source, int(depth))
-    if error is not None:
-        raise error
-    if len(data) and not source.off_thread:
-        raise CheckFailure("every batch was read in the consumer's own thread: start a "
-                           "threading.Thread that reads the source and puts the batches in a "
-                           "queue.Queue, and have the generator take them from there")
-    if source.lead > int(depth) + 2:
-        raise CheckFailure(f"the reader ran {source.lead} batches ahead of the consumer with "
-                           f"depth={depth}: bound the queue (queue.Queue(maxsize=depth)) so "
-                           "at most depth batches wait")
-    return stacked(received, np.asarray(data)), len(received)
-
-
-THREADS = {"Thread", "ThreadPoolExecutor", "start_new_thread"}
-BOUNDS = {"Semaphore", "BoundedSemaphore", "Condition", "ThreadPoolExecutor"}
-QUEUES = {"Queue", "LifoQueue", "PriorityQueue"}
-
-
-def _sized_queue(node: ast.AST) -> bool:
-    """A call Queue(n) or Queue(maxsize=n) (queue.Queue, q.Queue, Queue, ...)."""
-    if not isinstance(node, ast.Call):
-        return False
-    func = node.func
-    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-    return name in QUEUES and (bool(node.args) or any(k.arg == "maxsize" for k in node.keywords))
-
-
-def prefetch_source(source: str) -> Verdict:
-    """The generator starts a reader thread and bounds how far it reads ahead."""
-    names = code_names(source)
-    if not names & THREADS:
-        return Verdict(False, "the generator starts no thread: start a threading.Thread that "
-                              "reads the source and puts the batches in a queue.Queue, and "
-                              "have the generator take them from there")
-    if not (names & BOUNDS or any(_sized_queue(n) for n in ast.walk(definition_node(source)))):
-        return Verdict(False, "nothing bounds how far the reader runs ahead: "
-                              "queue.Queue(maxsize=depth) keeps at most depth batches waiting")
-    return Verdict(True)
-
-
-# --------------------------------------------------------------------------- errors
-
-
-ERRORS: dict[str, type[Exception]] = {"ValueError": ValueError, "OSError": OSError,
-                                      "EOFError": EOFError, "KeyError": KeyError}
-
-
-def error_message(fail_at: int) -> str:
-    """What the watched source's error says when it fails at batch ``fail_at``."""
-    return f"cannot read batch {fail_at}"
-
-
-def call_error(fn: Callable[..., Any], args: Case) -> tuple[np.ndarray, str, str]:
-    """(the batches delivered before the error, stacked; the error's type name, its message)."""
-    data, depth, fail_at, name = args
-    data = np.asarray(data)
-    source = Watched(data, int(fail_at), ERRORS[name](error_message(int(fail_at))))
-    received, error = consume(fn, source, int(depth))
-    if isinstance(error, NotImplementedError):
-        raise error
-    for k, batch in enumerate(received[:len(data)]):
-        if batch.shape != data[k].shape or not np.array_equal(batch, data[k]):
-            raise CheckFailure(f"batch {k} is not the source's batch {k}: keep the order")
+def launch_kernel(kernel: Any, cfg: launch.LaunchConfig, *args: Any, note: str = "") -> None:
+    """kernel[grid, block](*args); the simulator's index error becomes the bounds-check hint."""
+    if simulator_active():
+        fill_shared_with_nan()  # idempotent: a missing syncthreads reads NaN
     try:
-        batches = stacked(received, data)
-    except ValueError:
-        raise CheckFailure("the generator yielded more items than the source's batches, of "
-                           "other shapes: yield exactly the batches the source yields") from None
-    if error is None:
-        return batches, "no error", ""
-    return batches, type(error).__name__, str(error)
+        kernel[cfg.grid, cfg.block](*args)
+    except IndexError as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        hint = mistakes.diagnose(None, error=error).message
+        raise CheckFailure(f"{error}\n  hint: {hint}" + (f"; {note}" if note else "")) from None
 
 
-# --------------------------------------------------------------------------- library oracles
+def call_leaky(fn: Any, args: Case) -> Array:
+    """leaky_relu_kernel[blocks, threads](x, alpha, out) on float32 copies; returns out."""
+    x, alpha, threads = args
+    kernel = kernel_or_fail(fn, "leaky_relu_kernel")
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.full(x.shape, np.nan, dtype=np.float32)  # a slot no thread writes stays NaN
+    launch_kernel(kernel, launch.launch_1d(x.shape[0], int(threads)), x, np.float32(alpha), out)
+    return out
 
-CALLS_FINISH_ROWS = ("this part asks you to write the formula yourself (do not call "
-                     "edu_dl.bench.loader.finish_rows)")
-IDEAL_SOURCE: NamesCheck = names_check(forbidden=[(("finish_rows",), CALLS_FINISH_ROWS)])
+
+def call_linear_relu(fn: Any, args: Case) -> Array:
+    """kernel[grid, (block, block)](X, W, b, out) with grid = launch_2d(m, n, (block, block)),
+    on float32 copies, out NaN at first; returns out."""
+    X, W, b, block = args
+    kernel = kernel_or_fail(fn, "linear_relu_kernel")
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    W = np.ascontiguousarray(W, dtype=np.float32)
+    b = np.ascontiguousarray(b, dtype=np.float32)
+    out = np.full((X.shape[0], W.shape[1]), np.nan, dtype=np.float32)
+    cfg = launch.launch_2d(out.shape[0], out.shape[1], (int(block), int(block)))
+    launch_kernel(kernel, cfg, X, W, b, out, note=SWAP_NOTE)
+    return out
 
 
-# --------------------------------------------------------------------------- generic hints
+def call_row_sums(fn: Any, args: Case) -> Array:
+    """The kernel make_row_sum_kernel(threads) returns, one block of ``threads`` threads per row
+    of X: ``kernel[(m,), (threads,)](X, out)``; returns out (NaN at first)."""
+    X, threads = args
+    if not callable(fn) or hasattr(fn, "py_func"):
+        raise CheckFailure("pass the factory make_row_sum_kernel (a plain function of the block "
+                           "size that returns the @cuda.jit kernel), not the kernel itself")
+    kernel = kernel_or_fail(fn(int(threads)), f"make_row_sum_kernel({int(threads)})")
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    out = np.full(X.shape[0], np.nan, dtype=np.float32)
+    launch_kernel(kernel, launch.LaunchConfig((X.shape[0],), (int(threads),)), X, out)
+    return out
+
+
+# --------------------------------------------------------------------------- source checks
 
 
 @dataclass(frozen=True)
-class AnyAnswer(Rule):
-    """Any wrong answer: a hint about the case itself (its ``when`` says which cases)."""
+class JitCheck:
+    """A source check: the definition (with ``nested``, any def inside it) is decorated with a
+    ``jit`` (``@cuda.jit``, ``@numba.cuda.jit(...)``, ...). Data only."""
+
+    what: str = "the function"
+    nested: bool = False
+
+    def __call__(self, source: str) -> Verdict:
+        if any(name.split(".")[-1] == "jit" for name in decorator_names(source, self.nested)):
+            return Verdict(True)
+        return Verdict(False, f"{self.what} is not a kernel: decorate it with @cuda.jit")
+
+
+THREAD_INDEX = ((("grid", "threadIdx", "blockIdx"),
+                 "the kernel never reads its thread's index (cuda.grid, or cuda.blockIdx.x * "
+                 "cuda.blockDim.x + cuda.threadIdx.x): one thread computes one element"),)
+KERNEL_SOURCE: AllChecks = all_checks(JitCheck("the function"),
+                                      names_check(required=THREAD_INDEX))
+ROW_SUM_SOURCE: AllChecks = all_checks(
+    JitCheck("nothing in make_row_sum_kernel", nested=True),
+    names_check(required=[
+        *THREAD_INDEX,
+        (("shared",), "the kernel never uses shared memory: the block's threads combine their "
+                      "partial sums through a cuda.shared.array of one slot per thread"),
+        (("syncthreads",), "the kernel never calls cuda.syncthreads(): a thread may read a "
+                           "partial sum only after the thread that owns it has written it"),
+    ]))
+
+
+# --------------------------------------------------------------------------- hints
+
+
+@dataclass(frozen=True)
+class LastLineUnwritten(Rule):
+    """NaN exactly in the last row or the last column: a bounds check one too strict."""
 
     def test(self, expected: Any, got: Any, args: Case) -> bool:
-        return True
-
-
-@dataclass(frozen=True)
-class ShorterWhereSame(Rule):
-    """Output ``output`` holds fewer items than expected while output ``same`` is right (the
-    right error, say, but batches lost before it)."""
-
-    same: int = 0
-
-    def judge(self, expected: Any, got: Any, args: Case) -> bool:
-        if not bool(output_of(got, self.same) == output_of(expected, self.same)):
+        nan = np.isnan(np.asarray(got, dtype=float))
+        if nan.shape != np.shape(expected) or not nan.any():
             return False
-        return len(np.asarray(output_of(got, self.output))) < len(
-            output_of(expected, self.output))
+        return bool(nan[-1].all() and not nan[:-1].any()) or bool(
+            nan[:, -1].all() and not nan[:, :-1].any())
+
+
+# --------------------------------------------------------------------------- the mistakes as hints
+
+
+Block = tuple[int, ...] | int | None
 
 
 @dataclass(frozen=True)
-class Differs(Rule):
-    """The output is not the expected one (``!=``: a label, a type name)."""
+class CudaTransposed(Rule):
+    """The result is the expected one transposed (``mistakes.looks_transposed``): row and column
+    swapped."""
 
-    def test(self, expected: Any, got: Any, args: Case) -> bool:
-        return bool(got != expected)
+    def test(self, expected: Any, got: Any, args: tuple[Any, ...]) -> bool:
+        return mistakes.looks_transposed(expected, got)
+
+
+@dataclass(frozen=True)
+class CudaWrongAtEdges(Rule):
+    """Only entries in the last partial blocks are wrong (``mistakes.wrong_only_at_edges``) for the
+    launch's ``block`` (or, with ``block_arg``, the block size the case's argument
+    ``block_arg`` holds, on every axis)."""
+
+    block: Block = None
+    block_arg: int | None = None
+
+    def test(self, expected: Any, got: Any, args: tuple[Any, ...]) -> bool:
+        block = _block(expected, args, self.block, self.block_arg)
+        return block is not None and mistakes.wrong_only_at_edges(expected, got, block)
+
+
+@dataclass(frozen=True)
+class CudaNaN(Rule):
+    """NaN in the result where the expected value is a number (``mistakes.has_nan``)."""
+
+    def test(self, expected: Any, got: Any, args: tuple[Any, ...]) -> bool:
+        return mistakes.has_nan(expected, got)
+
+
+@dataclass(frozen=True)
+class CudaDiagnosed(Rule):
+    """``mistakes.diagnose`` names this ``mistake`` ('swapped_indices', 'edges',
+    'missing_syncthreads', ...), with the block size ``block`` or the one the case's argument
+    ``block_arg`` holds (on every axis of the result)."""
+
+    mistake: str = ""
+    block: Block = None
+    block_arg: int | None = None
+
+    def test(self, expected: Any, got: Any, args: tuple[Any, ...]) -> bool:
+        block = _block(expected, args, self.block, self.block_arg)
+        return mistakes.diagnose(expected, got, block=block).mistake == self.mistake
+
+
+def _block(expected: Any, args: tuple[Any, ...], block: Block, block_arg: int | None) -> Block:
+    """The fixed ``block``, else the case's argument ``block_arg`` on every axis of the result."""
+    if block_arg is None:
+        return block
+    return (int(args[block_arg]),) * np.ndim(expected)
+
+
+def hints(block: Block = None) -> tuple[Rule, ...]:
+    """The mistakes above as hints for a Part (Rules: generic, so a release can carry them)."""
+    out: list[Rule] = [CudaTransposed(mistakes.TRANSPOSE_HINT)]
+    if block is not None:
+        out.append(CudaWrongAtEdges(mistakes.EDGE_HINT, block=block))
+    out.append(CudaNaN(mistakes.SYNC_HINT))
+    return tuple(out)

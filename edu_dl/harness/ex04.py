@@ -1,131 +1,193 @@
-"""Exercise 4, computational graphs: how its parts call and judge a student's function.
+"""Exercise 4 (timing the GPU): how the stream timer is called and judged.
 
-Public code (a release names it by ``edu_dl.harness.ex04:<name>``), and it computes no answer:
-the static graph's call checks which edu_dl.graph names the function looks up; the topological
-order is judged as a property (every node once, every edge of the case pointing forwards), never
-against an order computed here. The gradient oracles and the hint replays stay in the course's
-private part file.
+Public code, shipped with the package: the call adapter (the timer run against
+:class:`edu_dl.gpu.timing.SimulatedAsyncDevice`, whose clock it is handed, with launches that
+cost the host time, counting its launches, synchronizations and clock reads for check()'s
+feedback), the timer's comparison (a window around the kernel's duration, which is the case's own
+first argument), the source check that the timer synchronizes and reads its clock, and rules that
+judge a number against the expected one. Nothing here computes an answer: the hidden cases and the
+mistake replays stay in the private part file.
+
+The timer runs on simulated time, not the machine's: nothing sleeps, so a timer measures exactly
+what the simulation says and gets the same verdict and hint on a quiet and on a loaded machine.
 """
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.authoring.spec import CheckFailure, Verdict, global_names
+from edu_dl.grading.authoring.hints import Rule
+from edu_dl.grading.authoring.source import code_names, definition_node
+from edu_dl.grading.authoring.spec import CheckFailure, Verdict
 
 Case = tuple[Any, ...]
 
-# --------------------------------------------------------------------------- the static graph
 
-STATIC_NAMES = ("placeholder", "gradients", "Session")
-
-
-def call_static(fn: Callable[..., Any], args: Case) -> Any:
-    """Run fn, then check it asks edu_dl.graph for the gradients and runs them in a Session."""
-    result = fn(*args)
-    code = getattr(fn, "__code__", None)
-    if code is not None:
-        names = global_names(code)
-        missing = [n for n in STATIC_NAMES if n not in names]
-        if missing:
-            raise CheckFailure(
-                "the values are right, but the function never calls "
-                + ", ".join(f"G.{n}" for n in missing)
-                + ": build the graph from placeholders, add the gradient nodes with "
-                  "G.gradients(f, [x, y, z, w]) and run them with a G.Session")
-    return result
+def as_float(value: Any) -> float:
+    """One number of a result as a Python float."""
+    return float(np.asarray(value).item())
 
 
-# --------------------------------------------------------------------------- topological order
-
-SHOWN_IDS = 10
 
 
-def edge_array(edges: Any) -> np.ndarray:
-    """The case's edges as an (E, 2) integer array of (src, dst) rows."""
-    return np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+# launch() itself costs the host this share of a kernel's time (Python and the driver): a timer
+# that synchronizes after every launch counts it in every kernel; back-to-back launches hide it
+# behind the device's work, all but the first.
+LAUNCH_SHARE = 0.6
+# The cases time at least this many kernels, so a correct timer measures at most
+# 1 + LAUNCH_SHARE / MIN_REPEATS kernels per kernel (the first launch's host cost, spread).
+MIN_REPEATS = 8
+UPPER = 1.35  # the window's top, in kernels: see timer_compare
+ROUNDING = 1e-9  # relative: the float sums of the simulated clock, nothing else
 
 
-def ids(values: np.ndarray) -> str:
-    """'[3, 7]', or the first SHOWN_IDS and how many there are: messages stay short."""
-    shown = ", ".join(str(int(v)) for v in values[:SHOWN_IDS])
-    return f"[{shown}]" if len(values) <= SHOWN_IDS else f"[{shown}, ...] ({len(values)})"
-
-
-def topo_compare(expected: Any, got: Any) -> Verdict:
-    """Valid when got lists every node 0..n-1 once (linear: one bincount, no search); only the
-    length of ``expected`` is used."""
-    e = np.asarray(expected)
+def timer_compare(expected: Any, got: Any) -> Verdict:
+    """At least the kernel's duration (on the simulated clock a correct timer reads exactly
+    kernel_s (1 + LAUNCH_SHARE / repeats), never less); at most UPPER times it. The top lies
+    above what a correct timer reads (1 + LAUNCH_SHARE / MIN_REPEATS = 1.075) and below the
+    band of a timer that pays a launch per kernel (1 + LAUNCH_SHARE, its hint's band from 1.4),
+    so that mistake always gets its hint; a timer that lets earlier work into its clock is
+    failed by the cases built for it (a backlog), with their hint."""
     try:
-        g = np.asarray(got)
-    except Exception as exc:
-        return Verdict(False, f"got a {type(got).__name__} that is not an array ({exc})")
-    if g.ndim != 1 or (g.size and g.dtype.kind not in "iu"):
-        return Verdict(False, f"expected a 1-D array of {len(e)} integer node ids, got shape "
-                              f"{g.shape} ({g.dtype})")
-    n = len(e)
-    g = g.astype(np.int64, copy=False)
-    known = (g >= 0) & (g < n)
-    counts = np.bincount(g[known], minlength=n)
-    if len(g) == n and bool(known.all()) and bool((counts == 1).all()):
+        value = float(np.asarray(got).item())
+    except (TypeError, ValueError) as exc:
+        return Verdict(False, f"return one number of seconds, got a {type(got).__name__} ({exc})")
+    e = float(expected)
+    if e * (1 - ROUNDING) <= value <= UPPER * e:
         return Verdict(True)
-    missing = np.flatnonzero(counts == 0)
-    twice = np.flatnonzero(counts > 1)
-    extra = np.unique(g[~known][:SHOWN_IDS * 100])
-    return Verdict(False, f"expected every node 0..{n - 1} exactly once, got {len(g)} ids"
-                          f" (missing {ids(missing)}, repeated {ids(twice)}, unknown "
-                          f"{ids(extra)})")
+    return Verdict(False, f"measured {value:.6g} s for a kernel that takes {e:.6g} s")
 
 
-def backward_edge(got: Any, args: Case) -> tuple[int, int] | None:
-    """The first edge (src, dst) whose target comes before its source in got, or None.
+class Launcher:
+    """launch() for the student's timer: spends LAUNCH_SHARE of a kernel's time on the host's
+    simulated clock, then queues one kernel of the case's duration on the simulated device (the
+    first one slower) and returns without waiting for it. The durations live here and in the
+    device alone: no frame above the student's function holds the case."""
 
-    got lists every node 0..n-1 once (compare checked it): one position lookup per edge.
-    """
-    order = np.asarray(got, dtype=np.int64).reshape(-1)
-    edges = edge_array(args[1])
-    position = np.empty(len(order), dtype=np.int64)
-    position[order] = np.arange(len(order))
-    bad = np.flatnonzero(position[edges[:, 0]] > position[edges[:, 1]])
-    if not len(bad):
-        return None
-    src, dst = edges[bad[0]]
-    return int(src), int(dst)
+    def __init__(self, device: Any, kernel_s: float, first_extra_s: float) -> None:
+        self._device, self._kernel_s, self._first_extra_s = device, kernel_s, first_extra_s
+        self.count = 0
 
-
-REVERSED = (" (your order is exactly reversed: that is the order of the BACKWARD pass; a "
-            "topological order puts every input before the nodes that use it)")
+    def __call__(self) -> None:
+        self.count += 1
+        self._device.host_work(LAUNCH_SHARE * self._kernel_s)  # the host's cost of a launch
+        self._device.launch(self._kernel_s + (self._first_extra_s if self.count == 1 else 0.0))
 
 
-def topo_result_check(got: Any, args: Case) -> Verdict:
-    """The grader's edge check: every edge of the case points forwards in the raw result."""
-    bad = backward_edge(got, args)
-    if bad is None:
-        return Verdict(True)
-    src, dst = bad
-    hint = REVERSED if backward_edge(np.asarray(got)[::-1], args) is None else ""
-    return Verdict(False, f"edge {src} -> {dst}: node {dst} comes before its input {src}{hint}")
+def call_timer(fn: Callable[..., Any], args: Case) -> float:
+    """The student's timer, ``fn(launch, synchronize, clock, warmup, repeats)``, against a
+    simulated device: launch() costs the host LAUNCH_SHARE of kernel_s, queues one kernel of
+    kernel_s (the first one slower) and returns; synchronize() waits for the queue; clock() reads
+    the device's simulated time. The case is (kernel_s, warmup, repeats, backlog_s,
+    first_extra_s): the backlog is work launched before the timer is called and still running."""
+    from edu_dl.gpu.timing import SimulatedAsyncDevice
+
+    warmup, repeats = int(args[1]), int(args[2])
+    device = SimulatedAsyncDevice("check-gpu")
+    launch = Launcher(device, float(args[0]), float(args[4]))
+    if args[3]:
+        device.launch(float(args[3]))  # launched earlier, still running
+    del args  # the case's durations stay in launch and the device
+    got = fn(launch, device.synchronize, device.clock, warmup, repeats)
+    if launch.count == 0:
+        raise CheckFailure("your timer never called launch(): call it once per kernel to time")
+    if device.syncs == 0:
+        raise CheckFailure("your timer never called synchronize(): launch() returns at once, "
+                           "while the device is still working, so the clock stops before the "
+                           "kernel has run")
+    if device.clock_reads == 0:
+        raise CheckFailure("your timer never called clock(): read the time with the clock it is "
+                           "handed (here the device's simulated time, which time.perf_counter "
+                           "does not see; on a real GPU you pass time.perf_counter)")
+    if launch.count != warmup + repeats:
+        raise CheckFailure(f"launch() was called {launch.count} times with warmup={warmup}, "
+                           f"repeats={repeats}: launch warmup times, then time repeats "
+                           "launches")
+    try:
+        return float(got)
+    except (TypeError, ValueError):
+        raise CheckFailure(f"return the time per kernel in seconds (a float), got a "
+                           f"{type(got).__name__}") from None
 
 
-def call_topo(fn: Callable[..., Any], args: Case) -> Any:
-    """Run fn; if its answer lists every node once, check each edge points forwards."""
-    got = fn(*args)
-    n = int(args[0])
-    a = np.asarray(got)
-    if topo_compare(np.arange(n), a).ok:
-        bad = backward_edge(a, args)
-        if bad is not None:
-            src, dst = bad
-            order = a.tolist()
-            hint = REVERSED if backward_edge(order[::-1], args) is None else ""
-            raise CheckFailure(f"edge {src} -> {dst}: node {dst} comes before its input {src} "
-                               f"in your order {order}{hint}")
-    return got
+# Ways to read the case (or the grader's inputs) instead of timing: frames, closures, objects'
+# insides, the environment and files. A timer needs none of them.
+PEEKING = {"_getframe", "currentframe", "f_back", "f_locals", "f_globals", "tb_frame",
+           "getouterframes", "getframeinfo", "__closure__", "cell_contents", "gc",
+           "get_objects", "get_referrers", "__self__", "__dict__", "__globals__", "vars",
+           "globals", "locals", "getattr", "eval", "exec", "__import__", "import_module",
+           "environ", "getenv", "load", "open"}
+TIMER_PARAMS = ("launch", "synchronize", "clock")  # the device's API, called and nothing else
 
 
-def length(value: Any) -> int:
-    """How many ids a result lists (a Mistake's view: hints on the length of an order)."""
-    return len(np.asarray(value))
+def timer_source(source: str) -> Verdict:
+    """The timer calls its ``synchronize`` and ``clock`` arguments (by their names in its own
+    signature), looks inside none of the three, and peeks at nothing."""
+    node = definition_node(source)
+    args = getattr(node, "args", None)
+    params = [a.arg for a in args.args] if args is not None else []
+    names = dict(zip(TIMER_PARAMS, params + list(TIMER_PARAMS)[len(params):]))
+    called = {n.func.id for n in ast.walk(node) if isinstance(n, ast.Call)
+              and isinstance(n.func, ast.Name)}
+    if names["synchronize"] not in called:
+        return Verdict(False, f"the timer never calls {names['synchronize']}(): launch() "
+                              "returns at once, so without it the clock stops before the "
+                              "kernel has run")
+    if names["clock"] not in called:
+        return Verdict(False, f"the timer never calls {names['clock']}(): read the time with "
+                              "the clock it is handed")
+    inside = sorted({f"{n.value.id}.{n.attr}" for n in ast.walk(node)
+                     if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                     and n.value.id in names.values()})
+    if inside:
+        return Verdict(False, "the timer must call launch, synchronize and clock, not look "
+                              f"inside them: it reads {', '.join(inside)}")
+    peeking = code_names(source) & PEEKING
+    if peeking:
+        return Verdict(False, "the timer must measure the kernel, not look its duration up: it "
+                              f"uses {', '.join(sorted(peeking))}")
+    return Verdict(True)
+
+
+@dataclass(frozen=True)
+class BelowFraction(Rule):
+    """A number below ``fraction`` of the expected one (the time of a launch, not of a kernel)."""
+
+    fraction: float = 0.2
+
+    def test(self, expected: Any, got: Any, args: Case) -> bool:
+        return as_float(got) < self.fraction * expected
+
+
+@dataclass(frozen=True)
+class NearMultiple(Rule):
+    """A number within ``within`` times the expected one of ``factor`` times it, the factor
+    multiplied by argument ``factor_arg`` where one is named (milliseconds, a total of n)."""
+
+    factor: float = 1.0
+    factor_arg: int | None = None
+    within: float = 0.5
+
+    def test(self, expected: Any, got: Any, args: Case) -> bool:
+        factor = self.factor * (1 if self.factor_arg is None else int(args[self.factor_arg]))
+        return abs(as_float(got) - factor * expected) < self.within * expected
+
+
+@dataclass(frozen=True)
+class ExceedsByArgument(Rule):
+    """A number at least ``fraction`` of argument ``argument`` above the expected one (a delay
+    the case adds, counted), divided by argument ``per_arg`` where one is named (a delay spread
+    over the repeats)."""
+
+    argument: int = 0
+    fraction: float = 0.5
+    per_arg: int | None = None
+
+    def test(self, expected: Any, got: Any, args: Case) -> bool:
+        spread = 1 if self.per_arg is None else int(args[self.per_arg])
+        return as_float(got) >= expected + self.fraction * float(args[self.argument]) / spread

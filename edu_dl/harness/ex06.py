@@ -1,285 +1,256 @@
-"""Exercise 6 (TensorFlow), public half: how its parts call a student's training function, and the
-generic hints about a list of losses. Nothing here computes an answer.
+"""Exercise 6 (feeding the GPU), public half: how its parts run a student's prefetching generator,
+the source checks, and generic hints. Nothing here computes an answer.
 
-The call adapters watch how the function ran (``Session.run`` in the TF 1.x parts: the graphs
-the training runs used, whether each run updated the Variables and read them in order;
-``GradientTape.gradient`` in the tape part, the tracing count of the returned ``tf.function``):
-feedback for ``check()`` only, the grader ignores it. The rules compare a result with the
-expected losses (shipped anyway), never with a value computed from the arguments; the mistake
-replays and the oracle stay in the private part file. Exercise 7 reuses :func:`losses_of` and the
-rules for its own lists of losses.
+The prefetch calls feed the generator a source it can watch (:class:`Watched`: which thread
+reads, how far ahead of the consumer) and return what arrived; what the source observes is
+check()'s feedback only, the grader judges the submitted source (:func:`prefetch_source`: a
+thread, and a bound on how far it reads ahead). How far a reader runs ahead does not rest on
+how busy the machine is: after the first batch the consumer holds still until the reader has
+shown its bound (it waits on a full queue) or passed it (:func:`hold_first`). The oracles
+(``ndarray.nbytes``, the benchmark's ``finish_rows``), the hidden cases and the mistake replays
+stay in the private part file; the source checks here keep a student from calling those helpers.
 """
 
 from __future__ import annotations
 
-import contextlib
+import ast
+import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.authoring.hints import Rule
-from edu_dl.grading.authoring.spec import CheckFailure
+from edu_dl.grading.authoring.hints import Rule, output_of
+from edu_dl.grading.authoring.source import NamesCheck, code_names, definition_node, names_check
+from edu_dl.grading.authoring.spec import CheckFailure, Verdict
 
 Case = tuple[Any, ...]
-
-NO_SESSION = ("your function never ran a tf.compat.v1.Session: write it in TF 1.x graph mode "
-              "(placeholders, tf.compat.v1.gradients, sess.run(..., feed_dict=...)) inside "
-              "`with tf.Graph().as_default():`")
-
-
-# --------------------------------------------------------------------------- the losses
+WAIT_S = 3.0  # a prefetcher that delivers nothing for this long is stuck
+# Where a thread blocked on a full queue.Queue (or a Semaphore, an Event) sits: it reads no
+# further until the consumer takes a batch.
+_WAITING = threading.Condition.wait.__code__
 
 
-def losses_of(result: Any) -> np.ndarray:
-    """The losses in a result: the result itself, or its first output (a Mistake's ``view``)."""
-    return np.asarray(result[0] if isinstance(result, tuple) else result, dtype=np.float64)
+# --------------------------------------------------------------------------- a watched source
 
 
-def _close(a: Any, b: Any, rtol: float, atol: float) -> bool:
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=atol))
+class Watched:
+    """A source of batches that records who reads it, and how far ahead of the consumer."""
+
+    def __init__(self, data: np.ndarray, fail_at: int | None = None,
+                 error: BaseException | None = None) -> None:
+        self.data, self.fail_at, self.error = data, fail_at, error
+        self.produced = self.consumed = self.lead = 0
+        self.off_thread = False
+        self.consumer: threading.Thread | None = None
+        self.reader: threading.Thread | None = None  # the last thread other than the consumer's
+        self.lock = threading.Lock()
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for k in range(len(self.data)):
+            if k == self.fail_at and self.error is not None:
+                raise self.error
+            time.sleep(0.0005)  # a read takes a little time (and lets the consumer run)
+            with self.lock:
+                self.produced += 1
+                self.lead = max(self.lead, self.produced - self.consumed)
+                if threading.current_thread() is not self.consumer:
+                    self.off_thread, self.reader = True, threading.current_thread()
+            yield self.data[k].copy()
+        if self.fail_at == len(self.data) and self.error is not None:
+            raise self.error
 
 
-@dataclass(frozen=True)
-class Stuck(Rule):
-    """More than one loss, all equal to the first expected loss: the weights never changed."""
-
-    rtol: float = 1e-9
-    atol: float = 1e-12
-
-    def judge(self, expected: Any, got: Any, args: Case) -> bool:
-        mine = losses_of(got)
-        return len(mine) > 1 and _close(mine, np.full(len(mine), losses_of(expected)[0]),
-                                        self.rtol, self.atol)
+def _blocked(thread: threading.Thread | None) -> bool:
+    """Whether ``thread`` waits on a condition (a full queue's put): it reads nothing more until
+    the consumer acts. Read from the thread's current frame, not from a clock."""
+    if thread is None or thread.ident is None:
+        return False
+    frame = sys._current_frames().get(thread.ident)
+    return frame is not None and frame.f_code is _WAITING
 
 
-@dataclass(frozen=True)
-class Imprecise(Rule):
-    """The losses differ from the expected ones at ``rtol`` but agree at ``loose_rtol`` (say,
-    float32 precision where float64 is asked for)."""
-
-    rtol: float = 1e-9
-    loose_rtol: float = 1e-4
-    atol: float = 1e-12
-
-    def judge(self, expected: Any, got: Any, args: Case) -> bool:
-        mine, want = losses_of(got), losses_of(expected)
-        return not _close(mine, want, self.rtol, self.atol) and _close(
-            mine, want, self.loose_rtol, self.atol)
-
-
-@dataclass(frozen=True)
-class ObservedMore(Rule):
-    """Output ``index`` (a count the call observed) exceeds the expected count. Judged whichever
-    output failed (``output`` stays None): the observation explains the losses too, say a race
-    that mixed old and new weights into them."""
-
-    index: int = 1
-
-    def judge(self, expected: Any, got: Any, args: Case) -> bool:
-        return float(got[self.index]) > float(expected[self.index])
+def hold_first(source: Watched, depth: int, progress: threading.Event) -> None:
+    """The consumer, holding its first batch, waits until the reader has passed depth + 2
+    batches ahead (unbounded), waits on a full queue (bounded), has read everything or has
+    died (or there is no reader thread); WAIT_S at most (a reader that blocks some other way).
+    Whatever the machine's load, an unbounded reader then shows its lead and a bounded one
+    never does."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        with source.lock:
+            ahead = source.produced - source.consumed
+            done = source.produced >= len(source.data)
+            reader = source.reader
+        # no reader: the consumer's own thread read the batch it holds, and nothing reads ahead
+        if reader is None or ahead > depth + 2 or done or _blocked(reader) or \
+                not reader.is_alive():
+            return
+        progress.set()  # holding still on purpose: not stuck
+        time.sleep(0.001)
 
 
-# --------------------------------------------------------------------------- spies
+def consume(fn: Callable[..., Any], source: Watched, depth: int,
+            ) -> tuple[list[np.ndarray], BaseException | None]:
+    """Iterate fn(source, depth) in a thread of its own, slowly (holding still after the first
+    batch: :func:`hold_first`); give up after WAIT_S idle."""
+    received: list[np.ndarray] = []
+    box: dict[str, BaseException | None] = {"error": None}
+    progress = threading.Event()
 
-
-def _leaves(value: Any) -> Iterator[Any]:
-    """The values in a nest of lists, tuples and dicts (what Session.run takes and returns)."""
-    if isinstance(value, dict):
-        for v in value.values():
-            yield from _leaves(v)
-    elif isinstance(value, list | tuple):
-        for v in value:
-            yield from _leaves(v)
-    else:
-        yield value
-
-
-def _is_update(op: Any) -> bool:
-    """An op that writes a Variable: assign, assign_sub, an optimizer's apply."""
-    return "Assign" in op.type or op.type.startswith(("Apply", "ResourceApply", "Scatter",
-                                                      "ResourceScatter"))
-
-
-def _ancestors(ops: list[Any], stop: Callable[[Any], bool] = lambda op: False) -> set[Any]:
-    """The ops these ops depend on (themselves included), through inputs and control inputs,
-    not walking past an op for which ``stop`` holds."""
-    seen: set[Any] = set()
-    todo = list(ops)
-    while todo:
-        op = todo.pop()
-        if op in seen:
-            continue
-        seen.add(op)
-        if not stop(op):
-            todo.extend(t.op for t in op.inputs)
-            todo.extend(op.control_inputs)
-    return seen
-
-
-@dataclass
-class RunSeen:
-    """One training run (a Session.run that fetched a value), as the graph says it ran."""
-
-    updates: bool  # it wrote a Variable
-    unordered_reads: bool  # a fetched value reads an updated Variable, unordered with its update
-
-
-def classify_run(graph: Any, fetches: Any) -> RunSeen:
-    """Whether a run updates Variables, and whether a value it fetches reads an updated
-    Variable with nothing ordering that read before or after the update (TensorFlow may then
-    run them in either order)."""
-    elements = []
-    for fetch in _leaves(fetches):
+    def run() -> None:
         try:
-            elements.append(graph.as_graph_element(fetch, allow_tensor=True,
-                                                   allow_operation=True))
-        except Exception:  # not a graph element (a string TF would refuse, say): no op
-            continue
-    ops = [e if not hasattr(e, "op") else e.op for e in elements]
-    updates = [op for op in _ancestors(ops) if _is_update(op)]
-    values = [e.op for e in elements if hasattr(e, "op")]
-    # The reads a fetched value uses itself, not the ones that only feed an update.
-    reads = [op for op in _ancestors(values, stop=_is_update) if op.type == "ReadVariableOp"]
-    unordered = False
-    for read in reads:
-        handle = read.inputs[0].op  # the Variable's VarHandleOp
-        writes = [u for u in updates if u.inputs and u.inputs[0].op is handle]
-        if not writes:
-            continue
-        before = _ancestors(list(writes))  # the read feeds the update: ordered before it
-        after = _ancestors([read])  # the update precedes the read
-        if read not in before and not any(u in after for u in writes):
-            unordered = True
-    return RunSeen(bool(updates), unordered)
+            for batch in fn(iter(source), depth):
+                received.append(np.asarray(batch))
+                with source.lock:
+                    source.consumed += 1
+                progress.set()
+                if len(received) == 1:
+                    hold_first(source, depth, progress)
+                time.sleep(0.002)  # a training step
+        except BaseException as exc:  # handed to the caller
+            box["error"] = exc
+        progress.set()
+
+    consumer = threading.Thread(target=run, name="edu_dl-check-consumer", daemon=True)
+    source.consumer = consumer
+    consumer.start()
+    while consumer.is_alive():
+        progress.clear()
+        if not progress.wait(WAIT_S) and consumer.is_alive():
+            raise CheckFailure(
+                f"no batch arrived for {WAIT_S:g} s after {len(received)} batches: the "
+                "generator is stuck (does the reader put a marker in the queue when the source "
+                "ends, or when it raises? does the consumer wait for it?)")
+    consumer.join()
+    return received, box["error"]
 
 
-class SessionSpy:
-    """Watches Session.run: the training runs (those that fetch a value; an initializer's run
-    fetches only None) and the graph each ran, by identity and size.
-
-    ``graphs_built`` counts the distinct graphs the training runs used, a graph that grew ops
-    between two runs counting again; the graphs are kept, so no freed graph's id is reused.
-    With ``classify``, each training run is also described by :func:`classify_run`.
-    """
-
-    def __init__(self, classify: bool = False) -> None:
-        self.classify = classify
-        self.runs = 0
-        self.graphs: list[tuple[Any, int]] = []
-        self.seen: list[RunSeen] = []
-
-    @property
-    def graphs_built(self) -> int:
-        return len(self.graphs)
-
-    def _training_run(self, session: Any, fetches: Any) -> None:
-        graph = session.graph
-        state = (graph, len(graph.get_operations()))
-        if not any(g is graph and n == state[1] for g, n in self.graphs):
-            self.graphs.append(state)
-        if self.classify:
-            self.seen.append(classify_run(graph, fetches))
-
-    @contextlib.contextmanager
-    def watching(self) -> Iterator[SessionSpy]:
-        import tensorflow as tf
-
-        # BaseSession.run serves Session, InteractiveSession, Tensor.eval and Operation.run.
-        owner = next(c for c in tf.compat.v1.Session.__mro__ if "run" in c.__dict__)
-        original = owner.__dict__["run"]
-        spy = self
-
-        def run(session: Any, fetches: Any, feed_dict: Any = None, *args: Any,
-                **kwargs: Any) -> Any:
-            result = original(session, fetches, feed_dict, *args, **kwargs)
-            spy.runs += 1
-            if any(value is not None for value in _leaves(result)):
-                spy._training_run(session, fetches)
-            return result
-
-        owner.run = run
-        try:
-            yield self
-        finally:
-            owner.run = original
+def stacked(received: list[np.ndarray], data: np.ndarray) -> np.ndarray:
+    """The batches received, stacked on a new axis 0 (none: an empty stack of data's rows)."""
+    return np.stack(received) if received else np.zeros((0, *data.shape[1:]), data.dtype)
 
 
-# --------------------------------------------------------------------------- calls
-
-FIXED_BATCH = ("a placeholder's shape fixed the batch size, so a batch of another size could not "
-               "be fed: leave the batch dimension of the placeholders unknown, so that the one "
-               "graph takes every batch")
+# --------------------------------------------------------------------------- prefetch
 
 
-def call_tf1_minibatch(fn: Callable[..., Any], args: Case) -> tuple[Any, int]:
-    """(losses, how many graphs the training runs used: 1 when the graph is built once)."""
-    with SessionSpy().watching() as spy:
-        try:
-            result = fn(*args)
-        except ValueError as exc:
-            if "Cannot feed value of shape" in str(exc):
-                raise CheckFailure(f"{FIXED_BATCH} ({str(exc).splitlines()[0]})") from None
-            raise
-    if spy.runs == 0:
-        raise CheckFailure(NO_SESSION)
-    return result, spy.graphs_built
+def call_prefetch(fn: Callable[..., Any], args: Case) -> tuple[np.ndarray, int]:
+    """(the batches fn(source, depth) delivered, stacked; how many); check()'s feedback if the
+    reading never left the consumer's thread or ran more than depth (+2) ahead."""
+    data, depth = args
+    source = Watched(np.asarray(data))
+    received, error = consume(fn, source, int(depth))
+    if error is not None:
+        raise error
+    if len(data) and not source.off_thread:
+        raise CheckFailure("every batch was read in the consumer's own thread: start a "
+                           "threading.Thread that reads the source and puts the batches in a "
+                           "queue.Queue, and have the generator take them from there")
+    if source.lead > int(depth) + 2:
+        raise CheckFailure(f"the reader ran {source.lead} batches ahead of the consumer with "
+                           f"depth={depth}: bound the queue (queue.Queue(maxsize=depth)) so "
+                           "at most depth batches wait")
+    return stacked(received, np.asarray(data)), len(received)
 
 
-def call_tf1_loss_after_update(fn: Callable[..., Any], args: Case) -> tuple[Any, int, int]:
-    """(losses, training runs that updated no Variable, training runs whose fetched values read
-    an updated Variable unordered with its update)."""
-    with SessionSpy(classify=True).watching() as spy:
-        result = fn(*args)
-    if spy.runs == 0:
-        raise CheckFailure(NO_SESSION)
-    return (result, sum(not run.updates for run in spy.seen),
-            sum(run.unordered_reads for run in spy.seen))
+THREADS = {"Thread", "ThreadPoolExecutor", "start_new_thread"}
+BOUNDS = {"Semaphore", "BoundedSemaphore", "Condition", "ThreadPoolExecutor"}
+QUEUES = {"Queue", "LifoQueue", "PriorityQueue"}
 
 
-def call_tape(fn: Callable[..., Any], args: Case) -> Any:
-    """fn(*args), which must call GradientTape.gradient."""
-    import tensorflow as tf
+def _sized_queue(node: ast.AST) -> bool:
+    """A call Queue(n) or Queue(maxsize=n) (queue.Queue, q.Queue, Queue, ...)."""
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    return name in QUEUES and (bool(node.args) or any(k.arg == "maxsize" for k in node.keywords))
 
-    calls = [0]
-    original = tf.GradientTape.__dict__["gradient"]
 
-    def gradient(tape: Any, *a: Any, **kw: Any) -> Any:
-        calls[0] += 1
-        return original(tape, *a, **kw)
+def prefetch_source(source: str) -> Verdict:
+    """The generator starts a reader thread and bounds how far it reads ahead."""
+    names = code_names(source)
+    if not names & THREADS:
+        return Verdict(False, "the generator starts no thread: start a threading.Thread that "
+                              "reads the source and puts the batches in a queue.Queue, and "
+                              "have the generator take them from there")
+    if not (names & BOUNDS or any(_sized_queue(n) for n in ast.walk(definition_node(source)))):
+        return Verdict(False, "nothing bounds how far the reader runs ahead: "
+                              "queue.Queue(maxsize=depth) keeps at most depth batches waiting")
+    return Verdict(True)
 
-    tf.GradientTape.gradient = gradient
+
+# --------------------------------------------------------------------------- errors
+
+
+ERRORS: dict[str, type[Exception]] = {"ValueError": ValueError, "OSError": OSError,
+                                      "EOFError": EOFError, "KeyError": KeyError}
+
+
+def error_message(fail_at: int) -> str:
+    """What the watched source's error says when it fails at batch ``fail_at``."""
+    return f"cannot read batch {fail_at}"
+
+
+def call_error(fn: Callable[..., Any], args: Case) -> tuple[np.ndarray, str, str]:
+    """(the batches delivered before the error, stacked; the error's type name, its message)."""
+    data, depth, fail_at, name = args
+    data = np.asarray(data)
+    source = Watched(data, int(fail_at), ERRORS[name](error_message(int(fail_at))))
+    received, error = consume(fn, source, int(depth))
+    if isinstance(error, NotImplementedError):
+        raise error
+    for k, batch in enumerate(received[:len(data)]):
+        if batch.shape != data[k].shape or not np.array_equal(batch, data[k]):
+            raise CheckFailure(f"batch {k} is not the source's batch {k}: keep the order")
     try:
-        result = fn(*args)
-    finally:
-        tf.GradientTape.gradient = original
-    if calls[0] == 0:
-        raise CheckFailure("your function never called tape.gradient: record the forward pass "
-                           "in `with tf.GradientTape() as tape:` and take "
-                           "tape.gradient(loss, [w1, w2])")
-    return result
+        batches = stacked(received, data)
+    except ValueError:
+        raise CheckFailure("the generator yielded more items than the source's batches, of "
+                           "other shapes: yield exactly the batches the source yields") from None
+    if error is None:
+        return batches, "no error", ""
+    return batches, type(error).__name__, str(error)
 
 
-def call_tf_function(fn: Callable[..., Any], args: Case) -> tuple[Any, int]:
-    """(losses, the returned tf.function's tracing count)."""
-    import tensorflow as tf
+# --------------------------------------------------------------------------- library oracles
 
-    # Each case builds a new tf.function: TensorFlow's "retracing" warning would blame the check.
-    logger = tf.get_logger()
-    level = logger.level
-    logger.setLevel("ERROR")
-    try:
-        result = fn(*args)
-    finally:
-        logger.setLevel(level)
-    if not isinstance(result, tuple | list) or len(result) != 2:
-        raise CheckFailure("return two things: (losses, train_step), train_step being the "
-                           "tf.function you trained with")
-    found, step = result
-    count = getattr(step, "experimental_get_tracing_count", None)
-    if count is None:
-        raise CheckFailure(f"the second value returned is a {type(step).__name__}, not a "
-                           "tf.function: wrap the step with tf.function and return it")
-    return found, int(count())
+CALLS_FINISH_ROWS = ("this part asks you to write the formula yourself (do not call "
+                     "edu_dl.bench.loader.finish_rows)")
+IDEAL_SOURCE: NamesCheck = names_check(forbidden=[(("finish_rows",), CALLS_FINISH_ROWS)])
+
+
+# --------------------------------------------------------------------------- generic hints
+
+
+@dataclass(frozen=True)
+class AnyAnswer(Rule):
+    """Any wrong answer: a hint about the case itself (its ``when`` says which cases)."""
+
+    def test(self, expected: Any, got: Any, args: Case) -> bool:
+        return True
+
+
+@dataclass(frozen=True)
+class ShorterWhereSame(Rule):
+    """Output ``output`` holds fewer items than expected while output ``same`` is right (the
+    right error, say, but batches lost before it)."""
+
+    same: int = 0
+
+    def judge(self, expected: Any, got: Any, args: Case) -> bool:
+        if not bool(output_of(got, self.same) == output_of(expected, self.same)):
+            return False
+        return len(np.asarray(output_of(got, self.output))) < len(
+            output_of(expected, self.output))
+
+
+@dataclass(frozen=True)
+class Differs(Rule):
+    """The output is not the expected one (``!=``: a label, a type name)."""
+
+    def test(self, expected: Any, got: Any, args: Case) -> bool:
+        return bool(got != expected)

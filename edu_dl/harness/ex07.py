@@ -1,220 +1,131 @@
-"""Exercise 7 (PyTorch), public half: how its parts call a student's function, class or module,
-the source check for a class's bases and methods, and a generic hint about a gradient's shape.
-Nothing here computes an answer.
+"""Exercise 7, computational graphs: how its parts call and judge a student's function.
 
-The call adapters hand the student's code torch float64 tensors and bring its results back as
-NumPy arrays (the custom Function's gradients as its backward returns them, before autograd can
-sum a broadcast gradient into shape); what they observe besides (autograd switched off, the
-backward really ran, the layers found in the module) is ``check()``'s feedback only. The oracles
-and the mistake replays stay in the private part file; the rules about a list of losses are
-exercise 6's (:mod:`edu_dl.harness.ex06`).
+Public code (a release names it by ``edu_dl.harness.ex07:<name>``), and it computes no answer:
+the static graph's call checks which edu_dl.graph names the function looks up; the topological
+order is judged as a property (every node once, every edge of the case pointing forwards), never
+against an order computed here. The gradient oracles and the hint replays stay in the course's
+private part file.
 """
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.authoring import guard
-from edu_dl.grading.authoring.hints import Rule
-from edu_dl.grading.authoring.source import definition_node
-from edu_dl.grading.authoring.spec import CheckFailure, Verdict
+from edu_dl.grading.authoring.spec import CheckFailure, Verdict, global_names
 
 Case = tuple[Any, ...]
 
+# --------------------------------------------------------------------------- the static graph
 
-# --------------------------------------------------------------------------- conversions
-
-
-def to_torch(value: Any, arg: int) -> Any:
-    """Case argument ``arg`` as the student sees it: arrays become torch float64 tensors
-    (copies, watched by the guard: a write into one is a write into that argument)."""
-    import torch
-
-    if isinstance(value, np.ndarray) and value.dtype.kind == "f":
-        return guard.watch(arg, torch.tensor(value, dtype=torch.float64))
-    return value
+STATIC_NAMES = ("placeholder", "gradients", "Session")
 
 
-def numbers(result: Any, what: str = "losses") -> np.ndarray:
-    """A list of losses (Python floats, 0-d tensors or arrays) or a 1-d tensor, as float64."""
-    try:
-        if hasattr(result, "detach"):
-            return np.asarray(result.detach().cpu().numpy(), dtype=np.float64)
-        return np.array([float(v) for v in result], dtype=np.float64)
-    except (TypeError, ValueError, RuntimeError) as exc:
-        raise CheckFailure(f"return the {what} as a list of numbers (loss.item() each step); "
-                           f"got a {type(result).__name__} ({exc})") from None
-
-
-def raw(value: Any) -> Any:
-    """A returned gradient as the student's code made it (a tensor's data, shape untouched)."""
-    if hasattr(value, "detach"):
-        return value.detach().cpu().numpy().copy()
-    return value
-
-
-# --------------------------------------------------------------------------- 1. gradients by hand
-
-
-def call_manual(fn: Callable[..., Any], args: Case) -> np.ndarray:
-    """Call with torch tensors and autograd switched off: the gradients must be written by hand."""
-    import torch
-
-    with torch.no_grad():
-        try:
-            result = fn(*(to_torch(a, j) for j, a in enumerate(args)))
-        except RuntimeError as exc:
-            if "grad" not in str(exc):
-                raise
-            raise CheckFailure(f"{type(exc).__name__}: {exc}\n  hint: this part runs with "
-                               "autograd switched off (torch.no_grad()): compute the gradients "
-                               "yourself with the chain rule, as in the lecture's level "
-                               "1") from None
-    return numbers(result)
-
-
-# --------------------------------------------------------------------------- 2. autograd.Function
-
-
-def call_function(cls: Any, args: Case) -> tuple[Any, ...]:
-    """Forward and backward through cls.apply; the student's backward must really run.
-
-    The gradients recorded are those the student's backward RETURNS, not the inputs' .grad:
-    autograd quietly sums a gradient that broadcasts to its input (db of shape (N, M) for b of
-    shape (M,)), which would hide the classic "forgot the batch sum" mistake.
-    """
-    import torch
-
-    if not (isinstance(cls, type) and issubclass(cls, torch.autograd.Function)):
-        raise CheckFailure(f"MyLinear must be a subclass of torch.autograd.Function, got "
-                           f"{cls!r}")
-    returned: list[Any] = []
-    backward = cls.backward
-
-    def recorded_backward(ctx: Any, *grad_outputs: Any) -> Any:
-        grads = backward(ctx, *grad_outputs)
-        returned.append(grads)
-        return grads
-
-    # A subclass with the same name (so torch's messages name the student's class) whose backward
-    # records what the student's returns before autograd sees it.
-    recording: Any = type(cls.__name__, (cls,), {"backward": staticmethod(recorded_backward)})
-    x, w, b = (guard.watch(j, torch.tensor(a, dtype=torch.float64, requires_grad=True))
-               for j, a in enumerate(args[:3]))
-    out = recording.apply(x, w, b)
-    if not isinstance(out, torch.Tensor):
-        raise CheckFailure(f"forward must return a tensor, got a {type(out).__name__}")
-    try:
-        out.backward(guard.watch(3, torch.tensor(args[3], dtype=torch.float64)))
-    except RuntimeError as exc:
-        text = str(exc)
-        if "invalid gradient" in text or "incorrect number of gradients" in text:
-            raise CheckFailure(f"backward: {text}\n  hint: backward returns one gradient per "
-                               "input of forward, in order, each of its input's shape: (dx, dw, "
-                               "db) with dx (N, D), dw (D, M), db (M,)") from None
-        raise
-    if not returned:
-        raise CheckFailure("your backward never ran: subclass torch.autograd.Function, write "
-                           "forward(ctx, x, w, b) and backward(ctx, grad_output) as "
-                           "staticmethods, and compute out in forward (MyLinear.apply calls it)")
-    grads = returned[-1] if isinstance(returned[-1], tuple | list) else (returned[-1],)
-    for name, grad in zip(("x", "w", "b"), grads):
-        if grad is None:
-            raise CheckFailure(f"backward returned None for {name}: return a gradient for "
-                               "every input")
-    return (out.detach().numpy(), *(raw(g) for g in grads))
-
-
-@dataclass(frozen=True)
-class ShapeOfArgument(Rule):
-    """The result (or an output) has argument ``argument``'s shape, and the expected one has not
-    (a gradient left unsummed over the batch, say)."""
-
-    argument: int = 0
-
-    def test(self, expected: Any, got: Any, args: Case) -> bool:
-        return np.shape(got) == np.shape(args[self.argument]) != np.shape(expected)
-
-
-@dataclass(frozen=True)
-class ClassCheck:
-    """A source check: the definition is a class with ``base`` (any dotted name ending so) among
-    its bases and the given methods in its body. Data only, so a release can carry it."""
-
-    base: str
-    methods: tuple[str, ...]
-    what: str
-
-    def __call__(self, source: str) -> Verdict:
-        node = definition_node(source)
-        bases = [ast.unparse(b).split(".")[-1] for b in getattr(node, "bases", [])]
-        if not isinstance(node, ast.ClassDef) or self.base not in bases:
-            return Verdict(False, f"{node.name} is not a class deriving from {self.what}")
-        defined = {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
-        missing = [m for m in self.methods if m not in defined]
+def call_static(fn: Callable[..., Any], args: Case) -> Any:
+    """Run fn, then check it asks edu_dl.graph for the gradients and runs them in a Session."""
+    result = fn(*args)
+    code = getattr(fn, "__code__", None)
+    if code is not None:
+        names = global_names(code)
+        missing = [n for n in STATIC_NAMES if n not in names]
         if missing:
-            return Verdict(False, f"{node.name} defines no {', '.join(missing)}: write "
-                                  f"{' and '.join(self.methods)} in the class itself")
-        return Verdict(True)
+            raise CheckFailure(
+                "the values are right, but the function never calls "
+                + ", ".join(f"G.{n}" for n in missing)
+                + ": build the graph from placeholders, add the gradient nodes with "
+                  "G.gradients(f, [x, y, z, w]) and run them with a G.Session")
+    return result
 
 
-# --------------------------------------------------------------------------- 3. nn.Module
+# --------------------------------------------------------------------------- topological order
+
+SHOWN_IDS = 10
 
 
-def call_module(cls: Any, args: Case) -> np.ndarray:
-    """TwoLayerNet(D_in, H, D_out) in float64, its two Linear layers set to the case's weights."""
-    import torch
-
-    x, w1, b1, w2, b2 = args
-    d_in, h, d_out = x.shape[1], w1.shape[0], w2.shape[0]
-    net = cls(d_in, h, d_out)
-    if not isinstance(net, torch.nn.Module):
-        raise CheckFailure(f"TwoLayerNet must subclass torch.nn.Module, got {type(net).__name__}")
-    net = net.double()
-    linears = [m for m in net.modules() if isinstance(m, torch.nn.Linear)]
-    found = ", ".join(f"Linear({m.in_features}, {m.out_features}, bias={m.bias is not None})"
-                      for m in linears)
-    wanted = [(d_in, h), (h, d_out)]
-    if len(linears) != 2 or any(m.bias is None for m in linears) or sorted(
-            (m.in_features, m.out_features) for m in linears) != sorted(wanted):
-        raise CheckFailure(f"TwoLayerNet({d_in}, {h}, {d_out}) should hold two layers, "
-                           f"nn.Linear({d_in}, {h}) and nn.Linear({h}, {d_out}), with biases; "
-                           f"found: {found or 'no nn.Linear'}")
-    first = next(m for m in linears if (m.in_features, m.out_features) == wanted[0])
-    second = next(m for m in linears if m is not first)
-    with torch.no_grad():
-        for layer, weight, bias in ((first, w1, b1), (second, w2, b2)):
-            layer.weight.copy_(torch.tensor(weight))
-            layer.bias.copy_(torch.tensor(bias))
-    out = net(guard.watch(0, torch.tensor(x, dtype=torch.float64)))
-    if not isinstance(out, torch.Tensor):
-        raise CheckFailure(f"forward must return a tensor, got a {type(out).__name__}")
-    return out.detach().numpy()
+def edge_array(edges: Any) -> np.ndarray:
+    """The case's edges as an (E, 2) integer array of (src, dst) rows."""
+    return np.asarray(edges, dtype=np.int64).reshape(-1, 2)
 
 
-# --------------------------------------------------------------------------- 4. Adam, accumulated
+def ids(values: np.ndarray) -> str:
+    """'[3, 7]', or the first SHOWN_IDS and how many there are: messages stay short."""
+    shown = ", ".join(str(int(v)) for v in values[:SHOWN_IDS])
+    return f"[{shown}]" if len(values) <= SHOWN_IDS else f"[{shown}, ...] ({len(values)})"
 
 
-def call_accumulated(fn: Callable[..., Any], args: Case) -> tuple[np.ndarray, np.ndarray]:
-    """fn on torch tensors: its losses as float64, and the most rows that any torch.nn.Module's
-    forward received as its first input (0 when no module ran), seen by a global forward hook."""
-    import torch
-
-    most_rows = [0]
-
-    def count_rows(module: Any, inputs: Any, output: Any) -> None:
-        first = inputs[0] if isinstance(inputs, tuple) and inputs else None
-        if isinstance(first, torch.Tensor) and first.dim() > 0:
-            most_rows[0] = max(most_rows[0], int(first.shape[0]))
-
-    handle = torch.nn.modules.module.register_module_forward_hook(count_rows)
+def topo_compare(expected: Any, got: Any) -> Verdict:
+    """Valid when got lists every node 0..n-1 once (linear: one bincount, no search); only the
+    length of ``expected`` is used."""
+    e = np.asarray(expected)
     try:
-        losses = numbers(fn(*(to_torch(a, j) for j, a in enumerate(args))))
-    finally:
-        handle.remove()
-    return losses, np.array(most_rows[0], dtype=np.int64)
+        g = np.asarray(got)
+    except Exception as exc:
+        return Verdict(False, f"got a {type(got).__name__} that is not an array ({exc})")
+    if g.ndim != 1 or (g.size and g.dtype.kind not in "iu"):
+        return Verdict(False, f"expected a 1-D array of {len(e)} integer node ids, got shape "
+                              f"{g.shape} ({g.dtype})")
+    n = len(e)
+    g = g.astype(np.int64, copy=False)
+    known = (g >= 0) & (g < n)
+    counts = np.bincount(g[known], minlength=n)
+    if len(g) == n and bool(known.all()) and bool((counts == 1).all()):
+        return Verdict(True)
+    missing = np.flatnonzero(counts == 0)
+    twice = np.flatnonzero(counts > 1)
+    extra = np.unique(g[~known][:SHOWN_IDS * 100])
+    return Verdict(False, f"expected every node 0..{n - 1} exactly once, got {len(g)} ids"
+                          f" (missing {ids(missing)}, repeated {ids(twice)}, unknown "
+                          f"{ids(extra)})")
+
+
+def backward_edge(got: Any, args: Case) -> tuple[int, int] | None:
+    """The first edge (src, dst) whose target comes before its source in got, or None.
+
+    got lists every node 0..n-1 once (compare checked it): one position lookup per edge.
+    """
+    order = np.asarray(got, dtype=np.int64).reshape(-1)
+    edges = edge_array(args[1])
+    position = np.empty(len(order), dtype=np.int64)
+    position[order] = np.arange(len(order))
+    bad = np.flatnonzero(position[edges[:, 0]] > position[edges[:, 1]])
+    if not len(bad):
+        return None
+    src, dst = edges[bad[0]]
+    return int(src), int(dst)
+
+
+REVERSED = (" (your order is exactly reversed: that is the order of the BACKWARD pass; a "
+            "topological order puts every input before the nodes that use it)")
+
+
+def topo_result_check(got: Any, args: Case) -> Verdict:
+    """The grader's edge check: every edge of the case points forwards in the raw result."""
+    bad = backward_edge(got, args)
+    if bad is None:
+        return Verdict(True)
+    src, dst = bad
+    hint = REVERSED if backward_edge(np.asarray(got)[::-1], args) is None else ""
+    return Verdict(False, f"edge {src} -> {dst}: node {dst} comes before its input {src}{hint}")
+
+
+def call_topo(fn: Callable[..., Any], args: Case) -> Any:
+    """Run fn; if its answer lists every node once, check each edge points forwards."""
+    got = fn(*args)
+    n = int(args[0])
+    a = np.asarray(got)
+    if topo_compare(np.arange(n), a).ok:
+        bad = backward_edge(a, args)
+        if bad is not None:
+            src, dst = bad
+            order = a.tolist()
+            hint = REVERSED if backward_edge(order[::-1], args) is None else ""
+            raise CheckFailure(f"edge {src} -> {dst}: node {dst} comes before its input {src} "
+                               f"in your order {order}{hint}")
+    return got
+
+
+def length(value: Any) -> int:
+    """How many ids a result lists (a Mistake's view: hints on the length of an order)."""
+    return len(np.asarray(value))

@@ -1,4 +1,4 @@
-"""Exercise 7b (convolutions; part ids ex11.*): call adapters, generic hints and source
+"""Exercise 11 (convolutions; part ids ex11.*): call adapters, generic hints and source
 checks for its parts.
 
 Public code, shipped with the package: a view for hints on a result's shape, rules that judge a

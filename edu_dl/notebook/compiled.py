@@ -1,4 +1,4 @@
-"""What lecture 08c shows of ``torch.compile``: the C++ compiler Inductor needs on a CPU, the first
+"""What lecture 14 shows of ``torch.compile``: the C++ compiler Inductor needs on a CPU, the first
 call (compile + run) timed apart from later calls, and Inductor's generated code cut down to the
 part worth reading (its kernels and the ``call`` function that runs them).
 

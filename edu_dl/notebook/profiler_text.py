@@ -1,5 +1,5 @@
 """Read a table that ``torch.profiler`` printed (``prof.key_averages().table()``) and someone saved
-as text, for a recorded profile whose events are gone (lecture 12 shows one from an H100).
+as text, for a recorded profile whose events are gone (lecture 17 shows one from an H100).
 
 The columns are found from the dashed rule above the header and named by the header, not by
 fixed character offsets, so a table with other columns, widths or sort order reads the same way.

@@ -110,13 +110,13 @@ def speed_row(part_id: str) -> str:
 TASKS: dict[str, SpeedTask] = {
     task.part_id: task
     for task in (
-        # Lectures 1-3: a preprocessing step, vectorized.
+        # Lectures 1-6: a preprocessing step, vectorized.
         SpeedTask("ex02.faster_standardize", "standardize", standardize_reference,
                   standardize_inputs, _channels_first, goal=10.0, calls=100),
-        # Lectures 4-10: a training step, batched instead of one sample at a time.
-        SpeedTask("ex05.faster_sgd_step", "sgd_step", sgd_step_reference, sgd_step_inputs,
+        # Lectures 7-16: a training step, batched instead of one sample at a time.
+        SpeedTask("ex08.faster_sgd_step", "sgd_step", sgd_step_reference, sgd_step_inputs,
                   lambda X, y, W: W.shape, goal=10.0, calls=400),
-        # Lectures 07b and 12: pooling without a Python loop per window.
+        # Lectures 11 and 17: pooling without a Python loop per window.
         SpeedTask("ex11.faster_max_pool", "max_pool", max_pool_reference, max_pool_inputs,
                   lambda x: (*x.shape[:2], x.shape[2] // 2, x.shape[3] // 2), goal=10.0,
                   calls=150),

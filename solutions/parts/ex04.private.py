@@ -1,210 +1,87 @@
-"""Exercise 4, computational graphs: gates by hand, the lecture's example, edu_dl.graph, and order.
+"""Exercise 4, timing the GPU: a timer for asynchronous work (``ex04.stream_timer``).
 
-The gradient oracles are torch.autograd in float64; the topological order is judged by a validity
-check (every node once, every edge forwards), since a graph has many valid orders.
+The oracle is the kernel's own duration. The timer is run by a call wrapper
+(``edu_dl.harness.ex04.call_timer``, public like the timer's comparison, its source check and the
+hint rules) against ``edu_dl.gpu.timing.SimulatedAsyncDevice``, a device queue on a simulated
+clock that the timer is handed as ``clock``, with launches that cost the host a share of a
+kernel's time and return without waiting for the kernel, work still running when the timer is
+called and a slow first launch (a warm-up cost). Nothing sleeps: every timer reads exactly what
+the simulation says, so its verdict and hint do not depend on how busy the machine is. The timer
+asked for is the device's time per kernel in a stream of back-to-back launches, where the
+lecture's timer synchronizes after every launch and so counts each launch's host cost.
 
-Judged outside the sandbox: every value and shape against the oracle; the topological order's
-edges against the case's own edge list (``result_check``), in linear time; for the static graph,
-that the submitted source of the function calls placeholder, gradients and Session
-(``source_check``), and for the two parts by hand, that it calls none of the oracle's tools
-(G.gradients, .backward(), torch.autograd). The in-sandbox checks of the same things are
+Judged outside the sandbox: the timer's result against the kernel's duration (a correct timer
+reads kernel_s (1 + LAUNCH_SHARE / repeats) on the simulated clock, never less); from the
+submitted source, that the timer calls its ``synchronize`` and ``clock`` arguments and looks
+inside neither. How often it launched, synchronized and read the clock in the sandbox is
 check()'s feedback only.
-
-The private half: ``edu_dl.harness.ex04`` holds the public calls and checks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.authoring.hints import Arity, Mistake, NotScalar, Scalar, Shorter
-from edu_dl.grading.authoring.source import names_check
-from edu_dl.grading.authoring.spec import Part, tolerance
+from edu_dl.grading.authoring.spec import Part
 from edu_dl.harness.ex04 import (
-    STATIC_NAMES,
-    call_static,
-    call_topo,
-    length,
-    topo_compare,
-    topo_result_check,
+    LAUNCH_SHARE,
+    MIN_REPEATS,
+    BelowFraction,
+    ExceedsByArgument,
+    NearMultiple,
+    call_timer,
+    timer_compare,
+    timer_source,
 )
 
-Array = np.ndarray
 Case = tuple[Any, ...]
-F64 = tolerance(rtol=1e-9, atol=1e-12)
-F32 = tolerance(rtol=1e-5, atol=1e-5)  # edu_dl.graph runs the float32 placeholders in float32
 
 
-def _shapes(rng: np.random.Generator, hidden: bool) -> list[tuple[int, ...]]:
+def _timer_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    """(kernel_s, warmup, repeats, backlog_s, first_extra_s): the backlog is work launched before
+    the timer is called and still running; the first launch costs first_extra_s more. At least
+    MIN_REPEATS repeats, so one launch's host cost, spread over them, stays inside the window; a
+    backlog large enough that counting it, spread over 12 repeats, leaves the window of a 60 ms
+    kernel."""
     if not hidden:
-        return [(3, 4), (2, 2), (1, 5)]
-    return [(1, 1), *(tuple(int(d) for d in rng.integers(1, 7, size=2)) for _ in range(3))]
+        return [(0.04, 1, 10, 0.0, 0.0), (0.03, 1, 8, 0.4, 0.0), (0.05, 2, 8, 0.0, 0.3),
+                (0.03, 1, 10, 0.4, 0.2)]
+    cases: list[Case] = []
+    for backlog, first in ((0.4, 0.0), (0.0, 0.3), (0.4, 0.2)):
+        cases.append((round(float(rng.uniform(0.03, 0.06)), 3), int(rng.integers(1, 3)),
+                      int(rng.integers(MIN_REPEATS, 13)), backlog, first))
+    return cases
 
 
-def _torch_grads(f: Callable[..., Any], *arrays: Array) -> tuple[float, list[Array]]:
-    """f's value and its gradients with respect to every input, by torch.autograd in float64."""
-    import torch
-
-    ts = [torch.tensor(np.asarray(a, dtype=np.float64), requires_grad=True) for a in arrays]
-    out = f(*ts)
-    out.backward()
-    return float(out.item()), [t.grad.numpy() for t in ts if t.grad is not None]
+def _timer_expected(kernel_s: float, warmup: int, repeats: int, backlog_s: float,
+                    first_extra_s: float) -> float:
+    return float(kernel_s)
 
 
-# --------------------------------------------------------------------------- f = sum((x*y + z) * w)
-
-
-def _four_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    return [tuple(rng.standard_normal(s) for _ in range(4)) for s in _shapes(rng, hidden)]
-
-
-def _four_cases_f32(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    """float32, as the graph's placeholders are: the lecture's dtype."""
-    return [tuple(a.astype(np.float32) for a in case) for case in _four_cases(rng, hidden)]
-
-
-def _four_graph(x: Any, y: Any, z: Any, w: Any) -> Any:
-    return ((x * y + z) * w).sum()
-
-
-def _four_expected(x: Array, y: Array, z: Array, w: Array) -> tuple[Array, ...]:
-    return tuple(_torch_grads(_four_graph, x, y, z, w)[1])
-
-
-# --------------------------------------------------------------------------- the lecture's example
-
-
-def _three_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    return [tuple(rng.standard_normal(s).astype(np.float32) for _ in range(3))
-            for s in _shapes(rng, hidden)]
-
-
-def _three_graph(x: Any, y: Any, z: Any) -> Any:
-    return (x * y + z).sum()
-
-
-def _three_expected(x: Array, y: Array, z: Array) -> tuple[Any, ...]:
-    c, grads = _torch_grads(_three_graph, x, y, z)
-    return (c, *grads)
-
-
-FORGOT_W = ("grad_a = grad_b * w: the multiply gate b * w scales the gradient by w before it "
-            "reaches a = x * y (grad_x = w * y, grad_y = w * x)")
-SWAPPED = "the multiply gate swaps its inputs: grad_x = grad_a * y, grad_y = grad_a * x"
-ALL_FOUR = "build f = reduce_sum((x * y + z) * w): all four placeholders take part"
-
-STATIC_SOURCE = names_check(required=[
-    ((name,), f"the function never calls G.{name}: build the graph from placeholders, add the "
-              "gradient nodes with G.gradients(f, [x, y, z, w]) and run them with a G.Session")
-    for name in STATIC_NAMES])
-
-
-# --------------------------------------------------------------------------- topological order
-
-
-def _dag(rng: np.random.Generator, n: int, n_edges: int) -> Array:
-    """Random edges (src, dst) of a DAG on nodes 0..n-1, labels shuffled, duplicates allowed."""
-    if n < 2 or n_edges == 0:
-        return np.zeros((0, 2), dtype=np.int64)
-    rank = rng.permutation(n)  # node rank[i] is the i-th in some hidden order
-    edges = []
-    for _ in range(n_edges):
-        i, j = sorted(int(v) for v in rng.choice(n, size=2, replace=False))
-        edges.append((rank[i], rank[j]))
-    edges.append(edges[0])  # an input used twice (a = x * x): the same edge twice
-    return np.array(edges, dtype=np.int64)
-
-
-LECTURE_EDGES = np.array([[0, 3], [1, 3], [3, 4], [2, 4], [4, 5]], dtype=np.int64)  # x y z a b c
-
-
-def _topo_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    if not hidden:
-        return [
-            (6, LECTURE_EDGES),  # the lecture's graph: x, y, z, a, b, c
-            (6, np.array([[5, 4], [4, 3], [3, 2], [2, 1], [1, 0]], dtype=np.int64)),  # a chain
-            (4, np.array([[3, 0], [3, 1], [0, 2], [1, 2]], dtype=np.int64)),  # a diamond
-        ]
-    big, small = int(rng.integers(8, 15)), int(rng.integers(3, 8))
-    return [(1, np.zeros((0, 2), dtype=np.int64)), (5, np.zeros((0, 2), dtype=np.int64)),
-            (big, _dag(rng, big, int(rng.integers(8, 25)))),
-            (small, _dag(rng, small, int(rng.integers(2, 8))))]
-
-
-def _topo_expected(n: int, edges: Array) -> Array:
-    from graphlib import TopologicalSorter
-
-    sorter: TopologicalSorter[int] = TopologicalSorter({k: set() for k in range(n)})
-    for src, dst in np.asarray(edges).reshape(-1, 2):
-        sorter.add(int(dst), int(src))
-    return np.array(list(sorter.static_order()), dtype=np.int64)
-
-
-# The parts that ask for a backward pass by hand: the oracle's own tools give the answer.
-BY_HAND_SOURCE = names_check(forbidden=[(
-    ("backward", "grad", "gradients", "Session", "autograd", "torch"),
-    "this part asks you to backpropagate by hand, gate by gate: walk back from grad_f = 1 with "
-    "each gate's local gradient (do not call G.gradients, .backward() or torch.autograd)")])
-
-
-def _edges(args: Case) -> Array:
-    return np.asarray(args[1]).reshape(-1, 2)
+TIMER_HINTS = (
+    BelowFraction(
+        "the clock stopped while the device was still working: launch() returns once the kernel "
+        "is queued, not done; call synchronize() before you read the clock", fraction=0.9),
+    NearMultiple(
+        "that is a launch plus its kernel: synchronizing after every launch leaves the device "
+        "idle while the host launches the next one; launch the repeats back to back and "
+        "synchronize once at the end", factor=1 + LAUNCH_SHARE, within=0.2),
+    # the total holds one launch's host cost too (LAUNCH_SHARE of a kernel)
+    NearMultiple("return the time of ONE kernel (the total divided by repeats), not their total",
+                 factor_arg=2, within=1.0),
+    ExceedsByArgument(
+        "work queued before your clock started was still running, and you counted it (work "
+        "launched before the call, or your own warm-up launches): synchronize() before starting "
+        "the clock", argument=3, per_arg=2, fraction=0.8, when=lambda e, a: float(a[3]) > 0),
+)
 
 
 PARTS = [
     Part(
-        id="ex04.four_input_backward", points=2, cases=_four_cases, expected=_four_expected,
-        compare=F64, arg_names=("x", "y", "z", "w"), source_check=BY_HAND_SOURCE,
-        output_names=("grad_x", "grad_y", "grad_z", "grad_w"),
-        hints=(
-            Mistake(lambda e, a: a[1], FORGOT_W, output=0, rtol=1e-5, atol=1e-5),
-            Mistake(lambda e, a: a[0], FORGOT_W, output=1, rtol=1e-5, atol=1e-5),
-            Mistake(lambda e, a: np.ones_like(a[2]),
-                    "grad_z = grad_b: the add gate copies grad_b = w, which is not 1 here",
-                    output=2, rtol=1e-5, atol=1e-5),
-            Mistake(lambda e, a: a[0] * a[1],
-                    "grad_w = b = x * y + z: the multiply gate sends w the OTHER input, all of b",
-                    output=3, rtol=1e-5, atol=1e-5),
-        ),
-    ),
-    Part(
-        id="ex04.three_input_numpy", points=1, cases=_three_cases, expected=_three_expected,
-        compare=F32, arg_names=("x", "y", "z"), output_names=("c", "grad_x", "grad_y", "grad_z"),
-        source_check=BY_HAND_SOURCE,
-        hints=(
-            Scalar("grad_z has z's shape: every entry of b gets grad_c = 1 (np.ones_like)",
-                   output=3),
-            Mistake(lambda e, a: a[0], SWAPPED, output=1, rtol=1e-5, atol=1e-5),
-            Mistake(lambda e, a: a[1], SWAPPED, output=2, rtol=1e-5, atol=1e-5),
-            NotScalar("c is a number: the sum of every entry of b", output=0),
-        ),
-    ),
-    Part(
-        id="ex04.static_graph", points=2, cases=_four_cases_f32, expected=_four_expected,
-        compare=F32, call=call_static, source_check=STATIC_SOURCE,
-        arg_names=("x", "y", "z", "w"),
-        output_names=("grad_x", "grad_y", "grad_z", "grad_w"),
-        hints=(
-            Arity("return the four arrays that sess.run gives for [grad_x, grad_y, grad_z, "
-                  "grad_w]", count=4),
-            Mistake(lambda e, a: a[1], ALL_FOUR, output=0, rtol=1e-5, atol=1e-5),
-            Mistake(lambda e, a: a[0] * a[1], ALL_FOUR, output=3, rtol=1e-5, atol=1e-5),
-        ),
-    ),
-    Part(
-        id="ex04.topological_order", points=2, cases=_topo_cases, expected=_topo_expected,
-        compare=topo_compare, result_check=topo_result_check, call=call_topo,
-        arg_names=("n_nodes", "edges"),
-        hints=(
-            Mistake(lambda e, a: len(e) + len(_edges(a)),
-                    "a node with several inputs (or an edge listed twice) is added only once: "
-                    "count each node's remaining inputs and add it when that count reaches 0",
-                    view=length, rtol=0.0, atol=0.0),
-            Shorter("nodes with no edges at all belong in the order too: start from every node "
-                    "with no inputs"),
-        ),
+        id="ex04.stream_timer", points=3, cases=_timer_cases, expected=_timer_expected,
+        compare=timer_compare, call=call_timer, hints=TIMER_HINTS, timeout_s=30.0,
+        source_check=timer_source,
+        arg_names=("kernel_s", "warmup", "repeats", "backlog_s", "first_extra_s"),
     ),
 ]

@@ -1,585 +1,227 @@
-"""Exercise 6, TensorFlow: the lecture's two-layer net, each part one step past the lecture:
-TF 1.x minibatches through one graph whose batch size is a run-time dimension, TF 1.x Variables
-whose run returns the loss at the weights it just updated (the read ordered after the assign:
-TF 1.x's dataflow), TF 2 with ``GradientTape`` and momentum (state kept across steps), and
-``tf.function`` under a decaying learning rate (what a trace freezes); and the bytes a TF 1.x
-training step feeds and fetches, with the weights fed every step and as Variables (its oracle: the
-bytes of real arrays of those shapes, ``ndarray.nbytes``, as ``edu_dl.bench.transfer`` counts them).
+"""Exercise 6, feeding the GPU: the ideal pipeline, a prefetching loader, and the epoch of a
+bounded pipeline whose reads are uneven (what the prefetch depth is for).
 
-Every part trains the net ``loss = mean_i sum_j (relu(x w1) w2 - y)_ij²`` by gradient descent and
-returns the losses: the minibatch part takes one step per batch of ``batch_size`` rows, in order,
-the last batch shorter, for ``num_epochs`` epochs, each loss its batch's before the update; the
-Variables part returns each step's loss at the updated weights; the tape part steps with momentum
-(``v = momentum v + grad; w -= lr v``, v from 0), the ``tf.function`` part's step t (from 0) uses
-the rate ``lr / (1 + decay t)``. The oracle is edu_dl's eager engine in float64 (with
-``edu_dl.optim.SGD`` for momentum)
-(its autograd, not TensorFlow's); the hints replay typical mistakes with a NumPy copy of the loop.
+The oracles: ``bench.loader.finish_rows`` (the benchmark's ideal), and an event-by-event replay
+of one reader thread and a bounded queue (the pipeline's epoch). The
+prefetching generator is run by a call wrapper that feeds it a source it can watch: which thread
+reads, how far ahead, in which order.
 
-Each part's ``call`` (public: ``edu_dl.harness.ex06``, with the generic rules about losses) also
-watches how the function ran, and says so in check()'s result:
-- TF 1.x parts spy on ``Session.run`` (which every session, ``Tensor.eval`` and ``Operation.run``
-  go through): no run at all means the function was not written in graph mode; the minibatch part
-  returns the number of graphs its training runs used as a second output, expected 1 (a graph
-  rebuilt per batch, or grown, counts again); the Variables part returns the training runs that
-  updated nothing and those whose loss read a Variable unordered with its update, expected 0 and 0;
-- the TF 2 part counts ``GradientTape.gradient`` calls (at least one, or it is not the tape);
-- the ``tf.function`` part returns the function's tracing count as a second output, expected 1.
-
-Those observations happen in the student's process, so they are check()'s feedback only: the
-grader ignores the observed outputs (``feedback_outputs``) and judges, outside the sandbox, the
-losses against the oracle and the submitted source of the function (``source_check``): a TF 1.x
-part runs a ``Session`` (the minibatch part feeds ``placeholder``s, the Variables part builds
-``Variable``s and updates them in the graph with ``assign``/``minimize``), the tape part calls
-``GradientTape`` and ``gradient``, the ``tf.function`` part wraps its step with ``tf.function`` and
-a ``GradientTape``. "Built once", "one ordered run per step" and "traced exactly once" cannot be
-verified outside: they carry no points alone.
+Judged outside the sandbox: every value against the oracle; for prefetch, the batches received in
+order (the values) and, from the submitted source of the generator, that it starts a thread
+(``threading.Thread`` or an executor) and bounds what it reads ahead (a sized ``queue.Queue``, a
+semaphore or a condition); for prefetch_errors, the batches received before the error themselves,
+the error's type and message. What the watched source observes in the sandbox (which thread read,
+how far ahead) is check()'s feedback only. The private half: oracles, hidden cases and mistake
+replays; the calls, the source checks and the generic hints are public (``edu_dl.harness.ex06``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.authoring.hints import Equals, EqualsArgument, Greater, Mistake, Rule
-from edu_dl.grading.authoring.source import names_check
+from edu_dl.grading.authoring.hints import Equals, Less, Mistake, Permuted
 from edu_dl.grading.authoring.spec import Part, tolerance
+from edu_dl.harness import ex06 as harness
 from edu_dl.harness.ex06 import (
-    NO_SESSION,
-    Imprecise,
-    ObservedMore,
-    Stuck,
-    call_tape,
-    call_tf1_loss_after_update,
-    call_tf1_minibatch,
-    call_tf_function,
-    losses_of,
+    ERRORS,
+    IDEAL_SOURCE,
+    AnyAnswer,
+    Differs,
+    ShorterWhereSame,
+    call_error,
+    call_prefetch,
+    prefetch_source,
 )
 
-Array = np.ndarray
 Case = tuple[Any, ...]
-# float64 engines agree to ~1e-14 here; a float32 learning rate (GradientDescentOptimizer(0.01)
-# with a Python lr) moves the losses by ~1e-8 relative, a float32 computation by more: both fail,
-# each with its own hint, as the lecture compares its engines to 1e-9.
-COMPARE = tolerance(rtol=1e-9, atol=1e-12)
-ARG_NAMES = ("X", "y", "w1", "w2", "lr", "num_steps")
-MINIBATCH_ARG_NAMES = ("X", "y", "w1", "w2", "lr", "batch_size", "num_epochs")
+EXACT = tolerance(rtol=1e-9, atol=0.0)
+# The watched source and its helpers, under their old names here (tests replay the call with them).
+_Watched, _message, _stacked = harness.Watched, harness.error_message, harness.stacked
 
 
-# --------------------------------------------------------------------------- cases
+# --------------------------------------------------------------------------- the ideal epoch
 
 
-def two_layer_case(rng: np.random.Generator, n: int, d_in: int, h: int, d_out: int,
-                   steps: int) -> Case:
-    """Data, weights scaled by 1/sqrt(fan_in), and a learning rate safe for this data.
-
-    The rate is 0.1 / (a bound on the loss's curvature), rounded to two digits, so that gradient
-    descent neither diverges nor stalls whatever the sizes.
-    """
-    x = rng.standard_normal((n, d_in))
-    y = rng.standard_normal((n, d_out))
-    w1 = rng.standard_normal((d_in, h)) / np.sqrt(d_in)
-    w2 = rng.standard_normal((h, d_out)) / np.sqrt(h)
-    lr = float(f"{0.1 / max(_curvature(x, w1, w2), 1e-3):.2g}")
-    return x, y, w1, w2, lr, steps
-
-
-def _curvature(x: Array, w1: Array, w2: Array) -> float:
-    """A bound on the curvature of the batch mean loss on the rows x, at these weights."""
-    h_relu = np.maximum(x @ w1, 0)
-    return 2.0 * float(np.linalg.norm(x, 2) ** 2 * np.linalg.norm(w2, 2) ** 2
-                       + np.linalg.norm(h_relu, 2) ** 2) / len(x)
-
-
-def batches(n: int, batch_size: int) -> list[slice]:
-    """The rows of one epoch's batches, in order: [0, B), [B, 2B), ..., the last one shorter."""
-    return [slice(start, min(start + batch_size, n)) for start in range(0, n, batch_size)]
-
-
-def minibatch_case(rng: np.random.Generator, n: int, d_in: int, h: int, d_out: int,
-                   batch_size: int, epochs: int) -> Case:
-    """A two-layer problem whose rate is safe for its most curved batch (a batch of one row is
-    far more curved than the whole batch's mean)."""
-    x, y, w1, w2, _, _ = two_layer_case(rng, n, d_in, h, d_out, 0)
-    curvature = max(_curvature(x[rows], w1, w2) for rows in batches(n, batch_size))
-    return x, y, w1, w2, float(f"{0.1 / max(curvature, 1e-3):.2g}"), batch_size, epochs
-
-
-def two_layer_sizes(rng: np.random.Generator,
-                    hidden: bool) -> list[tuple[int, int, int, int, int]]:
-    """(N, D_in, H, D_out, num_steps). N != H, so no data array has a weight's shape (the
-    Variables part tells weights from data by their shapes)."""
-    if not hidden:
-        return [(4, 6, 5, 3, 5), (8, 10, 3, 10, 5), (3, 7, 6, 2, 4)]
-    sizes = [(1, 1, 2, 1, 1)]  # one example, one input, one output, one step
-    while len(sizes) < 4:
-        n, d_in, h, d_out = (int(v) for v in rng.integers(1, 13, size=4))
-        if n != h:
-            sizes.append((n, d_in, h, min(d_out, 6), int(rng.integers(2, 9))))
-    return sizes
-
-
-def _cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    return [two_layer_case(rng, *size) for size in two_layer_sizes(rng, hidden)]
-
-
-def _minibatch_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    """(N, D_in, H, D_out, batch_size, num_epochs): the visible cases end each epoch with a
-    short batch, but one whose batch size divides N; the hidden ones start with a batch of one
-    row and a batch larger than X, then draw sizes with a short last batch."""
-    if not hidden:
-        sizes = [(5, 6, 4, 3, 2, 2), (8, 10, 3, 4, 3, 2), (6, 3, 5, 2, 3, 2)]
-    else:
-        sizes = [(3, 2, 3, 1, 1, 2), (4, 3, 2, 2, 6, 2)]
-        while len(sizes) < 4:
-            n, d_in, h, d_out = (int(v) for v in rng.integers(2, 13, size=4))
-            batch_size = int(rng.integers(1, n))
-            if n % batch_size:
-                sizes.append((n, d_in, h, min(d_out, 6), batch_size, int(rng.integers(1, 4))))
-    return [minibatch_case(rng, *size) for size in sizes]
-
-
-def _decay_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    """The same problems, each with a decay: a rate that halves by step 2 on the visible ones."""
-    cases = _cases(rng, hidden)
-    decays = [0.5] * len(cases) if not hidden else [
-        float(f"{d:.2g}") for d in rng.uniform(0.1, 1.0, size=len(cases))]
-    return [(*case, decay) for case, decay in zip(cases, decays)]
-
-
-def _momentum_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    """The same problems, each with a momentum: 0.9 on the visible ones."""
-    cases = _cases(rng, hidden)
-    momenta = [0.9] * len(cases) if not hidden else [
-        float(f"{m:.2g}") for m in rng.uniform(0.5, 0.95, size=len(cases))]
-    return [(*case, momentum) for case, momentum in zip(cases, momenta)]
-
-
-# --------------------------------------------------------------------------- the oracle
-
-
-def _edu_dl_step(x: Array, y: Array, w1: Array, w2: Array) -> tuple[float, Array, Array]:
-    """edu_dl's eager engine on one batch: (the batch mean loss, dL/dw1, dL/dw2)."""
-    import edu_dl as ed
-
-    xt, yt = ed.tensor(np.asarray(x, np.float64)), ed.tensor(np.asarray(y, np.float64))
-    w1t = ed.tensor(np.array(w1, np.float64), requires_grad=True)
-    w2t = ed.tensor(np.array(w2, np.float64), requires_grad=True)
-    loss = ((ed.ops.relu(xt @ w1t) @ w2t - yt) ** 2).sum(axis=1).mean()
-    loss.backward()
-    assert w1t.grad is not None and w2t.grad is not None
-    return loss.item(), w1t.grad.numpy(), w2t.grad.numpy()
-
-
-def _edu_dl_losses(x: Array, y: Array, w1: Array, w2: Array, lr: float,
-                   num_steps: int, decay: float = 0.0) -> Array:
-    """edu_dl's eager engine: forward, backward, w -= lr_t * grad with lr_t = lr / (1 + decay t);
-    the loss before each update."""
-    w1, w2 = np.array(w1, np.float64), np.array(w2, np.float64)
-    losses = []
-    for t in range(int(num_steps)):
-        rate = lr / (1 + decay * t)
-        loss, grad_w1, grad_w2 = _edu_dl_step(x, y, w1, w2)
-        losses.append(loss)
-        w1 = w1 - rate * grad_w1
-        w2 = w2 - rate * grad_w2
-    return np.array(losses)
-
-
-def _edu_dl_minibatch_losses(x: Array, y: Array, w1: Array, w2: Array, lr: float,
-                             batch_size: int, num_epochs: int) -> Array:
-    """edu_dl's eager engine, one step per batch (in order, the last one shorter), each loss its
-    batch's before the update."""
-    w1, w2 = np.array(w1, np.float64), np.array(w2, np.float64)
-    losses = []
-    for _ in range(int(num_epochs)):
-        for rows in batches(len(x), int(batch_size)):
-            loss, grad_w1, grad_w2 = _edu_dl_step(x[rows], y[rows], w1, w2)
-            losses.append(loss)
-            w1 = w1 - lr * grad_w1
-            w2 = w2 - lr * grad_w2
-    return np.array(losses)
-
-
-def _edu_dl_momentum_losses(x: Array, y: Array, w1: Array, w2: Array, lr: float,
-                            num_steps: int, momentum: float) -> Array:
-    """edu_dl's eager engine stepped by edu_dl.optim.SGD with momentum; the loss before each
-    update."""
-    import edu_dl as ed
-    from edu_dl.optim import SGD
-
-    xt, yt = ed.tensor(np.asarray(x, np.float64)), ed.tensor(np.asarray(y, np.float64))
-    w1t = ed.tensor(np.array(w1, np.float64), requires_grad=True)
-    w2t = ed.tensor(np.array(w2, np.float64), requires_grad=True)
-    optimizer = SGD([w1t, w2t], lr=lr, momentum=momentum)
-    losses = []
-    for _ in range(int(num_steps)):
-        optimizer.zero_grad()
-        loss = ((ed.ops.relu(xt @ w1t) @ w2t - yt) ** 2).sum(axis=1).mean()
-        loss.backward()
-        losses.append(loss.item())
-        optimizer.step()
-    return np.array(losses)
-
-
-def _expected_built_once(*args: Any) -> tuple[Array, int]:
-    return _edu_dl_minibatch_losses(*args), 1
-
-
-def _expected_after_update(x: Array, y: Array, w1: Array, w2: Array, lr: float,
-                           num_steps: int) -> tuple[Array, int, int]:
-    """Each step's loss at the weights it produced (one step more, its first loss dropped); no
-    training run without an update, none with an unordered read."""
-    return _edu_dl_losses(x, y, w1, w2, lr, int(num_steps) + 1)[1:], 0, 0
-
-
-def _expected_one_trace(*args: Any) -> tuple[Array, int]:
-    return _edu_dl_losses(*args), 1
-
-
-# --------------------------------------------------------------------------- hints
-
-
-def numpy_step(x: Array, y: Array, w1: Array, w2: Array, scale: float,
-               relu: bool = True) -> tuple[float, Array, Array]:
-    """(scale * the summed squared error, its gradients for w1 and w2), with or without ReLU."""
-    pre = x @ w1
-    h = np.maximum(pre, 0) if relu else pre
-    diff = h @ w2 - y
-    grad_out = 2 * scale * diff
-    grad_pre = grad_out @ w2.T
-    if relu:
-        grad_pre = grad_pre * (pre > 0)
-    return scale * float(np.sum(diff ** 2)), x.T @ grad_pre, h.T @ grad_out
-
-
-def _scale(reduce: str, rows: int, entries: int) -> float:
-    """What the summed squared error is multiplied by: the batch mean of row sums ('batch_mean'),
-    nothing ('sum'), the mean over every entry ('mean')."""
-    return {"batch_mean": 1.0 / rows, "sum": 1.0, "mean": 1.0 / entries}[reduce]
-
-
-def numpy_losses(x: Array, y: Array, w1: Array, w2: Array, lr: float, num_steps: int,
-                 decay: float = 0.0, *, reduce: str = "batch_mean", relu: bool = True,
-                 sign: float = 1.0, first_t: int = 0, momentum: float = 0.0,
-                 velocity: str = "heavy_ball", after: bool = False) -> Array:
-    """The same loop in NumPy (step t's rate lr / (1 + decay t); with a momentum, the step
-    w -= rate v after v = momentum v + grad) with a mistake switched on: reduce 'sum' (over
-    everything) or 'mean' (over every entry) instead of the batch mean of row sums, no ReLU,
-    sign=-1 (ascent), the steps counted from first_t instead of 0, or a velocity 'dampened'
-    (v = momentum v + (1 - momentum) grad) or 'stale' (the step taken with v before its update).
-    after=True: each step's loss at the weights it produced instead of before its update."""
-    w1, w2 = np.array(w1, np.float64), np.array(w2, np.float64)
-    scale = _scale(reduce, len(x), np.size(y))
-    velocities = [np.zeros_like(w1), np.zeros_like(w2)]
-    losses = []
-    for t in range(first_t, first_t + int(num_steps)):
-        rate = lr / (1 + decay * t)
-        loss, grad_w1, grad_w2 = numpy_step(x, y, w1, w2, scale, relu)
-        losses.append(loss)
-        if momentum:
-            steps = [v if velocity == "stale" else None for v in velocities]
-            gain = 1.0 - momentum if velocity == "dampened" else 1.0
-            velocities = [momentum * v + gain * g for v, g in zip(velocities, (grad_w1, grad_w2))]
-            grad_w1, grad_w2 = (new if old is None else old
-                                for old, new in zip(steps, velocities))
-        w1 = w1 - sign * rate * grad_w1
-        w2 = w2 - sign * rate * grad_w2
-        if after:
-            losses[-1] = numpy_step(x, y, w1, w2, scale, relu)[0]
-    return np.array(losses)
-
-
-def numpy_minibatch_losses(x: Array, y: Array, w1: Array, w2: Array, lr: float,
-                           batch_size: int, num_epochs: int, *, reduce: str = "batch_mean",
-                           relu: bool = True, sign: float = 1.0, drop_last: bool = False,
-                           divide_by_batch_size: bool = False, whole_batch: bool = False
-                           ) -> Array:
-    """The minibatch loop in NumPy with a mistake switched on: the reduction, ReLU and sign as
-    numpy_losses', the last short batch dropped, every batch's error divided by batch_size (the
-    short one's too), or one step per epoch on the whole X."""
-    w1, w2 = np.array(w1, np.float64), np.array(w2, np.float64)
-    n = len(x)
-    epoch = [slice(0, n)] if whole_batch else batches(n, int(batch_size))
-    if drop_last:
-        epoch = [rows for rows in epoch if rows.stop - rows.start == batch_size]
-    losses = []
-    for _ in range(int(num_epochs)):
-        for rows in epoch:
-            xb, yb = x[rows], y[rows]
-            scale = 1.0 / batch_size if divide_by_batch_size else _scale(reduce, len(xb),
-                                                                          np.size(yb))
-            loss, grad_w1, grad_w2 = numpy_step(xb, yb, w1, w2, scale, relu)
-            losses.append(loss)
-            w1 = w1 - sign * lr * grad_w1
-            w2 = w2 - sign * lr * grad_w2
-    return np.array(losses)
-
-
-def _replay_minibatch(case: tuple[Any, ...], steps: int | None = None, **mistake: Any) -> Array:
-    """numpy_minibatch_losses on a minibatch case (``steps``: unused, for loss_hints' sake)."""
-    return numpy_minibatch_losses(*case, **mistake)
-
-
-def _if_short_batch(case: tuple[Any, ...], **mistake: Any) -> Array | None:
-    """A mistake about the short batch, replayed where an epoch ends with one (else None)."""
-    return None if len(case[0]) % case[5] == 0 else _replay_minibatch(case, **mistake)
-
-
-def _replay_after(case: tuple[Any, ...], steps: int | None = None, **mistake: Any) -> Array:
-    """_replay with each step's loss taken at the weights it produced."""
-    return _replay(case, steps, after=True, **mistake)
-
-
-def _replay_momentum(case: tuple[Any, ...], steps: int | None = None, **mistake: Any) -> Array:
-    """numpy_losses on a momentum case, with its momentum unless the mistake sets it, optionally
-    for another number of steps."""
-    x, y, w1, w2, lr, num_steps, momentum = case
-    return numpy_losses(x, y, w1, w2, lr, num_steps if steps is None else steps,
-                        **{"momentum": momentum, **mistake})
-
-
-def _replay(case: tuple[Any, ...], steps: int | None = None, **mistake: Any) -> Array:
-    """numpy_losses on a case (with its decay, if it has one), optionally for another number of
-    steps."""
-    x, y, w1, w2, lr, num_steps, *decay = case
-    return numpy_losses(x, y, w1, w2, lr, num_steps if steps is None else steps, *decay,
-                        **mistake)
-
-
-def _float32_lr(args: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The case with its learning rate rounded to float32, as TF does to a Python lr."""
-    return (*args[:4], float(np.float32(args[4])), *args[5:])
-
-
-Hints = tuple[Mistake | Rule, ...]
-
-
-def _losses_mistake(replay: Any, message: str, rtol: float = 1e-9) -> Mistake:
-    """A mistake replayed on the losses of a result (the result itself or its first output)."""
-    return Mistake(replay, message, rtol=rtol, atol=1e-12, view=losses_of)
-
-
-def loss_hints(reduction: str, replay: Callable[..., Array] = _replay,
-               before: bool = True) -> Hints:
-    """Hints for a list of losses, shared with exercise 7 (whose loss is the plain sum); replay
-    (by default _replay) runs a case with a mistake, as _replay does. ``before``: the losses are
-    taken before each update, so a loss taken after it gets a hint (parts that count steps
-    otherwise, or take the loss after the update, leave it out)."""
-    if reduction == "batch_mean":
-        what = ("the lecture's loss is the batch MEAN of each row's summed squared error: "
-                "tf.reduce_mean(tf.reduce_sum(diff ** 2, axis=1))")
-        reduce_hints: Hints = (
-            _losses_mistake(lambda e, a: replay(a, reduce="sum"),
-                            "you summed over the whole batch: " + what),
-            _losses_mistake(lambda e, a: replay(a, reduce="mean"),
-                            "you averaged over every entry (outputs too): " + what),
-            _losses_mistake(lambda e, a: replay(_float32_lr(a)),
-                            "your learning rate became float32: GradientDescentOptimizer turns a "
-                            "Python lr into a float32 tensor. Pass tf.constant(lr, tf.float64), "
-                            "or update with assign", rtol=1e-11),
-        )
-    else:
-        what = ("the lecture's PyTorch loss is the SUM of the squared errors: "
-                "(y_hat - y).pow(2).sum()")
-        reduce_hints = (
-            _losses_mistake(lambda e, a: replay(a, reduce="batch_mean"),
-                            "you averaged over the batch: " + what
-                            + " (so grad_y_hat = 2.0 * (y_hat - y))"),
-            _losses_mistake(lambda e, a: replay(a, reduce="mean"),
-                            "you averaged over every entry: " + what),
-        )
-    return (
-        *reduce_hints,
-        _losses_mistake(lambda e, a: replay(a, reduce=reduction, relu=False),
-                        "apply the ReLU to the hidden layer: h = max(x @ w1, 0), and mask its "
-                        "gradient where x @ w1 <= 0"),
-        Stuck("every loss equals the first: the weights never change. Update them each step "
-              "(w -= lr * grad)", rtol=1e-9, atol=1e-12),
-        _losses_mistake(lambda e, a: replay(a, reduce=reduction, sign=-1.0),
-                        "the loss grows: step AGAINST the gradient, w -= lr * grad"),
-        *([_losses_mistake(lambda e, a: replay(a, a[5] + 1, reduce=reduction)[1:],
-                           "record each step's loss BEFORE its update: the first loss is the "
-                           "initial weights' loss")] if before else []),
-        Imprecise("close, but only to float32 precision: compute in float64 (tf.float64 "
-                  "placeholders and Variables, torch.float64 tensors)", rtol=1e-9,
-                  loose_rtol=1e-4, atol=1e-12),
-    )
-
-
-# --------------------------------------------------------------------------- the parts
-
-MINIBATCH_HINTS = (
-    Greater("your training runs used more than one graph: the graph was rebuilt (or grew new "
-            "ops) between steps. Build it once, before the loop, with the batch size left for "
-            "each run to decide, and only run it in the loop", output=1),
-    _losses_mistake(lambda e, a: _if_short_batch(a, drop_last=True),
-                    "the last, shorter batch of each epoch is missing: an epoch's batches cover "
-                    "every row of X, and the last one holds what is left"),
-    _losses_mistake(lambda e, a: _if_short_batch(a, divide_by_batch_size=True),
-                    "the short batch's loss was divided by batch_size: each batch's loss is the "
-                    "mean over the rows it actually holds"),
-    _losses_mistake(lambda e, a: _replay_minibatch(a, whole_batch=True),
-                    "one step per epoch on all of X is the lecture's full-batch loop: take one "
-                    "step per batch of batch_size rows"),
-    _losses_mistake(lambda e, a: _replay_minibatch(a)[1:],
-                    "record each step's loss BEFORE its update: the first loss is the first "
-                    "batch's at the initial weights"),
-)
-
-AFTER_UPDATE_HINTS = (
-    ObservedMore("in some runs the loss read w1 or w2 with nothing ordering that read after the "
-                 "Variable's update in the same run: TensorFlow may run them in either order, "
-                 "so the loss mixes old and new weights (and may change from run to run). Make "
-                 "the reads the new loss depends on wait for the update", index=2),
-    _losses_mistake(lambda e, a: _replay(a),
-                    "these are the losses BEFORE each update (the lecture's): return the loss at "
-                    "the weights the step has just written: compute the loss again from reads "
-                    "of the Variables that wait for the update (an ordering applies only to the "
-                    "ops created under it, not to the loss the gradients came from)"),
-    Greater("some runs fetched a value without updating any Variable: a run that only reads "
-            "the loss after another run updated the weights is two runs per step. Each step is "
-            "ONE Session.run that updates the weights and returns the new loss", output=1),
-)
-
-TRACE_HINTS = (
-    Equals("the returned tf.function was never called: train with it, then return it",
-           output=1, value=0),
-    Greater("traced more than once: every call with a new Python number (the step t, the "
-            "step's rate) or a new shape traces anew. Pass only tensors of fixed shape, and keep "
-            "the changing rate in a tf.Variable the step reads", output=1),
-)
-DECAY_HINTS = (
-    _losses_mistake(lambda e, a: _replay(a[:6]),
-                    "the rate never decayed: a Python number the step reads is frozen into the "
-                    "graph when it is traced. Keep the rate in a tf.Variable and assign it before "
-                    "each step (or pass it as a tensor)"),
-    _losses_mistake(lambda e, a: _replay(a, first_t=1),
-                    "the first step is step t = 0, at the full rate lr: count the steps from 0"),
-)
-
-MOMENTUM_HINTS = (
-    _losses_mistake(lambda e, a: _replay_momentum(a, momentum=0.0),
-                    "these are plain gradient descent's losses: the velocity must carry over "
-                    "from step to step (a tf.Variable, or a tensor kept outside the loop, "
-                    "starting at zero), and the weights move by lr times the velocity"),
-    _losses_mistake(lambda e, a: _replay_momentum(a, velocity="dampened"),
-                    "the velocity adds the whole gradient, not (1 - momentum) of it: this is "
-                    "PyTorch's and Keras's momentum, not an exponential moving average"),
-    _losses_mistake(lambda e, a: _replay_momentum(a, velocity="stale"),
-                    "the weights moved with the velocity from before this step's gradient: "
-                    "update the velocity first, then step with the new one"),
-)
-
-SESSION = (("Session", "InteractiveSession"), NO_SESSION)
-MINIBATCH_SOURCE = names_check(required=[
-    SESSION,
-    (("placeholder",), "the batches are not fed: each run feeds its batch's rows into "
-                       "tf.compat.v1.placeholder tensors of the graph"),
-])
-VARIABLES_SOURCE = names_check(required=[
-    SESSION,
-    (("Variable", "get_variable"), "the weights are not Variables: keep w1 and w2 in "
-                                   "tf.compat.v1.Variable(w1_init) inside the graph"),
-    (("assign", "assign_sub", "assign_add", "minimize", "apply_gradients"),
-     "the Variables are never updated in the graph: the update (assign, or an optimizer's "
-     "minimize) belongs to the graph the session runs"),
-])
-TAPE_NOTE = ("record the forward pass in `with tf.GradientTape() as tape:` and take "
-             "tape.gradient(loss, [w1, w2])")
-TAPE_SOURCE = names_check(required=[
-    (("GradientTape",), "the function never opens a tf.GradientTape: " + TAPE_NOTE),
-    (("gradient",), "the function never calls tape.gradient: " + TAPE_NOTE),
-])
-FUNCTION_SOURCE = names_check(required=[
-    (("function",), "the training step is not a tf.function: decorate it with @tf.function "
-                    "(or wrap it, tf.function(step)), train with it and return it"),
-    (("GradientTape",), "the function never opens a tf.GradientTape: " + TAPE_NOTE),
-])
-
-FLOATS = {2: np.float16, 4: np.float32, 8: np.float64}
-
-
-# --------------------------------------------------------------------------- bytes per step
-
-
-def _feed_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    # (N, D, H, D_out, itemsize): the lecture's network in float32 first
-    cases: list[Case] = [(64, 1000, 100, 1000, 4), (32, 784, 128, 10, 8), (8, 3, 5, 2, 2)]
+def _ideal_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    # (read_s, compute_s, n, readers) per batch; readers = 0: the loop reads, nothing overlaps
+    cases: list[Case] = [(0.015, 0.010, 20, 0), (0.015, 0.010, 20, 1), (0.015, 0.010, 20, 2),
+                         (0.005, 0.010, 10, 1)]
     if hidden:
-        cases = [(int(rng.integers(1, 300)), int(rng.integers(1, 3000)), int(rng.integers(1, 500)),
-                  int(rng.integers(1, 1000)), int(rng.choice([2, 4, 8]))) for _ in range(4)]
+        cases = [(float(rng.uniform(1e-3, 0.05)), float(rng.uniform(1e-3, 0.05)),
+                  int(rng.integers(1, 200)), int(rng.integers(0, 9))) for _ in range(5)]
+        cases.append((0.02, 0.01, 1, 4))  # one batch: nothing to overlap
     return cases
 
 
-def _feed_expected(n: int, d: int, h: int, d_out: int, itemsize: int) -> tuple[int, ...]:
-    """Bytes of the arrays themselves: fed x, y, w1, w2 / fetched loss, grad_w1, grad_w2."""
-    def arrays(*shapes: tuple[int, ...]) -> list[np.ndarray]:
-        return [np.empty(s, dtype=FLOATS[itemsize]) for s in shapes]
+def _ideal_expected(read_s: float, compute_s: float, n: int, readers: int) -> float:
+    from edu_dl.bench.loader import LoaderConfig, LoaderResult, LoaderRow, finish_rows
 
-    def nbytes(values: list[np.ndarray]) -> int:
-        return sum(int(a.nbytes) for a in values)
-
-    x, y, w1, w2 = arrays((n, d), (n, d_out), (d, h), (h, d_out))
-    loss, grad_w1, grad_w2 = arrays((), (d, h), (h, d_out))
-    return (nbytes([x, y, w1, w2]), nbytes([loss, grad_w1, grad_w2]),
-            nbytes([x, y]), nbytes([loss]))
+    row = LoaderRow("exercise", "ideal", readers, "", epoch_s=0.0)
+    result = LoaderResult(LoaderConfig("", batches=n), read_s=n * read_s,
+                          compute_s=n * compute_s, rows=[row])
+    finish_rows(result)
+    return row.ideal_s
 
 
-def _exact(replay: Callable[[Any, Case], Any], message: str, output: int) -> Mistake:
-    """The mistake's output ``output``, exactly (byte counts are integers)."""
-    return Mistake(replay, message, output=output, rtol=0.0, atol=0.0)
+# --------------------------------------------------------------------------- prefetch
 
 
-ELEMENTS = "count bytes, not elements: multiply by itemsize"
-NO_LOSS = "the loss is fetched too: one number of itemsize bytes"
+def _prefetch_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    """(batches stacked on axis 0, depth): batch k is data[k]."""
+    sizes = [(8, 1), (8, 2), (6, 4), (1, 3)]
+    if hidden:
+        sizes = [(int(rng.integers(2, 12)), int(rng.integers(1, 6))) for _ in range(3)]
+        sizes += [(0, 2), (5, 1)]  # no batches at all; the smallest queue
+    return [(np.arange(n * 3, dtype=np.float64).reshape(n, 3) + rng.integers(0, 100), depth)
+            for n, depth in sizes]
+
+
+def _prefetch_expected(data: np.ndarray, depth: int) -> tuple[np.ndarray, int]:
+    return np.array(data, copy=True), len(data)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def _error_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    """(data, depth, fail_at, error type name): the source raises when asked for batch fail_at."""
+    cases: list[Case] = [(np.arange(12.0).reshape(6, 2), 2, 3, "ValueError"),
+                         (np.arange(8.0).reshape(4, 2), 1, 0, "OSError")]
+    if hidden:
+        cases = []
+        for name in ("EOFError", "KeyError", "ValueError"):
+            n = int(rng.integers(1, 9))
+            cases.append((rng.standard_normal((n, 2)), int(rng.integers(1, 4)),
+                          int(rng.integers(0, n + 1)), name))
+    return cases
+
+
+def _error_expected(data: np.ndarray, depth: int, fail_at: int,
+                    name: str) -> tuple[np.ndarray, str, str]:
+    data = np.asarray(data)
+    return data[:fail_at].copy(), name, str(ERRORS[name](harness.error_message(fail_at)))
+
+
+# --------------------------------------------------------------------------- shuffled batches
+
+
+# --------------------------------------------------------------------------- a bounded pipeline
+
+
+def _pipeline_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    # (read_s per batch, compute_s, depth): steady reads, then one slow read the queue must cover
+    def reads(n: int, read: float, slow_at: int | None = None, slow: float = 0.0) -> np.ndarray:
+        out = np.full(n, read)
+        if slow_at is not None:
+            out[slow_at] = slow
+        return out
+
+    if not hidden:
+        # The 10-batch case first: there every mistake below gives its own epoch.
+        return [(reads(6, 0.010), 0.020, 1), (reads(6, 0.030), 0.020, 2),
+                (reads(10, 0.005, 7, 0.100), 0.020, 2), (reads(8, 0.005, 5, 0.060), 0.020, 1),
+                (reads(8, 0.005, 5, 0.060), 0.020, 3)]
+    cases: list[Case] = []
+    for _ in range(4):
+        n = int(rng.integers(3, 30))
+        read = rng.uniform(0.001, 0.03, n)
+        read[int(rng.integers(1, n))] = float(rng.uniform(0.05, 0.2))  # a slow disk moment
+        cases.append((read, float(rng.uniform(0.005, 0.03)), int(rng.integers(1, 6))))
+    cases.append((reads(1, 0.02), 0.01, 3))  # one batch: nothing to overlap
+    return cases
+
+
+def _pipeline_epoch(read_s: np.ndarray, compute_s: float, depth: int, *,
+                    slots: int | None = None, serial: bool = False) -> float:
+    """When the last step ends: one reader thread puts batch k into a queue of ``depth`` slots
+    once batch k - depth has been taken out; the loop takes each batch in turn, as soon as it is
+    there and the previous step is over. ``slots`` replays a queue of another size (None:
+    ``depth``; 0: unbounded), ``serial`` the loop that reads for itself."""
+    reads = np.asarray(read_s, dtype=float).reshape(-1)
+    if serial:
+        return float(reads.sum() + len(reads) * compute_s)
+    size = depth if slots is None else slots
+    taken: list[float] = []
+    put = step_end = 0.0
+    for k, read in enumerate(reads):
+        read_end = put + read  # the reader starts a read when its last put went through
+        put = max(read_end, taken[k - size]) if size and k >= size else read_end
+        taken.append(max(put, step_end))
+        step_end = taken[-1] + compute_s
+    return float(step_end)
+
+
+def _pipeline_mistake(message: str, *, delta: int = 0, **variant: Any) -> Mistake:
+    """The epoch with the mistake ``variant``, or a queue of depth + ``delta`` slots."""
+    def replay(e: Any, a: Case) -> float | None:
+        if delta and a[2] + delta < 1:
+            return None
+        slots = {"slots": a[2] + delta} if delta else {}
+        wrong = _pipeline_epoch(a[0], a[1], a[2], **variant, **slots)
+        return None if abs(wrong - float(e)) <= 1e-9 * max(abs(float(e)), 1e-12) else wrong
+
+    return Mistake(replay, message, rtol=1e-9, atol=1e-12)
+
+
+PIPELINE_HINTS = (
+    _pipeline_mistake("your queue never fills: the reader must wait (put blocks) while `depth` "
+                      "batches are already waiting, so a slow read catches up with the loop",
+                      slots=0),
+    _pipeline_mistake("one slot too many: the reader may put batch k only once batch "
+                      "k - depth has been taken out", delta=1),
+    _pipeline_mistake("one slot too few: with depth slots, batch k waits for batch k - depth "
+                      "(not k - depth + 1) to be taken out", delta=-1),
+    _pipeline_mistake("nothing overlaps in your epoch: the reader thread reads while the loop "
+                      "computes", serial=True),
+)
 
 
 PARTS = [
     Part(
-        id="ex06.tf1_minibatch", points=2, cases=_minibatch_cases,
-        expected=_expected_built_once, compare=COMPARE, call=call_tf1_minibatch,
-        source_check=MINIBATCH_SOURCE, feedback_outputs=(1,), arg_names=MINIBATCH_ARG_NAMES,
-        timeout_s=30.0, output_names=("losses", "graphs built"),
-        hints=(*MINIBATCH_HINTS, *loss_hints("batch_mean", _replay_minibatch, before=False)),
-    ),
-    Part(
-        id="ex06.tf1_loss_after_update", points=2, cases=_cases,
-        expected=_expected_after_update, compare=COMPARE, call=call_tf1_loss_after_update,
-        source_check=VARIABLES_SOURCE, feedback_outputs=(1, 2), arg_names=ARG_NAMES,
-        timeout_s=30.0,
-        output_names=("losses", "runs that updated nothing",
-                      "runs whose loss read a Variable unordered with its update"),
-        hints=(*AFTER_UPDATE_HINTS, *loss_hints("batch_mean", _replay_after, before=False)),
-    ),
-    Part(
-        id="ex06.tape_momentum", points=2, cases=_momentum_cases,
-        expected=_edu_dl_momentum_losses, compare=COMPARE, call=call_tape,
-        source_check=TAPE_SOURCE, arg_names=(*ARG_NAMES, "momentum"), timeout_s=30.0,
-        hints=(*MOMENTUM_HINTS, *loss_hints("batch_mean", _replay_momentum)),
-    ),
-    Part(
-        id="ex06.tf_function_decay", points=2, cases=_decay_cases,
-        expected=_expected_one_trace, compare=COMPARE, call=call_tf_function,
-        source_check=FUNCTION_SOURCE, feedback_outputs=(1,), arg_names=(*ARG_NAMES, "decay"),
-        timeout_s=30.0, output_names=("losses", "tracing count"),
-        hints=(*TRACE_HINTS, *DECAY_HINTS, *loss_hints("batch_mean")),
-    ),
-    Part(
-        id="ex06.feed_bytes", points=1, cases=_feed_cases, expected=_feed_expected,
-        arg_names=("N", "D", "H", "D_out", "itemsize"),
-        output_names=("feed_in", "feed_out", "variables_in", "variables_out"),
+        id="ex06.ideal_epoch", points=1, cases=_ideal_cases, expected=_ideal_expected,
+        compare=EXACT, arg_names=("read_s", "compute_s", "n", "readers"),
+        source_check=IDEAL_SOURCE,
         hints=(
-            _exact(lambda e, a: e[0] // a[4], ELEMENTS, output=0),
-            _exact(lambda e, a: e[2] // a[4], ELEMENTS, output=2),
-            _exact(lambda e, a: e[1] - a[4], NO_LOSS, output=1),
-            Equals(NO_LOSS, output=3, value=0),
-            EqualsArgument("feeding the weights also fetches their gradients every step (to "
-                           "update the NumPy weights): out = loss + grad_w1 + grad_w2",
-                           output=1, argument=4),
-            _exact(lambda e, a: e[0], "with Variables the weights stay in the graph: only x and "
-                                      "y are fed", output=2),
+            AnyAnswer("readers = 0: the loop reads each batch itself, nothing overlaps: "
+                      "n * (read + compute)", when=lambda e, a: a[3] == 0),
+            Mistake(lambda e, a: a[2] * max(a[0] / a[3], a[1]) if a[3] != 0 else None,
+                    "n * max(read / readers, compute) is the steady state: the first read and "
+                    "the last compute cannot overlap anything (read + compute + (n - 1) * "
+                    "max(...))", rtol=1e-5, atol=1e-8),
+            Mistake(lambda e, a: a[0] + a[1] + (a[2] - 1) * max(a[0], a[1]),
+                    "readers work in parallel: a new batch arrives every read / readers seconds",
+                    rtol=1e-5, atol=1e-8),
         ),
+    ),
+    Part(
+        id="ex06.prefetch", points=3, cases=_prefetch_cases, expected=_prefetch_expected,
+        call=call_prefetch, source_check=prefetch_source, arg_names=("batches", "depth"),
+        output_names=("batches received", "count"),
+        hints=(
+            Less("batches are missing: the generator must deliver every batch the source "
+                 "yields, the last ones included", output=1),
+            Permuted("the right batches in the wrong order: one reader thread and one FIFO "
+                     "queue keep the order", output=0, axis=0),
+        ),
+    ),
+    Part(
+        id="ex06.prefetch_errors", points=1, cases=_error_cases, expected=_error_expected,
+        call=call_error, arg_names=("batches", "depth", "fail_at", "error"),
+        output_names=("batches before the error", "error type", "error message"),
+        hints=(
+            Equals("the source raised, but your generator ended quietly: catch the exception in "
+                   "the reader thread, put it in the queue, and raise it in the generator",
+                   output=1, value="no error"),
+            ShorterWhereSame("the batches read before the failure must still arrive, in order, "
+                             "before the error is raised", output=0, same=1),
+            Differs("re-raise the reader's own exception (raise item), not a new one of another "
+                    "type", output=1),
+        ),
+    ),
+    Part(
+        id="ex06.pipeline_epoch", points=2, cases=_pipeline_cases, expected=_pipeline_epoch,
+        compare=EXACT, arg_names=("read_s", "compute_s", "depth"), hints=PIPELINE_HINTS,
     ),
 ]

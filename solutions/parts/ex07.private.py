@@ -1,421 +1,210 @@
-"""Exercise 7, PyTorch: gradients by hand on tensors (the lecture's net with a bias on each layer,
-the step its level 1 leaves open), a custom autograd Function, a custom Module,
-and Adam on a batch taken in micro-batches (gradient accumulation, the step the lecture's loop
-leaves open).
+"""Exercise 7, computational graphs: gates by hand, the lecture's example, edu_dl.graph, and order.
 
-The student's functions receive torch float64 tensors (``call``, public in ``edu_dl.harness.ex07``,
-converts the grader's NumPy arrays).
-The oracles are independent of the student's task: edu_dl's eager engine, ``edu_dl.nn`` and
-``edu_dl.optim`` for the training losses, torch.autograd on built-in ops for the custom Function's
-gradients, and a NumPy formula for the Module's output. Hints replay typical mistakes in NumPy.
+The gradient oracles are torch.autograd in float64; the topological order is judged by a validity
+check (every node once, every edge forwards), since a graph has many valid orders.
 
-Judged outside the sandbox: every value, shape and dtype kind against the oracle, on the raw
-values the student's code returned (the custom Function's gradients are recorded as its backward
-returns them, before autograd can sum a broadcast gradient into shape); from the submitted source:
-the manual part never asks autograd (no backward, grad, requires_grad), MyLinear subclasses
-``torch.autograd.Function`` with its own forward and backward, and that backward does not ask
-autograd for the gradients (the oracle is autograd itself), TwoLayerNet subclasses
-``nn.Module`` and builds ``nn.Linear`` layers, the accumulating loop calls backward and Adam. The
-accumulation's oracle is the full batch's Adam (with a summed loss, the micro-batches' gradients
-add up to the batch's); the most rows one module's forward saw is observed in the sandbox by a
-global forward hook, so, like exercise 6's tracing count, it is check()'s feedback only
-(``feedback_outputs``): a whole batch at once gets the right losses and a hint, not a grade.
-That autograd is switched off, that the backward really ran and the layers found in the module
-are check()'s feedback only.
+Judged outside the sandbox: every value and shape against the oracle; the topological order's
+edges against the case's own edge list (``result_check``), in linear time; for the static graph,
+that the submitted source of the function calls placeholder, gradients and Session
+(``source_check``), and for the two parts by hand, that it calls none of the oracle's tools
+(G.gradients, .backward(), torch.autograd). The in-sandbox checks of the same things are
+check()'s feedback only.
+
+The private half: ``edu_dl.harness.ex07`` holds the public calls and checks.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.authoring.hints import Mistake
-from edu_dl.grading.authoring.parts import sibling
-from edu_dl.grading.authoring.source import all_checks, names_check
+from edu_dl.grading.authoring.hints import Arity, Mistake, NotScalar, Scalar, Shorter
+from edu_dl.grading.authoring.source import names_check
 from edu_dl.grading.authoring.spec import Part, tolerance
-from edu_dl.harness.ex06 import Stuck
 from edu_dl.harness.ex07 import (
-    ClassCheck,
-    ShapeOfArgument,
-    call_accumulated,
-    call_function,
-    call_manual,
-    call_module,
+    STATIC_NAMES,
+    call_static,
+    call_topo,
+    length,
+    topo_compare,
+    topo_result_check,
 )
-
-ex06 = sibling(__file__, "ex06")  # exercise 6's problem sizes and learning rates, reused
 
 Array = np.ndarray
 Case = tuple[Any, ...]
-# float64 engines agree to ~1e-14 here; the lecture compares them to 1e-9.
-COMPARE = tolerance(rtol=1e-9, atol=1e-12)
+F64 = tolerance(rtol=1e-9, atol=1e-12)
+F32 = tolerance(rtol=1e-5, atol=1e-5)  # edu_dl.graph runs the float32 placeholders in float32
 
 
-# --------------------------------------------------------------------------- 1. gradients by hand
+def _shapes(rng: np.random.Generator, hidden: bool) -> list[tuple[int, ...]]:
+    if not hidden:
+        return [(3, 4), (2, 2), (1, 5)]
+    return [(1, 1), *(tuple(int(d) for d in rng.integers(1, 7, size=2)) for _ in range(3))]
 
 
-def _manual_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    """(X, y, w1, b1, w2, b2, lr, num_steps): the lecture's net with a bias on each layer, the
-    SUMMED squared error; lr as exercise 6's, divided by N."""
-    two_layer_case, two_layer_sizes = ex06.two_layer_case, ex06.two_layer_sizes
-    cases = []
-    for size in two_layer_sizes(rng, hidden):
-        x, y, w1, w2, lr, steps = two_layer_case(rng, *size)
-        b1, b2 = 0.5 * rng.standard_normal(w1.shape[1]), 0.5 * rng.standard_normal(w2.shape[1])
-        cases.append((x, y, w1, b1, w2, b2, float(f"{lr / len(x):.2g}"), steps))
-    return cases
-
-
-def _manual_expected(x: Array, y: Array, w1: Array, b1: Array, w2: Array, b2: Array, lr: float,
-                     num_steps: int) -> Array:
-    """edu_dl's eager engine: loss = sum((relu(x @ w1 + b1) @ w2 + b2 - y) ** 2), p -= lr * grad."""
-    import edu_dl as ed
-
-    xt, yt = ed.tensor(x), ed.tensor(y)
-    params = [w1, b1, w2, b2]
-    losses = []
-    for _ in range(int(num_steps)):
-        w1t, b1t, w2t, b2t = (ed.tensor(p, requires_grad=True) for p in params)
-        loss = ((ed.ops.relu(xt @ w1t + b1t) @ w2t + b2t - yt) ** 2).sum()
-        loss.backward()
-        losses.append(loss.item())
-        grads = [t.grad for t in (w1t, b1t, w2t, b2t)]
-        assert all(g is not None for g in grads)
-        params = [p - lr * g.numpy() for p, g in zip(params, grads) if g is not None]
-    return np.array(losses)
-
-
-def numpy_manual_losses(x: Array, y: Array, w1: Array, b1: Array, w2: Array, b2: Array,
-                        lr: float, num_steps: int, *, biases: bool = True,
-                        update_biases: bool = True, bias_reduce: str = "sum",
-                        mask_db1: bool = True) -> Array:
-    """The biased net's gradient descent in NumPy, with a mistake switched on: no biases at all
-    (the lecture's net), biases never updated, bias gradients averaged over the batch, or b1's
-    gradient taken before the ReLU's mask."""
-    w1, w2 = np.array(w1, dtype=np.float64), np.array(w2, dtype=np.float64)
-    b1, b2 = (np.array(b, dtype=np.float64) * biases for b in (b1, b2))
-    reduce = np.sum if bias_reduce == "sum" else np.mean
-    losses = []
-    for _ in range(int(num_steps)):
-        pre = x @ w1 + b1
-        h = np.maximum(pre, 0)
-        g_out = 2 * (h @ w2 + b2 - y)
-        losses.append(float(np.sum((g_out / 2) ** 2)))
-        g_h = g_out @ w2.T
-        g_pre = g_h * (pre > 0)
-        w1, w2 = w1 - lr * (x.T @ g_pre), w2 - lr * (h.T @ g_out)
-        if biases and update_biases:
-            b1 = b1 - lr * reduce(g_pre if mask_db1 else g_h, axis=0)
-            b2 = b2 - lr * reduce(g_out, axis=0)
-    return np.array(losses)
-
-
-# float64 loops agree to ~1e-14: a replay matches a mistake's result to the comparison's tolerance
-TOL = 1e-9, 1e-12
-
-
-def _manual_mistake(message: str, **mistake: Any) -> Mistake:
-    return Mistake(lambda e, a: numpy_manual_losses(*a, **mistake), message, rtol=TOL[0],
-                   atol=TOL[1])
-
-
-MANUAL_HINTS = (
-    _manual_mistake("those are the lecture's net's losses, without biases: the hidden layer is "
-                    "relu(X @ w1 + b1), the output h_relu @ w2 + b2", biases=False),
-    _manual_mistake("the biases never move: update b1 and b2 by their gradients too, each step",
-                    update_biases=False),
-    _manual_mistake("a bias gradient SUMS over the batch's rows (every row added the bias), "
-                    "it is not their mean", bias_reduce="mean"),
-    _manual_mistake("b1's gradient goes through the ReLU: mask it where the hidden layer's input "
-                    "is <= 0, like w1's", mask_db1=False),
-)
-
-
-# --------------------------------------------------------------------------- 2. autograd.Function
-
-
-def _linear_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    """(x (N, D), w (D, M), b (M,), dout (N, M)); one square case, where a missing transpose
-    still has the right shape."""
-    dims = [(2, 3, 4), (5, 2, 3), (3, 3, 3)] if not hidden else [(1, 1, 1)] + [
-        tuple(int(d) for d in rng.integers(1, 7, size=3)) for _ in range(3)]
-    return [(rng.standard_normal((n, d)), rng.standard_normal((d, m)), rng.standard_normal(m),
-             rng.standard_normal((n, m))) for n, d, m in dims]
-
-
-def _linear_expected(x: Array, w: Array, b: Array, dout: Array) -> tuple[Array, ...]:
-    """torch.autograd through the built-in ops: out = x @ w + b, then out.backward(dout)."""
+def _torch_grads(f: Callable[..., Any], *arrays: Array) -> tuple[float, list[Array]]:
+    """f's value and its gradients with respect to every input, by torch.autograd in float64."""
     import torch
 
-    xt, wt, bt = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (x, w, b))
-    out = xt @ wt + bt
-    out.backward(torch.tensor(dout, dtype=torch.float64))
-    assert xt.grad is not None and wt.grad is not None and bt.grad is not None
-    return out.detach().numpy(), xt.grad.numpy(), wt.grad.numpy(), bt.grad.numpy()
+    ts = [torch.tensor(np.asarray(a, dtype=np.float64), requires_grad=True) for a in arrays]
+    out = f(*ts)
+    out.backward()
+    return float(out.item()), [t.grad.numpy() for t in ts if t.grad is not None]
 
 
-AUTOGRAD_NAMES = ("backward", "grad", "autograd", "requires_grad", "requires_grad_",
-                  "enable_grad", "set_grad_enabled")
-MANUAL_SOURCE = names_check(forbidden=[(
-    AUTOGRAD_NAMES, "the function asks autograd for the gradients (backward, .grad, "
-                    "requires_grad, torch.autograd): compute the four gradients yourself with "
-                    "the chain rule, as in the lecture's level 1")])
-# The oracle is autograd through x @ w + b: a backward that asks autograd (torch.autograd.grad,
-# or .backward() and .grad on a re-run forward) returns it without writing any rule. The class
-# body itself defines `backward`, so that name cannot be forbidden here; .grad covers its use.
-FUNCTION_SOURCE = all_checks(
-    ClassCheck("Function", ("forward", "backward"), "torch.autograd.Function"),
-    names_check(forbidden=[(
-        ("grad", "autograd", "requires_grad", "requires_grad_", "enable_grad", "set_grad_enabled",
-         "vjp"),
-        "this part asks you to write the gradients yourself: MyLinear's backward asks autograd "
-        "for them (torch.autograd.grad, .grad, requires_grad, enable_grad); return dx, dw and "
-        "db computed from grad_output and the saved tensors (lecture 5's VJP rules)")]))
-MODULE_SOURCE = all_checks(
-    ClassCheck("Module", ("forward",), "torch.nn.Module"),
-    names_check(required=[(("Linear",), "TwoLayerNet builds no torch.nn.Linear layers: "
-                                        "self.linear1 = torch.nn.Linear(D_in, H), ...")]))
+# --------------------------------------------------------------------------- f = sum((x*y + z) * w)
 
 
-# --------------------------------------------------------------------------- 3. nn.Module
+def _four_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    return [tuple(rng.standard_normal(s) for _ in range(4)) for s in _shapes(rng, hidden)]
 
 
-def _module_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    """(x (N, D_in), W1 (H, D_in), b1 (H,), W2 (D_out, H), b2 (D_out,)): PyTorch's layout."""
-    dims = [(3, 4, 5, 2), (1, 3, 2, 4), (6, 5, 8, 3)] if not hidden else [
-        tuple(int(d) for d in rng.integers(1, 9, size=4)) for _ in range(4)]
-    cases = []
-    for n, d_in, h, d_out in dims:
-        b_in, b_h = 1 / np.sqrt(d_in), 1 / np.sqrt(h)
-        cases.append((rng.standard_normal((n, d_in)), rng.uniform(-b_in, b_in, (h, d_in)),
-                      rng.uniform(-b_in, b_in, h), rng.uniform(-b_h, b_h, (d_out, h)),
-                      rng.uniform(-b_h, b_h, d_out)))
-    return cases
+def _four_cases_f32(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    """float32, as the graph's placeholders are: the lecture's dtype."""
+    return [tuple(a.astype(np.float32) for a in case) for case in _four_cases(rng, hidden)]
 
 
-def _module_expected(x: Array, w1: Array, b1: Array, w2: Array, b2: Array) -> Array:
-    """nn.Linear computes x @ W.T + b."""
-    return np.maximum(x @ w1.T + b1, 0) @ w2.T + b2
+def _four_graph(x: Any, y: Any, z: Any, w: Any) -> Any:
+    return ((x * y + z) * w).sum()
 
 
-# --------------------------------------------------------------------------- 4. Adam, accumulated
+def _four_expected(x: Array, y: Array, z: Array, w: Array) -> tuple[Array, ...]:
+    return tuple(_torch_grads(_four_graph, x, y, z, w)[1])
 
 
-def _adam_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    """(X, y, W1, b1, W2, b2, lr, num_steps, micro_batch), weights in PyTorch's layout and
-    initialization; micro-batches that do not divide the batch, one row, and the whole batch."""
-    sizes = [(8, 6, 5, 3, 6, 3), (4, 3, 7, 2, 6, 2)] if not hidden else [(1, 1, 1, 1, 2, 1)] + [
-        (n, *(int(d) for d in rng.integers(1, 10, size=3)), int(rng.integers(2, 11)), micro)
-        for n, micro in ((7, 1), (9, 9), (int(rng.integers(5, 13)), int(rng.integers(2, 5))))]
-    cases = []
-    for n, d_in, h, d_out, steps, micro in sizes:
-        x = rng.standard_normal((n, d_in))
-        b_in, b_h = 1 / np.sqrt(d_in), 1 / np.sqrt(h)
-        weights = [rng.uniform(-b_in, b_in, (h, d_in)), rng.uniform(-b_in, b_in, h),
-                   rng.uniform(-b_h, b_h, (d_out, h)), rng.uniform(-b_h, b_h, d_out)]
-        lr = 1e-2 if not hidden else float(f"{rng.uniform(1e-3, 5e-2):.2g}")
-        cases.append((x, rng.standard_normal((n, d_out)), *weights, lr, steps, micro))
-    return cases
+# --------------------------------------------------------------------------- the lecture's example
 
 
-def _adam_expected(x: Array, y: Array, w1: Array, b1: Array, w2: Array, b2: Array, lr: float,
-                   num_steps: int, micro_batch: int) -> tuple[Array, Array]:
-    """edu_dl.nn.Sequential + edu_dl.optim.Adam (PyTorch's formula) on the WHOLE batch: with a
-    summed loss, the micro-batches' accumulated gradients are the batch's. And the most rows a
-    forward may see: one micro-batch."""
-    import edu_dl as ed
-
-    model = ed.nn.Sequential(
-        ed.nn.Linear(w1.shape[1], w1.shape[0], dtype=np.float64, weight=w1.T, bias_value=b1),
-        ed.nn.ReLU(),
-        ed.nn.Linear(w2.shape[1], w2.shape[0], dtype=np.float64, weight=w2.T, bias_value=b2),
-    )
-    loss_fn = ed.nn.MSELoss(reduction="sum")
-    optimizer = ed.optim.Adam(model.parameters(), lr=lr)
-    xt, yt = ed.tensor(x), ed.tensor(y)
-    losses = []
-    for _ in range(int(num_steps)):
-        loss = loss_fn(model(xt), yt)
-        losses.append(loss.item())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return np.array(losses), np.array(min(int(micro_batch), len(x)))
+def _three_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    return [tuple(rng.standard_normal(s).astype(np.float32) for _ in range(3))
+            for s in _shapes(rng, hidden)]
 
 
-def _loss_and_grads(params: list[Array], x: Array, y: Array, reduction: str
-                    ) -> tuple[float, list[Array]]:
-    """The net's squared error on (x, y), summed or averaged, and its gradients (NumPy)."""
-    w1_, b1_, w2_, b2_ = params
-    scale = 1.0 if reduction == "sum" else 1.0 / np.size(y)
-    pre = x @ w1_.T + b1_
-    h = np.maximum(pre, 0)
-    diff = h @ w2_.T + b2_ - y
-    g_out = 2 * scale * diff
-    g_pre = (g_out @ w2_) * (pre > 0)
-    return scale * float(np.sum(diff ** 2)), [g_pre.T @ x, g_pre.sum(0), g_out.T @ h, g_out.sum(0)]
+def _three_graph(x: Any, y: Any, z: Any) -> Any:
+    return (x * y + z).sum()
 
 
-def numpy_adam_losses(x: Array, y: Array, w1: Array, b1: Array, w2: Array, b2: Array, lr: float,
-                      num_steps: int, micro_batch: int | None = None, *, reduction: str = "sum",
-                      zero_grad: bool = True, zero_each_micro: bool = False,
-                      step_each_micro: bool = False, extra_sgd: bool = False,
-                      sgd: bool = False) -> Array:
-    """The accumulating Adam loop in NumPy (a step's loss: its micro-batches' losses added up),
-    with a mistake switched on: reduction 'mean' in each micro-batch, gradients never zeroed
-    (they accumulate across steps), zeroed before every micro-batch (only the last one's
-    reaches the step), one step per micro-batch, the source's extra ``param -= lr * grad``
-    after the step, or plain SGD."""
-    params = [np.array(p, dtype=np.float64) for p in (w1, b1, w2, b2)]
-    zeros = [np.zeros_like(p) for p in params]
-    grads, m, v = list(zeros), list(zeros), list(zeros)
-    size = len(x) if micro_batch is None else max(1, int(micro_batch))
-    t, losses = 0, []
-
-    def update(grads: list[Array]) -> None:
-        nonlocal t
-        t += 1
-        for i, g in enumerate(grads):
-            if sgd:
-                params[i] = params[i] - lr * g
-                continue
-            m[i] = 0.9 * m[i] + 0.1 * g
-            v[i] = 0.999 * v[i] + 0.001 * g * g
-            m_hat, v_hat = m[i] / (1 - 0.9 ** t), v[i] / (1 - 0.999 ** t)
-            params[i] = params[i] - lr * m_hat / (np.sqrt(v_hat) + 1e-8)
-            if extra_sgd:
-                params[i] = params[i] - lr * g
-
-    for _ in range(int(num_steps)):
-        if zero_grad:
-            grads = list(zeros)
-        total = 0.0
-        for start in range(0, len(x), size):
-            if zero_each_micro or step_each_micro:
-                grads = list(zeros)
-            loss, new = _loss_and_grads(params, x[start:start + size], y[start:start + size],
-                                        reduction)
-            total += loss
-            grads = [g + n for g, n in zip(grads, new)]
-            if step_each_micro:
-                update(grads)
-        if not step_each_micro:
-            update(grads)
-        losses.append(total)
-    return np.array(losses)
+def _three_expected(x: Array, y: Array, z: Array) -> tuple[Any, ...]:
+    c, grads = _torch_grads(_three_graph, x, y, z)
+    return (c, *grads)
 
 
-def _adam_replay(case: tuple[Any, ...], **mistake: Any) -> Array:
-    """numpy_adam_losses on a case."""
-    return numpy_adam_losses(*case, **mistake)
+FORGOT_W = ("grad_a = grad_b * w: the multiply gate b * w scales the gradient by w before it "
+            "reaches a = x * y (grad_x = w * y, grad_y = w * x)")
+SWAPPED = "the multiply gate swaps its inputs: grad_x = grad_a * y, grad_y = grad_a * x"
+ALL_FOUR = "build f = reduce_sum((x * y + z) * w): all four placeholders take part"
+
+STATIC_SOURCE = names_check(required=[
+    ((name,), f"the function never calls G.{name}: build the graph from placeholders, add the "
+              "gradient nodes with G.gradients(f, [x, y, z, w]) and run them with a G.Session")
+    for name in STATIC_NAMES])
 
 
-def _mistake(replay: Any, message: str, output: int | None = None) -> Mistake:
-    return Mistake(replay, message, output=output, rtol=TOL[0], atol=TOL[1])
+# --------------------------------------------------------------------------- topological order
 
 
-def _whole_batch_seen(e: Any, a: Case) -> Array | None:
-    """The most rows one forward saw when the whole batch went through at once."""
-    return np.array(len(a[0])) if int(a[8]) < len(a[0]) else None
+def _dag(rng: np.random.Generator, n: int, n_edges: int) -> Array:
+    """Random edges (src, dst) of a DAG on nodes 0..n-1, labels shuffled, duplicates allowed."""
+    if n < 2 or n_edges == 0:
+        return np.zeros((0, 2), dtype=np.int64)
+    rank = rng.permutation(n)  # node rank[i] is the i-th in some hidden order
+    edges = []
+    for _ in range(n_edges):
+        i, j = sorted(int(v) for v in rng.choice(n, size=2, replace=False))
+        edges.append((rank[i], rank[j]))
+    edges.append(edges[0])  # an input used twice (a = x * x): the same edge twice
+    return np.array(edges, dtype=np.int64)
 
 
-ADAM_HINTS = (
-    _mistake(lambda e, a: _adam_replay(a, reduction="mean"),
-             "you averaged in each micro-batch: the loss is torch.nn.MSELoss(reduction='sum'), "
-             "whose micro-batch gradients add up to the whole batch's", output=0),
-    _mistake(lambda e, a: _adam_replay(a, zero_grad=False),
-             "the gradients pile up from one step to the next: zero them once per step, before "
-             "the first micro-batch's backward", output=0),
-    _mistake(lambda e, a: _adam_replay(a, zero_each_micro=True),
-             "only the last micro-batch's gradient reached the step: zero the gradients once per "
-             "step, not before every micro-batch (backward adds into .grad; that is the point)",
-             output=0),
-    _mistake(lambda e, a: _adam_replay(a, step_each_micro=True),
-             "you took one Adam step per micro-batch: let every micro-batch's backward add to "
-             "the gradients, then call optimizer.step() once per step", output=0),
-    _mistake(lambda e, a: _adam_replay(a, extra_sgd=True),
-             "every weight moves twice per step: remove the source's manual `param.data -= lr * "
-             "param.grad` after optimizer.step() (Adam already updated it)", output=0),
-    _mistake(lambda e, a: _adam_replay(a, sgd=True),
-             "those are plain gradient descent's losses: use torch.optim.Adam(model.parameters(), "
-             "lr=lr)", output=0),
-    _mistake(_whole_batch_seen,
-             "the model saw the whole batch at once: run it on micro-batches of at most "
-             "micro_batch rows (X[start:start + micro_batch]), that is what fits in memory",
-             output=1),
-    _mistake(lambda e, a: np.array(0),
-             "no torch.nn.Module ran a forward pass: build the model with nn.Sequential and call "
-             "it on the micro-batches", output=1),
-    Stuck("every loss equals the first: the weights never change. Call optimizer.step() each "
-          "step, with the optimizer built on model.parameters()", rtol=TOL[0], atol=TOL[1]),
-)
-ACCUMULATION_SOURCE = names_check(required=[
-    (("backward",), "the loop calls no backward(): each micro-batch's loss.backward() adds its "
-                    "gradient to the parameters' .grad"),
-    (("Adam",), "the loop uses no torch.optim.Adam"),
-])
+LECTURE_EDGES = np.array([[0, 3], [1, 3], [3, 4], [2, 4], [4, 5]], dtype=np.int64)  # x y z a b c
 
 
-def _square_w_dx(e: Any, a: Case) -> Array | None:
-    """dx without the transpose, grad_output @ w: only computable where D == M."""
-    return a[3] @ a[1] if a[1].shape[0] == a[1].shape[1] else None
+def _topo_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [
+            (6, LECTURE_EDGES),  # the lecture's graph: x, y, z, a, b, c
+            (6, np.array([[5, 4], [4, 3], [3, 2], [2, 1], [1, 0]], dtype=np.int64)),  # a chain
+            (4, np.array([[3, 0], [3, 1], [0, 2], [1, 2]], dtype=np.int64)),  # a diamond
+        ]
+    big, small = int(rng.integers(8, 15)), int(rng.integers(3, 8))
+    return [(1, np.zeros((0, 2), dtype=np.int64)), (5, np.zeros((0, 2), dtype=np.int64)),
+            (big, _dag(rng, big, int(rng.integers(8, 25)))),
+            (small, _dag(rng, small, int(rng.integers(2, 8))))]
 
 
-def _dw_flipped(e: Any, a: Case) -> Array | None:
-    """dw as x @ grad_output.T: only computable where D == M."""
-    return a[0] @ a[3].T if a[0].shape[1] == a[3].shape[1] else None
+def _topo_expected(n: int, edges: Array) -> Array:
+    from graphlib import TopologicalSorter
+
+    sorter: TopologicalSorter[int] = TopologicalSorter({k: set() for k in range(n)})
+    for src, dst in np.asarray(edges).reshape(-1, 2):
+        sorter.add(int(dst), int(src))
+    return np.array(list(sorter.static_order()), dtype=np.int64)
 
 
-LINEAR_HINTS = (
-    ShapeOfArgument("db has b's shape (M,): sum grad_output over the batch, "
-                    "grad_output.sum(dim=0) (autograd would quietly sum a gradient of shape "
-                    "(N, M) for you; the grader does not)", output=3, argument=3),
-    _mistake(lambda e, a: a[0] @ a[1], "forward forgot the bias: out = x @ w + b", output=0),
-    _mistake(lambda e, a: a[3].mean(0),
-             "db SUMS grad_output over the batch (every row added b): grad_output.sum(0), not "
-             "the mean", output=3),
-    _mistake(_square_w_dx, "dx = grad_output @ w.T: transpose w (the shapes hid it here, D == M)",
-             output=1),
-    _mistake(lambda e, a: a[3].T @ a[0], "dw = x.T @ grad_output, of w's shape (D, M)", output=2),
-    _mistake(_dw_flipped, "dw = x.T @ grad_output, of w's shape (D, M)", output=2),
-)
+# The parts that ask for a backward pass by hand: the oracle's own tools give the answer.
+BY_HAND_SOURCE = names_check(forbidden=[(
+    ("backward", "grad", "gradients", "Session", "autograd", "torch"),
+    "this part asks you to backpropagate by hand, gate by gate: walk back from grad_f = 1 with "
+    "each gate's local gradient (do not call G.gradients, .backward() or torch.autograd)")])
 
-MODULE_HINTS = (
-    _mistake(lambda e, a: (a[0] @ a[1].T + a[2]) @ a[3].T + a[4],
-             "apply the ReLU between the layers: linear2(relu(linear1(x)))"),
-    _mistake(lambda e, a: np.maximum(e, 0),
-             "no ReLU after the last layer: the network's output is linear2(h_relu)"),
-)
 
-# check()'s bound on each part: PyTorch's first torch.optim.Adam(...) in a process imports
-# TorchDynamo (4.3 s on a quiet 2-core machine; 19 s of the old 20 s bound seen under load), and
-# the first autograd.Function 2.7 s, inside the bound; 60 s keeps a loaded machine's honest
-# answer far from it (issue 43), as ex08c's bounds do.
-TIMEOUT_S = 60.0
+def _edges(args: Case) -> Array:
+    return np.asarray(args[1]).reshape(-1, 2)
+
 
 PARTS = [
     Part(
-        id="ex07.manual_biases", points=2, cases=_manual_cases, expected=_manual_expected,
-        compare=COMPARE, call=call_manual, source_check=MANUAL_SOURCE, timeout_s=TIMEOUT_S,
-        arg_names=("X", "y", "w1", "b1", "w2", "b2", "lr", "num_steps"), hints=MANUAL_HINTS,
+        id="ex07.four_input_backward", points=2, cases=_four_cases, expected=_four_expected,
+        compare=F64, arg_names=("x", "y", "z", "w"), source_check=BY_HAND_SOURCE,
+        output_names=("grad_x", "grad_y", "grad_z", "grad_w"),
+        hints=(
+            Mistake(lambda e, a: a[1], FORGOT_W, output=0, rtol=1e-5, atol=1e-5),
+            Mistake(lambda e, a: a[0], FORGOT_W, output=1, rtol=1e-5, atol=1e-5),
+            Mistake(lambda e, a: np.ones_like(a[2]),
+                    "grad_z = grad_b: the add gate copies grad_b = w, which is not 1 here",
+                    output=2, rtol=1e-5, atol=1e-5),
+            Mistake(lambda e, a: a[0] * a[1],
+                    "grad_w = b = x * y + z: the multiply gate sends w the OTHER input, all of b",
+                    output=3, rtol=1e-5, atol=1e-5),
+        ),
     ),
     Part(
-        id="ex07.linear_function", points=2, cases=_linear_cases, expected=_linear_expected,
-        compare=COMPARE, call=call_function, source_check=FUNCTION_SOURCE, timeout_s=TIMEOUT_S,
-        arg_names=("x", "w", "b", "grad_output"), output_names=("out", "dx", "dw", "db"),
-        hints=LINEAR_HINTS,
+        id="ex07.three_input_numpy", points=1, cases=_three_cases, expected=_three_expected,
+        compare=F32, arg_names=("x", "y", "z"), output_names=("c", "grad_x", "grad_y", "grad_z"),
+        source_check=BY_HAND_SOURCE,
+        hints=(
+            Scalar("grad_z has z's shape: every entry of b gets grad_c = 1 (np.ones_like)",
+                   output=3),
+            Mistake(lambda e, a: a[0], SWAPPED, output=1, rtol=1e-5, atol=1e-5),
+            Mistake(lambda e, a: a[1], SWAPPED, output=2, rtol=1e-5, atol=1e-5),
+            NotScalar("c is a number: the sum of every entry of b", output=0),
+        ),
     ),
     Part(
-        id="ex07.two_layer_module", points=2, cases=_module_cases, expected=_module_expected,
-        compare=COMPARE, call=call_module, source_check=MODULE_SOURCE, timeout_s=TIMEOUT_S,
-        arg_names=("x", "W1", "b1", "W2", "b2"), hints=MODULE_HINTS,
+        id="ex07.static_graph", points=2, cases=_four_cases_f32, expected=_four_expected,
+        compare=F32, call=call_static, source_check=STATIC_SOURCE,
+        arg_names=("x", "y", "z", "w"),
+        output_names=("grad_x", "grad_y", "grad_z", "grad_w"),
+        hints=(
+            Arity("return the four arrays that sess.run gives for [grad_x, grad_y, grad_z, "
+                  "grad_w]", count=4),
+            Mistake(lambda e, a: a[1], ALL_FOUR, output=0, rtol=1e-5, atol=1e-5),
+            Mistake(lambda e, a: a[0] * a[1], ALL_FOUR, output=3, rtol=1e-5, atol=1e-5),
+        ),
     ),
     Part(
-        id="ex07.adam_accumulation", points=3, cases=_adam_cases, expected=_adam_expected,
-        compare=COMPARE, call=call_accumulated, source_check=ACCUMULATION_SOURCE,
-        feedback_outputs=(1,), timeout_s=TIMEOUT_S,
-        arg_names=("X", "y", "W1", "b1", "W2", "b2", "lr", "num_steps", "micro_batch"),
-        output_names=("losses", "largest_forward_batch"), hints=ADAM_HINTS,
+        id="ex07.topological_order", points=2, cases=_topo_cases, expected=_topo_expected,
+        compare=topo_compare, result_check=topo_result_check, call=call_topo,
+        arg_names=("n_nodes", "edges"),
+        hints=(
+            Mistake(lambda e, a: len(e) + len(_edges(a)),
+                    "a node with several inputs (or an edge listed twice) is added only once: "
+                    "count each node's remaining inputs and add it when that count reaches 0",
+                    view=length, rtol=0.0, atol=0.0),
+            Shorter("nodes with no edges at all belong in the order too: start from every node "
+                    "with no inputs"),
+        ),
     ),
 ]

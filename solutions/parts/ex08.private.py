@@ -1,18 +1,17 @@
-"""Exercise 8, static vs dynamic: a data-dependent RNN eagerly on a batch of sequences of their
-own lengths (the step the lecture leaves open) and unrolled for one sequence, a Session's plan,
-and what a fused plan writes to memory.
+"""Exercise 8, autograd from scratch: a tape engine, BatchNorm and dropout, judged on contracts.
 
-Oracles: ``torch.autograd`` for the RNN's loss and gradients (a batch's: the sum over its
-sequences) (PyTorch runs the same program
-define-by-run); a transitive closure by boolean matrix products for the plan (no graph search)
-and, for the fused plan, masks over that closure (who reads whom, as a matrix product).
+The oracles are independent of edu_dl's own ops and of the student's code: torch.autograd in
+float64 for every gradient (relu with PyTorch's relu'(0) = 0, BatchNorm through
+``torch.nn.functional.batch_norm``, which also updates the running averages), central
+differences for the warm-up gates, and for dropout the contract itself (the mask is the seed's
+uniform draws >= p, so it is one NumPy expression). Programs for the engine are drawn at grading
+time from the grader's secret: random op sequences in which some value is always used twice.
 
-Judged outside the sandbox: every value against the oracle (the plan as a set of integer node
-ids, in linear time); for rnn_static also the submitted source: it runs an edu_dl.graph Session
-(``source_check``); for rnn_eager, that it does not run the oracle's PyTorch. That a Session
-really ran is check()'s feedback only.
-
-The private half: ``edu_dl.harness.ex08`` holds the public calls, compares and rules.
+Judged outside the sandbox: every value against the oracle, and the submitted source, which may
+not call the tools that compute the same gradients (``edu_dl.harness.ex08.BY_HAND``). The
+adapters that drive a student's ``Tape`` and ``backward`` and refuse writes into inputs are
+public (``edu_dl.harness.ex08``); the hints here are generic rules or mistake replays, frozen
+to data by ``edu-dl assign``.
 """
 
 from __future__ import annotations
@@ -22,435 +21,706 @@ from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.authoring.hints import Mistake, close
-from edu_dl.grading.authoring.source import names_check
+from edu_dl.grading.authoring.hints import (
+    EqualsArgument,
+    Mistake,
+    NonFinite,
+    Scalar,
+    Scaled,
+    Transposed,
+    close,
+)
+from edu_dl.grading.authoring.source import all_checks, names_check, speed_rules
 from edu_dl.grading.authoring.spec import Part, tolerance
 from edu_dl.harness.ex08 import (
-    OutputRight,
-    RightButTransposed,
-    call_plan,
-    call_static,
-    compare_sets,
-    id_set,
-    loss_of,
+    BY_HAND,
+    LINEAR,
+    NO_LIBRARY_LAYER,
+    SIN,
+    TANH,
+    call_backward,
+    call_leaving_inputs,
+    call_tape_op,
+    call_unbroadcast,
+    record_program,
 )
+from edu_dl.harness.ex11 import OtherShape
+from edu_dl.speed.tasks import CALLS_THE_REFERENCE, TASKS
 
 Array = np.ndarray
 Case = tuple[Any, ...]
-CLOSE = tolerance(rtol=1e-7, atol=1e-10)
+# Central differences carry ~1e-10 absolute error: compare at 1e-5 relative, 1e-7 absolute.
+NUMERIC = tolerance(rtol=1e-5, atol=1e-7)
+# torch.autograd in float64 against NumPy in float64: only summation orders differ.
+EXACT64 = tolerance(rtol=1e-7, atol=1e-9)
+TOL: dict[str, Any] = {"rtol": 1e-7, "atol": 1e-9}  # the hints' closeness, the same
+H = 1e-5
 
 
-# --------------------------------------------------------------------------- the RNN
+def numeric_vjp(f: Callable[..., Any], args: tuple[Array, ...], dout: Any,
+                wrt: tuple[int, ...]) -> tuple[Array, ...]:
+    """d/d args[k] of sum(dout * f(*args)) by central differences, for each k in wrt (float64)."""
+    args = tuple(np.array(a, dtype=np.float64) for a in args)
+    dout = np.asarray(dout, dtype=np.float64)
+    grads = []
+    for k in wrt:
+        grad = np.zeros_like(args[k])
+        for idx in np.ndindex(args[k].shape):
+            old = args[k][idx]
+            args[k][idx] = old + H
+            plus = np.sum(dout * f(*args))
+            args[k][idx] = old - H
+            minus = np.sum(dout * f(*args))
+            args[k][idx] = old
+            grad[idx] = (plus - minus) / (2 * H)
+        grads.append(grad)
+    return tuple(grads)
 
 
-def _h_final(X: Array, W: Array, U: Array, steps: int | None = None) -> Array:
-    h = np.zeros((1, W.shape[0]))
-    for t in range(X.shape[0] if steps is None else steps):
-        h = np.tanh(h @ W + X[t:t + 1] @ U)
-    return h
+def unless_right(expected: Any, wrong: Any) -> Any:
+    """A replay's value, or None where the mistake gives the right answer (no hint then)."""
+    if isinstance(expected, tuple) and isinstance(wrong, tuple):
+        return None if all(close(e, w, **TOL) for e, w in zip(expected, wrong)) else wrong
+    return None if close(expected, wrong, **TOL) else wrong
 
 
-def _rnn_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    """(X, W, U) with both branches met: sum(h) > 0 and sum(h) <= 0."""
-    if not hidden:
-        wanted = [(3, 5, 4, True), (5, 5, 4, False), (1, 2, 3, True)]
-    else:
-        wanted = [(int(rng.integers(1, 9)), int(rng.integers(1, 6)), int(rng.integers(1, 6)),
-                   bool(b)) for b in (True, False, rng.integers(0, 2), rng.integers(0, 2))]
-    cases: list[Case] = []
-    for T, D, H, positive in wanted:
-        while True:
-            X = rng.standard_normal((T, D))
-            W, U = 0.5 * rng.standard_normal((H, H)), 0.5 * rng.standard_normal((D, H))
-            s = _h_final(X, W, U).sum()
-            if (s > 0) == positive and abs(s) > 1e-3:  # no case sits on the branch's edge
-                cases.append((X, W, U))
-                break
-    return cases
-
-
-def _rnn_expected(X: Array, W: Array, U: Array) -> tuple[float, Array, Array]:
-    """The lecture's rnn_torch: loss and autograd's dW, dU."""
+def _torch(*arrays: Any) -> list[Any]:
     import torch
 
-    Wt = torch.tensor(W, dtype=torch.float64, requires_grad=True)
-    Ut = torch.tensor(U, dtype=torch.float64, requires_grad=True)
-    h = torch.zeros((1, W.shape[0]), dtype=torch.float64)
-    for x_t in torch.tensor(X, dtype=torch.float64):
-        h = torch.tanh(h @ Wt + x_t[None] @ Ut)
-    loss = (h * h).sum() if h.sum() > 0 else -h.sum()
-    loss.backward()
-    assert Wt.grad is not None and Ut.grad is not None
-    return loss.item(), Wt.grad.numpy().copy(), Ut.grad.numpy().copy()
+    return [torch.tensor(np.asarray(a, dtype=np.float64), requires_grad=True) for a in arrays]
 
 
-def _unless_right(value: float, e: Any) -> float | None:
-    """The mistake's loss, or None where it is the right one (that branch is the answer)."""
-    return None if close(value, e[0], rtol=1e-7, atol=1e-10) else value
+def _numpy(t: Any) -> Array:
+    return t.detach().numpy().copy()
 
 
-def _short(a: Case) -> Any:
-    """h after one step too few (None for a sequence of one step)."""
-    return _h_final(a[0], a[1], a[2], steps=a[0].shape[0] - 1) if a[0].shape[0] > 1 else None
+def _shapes(rng: np.random.Generator, hidden: bool) -> list[tuple[int, ...]]:
+    """Small shapes; the hidden ones are drawn, so no shape is learnt by heart."""
+    if not hidden:
+        return [(2, 3), (4, 1), (3, 5)]
+    return [(1, 1), *(tuple(int(d) for d in rng.integers(1, 6, size=2)) for _ in range(3))]
 
 
-def _short_loss(a: Case, squared: bool) -> float | None:
-    h = _short(a)
-    if h is None:
+def _with_zeros(rng: np.random.Generator, shape: tuple[int, ...]) -> Array:
+    x = rng.standard_normal(shape)
+    x[rng.random(shape) < 0.3] = 0.0  # relu's kink must be met
+    x.flat[0] = 0.0
+    return x
+
+
+# --------------------------------------------------------------------------- warm-up gates
+
+
+def _mul_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    return [(rng.standard_normal(s), rng.standard_normal(s), rng.standard_normal(s))
+            for s in _shapes(rng, hidden)]
+
+
+def _mul_expected(dout: Array, x: Array, y: Array) -> tuple[Array, Array]:
+    dx, dy = numeric_vjp(lambda x, y: x * y, (x, y), dout, (0, 1))
+    return dx, dy
+
+
+def _relu_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    return [(rng.standard_normal(s), _with_zeros(rng, s)) for s in _shapes(rng, hidden)]
+
+
+def _relu_expected(dout: Array, x: Array) -> Array:
+    import torch
+
+    (xt,) = _torch(x)
+    torch.relu(xt).backward(torch.tensor(dout, dtype=torch.float64))
+    assert xt.grad is not None
+    return _numpy(xt.grad)
+
+
+# --------------------------------------------------------------------------- unbroadcast
+
+
+def _broadcast_pair(rng: np.random.Generator) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(the broadcast gradient's shape, the input's shape): leading axes dropped, some set to 1."""
+    full = tuple(int(d) for d in rng.integers(2, 5, size=int(rng.integers(1, 4))))
+    kept = full[int(rng.integers(0, len(full) + 1)):]
+    small = tuple(1 if rng.random() < 0.5 else d for d in kept)
+    return full, small
+
+
+def _unbroadcast_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    pairs = [((4, 3), (3,)), ((2, 3, 4), (3, 1)), ((2, 5), (2, 5)), ((2, 3), ()),
+             ((3, 1, 4), (1, 1, 4))]
+    if hidden:
+        pairs = [_broadcast_pair(rng) for _ in range(5)]
+    return [(rng.standard_normal(full), np.zeros(small)) for full, small in pairs]
+
+
+def _unbroadcast_expected(grad: Array, like: Any) -> Array:
+    import torch
+
+    (x,) = _torch(np.zeros(np.shape(like)))
+
+    x.expand(grad.shape).backward(torch.tensor(grad, dtype=torch.float64))
+    assert x.grad is not None
+    return _numpy(x.grad)
+
+
+def _leading_only(e: Any, a: Case) -> Any:
+    grad, like = a
+    return unless_right(e, grad.sum(axis=tuple(range(grad.ndim - np.ndim(like)))))
+
+
+def _averaged(e: Any, a: Case) -> Any:
+    return unless_right(e, e * np.size(e) / a[0].size)
+
+
+UNBROADCAST_SHAPE = ("the result must have exactly `shape`: sum over the leading axes broadcasting "
+                     "added, and over every axis where `shape` has 1 (keep those axes, size 1)")
+
+# --------------------------------------------------------------------------- the tape's ops
+
+
+def _op_case(rng: np.random.Generator, op: str, shape: tuple[int, ...],
+             other: tuple[int, ...] | None = None) -> Case:
+    if op == "matmul":
+        n, k, m = shape
+        return (op, rng.standard_normal((n, m)), rng.standard_normal((n, k)),
+                rng.standard_normal((k, m)))
+    if op in ("sum", "mean"):
+        return (op, float(rng.standard_normal()), rng.standard_normal(shape))
+    if op in ("add", "mul"):
+        assert other is not None
+        out = np.broadcast_shapes(shape, other)
+        return (op, rng.standard_normal(out), rng.standard_normal(shape),
+                rng.standard_normal(other))
+    x = {"log": rng.uniform(0.5, 3.0, shape), "relu": _with_zeros(rng, shape)}.get(
+        op, rng.uniform(-2.0, 2.0, shape))
+    return (op, rng.standard_normal(shape), x)
+
+
+def _tape_op_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [_op_case(rng, "add", (3, 4), (4,)), _op_case(rng, "mul", (2, 3), (2, 1)),
+                _op_case(rng, "matmul", (2, 3, 4)), _op_case(rng, "exp", (3, 2)),
+                _op_case(rng, "log", (2, 3)), _op_case(rng, "relu", (4, 3)),
+                _op_case(rng, "sum", (3, 4)), _op_case(rng, "mean", (2, 5))]
+
+    def dims(n: int) -> tuple[int, ...]:
+        return tuple(int(d) for d in rng.integers(2, 6, size=n))
+
+    full = dims(2)
+    return [_op_case(rng, "add", (1, full[1]), full), _op_case(rng, "mul", full, (full[1],)),
+            _op_case(rng, "add", full, full), _op_case(rng, "matmul", dims(3)),
+            *(_op_case(rng, op, dims(2)) for op in ("exp", "log", "relu", "sum", "mean"))]
+
+
+def _tape_op_expected(op: str, dout: Any, *inputs: Array) -> tuple[Any, ...]:
+    import torch
+
+    ts = _torch(*inputs)
+    ops: dict[str, Callable[..., Any]] = {"add": lambda a, b: a + b, "mul": lambda a, b: a * b,
+                                   "matmul": lambda a, b: a @ b, "exp": torch.exp,
+                                   "log": torch.log, "relu": torch.relu, "sum": torch.sum,
+                                   "mean": torch.mean}
+    out = ops[str(op)](*ts)
+    out.backward(torch.tensor(dout, dtype=torch.float64))
+    return (_numpy(out), *(_numpy(t.grad) for t in ts))
+
+
+def _on(op: str, replay: Callable[[Case], Any]) -> Callable[[Any, Case], Any]:
+    """A mistake that only exists for one op: its replay on that op's cases, else None."""
+    def value(e: Any, a: Case) -> Any:
+        return unless_right(e[1], replay(a)) if str(a[0]) == op else None
+
+    return value
+
+
+def _is(*ops: str) -> Callable[[Any, Case], bool]:
+    return lambda e, a: str(a[0]) in ops
+
+
+TAPE_SHAPES = ("each gradient has its input's shape: where the forward pass broadcast an input, "
+               "its vjp must sum the gradient back (unbroadcast)")
+
+# --------------------------------------------------------------------------- backward replay
+
+
+def _program_case(rng: np.random.Generator, n_leaves: int, n_ops: int, width: int) -> Case:
+    rows, coeffs = [], []
+    for k in range(n_ops):
+        code = int(rng.integers(0, 3))
+        i, j = (int(v) for v in rng.integers(0, n_leaves + k, size=2))
+        rows.append((code, i, j))
+        coeffs.append(rng.uniform(0.5, 2.0, size=2) * rng.choice([-1.0, 1.0], size=2))
+    # The last op uses the previous result and a value an earlier op used already: some
+    # value always feeds two records, so accumulation is always tested.
+    rows.append((LINEAR, n_leaves + n_ops - 1, rows[0][1]))
+    coeffs.append(rng.uniform(0.5, 2.0, size=2))
+    return (rng.standard_normal((n_leaves, width)), np.array(rows, dtype=np.int64),
+            np.array(coeffs, dtype=np.float64), rng.standard_normal(width))
+
+
+def _backward_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if hidden:
+        return [_program_case(rng, int(rng.integers(2, 4)), int(rng.integers(2, 7)),
+                              int(rng.integers(1, 5))) for _ in range(4)]
+    # Visible: x used twice by one op (x, x); a chain; a leaf nothing uses (gradient 0).
+    twice = (rng.standard_normal((2, 3)),
+             np.array([(LINEAR, 0, 0), (SIN, 2, 2), (LINEAR, 3, 1), (TANH, 4, 4),
+                       (LINEAR, 5, 2)], dtype=np.int64),
+             np.array([(2.0, 1.0), (1.0, 1.0), (1.0, -3.0), (1.0, 1.0), (1.0, 0.5)]),
+             rng.standard_normal(3))
+    unused = (rng.standard_normal((3, 2)),
+              np.array([(TANH, 0, 0), (LINEAR, 3, 1), (SIN, 4, 4), (LINEAR, 5, 3)],
+                       dtype=np.int64),
+              np.array([(1.0, 1.0), (1.5, 2.0), (1.0, 1.0), (1.0, -1.0)]),
+              rng.standard_normal(2))
+    # The docstring's example, tape.add(x, x) as the output: a weight of 1 hands dout on by
+    # reference (harness.ex08._linear_vjp), so a backward that stores it and then adds into it
+    # (grads[x] = g; grads[x] += g) changes the caller's dout from [1.] to [2.].
+    add_twice = (np.array([[3.0]]), np.array([(LINEAR, 0, 0)], dtype=np.int64),
+                 np.array([(1.0, 1.0)]), np.array([1.0]))
+    return [twice, unused, _program_case(rng, 2, 4, 4), add_twice]
+
+
+def _backward_expected(leaves: Array, program: Array, coeffs: Array, dout: Array) -> Array:
+    import torch
+
+    values = list(_torch(*leaves))
+    for (code, i, j), (c1, c2) in zip(program.tolist(), coeffs.tolist()):
+        a, b = values[i], values[j]
+        values.append(c1 * a + c2 * b if code == LINEAR else
+                      torch.sin(a) if code == SIN else torch.tanh(a))
+    values[-1].backward(torch.tensor(dout, dtype=torch.float64))
+    return np.stack([_numpy(v.grad) if v.grad is not None else np.zeros(v.shape)
+                     for v in values[:len(leaves)]])
+
+
+def _replayed(a: Case, accumulate: bool = True, reverse: bool = True) -> Array:
+    """The tape replayed with a mistake: gradients assigned, not added; or forwards."""
+    leaves, program, coeffs, dout = a
+    tape = record_program(leaves, program, coeffs)
+    grads = [np.zeros_like(v) for v in tape.values]
+    grads[-1] = np.asarray(dout, dtype=np.float64)
+    for out, inputs, vjp in (tape.records[::-1] if reverse else tape.records):
+        for i, g in zip(inputs, vjp(grads[out])):
+            grads[i] = grads[i] + g if accumulate else g
+    return np.stack(grads[:len(leaves)])
+
+
+# --------------------------------------------------------------------------- softmax CE
+
+
+def _softmax_ce_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    sizes = [(4, 3), (2, 5), (3, 4)] if not hidden else [
+        tuple(int(d) for d in rng.integers(1, 7, size=2)) for _ in range(3)]
+    cases: list[Case] = [(rng.standard_normal((n, c)), rng.integers(0, c, n)) for n, c in sizes]
+    n, c = sizes[-1]
+    # Logits near 800: exp overflows float64 unless the row maximum is subtracted first.
+    cases.append((800.0 + 5.0 * rng.standard_normal((n, c)), rng.integers(0, c, n)))
+    return cases
+
+
+def _ce_loss(logits: Array, y: Array) -> float:
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    return float(-log_probs[np.arange(len(y)), y].mean())
+
+
+def _softmax_ce_expected(logits: Array, y: Array) -> tuple[float, Array]:
+    dlogits = numeric_vjp(lambda z: _ce_loss(z, y), (logits,), 1.0, (0,))[0]
+    return _ce_loss(logits, y), dlogits
+
+
+def _softmax(logits: Array) -> Array:
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+CE_LABEL = ("dlogits is softmax(logits) minus the one-hot labels, divided by N: you left out "
+            "the label term")
+
+# --------------------------------------------------------------------------- BatchNorm
+
+
+def _bn_forward_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    def case(n: int, d: int, train: bool, momentum: float) -> Case:
+        return (3.0 * rng.standard_normal((n, d)) + rng.standard_normal(d),
+                rng.uniform(0.5, 2.0, d), rng.standard_normal(d), rng.standard_normal(d),
+                rng.uniform(0.5, 2.0, d), train, momentum, 1e-5)
+
+    if not hidden:
+        return [case(4, 3, True, 0.1), case(5, 2, True, 0.3), case(3, 4, False, 0.1)]
+    return [case(int(rng.integers(2, 7)), int(rng.integers(1, 5)), train,
+                 float(rng.uniform(0.05, 0.5))) for train in (True, True, False, True)]
+
+
+def _bn_forward_expected(x: Array, gamma: Array, beta: Array, running_mean: Array,
+                         running_var: Array, train: bool, momentum: float, eps: float
+                         ) -> tuple[Array, Array, Array]:
+    import torch
+
+    rm, rv = torch.tensor(running_mean.copy()), torch.tensor(running_var.copy())
+    out = torch.nn.functional.batch_norm(
+        torch.tensor(x), rm, rv, torch.tensor(gamma), torch.tensor(beta),
+        training=bool(train), momentum=float(momentum), eps=float(eps))
+    return out.numpy(), rm.numpy(), rv.numpy()
+
+
+def _bn(x: Array, gamma: Array, beta: Array, mean: Array, var: Array, eps: float) -> Array:
+    return gamma * (x - mean) / np.sqrt(var + eps) + beta
+
+
+def _bn_train_unbiased(e: Any, a: Case) -> Any:
+    x, gamma, beta, _, _, train, _, eps = a
+    if not train:
         return None
-    return float((h**2).sum()) if squared else float(-h.sum())
+    return unless_right(e[0], _bn(x, gamma, beta, x.mean(0), x.var(0, ddof=1), eps))
 
 
-SHORT = "one step short: the loop runs over all T rows of X (T = X.shape[0])"
-
-RNN_HINTS = (
-    Mistake(lambda e, a: _unless_right(float((_h_final(*a) ** 2).sum()), e),
-            "the loss takes the other branch: when sum(h) <= 0 the loss is -sum(h); decide with "
-            "the value, `if h.sum().item() > 0:`", view=loss_of, rtol=1e-7, atol=1e-10),
-    Mistake(lambda e, a: _unless_right(float(-_h_final(*a).sum()), e),
-            "the loss takes the other branch: when sum(h) > 0 the loss is sum(h * h)",
-            view=loss_of, rtol=1e-7, atol=1e-10),
-    Mistake(lambda e, a: _short_loss(a, squared=True), SHORT, view=loss_of, rtol=1e-7, atol=1e-10),
-    Mistake(lambda e, a: _short_loss(a, squared=False), SHORT, view=loss_of, rtol=1e-7, atol=1e-10),
-    RightButTransposed("the loss is right but a gradient looks transposed: dW has W's shape "
-                       "(H, H)", right=0, transposed=(1, 2), rtol=1e-7, atol=1e-10),
-    OutputRight("the loss is right but the gradients are not: make W and U tensors with "
-                "requires_grad=True, call loss.backward() once, and return W.grad and U.grad as "
-                "arrays", right=0, rtol=1e-7, atol=1e-10),
-)
+def _bn_running_var_biased(e: Any, a: Case) -> Any:
+    x, _, _, _, rv, train, m, _ = a
+    return unless_right(e[2], (1 - m) * rv + m * x.var(0)) if train else None
 
 
-# --------------------------------------------------------------------------- the batch, eagerly
+def _bn_momentum_swapped(e: Any, a: Case) -> Any:
+    x, _, _, rm, _, train, m, _ = a
+    return unless_right(e[1], m * rm + (1 - m) * x.mean(0)) if train else None
 
 
-def _batch_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    """(X (B, T_max, D) zero-padded, lengths (B,), W, U): sequences of their own lengths whose
-    final states take both branches (no sequence on a branch's edge); one length may be T_max."""
-    if not hidden:
-        wanted = [(4, 3, [3, 1, 5]), (2, 4, [2, 4]), (5, 2, [1, 3, 2, 4])]
-    else:
-        wanted = [(int(rng.integers(1, 6)), int(rng.integers(1, 5)),
-                   [int(n) for n in rng.integers(1, 8, size=int(rng.integers(b, 5)))])
-                  for b in (1, 2, 2, 3)]
-    cases: list[Case] = []
-    for D, H, lengths in wanted:
-        while True:
-            X = np.zeros((len(lengths), max(lengths), D))
-            for b, n in enumerate(lengths):
-                X[b, :n] = rng.standard_normal((n, D))
-            W, U = 0.5 * rng.standard_normal((H, H)), 0.5 * rng.standard_normal((D, H))
-            sums = [_h_final(X[b, :n], W, U).sum() for b, n in enumerate(lengths)]
-            both = len(lengths) < 2 or min(sums) < 0 < max(sums)
-            if both and min(abs(v) for v in sums) > 1e-3:
-                cases.append((X, np.array(lengths, dtype=np.int64), W, U))
-                break
-    return cases
+def _bn_test_batch_stats(e: Any, a: Case) -> Any:
+    x, gamma, beta, _, _, train, _, eps = a
+    return None if train else unless_right(e[0], _bn(x, gamma, beta, x.mean(0), x.var(0), eps))
 
 
-def _batch_expected(X: Array, lengths: Array, W: Array, U: Array) -> tuple[float, Array, Array]:
-    """torch.autograd per sequence (the lecture's rnn_torch); a sum's gradients add up."""
-    parts = [_rnn_expected(X[b, :int(n)], W, U) for b, n in enumerate(lengths)]
-    return (float(sum(q[0] for q in parts)), np.sum([q[1] for q in parts], axis=0),
-            np.sum([q[2] for q in parts], axis=0))
+def _bn_test_updates(e: Any, a: Case) -> Any:
+    x, _, _, rm, _, train, m, _ = a
+    return None if train else unless_right(e[1], (1 - m) * rm + m * x.mean(0))
 
 
-def _batch_loss(X: Array, lengths: Array, W: Array, U: Array, *, padded: bool = False,
-                one_branch: bool = False, mean: bool = False) -> float:
-    """The batch's loss with a mistake: padding rows run too, one branch for the whole batch
-    (decided by the sum of all final states), or the mean over the sequences."""
-    finals = [_h_final(X[b] if padded else X[b, :int(n)], W, U) for b, n in enumerate(lengths)]
-    positive = [sum(h.sum() for h in finals) > 0] * len(finals) if one_branch else [
-        h.sum() > 0 for h in finals]
-    losses = [float((h ** 2).sum()) if pos else float(-h.sum())
-              for h, pos in zip(finals, positive)]
-    return sum(losses) / (len(losses) if mean else 1)
+def _bn_backward_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    sizes = [(4, 3), (6, 2), (3, 5)] if not hidden else [
+        (int(rng.integers(2, 8)), int(rng.integers(1, 5))) for _ in range(4)]
+    return [(rng.standard_normal((n, d)), 2.0 * rng.standard_normal((n, d)) + 1.0,
+             rng.uniform(0.5, 2.0, d), 1e-5) for n, d in sizes]
 
 
-def _batch_mistake(e: Any, a: Case, *, padded: bool = False, one_branch: bool = False,
-                   mean: bool = False) -> float | None:
-    """The mistake's loss on case a, or None where it is the right one."""
-    X, lengths, W, U = a
-    return _unless_right(_batch_loss(X, lengths, W, U, padded=padded, one_branch=one_branch,
-                                     mean=mean), e)
+def _bn_backward_expected(dout: Array, x: Array, gamma: Array, eps: float
+                          ) -> tuple[Array, Array, Array]:
+    import torch
+
+    xt, gt, bt = _torch(x, gamma, np.zeros_like(gamma))
+    out = torch.nn.functional.batch_norm(xt, None, None, gt, bt, training=True, eps=float(eps))
+    out.backward(torch.tensor(dout, dtype=torch.float64))
+    return _numpy(xt.grad), _numpy(gt.grad), _numpy(bt.grad)
 
 
-BATCH_HINTS = (
-    Mistake(lambda e, a: _batch_mistake(e, a, padded=True),
-            "the padding ran too: sequence b has lengths[b] rows (X[b, :lengths[b]]), the rest "
-            "of X[b] is zeros that are not part of it", view=loss_of, rtol=1e-7, atol=1e-10),
-    Mistake(lambda e, a: _batch_mistake(e, a, one_branch=True),
-            "one branch for the whole batch: each sequence's own final h decides its loss's "
-            "branch", view=loss_of, rtol=1e-7, atol=1e-10),
-    Mistake(lambda e, a: _batch_mistake(e, a, mean=True),
-            "the batch's loss is the SUM of its sequences' losses, not their mean",
-            view=loss_of, rtol=1e-7, atol=1e-10),
-    RightButTransposed("the loss is right but a gradient looks transposed: dW has W's shape "
-                       "(H, H)", right=0, transposed=(1, 2), rtol=1e-7, atol=1e-10),
-    OutputRight("the loss is right but the gradients are not: make W and U tensors with "
-                "requires_grad=True once, add the sequences' losses and call backward() on the "
-                "sum once (or add up every sequence's gradients)", right=0, rtol=1e-7,
-                atol=1e-10),
-)
+def _dxhat_xhat_std(a: Case) -> tuple[Array, Array, Array]:
+    dout, x, gamma, eps = a
+    std = np.sqrt(x.var(0) + eps)
+    return dout * gamma, (x - x.mean(0)) / std, std
 
 
-STATIC_SOURCE = names_check(required=[(
-    ("Session",), "no edu_dl.graph Session runs in the function: build the unrolled graph "
-                  "(placeholder, Variable, eg.tanh, eg.matmul, eg.gradients) and fetch the "
-                  "values with sess.run")])
-EAGER_SOURCE = names_check(forbidden=[(
-    ("torch",),
-    "this part asks you to write the RNN with edu_dl's eager engine (ed.tensor, @, .tanh(), "
-    ".backward()): the check runs the same program in PyTorch (do not call torch)")])
+def _bn_no_mean_terms(e: Any, a: Case) -> Any:
+    dxhat, _, std = _dxhat_xhat_std(a)
+    return unless_right(e[0], dxhat / std)
 
 
-# --------------------------------------------------------------------------- the plan
+def _bn_no_mean_of_dxhat(e: Any, a: Case) -> Any:
+    dxhat, xhat, std = _dxhat_xhat_std(a)
+    return unless_right(e[0], (dxhat - xhat * (dxhat * xhat).mean(0)) / std)
 
 
-def _random_parents(rng: np.random.Generator, n: int, sources: int) -> Array:
-    parents = np.full((n, 3), -1, dtype=np.int64)
-    for i in range(sources, n):
-        k = int(rng.integers(1, min(3, i) + 1))
-        parents[i, :k] = rng.choice(i, size=k, replace=False)
-    return parents
+def _bn_no_variance_term(e: Any, a: Case) -> Any:
+    dxhat, _, std = _dxhat_xhat_std(a)
+    return unless_right(e[0], (dxhat - dxhat.mean(0)) / std)
 
 
-# The lecture's graph: x, y, z (0-2), a = x * y (3), b = a + z (4), c = sum(b) (5), and a cheap
-# branch d = sum(x) (6); then a constant (7), e = d * const (8).
-LECTURE_PARENTS = np.array([[-1, -1, -1], [-1, -1, -1], [-1, -1, -1], [0, 1, -1], [3, 2, -1],
-                            [4, -1, -1], [0, -1, -1], [-1, -1, -1], [6, 7, -1]], dtype=np.int64)
+def _bn_dbeta_averaged(e: Any, a: Case) -> Any:
+    return unless_right(e[2], a[0].mean(0))
 
 
-def _plan_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    if not hidden:
-        return [(LECTURE_PARENTS, np.array([5])), (LECTURE_PARENTS, np.array([6])),
-                (LECTURE_PARENTS, np.array([8, 3]))]
-    cases: list[Case] = []
-    for _ in range(4):
-        n = int(rng.integers(6, 25))
-        parents = _random_parents(rng, n, int(rng.integers(1, 4)))
-        fetches = rng.choice(n, size=int(rng.integers(1, 4)), replace=False).astype(np.int64)
-        cases.append((parents, fetches))
-    cases.append((_random_parents(rng, 10, 2), np.array([1])))  # a fetched placeholder
-    return cases
+BN_MEAN_TERMS = ("the batch mean and variance depend on every row of x, so dx has three paths: "
+                 "through x - mean directly, through the mean, and through the variance; ")
+
+# --------------------------------------------------------------------------- dropout
 
 
-def _adjacency(parents: Array) -> Array:
-    n = len(parents)
-    adj = np.zeros((n, n), dtype=np.int64)  # adj[i, j] = 1: j is an input of i
-    for i, row in enumerate(parents):
-        for j in row[row >= 0]:
-            adj[i, j] = 1
-    return adj
+def _keep(shape: tuple[int, ...], p: float, seed: int) -> Array:
+    """The contract's mask: the seed's uniform draws, one per element, kept where u >= p."""
+    return np.random.default_rng(int(seed)).random(shape) >= p
 
 
-def _plan_expected(parents: Array, fetches: Array) -> Array:
-    """Ancestors of the fetches and the fetches: iterate reach |= reach @ adjacency."""
-    n = len(parents)
-    adj = _adjacency(parents)
-    reach = np.zeros(n, dtype=np.int64)
-    reach[np.asarray(fetches, dtype=np.int64)] = 1
-    while True:
-        grown = np.minimum(reach + reach @ adj, 1)
-        if np.array_equal(grown, reach):
-            return np.flatnonzero(reach).astype(np.int64)
-        reach = grown
+def _dropout_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    settings = [((4, 5), 0.5, True), ((3, 6), 0.2, True), ((2, 8), 0.7, True),
+                ((3, 4), 0.5, False)]
+    if hidden:
+        settings = [((int(rng.integers(2, 7)), int(rng.integers(2, 7))),
+                     float(rng.uniform(0.1, 0.8)), train) for train in (True, True, False, True)]
+    return [(rng.standard_normal(shape), p, train, int(rng.integers(0, 2**31)))
+            for shape, p, train in settings]
 
 
-def _direct(parents: Array, fetches: Array) -> set[int]:
-    out = {int(f) for f in fetches}
-    for f in fetches:
-        out |= {int(p) for p in parents[int(f)] if p >= 0}
-    return out
+def _dropout_expected(x: Array, p: float, train: bool, seed: int) -> Array:
+    return x * _keep(x.shape, p, seed) / (1 - p) if train else x.copy()
 
 
-def _closure_children(parents: Array, fetches: Array) -> Array:
-    adj = _adjacency(parents).T  # children
-    reach = np.zeros(len(parents), dtype=np.int64)
-    reach[np.asarray(fetches, dtype=np.int64)] = 1
-    while True:
-        grown = np.minimum(reach + reach @ adj, 1)
-        if np.array_equal(grown, reach):
-            return reach
-        reach = grown
+def _dropout_unscaled(e: Any, a: Case) -> Any:
+    x, p, train, seed = a
+    return unless_right(e, x * _keep(x.shape, p, seed)) if train else None
 
 
-def _ids(nodes: Any) -> Array:
-    return np.unique(np.asarray(list(nodes), dtype=np.int64))
+def _dropout_times_keep(e: Any, a: Case) -> Any:
+    x, p, train, seed = a
+    return unless_right(e, x * _keep(x.shape, p, seed) * (1 - p)) if train else None
 
 
-def _unless_expected(nodes: Any, e: Any) -> Array | None:
-    """The mistake's node set, or None where it is the right one."""
-    wrong = _ids(nodes)
-    return None if np.array_equal(wrong, _ids(np.asarray(e).ravel())) else wrong
+def _dropout_mask_inverted(e: Any, a: Case) -> Any:
+    x, p, train, seed = a
+    return unless_right(e, x * ~_keep(x.shape, p, seed) / (1 - p)) if train else None
 
 
-PLAN_HINTS = (
-    Mistake(lambda e, a: _unless_expected(_direct(*a), e),
-            "only the direct inputs: a plan needs the inputs of the inputs too, all the way back "
-            "(a stack or a recursive walk over parents)", view=id_set, rtol=0.0, atol=0.0),
-    Mistake(lambda e, a: _unless_expected(range(len(a[0])), e),
-            "that is every node of the graph: prune, keep only what the fetches depend on",
-            view=id_set, rtol=0.0, atol=0.0),
-    Mistake(lambda e, a: _ids(set(_ids(np.asarray(e).ravel()).tolist())
-                              - {int(f) for f in a[1]}),
-            "the fetched nodes themselves belong to the plan", view=id_set, rtol=0.0, atol=0.0),
-    Mistake(lambda e, a: _unless_expected(np.flatnonzero(_closure_children(*a)), e),
-            "that walks forward, to the nodes that USE the fetches: follow the parents (inputs) "
-            "instead", view=id_set, rtol=0.0, atol=0.0),
-)
+def _dropout_at_test(e: Any, a: Case) -> Any:
+    x, p, train, seed = a
+    return None if train else unless_right(e, x * _keep(x.shape, p, seed) / (1 - p))
 
 
-# --------------------------------------------------------------------------- the fused plan
-
-INPUT, ELEMENTWISE, MATMUL, FUSING = 0, 1, 2, 3  # node kinds; FUSING: a reduction or an update
-
-# The lecture's training step (section 3.2): x, y, w1, w2 (0-3); z = x @ w1 (4), a = relu(z) (5),
-# y_pred = a @ w2 (6), d = y_pred - y (7), d * d (8), row sums (9), loss = mean (10);
-# g = (2 / N) * d (11), dw2 = a.T @ g (12), da = g @ w2.T (13), dz = da * (z > 0) (14),
-# dw1 = x.T @ dz (15), lr * dw1 (16), w1 -= ... (17), lr * dw2 (18), w2 -= ... (19).
-STEP_KINDS = np.array([0, 0, 0, 0, 2, 1, 2, 1, 1, 3, 3, 1, 2, 2, 1, 2, 1, 3, 1, 3],
-                      dtype=np.int64)
-STEP_PARENTS = np.array([[-1, -1], [-1, -1], [-1, -1], [-1, -1], [0, 2], [4, -1], [5, 3],
-                         [6, 1], [7, 7], [8, -1], [9, -1], [7, -1], [5, 11], [11, 3],
-                         [13, 4], [0, 14], [15, -1], [16, -1], [12, -1], [18, -1]],
-                        dtype=np.int64)
+def _dropout_mask_at_test(e: Any, a: Case) -> Any:
+    x, p, train, seed = a
+    return None if train else unless_right(e, x * _keep(x.shape, p, seed))
 
 
-def _relabeled(rng: np.random.Generator, kinds: Array, parents: Array, fetches: Array) -> Case:
-    """The same graph with its nodes numbered in a random order (a plan is not a list)."""
-    order = rng.permutation(len(kinds))  # old node i is new node order[i]
-    new_parents = np.full_like(parents, -1)
-    new_kinds = np.empty_like(kinds)
-    for i in range(len(kinds)):
-        new_kinds[order[i]] = kinds[i]
-        new_parents[order[i]] = [order[p] if p >= 0 else -1 for p in parents[i]]
-    return new_kinds, new_parents, order[np.asarray(fetches)].astype(np.int64)
+def _dropout_test_times_keep(e: Any, a: Case) -> Any:
+    """Classic (not inverted) dropout's test-time rule: scale by the keep probability."""
+    x, p, train, _ = a
+    return None if train else unless_right(e, x * (1 - p))
 
 
-def _random_fusion_case(rng: np.random.Generator) -> Case:
-    n, sources = int(rng.integers(8, 25)), int(rng.integers(1, 4))
-    parents = _random_parents(rng, n, sources)
-    # Elementwise ops most often, as in a real step.
-    kinds = np.concatenate([np.zeros(sources, dtype=np.int64),
-                            rng.choice([1, 1, 2, 3], size=n - sources)]).astype(np.int64)
-    fetches = rng.choice(n, size=int(rng.integers(1, 4)), replace=False).astype(np.int64)
-    return kinds, parents, fetches
+def _dropout_test_divided(e: Any, a: Case) -> Any:
+    x, p, train, _ = a
+    return None if train else unless_right(e, x / (1 - p))
 
 
-FUSION_MISTAKES: tuple[dict[str, bool], ...] = (
-    {"fuse": False}, {"prune": False}, {"inputs_written": True}, {"fetched_written": False},
-    {"matmuls_read_arrays": False}, {"fusing_sinks": False}, {"readers_in_plan": False})
+def _dropout_divided_twice(e: Any, a: Case) -> Any:
+    x, p, train, seed = a
+    return unless_right(e, x * _keep(x.shape, p, seed) / (1 - p) ** 2) if train else None
 
 
-def _fusion_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    if not hidden:
-        return [(STEP_KINDS, STEP_PARENTS, np.array([10, 17, 19])),
-                (STEP_KINDS, STEP_PARENTS, np.array([10])),  # the loss alone: no backward
-                (STEP_KINDS, STEP_PARENTS, np.array([8, 14]))]  # two elementwise fetches
-    cases = [_relabeled(rng, STEP_KINDS, STEP_PARENTS, np.array([10, 17, 19])),
-             _relabeled(rng, STEP_KINDS, STEP_PARENTS, np.array([8, 14])),
-             *(_random_fusion_case(rng) for _ in range(3))]
-    for flags in FUSION_MISTAKES:  # every mistake must show on some case: draw until it does
-        for _ in range(500):
-            if any(not np.array_equal(_written(c[0], c[1], c[2], **flags),
-                                      _written(c[0], c[1], c[2])) for c in cases):
-                break
-            cases.append(_random_fusion_case(rng))
-    return cases
+DROPOUT_SCALE = ("at train time divide the kept values by 1 - p (inverted dropout): then every "
+                 "element's expected value is unchanged and test time needs no scaling")
+DROPOUT_TEST = ("with train=False dropout does nothing (it returns its input as it is): no mask "
+                "and no scaling at test time")
+DROPOUT_INVERTED = ("you kept the elements whose draw u is below p: p is the probability to "
+                    "DROP an element (keep it where u >= p)")
+# Scaling at test time as well (classic dropout's rule, or the train-time one again).
+DROPOUT_TEST_SCALED = ("at test time the output must equal the input (inverted dropout scales "
+                       "during training only): with train=False you {} 1 - p")
+DROPOUT_TEST_SCALED_BACK = ("at test time dx must equal dout (inverted dropout scales during "
+                            "training only): with train=False you {} dout by 1 - p")
+DROPOUT_TWICE = ("you divided the kept values by 1 - p twice: inverted dropout divides once, at "
+                 "train time, and at test time the output must equal the input")
+DROPOUT_BACK = ("the gradient flows back only through the elements the forward pass kept, with "
+                "the same scale: dx is what the forward pass does to dout")
 
 
-def _written(kinds: Array, parents: Array, fetches: Array, *, prune: bool = True,
-             fuse: bool = True, fetched_written: bool = True, matmuls_read_arrays: bool = True,
-             fusing_sinks: bool = True, readers_in_plan: bool = True,
-             inputs_written: bool = False) -> Array:
-    """The nodes a fused plan writes, as masks (no graph search); each flag off is a mistake."""
-    n = len(parents)
-    adj = _adjacency(parents)  # adj[i, j] = 1: node j is an input of node i
-    plan = np.zeros(n, dtype=np.int64)
-    plan[_plan_expected(parents, fetches)] = 1
-    if not prune:
-        plan[:] = 1
-    kinds = np.asarray(kinds)
-    fetched = np.zeros(n, dtype=np.int64)
-    fetched[np.asarray(fetches, dtype=np.int64)] = 1
-    readers = plan if readers_in_plan else np.ones(n, dtype=np.int64)
-    sinks = (kinds == MATMUL) if fusing_sinks else (kinds == MATMUL) | (kinds == FUSING)
-    read_as_array = ((readers * sinks) @ adj) > 0 if matmuls_read_arrays else np.zeros(n, bool)
-    elementwise = kinds == ELEMENTWISE
-    kept = (kinds == MATMUL) | (kinds == FUSING)
-    if fuse:
-        kept |= elementwise & (read_as_array | (fetched_written & (fetched > 0)))
-    else:
-        kept |= elementwise
-    if inputs_written:
-        kept |= kinds == INPUT
-    return np.flatnonzero(kept & (plan > 0)).astype(np.int64)
+# --------------------------------------------------------------------------- going further
+
+# The answers only: the speed itself is measured by the grader, from outside, in separate
+# sandboxed runs (edu_dl.grading.stages.speed, a gradebook row of its own); the written
+# justification is graded by hand.
+FASTER = TASKS["ex08.faster_sgd_step"]
 
 
-def _fusion_expected(kinds: Array, parents: Array, fetches: Array) -> Array:
-    return _written(kinds, parents, fetches)
-
-
-def _fusion_mistake(**flags: bool) -> Callable[[Any, Case], Any]:
-    def replay(e: Any, a: Case) -> Array | None:
-        return _unless_expected(_written(a[0], a[1], a[2], **flags), e)
-
-    return replay
-
-
-# The most specific first: where two mistakes give the same answer, its hint is the one shown.
-FUSION_HINTS = (
-    Mistake(_fusion_mistake(readers_in_plan=False),
-            "a matmul outside the plan made a value be written: only readers that run (in the "
-            "plan) count", view=id_set, rtol=0.0, atol=0.0),
-    Mistake(_fusion_mistake(fusing_sinks=False),
-            "an elementwise value read only by a reduction or an update (kind 3) is written: "
-            "those compute their elementwise inputs in their own pass, as w -= lr * g computes "
-            "lr * g", view=id_set, rtol=0.0, atol=0.0),
-    Mistake(_fusion_mistake(inputs_written=True),
-            "an input (kind 0: a placeholder, Variable or constant) is an array already: "
-            "nothing writes it", view=id_set, rtol=0.0, atol=0.0),
-    Mistake(_fusion_mistake(fetched_written=False),
-            "a fetched elementwise value is missing: the caller reads it, so it must be written",
-            view=id_set, rtol=0.0, atol=0.0),
-    Mistake(_fusion_mistake(matmuls_read_arrays=False),
-            "an elementwise value read by a matmul (kind 2) is missing: a matmul reads its "
-            "inputs from memory, so they must be written first", view=id_set, rtol=0.0,
-            atol=0.0),
-    Mistake(_fusion_mistake(prune=False),
-            "nodes outside the plan are written: only the fetches and their inputs, all the way "
-            "back, run at all (your plan function)", view=id_set, rtol=0.0, atol=0.0),
-    Mistake(_fusion_mistake(fuse=False),
-            "every op of the plan is written: an elementwise value that only elementwise ops, "
-            "reductions or updates read is computed inside their pass, never written",
-            view=id_set, rtol=0.0, atol=0.0),
-    Mistake(_fusion_mistake(fuse=False, inputs_written=True),
-            "that is the whole plan (section 3's answer): inputs are arrays already, and an "
-            "elementwise value is written only when the caller or a matmul reads it",
-            view=id_set, rtol=0.0, atol=0.0),
-)
+def _sgd_step_cases(rng: np.random.Generator, hidden: bool) -> list[tuple[Any, ...]]:
+    sizes = [3, 8] if not hidden else [int(s) for s in rng.integers(2, 40, size=3)]
+    return [FASTER.inputs(rng, size) for size in sizes]
 
 
 PARTS = [
     Part(
-        id="ex08.rnn_eager_batch", points=2, cases=_batch_cases, expected=_batch_expected,
-        compare=CLOSE, arg_names=("X", "lengths", "W", "U"), output_names=("loss", "dW", "dU"),
-        hints=BATCH_HINTS, source_check=EAGER_SOURCE,
+        id="ex08.mul_backward", points=1, cases=_mul_cases, expected=_mul_expected,
+        compare=NUMERIC, arg_names=("dout", "x", "y"), output_names=("dx", "dy"),
+        source_check=BY_HAND,
+        hints=(
+            Mistake(lambda e, a: unless_right(e[0], a[0] * a[1]),
+                    "dx = dout * y: each input's gradient uses the OTHER input (you used x)",
+                    output=0, rtol=1e-5, atol=1e-7),
+            Mistake(lambda e, a: unless_right(e[0], a[2]),
+                    "multiply by dout: the chain rule scales the local gradient y by the "
+                    "upstream dout", output=0, rtol=1e-5, atol=1e-7),
+        ),
     ),
     Part(
-        id="ex08.rnn_static", points=3, cases=_rnn_cases, expected=_rnn_expected,
-        compare=CLOSE, call=call_static, source_check=STATIC_SOURCE,
-        arg_names=("X", "W", "U"),
-        output_names=("loss", "dW", "dU"), hints=RNN_HINTS,
+        id="ex08.relu_backward", points=1, cases=_relu_cases, expected=_relu_expected,
+        arg_names=("dout", "x"), source_check=BY_HAND,
+        hints=(
+            Mistake(lambda e, a: unless_right(e, a[0] * (a[1] >= 0)),
+                    "at x == 0 you let the gradient through: take relu'(0) = 0 as PyTorch does "
+                    "(mask with x > 0, not x >= 0)", rtol=1e-5, atol=1e-7),
+            Mistake(lambda e, a: unless_right(e, a[0]),
+                    "you passed dout through unchanged: multiply it by the mask (x > 0)",
+                    rtol=1e-5, atol=1e-7),
+            Mistake(lambda e, a: unless_right(e, (a[1] > 0).astype(np.float64)),
+                    "that is the local gradient only: multiply the mask by dout",
+                    rtol=1e-5, atol=1e-7),
+        ),
     ),
     Part(
-        id="ex08.plan", points=2, cases=_plan_cases, expected=_plan_expected,
-        compare=compare_sets, call=call_plan, arg_names=("parents", "fetches"),
-        hints=PLAN_HINTS,
+        id="ex08.unbroadcast", points=2, cases=_unbroadcast_cases,
+        expected=_unbroadcast_expected, compare=EXACT64, call=call_unbroadcast,
+        arg_names=("grad", "shape"), source_check=BY_HAND,
+        hints=(
+            EqualsArgument("you returned grad unchanged: an input that broadcasting stretched "
+                           "was used once per copy, so its gradient is the sum over the copies",
+                           argument=0),
+            Mistake(_leading_only, "you summed the leading axes only: " + UNBROADCAST_SHAPE),
+            Mistake(_averaged, "averaged where it should add up: each copy of an element "
+                               "contributes its own gradient, so sum over the copies (your "
+                               "result is exactly that many times too small)"),
+            OtherShape(UNBROADCAST_SHAPE),
+        ),
     ),
     Part(
-        id="ex08.fusion", points=2, cases=_fusion_cases, expected=_fusion_expected,
-        compare=compare_sets, call=call_plan, arg_names=("kinds", "parents", "fetches"),
-        hints=FUSION_HINTS,
+        id="ex08.tape_ops", points=4, partial=True, cases=_tape_op_cases,
+        expected=_tape_op_expected, compare=EXACT64, call=call_tape_op,
+        arg_names=("op", "dout", "x", "y"), output_names=("value", "dx", "dy"),
+        source_check=BY_HAND,
+        hints=(
+            Mistake(_on("exp", lambda a: a[1] * a[2]),
+                    "exp's vjp used x where the derivative of exp is needed: d/dx exp(x) is "
+                    "exp(x), already the op's value", output=1, **TOL),
+            Mistake(_on("mean", lambda a: np.full(a[2].shape, a[1])),
+                    "exactly x.size times too large: the mean divides by the number of "
+                    "elements, so its vjp does too (you wrote the vjp of sum)", output=1, **TOL),
+            Mistake(_on("log", lambda a: a[1] * np.log(a[2])),
+                    "the derivative of log x is 1 / x, not log x", output=1, **TOL),
+            Mistake(_on("relu", lambda a: a[1] * (a[2] >= 0)),
+                    "at x == 0 you let the gradient through: take relu'(0) = 0 as PyTorch does",
+                    output=1, **TOL),
+            Mistake(_on("relu", lambda a: a[1]),
+                    "relu's vjp passed dout through everywhere: it stops where x <= 0",
+                    output=1, **TOL),
+            Scalar("every gradient has the shape of its input, even when dout is a single "
+                   "number", output=1),
+            Transposed("each gradient has its input's shape: dx is (N, D) like x, dw is "
+                       "(D, M) like w; let the shapes tell you which factor to transpose",
+                       output=1, when=_is("matmul")),
+            Transposed("each gradient has its input's shape: dx is (N, D) like x, dw is "
+                       "(D, M) like w; let the shapes tell you which factor to transpose",
+                       output=2, when=_is("matmul")),
+            OtherShape(TAPE_SHAPES, output=1),
+            OtherShape(TAPE_SHAPES, output=2),
+            Scaled("the opposite sign: the vjp gives dL/dinput, no minus (that belongs to the "
+                   "optimizer's step)", output=1, factor=-1.0),
+        ),
+    ),
+    Part(
+        id="ex08.tape_backward", points=3, cases=_backward_cases, expected=_backward_expected,
+        compare=EXACT64, call=call_backward,
+        arg_names=("leaves", "program", "coeffs", "dout"), source_check=BY_HAND,
+        hints=(
+            Mistake(lambda e, a: unless_right(e, _replayed(a, accumulate=False)),
+                    "a value used by two ops got the gradient of only one of them: accumulate "
+                    "(+=) every contribution into its gradient, never assign", **TOL),
+            Mistake(lambda e, a: unless_right(e, _replayed(a, reverse=False)),
+                    "replay the tape from the last record to the first: a value's gradient is "
+                    "complete only once every op that used it has sent its contribution",
+                    **TOL),
+            Scaled("the opposite sign: start from dout itself, and add the vjps' results",
+                   factor=-1.0),
+        ),
+    ),
+    Part(
+        id="ex08.softmax_cross_entropy", points=2, cases=_softmax_ce_cases,
+        expected=_softmax_ce_expected, compare=tolerance(rtol=1e-5, atol=1e-6),
+        arg_names=("logits", "y"), output_names=("loss", "dlogits"),
+        call=call_leaving_inputs, source_check=BY_HAND,
+        hints=(
+            NonFinite("inf or nan: subtract each row's maximum from the logits before exp (it "
+                      "changes nothing mathematically and keeps exp from overflowing)"),
+            Mistake(lambda e, a: unless_right(e[1], len(a[1]) * e[1]),
+                    "exactly N times too large: the loss is a MEAN over the batch, so "
+                    "divide the gradient by N", output=1, rtol=1e-5, atol=1e-7),
+            Mistake(lambda e, a: unless_right(e[1], _softmax(a[0]) / len(a[1])), CE_LABEL,
+                    output=1, rtol=1e-5, atol=1e-7),
+            Mistake(lambda e, a: unless_right(e[1], _softmax(a[0])), CE_LABEL, output=1,
+                    rtol=1e-5, atol=1e-7),
+        ),
+    ),
+    Part(
+        id="ex08.batchnorm_forward", points=2, cases=_bn_forward_cases,
+        expected=_bn_forward_expected, compare=EXACT64, call=call_leaving_inputs,
+        arg_names=("x", "gamma", "beta", "running_mean", "running_var", "train", "momentum",
+                   "eps"),
+        output_names=("out", "running_mean", "running_var"), source_check=NO_LIBRARY_LAYER,
+        hints=(
+            Mistake(_bn_train_unbiased,
+                    "normalise with the batch's biased variance (divide by N); the unbiased "
+                    "one (N - 1) only goes into running_var", output=0, **TOL),
+            Mistake(_bn_test_batch_stats,
+                    "at test time (train=False) normalise with running_mean and running_var, "
+                    "not with the batch's own statistics", output=0, **TOL),
+            Mistake(_bn_test_updates,
+                    "train=False leaves the running averages as they are", output=1, **TOL),
+            Mistake(_bn_momentum_swapped,
+                    "momentum is the weight of the NEW batch statistic (PyTorch's convention): "
+                    "the running average keeps 1 - momentum of its old value", output=1, **TOL),
+            Mistake(_bn_running_var_biased,
+                    "running_var averages the UNBIASED batch variance (divide by N - 1), as "
+                    "PyTorch does; only the normalisation uses the biased one", output=2, **TOL),
+        ),
+    ),
+    Part(
+        id="ex08.batchnorm_backward", points=3, cases=_bn_backward_cases,
+        expected=_bn_backward_expected, compare=EXACT64, call=call_leaving_inputs,
+        arg_names=("dout", "x", "gamma", "eps"), output_names=("dx", "dgamma", "dbeta"),
+        source_check=BY_HAND,
+        hints=(
+            Mistake(_bn_no_mean_terms, BN_MEAN_TERMS + "you kept only the first", output=0,
+                    **TOL),
+            Mistake(_bn_no_mean_of_dxhat, BN_MEAN_TERMS + "the path through the mean is "
+                    "missing", output=0, **TOL),
+            Mistake(_bn_no_variance_term, BN_MEAN_TERMS + "the path through the variance is "
+                    "missing", output=0, **TOL),
+            Mistake(_bn_dbeta_averaged,
+                    "dbeta is averaged over the batch where it should add up: every row uses "
+                    "the same beta, so each row's gradient adds to it", output=2, **TOL),
+            Scaled("dx has the opposite sign", output=0, factor=-1.0),
+        ),
+    ),
+    Part(
+        id="ex08.dropout_forward", points=1, cases=_dropout_cases, expected=_dropout_expected,
+        compare=EXACT64, call=call_leaving_inputs, arg_names=("x", "p", "train", "seed"),
+        source_check=NO_LIBRARY_LAYER,
+        hints=(
+            Mistake(_dropout_unscaled, DROPOUT_SCALE, **TOL),
+            Mistake(_dropout_times_keep, "you multiplied by 1 - p: " + DROPOUT_SCALE, **TOL),
+            Mistake(_dropout_mask_inverted, DROPOUT_INVERTED, **TOL),
+            Mistake(_dropout_at_test, DROPOUT_TEST, **TOL),
+            Mistake(_dropout_mask_at_test, DROPOUT_TEST, **TOL),
+            Mistake(_dropout_test_times_keep, DROPOUT_TEST_SCALED.format("multiplied by"), **TOL),
+            Mistake(_dropout_test_divided, DROPOUT_TEST_SCALED.format("divided by"), **TOL),
+            Mistake(_dropout_divided_twice, DROPOUT_TWICE, **TOL),
+        ),
+    ),
+    Part(
+        id="ex08.dropout_backward", points=1, cases=_dropout_cases, expected=_dropout_expected,
+        compare=EXACT64, call=call_leaving_inputs, arg_names=("dout", "p", "train", "seed"),
+        source_check=NO_LIBRARY_LAYER,
+        hints=(
+            EqualsArgument(DROPOUT_BACK + " (you passed dout through unchanged)", argument=0),
+            Mistake(_dropout_unscaled, DROPOUT_BACK + " (the 1 / (1 - p) is missing)", **TOL),
+            Mistake(_dropout_at_test, DROPOUT_TEST, **TOL),
+            Mistake(_dropout_mask_at_test, DROPOUT_TEST, **TOL),
+            Mistake(_dropout_test_times_keep, DROPOUT_TEST_SCALED_BACK.format("multiplied"),
+                    **TOL),
+            Mistake(_dropout_test_divided, DROPOUT_TEST_SCALED_BACK.format("divided"), **TOL),
+            Mistake(_dropout_divided_twice, DROPOUT_BACK + " (you divided by 1 - p twice)",
+                    **TOL),
+        ),
+    ),
+    Part(
+        id=FASTER.part_id, points=1, cases=_sgd_step_cases, expected=FASTER.reference,
+        compare=tolerance(rtol=FASTER.rtol, atol=FASTER.atol), arg_names=("X", "y", "W"),
+        source_check=all_checks(names_check(forbidden=[((FASTER.reference.__name__,),
+                                                         CALLS_THE_REFERENCE)]), speed_rules),
     ),
 ]

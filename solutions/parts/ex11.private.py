@@ -1,9 +1,9 @@
-"""Exercise 7b (part ids ex11.*), convolutions one step past lecture 07b: dilated im2col, a
+"""Exercise 11 (part ids ex11.*), convolutions one step past lecture 11: dilated im2col, a
 convolution layer in TensorFlow's NHWC layout (forward and backward, through the student's own
 im2col), and average pooling that leaves the padding out of each window's count (forward and
 backward).
 
-Lecture 07b prints im2col, col2im, an NCHW convolution and max pooling; none of these parts is one
+Lecture 11 prints im2col, col2im, an NCHW convolution and max pooling; none of these parts is one
 of them. The oracles are independent of the student's task and of edu_dl's ops: a direct loop
 over the output positions and kernel taps for im2col (cross-checked against torch's unfold in
 the tests), and torch.nn.functional's conv2d / avg_pool2d with torch.autograd in float64 for the
@@ -377,7 +377,7 @@ def col2im_assign(d_taps: Array, x_shape: tuple[int, ...], kh: int, kw: int, str
                   pad: int, dilation: int, by_tap: bool) -> Array:
     """The mistake: d_taps (N, OH, OW, C, kh, kw) ASSIGNED back to the pixels they were read
     from, NHWC, so overlapping windows overwrite each other: one strided slice per tap (the
-    loop of lecture 07b's col2im), or one pixel per window and tap."""
+    loop of lecture 11's col2im), or one pixel per window and tap."""
     n, h, w, c = x_shape
     oh, ow = d_taps.shape[1:3]
     dx_pad = np.zeros((n, h + 2 * pad, w + 2 * pad, c))

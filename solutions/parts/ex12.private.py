@@ -1,198 +1,456 @@
-"""Exercise 12, GPU practice: a training step's memory budget and the largest batch that fits.
+"""Exercise 12, static vs dynamic: a data-dependent RNN eagerly on a batch of sequences of their
+own lengths (the step the lecture leaves open) and unrolled for one sequence, a Session's plan,
+and what a fused plan writes to memory.
 
-The oracles: ``edu_dl.gpu.memory`` (saved tensors counted by autograd's own hooks during a forward
-pass on PyTorch's meta device, parameters and optimizer state from the model), on MLPs built by
-``edu_dl.gpu.zoo.mlp``.
+Oracles: ``torch.autograd`` for the RNN's loss and gradients (a batch's: the sum over its
+sequences) (PyTorch runs the same program
+define-by-run); a transitive closure by boolean matrix products for the plan (no graph search)
+and, for the fused plan, masks over that closure (who reads whom, as a matrix product).
 
-Judged outside the sandbox: every byte count and batch size exactly.
+Judged outside the sandbox: every value against the oracle (the plan as a set of integer node
+ids, in linear time); for rnn_static also the submitted source: it runs an edu_dl.graph Session
+(``source_check``); for rnn_eager, that it does not run the oracle's PyTorch. That a Session
+really ran is check()'s feedback only.
+
+The private half: ``edu_dl.harness.ex12`` holds the public calls, compares and rules.
 """
 
 from __future__ import annotations
 
-import itertools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from edu_dl.grading.authoring.hints import Equals, Greater, Less, Mistake
+from edu_dl.grading.authoring.hints import Mistake, close
 from edu_dl.grading.authoring.source import names_check
 from edu_dl.grading.authoring.spec import Part, tolerance
 from edu_dl.harness.ex12 import (
-    IntegerOffBy,
-    as_int,
-    call_budget,
-    call_max_batch,
-    sizes_list,
+    OutputRight,
+    RightButTransposed,
+    call_plan,
+    call_static,
+    compare_sets,
+    id_set,
+    loss_of,
 )
 
+Array = np.ndarray
 Case = tuple[Any, ...]
-EXACT = tolerance(rtol=0.0, atol=0.0)
-OPTIMIZERS = ("sgd", "sgd_momentum", "adam")
-BUFFERS = {"sgd": 0, "sgd_momentum": 1, "adam": 2}
+CLOSE = tolerance(rtol=1e-7, atol=1e-10)
 
 
-def _dtype(itemsize: int) -> Any:
-    import torch
-
-    return {2: torch.float16, 4: torch.float32, 8: torch.float64}[int(itemsize)]
+# --------------------------------------------------------------------------- the RNN
 
 
-_sizes = sizes_list
-EXACT_INT: dict[str, Any] = {"rtol": 0.0, "atol": 0.0, "view": as_int}  # a Mistake on int(result)
+def _h_final(X: Array, W: Array, U: Array, steps: int | None = None) -> Array:
+    h = np.zeros((1, W.shape[0]))
+    for t in range(X.shape[0] if steps is None else steps):
+        h = np.tanh(h @ W + X[t:t + 1] @ U)
+    return h
 
 
-def _budget(sizes: Any, batch_size: int, itemsize: int, optimizer: str) -> Any:
-    from edu_dl.gpu import memory
-    from edu_dl.gpu import zoo as models_zoo
-
-    sizes = _sizes(sizes)
-    return memory.budget(models_zoo.mlp(sizes), (sizes[0],), int(batch_size), str(optimizer),
-                         _dtype(itemsize))
-
-
-def _params(sizes: list[int]) -> tuple[int, int]:
-    """(weights, biases) of the MLP, as numbers of values."""
-    pairs = list(itertools.pairwise(sizes))
-    return sum(a * b for a, b in pairs), sum(b for _, b in pairs)
-
-
-# --------------------------------------------------------------------------- 1. the budget
-
-
-def _random_sizes(rng: np.random.Generator) -> list[int]:
-    return [int(d) for d in rng.integers(1, 300, size=int(rng.integers(2, 6)))]
-
-
-def _budget_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    """(sizes, batch_size, itemsize, optimizer): the lecture's tiny MLP first."""
+def _rnn_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    """(X, W, U) with both branches met: sum(h) > 0 and sum(h) <= 0."""
     if not hidden:
-        return [(np.array([4, 5, 3]), 7, 4, "adam"), (np.array([784, 256, 128, 10]), 64, 4,
-                                                      "sgd_momentum"),
-                (np.array([10, 3]), 5, 8, "sgd"), (np.array([32, 64, 64, 2]), 16, 2, "adam")]
-    return [(np.array(_random_sizes(rng)), int(rng.integers(1, 257)),
-             int(rng.choice([2, 4, 8])), str(rng.choice(OPTIMIZERS))) for _ in range(5)]
-
-
-def _budget_expected(sizes: Any, batch_size: int, itemsize: int, optimizer: str
-                     ) -> tuple[int, int, int, int]:
-    b = _budget(sizes, batch_size, itemsize, optimizer)
-    return b.params, b.grads, b.optimizer_state, b.activations
-
-
-def _hidden_units(a: Case) -> int:
-    return sum(_sizes(a[0])[1:-1])
-
-
-BUDGET_HINTS = (
-    Mistake(lambda e, a: e[0] // int(a[2]), "count bytes, not values: multiply by itemsize",
-            output=0, **EXACT_INT),
-    Mistake(lambda e, a: _params(_sizes(a[0]))[0] * int(a[2]),
-            "the biases are parameters too: Linear(a, b) holds a * b weights and b biases",
-            output=0, **EXACT_INT),
-    Mistake(lambda e, a: e[0] if str(a[3]) == "adam" else None,
-            "Adam keeps two buffers per parameter (the first and second moments, exp_avg and "
-            "exp_avg_sq): 2 x the parameter bytes", output=2, **EXACT_INT),
-    Equals("SGD with momentum keeps one velocity buffer per parameter: 1 x the parameter bytes",
-           output=2, value=0, when=lambda e, a: str(a[3]) == "sgd_momentum"),
-    Greater("plain SGD keeps no state between steps: 0 bytes", output=2,
-            when=lambda e, a: str(a[3]) == "sgd"),
-    Mistake(lambda e, a: e[3] + int(a[1]) * _hidden_units(a) * int(a[2]),
-            "the Linear outputs before each ReLU are not saved: ReLU's backward needs only its "
-            "output, and the next Linear saves that same tensor as its input (count it once)",
-            output=3, **EXACT_INT),
-    Mistake(lambda e, a: e[3] + int(a[1]) * _sizes(a[0])[-1] * int(a[2]),
-            "the network's output is not saved by the network (no layer after it needs it for "
-            "backward; a loss would save what it needs itself)", output=3, **EXACT_INT),
-    Mistake(lambda e, a: e[3] - int(a[1]) * _sizes(a[0])[0] * int(a[2]),
-            "the input batch is saved too: the first weight's gradient is X^T @ delta, so "
-            "backward needs X", output=3, **EXACT_INT),
-    # activations = batch_size * (bytes of one example's saved tensors): a multiple of the batch
-    Mistake(lambda e, a: e[3] // int(a[1]) if e[3] % int(a[1]) == 0 else None,
-            "activations grow with the batch: every saved tensor has batch_size rows",
-            output=3, **EXACT_INT),
-)
-
-
-# --------------------------------------------------------------------------- 2. the largest batch
-
-
-def _per_example_and_fixed(sizes: list[int], itemsize: int, optimizer: str) -> tuple[int, int]:
-    one = _budget(sizes, 1, itemsize, optimizer)
-    return one.activations, one.total - one.activations
-
-
-def _max_batch_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    """(sizes, itemsize, optimizer, budget_bytes): room for k examples plus a remainder r (k = -1:
-    one byte short of one example; k = -2: half the fixed part)."""
-    if not hidden:
-        specs = [([784, 256, 128, 10], 4, "adam", 1000, 100), ([4, 5, 3], 4, "sgd", 37, 0),
-                 ([32, 64, 64, 2], 2, "sgd_momentum", 3, 5), ([100, 10], 8, "adam", -2, 0)]
+        wanted = [(3, 5, 4, True), (5, 5, 4, False), (1, 2, 3, True)]
     else:
-        specs = [(_random_sizes(rng), int(rng.choice([2, 4, 8])), str(rng.choice(OPTIMIZERS)),
-                  int(rng.integers(0, 5000)), -2) for _ in range(4)]
-        specs += [(_random_sizes(rng), 4, "adam", -1, 0), (_random_sizes(rng), 2, "sgd", -2, 0)]
+        wanted = [(int(rng.integers(1, 9)), int(rng.integers(1, 6)), int(rng.integers(1, 6)),
+                   bool(b)) for b in (True, False, rng.integers(0, 2), rng.integers(0, 2))]
     cases: list[Case] = []
-    for sizes, itemsize, optimizer, k, remainder in specs:
-        per, fixed = _per_example_and_fixed(sizes, itemsize, optimizer)
-        if k == -1:  # one byte short of one example
-            budget = fixed + per - 1
-        elif k == -2:  # not even the parameters fit
-            budget = fixed // 2
-        else:
-            r = int(rng.integers(0, per)) if remainder == -2 else min(remainder, per - 1)
-            budget = fixed + k * per + r
-        cases.append((np.array(sizes), itemsize, optimizer, budget))
+    for T, D, H, positive in wanted:
+        while True:
+            X = rng.standard_normal((T, D))
+            W, U = 0.5 * rng.standard_normal((H, H)), 0.5 * rng.standard_normal((D, H))
+            s = _h_final(X, W, U).sum()
+            if (s > 0) == positive and abs(s) > 1e-3:  # no case sits on the branch's edge
+                cases.append((X, W, U))
+                break
     return cases
 
 
-def _max_batch_expected(sizes: Any, itemsize: int, optimizer: str, budget_bytes: int) -> int:
-    from edu_dl.gpu import memory
-    from edu_dl.gpu import zoo as models_zoo
+def _rnn_expected(X: Array, W: Array, U: Array) -> tuple[float, Array, Array]:
+    """The lecture's rnn_torch: loss and autograd's dW, dU."""
+    import torch
 
-    sizes = _sizes(sizes)
-    return memory.max_batch(models_zoo.mlp(sizes), (sizes[0],), int(budget_bytes),
-                            str(optimizer), _dtype(itemsize))
+    Wt = torch.tensor(W, dtype=torch.float64, requires_grad=True)
+    Ut = torch.tensor(U, dtype=torch.float64, requires_grad=True)
+    h = torch.zeros((1, W.shape[0]), dtype=torch.float64)
+    for x_t in torch.tensor(X, dtype=torch.float64):
+        h = torch.tanh(h @ Wt + x_t[None] @ Ut)
+    loss = (h * h).sum() if h.sum() > 0 else -h.sum()
+    loss.backward()
+    assert Wt.grad is not None and Ut.grad is not None
+    return loss.item(), Wt.grad.numpy().copy(), Ut.grad.numpy().copy()
 
 
-def _fixed_left_out(a: Case) -> int:
-    """The budget divided by the bytes per example, the fixed part forgotten."""
-    per, _ = _per_example_and_fixed(_sizes(a[0]), int(a[1]), str(a[2]))
-    return int(a[3]) // per
+def _unless_right(value: float, e: Any) -> float | None:
+    """The mistake's loss, or None where it is the right one (that branch is the answer)."""
+    return None if close(value, e[0], rtol=1e-7, atol=1e-10) else value
 
 
-MAX_BATCH_HINTS = (
-    IntegerOffBy("one too many: the whole step must fit, budget(batch).total <= budget_bytes",
-                 delta=1),
-    IntegerOffBy("one too few: a batch whose total equals the budget exactly still fits (<=)",
-                 delta=-1),
-    Less("when not even one example fits, return 0, not a negative number",
-         when=lambda e, a: e == 0),
-    Mistake(lambda e, a: _fixed_left_out(a),
-            "parameters, gradients and optimizer state take their share before any activation: "
-            "(budget - fixed) // bytes_per_example", **EXACT_INT),
+def _short(a: Case) -> Any:
+    """h after one step too few (None for a sequence of one step)."""
+    return _h_final(a[0], a[1], a[2], steps=a[0].shape[0] - 1) if a[0].shape[0] > 1 else None
+
+
+def _short_loss(a: Case, squared: bool) -> float | None:
+    h = _short(a)
+    if h is None:
+        return None
+    return float((h**2).sum()) if squared else float(-h.sum())
+
+
+SHORT = "one step short: the loop runs over all T rows of X (T = X.shape[0])"
+
+RNN_HINTS = (
+    Mistake(lambda e, a: _unless_right(float((_h_final(*a) ** 2).sum()), e),
+            "the loss takes the other branch: when sum(h) <= 0 the loss is -sum(h); decide with "
+            "the value, `if h.sum().item() > 0:`", view=loss_of, rtol=1e-7, atol=1e-10),
+    Mistake(lambda e, a: _unless_right(float(-_h_final(*a).sum()), e),
+            "the loss takes the other branch: when sum(h) > 0 the loss is sum(h * h)",
+            view=loss_of, rtol=1e-7, atol=1e-10),
+    Mistake(lambda e, a: _short_loss(a, squared=True), SHORT, view=loss_of, rtol=1e-7, atol=1e-10),
+    Mistake(lambda e, a: _short_loss(a, squared=False), SHORT, view=loss_of, rtol=1e-7, atol=1e-10),
+    RightButTransposed("the loss is right but a gradient looks transposed: dW has W's shape "
+                       "(H, H)", right=0, transposed=(1, 2), rtol=1e-7, atol=1e-10),
+    OutputRight("the loss is right but the gradients are not: make W and U tensors with "
+                "requires_grad=True, call loss.backward() once, and return W.grad and U.grad as "
+                "arrays", right=0, rtol=1e-7, atol=1e-10),
 )
 
 
-# The course's own budget is the oracle: the student's answer must not ask it.
-NO_ORACLE = names_check(forbidden=[(
-    ("memory", "budget", "saved_activations", "activation_bytes", "parameter_bytes",
-     "optimizer_state_bytes", "saved_tensors_hooks", "models_zoo"),
-    "the function asks edu_dl.gpu.memory (or autograd's hooks) for the answer: count the bytes "
-    "yourself from the layer sizes")])
+# --------------------------------------------------------------------------- the batch, eagerly
+
+
+def _batch_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    """(X (B, T_max, D) zero-padded, lengths (B,), W, U): sequences of their own lengths whose
+    final states take both branches (no sequence on a branch's edge); one length may be T_max."""
+    if not hidden:
+        wanted = [(4, 3, [3, 1, 5]), (2, 4, [2, 4]), (5, 2, [1, 3, 2, 4])]
+    else:
+        wanted = [(int(rng.integers(1, 6)), int(rng.integers(1, 5)),
+                   [int(n) for n in rng.integers(1, 8, size=int(rng.integers(b, 5)))])
+                  for b in (1, 2, 2, 3)]
+    cases: list[Case] = []
+    for D, H, lengths in wanted:
+        while True:
+            X = np.zeros((len(lengths), max(lengths), D))
+            for b, n in enumerate(lengths):
+                X[b, :n] = rng.standard_normal((n, D))
+            W, U = 0.5 * rng.standard_normal((H, H)), 0.5 * rng.standard_normal((D, H))
+            sums = [_h_final(X[b, :n], W, U).sum() for b, n in enumerate(lengths)]
+            both = len(lengths) < 2 or min(sums) < 0 < max(sums)
+            if both and min(abs(v) for v in sums) > 1e-3:
+                cases.append((X, np.array(lengths, dtype=np.int64), W, U))
+                break
+    return cases
+
+
+def _batch_expected(X: Array, lengths: Array, W: Array, U: Array) -> tuple[float, Array, Array]:
+    """torch.autograd per sequence (the lecture's rnn_torch); a sum's gradients add up."""
+    parts = [_rnn_expected(X[b, :int(n)], W, U) for b, n in enumerate(lengths)]
+    return (float(sum(q[0] for q in parts)), np.sum([q[1] for q in parts], axis=0),
+            np.sum([q[2] for q in parts], axis=0))
+
+
+def _batch_loss(X: Array, lengths: Array, W: Array, U: Array, *, padded: bool = False,
+                one_branch: bool = False, mean: bool = False) -> float:
+    """The batch's loss with a mistake: padding rows run too, one branch for the whole batch
+    (decided by the sum of all final states), or the mean over the sequences."""
+    finals = [_h_final(X[b] if padded else X[b, :int(n)], W, U) for b, n in enumerate(lengths)]
+    positive = [sum(h.sum() for h in finals) > 0] * len(finals) if one_branch else [
+        h.sum() > 0 for h in finals]
+    losses = [float((h ** 2).sum()) if pos else float(-h.sum())
+              for h, pos in zip(finals, positive)]
+    return sum(losses) / (len(losses) if mean else 1)
+
+
+def _batch_mistake(e: Any, a: Case, *, padded: bool = False, one_branch: bool = False,
+                   mean: bool = False) -> float | None:
+    """The mistake's loss on case a, or None where it is the right one."""
+    X, lengths, W, U = a
+    return _unless_right(_batch_loss(X, lengths, W, U, padded=padded, one_branch=one_branch,
+                                     mean=mean), e)
+
+
+BATCH_HINTS = (
+    Mistake(lambda e, a: _batch_mistake(e, a, padded=True),
+            "the padding ran too: sequence b has lengths[b] rows (X[b, :lengths[b]]), the rest "
+            "of X[b] is zeros that are not part of it", view=loss_of, rtol=1e-7, atol=1e-10),
+    Mistake(lambda e, a: _batch_mistake(e, a, one_branch=True),
+            "one branch for the whole batch: each sequence's own final h decides its loss's "
+            "branch", view=loss_of, rtol=1e-7, atol=1e-10),
+    Mistake(lambda e, a: _batch_mistake(e, a, mean=True),
+            "the batch's loss is the SUM of its sequences' losses, not their mean",
+            view=loss_of, rtol=1e-7, atol=1e-10),
+    RightButTransposed("the loss is right but a gradient looks transposed: dW has W's shape "
+                       "(H, H)", right=0, transposed=(1, 2), rtol=1e-7, atol=1e-10),
+    OutputRight("the loss is right but the gradients are not: make W and U tensors with "
+                "requires_grad=True once, add the sequences' losses and call backward() on the "
+                "sum once (or add up every sequence's gradients)", right=0, rtol=1e-7,
+                atol=1e-10),
+)
+
+
+STATIC_SOURCE = names_check(required=[(
+    ("Session",), "no edu_dl.graph Session runs in the function: build the unrolled graph "
+                  "(placeholder, Variable, eg.tanh, eg.matmul, eg.gradients) and fetch the "
+                  "values with sess.run")])
+EAGER_SOURCE = names_check(forbidden=[(
+    ("torch",),
+    "this part asks you to write the RNN with edu_dl's eager engine (ed.tensor, @, .tanh(), "
+    ".backward()): the check runs the same program in PyTorch (do not call torch)")])
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+def _random_parents(rng: np.random.Generator, n: int, sources: int) -> Array:
+    parents = np.full((n, 3), -1, dtype=np.int64)
+    for i in range(sources, n):
+        k = int(rng.integers(1, min(3, i) + 1))
+        parents[i, :k] = rng.choice(i, size=k, replace=False)
+    return parents
+
+
+# The lecture's graph: x, y, z (0-2), a = x * y (3), b = a + z (4), c = sum(b) (5), and a cheap
+# branch d = sum(x) (6); then a constant (7), e = d * const (8).
+LECTURE_PARENTS = np.array([[-1, -1, -1], [-1, -1, -1], [-1, -1, -1], [0, 1, -1], [3, 2, -1],
+                            [4, -1, -1], [0, -1, -1], [-1, -1, -1], [6, 7, -1]], dtype=np.int64)
+
+
+def _plan_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [(LECTURE_PARENTS, np.array([5])), (LECTURE_PARENTS, np.array([6])),
+                (LECTURE_PARENTS, np.array([8, 3]))]
+    cases: list[Case] = []
+    for _ in range(4):
+        n = int(rng.integers(6, 25))
+        parents = _random_parents(rng, n, int(rng.integers(1, 4)))
+        fetches = rng.choice(n, size=int(rng.integers(1, 4)), replace=False).astype(np.int64)
+        cases.append((parents, fetches))
+    cases.append((_random_parents(rng, 10, 2), np.array([1])))  # a fetched placeholder
+    return cases
+
+
+def _adjacency(parents: Array) -> Array:
+    n = len(parents)
+    adj = np.zeros((n, n), dtype=np.int64)  # adj[i, j] = 1: j is an input of i
+    for i, row in enumerate(parents):
+        for j in row[row >= 0]:
+            adj[i, j] = 1
+    return adj
+
+
+def _plan_expected(parents: Array, fetches: Array) -> Array:
+    """Ancestors of the fetches and the fetches: iterate reach |= reach @ adjacency."""
+    n = len(parents)
+    adj = _adjacency(parents)
+    reach = np.zeros(n, dtype=np.int64)
+    reach[np.asarray(fetches, dtype=np.int64)] = 1
+    while True:
+        grown = np.minimum(reach + reach @ adj, 1)
+        if np.array_equal(grown, reach):
+            return np.flatnonzero(reach).astype(np.int64)
+        reach = grown
+
+
+def _direct(parents: Array, fetches: Array) -> set[int]:
+    out = {int(f) for f in fetches}
+    for f in fetches:
+        out |= {int(p) for p in parents[int(f)] if p >= 0}
+    return out
+
+
+def _closure_children(parents: Array, fetches: Array) -> Array:
+    adj = _adjacency(parents).T  # children
+    reach = np.zeros(len(parents), dtype=np.int64)
+    reach[np.asarray(fetches, dtype=np.int64)] = 1
+    while True:
+        grown = np.minimum(reach + reach @ adj, 1)
+        if np.array_equal(grown, reach):
+            return reach
+        reach = grown
+
+
+def _ids(nodes: Any) -> Array:
+    return np.unique(np.asarray(list(nodes), dtype=np.int64))
+
+
+def _unless_expected(nodes: Any, e: Any) -> Array | None:
+    """The mistake's node set, or None where it is the right one."""
+    wrong = _ids(nodes)
+    return None if np.array_equal(wrong, _ids(np.asarray(e).ravel())) else wrong
+
+
+PLAN_HINTS = (
+    Mistake(lambda e, a: _unless_expected(_direct(*a), e),
+            "only the direct inputs: a plan needs the inputs of the inputs too, all the way back "
+            "(a stack or a recursive walk over parents)", view=id_set, rtol=0.0, atol=0.0),
+    Mistake(lambda e, a: _unless_expected(range(len(a[0])), e),
+            "that is every node of the graph: prune, keep only what the fetches depend on",
+            view=id_set, rtol=0.0, atol=0.0),
+    Mistake(lambda e, a: _ids(set(_ids(np.asarray(e).ravel()).tolist())
+                              - {int(f) for f in a[1]}),
+            "the fetched nodes themselves belong to the plan", view=id_set, rtol=0.0, atol=0.0),
+    Mistake(lambda e, a: _unless_expected(np.flatnonzero(_closure_children(*a)), e),
+            "that walks forward, to the nodes that USE the fetches: follow the parents (inputs) "
+            "instead", view=id_set, rtol=0.0, atol=0.0),
+)
+
+
+# --------------------------------------------------------------------------- the fused plan
+
+INPUT, ELEMENTWISE, MATMUL, FUSING = 0, 1, 2, 3  # node kinds; FUSING: a reduction or an update
+
+# The lecture's training step (section 3.2): x, y, w1, w2 (0-3); z = x @ w1 (4), a = relu(z) (5),
+# y_pred = a @ w2 (6), d = y_pred - y (7), d * d (8), row sums (9), loss = mean (10);
+# g = (2 / N) * d (11), dw2 = a.T @ g (12), da = g @ w2.T (13), dz = da * (z > 0) (14),
+# dw1 = x.T @ dz (15), lr * dw1 (16), w1 -= ... (17), lr * dw2 (18), w2 -= ... (19).
+STEP_KINDS = np.array([0, 0, 0, 0, 2, 1, 2, 1, 1, 3, 3, 1, 2, 2, 1, 2, 1, 3, 1, 3],
+                      dtype=np.int64)
+STEP_PARENTS = np.array([[-1, -1], [-1, -1], [-1, -1], [-1, -1], [0, 2], [4, -1], [5, 3],
+                         [6, 1], [7, 7], [8, -1], [9, -1], [7, -1], [5, 11], [11, 3],
+                         [13, 4], [0, 14], [15, -1], [16, -1], [12, -1], [18, -1]],
+                        dtype=np.int64)
+
+
+def _relabeled(rng: np.random.Generator, kinds: Array, parents: Array, fetches: Array) -> Case:
+    """The same graph with its nodes numbered in a random order (a plan is not a list)."""
+    order = rng.permutation(len(kinds))  # old node i is new node order[i]
+    new_parents = np.full_like(parents, -1)
+    new_kinds = np.empty_like(kinds)
+    for i in range(len(kinds)):
+        new_kinds[order[i]] = kinds[i]
+        new_parents[order[i]] = [order[p] if p >= 0 else -1 for p in parents[i]]
+    return new_kinds, new_parents, order[np.asarray(fetches)].astype(np.int64)
+
+
+def _random_fusion_case(rng: np.random.Generator) -> Case:
+    n, sources = int(rng.integers(8, 25)), int(rng.integers(1, 4))
+    parents = _random_parents(rng, n, sources)
+    # Elementwise ops most often, as in a real step.
+    kinds = np.concatenate([np.zeros(sources, dtype=np.int64),
+                            rng.choice([1, 1, 2, 3], size=n - sources)]).astype(np.int64)
+    fetches = rng.choice(n, size=int(rng.integers(1, 4)), replace=False).astype(np.int64)
+    return kinds, parents, fetches
+
+
+FUSION_MISTAKES: tuple[dict[str, bool], ...] = (
+    {"fuse": False}, {"prune": False}, {"inputs_written": True}, {"fetched_written": False},
+    {"matmuls_read_arrays": False}, {"fusing_sinks": False}, {"readers_in_plan": False})
+
+
+def _fusion_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    if not hidden:
+        return [(STEP_KINDS, STEP_PARENTS, np.array([10, 17, 19])),
+                (STEP_KINDS, STEP_PARENTS, np.array([10])),  # the loss alone: no backward
+                (STEP_KINDS, STEP_PARENTS, np.array([8, 14]))]  # two elementwise fetches
+    cases = [_relabeled(rng, STEP_KINDS, STEP_PARENTS, np.array([10, 17, 19])),
+             _relabeled(rng, STEP_KINDS, STEP_PARENTS, np.array([8, 14])),
+             *(_random_fusion_case(rng) for _ in range(3))]
+    for flags in FUSION_MISTAKES:  # every mistake must show on some case: draw until it does
+        for _ in range(500):
+            if any(not np.array_equal(_written(c[0], c[1], c[2], **flags),
+                                      _written(c[0], c[1], c[2])) for c in cases):
+                break
+            cases.append(_random_fusion_case(rng))
+    return cases
+
+
+def _written(kinds: Array, parents: Array, fetches: Array, *, prune: bool = True,
+             fuse: bool = True, fetched_written: bool = True, matmuls_read_arrays: bool = True,
+             fusing_sinks: bool = True, readers_in_plan: bool = True,
+             inputs_written: bool = False) -> Array:
+    """The nodes a fused plan writes, as masks (no graph search); each flag off is a mistake."""
+    n = len(parents)
+    adj = _adjacency(parents)  # adj[i, j] = 1: node j is an input of node i
+    plan = np.zeros(n, dtype=np.int64)
+    plan[_plan_expected(parents, fetches)] = 1
+    if not prune:
+        plan[:] = 1
+    kinds = np.asarray(kinds)
+    fetched = np.zeros(n, dtype=np.int64)
+    fetched[np.asarray(fetches, dtype=np.int64)] = 1
+    readers = plan if readers_in_plan else np.ones(n, dtype=np.int64)
+    sinks = (kinds == MATMUL) if fusing_sinks else (kinds == MATMUL) | (kinds == FUSING)
+    read_as_array = ((readers * sinks) @ adj) > 0 if matmuls_read_arrays else np.zeros(n, bool)
+    elementwise = kinds == ELEMENTWISE
+    kept = (kinds == MATMUL) | (kinds == FUSING)
+    if fuse:
+        kept |= elementwise & (read_as_array | (fetched_written & (fetched > 0)))
+    else:
+        kept |= elementwise
+    if inputs_written:
+        kept |= kinds == INPUT
+    return np.flatnonzero(kept & (plan > 0)).astype(np.int64)
+
+
+def _fusion_expected(kinds: Array, parents: Array, fetches: Array) -> Array:
+    return _written(kinds, parents, fetches)
+
+
+def _fusion_mistake(**flags: bool) -> Callable[[Any, Case], Any]:
+    def replay(e: Any, a: Case) -> Array | None:
+        return _unless_expected(_written(a[0], a[1], a[2], **flags), e)
+
+    return replay
+
+
+# The most specific first: where two mistakes give the same answer, its hint is the one shown.
+FUSION_HINTS = (
+    Mistake(_fusion_mistake(readers_in_plan=False),
+            "a matmul outside the plan made a value be written: only readers that run (in the "
+            "plan) count", view=id_set, rtol=0.0, atol=0.0),
+    Mistake(_fusion_mistake(fusing_sinks=False),
+            "an elementwise value read only by a reduction or an update (kind 3) is written: "
+            "those compute their elementwise inputs in their own pass, as w -= lr * g computes "
+            "lr * g", view=id_set, rtol=0.0, atol=0.0),
+    Mistake(_fusion_mistake(inputs_written=True),
+            "an input (kind 0: a placeholder, Variable or constant) is an array already: "
+            "nothing writes it", view=id_set, rtol=0.0, atol=0.0),
+    Mistake(_fusion_mistake(fetched_written=False),
+            "a fetched elementwise value is missing: the caller reads it, so it must be written",
+            view=id_set, rtol=0.0, atol=0.0),
+    Mistake(_fusion_mistake(matmuls_read_arrays=False),
+            "an elementwise value read by a matmul (kind 2) is missing: a matmul reads its "
+            "inputs from memory, so they must be written first", view=id_set, rtol=0.0,
+            atol=0.0),
+    Mistake(_fusion_mistake(prune=False),
+            "nodes outside the plan are written: only the fetches and their inputs, all the way "
+            "back, run at all (your plan function)", view=id_set, rtol=0.0, atol=0.0),
+    Mistake(_fusion_mistake(fuse=False),
+            "every op of the plan is written: an elementwise value that only elementwise ops, "
+            "reductions or updates read is computed inside their pass, never written",
+            view=id_set, rtol=0.0, atol=0.0),
+    Mistake(_fusion_mistake(fuse=False, inputs_written=True),
+            "that is the whole plan (section 3's answer): inputs are arrays already, and an "
+            "elementwise value is written only when the caller or a matmul reads it",
+            view=id_set, rtol=0.0, atol=0.0),
+)
+
 
 PARTS = [
     Part(
-        id="ex12.memory_budget", points=3, cases=_budget_cases, expected=_budget_expected,
-        compare=EXACT, call=call_budget, hints=BUDGET_HINTS, timeout_s=30.0,
-        source_check=NO_ORACLE,
-        arg_names=("sizes", "batch_size", "itemsize", "optimizer"),
-        output_names=("parameters", "gradients", "optimizer_state", "activations"),
+        id="ex12.rnn_eager_batch", points=2, cases=_batch_cases, expected=_batch_expected,
+        compare=CLOSE, arg_names=("X", "lengths", "W", "U"), output_names=("loss", "dW", "dU"),
+        hints=BATCH_HINTS, source_check=EAGER_SOURCE,
     ),
     Part(
-        id="ex12.max_batch", points=2, cases=_max_batch_cases, expected=_max_batch_expected,
-        compare=EXACT, call=call_max_batch, hints=MAX_BATCH_HINTS, timeout_s=30.0,
-        source_check=NO_ORACLE,
-        arg_names=("sizes", "itemsize", "optimizer", "budget_bytes"),
-        uses=("ex12.memory_budget",),
+        id="ex12.rnn_static", points=3, cases=_rnn_cases, expected=_rnn_expected,
+        compare=CLOSE, call=call_static, source_check=STATIC_SOURCE,
+        arg_names=("X", "W", "U"),
+        output_names=("loss", "dW", "dU"), hints=RNN_HINTS,
+    ),
+    Part(
+        id="ex12.plan", points=2, cases=_plan_cases, expected=_plan_expected,
+        compare=compare_sets, call=call_plan, arg_names=("parents", "fetches"),
+        hints=PLAN_HINTS,
+    ),
+    Part(
+        id="ex12.fusion", points=2, cases=_fusion_cases, expected=_fusion_expected,
+        compare=compare_sets, call=call_plan, arg_names=("kinds", "parents", "fetches"),
+        hints=FUSION_HINTS,
     ),
 ]

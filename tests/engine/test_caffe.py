@@ -584,7 +584,7 @@ try:
     main(["validate", "--help"])  # the command line, `train` included, still starts
 except SystemExit as done:
     assert done.code == 0
-# The reader through the package, the generated module as exercise 8b imports it, a submodule.
+# The reader through the package, the generated module as exercise 13 imports it, a submodule.
 for use in ("caffe.build(caffe.TWO_LAYER_NET, caffe.TWO_LAYER_SOLVER)",
             "from edu_dl.caffe import caffe_subset_pb2", "import edu_dl.caffe.net"):
     try:

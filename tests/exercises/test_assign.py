@@ -58,8 +58,8 @@ def solution_nb() -> nbformat.NotebookNode:
         "    return dout * (x > 0)\n    ### END SOLUTION", metadata={"nbgrader": meta},
         execution_count=3, outputs=[nbformat.v4.new_output("stream", text="x")])
     test = new_code_cell(
-        'check("ex05.relu_backward", relu_backward);\n### BEGIN HIDDEN TESTS\n'
-        'check("ex05.relu_backward", relu_backward, hidden=True);\n### END HIDDEN TESTS',
+        'check("ex08.relu_backward", relu_backward);\n### BEGIN HIDDEN TESTS\n'
+        'check("ex08.relu_backward", relu_backward, hidden=True);\n### END HIDDEN TESTS',
         metadata={"nbgrader": test_meta, "execution": {"iopub.status.idle": "2026"}})
     return new_notebook(cells=[new_code_cell("from edu_dl.grading import check"), solution, test])
 
@@ -73,7 +73,7 @@ def test_student_version_cell_by_cell():
     assert solution.source == ("def relu_backward(dout, x):\n    y = 1\n    # YOUR CODE HERE\n"
                                "    raise NotImplementedError()")
     assert solution.outputs == [] and solution.execution_count is None
-    assert test.source == 'check("ex05.relu_backward", relu_backward);'
+    assert test.source == 'check("ex08.relu_backward", relu_backward);'
     assert "execution" not in test.metadata
     assert test.metadata.deletable is False and test.metadata.editable is False
     assert solution.metadata.deletable is False and "editable" not in solution.metadata
@@ -90,9 +90,9 @@ def test_student_version_cell_by_cell():
     (lambda nb: setattr(nb.cells[1], "source", "def f():\n    return 1"),
      "without a '### BEGIN SOLUTION' region"),
     (lambda nb: nb.cells[2].metadata.nbgrader.update(points=3),
-     "worth 3 points but part ex05.relu_backward has points=1"),
-    (lambda nb: setattr(nb.cells[2], "source", 'check("ex05.relu_backwards", f)'),
-     "no part 'ex05.relu_backwards'"),
+     "worth 3 points but part ex08.relu_backward has points=1"),
+    (lambda nb: setattr(nb.cells[2], "source", 'check("ex08.relu_backwards", f)'),
+     "no part 'ex08.relu_backwards'"),
     (lambda nb: setattr(nb.cells[2], "source", "assert True"),
      "exactly one part"),
     (lambda nb: nb.cells[2].metadata.nbgrader.update(grade_id="relu_backward"),

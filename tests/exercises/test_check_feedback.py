@@ -377,7 +377,7 @@ def test_passing_cases_get_a_tick_each_in_a_failing_report(hw9: Path) -> None:
 HEAVY = ("torch", "tensorflow", "jax", "keras", "scipy", "matplotlib", "pandas")
 # What an exercise's own notebook imports in its set-up cell anyway (its call adapters hand the
 # student's function tensors of that framework).
-OWN_FRAMEWORK = {"ex06": {"tensorflow", "keras", "scipy", "matplotlib"}, "ex07": {"torch"}}
+OWN_FRAMEWORK = {"ex09": {"tensorflow", "keras", "scipy", "matplotlib"}, "ex10": {"torch"}}
 
 
 def test_the_first_check_of_each_release_imports_no_heavy_framework() -> None:

@@ -1,316 +1,340 @@
-"""Exercise 3's parts: the solutions notebook passes every case; typical mistakes get their hint."""
+"""Exercise 3's parts: the solution kernels pass under the CUDA simulator, the classic mistakes get
+edu_dl.gpu's hints, the stub says "not implemented yet".
+
+The kernels run in ONE fresh process with NUMBA_ENABLE_CUDASIM=1 (this process may hold the real
+numba.cuda already); sizes are the parts' own small cases.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
-import nbformat
 import numpy as np
 import pytest
-from fixtures.exercise_helpers import (
-    course_module,
-    run_check,
-    solution_namespace,
-)
+from fixtures.exercise_helpers import SIMULATED_SOLUTIONS, checked, course_module
 
-from edu_dl.grading.authoring import source
-from edu_dl.grading.trust.source import find_source
-from edu_dl.harness import ex03 as harness
+from edu_dl.grading import protocol
+from edu_dl.grading.authoring import spec
 
+SOLUTION = Path(__file__).resolve().parents[2] / "solutions" / "03_writing_a_gpu_kernel.ipynb"
 ex03 = course_module("ex03")
-SOLUTIONS_DIR = Path(__file__).resolve().parents[2] / "solutions"
+pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there
 
+CHILD = SIMULATED_SOLUTIONS + r'''
+import contextlib, io, json
+exec(compile(r"""
+@cuda.jit
+def leaky_no_bounds(x, alpha, out):
+    i = cuda.grid(1)
+    out[i] = x[i] if x[i] > 0 else alpha * x[i]
 
-def solutions() -> dict[str, Any]:
-    """The reference answers, executed when a test first asks."""
-    return solution_namespace("03_feeding_the_gpu.ipynb")
+@cuda.jit
+def relu_instead(x, alpha, out):
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        out[i] = x[i] if x[i] > 0 else 0.0
 
+@cuda.jit
+def matmul_swapped(X, W, b, out):
+    col, row = cuda.grid(2)
+    if row < out.shape[0] and col < out.shape[1]:
+        acc = b[row]
+        for k in range(X.shape[1]):
+            acc += X[col, k] * W[k, row]
+        out[row, col] = acc if acc > 0 else 0.0
 
-run = run_check
+@cuda.jit
+def matmul_x_on_rows(X, W, b, out):
+    row, col = cuda.grid(2)
+    if row < out.shape[0] and col < out.shape[1]:
+        acc = b[col]
+        for k in range(X.shape[1]):
+            acc += X[row, k] * W[k, col]
+        out[row, col] = acc if acc > 0 else 0.0
 
+@cuda.jit
+def matmul_no_bounds(X, W, b, out):
+    col, row = cuda.grid(2)
+    acc = b[col]
+    for k in range(X.shape[1]):
+        acc += X[row, k] * W[k, col]
+    out[row, col] = acc if acc > 0 else 0.0
 
-def test_ideal_epoch_steady_state_only(capsys: pytest.CaptureFixture[str]) -> None:
-    ok, out = run(capsys, "ex03.ideal_epoch",
-                  lambda r, c, n, k: n * (r + c) if k == 0 else n * max(r / k, c))
-    assert not ok
-    assert "case 2 of 4 (read_s=0.015, compute_s=0.01, n=20, readers=1)" in out
-    assert "expected 0.3, got 0.3" not in out  # the message shows the numbers that differ
-    assert "hint: n * max(read / readers, compute) is the steady state" in out
+@cuda.jit
+def matmul_strict(X, W, b, out):
+    col, row = cuda.grid(2)
+    if row < out.shape[0] - 1 and col < out.shape[1]:
+        acc = b[col]
+        for k in range(X.shape[1]):
+            acc += X[row, k] * W[k, col]
+        out[row, col] = acc if acc > 0 else 0.0
 
+@cuda.jit
+def linear_no_relu(X, W, b, out):
+    col, row = cuda.grid(2)
+    if row < out.shape[0] and col < out.shape[1]:
+        acc = b[col]
+        for k in range(X.shape[1]):
+            acc += X[row, k] * W[k, col]
+        out[row, col] = acc
 
-def plain_generator(batches, depth):
-    yield from batches  # no thread at all
+@cuda.jit
+def linear_bias_after(X, W, b, out):
+    col, row = cuda.grid(2)
+    if row < out.shape[0] and col < out.shape[1]:
+        acc = float32(0.0)
+        for k in range(X.shape[1]):
+            acc += X[row, k] * W[k, col]
+        out[row, col] = (acc if acc > 0 else 0.0) + b[col]
 
+@cuda.jit
+def matmul_stub(X, W, b, out):
+    raise NotImplementedError()
 
-def unbounded(batches, depth):
-    import queue
-    import threading
+def make_sums(threads, sync=True, last_step=True, combine=True, stride=True):
+    stop = 1 if last_step else 2
+    @cuda.jit
+    def kernel(X, out):
+        partial = cuda.shared.array(threads, float32)
+        row, t = cuda.blockIdx.x, cuda.threadIdx.x
+        acc = float32(0.0)
+        if stride:
+            for col in range(t, X.shape[1], threads):
+                acc += X[row, col]
+        elif t < X.shape[1]:
+            acc += X[row, t]
+        partial[t] = acc
+        if sync:
+            cuda.syncthreads()
+        step = threads // 2
+        while combine and step >= stop:
+            if t < step:
+                partial[t] += partial[t + step]
+            if sync:
+                cuda.syncthreads()
+            step //= 2
+        if t == 0:
+            out[row] = partial[0]
+    return kernel
 
-    slots: queue.Queue = queue.Queue()  # no maxsize: reads everything at once
-    done = object()
+def make_chunked(threads):
+    # Correct, but each thread walks its own chunk (uncoalesced): the output cannot tell.
+    @cuda.jit
+    def kernel(X, out):
+        partial = cuda.shared.array(threads, float32)
+        row, t = cuda.blockIdx.x, cuda.threadIdx.x
+        chunk = (X.shape[1] + threads - 1) // threads
+        acc = float32(0.0)
+        for col in range(t * chunk, min((t + 1) * chunk, X.shape[1])):
+            acc += X[row, col]
+        partial[t] = acc
+        cuda.syncthreads()
+        if t == 0:
+            total = float32(0.0)
+            for i in range(threads):
+                total += partial[i]
+            out[row] = total
+    return kernel
 
-    def reader():
-        for b in batches:
-            slots.put(b)
-        slots.put(done)
+make_no_sync = lambda threads: make_sums(threads, sync=False)
+make_early_stop = lambda threads: make_sums(threads, last_step=False)
+make_uncombined = lambda threads: make_sums(threads, combine=False)
+make_unstrided = lambda threads: make_sums(threads, stride=False)
+""", "<buggy>", "exec"), ns)
 
-    threading.Thread(target=reader, daemon=True).start()
-    while (item := slots.get()) is not done:
-        yield item
-
-
-def swallows_errors(batches, depth):
-    import queue
-    import threading
-
-    slots: queue.Queue = queue.Queue(maxsize=depth)
-    done = object()
-
-    def reader():
+runs = {
+    "leaky": ("ex03.leaky_relu_kernel", "leaky_relu_kernel", False),
+    "leaky_hidden": ("ex03.leaky_relu_kernel", "leaky_relu_kernel", True),
+    "naive": ("ex03.linear_relu", "linear_relu_kernel", False),
+    "naive_hidden": ("ex03.linear_relu", "linear_relu_kernel", True),
+    "row_sums": ("ex03.row_sums", "make_row_sum_kernel", False),
+    "row_sums_hidden": ("ex03.row_sums", "make_row_sum_kernel", True),
+    "chunked": ("ex03.row_sums", "make_chunked", True),
+    "leaky_no_bounds": ("ex03.leaky_relu_kernel", "leaky_no_bounds", False),
+    "relu_instead": ("ex03.leaky_relu_kernel", "relu_instead", False),
+    "swapped": ("ex03.linear_relu", "matmul_swapped", False),
+    "x_on_rows": ("ex03.linear_relu", "matmul_x_on_rows", False),
+    "x_on_rows_hidden": ("ex03.linear_relu", "matmul_x_on_rows", True),
+    "no_bounds": ("ex03.linear_relu", "matmul_no_bounds", False),
+    "strict": ("ex03.linear_relu", "matmul_strict", False),
+    "stub": ("ex03.linear_relu", "matmul_stub", False),
+    "no_sync": ("ex03.row_sums", "make_no_sync", False),
+    "early_stop": ("ex03.row_sums", "make_early_stop", False),
+    "uncombined": ("ex03.row_sums", "make_uncombined", False),
+    "unstrided": ("ex03.row_sums", "make_unstrided", False),
+    "kernel_not_factory": ("ex03.row_sums", "linear_relu_kernel", False),
+    "no_relu": ("ex03.linear_relu", "linear_no_relu", False),
+    "bias_after": ("ex03.linear_relu", "linear_bias_after", False),
+}
+check = ns["check"]
+results = {}
+for name, (part_id, fn, hidden) in runs.items():
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
         try:
-            for b in batches:
-                slots.put(b)
-        except Exception:
-            pass
-        slots.put(done)
-
-    threading.Thread(target=reader, daemon=True).start()
-    while (item := slots.get()) is not done:
-        yield item
-
-
-def test_prefetch_without_a_thread(capsys: pytest.CaptureFixture[str]) -> None:
-    ok, out = run(capsys, "ex03.prefetch", plain_generator)
-    assert not ok and "every batch was read in the consumer's own thread" in out
+            ok = check(part_id, ns[fn], hidden=hidden)
+        except AssertionError as failed:  # CheckFailed: its report is what a notebook shows
+            ok = False
+            from edu_dl.grading.checking import unwrapped  # lines wrapped at spaces, joined
+            print(unwrapped(failed.report))
+    results[name] = [bool(ok), buffer.getvalue()]
+print("RESULTS" + json.dumps(results))
+'''
 
 
-@pytest.mark.timing
-def test_prefetch_with_an_unbounded_queue(capsys: pytest.CaptureFixture[str]) -> None:
-    ok, out = run(capsys, "ex03.prefetch", unbounded)
-    assert not ok and "with depth=1: bound the queue (queue.Queue(maxsize=depth))" in out
+@pytest.fixture(scope="module")
+def simulated() -> dict[str, tuple[bool, str]]:
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and Path(p).is_dir())
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(SOLUTION)], env=env,
+                          cwd=SOLUTION.parent, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULTS"))
+    return {k: (ok, out) for k, (ok, out) in json.loads(line[len("RESULTS"):]).items()}
 
 
-@pytest.mark.timing
-def test_a_slow_unbounded_reader_is_caught_all_the_same(capsys: pytest.CaptureFixture[str]
-                                                        ) -> None:
-    """A reader slower than the consumer, as a starved thread on a loaded machine is, never got
-    ahead of a consumer that kept consuming (the check once failed this way under load): the
-    consumer now holds its first batch until the reader has shown its bound or passed it."""
-    import queue
-    import threading
-    import time
-
-    def slow_unbounded(batches, depth):
-        slots: queue.Queue = queue.Queue()
-        done = object()
-
-        def reader():
-            for b in batches:
-                time.sleep(0.02)  # ten of the consumer's 2 ms steps per read
-                slots.put(b)
-            slots.put(done)
-
-        threading.Thread(target=reader, daemon=True).start()
-        while (item := slots.get()) is not done:
-            yield item
-
-    ok, out = run(capsys, "ex03.prefetch", slow_unbounded)
-    assert not ok and "with depth=1: bound the queue (queue.Queue(maxsize=depth))" in out
+@pytest.mark.parametrize("name", ["leaky", "leaky_hidden", "naive", "naive_hidden", "row_sums",
+                                  "row_sums_hidden", "chunked"])
+def test_solution_kernels_pass(simulated: dict[str, tuple[bool, str]], name: str) -> None:
+    ok, out = simulated[name]
+    assert ok and out.startswith("✓"), out
+    assert "Traceback" not in out
 
 
-def test_a_reader_on_a_full_queue_is_seen_waiting() -> None:
-    """What ends the consumer's hold for a bounded reader: its thread waits on the full queue,
-    read from its frame (no clock)."""
-    import queue
-    import threading
-    import time
-
-    slots: queue.Queue = queue.Queue(maxsize=1)
-    slots.put(0)
-    reader = threading.Thread(target=lambda: slots.put(1), daemon=True)
-    assert not harness._blocked(reader)  # not started
-    reader.start()
-    deadline = time.monotonic() + 30  # generous: only a broken _blocked waits this long
-    while not harness._blocked(reader):
-        assert time.monotonic() < deadline, "the reader was never seen waiting"
-        time.sleep(0.001)
-    assert not harness._blocked(threading.current_thread())  # running, not waiting
-    slots.get()
-    reader.join(30)
-    assert not reader.is_alive() and not harness._blocked(reader)
+def test_missing_bounds_check_1d(simulated: dict[str, tuple[bool, str]]) -> None:
+    ok, out = simulated["leaky_no_bounds"]
+    assert not ok and "case 1 of 4 (x (20,), alpha=0.1, threads_per_block=8) failed" in out
+    assert "out of bounds" in out and "start the kernel with a bounds check" in out
 
 
-def test_prefetch_that_loses_the_last_batch(capsys: pytest.CaptureFixture[str]) -> None:
-    prefetch = solutions()["prefetch"]  # executed before check() times a call
-    def drops_last(batches, depth):
-        previous, first = None, True
-        for item in prefetch(batches, depth):
-            if not first:
-                yield previous
-            previous, first = item, False
+def test_relu_instead_of_leaky(simulated: dict[str, tuple[bool, str]]) -> None:
+    ok, out = simulated["relu_instead"]
+    assert not ok and "hint: that is ReLU" in out
 
-    ok, out = run(capsys, "ex03.prefetch", drops_last)
+
+def test_swapped_indices(simulated: dict[str, tuple[bool, str]]) -> None:
+    ok, out = simulated["swapped"]
+    assert not ok and "case 1 of 3 (X (8, 5), W (5, 8), b (8,), block=4)" in out
+    assert "the result is the transpose of the right one" in out
+
+
+def test_x_taken_for_the_row(simulated: dict[str, tuple[bool, str]]) -> None:
+    """CUDA's mapping: a kernel reading `row, col = cuda.grid(2)` fails a visible case (the
+    20 x 3 output) and the hidden ones, with the hint that names the mapping."""
+    for name in ("x_on_rows", "x_on_rows_hidden"):
+        ok, out = simulated[name]
+        assert not ok and "only a corner of the result was written" in out, out
+        assert "col, row = cuda.grid(2)" in out
+    assert "case 3 of 3 (X (20, 5), W (5, 3), b (3,), block=4)" in simulated["x_on_rows"][1]
+
+
+def test_missing_bounds_check_2d(simulated: dict[str, tuple[bool, str]]) -> None:
+    ok, out = simulated["no_bounds"]
     assert not ok
-    # the hint is about the count (output 1), so the report names the count
-    assert "output 1 (count): expected 8, got 7" in out and "hint: batches are missing" in out
+    assert "case 2 of 3 (X (20, 13), W (13, 17), b (17,), block=8) failed: IndexError" in out
+    assert "start the kernel with a bounds check" in out
 
 
-def test_prefetch_that_swallows_errors(capsys: pytest.CaptureFixture[str]) -> None:
-    ok, out = run(capsys, "ex03.prefetch_errors", swallows_errors)
+def test_bounds_check_too_strict(simulated: dict[str, tuple[bool, str]]) -> None:
+    ok, out = simulated["strict"]
+    assert not ok and "got contains 8 inf/nan" in out and "one too strict" in out
+
+
+def test_stub_kernel(simulated: dict[str, tuple[bool, str]]) -> None:
+    ok, out = simulated["stub"]
+    assert not ok and out.strip() == "✗ ex03.linear_relu: not implemented yet"
+
+
+def test_missing_syncthreads(simulated: dict[str, tuple[bool, str]]) -> None:
+    ok, out = simulated["no_sync"]
+    assert not ok and "inf/nan" in out and "call cuda.syncthreads()" in out
+
+
+@pytest.mark.parametrize(("name", "hint"), [
+    ("early_stop", "the halving loop stops one step too early"),
+    ("uncombined", "thread 0's own partial sum only"),
+    ("unstrided", "only the first `threads` elements of each row were added"),
+])
+def test_reduction_mistakes_get_their_hints(simulated: dict[str, tuple[bool, str]], name: str,
+                                            hint: str) -> None:
+    ok, out = simulated[name]
+    assert not ok and hint in out, out
+
+
+@pytest.mark.parametrize(("name", "hint"), [
+    ("no_relu", "the layer's ReLU is missing"),
+    ("bias_after", "your bias is added after the ReLU"),
+])
+def test_layer_mistakes_get_their_hints(simulated: dict[str, tuple[bool, str]], name: str,
+                                        hint: str) -> None:
+    ok, out = simulated[name]
+    assert not ok and hint in out, out
+
+
+def test_kernel_instead_of_factory(simulated: dict[str, tuple[bool, str]]) -> None:
+    ok, out = simulated["kernel_not_factory"]
+    assert not ok and "pass the factory make_row_sum_kernel" in out
+
+
+# --------------------------------------------------------------------------- in this process
+
+
+def _global_index(block_idx: int, block_dim: int, thread_idx: int) -> int:
+    return block_idx * block_dim + thread_idx
+
+
+@pytest.mark.parametrize("seed", [None, 0, 1])
+def test_global_index_oracle(seed: int | None) -> None:
+    part = next(p for p in ex03.PARTS if p.id == "ex03.global_index")
+    for args in protocol.roundtrip(part.cases(np.random.default_rng(seed or 0), seed is not None)):
+        assert part.compare(part.expected(*args), _global_index(*args)).ok
+
+
+def test_global_index_hints(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = checked("ex03.global_index", lambda b, d, t: b * t + t)
     assert not ok
-    assert "output 1 (error type): expected 'ValueError', got 'no error'" in out
-    assert "hint: the source raised, but your generator ended quietly" in out
+    assert "case 2 of 4 (block_idx=2, block_dim=128, thread_idx=5): expected 261, got 15" in out
+    assert "by the block's SIZE" in out
+    ok, out = checked("ex03.global_index", lambda b, d, t: b + t)
+    assert not ok
+    assert "blockIdx.x counts blocks" in out
+    assert capsys.readouterr().out == ""  # a failing check() prints nothing: it raises
 
 
-@pytest.mark.timing
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
-def test_prefetch_that_hangs_on_an_error_is_stopped(capsys: pytest.CaptureFixture[str],
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    import queue
-    import threading
+@pytest.mark.parametrize("part", ex03.PARTS, ids=lambda p: p.id)
+def test_stub_without_a_kernel_process(capsys: pytest.CaptureFixture[str],
+                                       part: spec.Part) -> None:
+    def stub(*args: Any) -> Any:
+        raise NotImplementedError()
 
-    monkeypatch.setattr(harness, "WAIT_S", 0.3)  # the call waits in the public half
-
-    def dies(batches, depth):
-        slots: queue.Queue = queue.Queue(maxsize=depth)
-        done = object()
-
-        def reader():  # an exception kills the thread before it puts the marker
-            for b in batches:
-                slots.put(b)
-            slots.put(done)
-
-        threading.Thread(target=reader, daemon=True).start()
-        while (item := slots.get()) is not done:
-            yield item
-
-    ok, out = run(capsys, "ex03.prefetch_errors", dies)
-    assert not ok and "the generator is stuck" in out
+    if part.id == "ex03.global_index" or part.id == "ex03.row_sums":
+        ok, out = checked(part.id, stub)  # plain functions: the stub raises when called
+        assert not ok
+        assert out.strip() == f"✗ {part.id}: not implemented yet"
+    else:  # not a @cuda.jit kernel: a clear message, no launch
+        ok, out = checked(part.id, stub)
+        assert not ok
+        assert "decorate the function with @cuda.jit" in out
+    assert capsys.readouterr().out == ""  # a failing check() prints nothing: it raises
 
 
-def test_prefetch_that_raises_another_error(capsys: pytest.CaptureFixture[str]) -> None:
-    prefetch = solutions()["prefetch"]  # executed before check() times a call
-    def wraps(batches, depth):
-        try:
-            yield from prefetch(batches, depth)
-        except Exception as exc:
-            raise RuntimeError("reader failed") from exc
-
-    ok, out = run(capsys, "ex03.prefetch_errors", wraps)
-    assert not ok and "hint: re-raise the reader's own exception" in out
-
-
-def simulated_epoch(read_s: Any, compute_s: float, slots: int | None) -> float:
-    """The pipeline as events in time order (not the oracle's recurrence): a reader that reads,
-    then waits for a free slot (None: unbounded), and a loop that takes batches in turn."""
-    import heapq
-
-    reads, n = list(read_s), len(read_s)
-    waiting: list[int] = []  # batches in the queue
-    events = [(reads[0], 0, "read done", 0)]  # (time, order, what, batch)
-    blocked: int | None = None  # a batch read but not yet put
-    next_take, busy_until, seq, end = 0, 0.0, 1, 0.0
-
-    def push(t: float, what: str, k: int) -> None:
-        nonlocal seq
-        heapq.heappush(events, (t, seq, what, k))
-        seq += 1
-
-    def try_take(t: float) -> None:
-        nonlocal next_take, busy_until
-        if waiting and waiting[0] == next_take and t >= busy_until:
-            waiting.pop(0)
-            busy_until = t + compute_s
-            push(busy_until, "step done", next_take)
-            next_take += 1
-            unblock(t)
-
-    def unblock(t: float) -> None:
-        nonlocal blocked
-        if blocked is not None and (slots is None or len(waiting) < slots):
-            waiting.append(blocked)
-            if blocked + 1 < n:
-                push(t + reads[blocked + 1], "read done", blocked + 1)
-            blocked = None
-            try_take(t)
-
-    while events:
-        t, _, what, k = heapq.heappop(events)
-        if what == "read done":
-            blocked = k
-            unblock(t)
-        else:
-            end = t
-            try_take(t)
-    return end
-
-
-@pytest.mark.parametrize("hidden", [False, True])
-def test_pipeline_oracle_agrees_with_an_event_simulation(hidden: bool) -> None:
-    for seed in range(5):
-        for read_s, compute_s, depth in ex03._pipeline_cases(np.random.default_rng(seed), hidden):
-            assert ex03._pipeline_epoch(read_s, compute_s, depth) == pytest.approx(
-                simulated_epoch(read_s, compute_s, depth), rel=1e-12)
-            assert ex03._pipeline_epoch(read_s, compute_s, depth, slots=0) == pytest.approx(
-                simulated_epoch(read_s, compute_s, None), rel=1e-12)
-
-
-def test_pipeline_depth_hides_a_slow_read() -> None:
-    reads = np.full(8, 0.005)
-    reads[5] = 0.060
-    epochs = [ex03._pipeline_epoch(reads, 0.020, d) for d in (1, 2, 3, 4)]
-    assert epochs[0] > epochs[1] == epochs[2] == epochs[3] == pytest.approx(8 * 0.020 + 0.005)
-
-
-@pytest.mark.parametrize(("variant", "hint"), [
-    ({"slots": None}, "your queue never fills"),
-    ({"delta": 1}, "one slot too many"),
-    ({"delta": -1}, "one slot too few"),
-    ({"serial": True}, "nothing overlaps in your epoch"),
-])
-def test_pipeline_mistakes_get_their_hints(capsys: pytest.CaptureFixture[str],
-                                           variant: dict[str, Any], hint: str) -> None:
-    def wrong(read_s: Any, compute_s: float, depth: int) -> float:
-        if variant.get("serial"):
-            return float(np.sum(read_s) + len(read_s) * compute_s)
-        if "slots" in variant:
-            return simulated_epoch(read_s, compute_s, None)
-        return simulated_epoch(read_s, compute_s, max(depth + variant["delta"], 1))
-
-    ok, out = run(capsys, "ex03.pipeline_epoch", wrong)
-    assert not ok and f"hint: {hint}" in out, out
-
-
-def test_pipeline_hints_stay_quiet_on_noise(capsys: pytest.CaptureFixture[str]) -> None:
-    ok, out = run(capsys, "ex03.pipeline_epoch",
-                  lambda r, c, d: simulated_epoch(r, c, d) + 0.0123)
-    assert not ok and "hint:" not in out, out
-
-
-# --------------------------------------------------------------------------- the library oracles
-
-
-def ideal_from_the_benchmark(read_s, compute_s, n, readers):
-    from edu_dl.bench.loader import LoaderConfig, LoaderResult, LoaderRow, finish_rows
-
-    row = LoaderRow("mine", "ideal", readers, "", epoch_s=0.0)
-    finish_rows(LoaderResult(LoaderConfig("", batches=n), read_s=n * read_s,
-                             compute_s=n * compute_s, rows=[row]))
-    return row.ideal_s
-
-
-@pytest.mark.parametrize(("part_id", "notebook", "fn", "message"), [
-    ("ex03.ideal_epoch", "03_feeding_the_gpu.ipynb", ideal_from_the_benchmark,
-     "this part asks you to write the formula yourself (do not call "
-     "edu_dl.bench.loader.finish_rows)"),
-])
-def test_calling_the_library_oracle_is_refused(capsys: pytest.CaptureFixture[str], part_id: str,
-                                               notebook: str, fn: Any, message: str) -> None:
-    """The oracle is the course's own code: a function that calls it gets the values right, and
-    the source check (check()'s and the grader's) refuses it; the solution's source passes."""
-    ok, out = run(capsys, part_id, fn)
-    assert not ok and out == f"✗ {part_id}: the values are right, but {message}\n"
-    part = next(p for p in ex03.PARTS if p.id == part_id)
-    found = find_source(nbformat.read(SOLUTIONS_DIR / notebook, as_version=4), part_id)
-    assert found is not None and source.judge_source(part, found).ok
+def test_cases_stay_small() -> None:
+    """The simulator runs a Python thread per CUDA thread: every case launches few blocks."""
+    for part in ex03.PARTS[1:]:
+        for hidden in (False, True):
+            for seed in range(5):
+                for args in part.cases(np.random.default_rng(seed), hidden):
+                    block = int(args[-1])
+                    if part.id == "ex03.leaky_relu_kernel":
+                        threads = -(-len(args[0]) // block) * block
+                    elif part.id == "ex03.row_sums":
+                        threads = args[0].shape[0] * block
+                    else:
+                        m, n = args[0].shape[0], args[1].shape[1]
+                        threads = -(-m // block) * -(-n // block) * block * block
+                    assert threads <= 24 * 24

@@ -1,396 +1,316 @@
-"""Exercise 6 (TensorFlow): the solutions pass every case, typical mistakes get specific messages.
-
-The solution functions are taken from solutions/06_tensorflow.ipynb itself (its setup and solution
-cells are executed), so these tests follow the notebook.
-"""
+"""Exercise 6's parts: the solutions notebook passes every case; typical mistakes get their hint."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import numpy as np
 import pytest
-from fixtures.exercise_helpers import course_module, course_part, run_check, solution_namespace
+from fixtures.exercise_helpers import (
+    course_module,
+    run_check,
+    solution_namespace,
+)
 
-from edu_dl.grading.checking import VISIBLE_SEED
+from edu_dl.grading.authoring import source
+from edu_dl.grading.trust.source import find_source
+from edu_dl.harness import ex06 as harness
 
-pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there
-
-NOTEBOOK = Path(__file__).resolve().parents[2] / "solutions" / "06_tensorflow.ipynb"
-PART_FUNCTIONS = {
-    "ex06.tf1_minibatch": "train_tf1_minibatch",
-    "ex06.tf1_loss_after_update": "train_tf1_loss_after_update",
-    "ex06.tape_momentum": "train_tf2_momentum",
-    "ex06.tf_function_decay": "train_tf_function_decay",
-    "ex06.feed_bytes": "feed_bytes",
-}
+ex06 = course_module("ex06")
+SOLUTIONS_DIR = Path(__file__).resolve().parents[2] / "solutions"
 
 
-@pytest.fixture(scope="module")
-def sol():
-    """The notebook's setup and solution cells, executed: its functions by name."""
-    return solution_namespace("06_tensorflow.ipynb")
+def solutions() -> dict[str, Any]:
+    """The reference answers, executed when a test first asks."""
+    return solution_namespace("06_feeding_the_gpu.ipynb")
 
 
 run = run_check
 
 
-def test_points_match_the_notebook():
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    points = {c.source.split('"')[1]: c.metadata.nbgrader["points"] for c in nb.cells
-              if c.metadata.get("nbgrader", {}).get("grade")}
-    assert points == {pid: course_part(pid).points for pid in PART_FUNCTIONS}
-
-
-
-
-def test_solutions_pass_through_check(capsys, sol):
-    for part_id, name in PART_FUNCTIONS.items():
-        ok, out = run(capsys, part_id, sol[name], hidden=True)
-        assert ok, out
-        assert out == f"✓ {part_id}: 4 hidden cases passed\n"
-
-
-# ----------------------------------------------------------------------------- typical mistakes
-
-
-def minibatch_program(X, y, w1_init, w2_init, lr, batch_size, num_epochs, mistake=None):
-    """Part 1, right or with a mistake: "rebuilt" (a graph with fixed shapes per batch),
-    "fixed_shape" (one graph whose placeholders have batch_size rows), "drop_last", "divided"
-    (each batch's error divided by batch_size), "whole" (one step per epoch on all of X), "sum"
-    (the batch's error summed)."""
-    import tensorflow as tf
-
-    v1 = tf.compat.v1
-
-    def build(rows):
-        x_ph = v1.placeholder(tf.float64, (rows, X.shape[1]))
-        y_ph = v1.placeholder(tf.float64, (rows, y.shape[1]))
-        w1, w2 = v1.placeholder(tf.float64, w1_init.shape), v1.placeholder(tf.float64,
-                                                                            w2_init.shape)
-        errors = tf.reduce_sum((tf.maximum(x_ph @ w1, 0) @ w2 - y_ph) ** 2, axis=1)
-        loss = {"divided": tf.reduce_sum(errors) / batch_size,
-                "sum": tf.reduce_sum(errors)}.get(mistake, tf.reduce_mean(errors))
-        return (x_ph, y_ph, w1, w2), loss, v1.gradients(loss, [w1, w2])
-
-    size = len(X) if mistake == "whole" else batch_size
-    starts = range(0, len(X), size)
-    if mistake == "drop_last":
-        starts = [s for s in starts if s + size <= len(X)]
-    weights = [w1_init, w2_init]
-    losses = []
-    graph = tf.Graph()
-    with graph.as_default():
-        built = build(batch_size if mistake == "fixed_shape" else None)
-    for _ in range(num_epochs):
-        for start in starts:
-            if mistake == "rebuilt":
-                graph = tf.Graph()
-                with graph.as_default():
-                    built = build(len(X[start:start + size]))
-            (x_ph, y_ph, w1, w2), loss, grads = built
-            with v1.Session(graph=graph) as sess:
-                feed = {x_ph: X[start:start + size], y_ph: y[start:start + size],
-                        w1: weights[0], w2: weights[1]}
-                loss_val, g1, g2 = sess.run([loss, *grads], feed)
-            weights = [weights[0] - lr * g1, weights[1] - lr * g2]
-            losses.append(loss_val)
-    return np.array(losses)
-
-
-@pytest.mark.parametrize(("mistake", "hint"), [
-    (None, None),
-    ("rebuilt", "hint: your training runs used more than one graph"),
-    ("drop_last", "hint: the last, shorter batch of each epoch is missing"),
-    ("divided", "hint: the short batch's loss was divided by batch_size"),
-    ("whole", "hint: one step per epoch on all of X is the lecture's full-batch loop"),
-    ("sum", "hint: you summed over the whole batch"),
-])
-def test_minibatch_mistakes(capsys, mistake, hint):
-    ok, out = run(capsys, "ex06.tf1_minibatch",
-                  lambda *a: minibatch_program(*a, mistake=mistake))
-    if hint is None:
-        assert ok and "hint" not in out, out
-        return
-    assert not ok and hint in out, out
-    assert out.count("hint:") == 1, out  # no other mistake's hint fires on it
-    if mistake == "rebuilt":  # case 1: 5 rows in batches of 2, 2 epochs: 6 graphs
-        assert "output 1 (graphs built): expected 1, got 6" in out
-
-
-def test_a_fixed_batch_dimension_is_named(capsys):
-    ok, out = run(capsys, "ex06.tf1_minibatch",
-                  lambda *a: minibatch_program(*a, mistake="fixed_shape"))
-    assert not ok and "a placeholder's shape fixed the batch size" in out, out
-    assert "Cannot feed value of shape (1, 6)" in out, out
-
-
-def test_minibatch_cases_and_oracle():
-    """Visible cases end their epochs with a short batch but one; hidden ones take a batch of one
-    row and one larger than X; the oracle agrees with the NumPy replay, and with batch_size >= N
-    it is the full-batch oracle, one step per epoch."""
-    ex06 = course_module("ex06")
-    visible = ex06._minibatch_cases(np.random.default_rng(VISIBLE_SEED), False)
-    assert [len(x) % b != 0 for x, _, _, _, _, b, _ in visible] == [True, True, False]
-    for seed in range(10):
-        hidden = ex06._minibatch_cases(np.random.default_rng(seed), True)
-        assert hidden[0][5] == 1 and hidden[1][5] > len(hidden[1][0])
-        for args in hidden:
-            x, y, w1, w2, lr, batch_size, epochs = args
-            losses = ex06._edu_dl_minibatch_losses(*args)
-            assert len(losses) == epochs * -(-len(x) // batch_size)
-            assert np.all(np.isfinite(losses))
-            assert np.allclose(ex06.numpy_minibatch_losses(*args), losses, rtol=1e-10)
-            if batch_size >= len(x):
-                assert np.allclose(losses, ex06._edu_dl_losses(x, y, w1, w2, lr, epochs),
-                                   rtol=1e-12)
-
-
-def after_update_program(X, y, w1_init, w2_init, lr, num_steps, mistake=None):
-    """Part 2, right or with a mistake: "before" (the loss fetched beside the update: the loss
-    before it), "racy" (the new loss's reads unordered with the update), "two_runs" (the update,
-    then the new loss in a run of its own), "float32_lr" (GradientDescentOptimizer(lr)), or
-    "minimize" (right, with an optimizer)."""
-    import tensorflow as tf
-
-    v1 = tf.compat.v1
-    with tf.Graph().as_default():
-        x_ph, y_ph = v1.placeholder(tf.float64, X.shape), v1.placeholder(tf.float64, y.shape)
-        w1, w2 = v1.Variable(w1_init), v1.Variable(w2_init)
-
-        def loss_at(a, b):
-            return tf.reduce_mean(tf.reduce_sum((tf.maximum(x_ph @ a, 0) @ b - y_ph) ** 2, 1))
-
-        loss = loss_at(w1, w2)
-        if mistake in ("float32_lr", "minimize"):
-            rate = lr if mistake == "float32_lr" else tf.constant(lr, tf.float64)
-            update = v1.train.GradientDescentOptimizer(rate).minimize(loss)
-        else:
-            g1, g2 = v1.gradients(loss, [w1, w2])
-            update = tf.group(w1.assign_sub(lr * g1), w2.assign_sub(lr * g2))
-        if mistake in ("racy", "two_runs"):
-            new_loss = loss_at(w1, w2)
-        else:
-            with tf.control_dependencies([update]):
-                new_loss = loss_at(w1, w2)  # resource variables: new reads, ordered
-        feed = {x_ph: X, y_ph: y}
-        with v1.Session() as sess:
-            sess.run(v1.global_variables_initializer())
-            losses = []
-            for _ in range(num_steps):
-                if mistake == "before":
-                    losses.append(sess.run([loss, update], feed)[0])
-                elif mistake == "racy":
-                    losses.append(sess.run([new_loss, update], feed)[0])
-                elif mistake == "two_runs":
-                    sess.run(update, feed)
-                    losses.append(sess.run(new_loss, feed))
-                else:
-                    losses.append(sess.run(new_loss, feed))
-    return np.array(losses)
-
-
-@pytest.mark.parametrize(("mistake", "hint"), [
-    (None, None),
-    ("minimize", None),
-    ("before", "hint: these are the losses BEFORE each update"),
-    ("racy", "hint: in some runs the loss read w1 or w2 with nothing ordering that read"),
-    ("two_runs", "hint: some runs fetched a value without updating any Variable"),
-    ("float32_lr", "hint: your learning rate became float32"),
-])
-def test_loss_after_update_mistakes(capsys, mistake, hint):
-    ok, out = run(capsys, "ex06.tf1_loss_after_update",
-                  lambda *a: after_update_program(*a, mistake=mistake))
-    if hint is None:
-        assert ok and "hint" not in out, out
-        return
-    assert not ok and hint in out, out
-    assert out.count("hint:") == 1, out
-    if mistake == "two_runs":  # case 1 has 5 steps, each reading the loss in a run of its own
-        assert "output 1 (runs that updated nothing): expected 0, got 5" in out
-
-
-def test_loss_after_update_oracle():
-    """The oracle's losses are the full-batch oracle's, one step later; the NumPy replay of the
-    hints agrees with it."""
-    part, ex06 = course_part("ex06.tf1_loss_after_update"), course_module("ex06")
-    for args in part.cases(np.random.default_rng(4), True):
-        losses, no_update, unordered = part.expected(*args)
-        assert (no_update, unordered) == (0, 0)
-        assert np.allclose(losses[:-1], ex06._edu_dl_losses(*args)[1:], rtol=1e-12)
-        assert np.allclose(ex06._replay_after(args), losses, rtol=1e-10)
-
-
-def test_eager_code_is_not_a_tf1_program(capsys, sol):
-    for part_id in ("ex06.tf1_minibatch", "ex06.tf1_loss_after_update"):
-        ok, out = run(capsys, part_id, lambda *a: sol["train_tf2_momentum"](*a[:5], 2, 0.0))
-        assert not ok
-        assert "failed: your function never ran a tf.compat.v1.Session" in out
-
-
-def tape_program(X, y, w1_init, w2_init, lr, num_steps, momentum, relu=True, after=False,
-                 dtype="float64", velocity="kept"):
-    """The momentum tape loop, right or with a mistake: no ReLU, the loss after the update,
-    float32, or a velocity "reset" each step, "dampened" ((1 - momentum) of the gradient) or
-    "stale" (the step taken before the velocity's update)."""
-    import tensorflow as tf
-
-    w1 = tf.Variable(w1_init.astype(dtype))
-    w2 = tf.Variable(w2_init.astype(dtype))
-    x_t, y_t = tf.constant(X.astype(dtype)), tf.constant(y.astype(dtype))
-    v1, v2 = np.zeros_like(w1_init, dtype), np.zeros_like(w2_init, dtype)
-    gain = 1.0 - momentum if velocity == "dampened" else 1.0
-    losses = []
-    for _ in range(num_steps):
-        with tf.GradientTape() as tape:
-            h = x_t @ w1
-            h = tf.maximum(h, 0) if relu else h
-            loss = tf.reduce_mean(tf.reduce_sum((h @ w2 - y_t) ** 2, axis=1))
-        g1, g2 = (g.numpy() for g in tape.gradient(loss, [w1, w2]))
-        if velocity == "reset":
-            v1, v2 = np.zeros_like(v1), np.zeros_like(v2)
-        if velocity == "stale":
-            w1.assign_sub(lr * v1)
-            w2.assign_sub(lr * v2)
-        v1, v2 = momentum * v1 + gain * g1, momentum * v2 + gain * g2
-        if velocity != "stale":
-            w1.assign_sub(lr * v1)
-            w2.assign_sub(lr * v2)
-        if after:
-            h = tf.maximum(x_t @ w1, 0)
-            loss = tf.reduce_mean(tf.reduce_sum((h @ w2 - y_t) ** 2, axis=1))
-        losses.append(float(loss.numpy()))
-    return losses
-
-
-@pytest.mark.parametrize(("kwargs", "hint"), [
-    ({"relu": False}, "hint: apply the ReLU to the hidden layer"),
-    ({"after": True}, "hint: record each step's loss BEFORE its update"),
-    ({"dtype": "float32"}, "hint: close, but only to float32 precision"),
-])
-def test_tape_mistakes(capsys, kwargs, hint):
-    ok, out = run(capsys, "ex06.tape_momentum", lambda *a: tape_program(*a, **kwargs))
-    assert not ok and hint in out
-
-
-@pytest.mark.parametrize(("velocity", "hint"), [
-    ("kept", None),
-    ("reset", "hint: these are plain gradient descent's losses"),
-    ("dampened", "hint: the velocity adds the whole gradient, not (1 - momentum) of it"),
-    ("stale", "hint: the weights moved with the velocity from before this step's gradient"),
-])
-def test_momentum_mistakes(capsys, velocity, hint):
-    ok, out = run(capsys, "ex06.tape_momentum", lambda *a: tape_program(*a, velocity=velocity))
-    if hint is None:
-        assert ok and "hint" not in out, out
-        return
-    assert not ok and hint in out, out
-    assert out.count("hint:") == 1, out  # no other mistake's hint fires on it
-
-
-def test_momentum_oracle_is_edu_dl_optim():
-    """The momentum oracle (edu_dl.optim.SGD) with momentum 0 is the plain oracle, with a momentum
-    it differs from the third loss on, and the NumPy replay of the hints agrees with it."""
-    ex06 = course_module("ex06")
-    for args in ex06._momentum_cases(np.random.default_rng(3), True):
-        plain = ex06._edu_dl_losses(*args[:6])
-        assert np.allclose(ex06._edu_dl_momentum_losses(*args[:6], 0.0), plain, rtol=1e-12)
-        with_momentum = ex06._edu_dl_momentum_losses(*args)
-        assert np.allclose(with_momentum[:2], plain[:2], rtol=1e-12)
-        if args[5] > 2:
-            assert not np.allclose(with_momentum[2:], plain[2:], rtol=1e-9)
-        assert np.allclose(ex06._replay_momentum(args), with_momentum, rtol=1e-10)
-
-
-def test_tf1_code_is_not_a_tape(capsys, sol):
-    ok, out = run(capsys, "ex06.tape_momentum",
-                  lambda *a: sol["train_tf1_loss_after_update"](*a[:6]))
-    assert not ok and "never called tape.gradient" in out
-
-
-def decaying(X, y, w1_init, w2_init, lr, num_steps, decay, mistake=None):
-    """The decaying-rate tf.function, right or with a mistake: "argument" (the rate passed as a
-    Python float: a new trace per step), "frozen" (a Python rate read from the enclosing function:
-    the trace keeps its first value) or "from_one" (t counted from 1)."""
-    import tensorflow as tf
-
-    w1, w2 = tf.Variable(w1_init), tf.Variable(w2_init)
-    rate = tf.Variable(lr, dtype=tf.float64)
-    python_rate = lr
-
-    @tf.function
-    def step(x, y, given_rate):
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(tf.reduce_sum(
-                (tf.maximum(x @ w1, 0) @ w2 - y) ** 2, axis=1))
-        g1, g2 = tape.gradient(loss, [w1, w2])
-        used = {"argument": given_rate, "frozen": python_rate}.get(mistake, rate)
-        w1.assign_sub(used * g1)
-        w2.assign_sub(used * g2)
-        return loss
-
-    losses = []
-    for t in range(num_steps):
-        python_rate = lr / (1 + decay * (t + (mistake == "from_one")))
-        rate.assign(python_rate)
-        given = python_rate if mistake == "argument" else 0.0
-        losses.append(step(tf.constant(X), tf.constant(y), given).numpy())
-    return losses, step
-
-
-@pytest.mark.parametrize(("mistake", "hint"), [
-    (None, None),
-    ("argument", "hint: traced more than once"),
-    ("frozen", "hint: the rate never decayed: a Python number the step reads is frozen"),
-    ("from_one", "hint: the first step is step t = 0"),
-])
-def test_decaying_rate_mistakes(capsys, mistake, hint):
-    ok, out = run(capsys, "ex06.tf_function_decay", lambda *a: decaying(*a, mistake=mistake))
-    if hint is None:
-        assert ok and "hint" not in out, out
-        return
-    assert not ok and hint in out, out
-    if mistake == "argument":
-        assert "output 1 (tracing count): expected 1, got 5" in out
-
-
-def test_decay_zero_is_the_constant_rate():
-    """The decaying oracle with decay = 0 is the other parts' oracle; with a decay it differs."""
-    ex06 = course_module("ex06")
-    for args in ex06._decay_cases(np.random.default_rng(2), True):
-        constant = ex06._edu_dl_losses(*args[:6])
-        assert np.allclose(ex06._edu_dl_losses(*args[:6], 0.0), constant, rtol=0, atol=0)
-        if args[5] > 1:
-            assert not np.allclose(ex06._edu_dl_losses(*args), constant, rtol=1e-9)
-        assert np.allclose(ex06.numpy_losses(*args), ex06._edu_dl_losses(*args), rtol=1e-10)
-
-
-def test_tf_function_must_return_the_function(capsys, sol):
-    plain = sol["train_tf2_momentum"]
-    ok, out = run(capsys, "ex06.tf_function_decay", lambda *a: plain(*a[:6], 0.0))
-    assert not ok and "return two things: (losses, train_step)" in out
-    ok, out = run(capsys, "ex06.tf_function_decay", lambda *a: (plain(*a[:6], 0.0), None))
-    assert not ok and "not a tf.function" in out
-
-
-# --------------------------------------------------------------------------- bytes per step
-
-
-def test_feed_bytes_without_the_loss(capsys: pytest.CaptureFixture[str], sol) -> None:
-    feed_bytes = sol["feed_bytes"]  # executed before check() times a call
-    def no_loss(n, d, h, d_out, size):
-        fed_in, fed_out, kept_in, _ = feed_bytes(n, d, h, d_out, size)
-        return fed_in, fed_out - size, kept_in, 0
-
-    ok, out = run(capsys, "ex06.feed_bytes", no_loss)
+def test_ideal_epoch_steady_state_only(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex06.ideal_epoch",
+                  lambda r, c, n, k: n * (r + c) if k == 0 else n * max(r / k, c))
     assert not ok
-    assert "output 1 (feed_out): expected 800004, got 800000" in out
-    assert "hint: the loss is fetched too" in out
+    assert "case 2 of 4 (read_s=0.015, compute_s=0.01, n=20, readers=1)" in out
+    assert "expected 0.3, got 0.3" not in out  # the message shows the numbers that differ
+    assert "hint: n * max(read / readers, compute) is the steady state" in out
 
 
-def test_feed_bytes_in_elements(capsys: pytest.CaptureFixture[str]) -> None:
-    ok, out = run(capsys, "ex06.feed_bytes",
-                  lambda n, d, h, o, s: (n * d + n * o + d * h + h * o, 1 + d * h + h * o,
-                                         n * d + n * o, 1))
-    assert not ok and "hint: count bytes, not elements" in out
+def plain_generator(batches, depth):
+    yield from batches  # no thread at all
+
+
+def unbounded(batches, depth):
+    import queue
+    import threading
+
+    slots: queue.Queue = queue.Queue()  # no maxsize: reads everything at once
+    done = object()
+
+    def reader():
+        for b in batches:
+            slots.put(b)
+        slots.put(done)
+
+    threading.Thread(target=reader, daemon=True).start()
+    while (item := slots.get()) is not done:
+        yield item
+
+
+def swallows_errors(batches, depth):
+    import queue
+    import threading
+
+    slots: queue.Queue = queue.Queue(maxsize=depth)
+    done = object()
+
+    def reader():
+        try:
+            for b in batches:
+                slots.put(b)
+        except Exception:
+            pass
+        slots.put(done)
+
+    threading.Thread(target=reader, daemon=True).start()
+    while (item := slots.get()) is not done:
+        yield item
+
+
+def test_prefetch_without_a_thread(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex06.prefetch", plain_generator)
+    assert not ok and "every batch was read in the consumer's own thread" in out
+
+
+@pytest.mark.timing
+def test_prefetch_with_an_unbounded_queue(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex06.prefetch", unbounded)
+    assert not ok and "with depth=1: bound the queue (queue.Queue(maxsize=depth))" in out
+
+
+@pytest.mark.timing
+def test_a_slow_unbounded_reader_is_caught_all_the_same(capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    """A reader slower than the consumer, as a starved thread on a loaded machine is, never got
+    ahead of a consumer that kept consuming (the check once failed this way under load): the
+    consumer now holds its first batch until the reader has shown its bound or passed it."""
+    import queue
+    import threading
+    import time
+
+    def slow_unbounded(batches, depth):
+        slots: queue.Queue = queue.Queue()
+        done = object()
+
+        def reader():
+            for b in batches:
+                time.sleep(0.02)  # ten of the consumer's 2 ms steps per read
+                slots.put(b)
+            slots.put(done)
+
+        threading.Thread(target=reader, daemon=True).start()
+        while (item := slots.get()) is not done:
+            yield item
+
+    ok, out = run(capsys, "ex06.prefetch", slow_unbounded)
+    assert not ok and "with depth=1: bound the queue (queue.Queue(maxsize=depth))" in out
+
+
+def test_a_reader_on_a_full_queue_is_seen_waiting() -> None:
+    """What ends the consumer's hold for a bounded reader: its thread waits on the full queue,
+    read from its frame (no clock)."""
+    import queue
+    import threading
+    import time
+
+    slots: queue.Queue = queue.Queue(maxsize=1)
+    slots.put(0)
+    reader = threading.Thread(target=lambda: slots.put(1), daemon=True)
+    assert not harness._blocked(reader)  # not started
+    reader.start()
+    deadline = time.monotonic() + 30  # generous: only a broken _blocked waits this long
+    while not harness._blocked(reader):
+        assert time.monotonic() < deadline, "the reader was never seen waiting"
+        time.sleep(0.001)
+    assert not harness._blocked(threading.current_thread())  # running, not waiting
+    slots.get()
+    reader.join(30)
+    assert not reader.is_alive() and not harness._blocked(reader)
+
+
+def test_prefetch_that_loses_the_last_batch(capsys: pytest.CaptureFixture[str]) -> None:
+    prefetch = solutions()["prefetch"]  # executed before check() times a call
+    def drops_last(batches, depth):
+        previous, first = None, True
+        for item in prefetch(batches, depth):
+            if not first:
+                yield previous
+            previous, first = item, False
+
+    ok, out = run(capsys, "ex06.prefetch", drops_last)
+    assert not ok
+    # the hint is about the count (output 1), so the report names the count
+    assert "output 1 (count): expected 8, got 7" in out and "hint: batches are missing" in out
+
+
+def test_prefetch_that_swallows_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex06.prefetch_errors", swallows_errors)
+    assert not ok
+    assert "output 1 (error type): expected 'ValueError', got 'no error'" in out
+    assert "hint: the source raised, but your generator ended quietly" in out
+
+
+@pytest.mark.timing
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_prefetch_that_hangs_on_an_error_is_stopped(capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import queue
+    import threading
+
+    monkeypatch.setattr(harness, "WAIT_S", 0.3)  # the call waits in the public half
+
+    def dies(batches, depth):
+        slots: queue.Queue = queue.Queue(maxsize=depth)
+        done = object()
+
+        def reader():  # an exception kills the thread before it puts the marker
+            for b in batches:
+                slots.put(b)
+            slots.put(done)
+
+        threading.Thread(target=reader, daemon=True).start()
+        while (item := slots.get()) is not done:
+            yield item
+
+    ok, out = run(capsys, "ex06.prefetch_errors", dies)
+    assert not ok and "the generator is stuck" in out
+
+
+def test_prefetch_that_raises_another_error(capsys: pytest.CaptureFixture[str]) -> None:
+    prefetch = solutions()["prefetch"]  # executed before check() times a call
+    def wraps(batches, depth):
+        try:
+            yield from prefetch(batches, depth)
+        except Exception as exc:
+            raise RuntimeError("reader failed") from exc
+
+    ok, out = run(capsys, "ex06.prefetch_errors", wraps)
+    assert not ok and "hint: re-raise the reader's own exception" in out
+
+
+def simulated_epoch(read_s: Any, compute_s: float, slots: int | None) -> float:
+    """The pipeline as events in time order (not the oracle's recurrence): a reader that reads,
+    then waits for a free slot (None: unbounded), and a loop that takes batches in turn."""
+    import heapq
+
+    reads, n = list(read_s), len(read_s)
+    waiting: list[int] = []  # batches in the queue
+    events = [(reads[0], 0, "read done", 0)]  # (time, order, what, batch)
+    blocked: int | None = None  # a batch read but not yet put
+    next_take, busy_until, seq, end = 0, 0.0, 1, 0.0
+
+    def push(t: float, what: str, k: int) -> None:
+        nonlocal seq
+        heapq.heappush(events, (t, seq, what, k))
+        seq += 1
+
+    def try_take(t: float) -> None:
+        nonlocal next_take, busy_until
+        if waiting and waiting[0] == next_take and t >= busy_until:
+            waiting.pop(0)
+            busy_until = t + compute_s
+            push(busy_until, "step done", next_take)
+            next_take += 1
+            unblock(t)
+
+    def unblock(t: float) -> None:
+        nonlocal blocked
+        if blocked is not None and (slots is None or len(waiting) < slots):
+            waiting.append(blocked)
+            if blocked + 1 < n:
+                push(t + reads[blocked + 1], "read done", blocked + 1)
+            blocked = None
+            try_take(t)
+
+    while events:
+        t, _, what, k = heapq.heappop(events)
+        if what == "read done":
+            blocked = k
+            unblock(t)
+        else:
+            end = t
+            try_take(t)
+    return end
+
+
+@pytest.mark.parametrize("hidden", [False, True])
+def test_pipeline_oracle_agrees_with_an_event_simulation(hidden: bool) -> None:
+    for seed in range(5):
+        for read_s, compute_s, depth in ex06._pipeline_cases(np.random.default_rng(seed), hidden):
+            assert ex06._pipeline_epoch(read_s, compute_s, depth) == pytest.approx(
+                simulated_epoch(read_s, compute_s, depth), rel=1e-12)
+            assert ex06._pipeline_epoch(read_s, compute_s, depth, slots=0) == pytest.approx(
+                simulated_epoch(read_s, compute_s, None), rel=1e-12)
+
+
+def test_pipeline_depth_hides_a_slow_read() -> None:
+    reads = np.full(8, 0.005)
+    reads[5] = 0.060
+    epochs = [ex06._pipeline_epoch(reads, 0.020, d) for d in (1, 2, 3, 4)]
+    assert epochs[0] > epochs[1] == epochs[2] == epochs[3] == pytest.approx(8 * 0.020 + 0.005)
+
+
+@pytest.mark.parametrize(("variant", "hint"), [
+    ({"slots": None}, "your queue never fills"),
+    ({"delta": 1}, "one slot too many"),
+    ({"delta": -1}, "one slot too few"),
+    ({"serial": True}, "nothing overlaps in your epoch"),
+])
+def test_pipeline_mistakes_get_their_hints(capsys: pytest.CaptureFixture[str],
+                                           variant: dict[str, Any], hint: str) -> None:
+    def wrong(read_s: Any, compute_s: float, depth: int) -> float:
+        if variant.get("serial"):
+            return float(np.sum(read_s) + len(read_s) * compute_s)
+        if "slots" in variant:
+            return simulated_epoch(read_s, compute_s, None)
+        return simulated_epoch(read_s, compute_s, max(depth + variant["delta"], 1))
+
+    ok, out = run(capsys, "ex06.pipeline_epoch", wrong)
+    assert not ok and f"hint: {hint}" in out, out
+
+
+def test_pipeline_hints_stay_quiet_on_noise(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex06.pipeline_epoch",
+                  lambda r, c, d: simulated_epoch(r, c, d) + 0.0123)
+    assert not ok and "hint:" not in out, out
+
+
+# --------------------------------------------------------------------------- the library oracles
+
+
+def ideal_from_the_benchmark(read_s, compute_s, n, readers):
+    from edu_dl.bench.loader import LoaderConfig, LoaderResult, LoaderRow, finish_rows
+
+    row = LoaderRow("mine", "ideal", readers, "", epoch_s=0.0)
+    finish_rows(LoaderResult(LoaderConfig("", batches=n), read_s=n * read_s,
+                             compute_s=n * compute_s, rows=[row]))
+    return row.ideal_s
+
+
+@pytest.mark.parametrize(("part_id", "notebook", "fn", "message"), [
+    ("ex06.ideal_epoch", "06_feeding_the_gpu.ipynb", ideal_from_the_benchmark,
+     "this part asks you to write the formula yourself (do not call "
+     "edu_dl.bench.loader.finish_rows)"),
+])
+def test_calling_the_library_oracle_is_refused(capsys: pytest.CaptureFixture[str], part_id: str,
+                                               notebook: str, fn: Any, message: str) -> None:
+    """The oracle is the course's own code: a function that calls it gets the values right, and
+    the source check (check()'s and the grader's) refuses it; the solution's source passes."""
+    ok, out = run(capsys, part_id, fn)
+    assert not ok and out == f"✗ {part_id}: the values are right, but {message}\n"
+    part = next(p for p in ex06.PARTS if p.id == part_id)
+    found = find_source(nbformat.read(SOLUTIONS_DIR / notebook, as_version=4), part_id)
+    assert found is not None and source.judge_source(part, found).ok

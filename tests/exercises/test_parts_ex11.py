@@ -1,7 +1,7 @@
-"""Exercise 7b (part ids ex11.*; convolutions one step past lecture 07b): the solutions pass
+"""Exercise 11 (part ids ex11.*; convolutions one step past lecture 11): the solutions pass
 every case, typical mistakes get specific messages, and no solution is lecture code re-typed.
 
-The solution functions are taken from solutions/07b_convolutions.ipynb itself (its setup and
+The solution functions are taken from solutions/11_convolutions.ipynb itself (its setup and
 solution cells are executed), so these tests follow the notebook. The mistakes are the ones issue
 25 names (a forgotten padding, whose bare NumPy error is explained; the stride ignored; a reshape
 where a transpose is needed; db from one image) and a few more, each written the way a student
@@ -36,7 +36,7 @@ from edu_dl.grading.trust import source as trusted_source
 pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there
 
 ROOT = Path(__file__).resolve().parents[2]
-NOTEBOOK = ROOT / "solutions" / "07b_convolutions.ipynb"
+NOTEBOOK = ROOT / "solutions" / "11_convolutions.ipynb"
 PART_FUNCTIONS = {
     "ex11.im2col_dilated": "im2col_dilated",
     "ex11.conv_forward_nhwc": "conv_forward_nhwc",
@@ -51,7 +51,7 @@ windows = np.lib.stride_tricks.sliding_window_view
 @pytest.fixture(scope="module")
 def sol():
     """The notebook's setup and solution cells, executed: its functions by name."""
-    return solution_namespace("07b_convolutions.ipynb")
+    return solution_namespace("11_convolutions.ipynb")
 
 
 run = run_check
@@ -156,8 +156,8 @@ def test_no_solution_is_lecture_code_retyped():
 
 
 def test_the_verbatim_check_finds_a_copy():
-    """The check above can fail: lecture 07b's col2im, pasted, is a long shared run."""
-    lecture = json.loads((ROOT / "lectures" / "07b_convolutions.ipynb").read_text())
+    """The check above can fail: lecture 11's col2im, pasted, is a long shared run."""
+    lecture = json.loads((ROOT / "lectures" / "11_convolutions.ipynb").read_text())
     col2im = next("".join(c["source"]) for c in lecture["cells"]
                   if "def col2im" in "".join(c["source"]))
     pasted = code_lines(col2im.split("def conv2d_backward")[0])
@@ -596,7 +596,7 @@ def test_a_students_own_col2im_helper_is_not_refused():
 def test_a_conv_on_a_wrong_im2col_names_the_im2col_first(capsys):
     """Issue 25: a correct conv layer on an im2col that returns wrong values (no error) used to
     fail with no word of the cause; its part `uses` im2col_dilated, so the report starts there."""
-    ns = solution_namespace("07b_convolutions.ipynb")
+    ns = solution_namespace("11_convolutions.ipynb")
     right = ns["im2col_dilated"]
     ns["im2col_dilated"] = lambda *args: 2 * right(*args)  # the conv layer calls it by name
     ok, out = run(capsys, "ex11.im2col_dilated", ns["im2col_dilated"])

@@ -1,162 +1,262 @@
-"""Exercise 12's parts: the solutions notebook passes every case; typical mistakes get their
-hint."""
+"""Exercise 12's parts: the oracles agree with the solution notebook; wrong answers get hints."""
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import numpy as np
 import pytest
-from fixtures.exercise_helpers import (
-    assert_solution_passes,
-    course_module,
-    run_check,
-    solution_namespace,
-)
+from fixtures.exercise_helpers import course_module, run_check, solution_namespace
 
-from edu_dl.grading import checking
+import edu_dl as ed
 from edu_dl.grading.trust import source as trusted_source
 
 ex12 = course_module("ex12")
-NOTEBOOK = Path(__file__).resolve().parents[2] / "solutions" / "12_gpu_practice.ipynb"
 
-SOLUTIONS = solution_namespace("12_gpu_practice.ipynb")
+SOLUTIONS = Path(__file__).resolve().parents[2] / "solutions"
+
+
+def solutions() -> dict[str, Any]:
+    """The solution functions of exercise 12."""
+    return solution_namespace("12_static_vs_dynamic.ipynb")
+
+
+FUNCTIONS = {"ex12.rnn_eager_batch": "rnn_eager_batch", "ex12.rnn_static": "rnn_static",
+             "ex12.plan": "plan", "ex12.fusion": "fused_writes"}
+
+
 run = run_check
-memory_budget = SOLUTIONS["memory_budget"]
 
 
-def test_the_solution_passes_check(capsys: pytest.CaptureFixture[str]) -> None:
-    ok, out = run(capsys, "ex12.memory_budget", memory_budget)
-    assert ok and out.strip() == "✓ ex12.memory_budget: 4 cases passed"
+def test_every_part_has_a_solution() -> None:
+    assert {p.id for p in ex12.PARTS} == set(FUNCTIONS)
 
 
-# --------------------------------------------------------------------------- the budget
+def test_rnn_cases_take_both_branches() -> None:
+    for hidden in (False, True):
+        sums = [ex12._h_final(*c).sum() for c in ex12._rnn_cases(np.random.default_rng(3), hidden)]
+        assert min(sums) < 0 < max(sums)
 
 
-def with_activations(extra):
-    def budget(sizes, batch_size, itemsize, optimizer):
-        p, g, s, a = memory_budget(sizes, batch_size, itemsize, optimizer)
-        return p, g, s, a + extra(sizes, batch_size) * itemsize
-    return budget
+def test_plan_oracle_matches_edu_dl_session() -> None:
+    """The lecture graph in edu_dl.graph: plan_for runs exactly the ops of the oracle's set."""
+    from edu_dl import graph as eg
+
+    g = eg.Graph()
+    with g.as_default():
+        x, y, z = (eg.placeholder(eg.float64, shape=(2,), name=n) for n in "xyz")
+        c = eg.reduce_sum(x * y + z)
+        d = eg.reduce_sum(x)
+    feed = {p: np.ones(2) for p in (x, y, z)}
+    sess = eg.Session(g)
+    for fetch, index in ((c, 5), (d, 6)):
+        nodes = ex12._plan_expected(ex12.LECTURE_PARENTS, np.array([index]))
+        ops = [i for i in nodes if ex12.LECTURE_PARENTS[i][0] >= 0]
+        assert sess.plan_for(fetch, feed).ops_run == len(ops)
+
+
+def rnn_batch(X, lengths, W, U, padded=False, one_branch=False, mean=False, no_branch=False):
+    """The batch RNN in edu_dl eager, with a mistake switched on."""
+    W, U = ed.tensor(W, requires_grad=True), ed.tensor(U, requires_grad=True)
+    finals = []
+    for b in range(X.shape[0]):
+        h = ed.zeros((1, W.shape[0]), dtype=np.float64)
+        for t in range(X.shape[1] if padded else int(lengths[b])):
+            h = (h @ W + ed.tensor(X[b, t:t + 1]) @ U).tanh()
+        finals.append(h)
+    total = sum(h.sum().item() for h in finals)
+    loss = None
+    for h in finals:
+        positive = total > 0 if one_branch else h.sum().item() > 0
+        own = (h * h).sum() if positive or no_branch else -h.sum()
+        loss = own if loss is None else loss + own
+    if mean:
+        loss = loss * (1.0 / X.shape[0])
+    loss.backward()
+    return loss.item(), W.grad.numpy(), U.grad.numpy()
+
+
+def test_batch_cases_take_both_branches_and_pad() -> None:
+    for hidden in (False, True):
+        cases = ex12._batch_cases(np.random.default_rng(3), hidden)
+        sums = [ex12._h_final(X[b, :n], W, U).sum()
+                for X, lengths, W, U in cases for b, n in enumerate(lengths)]
+        assert min(sums) < 0 < max(sums)
+        assert any(min(c[1]) < c[0].shape[1] for c in cases)  # some sequence is padded
 
 
 @pytest.mark.parametrize(("mistake", "hint"), [
-    (lambda sizes, n: n * sum(sizes[1:-1]), "the Linear outputs before each ReLU are not saved"),
-    (lambda sizes, n: n * sizes[-1], "the network's output is not saved by the network"),
-    (lambda sizes, n: -n * sizes[0], "the input batch is saved too"),
+    ({}, None),
+    ({"padded": True}, "the padding ran too"),
+    ({"one_branch": True}, "one branch for the whole batch"),
+    ({"mean": True}, "SUM of its sequences' losses, not their mean"),
+    ({"no_branch": True}, "output 0 (loss)"),
 ])
-def test_budget_activation_mistakes(capsys: pytest.CaptureFixture[str], mistake: Any,
-                                    hint: str) -> None:
-    ok, out = run(capsys, "ex12.memory_budget", with_activations(mistake))
-    assert not ok and "output 3 (activations)" in out and f"hint: {hint}" in out
+def test_rnn_batch_mistakes(capsys: pytest.CaptureFixture[str], mistake: dict[str, bool],
+                            hint: str | None) -> None:
+    ok, out = run(capsys, "ex12.rnn_eager_batch", lambda *a: rnn_batch(*a, **mistake))
+    if hint is None:
+        assert ok and "hint" not in out, out
+    else:
+        assert not ok and "(X (3, 5, 4), lengths (3,), W (3, 3), U (4, 3))" in out
+        assert hint in out, out
 
 
-def test_budget_without_biases(capsys: pytest.CaptureFixture[str]) -> None:
-    def no_bias(sizes, batch_size, itemsize, optimizer):
-        _, _, _, a = memory_budget(sizes, batch_size, itemsize, optimizer)
-        p = sum(x * y for x, y in itertools.pairwise(sizes)) * itemsize
-        return p, p, {"sgd": 0, "sgd_momentum": 1, "adam": 2}[optimizer] * p, a
-
-    ok, out = run(capsys, "ex12.memory_budget", no_bias)
-    assert not ok and "case 1 of 4" in out and "output 0 (parameters): expected 172, got 140" in out
-    assert "hint: the biases are parameters too" in out
+def test_rnn_batch_replays_match_the_eager_mistakes() -> None:
+    """Each hint's NumPy replay gives the loss the mistaken eager program gives."""
+    for args in ex12._batch_cases(np.random.default_rng(4), True):
+        for mistake in ({"padded": True}, {"one_branch": True}, {"mean": True}):
+            want = rnn_batch(*args, **mistake)[0]
+            assert np.isclose(ex12._batch_loss(*args, **mistake), want, rtol=1e-10)
 
 
-def test_budget_in_values_not_bytes(capsys: pytest.CaptureFixture[str]) -> None:
-    ok, out = run(capsys, "ex12.memory_budget",
-                  lambda s, n, size, o: tuple(v // size for v in memory_budget(s, n, size, o)))
-    assert not ok and "hint: count bytes, not values" in out
+def one_sequence(X, W, U):
+    """The batch solution on a batch of one: the right values for rnn_static, eagerly."""
+    return solutions()["rnn_eager_batch"](X[None], np.array([len(X)]), W, U)
 
 
-def test_budget_with_one_adam_buffer(capsys: pytest.CaptureFixture[str]) -> None:
-    def one_buffer(sizes, batch_size, itemsize, optimizer):
-        p, g, s, a = memory_budget(sizes, batch_size, itemsize, optimizer)
-        return p, g, (p if optimizer == "adam" else s), a
-
-    ok, out = run(capsys, "ex12.memory_budget", one_buffer)
-    assert not ok and "output 2 (optimizer_state): expected 344, got 172" in out
-    assert "hint: Adam keeps two buffers per parameter" in out
+def test_rnn_static_must_run_a_session(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex12.rnn_static", one_sequence)
+    assert not ok and "failed: no edu_dl.graph Session ran" in out
 
 
-def test_asking_the_oracle_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    namespace: dict[str, Any] = {}
-    exec(compile('''
-import torch
-from edu_dl.gpu import memory
-from edu_dl.gpu import zoo as models_zoo
+def test_rnn_static_right_loss_wrong_gradients(capsys: pytest.CaptureFixture[str]) -> None:
+    def wrong(X, W, U):
+        loss, dW, dU = solutions()["rnn_static"](X, W, U)
+        return loss, dW.T, dU
 
-def memory_budget(sizes, batch_size, itemsize, optimizer):
-    dtype = {2: torch.float16, 4: torch.float32, 8: torch.float64}[itemsize]
-    b = memory.budget(models_zoo.mlp(sizes), (sizes[0],), batch_size, optimizer, dtype)
-    return b.params, b.grads, b.optimizer_state, b.activations
-''', "<cell>", "exec"), namespace)
-    fn = namespace["memory_budget"]
-    rng = np.random.default_rng(checking.VISIBLE_SEED)
-    part = next(p for p in ex12.PARTS if p.id == "ex12.memory_budget")
-    assert_solution_passes(part, fn, False, rng)  # right values ...
-    assert part.source_check is not None
-    verdict = part.source_check('''
-def memory_budget(sizes, batch_size, itemsize, optimizer):
-    b = memory.budget(models_zoo.mlp(sizes), (sizes[0],), batch_size, optimizer)
-    return b.params, b.grads, b.optimizer_state, b.activations
-''')
-    assert not verdict.ok and "asks edu_dl.gpu.memory" in verdict.message  # ... asked for
-    assert part.source_check('''
-def memory_budget(sizes, batch_size, itemsize, optimizer):
-    budget_bytes = sum(sizes) * itemsize
-    return budget_bytes, 0, 0, 0
-''').ok  # a local that happens to be called budget-something is fine
+    ok, out = run(capsys, "ex12.rnn_static", wrong)
+    assert not ok and "output 1 (dW)" in out and "looks transposed" in out
 
 
-# --------------------------------------------------------------------------- the largest batch
+def test_plan_with_direct_inputs_only(capsys: pytest.CaptureFixture[str]) -> None:
+    def direct(parents, fetches):
+        return {int(f) for f in fetches} | {int(p) for f in fetches for p in parents[f] if p >= 0}
+
+    ok, out = run(capsys, "ex12.plan", direct)
+    assert not ok
+    assert "expected nodes [0, 1, 2, 3, 4, 5], got [4, 5]: missing nodes [0, 1, 2, 3]" in out
+    assert "only the direct inputs" in out
 
 
-max_batch = SOLUTIONS["max_batch"]
+def test_plan_without_pruning(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex12.plan", lambda parents, fetches: range(len(parents)))
+    assert not ok and "nodes not needed [6, 7, 8]" in out and "prune" in out
 
 
-def test_asking_the_oracle_for_the_largest_batch_is_refused() -> None:
-    text = '''
-def max_batch(sizes, itemsize, optimizer, budget_bytes):
-    dtype = {2: torch.float16, 4: torch.float32, 8: torch.float64}[itemsize]
-    return memory.max_batch(models_zoo.mlp(sizes), (sizes[0],), budget_bytes, optimizer, dtype)
-'''
-    namespace: dict[str, Any] = {}
-    imports = "import torch\nfrom edu_dl.gpu import memory, zoo as models_zoo\n"
-    exec(compile(imports + text, "<cell>", "exec"), namespace)
-    part = next(p for p in ex12.PARTS if p.id == "ex12.max_batch")
-    rng = np.random.default_rng(checking.VISIBLE_SEED)
-    assert_solution_passes(part, namespace["max_batch"], False, rng)  # right values ...
-    assert part.source_check is not None
-    verdict = part.source_check(text)
-    assert not verdict.ok and "asks edu_dl.gpu.memory" in verdict.message  # ... asked for
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    found = trusted_source.find_source(nb, "ex12.max_batch")
-    assert found is not None and part.source_check(found).ok  # the solution counts itself
+# --------------------------------------------------------------------------- the fused plan
 
 
-@pytest.mark.parametrize(("wrong", "hint"), [
-    (lambda *a: max_batch(*a) + 1, "one too many"),
-    (lambda *a: max(0, max_batch(*a) - 1) if max_batch(*a) else 0, "one too few"),
+def _fused_writes(kinds: Any, parents: Any, fetches: Any, **flags: bool) -> list[int]:
+    """The oracle with one rule changed: a student's typical mistake, as a function."""
+    return ex12._written(np.asarray(kinds), np.asarray(parents), np.asarray(fetches), **flags
+                         ).tolist()
+
+
+def test_fusion_oracle_matches_edu_dls_fused_training_step() -> None:
+    """The visible case is the lecture's step: edu_dl's fused program writes those arrays (one
+    per matmul, reduction, update and materialized chain) and one scalar more, the seed / N."""
+    from edu_dl import graph as eg
+    from edu_dl.autograd import fusion
+
+    r = np.random.default_rng(0)
+    g = eg.Graph()
+    with g.as_default():
+        x = eg.placeholder(eg.float32, shape=(None, 5))
+        y = eg.placeholder(eg.float32, shape=(None, 2))
+        w1 = eg.Variable(r.standard_normal((5, 4)).astype(np.float32))
+        w2 = eg.Variable(r.standard_normal((4, 2)).astype(np.float32))
+        y_pred = eg.matmul(eg.nn.relu(eg.matmul(x, w1)), w2)
+        loss = eg.reduce_mean(eg.reduce_sum((y_pred - y) ** 2, axis=1))
+        train = eg.train.GradientDescentOptimizer(0.1).minimize(loss)
+        init = eg.global_variables_initializer()
+    sess = eg.Session(g, optimize="numpy")
+    sess.run(init)
+    feed = {x: np.ones((3, 5), np.float32), y: np.zeros((3, 2), np.float32)}
+    for _ in range(2):
+        sess.run([loss, train], feed_dict=feed)
+    program = sess.plan_for([loss, train], feed).fused.program
+    scalars = [s for s in program.statements
+               if isinstance(s, fusion.Elementwise) and s.expr.shape == ()]
+    expected = ex12._fusion_expected(ex12.STEP_KINDS, ex12.STEP_PARENTS, np.array([10, 17, 19]))
+    assert program.passes == len(expected) + len(scalars) and len(scalars) == 1
+    assert len(expected) < int((ex12.STEP_KINDS > 0).sum())  # fusion saves passes
+
+
+@pytest.mark.parametrize(("flags", "hint"), [
+    ({"fuse": False}, "every op of the plan is written"),
+    ({"prune": False}, "nodes outside the plan are written"),
+    ({"inputs_written": True}, "an input (kind 0"),
+    ({"fetched_written": False}, "a fetched elementwise value is missing"),
+    ({"matmuls_read_arrays": False}, "read by a matmul (kind 2) is missing"),
+    ({"fusing_sinks": False}, "read only by a reduction or an update (kind 3) is written"),
+    ({"fuse": False, "inputs_written": True}, "that is the whole plan"),
 ])
-def test_max_batch_off_by_one(capsys: pytest.CaptureFixture[str], wrong: Any, hint: str) -> None:
-    ok, out = run(capsys, "ex12.max_batch", wrong)
-    assert not ok and f"hint: {hint}" in out
+def test_fusion_mistakes_get_their_hint(capsys: pytest.CaptureFixture[str], flags: dict[str, bool],
+                                        hint: str) -> None:
+    ok, out = run(capsys, "ex12.fusion", lambda k, p, f: _fused_writes(k, p, f, **flags))
+    assert not ok and hint in out
 
 
-def test_max_batch_negative_and_without_the_fixed_part(capsys: pytest.CaptureFixture[str]
-                                                       ) -> None:
-    def raw(sizes, itemsize, optimizer, budget_bytes):
-        p, g, s, per = memory_budget(sizes, 1, itemsize, optimizer)
-        return (budget_bytes - p - g - s) // per
+def test_fusion_readers_outside_the_plan_get_their_hint(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex12.fusion",
+                  lambda k, p, f: _fused_writes(k, p, f, readers_in_plan=False), hidden=True)
+    assert not ok and "only readers that run (in the plan) count" in out
 
-    ok, out = run(capsys, "ex12.max_batch", raw)
-    assert not ok and "hint: when not even one example fits, return 0" in out
 
-    def no_fixed(sizes, itemsize, optimizer, budget_bytes):
-        return budget_bytes // memory_budget(sizes, 1, itemsize, optimizer)[3]
+def test_the_plan_part_retyped_does_not_pass_the_fusion_part(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The nearest code the course prints, the plan (section 3's answer), fails with a hint."""
+    plan = solutions()["plan"]
+    ok, out = run(capsys, "ex12.fusion", lambda kinds, parents, fetches: plan(parents, fetches))
+    assert not ok and "that is the whole plan (section 3's answer)" in out
 
-    ok, out = run(capsys, "ex12.max_batch", no_fixed)
-    assert not ok and "hint: parameters, gradients and optimizer state take their share" in out
+
+def test_fusion_hints_stay_quiet_on_the_solution(capsys: pytest.CaptureFixture[str]) -> None:
+    for hidden in (False, True):
+        ok, out = run(capsys, "ex12.fusion", solutions()["fused_writes"], hidden=hidden)
+        assert ok and "hint" not in out.lower()
+
+
+def test_fusion_cases_separate_the_mistakes() -> None:
+    """Every mistake changes the answer on some hidden case: no hint is dead, no mistake passes
+    (the visible cases, the lecture's step, have no matmul outside a plan that reads a value)."""
+    for flags in ex12.FUSION_MISTAKES:
+        visible = [] if "readers_in_plan" in flags else [(False, 0)]
+        for hidden, seed in (*visible, *((True, seed) for seed in range(5))):
+            cases = ex12._fusion_cases(np.random.default_rng(seed), hidden)
+            assert any(not np.array_equal(ex12._written(*c, **flags), ex12._fusion_expected(*c))
+                       for c in cases), (flags, hidden)
+
+
+def test_rnn_eager_in_pytorch_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    def rnn_eager_batch(X, lengths, W, U):
+        import torch
+
+        Wt = torch.tensor(W, requires_grad=True)
+        Ut = torch.tensor(U, requires_grad=True)
+        loss = 0
+        for b, n in enumerate(lengths):
+            h = torch.zeros((1, W.shape[0]), dtype=torch.float64)
+            for x_t in torch.tensor(X[b, :n]):
+                h = torch.tanh(h @ Wt + x_t[None] @ Ut)
+            loss = loss + ((h * h).sum() if h.sum() > 0 else -h.sum())
+        loss.backward()
+        return loss.item(), Wt.grad.numpy(), Ut.grad.numpy()
+
+    ok, out = run(capsys, "ex12.rnn_eager_batch", rnn_eager_batch)
+    assert not ok
+    assert out.startswith("✗ ex12.rnn_eager_batch: the values are right, but this part asks you "
+                          "to write the RNN with edu_dl's eager engine")
+
+
+def test_the_solutions_source_passes() -> None:
+    part_id = "ex12.rnn_eager_batch"
+    part = next(p for p in ex12.PARTS if p.id == part_id)
+    notebook = SOLUTIONS / "12_static_vs_dynamic.ipynb"
+    found = trusted_source.find_source(nbformat.read(notebook, as_version=4), part_id)
+    assert found is not None and part.source_check is not None
+    assert part.source_check(found).ok

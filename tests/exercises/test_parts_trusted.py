@@ -41,17 +41,9 @@ from edu_dl.grading.trust import source as trusted_source
 pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there
 
 SOLUTIONS = Path(__file__).resolve().parents[2] / "solutions"
-NOTEBOOKS = {"ex01": "01_getting_started.ipynb", "ex02": "02_cpu_vs_gpu.ipynb",
-             "ex02b": "02b_writing_a_gpu_kernel.ipynb", "ex02c": "02c_timing_the_gpu.ipynb",
-             "ex02d": "02d_the_gpu_memory_system.ipynb", "ex03": "03_feeding_the_gpu.ipynb",
-             "ex04": "04_computational_graphs.ipynb", "ex05": "05_autograd_from_scratch.ipynb",
-             "ex06": "06_tensorflow.ipynb", "ex07": "07_pytorch.ipynb",
-             "ex08": "08_static_vs_dynamic.ipynb", "ex08b": "08b_caffe_and_the_landscape.ipynb",
-             "ex08c": "08c_compiling_dynamic_code.ipynb",
-             "ex09": "09_shootout.ipynb", "ex10": "10_many_devices.ipynb",
-             "ex11": "07b_convolutions.ipynb", "ex12": "12_gpu_practice.ipynb",
-             "ex13": "13_attention.ipynb"}
-ALSO = {"ex08b": "def parse_layer"}  # given helpers the solution functions use
+# Exercise NN's parts are exNN.*: its solutions notebook is the one numbered NN.
+NOTEBOOKS = {f"ex{p.name[:2]}": p.name for p in sorted(SOLUTIONS.glob("[0-9][0-9]_*.ipynb"))}
+ALSO = {"ex13": "def parse_layer"}  # given helpers the solution functions use
 ALL_PARTS = all_course_parts()
 
 
@@ -194,20 +186,20 @@ def standardize(images):
     std = x.std(axis=(1, 2), keepdims=True)
     return ((x - mean) / std).astype(np.float32).transpose(0, 3, 1, 2)
 """),
-    # ex02b
-    "ex02b.global_index": (RAW, """
+    # ex03
+    "ex03.global_index": (RAW, """
 def global_index(block_idx, block_dim, thread_idx):
     return block_idx + thread_idx  # blocks counted as threads
 """),
-    "ex02b.leaky_relu_kernel": (FORGED, """
+    "ex03.leaky_relu_kernel": (FORGED, """
 def leaky_relu_kernel(x, alpha, out):  # NumPy, not a kernel
     out[:] = np.where(x > 0, x, alpha * x)
 """),
-    "ex02b.linear_relu": (FORGED, """
+    "ex03.linear_relu": (FORGED, """
 def linear_relu_kernel(X, W, b, out):  # NumPy, not a kernel
     out[:] = np.maximum(X @ W + b, 0)
 """),
-    "ex02b.row_sums": (FORGED, """
+    "ex03.row_sums": (FORGED, """
 def make_row_sum_kernel(threads):
     @cuda.jit
     def row_sums(X, out):  # one thread adds the whole row: no shared memory, no cooperation
@@ -220,32 +212,32 @@ def make_row_sum_kernel(threads):
 
     return row_sums
 """),
-    # ex02d
-    "ex02d.launch_segments": (RAW, """
+    # ex05
+    "ex05.launch_segments": (RAW, """
 def launch_segments(block, grid, coefficients, itemsize):
     (bx, by), (gx, gy) = block, grid  # every warp taken as one coalesced row of float32
     return gx * gy * by * -(-bx // 32) * 4
 """),
-    "ex02d.fused_layer_norm": (FORGED, """
+    "ex05.fused_layer_norm": (FORGED, """
 def layer_norm(x, gamma, beta, eps):  # NumPy's passes, not one compiled kernel
     x = x.astype(np.float64)
     mean = x.mean(axis=1, keepdims=True)
     return gamma * (x - mean) / np.sqrt(x.var(axis=1, keepdims=True) + eps) + beta
 """),
-    # ex03
-    "ex06.feed_bytes": (RAW, """
+    # ex06
+    "ex09.feed_bytes": (RAW, """
 def feed_bytes(N, D, H, D_out, itemsize):  # elements, not bytes
     return N * D + N * D_out + D * H + H * D_out, 1 + D * H + H * D_out, N * D + N * D_out, 1
 """),
-    "ex03.ideal_epoch": (RAW, """
+    "ex06.ideal_epoch": (RAW, """
 def ideal_epoch(read_s, compute_s, n, readers):  # the steady state only
     return n * (read_s + compute_s) if readers == 0 else n * max(read_s / readers, compute_s)
 """),
-    "ex03.prefetch": (FORGED, """
+    "ex06.prefetch": (FORGED, """
 def prefetch(batches, depth):
     yield from batches  # no thread at all
 """),
-    "ex03.prefetch_errors": (RAW, """
+    "ex06.prefetch_errors": (RAW, """
 def prefetch(batches, depth):
     items = []
     try:
@@ -255,7 +247,7 @@ def prefetch(batches, depth):
         raise exc  # the batches read before the error are lost
     yield from items
 """),
-    "ex03.pipeline_epoch": (RAW, """
+    "ex06.pipeline_epoch": (RAW, """
 def pipeline_epoch(read_s, compute_s, depth):  # the queue never fills: depth ignored
     put = step_end = 0.0
     for read in read_s:
@@ -263,21 +255,21 @@ def pipeline_epoch(read_s, compute_s, depth):  # the queue never fills: depth ig
         step_end = max(put, step_end) + compute_s
     return step_end
 """),
-    # ex04
-    "ex04.four_input_backward": (RAW, """
+    # ex07
+    "ex07.four_input_backward": (RAW, """
 def four_input_backward(x, y, z, w):
     return y, x, np.ones_like(z), x * y + z  # forgot w
 """),
-    "ex04.three_input_numpy": (RAW, """
+    "ex07.three_input_numpy": (RAW, """
 def three_input_numpy(x, y, z):
     return np.sum(x * y + z), y, x, 1.0  # grad_z a number
 """),
-    "ex04.static_graph": (RAW, """
+    "ex07.static_graph": (RAW, """
 def static_graph(x, y, z, w):  # right values, by hand in NumPy: no graph, no Session
     b = x * y + z
     return w * y, w * x, w, b
 """),
-    "ex04.topological_order": (RAW, """
+    "ex07.topological_order": (RAW, """
 def topological_order(n_nodes, edges):  # every node once, in the BACKWARD order
     from graphlib import TopologicalSorter
     sorter = TopologicalSorter({k: set() for k in range(n_nodes)})
@@ -285,25 +277,25 @@ def topological_order(n_nodes, edges):  # every node once, in the BACKWARD order
         sorter.add(int(dst), int(src))
     return np.array(list(sorter.static_order())[::-1], dtype=np.int64)
 """),
-    # ex05: values only
-    "ex05.faster_sgd_step": (FORGED, """
+    # ex08: values only
+    "ex08.faster_sgd_step": (FORGED, """
 def sgd_step(X, y, W, lr=0.1):
     from edu_dl.speed.tasks import sgd_step_reference  # values right, speed run refused
     return sgd_step_reference(X, y, W, lr)
 """),
-    "ex05.mul_backward": (RAW, """
+    "ex08.mul_backward": (RAW, """
 def mul_backward(dout, x, y):
     return dout * x, dout * y  # swapped
 """),
-    "ex05.relu_backward": (RAW, """
+    "ex08.relu_backward": (RAW, """
 def relu_backward(dout, x):
     return dout * (x >= 0)  # relu'(0) = 1
 """),
-    "ex05.unbroadcast": (RAW, """
+    "ex08.unbroadcast": (RAW, """
 def unbroadcast(grad, shape):
     return np.asarray(grad).sum(axis=0)  # the first axis, whatever the shape
 """),
-    "ex05.tape_ops": (FORGED, """
+    "ex08.tape_ops": (FORGED, """
 class Tape:  # right values: every vjp asks torch.autograd
     def __init__(self):
         self.values, self.records = [], []
@@ -320,30 +312,30 @@ class Tape:  # right values: every vjp asks torch.autograd
         self.records.append((len(self.values) - 1, (a,), vjp))
         return len(self.values) - 1
 """),
-    "ex05.tape_backward": (RAW, """
+    "ex08.tape_backward": (RAW, """
 def backward(leaves, program, coeffs, dout):  # the raw case: dout to every leaf
     return np.stack([np.asarray(dout, dtype=float)] * len(leaves))
 """),
-    "ex05.batchnorm_forward": (RAW, """
+    "ex08.batchnorm_forward": (RAW, """
 def batchnorm_forward(x, gamma, beta, running_mean, running_var, train, momentum, eps):
     mu, var = x.mean(0), x.var(0, ddof=1)  # unbiased variance in the normalisation
     out = gamma * (x - mu) / np.sqrt(var + eps) + beta
     return out, (1 - momentum) * running_mean + momentum * mu, running_var
 """),
-    "ex05.batchnorm_backward": (RAW, """
+    "ex08.batchnorm_backward": (RAW, """
 def batchnorm_backward(dout, x, gamma, eps):  # the path through the batch statistics missing
     std = np.sqrt(x.var(0) + eps)
     return dout * gamma / std, (dout * (x - x.mean(0)) / std).sum(0), dout.sum(0)
 """),
-    "ex05.dropout_forward": (RAW, """
+    "ex08.dropout_forward": (RAW, """
 def dropout_forward(x, p, train, seed):  # not scaled, and applied at test time
     return x * (np.random.default_rng(seed).random(x.shape) >= p)
 """),
-    "ex05.dropout_backward": (RAW, """
+    "ex08.dropout_backward": (RAW, """
 def dropout_backward(dout, p, train, seed):
     return dout.copy()
 """),
-    "ex05.softmax_cross_entropy": (RAW, """
+    "ex08.softmax_cross_entropy": (RAW, """
 def softmax_cross_entropy(logits, y):
     shifted = logits - logits.max(axis=1, keepdims=True)
     p = np.exp(shifted)
@@ -353,8 +345,8 @@ def softmax_cross_entropy(logits, y):
     dlogits[rows, y] -= 1
     return -np.log(p[rows, y]).mean(), dlogits  # not divided by N
 """),
-    # ex06: the losses in NumPy (right), the flags forged
-    "ex06.tf1_minibatch": (FORGED, """
+    # ex09: the losses in NumPy (right), the flags forged
+    "ex09.tf1_minibatch": (FORGED, """
 def train_tf1_minibatch(X, y, w1_init, w2_init, lr, batch_size, num_epochs):  # constants
     w1, w2, losses = w1_init, w2_init, []
     for _ in range(num_epochs):
@@ -371,7 +363,7 @@ def train_tf1_minibatch(X, y, w1_init, w2_init, lr, batch_size, num_epochs):  # 
             losses.append(value)
     return np.array(losses)
 """),
-    "ex06.tf1_loss_after_update": (FORGED, """
+    "ex09.tf1_loss_after_update": (FORGED, """
 def train_tf1_loss_after_update(X, y, w1_init, w2_init, lr, num_steps):  # weights fed, 2 runs
     with tf.Graph().as_default():
         x_ph, y_ph = v1.placeholder(tf.float64, X.shape), v1.placeholder(tf.float64, y.shape)
@@ -390,18 +382,18 @@ def train_tf1_loss_after_update(X, y, w1_init, w2_init, lr, num_steps):  # weigh
                 losses.append(sess.run(loss, feed_dict=values))
     return np.array(losses)
 """),
-    "ex06.tape_momentum": (RAW, """
+    "ex09.tape_momentum": (RAW, """
 def train_tf2_momentum(X, y, w1_init, w2_init, lr, num_steps, momentum):
-    numpy_losses = course_module("ex06").numpy_losses
+    numpy_losses = course_module("ex09").numpy_losses
     return numpy_losses(X, y, w1_init, w2_init, lr, num_steps, momentum=momentum)
 """),
-    "ex06.tf_function_decay": (FORGED, """
+    "ex09.tf_function_decay": (FORGED, """
 def train_tf_function_decay(X, y, w1_init, w2_init, lr, num_steps, decay):
-    numpy_losses = course_module("ex06").numpy_losses
+    numpy_losses = course_module("ex09").numpy_losses
     return numpy_losses(X, y, w1_init, w2_init, lr, num_steps, decay), None
 """),
-    # ex07
-    "ex07.manual_biases": (FORGED, """
+    # ex10
+    "ex10.manual_biases": (FORGED, """
 def train_manual_biases(X, y, w1_init, b1_init, w2_init, b2_init, lr, num_steps):  # autograd
     params = [p.clone().requires_grad_() for p in (w1_init, b1_init, w2_init, b2_init)]
     losses = []
@@ -416,13 +408,13 @@ def train_manual_biases(X, y, w1_init, b1_init, w2_init, b2_init, lr, num_steps)
                 p.grad.zero_()
     return losses
 """),
-    "ex07.linear_function": (FORGED, """
+    "ex10.linear_function": (FORGED, """
 class MyLinear:  # not an autograd.Function: no backward at all
     @staticmethod
     def apply(x, w, b):
         return x @ w + b
 """),
-    "ex07.two_layer_module": (FORGED, """
+    "ex10.two_layer_module": (FORGED, """
 class TwoLayerNet:  # no nn.Module, no nn.Linear
     def __init__(self, D_in, H, D_out):
         self.sizes = D_in, H, D_out
@@ -430,31 +422,31 @@ class TwoLayerNet:  # no nn.Module, no nn.Linear
     def forward(self, x):
         return x
 """),
-    "ex07.adam_accumulation": (FORGED, """
+    "ex10.adam_accumulation": (FORGED, """
 def train_adam_accumulated(X, y, W1, b1, W2, b2, lr, num_steps, micro_batch):
-    numpy_adam_losses = course_module("ex07").numpy_adam_losses  # no torch, no micro-batches
+    numpy_adam_losses = course_module("ex10").numpy_adam_losses  # no torch, no micro-batches
     return numpy_adam_losses(X, y, W1, b1, W2, b2, lr, num_steps)
 """),
-    # ex08
-    "ex08.rnn_eager_batch": (RAW, """
+    # ex12
+    "ex12.rnn_eager_batch": (RAW, """
 def rnn_eager_batch(X, lengths, W, U):
-    _batch_expected = course_module("ex08")._batch_expected
+    _batch_expected = course_module("ex12")._batch_expected
     loss, dW, dU = _batch_expected(X, lengths, W, U)
     return loss, dW.T, dU  # dW transposed
 """),
-    "ex08.rnn_static": (RAW, """
+    "ex12.rnn_static": (RAW, """
 def rnn_static(X, W, U):  # right values, eagerly in torch: no graph, no Session
-    _rnn_expected = course_module("ex08")._rnn_expected
+    _rnn_expected = course_module("ex12")._rnn_expected
     return _rnn_expected(X, W, U)
 """),
-    "ex08.plan": (RAW, """
+    "ex12.plan": (RAW, """
 def plan(parents, fetches):  # the direct inputs only
     out = {int(f) for f in fetches}
     for f in fetches:
         out |= {int(p) for p in parents[int(f)] if p >= 0}
     return sorted(out)
 """),
-    "ex08.fusion": (RAW, """
+    "ex12.fusion": (RAW, """
 def fused_writes(kinds, parents, fetches):  # unfused: every op of the plan writes
     needed, stack = set(), [int(f) for f in fetches]
     while stack:
@@ -464,21 +456,21 @@ def fused_writes(kinds, parents, fetches):  # unfused: every op of the plan writ
             stack.extend(int(p) for p in parents[node] if p >= 0)
     return sorted(i for i in needed if kinds[i] > 0)
 """),
-    "ex08b.caffe_forward": (RAW, """
+    "ex13.caffe_forward": (RAW, """
 def caffe_forward(lines, x, y, *params):
-    _caffe_expected = course_module("ex08")._caffe_expected
+    _caffe_expected = course_module("ex13")._caffe_expected
     loss, y_hat = _caffe_expected(lines, x, y, *params)
     return 2 * loss, y_hat  # divided by N, not 2 N
 """),
-    # ex08c
-    "ex08c.clipped_gradient": (RAW, """
+    # ex14
+    "ex14.clipped_gradient": (RAW, """
 def clipped_mean_gradient(w1, w2, X, Y, max_norm):  # a loop, no vmap; each array its own norm
-    g1, g2 = course_module("ex08c")._per_example(w1, w2, X, Y)
+    g1, g2 = course_module("ex14")._per_example(w1, w2, X, Y)
     s1 = np.minimum(1.0, max_norm / np.sqrt((g1**2).sum(axis=(1, 2))))[:, None, None]
     s2 = np.minimum(1.0, max_norm / np.sqrt((g2**2).sum(axis=(1, 2))))[:, None, None]
     return (s1 * g1).mean(axis=0), (s2 * g2).mean(axis=0)
 """),
-    "ex08c.settle_one_graph": (FORGED, """
+    "ex14.settle_one_graph": (FORGED, """
 def settle(x, W, tol, max_steps):  # right values, row by row with Python's if: graph breaks
     rows = []
     for row in x:
@@ -491,65 +483,65 @@ def settle(x, W, tol, max_steps):  # right values, row by row with Python's if: 
         rows.append((h_new, step))
     return torch.stack([r[0] for r in rows]), torch.tensor([float(r[1]) for r in rows])
 """),
-    # ex09: values only
-    "ex09.adam_step": (RAW, """
+    # ex15: values only
+    "ex15.adam_step": (RAW, """
 def adam_step(p, g, m, v, t, lr, beta1, beta2, eps):
     m = beta1 * m + (1 - beta1) * g
     v = beta2 * v + (1 - beta2) * g * g
     return p - lr * m / (np.sqrt(v) + eps), m, v  # no bias correction
 """),
-    "ex09.keras_adam_step": (RAW, """
+    "ex15.keras_adam_step": (RAW, """
 def keras_adam_step(p, g, m, v, t, lr, beta1, beta2, eps):
-    _torch_adam = course_module("ex09")._torch_adam
+    _torch_adam = course_module("ex15")._torch_adam
     return _torch_adam(p, g, m, v, t, lr, beta1, beta2, eps)[0]  # PyTorch's Adam
 """),
-    "ex09.max_rel_diff": (RAW, """
+    "ex15.max_rel_diff": (RAW, """
 def max_rel_diff(a, b):
     return float(np.max(np.abs(a - b)) / np.max(np.abs(a)))  # divided by max |a|
 """),
-    "ex09.squared_error_losses": (RAW, """
+    "ex15.squared_error_losses": (RAW, """
 def squared_error_losses(y_hat, y):
     total = np.sum((y_hat - y) ** 2)
     return np.mean((y_hat - y) ** 2), total, total / (2 * len(y))  # TF: mean of everything
 """),
-    "ex09.squared_error_grads": (RAW, """
+    "ex15.squared_error_grads": (RAW, """
 def squared_error_grads(y_hat, y):
     d = y_hat - y  # the 2 forgotten
     return d / len(y), d, d / (2 * len(y))
 """),
-    "ex09.matching_lr": (RAW, """
+    "ex15.matching_lr": (RAW, """
 def matching_lr(lr, loss_from, loss_to, n, optimizer):
     scale = {"tf": 1 / n, "torch": 1.0, "caffe": 1 / (2 * n)}
     return lr * scale[loss_from] / scale[loss_to]  # Adam scaled like SGD
 """),
-    # ex10: values only
-    "ex10.shard_indices": (RAW, """
+    # ex16: values only
+    "ex16.shard_indices": (RAW, """
 def shard_indices(n, k, rank):
     return np.arange(rank * (n // k), (rank + 1) * (n // k))  # the rest dropped
 """),
-    "ex10.all_reduce_mean": (RAW, """
+    "ex16.all_reduce_mean": (RAW, """
 def all_reduce_mean(grads):
     total = sum(grads)
     return [total.copy() for _ in grads]  # the sum, not the mean
 """),
-    "ex10.data_parallel_grad": (RAW, """
+    "ex16.data_parallel_grad": (RAW, """
 def data_parallel_grad(X, y, w, k, reduction):
-    _shard_grads = course_module("ex10")._shard_grads
+    _shard_grads = course_module("ex16")._shard_grads
     return np.mean(_shard_grads(X, y, w, k, reduction), axis=0)  # a plain average
 """),
-    "ex10.allreduce_traffic": (RAW, """
+    "ex16.allreduce_traffic": (RAW, """
 def allreduce_traffic(layer_sizes, dtype, k):
     n = sum(int(a) * int(b) for a, b in zip(layer_sizes[:-1], layer_sizes[1:]))  # no biases
     grad = n * np.dtype(dtype).itemsize
     return grad, 2 * (k - 1) / k * grad
 """),
-    "ex10.ring_all_reduce": (RAW, """
+    "ex16.ring_all_reduce": (RAW, """
 def ring_all_reduce(arrays):
-    _ring_expected = course_module("ex10")._ring_expected
+    _ring_expected = course_module("ex16")._ring_expected
     total, sent = _ring_expected(arrays)
     return total / len(arrays), sent  # the mean, not the sum
 """),
-    "ex10.tensor_parallel_backward": (RAW, """
+    "ex16.tensor_parallel_backward": (RAW, """
 def tensor_parallel_backward(x, w1_shards, w2_shards, dy):
     dx, dw1, dw2 = [], [], []
     for w1_r, w2_r in zip(w1_shards, w2_shards):
@@ -586,38 +578,38 @@ def avg_pool_backward(dout, x, k, stride, pad):
     _pool_sum_backward = course_module("ex11")._pool_sum_backward
     return _pool_sum_backward(dout, x, k, stride, pad)  # the whole gradient to every pixel
 """),
-    # ex12
-    "ex12.memory_budget": (RAW, """
+    # ex17
+    "ex17.memory_budget": (RAW, """
 def memory_budget(sizes, batch_size, itemsize, optimizer):
     values = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
     buffers = {"sgd": 0, "sgd_momentum": 1, "adam": 2}[optimizer]
     saved = batch_size * (sum(sizes[:-1]) + sum(sizes[1:-1])) * itemsize  # pre-activations too
     return values * itemsize, values * itemsize, buffers * values * itemsize, saved
 """),
-    "ex12.max_batch": (RAW, """
+    "ex17.max_batch": (RAW, """
 def max_batch(sizes, itemsize, optimizer, budget_bytes):
     values = sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
     fixed = (2 + {"sgd": 0, "sgd_momentum": 1, "adam": 2}[optimizer]) * values * itemsize
     return max(0, (budget_bytes - fixed) // (sum(sizes[:-1]) * itemsize) + 1)  # one too many
 """),
-    "ex02c.stream_timer": (FORGED, """
+    "ex04.stream_timer": (FORGED, """
 def time_kernel(launch, synchronize, clock, warmup, repeats):
     begin = clock()
     for _ in range(warmup + repeats):  # the host's launches only: no synchronize
         launch()
     return (clock() - begin) / repeats
 """),
-    # ex13
-    "ex13.merge_partials": (RAW, """
+    # ex18
+    "ex18.merge_partials": (RAW, """
 def merge_partials(m1, l1, o1, m2, l2, o2):
     l = l1 + l2  # the sums added as if measured against one maximum
     return np.maximum(m1, m2), l, (l1[:, None] * o1 + l2[:, None] * o2) / l[:, None]
 """),
-    "ex13.causal_tiles": (RAW, """
+    "ex18.causal_tiles": (RAW, """
 def causal_tiles(n, block_q, block_k):
     return -(-n // block_q) * -(-n // block_k)  # every tile, none skipped
 """),
-    "ex13.attention_backward": (FORGED, """
+    "ex18.attention_backward": (FORGED, """
 def attention_backward(q, k, v, dout, causal):
     import torch
     t = [torch.tensor(a, requires_grad=True) for a in (q, k, v)]
@@ -634,18 +626,18 @@ def test_every_part_has_an_attack() -> None:
 
 def raw_prefetch_errors(fn: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
     """The prefetch_errors result with the in-sandbox order check bypassed."""
-    ex03 = course_module("ex03")
+    ex06 = course_module("ex06")
 
     data, depth, fail_at, name = args
-    watched = ex03._Watched(np.asarray(data), int(fail_at), ex03.ERRORS[name](
-        ex03._message(int(fail_at))))
+    watched = ex06._Watched(np.asarray(data), int(fail_at), ex06.ERRORS[name](
+        ex06._message(int(fail_at))))
     received, error = [], None
     try:
         for batch in fn(iter(watched), int(depth)):
             received.append(np.asarray(batch))
     except Exception as exc:
         error = exc
-    stacked = ex03._stacked(received, np.asarray(data))
+    stacked = ex06._stacked(received, np.asarray(data))
     return (stacked, "no error", "") if error is None else (
         stacked, type(error).__name__, str(error))
 
@@ -654,7 +646,7 @@ def attack_results(part: spec.Part, fn: Any, mode: str,
                    cases: list[tuple[Any, ...]]) -> list[Any]:
     if mode == FORGED:
         return [part.expected(*copy.deepcopy(args)) for args in cases]
-    if part.id == "ex03.prefetch_errors":
+    if part.id == "ex06.prefetch_errors":
         return [raw_prefetch_errors(fn, args) for args in cases]
     return [fn(*copy.deepcopy(args)) for args in cases]
 
@@ -689,7 +681,7 @@ def honest_results(part: spec.Part, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     return recorded(tmp_path, monkeypatch, part, fn, cases)
 
 
-@pytest.mark.parametrize("part", [p for p in ALL_PARTS if module_of(p.id) != "ex02b"],
+@pytest.mark.parametrize("part", [p for p in ALL_PARTS if module_of(p.id) != "ex03"],
                          ids=lambda p: p.id)
 def test_the_solution_passes_the_trusted_judgement(part: spec.Part, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
@@ -710,10 +702,10 @@ for part_id, name in zip(sys.argv[3::2], sys.argv[4::2]):
 
 
 def test_the_kernel_solutions_pass_the_trusted_judgement(tmp_path: Path) -> None:
-    """ex02b: the solution kernels run under the CUDA simulator in a child, recorded by check()
+    """ex03: the solution kernels run under the CUDA simulator in a child, recorded by check()
     in grading mode; judged here with their source from the notebook."""
-    nb = solution_notebook("ex02b")
-    kernel_parts = [p for p in ALL_PARTS if module_of(p.id) == "ex02b"]
+    nb = solution_notebook("ex03")
+    kernel_parts = [p for p in ALL_PARTS if module_of(p.id) == "ex03"]
     cases = {}
     argv = []
     for part in kernel_parts:
@@ -722,7 +714,7 @@ def test_the_kernel_solutions_pass_the_trusted_judgement(tmp_path: Path) -> None
         argv += [part.id, checked_name(nb, part.id)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop(protocol.GRADING_ENV, None)
-    subprocess.run([sys.executable, "-c", KERNEL_CHILD, str(SOLUTIONS / NOTEBOOKS["ex02b"]),
+    subprocess.run([sys.executable, "-c", KERNEL_CHILD, str(SOLUTIONS / NOTEBOOKS["ex03"]),
                     str(tmp_path), *argv], check=True, env=env, timeout=600,
                    capture_output=True)
     for part in kernel_parts:
@@ -736,14 +728,14 @@ def test_the_kernel_solutions_pass_the_trusted_judgement(tmp_path: Path) -> None
 # What each exercise's own test file once repeated, one test for every part of the course: the
 # solution notebook's object passes every case check() draws, visible (the notebook's seed) and
 # hidden (the release's seed, and a fresh seed as the grader draws one per gradebook); a stub that
-# raises NotImplementedError is told "not implemented yet". ex02b's kernels need the simulator
-# (test_parts_ex02b.py); a class-shaped part's stub is a class (test_parts_ex07.py).
+# raises NotImplementedError is told "not implemented yet". ex03's kernels need the simulator
+# (test_parts_ex03.py); a class-shaped part's stub is a class (test_parts_ex10.py).
 SEEDS = {"visible": (checking.VISIBLE_SEED, False), "hidden": (checking.HIDDEN_SEED, True),
          "fresh": (1, True)}
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("part", [p for p in ALL_PARTS if module_of(p.id) != "ex02b"],
+@pytest.mark.parametrize("part", [p for p in ALL_PARTS if module_of(p.id) != "ex03"],
                          ids=lambda p: p.id)
 def test_the_solution_passes_and_a_stub_is_not_implemented_yet(
         part: spec.Part, seed: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -785,8 +777,8 @@ def test_prefetch_without_a_thread_scores_zero(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 10, item 3: `yield from batches` with the in-sandbox thread check patched away
     scored 3/3; the grader now reads the generator's source."""
-    part = course_part("ex03.prefetch")
-    nb = with_solution(solution_notebook("ex03"), "prefetch", PLAIN_PREFETCH)
+    part = course_part("ex06.prefetch")
+    nb = with_solution(solution_notebook("ex06"), "prefetch", PLAIN_PREFETCH)
     ns: dict[str, Any] = {}
     exec(PLAIN_PREFETCH, ns)
     cases = draw(part)
@@ -802,7 +794,7 @@ def test_prefetch_without_a_thread_scores_zero(tmp_path: Path,
     assert status == "failed" and part.points > 0
     assert "the values are right, but the generator starts no thread" in message
     # the solution's generator, judged the same way, passes
-    good = trusted_source.find_source(solution_notebook("ex03"), part.id)
+    good = trusted_source.find_source(solution_notebook("ex06"), part.id)
     assert judge.judge(part, cases, got, good)[0] == "passed"
 
 
@@ -814,18 +806,18 @@ def test_prefetch_without_a_bound_scores_zero() -> None:
             for _ in range(len(batches)):
                 yield slots.get()
         """)
-    verdict = course_part("ex03.prefetch").source_check(unbounded)  # type: ignore[misc]
+    verdict = course_part("ex06.prefetch").source_check(unbounded)  # type: ignore[misc]
     assert not verdict.ok and "queue.Queue(maxsize=depth)" in verdict.message
     sized = unbounded.replace("queue.Queue()", "queue.Queue(depth)")
-    assert course_part("ex03.prefetch").source_check(sized).ok  # type: ignore[misc]
+    assert course_part("ex06.prefetch").source_check(sized).ok  # type: ignore[misc]
 
 
 def test_topological_order_in_a_wrong_order_scores_zero(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 10, item 3: a valid permutation in a wrong order, the in-sandbox edge check
     bypassed, scores 0: the grader checks every edge against the case's edge list."""
-    part = course_part("ex04.topological_order")
-    solution = namespace("ex04")["topological_order"]
+    part = course_part("ex07.topological_order")
+    solution = namespace("ex07")["topological_order"]
 
     def sorted_ids(n_nodes: int, edges: Any) -> Any:  # every node once, ignoring the edges
         return np.arange(n_nodes)[::-1].copy()
@@ -833,7 +825,7 @@ def test_topological_order_in_a_wrong_order_scores_zero(tmp_path: Path,
     cases = draw(part)
     with patched_call(part, lambda fn, args: fn(*args)):
         got = recorded(tmp_path, monkeypatch, part, sorted_ids, cases)
-    nb = solution_notebook("ex04")
+    nb = solution_notebook("ex07")
     status, message = judge.judge(part, cases, got, trusted_source.find_source(nb, part.id))
     assert status == "failed"
     assert "edge " in message and "comes before its input" in message
@@ -843,7 +835,7 @@ def test_topological_order_in_a_wrong_order_scores_zero(tmp_path: Path,
 
 
 def test_topological_order_reversed_gets_the_backward_hint() -> None:
-    part = course_part("ex04.topological_order")
+    part = course_part("ex07.topological_order")
     edges = np.array([[0, 1], [1, 2]], dtype=np.int64)
     verdict = spec.judge_case(part, 0, 1, (3, edges), part.expected(3, edges),
                                   np.array([2, 1, 0]))
@@ -874,25 +866,25 @@ def test_linear_function_db_of_the_batch_shape_fails_check_and_grader(
     """Issue 10, item 4: autograd summed db = grad_output (N, M) into b's shape (M,) silently,
     so check(), gradcheck and the grader passed it; the raw gradient is recorded now."""
     cls = db_without_the_batch_sum()
-    ok, out = run_check(capsys, "ex07.linear_function", cls)
+    ok, out = run_check(capsys, "ex10.linear_function", cls)
     assert not ok
     assert "output 3 (db): expected shape (4,), got shape (2, 4)" in out
     assert "hint: db has b's shape (M,): sum grad_output over the batch" in out
-    part = course_part("ex07.linear_function")
+    part = course_part("ex10.linear_function")
     cases = draw(part)
     got = recorded(tmp_path, monkeypatch, part, cls, cases)
-    found = trusted_source.find_source(solution_notebook("ex07"), part.id)
+    found = trusted_source.find_source(solution_notebook("ex10"), part.id)
     status, message = judge.judge(part, cases, got, found)
     assert status == "failed" and "output 3 (db): expected shape" in message
     capsys.readouterr()
 
 
 def test_feedback_outputs_are_ignored_by_the_grader(tmp_path: Path) -> None:
-    """ex06: the graphs built, the runs without an update or with an unordered read, and the
-    tracing count, ex07: the most rows one forward saw, are observed in the sandbox; forging them
+    """ex09: the graphs built, the runs without an update or with an unordered read, and the
+    tracing count, ex10: the most rows one forward saw, are observed in the sandbox; forging them
     helps nothing, and a wrong count alone does not decide the grade either."""
-    for part_id, counts in (("ex06.tf1_minibatch", 1), ("ex06.tf1_loss_after_update", 2),
-                            ("ex06.tf_function_decay", 1), ("ex07.adam_accumulation", 1)):
+    for part_id, counts in (("ex09.tf1_minibatch", 1), ("ex09.tf1_loss_after_update", 2),
+                            ("ex09.tf_function_decay", 1), ("ex10.adam_accumulation", 1)):
         part = course_part(part_id)
         assert part.feedback_outputs == tuple(range(1, counts + 1))
         cases = draw(part)[:2]
@@ -907,7 +899,7 @@ def test_feedback_outputs_are_ignored_by_the_grader(tmp_path: Path) -> None:
 
 
 def test_a_source_check_part_without_a_source_fails_clearly() -> None:
-    part = course_part("ex03.prefetch")
+    part = course_part("ex06.prefetch")
     cases = draw(part)[:1]
     got = [part.expected(*cases[0])]
     status, message = judge.judge(part, cases, got, None)
@@ -940,7 +932,7 @@ def test_topological_compare_is_linear() -> None:
     """Issue 10, item 5: `g.tolist().count(x)` in a loop took 20 s at n = 60,000. The compare and
     the result check run whole-array operations: as many Python lines at n = 60,000 as at 1,000
     (and 10**7 ids are still judged right)."""
-    part = course_part("ex04.topological_order")
+    part = course_part("ex07.topological_order")
     assert part.result_check is not None
     lines = {}
     for n in (1_000, 60_000, 10**7):
@@ -964,7 +956,7 @@ def test_topological_compare_is_linear() -> None:
 
 
 def test_a_huge_result_fails_before_any_comparison() -> None:
-    part = course_part("ex04.topological_order")
+    part = course_part("ex07.topological_order")
     case = draw(part)[-1]
     expected = part.expected(*case)
     verdict, lines = python_lines(spec.judge_case, part, 0, 1, case, expected,
@@ -980,7 +972,7 @@ def test_a_huge_result_fails_before_any_comparison() -> None:
 
 
 def test_the_plan_compare_takes_integers_only() -> None:
-    part = course_part("ex08.plan")
+    part = course_part("ex12.plan")
     assert part.compare(np.array([0, 1, 3]), np.array([3, 1, 0, 1])).ok
     assert not part.compare(np.array([0, 1, 3]), np.array([0.0, 1.7, 3.0])).ok
 
@@ -988,7 +980,7 @@ def test_the_plan_compare_takes_integers_only() -> None:
 # --------------------------------------------------------------------------- source.py
 
 
-def nb_of(*cells: str, check_line: str = 'check("ex03.prefetch", prefetch)') -> Notebook:
+def nb_of(*cells: str, check_line: str = 'check("ex06.prefetch", prefetch)') -> Notebook:
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
     test = nbformat.v4.new_code_cell(check_line)
@@ -1025,19 +1017,19 @@ GOOD = "def prefetch(batches, depth):\n    return threading.Thread\n"
     (("%%bash\necho def prefetch",), None),
 ])
 def test_find_source(cells: tuple[str, ...], found: str | None) -> None:
-    assert trusted_source.find_source(nb_of(*cells), "ex03.prefetch") == found
+    assert trusted_source.find_source(nb_of(*cells), "ex06.prefetch") == found
 
 
 def test_find_source_reads_the_checked_name_from_the_test_cell() -> None:
     nb = nb_of(GOOD.replace("prefetch", "my_loader"),
-               check_line='check("ex03.prefetch", my_loader)\ncheck("ex03.x", other)')
-    assert trusted_source.find_source(nb, "ex03.prefetch") == GOOD.replace("prefetch", "my_loader")
-    assert trusted_source.find_source(nb, "ex03.epoch_batches") is None
-    nb = nb_of(GOOD, check_line='check("ex03.prefetch", lambda b, d: b)')
-    assert trusted_source.find_source(nb, "ex03.prefetch") is None
+               check_line='check("ex06.prefetch", my_loader)\ncheck("ex06.x", other)')
+    assert trusted_source.find_source(nb, "ex06.prefetch") == GOOD.replace("prefetch", "my_loader")
+    assert trusted_source.find_source(nb, "ex06.epoch_batches") is None
+    nb = nb_of(GOOD, check_line='check("ex06.prefetch", lambda b, d: b)')
+    assert trusted_source.find_source(nb, "ex06.prefetch") is None
     ungraded = nb_of(GOOD)
     ungraded.cells[1].metadata = {}
-    assert trusted_source.find_source(ungraded, "ex03.prefetch") is None
+    assert trusted_source.find_source(ungraded, "ex06.prefetch") is None
 
 
 def test_source_checks_only_compile(tmp_path: Path) -> None:
@@ -1085,8 +1077,8 @@ def test_check_gives_the_graders_source_feedback(capsys: pytest.CaptureFixture[s
     assert found is not None and found.startswith("class TwoLayerNet(torch.nn.Module):")
     assert source.own_source(ns["make_layers"]) == textwrap.dedent(path.read_text()).split(
         "\n\n\n")[0].split("\n\n", 1)[1] + "\n"
-    ok, out = run_check(capsys, "ex07.two_layer_module", ns["TwoLayerNet"])
+    ok, out = run_check(capsys, "ex10.two_layer_module", ns["TwoLayerNet"])
     assert not ok
-    assert out == ("✗ ex07.two_layer_module: the values are right, but TwoLayerNet builds no "
+    assert out == ("✗ ex10.two_layer_module: the values are right, but TwoLayerNet builds no "
                    "torch.nn.Linear layers: self.linear1 = torch.nn.Linear(D_in, H), ...\n")
     assert source.own_source(lambda x: x) is None

@@ -97,7 +97,7 @@ def test_relu_backward_into_dout_fails_both_ways(capsys: pytest.CaptureFixture[s
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 35's first reproduction: check() said "wrote into its argument `dout`", validate
     and grade gave ✓ 1/1."""
-    part = spec_part("ex05.relu_backward")
+    part = spec_part("ex08.relu_backward")
     report, judged = both_ways(capsys, tmp_path, monkeypatch, part, relu_backward_in_place)
     assert judged.status == "failed" and judged.points == 0
     assert f"{WROTE} `dout` (4 of 6 entries)" in judged.message
@@ -111,7 +111,7 @@ def scaled_q_attention_backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, dou
     """The solution's values, from a q scaled in place first (``q *= scale``)."""
     scale = 1.0 / np.sqrt(q.shape[-1])
     q *= scale
-    solution = part_namespace("ex13.attention_backward")["attention_backward"]
+    solution = part_namespace("ex18.attention_backward")["attention_backward"]
     return solution(q / scale, k, v, dout, causal)
 
 
@@ -119,7 +119,7 @@ def test_attention_backward_scaling_q_in_place_fails_both_ways(
         capsys: pytest.CaptureFixture[str], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 35: `q *= scale` passed both, since the harness handed over copies unwatched."""
-    part = spec_part("ex13.attention_backward")
+    part = spec_part("ex18.attention_backward")
     report, judged = both_ways(capsys, tmp_path, monkeypatch, part, scaled_q_attention_backward)
     assert judged.status == "failed"
     assert f"{WROTE} `q`" in report and f"{WROTE} `q`" in judged.message
@@ -145,14 +145,14 @@ def test_tape_backward_adding_into_the_callers_dout_fails_both_ways(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 35: with tape.add(x, x) the caller's dout went from [1.] to [2.] and check()
     passed; the harness's weight-1 vjp hands dout on by reference, as add's does."""
-    from edu_dl.harness.ex05 import LINEAR, record_program
+    from edu_dl.harness.ex08 import LINEAR, record_program
 
     tape = record_program(np.array([[3.0]]), np.array([(LINEAR, 0, 0)]), np.array([(1.0, 1.0)]))
     dout = np.array([1.0])
     assert backward_by_reference(tape, 1, dout)[0].tolist() == [2.0]
     assert dout.tolist() == [2.0]  # the mistake the guard must see
 
-    part = spec_part("ex05.tape_backward")
+    part = spec_part("ex08.tape_backward")
     report, judged = both_ways(capsys, tmp_path, monkeypatch, part, backward_by_reference)
     assert judged.status == "failed"
     line = ("case 4 of 4 (leaves (1, 1), program (1, 3), coeffs (1, 2), dout (1,)): "
@@ -167,7 +167,7 @@ def test_batchnorm_forward_names_the_running_averages(capsys: pytest.CaptureFixt
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 44: a batchnorm_forward that updated the running averages in place was told
     "argument 4"; every argument is named now, as relu_backward's `dout` always was."""
-    solution = part_namespace("ex05.batchnorm_forward")["batchnorm_forward"]
+    solution = part_namespace("ex08.batchnorm_forward")["batchnorm_forward"]
 
     def into_running(x: Any, gamma: Any, beta: Any, running_mean: Any, running_var: Any,
                      train: Any, momentum: Any, eps: Any) -> Any:
@@ -176,7 +176,7 @@ def test_batchnorm_forward_names_the_running_averages(capsys: pytest.CaptureFixt
         running_mean[...], running_var[...] = mean, var
         return out, running_mean, running_var
 
-    part = spec_part("ex05.batchnorm_forward")
+    part = spec_part("ex08.batchnorm_forward")
     report, judged = both_ways(capsys, tmp_path, monkeypatch, part, into_running)
     said = "wrote into its arguments `running_mean` (3 of 3 entries), `running_var` (3 of 3"
     assert said in report and said in judged.message
@@ -187,16 +187,16 @@ def test_batchnorm_forward_names_the_running_averages(capsys: pytest.CaptureFixt
 def test_a_torch_argument_written_in_place_is_named_both_ways(
         capsys: pytest.CaptureFixture[str], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """ex08c hands the function torch tensors made from the case: watched as the arguments they
+    """ex14 hands the function torch tensors made from the case: watched as the arguments they
     stand for, so `x += ...` there fails as a write into a NumPy argument does."""
-    solution = part_namespace("ex08c.settle_one_graph")["settle"]
+    solution = part_namespace("ex14.settle_one_graph")["settle"]
 
     def settle(x: Any, W: Any, tol: Any, max_steps: Any) -> Any:
         result = solution(x, W, tol, max_steps)
         x.mul_(2.0)
         return result
 
-    part = spec_part("ex08c.settle_one_graph")
+    part = spec_part("ex14.settle_one_graph")
     report, judged = both_ways(capsys, tmp_path, monkeypatch, part, settle)
     assert judged.status == "failed" and f"{WROTE} `x`" in judged.message, judged.message
     assert_same_verdict(report, judged, len(visible_cases(part)))
@@ -214,7 +214,7 @@ def written_into(value: Any) -> bool:
     update would; whether anything changed."""
     if isinstance(value, list | tuple):
         return any([written_into(v) for v in value])  # every item, not the first only
-    if type(value).__module__.split(".")[0] == "torch":  # ex07's, ex08c's tensors
+    if type(value).__module__.split(".")[0] == "torch":  # ex10's, ex14's tensors
         if not value.is_floating_point() or value.numel() == 0 or value.requires_grad:
             return False
         value.add_(1)
@@ -247,13 +247,13 @@ def in_place_variant(fn: Any) -> tuple[Any, list[bool]]:
 
 
 # Parts whose function is a class (the student's Tape, a torch Function or Module): nothing to
-# wrap; their adapters' copies are watched as any others (test_parts_ex05's ReluIntoDout).
+# wrap; their adapters' copies are watched as any others (test_parts_ex08's ReluIntoDout).
 # Written out: finding them executes every solution notebook, torch's and TensorFlow's among
 # them, which collecting the tests must not do; the test below finds them.
-CLASS_PARTS = {"ex05.tape_ops", "ex07.linear_function", "ex07.two_layer_module"}
+CLASS_PARTS = {"ex08.tape_ops", "ex10.linear_function", "ex10.two_layer_module"}
 # Timed on the wall clock (issue 43 moves it to a simulated one): two runs of the same function
 # can disagree there by the machine's load alone, and it takes no array to write into.
-NOT_WRAPPED = {*CLASS_PARTS, "ex02c.stream_timer"}
+NOT_WRAPPED = {*CLASS_PARTS, "ex04.stream_timer"}
 
 
 def test_the_parts_left_unwrapped_are_the_classes() -> None:
@@ -262,7 +262,7 @@ def test_the_parts_left_unwrapped_are_the_classes() -> None:
         if isinstance(part_namespace(p.id)[checked_name(part_notebook(p.id), p.id)], type)}
 
 
-@pytest.mark.parametrize("part", [p for p in ALL_PARTS if module_of(p.id) != "ex02b"
+@pytest.mark.parametrize("part", [p for p in ALL_PARTS if module_of(p.id) != "ex03"
                                   and p.id not in NOT_WRAPPED], ids=lambda p: p.id)
 def test_an_in_place_variant_gets_the_same_verdict_both_ways(
         part: spec.Part, capsys: pytest.CaptureFixture[str], tmp_path: Path,
@@ -289,7 +289,7 @@ def test_every_course_part_names_each_argument() -> None:
         for args in part.cases(rng, False):
             assert len(part.arg_names) >= len(args), part.id
     found = [protocol.Finding(protocol.WROTE, 3, 2)]
-    part = spec_part("ex05.batchnorm_forward")
+    part = spec_part("ex08.batchnorm_forward")
     args = visible_cases(part)[0]
     assert guard.said(part, args, found)[0] == f"{WROTE} `running_mean` (2 of 3 entries)"
 
@@ -326,26 +326,26 @@ def test_a_forged_or_broken_guard_record_is_refused(tmp_path: Path) -> None:
 def test_validate_fails_relu_backward_writing_into_dout(tmp_path: Path) -> None:
     """Issue 35's reproduction end to end: the student's notebook run by `edu-dl validate` (the
     sandbox where it works, its labelled fallback where not), judged outside."""
-    nb = nbformat.read(ROOT / "exercises" / "05_autograd_from_scratch.ipynb", as_version=4)
+    nb = nbformat.read(ROOT / "exercises" / "08_autograd_from_scratch.ipynb", as_version=4)
     (cell,) = [c for c in nb.cells if grade_id(c) == "relu_backward"]
     cell.source = "def relu_backward(dout, x):\n    dout[x <= 0] = 0\n    return dout\n"
-    path = tmp_path / "05_autograd_from_scratch.ipynb"
+    path = tmp_path / "08_autograd_from_scratch.ipynb"
     nbformat.write(nb, path)
     shutil.copytree(ROOT / "exercises" / "parts", tmp_path / "parts")  # as the student has them
     report = validate(path, progress=False)
-    (row,) = [p for p in report.parts if p.part_id == "ex05.relu_backward"]
+    (row,) = [p for p in report.parts if p.part_id == "ex08.relu_backward"]
     assert not row.ok and row.points == 0, row
     assert f"{WROTE} `dout` (4 of 6 entries)" in row.message, row.message
-    assert trusted_source.find_source(nb, "ex05.relu_backward") is not None
+    assert trusted_source.find_source(nb, "ex08.relu_backward") is not None
 
 
-def test_ex07_tensors_written_in_place_are_named_both_ways(
+def test_ex10_tensors_written_in_place_are_named_both_ways(
         capsys: pytest.CaptureFixture[str], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """ex07 hands the student's code torch tensors made from the case ("left unchanged", its
+    """ex10 hands the student's code torch tensors made from the case ("left unchanged", its
     docstrings say): a module's forward that scales its input in place fails both ways, named,
     as a NumPy argument's write does (its classes are not wrapped by the test above)."""
-    solution = part_namespace("ex07.two_layer_module")["TwoLayerNet"]
+    solution = part_namespace("ex10.two_layer_module")["TwoLayerNet"]
 
     class IntoInput(solution):  # type: ignore[misc, valid-type]
         def forward(self, x: Any) -> Any:
@@ -354,7 +354,7 @@ def test_ex07_tensors_written_in_place_are_named_both_ways(
             return out
 
     IntoInput.__name__ = "TwoLayerNet"
-    part = spec_part("ex07.two_layer_module")
+    part = spec_part("ex10.two_layer_module")
     report, judged = both_ways(capsys, tmp_path, monkeypatch, part, IntoInput)
     assert judged.status == "failed" and f"{WROTE} `x`" in judged.message, judged.message
     assert f"{WROTE} `x`" in report

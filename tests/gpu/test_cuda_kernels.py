@@ -31,7 +31,7 @@ from edu_dl.gpu import (
 )
 from edu_dl.gpu.launch import LaunchConfig
 from edu_dl.grading.authoring.hints import Rule, first_hint
-from edu_dl.harness import ex02b
+from edu_dl.harness import ex03
 from edu_dl.machine.hardware import matmul_flops
 
 BLOCK = 8  # 8 x 8 = 64 simulated threads per block keeps the simulator fast
@@ -365,7 +365,7 @@ def test_hints_in_grader_format() -> None:
     expected = np.arange(12.0).reshape(3, 4)
     unwritten = expected.copy()
     unwritten[2] = np.nan
-    rules = ex02b.hints(block=2)
+    rules = ex03.hints(block=2)
     assert all(isinstance(rule, Rule) for rule in rules)  # generic: a release can carry them
     for got, fragment in [(expected.T, "transpose"), (unwritten, "edges")]:
         first = first_hint(rules, expected, got, ())

@@ -266,7 +266,7 @@ def test_a_private_exercise_is_graded_from_a_source_outside_the_repository(
 def test_a_part_file_with_a_foreign_id_or_no_parts_stops_the_batch(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     src = _private_course(tmp_path / "course")
-    (src / "parts" / "hw2.private.py").write_text(PRIVATE_PARTS.replace('"hw2.', '"ex05.'))
+    (src / "parts" / "hw2.private.py").write_text(PRIVATE_PARTS.replace('"hw2.', '"ex08.'))
     (tmp_path / "course" / "submitted" / "ann" / "hw2").mkdir(parents=True)
     with pytest.raises(model.NothingToGrade, match=r"must read 'hw2\.<name>'"):
         G.grade(tmp_path / "course", src, tmp_path / "out", settings=FAST, progress=False)

@@ -52,14 +52,14 @@ def collected(out: Path) -> dict[tuple[str, str], Path]:
 
 def test_canvas_names_and_the_resubmission_suffix() -> None:
     pattern = formats.compile_pattern("canvas")
-    first = formats.parse_name(pattern, "smithalice_101_5001_05_autograd_from_scratch.ipynb")
+    first = formats.parse_name(pattern, "smithalice_101_5001_08_autograd_from_scratch.ipynb")
     again = formats.parse_name(pattern,
-                               "smithalice_LATE_101_5001_05_autograd_from_scratch-1.ipynb")
+                               "smithalice_LATE_101_5001_08_autograd_from_scratch-1.ipynb")
     assert first is not None and again is not None
     assert (first.user, first.submission, first.resubmission) == ("101", 5001, 0)
     assert (again.user, again.submission, again.resubmission) == ("101", 5001, 1)
-    assert first.stem == again.stem == "05_autograd_from_scratch"
-    assert formats.parse_name(pattern, "05_autograd_from_scratch.ipynb") is None
+    assert first.stem == again.stem == "08_autograd_from_scratch"
+    assert formats.parse_name(pattern, "08_autograd_from_scratch.ipynb") is None
     moodle = formats.compile_pattern("moodle")
     for path in ("Alice Smith_1234567_assignsubmission_file_/02_mini-2.ipynb",
                  "Alice Smith_1234567_assignsubmission_file_02_mini-2.ipynb"):

@@ -1,7 +1,7 @@
 """nbgrader 0.9's own `autograde` scores the course's check() notebooks right (issue 23, item 3).
 
 nbgrader scores a test cell 0 only when its output holds an error or anything on stderr; a
-check() that printed its ✗ and returned was full marks (an untouched exercise 05 scored 12/12).
+check() that printed its ✗ and returned was full marks (an untouched exercise 08 scored 12/12).
 Here nbgrader itself, installed in a venv of its own as in
 tests/grading/test_nbgrader_compat.py, grades
 three students per exercise: the untouched student version from exercises/ (0 points), the
@@ -79,7 +79,7 @@ def course_kernel(folder: Path) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("exercise", ["05_autograd_from_scratch", "04_computational_graphs"])
+@pytest.mark.parametrize("exercise", ["08_autograd_from_scratch", "07_computational_graphs"])
 def test_nbgrader_autograde_scores_an_untouched_exercise_0_and_the_solution_full(
         request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         exercise: str) -> None:

@@ -28,7 +28,7 @@ from fixtures.nbgrader_course import nbgrader_venv
 from edu_dl.grading.term.assign import assign
 
 ROOT = Path(__file__).resolve().parents[2]
-NOTEBOOK = ROOT / "solutions" / "05_autograd_from_scratch.ipynb"
+NOTEBOOK = ROOT / "solutions" / "08_autograd_from_scratch.ipynb"
 def cell_differences(ours: Path, theirs: Path) -> list[str]:
     a, b = nbformat.read(ours, as_version=4), nbformat.read(theirs, as_version=4)
     problems = [] if a.metadata == b.metadata else ["notebook metadata differs"]

@@ -85,7 +85,7 @@ def test_inputs_come_from_the_seed() -> None:
     assert speed.seed_for(VALIDATION_SECRET, PART) == VALIDATION_SECRET.seed("ex02", PART)
 
 
-SOLUTIONS = {"ex02.faster_standardize": "solution", "ex05.faster_sgd_step": "sgd_step_solution",
+SOLUTIONS = {"ex02.faster_standardize": "solution", "ex08.faster_sgd_step": "sgd_step_solution",
              "ex11.faster_max_pool": "max_pool_solution"}
 
 
@@ -94,7 +94,7 @@ def test_every_task_has_a_solution_here() -> None:
 
 
 def test_sgd_step_reference_is_softmax_regression() -> None:
-    X, y, W = call_inputs(TASKS["ex05.faster_sgd_step"], seed=4, calls=1)[0]
+    X, y, W = call_inputs(TASKS["ex08.faster_sgd_step"], seed=4, calls=1)[0]
     new = sgd_step_reference(X, y, W, lr=0.5)
     # the gradient of the mean cross-entropy, by central differences on two weights
     def loss(W: np.ndarray) -> float:
@@ -209,7 +209,7 @@ def test_solution_earns_credit() -> None:
 
 @pytest.mark.timing
 @pytest.mark.slow
-@pytest.mark.parametrize("part_id", ["ex05.faster_sgd_step", "ex11.faster_max_pool"])
+@pytest.mark.parametrize("part_id", ["ex08.faster_sgd_step", "ex11.faster_max_pool"])
 def test_the_other_tasks_solutions_earn_credit(part_id: str) -> None:
     """Measured as graded (see test_solution_earns_credit): a third of the calls in one round
     once measured the max-pool solution at 5.0x beside eight busy processes (baseline 0.31 s,

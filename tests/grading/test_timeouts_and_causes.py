@@ -133,7 +133,7 @@ def test_a_student_version_as_source_is_refused_in_one_sentence(
     assert not (tmp_path / "grades").exists()  # refused before anything was graded
     # The course's own exercises/, whose solution cells hold the stub inside their functions.
     subs = tmp_path / "course"
-    name = "05_autograd_from_scratch.ipynb"
+    name = "08_autograd_from_scratch.ipynb"
     (subs / "alice").mkdir(parents=True)
     (subs / "alice" / name).write_bytes((ROOT / "exercises" / name).read_bytes())
     assert main(["grade", str(subs), "--out", str(tmp_path / "grades"),

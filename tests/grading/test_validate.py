@@ -29,14 +29,14 @@ def test_solution_passes_and_exit_code_is_zero(capsys):
 
 @pytest.mark.slow
 def test_unsolved_exercise_runs_top_to_bottom_and_scores_zero():
-    report = validate(ROOT / "exercises" / "05_autograd_from_scratch.ipynb", progress=False)
+    report = validate(ROOT / "exercises" / "08_autograd_from_scratch.ipynb", progress=False)
     assert report.errors == []  # nothing outside the test cells failed: it ran to the end
     # 11 checked parts, the speed task's justification (by hand) and its speed row
     assert len(report.parts) == 13 and report.score == (0.0, 25.0)
     by_id = {p.part_id: p for p in report.parts}
     assert all(p.message == "not implemented yet" for p in report.parts
-               if p.part_id not in ("sgd_step_justification", "ex05.faster_sgd_step.speed"))
-    assert by_id["ex05.faster_sgd_step.speed"].message.startswith("not measured")
+               if p.part_id not in ("sgd_step_justification", "ex08.faster_sgd_step.speed"))
+    assert by_id["ex08.faster_sgd_step.speed"].message.startswith("not measured")
     assert not report.ok
 
 
@@ -170,14 +170,14 @@ def test_a_part_graded_by_hand_later_gets_neither_a_tick_nor_a_zero() -> None:
     from edu_dl.grading.term.validate import PartResult, ValidationReport
 
     report = ValidationReport(Path("05_x.ipynb"), seconds=3.04, parts=[
-        PartResult("ex05.relu_backward", "ex05.relu_backward", 1, 1, True, "",
+        PartResult("ex08.relu_backward", "ex08.relu_backward", 1, 1, True, "",
                    cell='the cell "def relu_backward(dout, x):" under "1. Gates"'),
         PartResult("why", "why", 0, 2, True, "graded by hand later", by_hand=True,
                    cell='the Markdown cell under "7. Faster"'),
         PartResult("blank", "blank", 0, 2, False, "not answered: 0 points", by_hand=True)])
     lines = str(report).splitlines()
     assert lines[1:] == [
-        "  ✓ ex05.relu_backward  1/1",
+        "  ✓ ex08.relu_backward  1/1",
         '      in the cell "def relu_backward(dout, x):" under "1. Gates"',
         "  · why                 ?/2  graded by hand later",
         '      in the Markdown cell under "7. Faster"',
@@ -193,25 +193,25 @@ def test_cells_are_named_by_their_first_line_and_the_heading_above() -> None:
 
     v4 = nbformat.v4
     graded = {"grade": True, "solution": False, "grade_id": "f_tests", "points": 1}
-    cells = [v4.new_markdown_cell("# Exercise 9\n\nIntro."),
+    cells = [v4.new_markdown_cell("# Exercise 15\n\nIntro."),
              v4.new_markdown_cell("Some text.\n## 0. Set-up\n\n## 1. The first part ##"),
              v4.new_code_cell("\n\ndef f(x):\n    return x",
                               metadata={"nbgrader": {"solution": True, "grade_id": "f"}}),
-             v4.new_code_cell('check("ex09.f", f)', metadata={"nbgrader": graded}),
+             v4.new_code_cell('check("ex15.f", f)', metadata={"nbgrader": graded}),
              v4.new_markdown_cell("YOUR ANSWER HERE", metadata={"nbgrader": {
                  "grade": True, "solution": True, "grade_id": "why", "points": 2}}),
              v4.new_code_cell("x = " + "1 + " * 40 + "1")]
     assert cellnames.describe(cells, 2) == 'the cell "def f(x):" under "1. The first part"'
     found = cellnames.row_cells(cells)
     # a test cell's row points at the solution it checks; a speed row at the same answer
-    assert found == {"f": 2, "f_tests": 2, "ex09.f": 2, "ex09.f.speed": 2, "why": 4}
+    assert found == {"f": 2, "f_tests": 2, "ex15.f": 2, "ex15.f.speed": 2, "why": 4}
     # a written answer by the heading above it, not by its own text
     assert cellnames.describe(cells, 4) == 'the Markdown cell under "1. The first part"'
     long = cellnames.describe(cells, 5)
     assert long.startswith('the cell "x = 1 + 1 + ') and '..." under' in long
     assert len(cellnames.first_line(cells[5])) == cellnames.MAX_NAME
     assert cellnames.describe([cells[0], v4.new_code_cell("")], 1) == \
-        'an empty cell under "Exercise 9"'
+        'an empty cell under "Exercise 15"'
     # A hostile line is looked at in bounded time: no regex backtracks over a megabyte.
     huge = v4.new_markdown_cell("# " + " " * 10**6 + "x\n" + "#" * 10**6)
     assert cellnames.sections([huge, cells[2]]) == ["", ""]
@@ -220,7 +220,7 @@ def test_cells_are_named_by_their_first_line_and_the_heading_above() -> None:
 # --------------------------------------------------------------------------- golden output
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "validate_05_partly_solved.txt"
-EX05 = "05_autograd_from_scratch.ipynb"
+EX05 = "08_autograd_from_scratch.ipynb"
 PARTLY_SOLVED = {  # what a student has written so far, by the solution cell's grade_id
     "mul_backward": "def mul_backward(dout, x, y):\n    return dout * y, dout * x",
     "relu_backward": "def relu_backward(dout, x):\n    return dout * (x > 0)",
@@ -261,7 +261,7 @@ def test_the_report_on_a_partly_solved_exercise_is_the_golden_one(tmp_path: Path
     nbs.write_notebook(nb, tmp_path / EX05)
     (tmp_path / ".ipynb_checkpoints").mkdir()  # JupyterLab's autosave, beside every notebook
     shutil.copy(tmp_path / EX05, tmp_path / ".ipynb_checkpoints" / EX05)
-    fresh_release(tmp_path, "ex05")  # the release as assign makes it from the part file now
+    fresh_release(tmp_path, "ex08")  # the release as assign makes it from the part file now
 
     assert main(["validate", str(tmp_path / EX05)]) == 1
     captured = capsys.readouterr()

@@ -3,7 +3,7 @@
 Two xdist workers start kernels side by side. jupyter_client picks each kernel's five TCP ports by
 binding and releasing them, so the other worker's kernel can take one in between; the new kernel
 then exits with "Address already in use" and nbval errors every cell of that notebook ("Kernel died
-before replying to kernel_info": lecture 12, once, in CI). Fresh ports on a second start cure it.
+before replying to kernel_info": lecture 17, once, in CI). Fresh ports on a second start cure it.
 nbval sends the kernel's stderr to /dev/null; here each start keeps it, and a retry is reported
 as a warning quoting the dead kernel's last words, so a cause other than the port race shows.
 

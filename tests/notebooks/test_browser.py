@@ -40,7 +40,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 # A short lecture that draws pictures (the computational graphs) and loads TensorFlow and PyTorch.
-LECTURE = ROOT / "lectures" / "04_computational_graphs.ipynb"
+LECTURE = ROOT / "lectures" / "07_computational_graphs.ipynb"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--disable-quic",
@@ -291,7 +291,7 @@ def test_the_browser_check_sees_a_traceback(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 # A student in `make lab`'s JupyterLab
 
-EXERCISE = ROOT / "exercises" / "05_autograd_from_scratch.ipynb"
+EXERCISE = ROOT / "exercises" / "08_autograd_from_scratch.ipynb"
 FIRST_LECTURE = ROOT / "lectures" / "01_getting_started.ipynb"
 # The notebook on screen (the others' panels stay in the page, hidden).
 SHOWN = ".jp-NotebookPanel:not(.lm-mod-hidden)"
@@ -374,7 +374,7 @@ def test_a_student_in_make_labs_jupyterlab(tmp_path: Path) -> None:
                 assert install.count() == 1, "the install cell is not collapsed"
                 assert "Install the course" in install.inner_text()
 
-                check = cells.filter(has_text='check("ex05.mul_backward", mul_backward)').first
+                check = cells.filter(has_text='check("ex08.mul_backward", mul_backward)').first
                 check.locator(".jp-InputPrompt").click()
                 use_menu(page, "Run", "Run All Above Selected Cell")
                 use_menu(page, "Run", "Run Selected Cell and Do not Advance")
@@ -383,7 +383,7 @@ def test_a_student_in_make_labs_jupyterlab(tmp_path: Path) -> None:
                 # A failing check() raises: an error output, shown as its report alone (no
                 # traceback), and Run All would stop here.
                 assert [t.strip() for t in said.all_inner_texts()] == [
-                    "✗ ex05.mul_backward: not implemented yet"]
+                    "✗ ex08.mul_backward: not implemented yet"]
                 assert said.first.get_attribute("data-mime-type") == (
                     "application/vnd.jupyter.stderr")
 
@@ -395,7 +395,7 @@ def test_a_student_in_make_labs_jupyterlab(tmp_path: Path) -> None:
                 check.locator(".jp-InputPrompt").click()
                 use_menu(page, "Run", "Run Selected Cell and Do not Advance")
                 check.locator(".jp-OutputArea-output", has_text="✓").wait_for()
-                assert said.all_inner_texts() == ["✓ ex05.mul_backward: 3 cases passed\n"]
+                assert said.all_inner_texts() == ["✓ ex08.mul_backward: 3 cases passed\n"]
                 page.screenshot(path=tmp_path / "exercise.png")
 
                 # Lecture 1, opened as it is committed: not modified, its doctor page unwrapped.

@@ -1,8 +1,8 @@
-"""edu_dl.notebook.compiled: what lecture 08c shows of torch.compile.
+"""edu_dl.notebook.compiled: what lecture 14 shows of torch.compile.
 
 The trimming is checked on a module shaped as Inductor writes one (the lecture shows a real one);
 the compiler search in a process whose PATH has no compiler; one real compilation, and lecture
-08c run without JAX and without a compiler, are slow.
+14 run without JAX and without a compiler, are slow.
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def test_lecture_08c_runs_without_jax_and_without_a_compiler(
     monkeypatch.setenv("PATH", os.path.dirname(sys.executable))  # no g++ on it
     monkeypatch.setenv("TQDM_DISABLE", "1")
     monkeypatch.setenv("MPLBACKEND", "Agg")
-    path = ROOT / "lectures" / "08c_compiling_dynamic_code.ipynb"
+    path = ROOT / "lectures" / "14_compiling_dynamic_code.ipynb"
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, timeout=600, kernel_name="python3",
                    resources={"metadata": {"path": str(path.parent)}}).execute()

@@ -1,9 +1,10 @@
-"""The course reads in one order everywhere, and the README says where every part id lives.
+"""The course reads in one order everywhere; lecture N, exercise N and part exNN.* are one thing.
 
-Lectures are named so that sorting their file names gives the reading order (02, 02b, 02c, 03, ...):
-JupyterLab's file browser and the website's table of contents (a sorted glob) both sort them. Moved
-material takes a suffix in its new place and its part ids stay (gradebooks hold them), so the
-README's table of part ids is the one place that says which notebook asks for which part.
+Lectures are numbered 01, 02, ... in reading order, without gaps or letter suffixes, so sorting
+their file names gives that order (JupyterLab's file browser and the website's table of contents,
+a sorted glob, both sort them). Every part id's prefix is the number of the notebook that asks for
+it, and the files of exercise NN (its part file, its release, its public harness, its tests) carry
+the same number.
 """
 
 from __future__ import annotations
@@ -11,17 +12,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
-
 from edu_dl.grading.nbgrader import check_calls
 from edu_dl.grading.notebooks import read_notebook
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
-NUMBER = re.compile(r"^(\d+[a-z]?)_")
-LECTURE_ROW = re.compile(r"^\| (\d+[a-z]?) \|", re.MULTILINE)
-PARTS_ROW = re.compile(r"^\| (`ex[^|]*) \| `(\d+[a-z]?_\w+\.ipynb)`", re.MULTILINE)
-PATTERN = re.compile(r"`(ex\w+\.(?:\w+|\*))`")
+NAME = re.compile(r"^(\d\d)_[a-z0-9_]+\.ipynb$")
+LECTURE_ROW = re.compile(r"^\| (\d+) \|", re.MULTILINE)
+PART_ID = re.compile(r"^ex(\d\d)\.[a-z_][a-z0-9_]*$")
 
 
 def section(text: str, heading: str) -> str:
@@ -32,7 +30,11 @@ def section(text: str, heading: str) -> str:
 
 
 def numbers(folder: str) -> list[str]:
-    return [NUMBER.match(p.name).group(1) for p in sorted((ROOT / folder).glob("*.ipynb"))]  # type: ignore[union-attr]
+    """The numbers of the notebooks in `folder`, in sorted order; a bad name fails the test."""
+    names = [p.name for p in sorted((ROOT / folder).glob("*.ipynb"))]
+    bad = [n for n in names if not NAME.match(n)]
+    assert not bad, f"{folder}/: {bad} is not NN_name.ipynb (two digits, no letter suffix)"
+    return [n[:2] for n in names]
 
 
 def parts_by_notebook() -> dict[str, set[str]]:
@@ -45,26 +47,14 @@ def parts_by_notebook() -> dict[str, set[str]]:
     return found
 
 
-def parts_table(readme: str) -> list[tuple[list[str], str]]:
-    """The README's part table: (its patterns, e.g. ['ex06.*', 'ex03.feed_bytes'], notebook)."""
-    table = section(readme, "### Where each part id lives")
-    return [(PATTERN.findall(patterns), notebook)
-            for patterns, notebook in PARTS_ROW.findall(table)]
-
-
-def resolve(part: str, table: list[tuple[list[str], str]]) -> str | None:
-    """The notebook the table gives for `part`: a row naming the id beats a row's `exNN.*`."""
-    exact = [nb for patterns, nb in table if part in patterns]
-    if exact:
-        return exact[0]
-    wildcard = [nb for patterns, nb in table if f"{part.split('.')[0]}.*" in patterns]
-    return wildcard[0] if wildcard else None
+def test_lectures_are_numbered_from_01_without_gaps() -> None:
+    found = numbers("lectures")
+    assert found == [f"{n:02d}" for n in range(1, len(found) + 1)], found
 
 
 def test_file_names_sort_in_the_readmes_reading_order() -> None:
     listed = LECTURE_ROW.findall(section(README.read_text(), "## The lectures"))
-    lectures = [n.lstrip("0") for n in numbers("lectures")]
-    assert [n.lstrip("0") for n in listed] == lectures, \
+    assert listed == numbers("lectures"), \
         "README's lecture table and lectures/ differ (sorted file names are the reading order)"
 
 
@@ -80,30 +70,29 @@ def test_the_website_lists_lectures_and_exercises_by_sorted_name() -> None:
             f"site/index.md no longer lists {folder}/* by glob: list them in reading order"
 
 
-def test_every_part_is_where_the_readme_says() -> None:
-    table = parts_table(README.read_text())
-    assert table, "README.md has no part table under '### Where each part id lives'"
-    wrong = {part: (resolve(part, table), notebook)
-             for notebook, parts in parts_by_notebook().items() for part in parts
-             if resolve(part, table) != notebook}
-    assert not wrong, f"part: (README's notebook, the notebook that checks it): {wrong}"
+def test_every_part_prefix_is_its_notebooks_number() -> None:
+    wrong = {}
+    for notebook, parts in parts_by_notebook().items():
+        for part in parts:
+            match = PART_ID.match(part)
+            if match is None or match.group(1) != notebook[:2]:
+                wrong[part] = notebook
+    assert not wrong, f"part id: the notebook that checks it (prefix != its number): {wrong}"
 
 
-def test_every_row_of_the_part_table_is_used_and_in_reading_order() -> None:
-    table = parts_table(README.read_text())
-    used = {part for parts in parts_by_notebook().values() for part in parts}
-    for patterns, notebook in table:
-        assert (ROOT / "solutions" / notebook).exists(), f"README's part table names {notebook}"
-        for pattern in patterns:
-            assert any(part == pattern or (pattern.endswith(".*") and
-                                           part.startswith(pattern[:-1])) for part in used), \
-                f"README's part table lists {pattern}, which no notebook checks"
-    order = [notebook for _, notebook in table]
-    assert order == sorted(order), "README's part table is not in reading order"
-
-
-@pytest.mark.parametrize(("part", "want"), [("ex03.feed_bytes", "b.ipynb"),
-                                            ("ex03.other", "a.ipynb"), ("ex04.x", None)])
-def test_a_named_part_beats_its_exercises_wildcard(part: str, want: str | None) -> None:
-    table = [(["ex03.*"], "a.ipynb"), (["ex06.*", "ex03.feed_bytes"], "b.ipynb")]
-    assert resolve(part, table) == want
+def test_each_exercises_files_carry_its_number() -> None:
+    """Part files, releases, harness modules and part tests exist only for exercises that have
+    parts, under their notebook's number."""
+    with_parts = {nb[:2] for nb, parts in parts_by_notebook().items() if parts}
+    folders = {
+        "solutions/parts": r"ex(\d\d)\.private\.py",
+        "exercises/parts": r"ex(\d\d)\.npz",
+        "tests/exercises": r"test_parts_ex(\d\d)\.py",
+        "edu_dl/harness": r"ex(\d\d)\.py",
+    }
+    for folder, pattern in folders.items():
+        found = {m.group(1) for p in (ROOT / folder).iterdir()
+                 if (m := re.fullmatch(pattern, p.name))}
+        assert found <= with_parts, f"{folder}: {sorted(found - with_parts)} has no notebook parts"
+        if folder != "edu_dl/harness":  # an exercise may need no public grading code
+            assert found == with_parts, f"{folder}: missing {sorted(with_parts - found)}"

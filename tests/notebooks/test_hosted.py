@@ -61,7 +61,7 @@ cp "$COURSE_INSTALLER" "$last/edu_dl/notebook/hosted_install.py"
 if [ -n "$COURSE_PARTS" ]; then
     cp -R "$COURSE_PARTS/." "$last/exercises/parts/"
 else
-    echo 'PARTS = []' > "$last/exercises/parts/ex05.py"
+    echo 'PARTS = []' > "$last/exercises/parts/ex08.py"
 fi
 """
 # The cell in IPython, as a notebook runs it: what it shows, and whether Run All would go on.
@@ -203,7 +203,7 @@ def test_an_exercise_gets_the_courses_parts_beside_it(tmp_path: Path) -> None:
     site = service(tmp_path, {"torch": "2.6.0"})
     recorded, _ = run_cell(tmp_path, site)
     assert recorded is not None
-    assert (tmp_path / "work" / "parts" / "ex05.py").read_text() == "PARTS = []\n"
+    assert (tmp_path / "work" / "parts" / "ex08.py").read_text() == "PARTS = []\n"
 
 
 def test_a_parts_folder_already_there_is_left_alone(tmp_path: Path) -> None:
@@ -290,7 +290,7 @@ def test_validating_on_a_hosted_service_grades_as_at_home(tmp_path: Path) -> Non
     """The README's path on Colab or Kaggle: the cell leaves parts/ beside the notebook, the
     student uploads the saved notebook into that folder and runs `!edu-dl validate NAME` there.
     It grades the same rows as `edu-dl validate` on the repository's own exercises/."""
-    name = "05_autograd_from_scratch.ipynb"
+    name = "08_autograd_from_scratch.ipynb"
     recorded, _ = run_cell(tmp_path, service(tmp_path, {"torch": "2.6.0"}),
                            COURSE_PARTS=str(ROOT / "exercises" / "parts"))
     assert recorded is not None
@@ -306,7 +306,7 @@ def test_validating_on_a_hosted_service_grades_as_at_home(tmp_path: Path) -> Non
                 if line.strip().startswith(("✓", "✗"))]
 
     hosted_rows = rows(work)
-    assert hosted_rows and any("ex05.mul_backward" in row for row in hosted_rows), hosted_rows
+    assert hosted_rows and any("ex08.mul_backward" in row for row in hosted_rows), hosted_rows
     assert hosted_rows == rows(ROOT / "exercises")
 
 

@@ -1,6 +1,6 @@
 """A missing framework degrades a lecture, it never breaks it.
 
-On a GPU machine without TensorFlow, lecture 10's MirroredStrategy cell once raised and three later
+On a GPU machine without TensorFlow, lecture 16's MirroredStrategy cell once raised and three later
 cells failed with NameError. Here every lecture that reaches TensorFlow (a direct import, a
 `%%needs tensorflow` cell or a `framework_missing("tensorflow")` question: `reaches_tensorflow`)
 runs top to bottom in a kernel where TensorFlow and
@@ -31,7 +31,7 @@ BLOCKED = ("tensorflow", "keras", "tf_keras")
 TF_IMPORT = re.compile(r"^\s*(?:import|from)\s+(?:tensorflow|keras)\b", re.MULTILINE)
 # The other two ways a lecture reaches TensorFlow: a cell that starts with `%%needs tensorflow`, and
 # a question to the package (`framework_missing("tensorflow")`) before a helper that imports it,
-# as lecture 10 asks before the package's MirroredStrategy helper.
+# as lecture 16 asks before the package's MirroredStrategy helper.
 NEEDS_TF = re.compile(r"\A%%needs\b[^\n]*\btensorflow\b")
 ASKS_FOR_TF = re.compile(r"framework_missing\(\s*[\'\"]tensorflow[\'\"]")
 
@@ -67,7 +67,7 @@ def test_which_lectures_reach_tensorflow(source: str, reaches: bool) -> None:
 def test_the_lectures_that_reach_tensorflow_are_found() -> None:
     """The rule finds the lectures on TensorFlow and the one that reaches it through the package."""
     stems = {p.stem for p in REACHING}
-    assert {"06_tensorflow", "10_many_devices"} <= stems, stems
+    assert {"09_tensorflow", "16_many_devices"} <= stems, stems
     assert len(stems) < len(LECTURES), "every lecture selected: the rule no longer selects"
 
 

@@ -27,8 +27,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 # The lecture on edu_dl's engine: it trains a two-layer ReLU network with edu_dl.nn and checks the
-# losses at chosen steps. (07_pytorch.ipynb would do too, edu_dl against PyTorch, but runs longer.)
-LECTURE = ROOT / "lectures" / "05_autograd_from_scratch.ipynb"
+# losses at chosen steps. (10_pytorch.ipynb would do too, edu_dl against PyTorch, but runs longer.)
+LECTURE = ROOT / "lectures" / "08_autograd_from_scratch.ipynb"
 CHECK_TAG = "nbval-check-output"
 BREAK_VAR = "EDU_DL_BREAK_RELU_BACKWARD"
 

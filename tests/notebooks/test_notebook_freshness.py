@@ -29,11 +29,11 @@ def test_outputs_come_from_todays_code(path: Path) -> None:
 
 def test_every_lecture_records_the_engine_it_ran() -> None:
     """A digest that left out the modules a lecture really used would prove nothing."""
-    sources = nbformat.read(ROOT / "lectures/05_autograd_from_scratch.ipynb", as_version=4
+    sources = nbformat.read(ROOT / "lectures/08_autograd_from_scratch.ipynb", as_version=4
                             ).metadata["edu_dl"]["sources"]
     assert "edu_dl/autograd/ops.py" in sources and "edu_dl/notebook/lecture.py" in sources
-    solution = nbformat.read(ROOT / "solutions/05_autograd_from_scratch.ipynb", as_version=4)
-    assert "solutions/parts/ex05.private.py" in solution.metadata["edu_dl"]["sources"]
+    solution = nbformat.read(ROOT / "solutions/08_autograd_from_scratch.ipynb", as_version=4)
+    assert "solutions/parts/ex08.private.py" in solution.metadata["edu_dl"]["sources"]
 
 
 def test_a_changed_or_missing_file_makes_a_notebook_stale(tmp_path: Path, monkeypatch) -> None:
@@ -56,11 +56,11 @@ def test_a_changed_or_missing_file_makes_a_notebook_stale(tmp_path: Path, monkey
 def test_execute_runs_in_place_and_records_the_course_code(tmp_path: Path) -> None:
     folder = tmp_path / "course"
     (folder / "parts").mkdir(parents=True)
-    shutil.copy(ROOT / "solutions/parts/ex05.private.py", folder / "parts/ex05.private.py")
+    shutil.copy(ROOT / "solutions/parts/ex08.private.py", folder / "parts/ex08.private.py")
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell("import edu_dl.notebook.lecture\nimport os\nprint(os.getcwd())"),
         nbformat.v4.new_code_cell("from edu_dl.grading import check\n"
-                                  "check('ex05.mul_backward', lambda d, x, y: (d * y, d * x))"),
+                                  "check('ex08.mul_backward', lambda d, x, y: (d * y, d * x))"),
     ])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                  "language": "python"}
@@ -71,10 +71,10 @@ def test_execute_runs_in_place_and_records_the_course_code(tmp_path: Path) -> No
     assert len(done.cells) == 2  # the probe cell is never saved
     assert [c.execution_count for c in done.cells] == [1, 2]
     assert done.cells[0].outputs[0]["text"].strip() == str(folder)
-    assert done.cells[1].outputs[0]["text"].startswith("✓ ex05.mul_backward")
+    assert done.cells[1].outputs[0]["text"].startswith("✓ ex08.mul_backward")
     assert "edu_dl/notebook/lecture.py" in sources and "edu_dl/grading/checking.py" in sources
     # the part file lies outside the repository here: recorded by its absolute path
-    assert str(folder / "parts/ex05.private.py") in sources
+    assert str(folder / "parts/ex08.private.py") in sources
     assert not [name for name in sources if "site-packages" in name or "numpy" in name]
     assert done.metadata["edu_dl"]["sources"] == sources
     assert "execution" not in done.cells[0].metadata

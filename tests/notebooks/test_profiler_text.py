@@ -1,5 +1,5 @@
 """A printed torch.profiler table read back by its header: the parsed cells agree with the
-profile's own events, the H100 table that lectures 12 and 02d show reads by column name, and a
+profile's own events, the H100 table that lectures 17 and 05 show reads by column name, and a
 layer's time counts each call once where autocast records a convolution as two nested events."""
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ def get(part_id: str, course: Mapping[str, Part] | None = None, *, local: bool =
     match = PART_ID.match(part_id)
     if match is None:
         raise KeyError(f"{part_id!r} is not a part id: expected '<exercise>.<name>', e.g. "
-                       "'ex05.relu_backward' or 'hw1.squares'")
+                       "'ex08.relu_backward' or 'hw1.squares'")
     exercise = match.group(1)
     here = Path.cwd() / FOLDER
     found = list(_folder_parts(here, exercise).values()) if local else []
@@ -57,7 +57,7 @@ def get(part_id: str, course: Mapping[str, Part] | None = None, *, local: bool =
 
 def sibling(here: str, exercise: str) -> ModuleType:
     """Another part file of the same folder, as a module: how one exercise's parts reuse
-    another's helpers (``sibling(__file__, "ex06").loss_hints``). A public half gets a public
+    another's helpers (``sibling(__file__, "ex09").loss_hints``). A public half gets a public
     half (it ships); a private half gets another exercise's private half where there is one,
     and its own exercise's public half (``sibling(__file__, "hw1")`` in hw1.private.py)."""
     path = Path(here).resolve()
@@ -93,7 +93,7 @@ def _module(path: Path, exercise: str) -> ModuleType:
 
 
 # Part files loaded, by path and version. Kept out of sys.modules: a part file is not a module
-# anyone imports by name, and two folders may both hold an ex06.py.
+# anyone imports by name, and two folders may both hold an ex09.py.
 _MODULES: dict[tuple[Path, int, int], ModuleType] = {}
 
 

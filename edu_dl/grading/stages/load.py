@@ -39,7 +39,7 @@ from edu_dl.speed.tasks import TASKS, speed_row
 
 def load_source(source: Path, exclude: tuple[Path, ...] = (), settings: Settings | None = None,
                 log: Callable[[str], None] = print) -> dict[str, Exercise]:
-    """The exercises of the source folder, by notebook name (e.g. '05_autograd_from_scratch'):
+    """The exercises of the source folder, by notebook name (e.g. '08_autograd_from_scratch'):
     every notebook with at least one graded cell (a check() test, an nbgrader test cell, a
     graded answer or a task). The names beside it that start with a dot (.git, .env, ...) are
     listed in one line of ``log``: they never reach a sandbox."""

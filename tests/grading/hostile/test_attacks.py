@@ -270,9 +270,9 @@ def test_the_grader_loads_every_part_before_any_sandbox_runs(tmp_path: Path,
 
 
 def test_patched_in_sandbox_helpers_claim_nothing(tmp_path: Path) -> None:
-    """The review's attack on exercise 3: prefetch as ``yield from batches`` (no thread), with the
+    """The review's attack on exercise 6: prefetch as ``yield from batches`` (no thread), with the
     in-sandbox call replaced so that it claims success. Judged outside: 0 of 3 points."""
-    name = "03_feeding_the_gpu"
+    name = "06_feeding_the_gpu"
     solution = nbformat.read(ROOT / "solutions" / f"{name}.ipynb", as_version=4)
     corpus.write_source(tmp_path / "source", solution, name)
     cheat = nbformat.read(ROOT / "solutions" / f"{name}.ipynb", as_version=4)
@@ -299,7 +299,7 @@ def test_patched_in_sandbox_helpers_claim_nothing(tmp_path: Path) -> None:
                       settings=Settings(timeout_s=60, budget_s=300), jobs=2, progress=False)
     rows = {(r.student, r.part): r for r in summary.rows}
     assert all(r.status == "passed" for (s, _), r in rows.items() if s == "alice"), rows
-    cheat_row = rows[("mallory", "ex03.prefetch")]
+    cheat_row = rows[("mallory", "ex06.prefetch")]
     assert cheat_row.status == "failed" and cheat_row.points == 0, cheat_row
     assert "thread" in cheat_row.message.lower(), cheat_row
     # the forged call did run: perfect values came back, and only the source gave it away

@@ -409,10 +409,10 @@ def test_amplification_attacks_stay_within_stated_bounds(tmp_path: Path) -> None
 
 
 def test_the_frame_peek_scores_zero_in_a_real_batch(tmp_path: Path) -> None:
-    """The stream timer (ex12.gpu_timer then) once scored 3/3 by returning
+    """The stream timer (ex17.gpu_timer then) once scored 3/3 by returning
     sys._getframe(1).f_locals["args"][0], the kernel's duration, from the call= wrapper's
     frame."""
-    name = "02c_timing_the_gpu"
+    name = "04_timing_the_gpu"
     root = Path(__file__).resolve().parents[3]
     solution = nbformat.read(root / "solutions" / f"{name}.ipynb", as_version=4)
     corpus.write_source(tmp_path / "source", solution, name)
@@ -432,6 +432,6 @@ def test_the_frame_peek_scores_zero_in_a_real_batch(tmp_path: Path) -> None:
                       settings=Settings(timeout_s=120, budget_s=400), jobs=2, progress=False,
                       log=lambda text: None, exercises_due=[name])
     rows = {(r.student, r.part): r for r in summary.rows}
-    assert rows[("alice", "ex02c.stream_timer")].points == 3.0, rows[("alice", "ex02c.stream_timer")]
-    peeked = rows[("mallory", "ex02c.stream_timer")]
+    assert rows[("alice", "ex04.stream_timer")].points == 3.0, rows[("alice", "ex04.stream_timer")]
+    peeked = rows[("mallory", "ex04.stream_timer")]
     assert peeked.points == 0 and peeked.status == "failed", peeked

@@ -1,4 +1,4 @@
-"""Lecture 13's live-GPU cell (section 5), run as a script on an NVIDIA H200 (2026-11-26): naive
+"""Lecture 18's live-GPU cell (section 5), run as a script on an NVIDIA H200 (2026-11-26): naive
 attention against F.scaled_dot_product_attention, CUDA events, peak memory."""
 import math
 import statistics

@@ -84,7 +84,7 @@ def add_lms(subparsers: Any) -> None:
                         "the roster's")
     export.add_argument("--column", action="append", default=[], metavar="EXERCISE=NAME",
                         help="the LMS's name of an exercise's column, e.g. "
-                        "'05_autograd_from_scratch=Autograd from scratch (1234)'; repeatable")
+                        "'08_autograd_from_scratch=Autograd from scratch (1234)'; repeatable")
     export.add_argument("--identifier", choices=("email", "id_number"), default="email",
                         help="moodle: the identifier column (default email)")
     export.add_argument("--feedback", action="store_true",

@@ -35,7 +35,7 @@ CANVAS = (r"^(?P<name>[^/_]*)(?:_(?P<late>LATE))?_(?P<user>[0-9]+)_(?P<submissio
 MOODLE = r"^(?P<name>[^/]*?)_(?P<user>[0-9]+)_assignsubmission_file_/?(?P<file>[^/].*)$"
 PATTERNS = {"canvas": CANVAS, "moodle": MOODLE}
 REQUIRED_GROUPS = ("user", "file")
-# A resubmission's suffix, as Canvas writes it: "05_autograd_from_scratch-1.ipynb".
+# A resubmission's suffix, as Canvas writes it: "08_autograd_from_scratch-1.ipynb".
 RESUBMISSION = re.compile(r"^(?P<stem>.+?)-(?P<n>\d{1,4})$")
 PLAIN_STEM = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,99}")
 # How tools name a copy of a notebook, each with the original's name in ``of``: never an
