@@ -7,7 +7,7 @@ read through ``trust.files`` (bounded, never through a link).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,15 @@ def is_nbgrader_course(submissions: Path) -> bool:
     return "submitted" in folders and folders <= NBGRADER_FOLDERS
 
 
-def collect(submissions: Path, exercises: dict[str, Exercise]) -> tuple[list[Job], list[Row]]:
+Note = Callable[[str], str]  # a name -> what the grader knows of it ("": nothing)
+
+
+def _no_note(name: str) -> str:
+    return ""
+
+
+def collect(submissions: Path, exercises: dict[str, Exercise], note: Note = _no_note
+            ) -> tuple[list[Job], list[Row]]:
     """Jobs for ``<student>/<NN_name>.ipynb`` or ``submitted/<student>/<assignment>/*.ipynb``.
 
     Every student gets a job per exercise (a missing notebook is graded as missing); a notebook
@@ -40,7 +48,8 @@ def collect(submissions: Path, exercises: dict[str, Exercise]) -> tuple[list[Job
     ``submitted/<student>/<assignment>/`` alone, and a notebook anywhere else in the student's
     folder is ignored with a row that says so. In the flat layout the shallowest copy of a
     notebook is graded (other copies get an "ignored" row), and ``timestamp.txt`` is whatever
-    the student's folder holds.
+    the student's folder holds. ``note``: a clause added to the row of a notebook that matches
+    no exercise (the term's: an old name of one, say), or "".
     """
     if not submissions.is_dir():
         raise NotebookError(f"{submissions}: not a folder of submissions")
@@ -57,7 +66,7 @@ def collect(submissions: Path, exercises: dict[str, Exercise]) -> tuple[list[Job
                                  "their own, and links are never followed"))
             continue
         folder = Path(entry.path)
-        found, ignored = _choose(folder, exercises, nbgrader_layout)
+        found, ignored = _choose(folder, exercises, nbgrader_layout, note)
         extra += [Row(entry.name, stem, "", 0.0, 0.0, status, message)
                   for stem, status, message in ignored]
         for name, ex in exercises.items():
@@ -79,7 +88,8 @@ def collect(submissions: Path, exercises: dict[str, Exercise]) -> tuple[list[Job
     return jobs, extra
 
 
-def _choose(folder: Path, exercises: dict[str, Exercise], nbgrader_layout: bool
+def _choose(folder: Path, exercises: dict[str, Exercise], nbgrader_layout: bool,
+            note: Note = _no_note
             ) -> tuple[dict[str, tuple[Path, str, str]], list[tuple[str, str, str]]]:
     """(exercise -> (notebook, assignment, why refused), [(name, status, message)] of the
     notebooks not graded) for one student's folder."""
@@ -95,8 +105,9 @@ def _choose(folder: Path, exercises: dict[str, Exercise], nbgrader_layout: bool
             ignored.append((path.stem, "ignored", f"{shown} is not in nbgrader's "
                             "submitted/<student>/<assignment>/ folder; not graded"))
         elif path.stem not in exercises:
-            ignored.append((path.stem, "not an exercise", f"{shown} matches no source "
-                            f"notebook ({', '.join(exercises)}); not graded"))
+            ignored.append((path.stem, "not an exercise", _noted(
+                f"{shown} matches no source notebook ({', '.join(exercises)}); not graded",
+                [path.stem], note)))
         elif path.stem in found:
             ignored.append((path.stem, "ignored", f"{shown} is another copy of "
                             f"{path.name}; the one graded is {where}"
@@ -116,15 +127,22 @@ def check_students(names: Iterable[str]) -> None:
                    "name; nothing was graded")
 
 
+def _noted(message: str, names: list[str], note: Note) -> str:
+    """``message`` and what ``note`` says of each of ``names``, "; "-joined."""
+    return "; ".join([message, *[c for c in dict.fromkeys(map(note, names)) if c]])
+
+
 def scope(jobs: list[Job], exercises: dict[str, Exercise], chosen: list[str] | None,
-          roster: dict[str, Any] | None = None) -> list[Job]:
+          roster: dict[str, Any] | None = None, note: Note = _no_note) -> list[Job]:
     """The jobs that are due: of the chosen exercises (default: every exercise at least one
-    student submitted), for every student found and every student on the roster."""
+    student submitted), for every student found and every student on the roster. ``note``:
+    a clause added for each unknown name chosen (as :func:`collect`'s)."""
     if chosen:
         unknown = [name for name in chosen if name not in exercises]
         if unknown:
-            raise NothingToGrade(f"--exercise {', '.join(unknown)}: no such source notebook "
-                                 f"with graded cells (the source has: {', '.join(exercises)})")
+            raise NothingToGrade(_noted(
+                f"--exercise {', '.join(unknown)}: no such source notebook with graded cells "
+                f"(the source has: {', '.join(exercises)})", unknown, note))
         due = set(chosen)
     else:
         due = {j.exercise.name for j in jobs if j.path is not None or j.refused}

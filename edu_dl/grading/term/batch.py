@@ -22,6 +22,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from edu_dl.grading.model import (
     Exercise,
     Interrupted,
     Job,
+    NothingToGrade,
     Refused,
     Row,
     Summary,
@@ -57,7 +59,7 @@ from edu_dl.grading.stages.secret import (
     secret_path,
 )
 from edu_dl.grading.stages.speed_rows import speed_rows
-from edu_dl.grading.term import gradebook
+from edu_dl.grading.term import gradebook, renumbered
 from edu_dl.grading.term.classreport import record_class
 from edu_dl.grading.term.manual import merge as merge_sheet
 from edu_dl.grading.term.manual import read_sheet
@@ -224,18 +226,29 @@ class Batch:
         exercises = load_source(r.source, exclude=(r.submissions, r.out), settings=settings,
                                 log=log)
         load_parts(exercises, r.source)
-        found, extra = collect(r.submissions, exercises)
+        note = partial(renumbered.explain, known=exercises)  # an exercise's old name, said so
+        found, extra = collect(r.submissions, exercises, note)
         folders = {j.student for j in found} | {row.student for row in extra}
         if r.students:
             found, extra = only(found, extra, r.students, r.submissions, r.roster)
         entries = gradebook.read_entries(r.out, log)
+        # Grades kept under an exercise's old name were drawn from other part ids: never mixed.
+        renumbered.refuse_old_grades(r.out, {name for _, name in entries}, exercises,
+                                     r.submissions, r.source)
         # One name per student, decided here: every later step (manual.csv, --extensions, the
         # exports) finds a student by this name alone.
         students_known = folders | set(r.roster or ()) | {student for student, _ in entries}
         check_students(students_known)
         self.dates, unknown_extensions = self.dates.for_students(students_known)
-        all_jobs = scope(found, exercises,
-                         r.exercises_due or _submitted(found, entries, exercises), r.roster)
+        try:
+            all_jobs = scope(found, exercises,
+                             r.exercises_due or _submitted(found, entries, exercises), r.roster,
+                             note)
+        except NothingToGrade as exc:  # nothing due: the notebooks' old names, if that is why
+            if r.exercises_due:
+                raise
+            raise NothingToGrade(renumbered.explained(
+                str(exc), [row.exercise for row in extra], exercises)) from None
         if r.students:
             all_jobs = [j for j in all_jobs if j.student in r.students]
         # Nothing found for a student now never replaces a submission graded before (a folder

@@ -348,12 +348,15 @@ def run_replay(args: argparse.Namespace) -> int:
     from edu_dl.grading.notebooks import NotebookError
     from edu_dl.grading.stages.replay import ReplayError, replay, replay_text
     from edu_dl.grading.stages.secret import SecretError, read_secret
+    from edu_dl.grading.term.renumbered import explained
 
     try:
         secret = read_secret(args.secret_file) if args.secret_file else None
         found = replay(args.out, args.student, args.exercise, args.source, secret)
     except (ReplayError, SecretError, NotebookError) as exc:
-        say(f"edu-dl replay: {exc}", sys.stderr)
+        source = args.source
+        known = ({p.stem for p in source.glob("*.ipynb")} if source.is_dir() else {source.stem})
+        say(f"edu-dl replay: {explained(str(exc), [args.exercise], known)}", sys.stderr)
         return 2
     say(replay_text(found, full=args.full))
     return 0 if found.same else 1

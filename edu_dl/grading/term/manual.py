@@ -24,6 +24,7 @@ from edu_dl.grading.model import BY_HAND, Row, cap_text
 from edu_dl.grading.notebooks import NotebookError
 from edu_dl.grading.stages.feedback import anchor
 from edu_dl.grading.term.csvio import WrittenCsv
+from edu_dl.grading.term.renumbered import explained
 from edu_dl.grading.trust.bounded import read_named_file
 from edu_dl.grading.trust.identity import NameClash, Names, written
 
@@ -147,9 +148,11 @@ def merge(rows: list[Row], filled: dict[Key, Filled], path: Path) -> int:
             found[key] = row
     if unknown:
         shown = "; ".join("/".join(key) for key in unknown[:5])
-        raise ManualSheetError(f"--manual {path}: {len(unknown)} line(s) name no row of the "
-                               f"gradebook ({shown}); keep student, exercise and cell as "
-                               "manual.csv or grades.csv (its part column) have them")
+        known = {r.exercise for r in rows} | {r.part for r in rows}
+        raise ManualSheetError(explained(
+            f"--manual {path}: {len(unknown)} line(s) name no row of the gradebook ({shown}); "
+            "keep student, exercise and cell as manual.csv or grades.csv (its part column) "
+            "have them", [name for key in unknown for name in key[1:]], known))
     merged = 0
     for key, (points, comment, graded_answer) in filled.items():
         row = found[key]

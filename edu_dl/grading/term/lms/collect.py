@@ -51,6 +51,7 @@ from edu_dl.grading.term.lms.roster import (
     usable_id,
 )
 from edu_dl.grading.term.policy import PolicyError
+from edu_dl.grading.term.renumbered import explained
 from edu_dl.grading.trust.archive import DEFAULT_LIMITS, ArchiveLimits, Member, read_download
 from edu_dl.grading.trust.files import TIMESTAMP, entries
 from edu_dl.grading.trust.identity import NameClash, check_distinct
@@ -156,8 +157,9 @@ def collect_downloads(kind: str, downloads: list[Path], roster: Roster, out: Pat
     check_out(out)
     _check_names(out, roster)
     if exercises is not None and exercise is not None and exercise not in exercises:
-        raise CollectError(f"--as {exercise}: no such exercise in the source (it has "
-                           f"{', '.join(sorted(exercises))})")
+        raise CollectError(explained(f"--as {exercise}: no such exercise in the source (it "
+                                     f"has {', '.join(sorted(exercises))})", [exercise],
+                                     exercises))
     ids = _Ids(out / IDS_FILE if kind == "canvas" else None)
     report = Collected(checked=exercises is not None)
     chosen: dict[tuple[str, str], list[_Candidate]] = {}
@@ -302,8 +304,9 @@ def _exercise(named: Named, student: Student, member: Member, download: str,
                        f"exercise of its own; not collected: if it is the student's "
                        f"{visible(copy.of)}, collect it by hand")
     if exercises is not None:
-        return refused("not an exercise", f"{file} matches no source notebook "
-                       f"({', '.join(sorted(exercises))}); not collected")
+        return refused("not an exercise", explained(
+            f"{file} matches no source notebook ({', '.join(sorted(exercises))}); not collected",
+            [name, copy.of] if copy else [name], exercises))
     if not PLAIN_STEM.fullmatch(name):
         return refused("unusable name", f"{file} does not name an exercise "
                        "(letters, digits, _.+-); name the exercise with --as")

@@ -28,6 +28,7 @@ from pathlib import Path
 from edu_dl.grading.term.csvio import WrittenCsv, csv_bytes
 from edu_dl.grading.term.lms.roster import Roster, Student
 from edu_dl.grading.term.policy import LATE, PolicyError
+from edu_dl.grading.term.renumbered import explained
 from edu_dl.grading.trust.bounded import read_named_file
 from edu_dl.grading.trust.identity import NameClash, Names
 
@@ -96,8 +97,9 @@ def column_names(exercises: list[str], chosen: dict[str, str]) -> list[str]:
     """Each exercise's column: the name given with --column, else the exercise's."""
     unknown = sorted(set(chosen) - set(exercises))
     if unknown:
-        raise PolicyError(f"--column {', '.join(unknown)}: no such exercise in grades.csv "
-                          f"(it has {', '.join(exercises)})")
+        raise PolicyError(explained(f"--column {', '.join(unknown)}: no such exercise in "
+                                    f"grades.csv (it has {', '.join(exercises)})", unknown,
+                                    exercises))
     return [chosen.get(e, e) for e in exercises]
 
 
