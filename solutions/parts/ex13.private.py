@@ -78,7 +78,7 @@ def _caffe_expected(lines: Array, x: Array, y: Array, *params: Array) -> tuple[f
     """edu_dl.caffe itself: the layers behind an HDF5Data layer serving x and y, these weights."""
     from edu_dl.caffe import Net, read_net
 
-    with tempfile.TemporaryDirectory(prefix="edu_dl_ex12_") as tmp:
+    with tempfile.TemporaryDirectory(prefix="edu_dl_ex13_") as tmp:
         folder = Path(tmp)
         np.savez(folder / "data.npz", x=x, y=y)
         data = ('layer { name: "data" type: "HDF5Data" top: "x" top: "y" '

@@ -253,7 +253,7 @@ def test_writing_into_x_is_caught(capsys: pytest.CaptureFixture[str]) -> None:
 # --------------------------------------------------------------------------- nothing re-typed
 
 
-def test_no_solution_is_lecture_02d_code_retyped() -> None:
+def test_no_solution_is_lecture_05_code_retyped() -> None:
     """Issue 25: no two consecutive lines of a solution appear together in lecture 05 or in
     edu_dl.gpu.transactions."""
     lecture = json.loads(LECTURE.read_text())

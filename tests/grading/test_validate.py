@@ -219,8 +219,8 @@ def test_cells_are_named_by_their_first_line_and_the_heading_above() -> None:
 
 # --------------------------------------------------------------------------- golden output
 
-GOLDEN = Path(__file__).resolve().parent / "golden" / "validate_05_partly_solved.txt"
-EX05 = "08_autograd_from_scratch.ipynb"
+GOLDEN = Path(__file__).resolve().parent / "golden" / "validate_08_partly_solved.txt"
+EX08 = "08_autograd_from_scratch.ipynb"
 PARTLY_SOLVED = {  # what a student has written so far, by the solution cell's grade_id
     "mul_backward": "def mul_backward(dout, x, y):\n    return dout * y, dout * x",
     "relu_backward": "def relu_backward(dout, x):\n    return dout * (x > 0)",
@@ -253,17 +253,17 @@ def test_the_report_on_a_partly_solved_exercise_is_the_golden_one(tmp_path: Path
 
     from fixtures.exercise_helpers import fresh_release
 
-    nb = nbs.read_notebook(ROOT / "exercises" / EX05)
+    nb = nbs.read_notebook(ROOT / "exercises" / EX08)
     for cell in nb.cells:
         if nbgrader.grade_id(cell) in PARTLY_SOLVED:
             cell.source = PARTLY_SOLVED[str(nbgrader.grade_id(cell))]
     nb.cells.append(nbformat_cell("# trying something\nundefined_name + 1"))
-    nbs.write_notebook(nb, tmp_path / EX05)
+    nbs.write_notebook(nb, tmp_path / EX08)
     (tmp_path / ".ipynb_checkpoints").mkdir()  # JupyterLab's autosave, beside every notebook
-    shutil.copy(tmp_path / EX05, tmp_path / ".ipynb_checkpoints" / EX05)
+    shutil.copy(tmp_path / EX08, tmp_path / ".ipynb_checkpoints" / EX08)
     fresh_release(tmp_path, "ex08")  # the release as assign makes it from the part file now
 
-    assert main(["validate", str(tmp_path / EX05)]) == 1
+    assert main(["validate", str(tmp_path / EX08)]) == 1
     captured = capsys.readouterr()
     assert captured.err.startswith("running your notebook ")  # in the sandbox, where it works
     assert ".ipynb_checkpoints" not in captured.out + captured.err

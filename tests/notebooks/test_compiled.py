@@ -120,7 +120,7 @@ def test_the_first_call_is_timed_and_its_code_kept() -> None:
 
 
 @pytest.mark.slow
-def test_lecture_08c_runs_without_jax_and_without_a_compiler(
+def test_lecture_14_runs_without_jax_and_without_a_compiler(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each missing piece costs its cells one sentence, never an error: JAX hidden from the
     kernel, and a PATH on which Inductor finds no C++ compiler."""

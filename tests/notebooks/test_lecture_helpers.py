@@ -125,7 +125,7 @@ def test_recorded_gpu_reads_a_later_session_and_a_probe_folder(tmp_path, monkeyp
     assert alone["label"] == "recorded on Other GPU (2026-11-26; numba 1) by: python3 k.py"
 
 
-def test_the_recordings_lecture_02d_reads_are_found():
+def test_the_recordings_lecture_05_reads_are_found():
     from edu_dl.machine.recorded import recorded
 
     memory_probe = recorded("memory_probe", "nvidia-h100-80gb-hbm3")
