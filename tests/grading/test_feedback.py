@@ -447,6 +447,31 @@ def test_a_page_made_from_the_same_inputs_is_not_rendered_again(
         page.read_text()
 
 
+def test_a_page_nbgrader_made_in_the_course_is_replaced_with_one_sentence(tmp_path: Path) -> None:
+    """In an nbgrader course, edu-dl's pages go where nbgrader's generate_feedback puts its own:
+    replacing one says so once per run; replacing a page of ours again says nothing."""
+    job = SimpleNamespace(student="ann", exercise=SimpleNamespace(name="hw1", parts=[]),
+                          assignment="hw1", path=None, refused="", timestamp=None)
+    other = SimpleNamespace(**{**vars(job), "student": "bob"})
+    course = tmp_path / "course"
+    theirs = course / feedback.page_path("ann", "hw1", "hw1")
+    theirs.parent.mkdir(parents=True)
+    theirs.write_text("<html><head><title>hw1</title></head><body>nbgrader's page</body></html>")
+    nb = notebook()
+    said: list[str] = []
+    feedback.write_pages(tmp_path / "out", ROWS, [job, other], lambda j: nb,  # type: ignore
+                         course=course, log=said.append)
+    assert len(said) == 1, said
+    assert said[0].startswith(f"replaced 1 feedback page(s) in {course / 'feedback'} that "
+                              "edu-dl did not make")
+    assert "ann/hw1/hw1.html" in said[0] and "generate_feedback again" in said[0]
+    assert "nbgrader's page" not in theirs.read_text()  # ours now, where release_feedback looks
+    said.clear()
+    feedback.write_pages(tmp_path / "out", ROWS, [job, other], lambda j: nb,  # type: ignore
+                         course=course, log=said.append)
+    assert said == []
+
+
 @pytest.mark.slow
 def test_nbgrader_releases_a_markdown_answer_as_we_do(request: pytest.FixtureRequest,
                                                       tmp_path: Path) -> None:

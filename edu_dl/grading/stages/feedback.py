@@ -397,6 +397,7 @@ def exporter() -> HTMLExporter:
 RENDERER = hashlib.sha256(Path(__file__).read_bytes() + f" {nbconvert.__version__} "
                           f"{bleach.__version__}".encode()).hexdigest()
 HEAD_BYTES = 8192  # a page's digest lies in its <head>, well within these
+OUR_PAGE = b'name="edu-dl-page"'  # how a page of ours says so, in its <head> (any attribute order)
 
 
 def digest(student: str, exercise: str, nb: Any, rows: list[Row],
@@ -470,6 +471,7 @@ def write_pages(out: Path, rows: list[Row], jobs: list[Job],
         log(f"no feedback pages: nbconvert's HTML exporter cannot start ({exc})")
         return {}
     written: dict[tuple[str, str], str] = {}
+    replaced: list[str] = []  # pages in the nbgrader course that another tool made
     for job in jobs:
         key = (job.student, job.exercise.name)
         try:
@@ -492,11 +494,32 @@ def write_pages(out: Path, rows: list[Row], jobs: list[Job],
                 costs[key] = spent
             written[key] = where
             if course is not None:
+                if _made_elsewhere(course / where):
+                    replaced.append(where)
                 _release(course / where, page, job)
         except Exception as exc:  # one page must not cost the others theirs
             log(for_terminal(f"the feedback page of {job.student!r} for {job.exercise.name} "
                              f"could not be written ({type(exc).__name__}: {exc})"))
+    if replaced and course is not None:
+        log(for_terminal(
+            f"replaced {len(replaced)} feedback page(s) in {course / PAGES} that edu-dl did "
+            f"not make (nbgrader's generate_feedback does; the first: {replaced[0]}): "
+            "nbgrader's release_feedback now sends edu-dl's pages, and running "
+            "generate_feedback again puts nbgrader's back"))
     return written
+
+
+def _made_elsewhere(path: Path) -> bool:
+    """Whether ``path`` holds a page that edu-dl did not write (nbgrader's own, say): every
+    page of ours declares itself in its <head>."""
+    try:
+        if path.is_symlink() or not path.is_file():
+            return False
+        with path.open("rb") as f:
+            head = f.read(HEAD_BYTES)
+    except OSError:
+        return False
+    return OUR_PAGE not in head
 
 
 def _release(path: Path, page: bytes, job: Job) -> None:
