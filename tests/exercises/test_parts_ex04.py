@@ -271,7 +271,7 @@ def test_the_frame_peek_finds_no_case(tmp_path: Any, monkeypatch: pytest.MonkeyP
     from edu_dl.grading import check
     from edu_dl.grading.stages import judge, load
 
-    part = next(p for p in ex04.PARTS if p.id == "ex04.stream_timer")
+    part = timer_part()
     cases = protocol.roundtrip(part.cases(np.random.default_rng(3), False))
     protocol.write_inputs(tmp_path / "inputs" / f"{part.id}.npz", cases)
     (tmp_path / "inputs" / f"{part.id}.call.pkl").write_bytes(load.pickled_call(part))

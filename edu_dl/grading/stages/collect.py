@@ -105,7 +105,7 @@ def _choose(folder: Path, exercises: dict[str, Exercise], nbgrader_layout: bool,
             ignored.append((path.stem, "ignored", f"{shown} is not in nbgrader's "
                             "submitted/<student>/<assignment>/ folder; not graded"))
         elif path.stem not in exercises:
-            ignored.append((path.stem, "not an exercise", _noted(
+            ignored.append((path.stem, "not an exercise", noted(
                 f"{shown} matches no source notebook ({', '.join(exercises)}); not graded",
                 [path.stem], note)))
         elif path.stem in found:
@@ -127,8 +127,9 @@ def check_students(names: Iterable[str]) -> None:
                    "name; nothing was graded")
 
 
-def _noted(message: str, names: list[str], note: Note) -> str:
-    """``message`` and what ``note`` says of each of ``names``, "; "-joined."""
+def noted(message: str, names: Iterable[str], note: Note) -> str:
+    """``message`` and what ``note`` says of each of ``names`` (each clause once, the empty
+    ones left out), "; "-joined."""
     return "; ".join([message, *[c for c in dict.fromkeys(map(note, names)) if c]])
 
 
@@ -140,7 +141,7 @@ def scope(jobs: list[Job], exercises: dict[str, Exercise], chosen: list[str] | N
     if chosen:
         unknown = [name for name in chosen if name not in exercises]
         if unknown:
-            raise NothingToGrade(_noted(
+            raise NothingToGrade(noted(
                 f"--exercise {', '.join(unknown)}: no such source notebook with graded cells "
                 f"(the source has: {', '.join(exercises)})", unknown, note))
         due = set(chosen)

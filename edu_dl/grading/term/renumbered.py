@@ -15,9 +15,11 @@ reached through these tables.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
+from functools import partial
 from pathlib import Path
 
 from edu_dl.grading.model import NothingToGrade
+from edu_dl.grading.stages.collect import noted
 
 # Old notebook name -> new, in the course's order.
 OLD_NOTEBOOKS: dict[str, str] = {
@@ -101,8 +103,7 @@ def explain(name: str, known: Collection[str]) -> str:
 def explained(message: str, names: Iterable[str], known: Collection[str]) -> str:
     """``message`` with the clause of each of ``names`` that is an old name (``; ``-joined);
     unchanged when none is."""
-    clauses = [c for c in dict.fromkeys(explain(name, known) for name in names) if c]
-    return "; ".join([message, *clauses])
+    return noted(message, names, partial(explain, known=known))
 
 
 def old_grades(names: Iterable[str], known: Collection[str]) -> dict[str, str]:
