@@ -10,7 +10,13 @@ import os
 import tempfile
 from pathlib import Path
 
-import nbformat
+from edu_dl.grading.protocol import skip_slow_optional_imports
+
+# Before nbformat, whichever module or command reaches it first through here (edu-dl's own
+# parser does): its validator would otherwise compile rfc3987_syntax's grammars, 1-2 s.
+skip_slow_optional_imports()
+
+import nbformat  # noqa: E402
 
 Notebook = nbformat.NotebookNode
 Cell = nbformat.NotebookNode

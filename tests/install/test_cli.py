@@ -134,3 +134,20 @@ def test_the_course_benchmarks_and_the_grader_do_not_import_each_other() -> None
     for gone in ("grading", "grading-cluster"):
         with pytest.raises(SystemExit):
             build_parser().parse_args(["bench", gone])
+
+
+@pytest.mark.parametrize("module", ["edu_dl.cli", "edu_dl.grading.term.batch"])
+def test_reading_notebooks_never_compiles_rfc3987_grammars(module: str) -> None:
+    """nbformat's validator pulls in jsonschema, whose IRI format check imports rfc3987_syntax:
+    ~40 grammars compiled at import, 1-2 s in every edu-dl command and every sandbox's runner.
+    Importing the command or the grader must reach nbformat without it (jsonschema then skips
+    that check, as when the package is not installed); the sandbox's runner says so itself,
+    first thing in its main()."""
+    import subprocess
+    import sys
+
+    probe = (f"import sys, {module}, nbformat.validator; "
+             "print('nbformat' in sys.modules, sys.modules.get('rfc3987_syntax', 'absent'))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert done.stdout.split() == ["True", "None"], done.stdout + done.stderr
