@@ -33,8 +33,9 @@ answers wrongly from some call on is caught with near certainty).
 measured ratio at least (1 + ``BAND``) x the line earns the points; one under (1 - ``BAND``) x
 the line is "too slow"; one within ``BAND`` of the line is not decided by the machine: the row
 "needs manual grading", with the measurement in its message, and a person decides (manual.csv).
-``BAND`` is what a ratio may move between a quiet grader and a busy one (two CPU hogs on two
-cores moved the course's own solutions by under 10 %), with room to spare.
+``BAND`` is what a ratio may move between a quiet grader and a busy one, with room to spare
+(the course's own solutions, quiet and beside two CPU hogs on two cores: standardize 12.0 to
+14.3x, the SGD step 22.7 to 27.1x, a spread under 20 % of the least).
 """
 
 from __future__ import annotations
