@@ -94,7 +94,8 @@ SANDBOX = (
     "grading/test_grade.py", "grading/test_timeouts_and_causes.py", "grading/test_cluster.py",
     "grading/test_secret.py", "grading/test_instructor_course.py", "grading/test_feedback.py",
     "grading/test_term_grading.py", "grading/test_classreport.py", "grading/test_sandbox.py",
-    "grading/test_speed.py", "grading/test_validate.py", "grading/test_nbgrader_course.py",
+    "grading/test_speed.py", "grading/test_speed_under_load.py", "grading/test_validate.py",
+    "grading/test_nbgrader_course.py",
     "grading/test_lms.py", "bench/test_bench_grading.py", "notebooks/test_authoring_guide.py",
 )
 # notebook: executes a notebook (nbval, nbclient, a kernel, nbgrader's autograde).

@@ -5,7 +5,9 @@ spends reading, parsing, restoring, judging and rendering a submission (issue 35
 once cost the grader 142 s and 909 MB, outside every budget).
 
 - seconds: wall time of the submission's grading, less the time spent waiting for its
-  sandbox (:func:`waited`);
+  sandbox (:func:`waited`) and measuring its speed tasks (:func:`speed_measured`);
+- speed seconds: wall time its speed tasks' measurements took (sandboxed runs of the student's
+  function and of the reference), reported apart: a second per run, seconds per speed part;
 - CPU seconds: ``time.thread_time`` of the thread that graded it: its own, even with
   ``--jobs N`` threads at once;
 - memory: the grading process's resident size, sampled every :data:`PERIOD_S` while the
@@ -58,21 +60,27 @@ class Cost:
     cpu_seconds: float = 0.0
     peak_mb: float = 0.0
     added_mb: float = 0.0
+    speed_seconds: float = 0.0  # measuring speed tasks: not in ``seconds``
 
     def plus(self, other: Cost) -> Cost:
         """Two stages of one submission: times add up, the memory is the larger."""
         return Cost(self.seconds + other.seconds, self.cpu_seconds + other.cpu_seconds,
-                    max(self.peak_mb, other.peak_mb), max(self.added_mb, other.added_mb))
+                    max(self.peak_mb, other.peak_mb), max(self.added_mb, other.added_mb),
+                    self.speed_seconds + other.speed_seconds)
 
     def rounded(self) -> dict[str, float]:
-        return {"seconds": round(self.seconds, 3), "cpu_seconds": round(self.cpu_seconds, 3),
-                "peak_mb": round(self.peak_mb, 1), "added_mb": round(self.added_mb, 1)}
+        spent = {"seconds": round(self.seconds, 3), "cpu_seconds": round(self.cpu_seconds, 3),
+                 "peak_mb": round(self.peak_mb, 1), "added_mb": round(self.added_mb, 1)}
+        if self.speed_seconds:
+            spent["speed_seconds"] = round(self.speed_seconds, 3)
+        return spent
 
 
 class _Meter:
     def __init__(self, start_mb: float) -> None:
         self.start_mb = self.highest_mb = start_mb
         self.waited = 0.0
+        self.speed = 0.0
 
 
 _LOCK = threading.Lock()
@@ -117,6 +125,7 @@ def metered() -> Iterator[Cost]:
     finally:
         cost.cpu_seconds = time.thread_time() - cpu
         cost.seconds = max(0.0, time.perf_counter() - wall - meter.waited)
+        cost.speed_seconds = meter.speed
         _CURRENT.reset(token)
         with _LOCK:
             _sample()
@@ -137,3 +146,12 @@ def waited(seconds: float) -> None:
     meter = _CURRENT.get()
     if meter is not None:
         meter.waited += seconds
+
+
+def speed_measured(seconds: float) -> None:
+    """The block being measured spent ``seconds`` measuring a speed task (sandboxed runs):
+    reported apart (``Cost.speed_seconds``), not as the grader's own time."""
+    meter = _CURRENT.get()
+    if meter is not None:
+        meter.waited += seconds
+        meter.speed += seconds

@@ -1,11 +1,11 @@
 """One timed run of a speed task, inside a sandbox: ``python -m edu_dl.grading.speed_driver``.
 
-``ROLE`` is ``baseline`` (imports and inputs only: no function is called, and no student code is
-ever loaded, so its cost is what the grader subtracts), ``reference`` (the task's given version) or
-``submission`` (the function ``task.function`` of the module file given). Every role draws the
-same inputs from ``SEED``, calls the function once per input (the baseline makes zeros of the
-same shapes instead), and writes all outputs stacked as one ``.npy`` to the result descriptor:
-the grader checks them, and reads the CPU time this process tree cost from the kernel, outside.
+``ROLE`` is ``reference`` (the task's given version) or ``submission`` (the function
+``task.function`` of the module file given). Every role draws ``--inputs`` inputs from ``SEED``
+(default: CALLS), calls the function on the first CALLS of them (or on the indices ``--only``
+names), and writes all outputs stacked as one ``.npy`` to the result descriptor: the grader checks
+them, and reads the CPU time this process tree cost from the kernel, outside. Two runs that draw
+the same inputs and make a different number of calls differ by the cost of those calls alone.
 Nothing here measures time: any timer in this process is the student's to patch.
 """
 
@@ -24,7 +24,7 @@ import numpy as np
 from edu_dl.grading.protocol import RESULT_FD_VAR
 from edu_dl.speed.tasks import TASKS, call_inputs
 
-ROLES = ("baseline", "reference", "submission")
+ROLES = ("reference", "submission")
 
 
 def _load(path: str, name: str) -> Callable[..., Any]:
@@ -38,27 +38,26 @@ def _load(path: str, name: str) -> Callable[..., Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The driver's command line (TASK ROLE SEED CALLS [--module FILE]): the role's outputs for
-    the seed's inputs, written as one .npy to the result descriptor; returns 0."""
+    """The driver's command line (TASK ROLE SEED CALLS [--inputs N] [--only I,J] [--module
+    FILE]): the role's outputs for the seed's inputs, written as one .npy to the result
+    descriptor; returns 0."""
     parser = argparse.ArgumentParser(prog="python -m edu_dl.grading.speed_driver")
     parser.add_argument("task", choices=sorted(TASKS))
     parser.add_argument("role", choices=ROLES)
     parser.add_argument("seed", type=int)
     parser.add_argument("calls", type=int)
     parser.add_argument("--module", help="the submission's module file")
+    parser.add_argument("--inputs", type=int, default=0, help="inputs drawn (default: CALLS)")
+    parser.add_argument("--only", default="", help="call these input indices only (comma list)")
     args = parser.parse_args(argv)
     task = TASKS[args.task]
     result_fd = int(os.environ[RESULT_FD_VAR])
-    if args.role == "submission":
-        function = _load(args.module, task.function)
-    elif args.role == "reference":
-        function = task.reference
-    inputs = call_inputs(task, args.seed, args.calls)
-    if args.role == "baseline":  # the same outputs to stack and write: their cost cancels
-        outputs = np.stack([np.zeros(task.output_shape(*call), dtype=np.float32)
-                            for call in inputs])
-    else:
-        outputs = np.stack([np.asarray(function(*call), dtype=np.float32) for call in inputs])
+    function = (_load(args.module, task.function) if args.role == "submission"
+                else task.reference)
+    inputs = call_inputs(task, args.seed, max(args.inputs, args.calls))
+    called = ([inputs[int(i)] for i in args.only.split(",")] if args.only
+              else inputs[:args.calls])
+    outputs = np.stack([np.asarray(function(*call), dtype=np.float32) for call in called])
     buffer = io.BytesIO()
     np.save(buffer, outputs, allow_pickle=False)
     with open(result_fd, "wb", buffering=0) as out:

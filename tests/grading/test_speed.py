@@ -197,14 +197,13 @@ def test_cpu_time_counts_orphaned_children() -> None:
 @pytest.mark.timing
 @pytest.mark.slow
 def test_solution_earns_credit() -> None:
-    # Measured as graded: the task's calls, best of ROUNDS. A fast solution's net CPU time is a
-    # few clock ticks, and the baseline's own varies by about 0.1 s from run to run, more on a
-    # loaded machine: fewer calls or rounds measure that noise (issue 43).
+    # Measured as graded: the task's calls, best of ROUNDS, each kind's cost per call by the
+    # difference of a small and a big run (the submission's four times the reference's calls).
     found = speed.measure(PART, submission("solution"), seed=11)
     assert found.correct and found.passed, found
-    assert len(found.reference_s) == len(found.submission_s) == len(found.baseline_s) \
-        == speed.ROUNDS
-    assert "reaches" in found.message
+    assert len(found.reference_s) == len(found.submission_s) == speed.ROUNDS
+    assert found.calls["submission"] == speed.SUBMISSION_SCALE * TASKS[PART].calls
+    assert "reaches" in found.message and "per call" in found.message
 
 
 @pytest.mark.timing
@@ -224,7 +223,31 @@ def test_fast_wrong_answer_scores_zero() -> None:
     found = speed.measure(PART, submission("wrong_fast"), seed=11, rounds=2, calls=CALLS)
     assert not found.correct and not found.passed and found.ratio == 0
     assert "differ" in found.message
-    assert len(found.submission_s) == 1  # stopped at the first wrong run
+    # stopped at the first wrong run: the submission's small one, before its big one
+    assert len(found.runs["submission small"]) == 1 and not found.submission_s
+
+
+# Right on the calls the reference's runs make (the first 30 here), wrong from then on: only
+# the submission's big run goes further, and the spot checks there catch it.
+WRONG_LATER = """calls = [0]
+
+
+def standardize(images):
+    calls[0] += 1
+    if calls[0] > 30:
+        return np.zeros((images.shape[0], 3, images.shape[1], images.shape[2]), np.float32)
+    x = images.astype(np.float64)
+    out = (x - x.mean(axis=(0, 1, 2))) / x.std(axis=(0, 1, 2))
+    return out.astype(np.float32).transpose(0, 3, 1, 2)
+"""
+
+
+@pytest.mark.slow
+def test_answers_past_the_references_calls_are_checked_too() -> None:
+    found = speed.measure(PART, WRONG_LATER, seed=11, rounds=1, calls=CALLS)
+    assert found.status == "failed" and not found.passed and "differ" in found.message, found
+    # its small run (30 calls, all compared) was right: the big run's spot checks caught it
+    assert len(found.runs["submission small"]) == len(found.submission_s) == 1
 
 
 @pytest.mark.timing
@@ -300,4 +323,4 @@ def test_a_speed_function_may_use_numpy_and_math_only(tmp_path: Path) -> None:
                                        metadata={"nbgrader": GRADED_TEST})]
     nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
     found = speed.measure_notebook(path, PART, seed=1)
-    assert not found.passed and "imports a module" in found.message and not found.baseline_s
+    assert not found.passed and "imports a module" in found.message and not found.runs

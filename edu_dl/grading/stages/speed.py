@@ -1,26 +1,49 @@
 """Speed tasks graded from outside the student's code: CPU time the kernel accounts, per run.
 
 The reference and the submission run in separate sandboxes (``edu_dl.grading.speed_driver``,
-one process tree each), on the same inputs drawn from the grading secret, the same number of
-calls. The grader reads each tree's CPU time (user + system) from the kernel when it ends
-(``sandbox.Result.cpu_s``: the watchdog's samples of the whole process tree every
-``POLL_S``, each process's own time and what it reaped, a detached process too, and wait4's
-rusage): no timer in the
-student's process is ever consulted, so patching ``time`` or writing timing files changes
-nothing, and work handed to a thread or a child process still counts. Libraries run one thread
-(the sandbox's environment), so the ratio compares work, not cores.
+one process tree each), on inputs drawn from the grading secret. The grader reads each tree's
+CPU time (user + system) from the kernel when it ends (``sandbox.Result.cpu_s``: the watchdog's
+samples of the whole process tree every ``POLL_S``, each process's own time and what it reaped,
+a detached process too, and wait4's rusage): no timer in the student's process is ever
+consulted, so patching ``time`` or writing timing files changes nothing, and work handed to a
+thread or a child process still counts. Libraries run one thread (the sandbox's environment), so
+the ratio compares work, not cores.
 
-Robust to a loaded grader: CPU time, not wall time, is measured; runs are interleaved round by
-round (baseline, reference, submission, rotated), the best (least) of each kind is kept, the
-baseline (the same driver with imports and inputs only: no student code) is subtracted from
-both, and credit needs only ``CREDIT_FRACTION`` of the goal. Correctness comes first: every
-submission run's outputs must match the reference's, or the task scores 0.
+**Cost per call, by differences.** Each kind (reference, submission) runs twice per round: a
+*big* run that draws N inputs and calls the function on all N, and a *small* run that draws the
+same N inputs and calls it on the first N / ``SMALL_SHARE``. Everything but the calls (the
+interpreter, imports, drawing the inputs, the module's own import-time work) is the same in both
+and cancels: per call = (big - small) / (the calls between them). No separate baseline is
+subtracted (its own ~0.1 s of noise once was the whole of a fast submission's measured cost).
+The reference's big run makes the task's ``calls`` (about a CPU second); the submission's makes
+``SUBMISSION_SCALE`` times as many, so that a submission right at the credit line spends about
+``SUBMISSION_SCALE`` x (1 - 1 / ``SMALL_SHARE``) / credit line of the reference's seconds between
+its two runs, far above the noise of a run's fixed costs (a few hundredths of a second, a clock
+tick is 0.01 s). Runs are interleaved round by round (rotated), the least CPU time of each run is
+kept (a busy machine only ever adds time), for ``ROUNDS`` rounds; a submission clearly too slow
+after the first round is not measured again (``CLEARLY_SLOW``).
+
+**Correct first.** Every submission run's outputs must match the reference's to the task's
+tolerance, or the task scores 0: the calls the reference's big run made are compared one by one,
+and ``SPOT_CHECKS`` of the submission's further calls, at indices drawn by the grader at random
+after the fact, are compared with a reference run on exactly those inputs (a function that
+answers wrongly from some call on is caught with near certainty).
+
+**A band, not a cliff.** Credit needs ``CREDIT_FRACTION`` of the goal ratio (the credit line). A
+measured ratio at least (1 + ``BAND``) x the line earns the points; one under (1 - ``BAND``) x
+the line is "too slow"; one within ``BAND`` of the line is not decided by the machine: the row
+"needs manual grading", with the measurement in its message, and a person decides (manual.csv).
+``BAND`` is what a ratio may move between a quiet grader and a busy one, with room to spare
+(the course's own solutions, quiet and beside two CPU hogs on two cores: standardize 12.0 to
+14.3x, the SGD step 22.7 to 27.1x, a spread under 20 % of the least).
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import sys
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,10 +63,16 @@ from edu_dl.grading.trust.speed import read_speed_outputs, source_problem
 from edu_dl.grading.trust.text import say
 from edu_dl.speed.tasks import TASKS, SpeedTask, call_inputs
 
-CREDIT_FRACTION = 0.6  # of the goal ratio: what a loaded 2-core grader can still show
-ROUNDS = 3  # best of three of each kind
-FLOOR_FRACTION = 0.01  # a submission's net cost is at least this much of the reference's
-MIN_REFERENCE_S = 0.1  # below this the reference's net cost is noise: the run says so
+CREDIT_FRACTION = 0.6  # of the goal ratio: the credit line
+BAND = 0.25  # a ratio within this share of the credit line is left to a person
+CLEARLY_SLOW = 0.5  # of the band's floor: below it after one round, no second round is run
+ROUNDS = 2  # best of two of each run
+SMALL_SHARE = 4  # the small run makes 1 / SMALL_SHARE of the big run's calls
+SUBMISSION_SCALE = 4  # the submission's big run makes this many times the reference's calls
+SPOT_CHECKS = 8  # the submission's calls past the reference's, checked at random indices
+FLOOR_FRACTION = 0.01  # a submission's cost per call is at least this much of the reference's
+MIN_REFERENCE_S = 0.1  # below this the reference's measured difference is noise: the run says so
+NEEDS_PERSON = "needs manual grading"  # the status of a ratio within the band (term.manual.NEEDS)
 PRELUDE = "import math\n\nimport numpy as np\n\n\n"  # what a submitted function may use
 INSIDE = "/tmp/speed"  # the submission's module file, inside the sandbox
 MAX_NOTEBOOK_BYTES = 32 << 20
@@ -61,13 +90,16 @@ class Measurement:
     goal: float
     correct: bool = False
     message: str = ""
-    # the gradebook's status: "passed", "too slow", "failed" (a wrong answer), "crashed",
-    # "timeout", "memory", "processes", "inconclusive", "refused", "no result"
+    # the gradebook's status: "passed", "too slow", NEEDS_PERSON (within the band), "failed" (a
+    # wrong answer), "crashed", "timeout", "memory", "processes", "inconclusive", "refused",
+    # "no result"
     status: str = "no result"
-    ratio: float = 0.0  # the reference's net CPU time / the submission's (0: not measured)
-    baseline_s: list[float] = field(default_factory=list)
-    reference_s: list[float] = field(default_factory=list)
-    submission_s: list[float] = field(default_factory=list)
+    ratio: float = 0.0  # the reference's CPU time per call / the submission's (0: not measured)
+    # CPU seconds of each run, by kind and size ("reference", "reference small", ...)
+    runs: dict[str, list[float]] = field(default_factory=dict)
+    calls: dict[str, int] = field(default_factory=dict)  # calls each kind of run made
+    seconds: float = 0.0  # wall time the measurement took, all runs together
+    source: str = ""  # the function measured
 
     @property
     def needed(self) -> float:
@@ -75,7 +107,58 @@ class Measurement:
 
     @property
     def passed(self) -> bool:
-        return self.correct and self.ratio >= self.needed
+        return self.correct and self.status == "passed"
+
+    @property
+    def reference_s(self) -> list[float]:
+        return self.runs.get("reference", [])
+
+    @property
+    def submission_s(self) -> list[float]:
+        return self.runs.get("submission", [])
+
+
+def verdict(ratio: float, needed: float) -> str:
+    """The status a measured ratio earns against the credit line ``needed``: "passed" at or
+    above (1 + BAND) x the line, "too slow" under (1 - BAND) x, else NEEDS_PERSON."""
+    if ratio >= needed * (1 + BAND):
+        return "passed"
+    if ratio < needed * (1 - BAND):
+        return "too slow"
+    return NEEDS_PERSON
+
+
+def per_call(runs: dict[str, list[float]], calls: dict[str, int], kind: str) -> float:
+    """CPU seconds per call of ``kind``: its big run's least time less its small run's, over the
+    calls between them (everything else both runs did cancels)."""
+    return ((min(runs[kind]) - min(runs[f"{kind} small"]))
+            / (calls[kind] - calls[f"{kind} small"]))
+
+
+def judged(found: Measurement, rounds: int) -> Measurement:
+    """Fill in ``found``'s ratio, status and message from its runs (all made, all correct)."""
+    reference = per_call(found.runs, found.calls, "reference")
+    between = reference * (found.calls["reference"] - found.calls["reference small"])
+    if between < MIN_REFERENCE_S:
+        found.status = "inconclusive"
+        found.message = (f"inconclusive: the reference's calls cost only {between:.3f} s of CPU "
+                         "between its two runs; run it with more calls")
+        return found
+    submission = per_call(found.runs, found.calls, "submission")
+    found.ratio = reference / max(submission, FLOOR_FRACTION * reference)
+    found.status = verdict(found.ratio, found.needed)
+    shown = (f"{found.ratio:.1f}x less CPU time per call than the reference (reference "
+             f"{reference * 1e3:.3f} ms, this function {max(submission, 0.0) * 1e3:.3f} ms per "
+             f"call, best of {rounds})")
+    line = f"the {found.needed:.1f}x that earns credit (goal {found.goal:g}x)"
+    if found.status == "passed":
+        found.message = f"{shown}; reaches {line}"
+    elif found.status == "too slow":
+        found.message = f"{shown}; falls short of {line}"
+    else:
+        found.message = (f"{shown}: within {BAND:.0%} of {line}, too close for the measurement "
+                         "to decide: a person grades it")
+    return found
 
 
 def seed_for(secret: Secret, part_id: str) -> int:
@@ -88,75 +171,130 @@ def module_text(function_source: str) -> bytes:
     return (PRELUDE + function_source + "\n").encode()
 
 
+@dataclass(frozen=True)
+class _Run:
+    """One sandboxed run to make: its kind, calls made, inputs drawn, indices called."""
+
+    kind: str
+    calls: int
+    inputs: int
+    only: tuple[int, ...] = ()
+
+
 def measure(part_id: str, function_source: str, seed: int, *, rounds: int = ROUNDS,
             calls: int | None = None, hide: Iterable[Path] = (),
             limits: sandbox.Limits = LIMITS, settings: Settings | None = None) -> Measurement:
     """Time the submitted function against the task's reference, from outside (module doc).
 
-    ``settings``: the run's, whose answer says whether the sandbox works (default: asked
-    now; NoSandbox where it does not)."""
+    ``calls``: the reference's big run's (default: the task's). ``settings``: the run's, whose
+    answer says whether the sandbox works (default: asked now; NoSandbox where it does not)."""
+    return _measure(part_id, function_source, seed, rounds, calls, hide, limits, settings)
+
+
+def _measure(part_id: str, function_source: str, seed: int, rounds: int, calls: int | None,
+             hide: Iterable[Path], limits: sandbox.Limits,
+             settings: Settings | None) -> Measurement:
     boxed = (settings or Settings()).checked().boxed
     task = TASKS[part_id]
-    calls = calls or task.calls
-    found = Measurement(part_id, task.goal)
-    shape = (calls, *task.output_shape(*call_inputs(task, seed, 1)[0]))
-    kinds = ("baseline", "reference", "submission")
+    big = calls or task.calls
+    many = SUBMISSION_SCALE * big
+    found = Measurement(part_id, task.goal, source=function_source)
+    found.calls = {"reference": big, "reference small": max(1, big // SMALL_SHARE),
+                   "submission": many, "submission small": max(1, many // SMALL_SHARE)}
+    began = time.perf_counter()
+    plan = [_Run("reference small", found.calls["reference small"], big),
+            _Run("reference", big, big),
+            _Run("submission small", found.calls["submission small"], many),
+            _Run("submission", many, many)]
+    picked = random.SystemRandom()  # never seen by any sandbox
+    spot = tuple(sorted(picked.sample(range(big, many), min(SPOT_CHECKS, many - big))))
     expected: np.ndarray | None = None
-    for round_ in range(rounds):
-        for kind in kinds[round_ % 3:] + kinds[: round_ % 3]:  # interleaved: rotated
-            cpu, outputs, problem, status = _timed_run(task, kind, function_source, seed, calls,
-                                                       shape, hide, limits, boxed)
-            if problem:
-                found.correct, found.message = False, f"{kind} run: {problem}"
-                found.status = status
-                return found
-            getattr(found, f"{kind}_s").append(cpu)
-            if kind == "reference" and expected is None:
-                expected = outputs
-            elif kind == "submission":
-                assert expected is not None  # round 0 runs the reference before it
-                if not np.allclose(outputs, expected, rtol=task.rtol, atol=task.atol):
-                    found.correct, found.status = False, "failed"
-                    found.message = ("its answers differ from the reference's: a fast wrong "
-                                     "answer scores 0")
+    spot_expected: np.ndarray | None = None
+    try:
+        for round_ in range(rounds):
+            order = plan[round_ % 4:] + plan[:round_ % 4] if round_ else plan
+            for run in order:
+                outputs = _checked_run(task, run, function_source, seed, hide, limits, boxed,
+                                       found)
+                if outputs is None:
                     return found
-    found.correct = True
-    reference = min(found.reference_s) - min(found.baseline_s)
-    submission = min(found.submission_s) - min(found.baseline_s)
-    if reference < MIN_REFERENCE_S:
-        found.status = "inconclusive"
-        found.message = (f"inconclusive: the reference cost only {reference:.3f} s of CPU "
-                         "over the baseline; run it with more calls")
+                if run.kind == "reference":
+                    expected = outputs
+                elif run.kind.startswith("submission"):
+                    assert expected is not None  # round 0 runs the reference's before them
+                    if spot and spot_expected is None and run.kind == "submission":
+                        spot_expected = _checked_run(task, _Run("reference", len(spot), many,
+                                                                spot),
+                                                     function_source, seed, hide, limits,
+                                                     boxed, found, keep=False)
+                        if spot_expected is None:
+                            return found
+                    if not _matches(task, outputs, expected, spot, spot_expected):
+                        found.correct, found.status = False, "failed"
+                        found.message = ("its answers differ from the reference's: a fast "
+                                         "wrong answer scores 0")
+                        return found
+            found.correct = True
+            judged(found, round_ + 1)
+            if found.status not in ("passed", "too slow", NEEDS_PERSON) or \
+                    found.ratio < found.needed * (1 - BAND) * CLEARLY_SLOW:
+                return found
         return found
-    found.ratio = reference / max(submission, FLOOR_FRACTION * reference)
-    verdict = "reaches" if found.passed else "falls short of"
-    found.status = "passed" if found.passed else "too slow"
-    found.message = (f"{found.ratio:.1f}x less CPU time than the reference (best of {rounds}, "
-                     f"baseline subtracted); {verdict} the {found.needed:.1f}x that earns "
-                     f"credit (goal {task.goal:g}x)")
-    return found
+    finally:
+        found.seconds = time.perf_counter() - began
 
 
-def _timed_run(task: SpeedTask, kind: str, function_source: str, seed: int, calls: int,
+def _matches(task: SpeedTask, outputs: np.ndarray, expected: np.ndarray, spot: tuple[int, ...],
+             spot_expected: np.ndarray | None) -> bool:
+    """Whether a submission run's outputs match the reference's: the calls both made, and the
+    spot-checked ones past those (a big run's)."""
+    both = min(len(outputs), len(expected))
+    if not np.allclose(outputs[:both], expected[:both], rtol=task.rtol, atol=task.atol):
+        return False
+    if len(outputs) <= len(expected) or spot_expected is None:
+        return True
+    return bool(np.allclose(outputs[list(spot)], spot_expected, rtol=task.rtol, atol=task.atol))
+
+
+def _checked_run(task: SpeedTask, run: _Run, function_source: str, seed: int,
+                 hide: Iterable[Path], limits: sandbox.Limits, boxed: bool, found: Measurement,
+                 keep: bool = True) -> np.ndarray | None:
+    """One run's outputs, its CPU time recorded in ``found`` (``keep``); None, with ``found``
+    saying why, when the run went wrong."""
+    shape = (run.calls, *task.output_shape(*call_inputs(task, seed, 1)[0]))
+    cpu, outputs, problem, status = _timed_run(task, run, function_source, seed, shape, hide,
+                                               limits, boxed)
+    if problem:
+        kind = run.kind.split()[0]
+        found.correct, found.message, found.status = False, f"{kind} run: {problem}", status
+        return None
+    if keep:
+        found.runs.setdefault(run.kind, []).append(cpu)
+    return outputs
+
+
+def _timed_run(task: SpeedTask, run: _Run, function_source: str, seed: int,
                shape: tuple[int, ...], hide: Iterable[Path], limits: sandbox.Limits,
                boxed: bool) -> tuple[float, np.ndarray, str, str]:
     """(CPU seconds the kernel accounted, the outputs, "" or what went wrong, and its status)
     of one run (without bwrap: in a fresh private folder, as another uid)."""
     if boxed:
-        return _timed_run_in(task, kind, function_source, seed, calls, shape, hide, limits, None)
+        return _timed_run_in(task, run, function_source, seed, shape, hide, limits, None)
     with sandbox.fallback_folder() as fallback:
-        return _timed_run_in(task, kind, function_source, seed, calls, shape, hide, limits,
-                             fallback)
+        return _timed_run_in(task, run, function_source, seed, shape, hide, limits, fallback)
 
 
-def _timed_run_in(task: SpeedTask, kind: str, function_source: str, seed: int, calls: int,
+def _timed_run_in(task: SpeedTask, run: _Run, function_source: str, seed: int,
                   shape: tuple[int, ...], hide: Iterable[Path], limits: sandbox.Limits,
                   fallback: Path | None) -> tuple[float, np.ndarray, str, str]:
     inside = INSIDE if fallback is None else str(fallback)
+    kind = run.kind.split()[0]
     argv = [sandbox.python(), "-m", "edu_dl.grading.speed_driver", task.part_id, kind,
-            str(seed), str(calls)]
+            str(seed), str(run.calls), "--inputs", str(run.inputs)]
+    if run.only:
+        argv += ["--only", ",".join(map(str, run.only))]
     files = {}
-    if kind == "submission":  # the baseline and the reference never see the student's code
+    if kind == "submission":  # the reference never sees the student's code
         argv += ["--module", f"{inside}/submission.py"]
         files[f"{inside}/submission.py"] = module_text(function_source)
     out_bytes = int(np.prod(shape)) * 4 + 4096
@@ -219,7 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--secret", type=Path, help="the grading secret (default: validate's "
                         "public one)")
     parser.add_argument("--rounds", type=int, default=ROUNDS)
-    parser.add_argument("--calls", type=int, help="calls per timed run (default: the task's)")
+    parser.add_argument("--calls", type=int, help="calls of the reference's big run (default: "
+                        "the task's)")
     args = parser.parse_args(argv)
     secret = read_secret(args.secret) if args.secret else VALIDATION_SECRET
     try:
@@ -230,9 +369,11 @@ def main(argv: list[str] | None = None) -> int:
     found = measure_notebook(args.notebook, args.part, seed_for(secret, args.part),
                              rounds=args.rounds, calls=args.calls)
     say(f"{args.part}: {'passed' if found.passed else 'no credit'}: {found.message}")
-    for kind in ("baseline", "reference", "submission"):
-        times = getattr(found, f"{kind}_s")
-        say(f"  {kind:10s} CPU s: {' '.join(f'{t:.3f}' for t in times) or '-'}")
+    for kind in ("reference small", "reference", "submission small", "submission"):
+        times = found.runs.get(kind, [])
+        say(f"  {kind:16s} {found.calls.get(kind, 0):5d} calls, CPU s: "
+            f"{' '.join(f'{t:.3f}' for t in times) or '-'}")
+    say(f"  measured in {found.seconds:.1f} s")
     return 0 if found.passed else 1
 
 

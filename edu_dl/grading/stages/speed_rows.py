@@ -3,23 +3,29 @@
 After a submission ran and its parts were judged, the grader measures the speed of each function
 a speed task grades (``speed.measure_submitted``: the function's source alone, in sandboxes of
 its own, its CPU time read from outside) and records a row ``<part id>.speed``
-(``tasks.speed_row``). Points: all of the task's at or above ``CREDIT_FRACTION`` x the goal
-ratio, none below: a loaded grader's ratio is noisy, and a ramp would grade the noise. A speed is
-measured only for a function whose correctness part passed (a wrong answer has no speed worth
-measuring); every failure (a refused source, a crash, a timeout, a wrong answer on the secret's
-inputs, a grader bug) costs this row alone.
+(``tasks.speed_row``). Points: all of the task's for a ratio clearly at or above
+``CREDIT_FRACTION`` x the goal ratio, none for one clearly below (``speed.verdict``): a ramp would
+grade the noise. A ratio within ``speed.BAND`` of that line is not the machine's to decide: the
+row "needs manual grading" (judged by hand, 0 points until a person fills in manual.csv), its
+message the measurement, its answer the function measured. A speed is measured only for a
+function whose correctness part passed (a wrong answer has no speed worth measuring); every
+failure (a refused source, a crash, a timeout, a wrong answer on the secret's inputs, a grader
+bug) costs this row alone. The time the measurements took is reported apart from the grader's
+own work (``cost.speed_measured``).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from edu_dl.grading.model import OUTSIDE, Job, Row
+from edu_dl.grading import cost
+from edu_dl.grading.model import BY_HAND, OUTSIDE, Job, Row
 from edu_dl.grading.notebooks import Notebook
 from edu_dl.grading.settings import Settings
 from edu_dl.grading.stages.secret import Secret
-from edu_dl.grading.stages.speed import ROUNDS, measure_submitted, seed_for
+from edu_dl.grading.stages.speed import NEEDS_PERSON, ROUNDS, measure_submitted, seed_for
 from edu_dl.speed.tasks import TASKS, speed_row
 
 # What a batch measures with; tests lower them (each measurement costs seconds of CPU).
@@ -50,13 +56,18 @@ def _speed_row(job: Job, notebook: Notebook, part_id: str, correct: bool, secret
         row.message = (f"not measured: the correctness part {part_id} did not pass, and only a "
                        "correct function's speed earns points")
         return row
+    began = time.perf_counter()
     try:
         found = measure_submitted(notebook, part_id, seed_for(secret, part_id), rounds=rounds,
                                   calls=calls, hide=hide, settings=settings)
     except Exception as exc:  # a grader bug costs this row, never the batch
         row.status, row.message = "grader error", f"{type(exc).__name__}: {exc}"
         return row
+    finally:
+        cost.speed_measured(time.perf_counter() - began)
     row.status, row.message = found.status, found.message
     if found.passed:
         row.points = row.max_points
+    elif found.status == NEEDS_PERSON:  # too close to call: a person decides (manual.csv)
+        row.judged, row.answer = BY_HAND, found.source
     return row

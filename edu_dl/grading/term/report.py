@@ -192,4 +192,16 @@ def cost_lines(summary: Summary) -> list[str]:
             f"{totals[slowest].seconds:.1f} s ({slowest[0]}, {slowest[1]}); resident memory "
             f"at most {totals[largest].peak_mb:.0f} MB ({largest[0]}, {largest[1]}: "
             f"{totals[largest].added_mb:.0f} MB above where it began); the grading process's "
-            f"resident peak: {summary.peak_mb:.0f} MB"]
+            f"resident peak: {summary.peak_mb:.0f} MB", *speed_lines(totals)]
+
+
+def speed_lines(totals: dict[tuple[str, str], Any]) -> list[str]:
+    """One line: how long measuring the speed tasks took (sandboxed runs of each speed part's
+    function and its reference), in all and at most for one submission; none if nothing was."""
+    measured = {key: c.speed_seconds for key, c in totals.items() if c.speed_seconds > 0}
+    if not measured:
+        return []
+    most = max(measured, key=lambda k: measured[k])
+    return [f"measuring the speed tasks (sandboxed runs, not in the grader's own work above): "
+            f"{sum(measured.values()):.1f} s in all for {len(measured)} submission(s), most "
+            f"{measured[most]:.1f} s ({most[0]}, {most[1]})"]

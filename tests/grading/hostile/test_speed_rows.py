@@ -15,6 +15,7 @@ from edu_dl.grading.model import OUTSIDE
 from edu_dl.grading.settings import Settings
 from edu_dl.grading.stages import speed_rows
 from edu_dl.grading.term import batch as G
+from edu_dl.grading.term.report import summary_text
 from edu_dl.speed.tasks import TASKS
 
 SETTINGS = Settings(timeout_s=30, budget_s=120, memory_mb=2048)
@@ -55,6 +56,8 @@ def test_speed_rows_in_a_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert "did not pass" in got[("detached_worker", speed_corpus.ROW)].message
     # The speed row alone pays for a crash in the timed run: the check passed, and keeps its point.
     assert got[("crashes_when_timed", speed_corpus.PART)].points == 1
+    # The measurements' time is reported on a line of its own, not as the grader's own work.
+    assert "measuring the speed tasks (sandboxed runs" in summary_text(summary)
 
     def measured_again(*args: object, **kwargs: object) -> None:
         raise AssertionError("an unchanged submission was measured again")
