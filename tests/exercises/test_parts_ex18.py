@@ -318,7 +318,9 @@ def test_no_solution_is_lecture_code_retyped() -> None:
     texts = library_texts()
     assert any("18_attention" in where for where in texts)
     bodies = solution_bodies()
-    assert set(bodies) == {"merge_partials", "causal_tiles", "attention_backward"}
+    # the parts, and the predictions asked before a cell measures (answers kept out of the release)
+    assert set(bodies) == {"merge_partials", "causal_tiles", "attention_backward",
+                           "predict_merge_order", "predict_tile_share", "predict_row_term"}
     for name, body in bodies.items():
         runs = {where: longest_shared_run(body, lines) for where, lines in texts.items()}
         where = max(runs, key=runs.__getitem__)
