@@ -116,6 +116,10 @@ class Desk:
         """The student as the page may show them: a pseudonym when anonymous."""
         return self._alias[row.student] if self.anonymous else row.student
 
+    def where(self, item: Item) -> str:
+        """student/exercise/cell for a message, the student as the page may show them."""
+        return "/".join((written(self.shown_student(item.row)), *item.key[1:]))
+
     def item(self, index: int) -> Item:
         """The row at ``index`` of the list; MarkError when there is none."""
         if not 0 <= index < len(self.items):
@@ -164,9 +168,10 @@ class Desk:
         item = self.item(index)
         row = item.row
         comment = comment.strip()
-        points = _points(points_text, row)
+        where = self.where(item)
+        points = _points(points_text, row, where)
         if points is not None and not item.by_hand and not comment:
-            raise MarkError(f"{'/'.join(item.key)} is autograded ({row.status}, "
+            raise MarkError(f"{where} is autograded ({row.status}, "
                             f"{row.points:g} of {row.max_points:g} points): an override needs "
                             "a reason; write why in the comment")
         with self._locked():
@@ -212,7 +217,7 @@ class Desk:
             os.close(fd)  # closing releases the lock
 
 
-def _points(text: str, row: Row) -> float | None:
+def _points(text: str, row: Row, where: str) -> float | None:
     text = text.strip()
     if not text:
         return None
@@ -220,7 +225,6 @@ def _points(text: str, row: Row) -> float | None:
         points = float(text)
     except ValueError:
         points = math.nan
-    where = "/".join(written_key(row))
     if not math.isfinite(points):
         raise MarkError(f"{where}: points {text!r} is not a number")
     if not 0 <= points <= row.max_points:
