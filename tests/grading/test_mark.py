@@ -250,3 +250,20 @@ def test_the_server_wants_its_token_checks_a_save_and_names_nobody_when_anonymou
                 if r["points"]] == [(NAMES[1], "2")]
     finally:
         stop(server)
+
+
+def test_the_sheet_and_source_default_to_the_course_configs(tmp_path: Path) -> None:
+    from edu_dl.cli import build_parser
+    from edu_dl.grading.term import config
+    from edu_dl.grading.term.mark.cli import _configured
+    from edu_dl.grading.term.mark.store import default_sheet
+
+    toml = tmp_path / "edu-dl.toml"
+    toml.write_text('[grade]\nmanual = "sheets/filled.csv"\n[course]\nsource = "solutions"\n')
+    argv = ["--config", str(toml), "mark", str(tmp_path / "out")]
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.course_config = config.prepare(parser, argv)
+    assert _configured(args, "manual") == tmp_path / "sheets" / "filled.csv"
+    assert _configured(args, "source") == tmp_path / "solutions"
+    assert default_sheet(tmp_path / "out", None) == tmp_path / "manual-filled.csv"

@@ -264,6 +264,8 @@ def solution_cell(source: Path | None, row: Row, assignment: str) -> tuple[str |
                       "source) to see the source notebook's cell beside the answer")
     import json
 
+    import nbformat
+
     from edu_dl.grading.nbgrader import grade_id
 
     folder = source if source.is_dir() else source.parent
@@ -276,7 +278,7 @@ def solution_cell(source: Path | None, row: Row, assignment: str) -> tuple[str |
         try:
             nb = json.loads(read_bounded(path, MAX_SOURCE_BYTES, "for a source notebook"))
             for cell in nb.get("cells", []):
-                if isinstance(cell, dict) and grade_id(cell) == row.part:
+                if isinstance(cell, dict) and grade_id(nbformat.from_dict(cell)) == row.part:
                     text = cell.get("source", "")
                     return ("".join(text) if isinstance(text, list) else str(text)), ""
         except (Refused, OSError, ValueError, AttributeError, TypeError):
