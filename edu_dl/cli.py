@@ -20,6 +20,7 @@ from edu_dl.grading.term import config as course_config
 from edu_dl.grading.term.cli import add_assign, add_grade, add_replay, add_report, add_validate
 from edu_dl.grading.term.config_show import add_config
 from edu_dl.grading.term.lms.cli import add_lms
+from edu_dl.grading.term.mark.cli import add_mark
 from edu_dl.grading.trust.text import say
 from edu_dl.machine.doctor import add_doctor
 
@@ -33,7 +34,7 @@ Subparsers = Any  # argparse's _SubParsersAction is private
 # edu_dl/bench/cli.py.
 COMMANDS: list[Callable[[Subparsers], None]] = [add_bench, add_train, add_doctor, add_assign,
                                                  add_validate, add_grade, add_replay,
-                                                 add_report, add_lms, add_config]
+                                                 add_report, add_mark, add_lms, add_config]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -97,6 +97,7 @@ SANDBOX = (
     "grading/test_speed.py", "grading/test_speed_under_load.py", "grading/test_validate.py",
     "grading/test_nbgrader_course.py",
     "grading/test_lms.py", "bench/test_bench_grading.py", "notebooks/test_authoring_guide.py",
+    "grading/test_mark_browser.py",
 )
 # notebook: executes a notebook (nbval, nbclient, a kernel, nbgrader's autograde).
 NOTEBOOK = (
@@ -105,7 +106,8 @@ NOTEBOOK = (
     "grading/test_nbgrader_check.py",
 )
 # browser: drives headless Chromium (the course site, JupyterLab).
-BROWSER = ("notebooks/test_site.py", "notebooks/test_lab.py", "notebooks/test_browser.py")
+BROWSER = ("notebooks/test_site.py", "notebooks/test_lab.py", "notebooks/test_browser.py",
+           "grading/test_mark_browser.py")
 TESTS = Path(__file__).resolve().parent
 
 

@@ -32,6 +32,9 @@ COMMANDS: tuple[tuple[str, ...], ...] = (("assign",), ("validate",), ("grade",),
 ONCE = {"force": "regrades everything", "rotate-secret": "replaces the grading secret"}
 # [course] keys that mean something else to a command: lms collect's --out is the submissions
 # folder and lms export's its import file, not the grading folder of [course] out.
+# Commands that read the file without a table of their own: `edu-dl mark` takes grade's manual
+# and source.
+READERS = ("config", "mark")
 NOT_SHARED: dict[tuple[str, ...], set[str]] = {("lms", "collect"): {"out"},
                                                ("lms", "export"): {"out"}}
 
@@ -266,9 +269,9 @@ def chosen_file(argv: list[str]) -> tuple[Path | None, bool, list[str]]:
 def prepare(parser: argparse.ArgumentParser, argv: list[str]) -> CourseConfig | None:
     """Read the course config this command line uses (``--config FILE``, else ``edu-dl.toml``
     here, unless ``--no-config``) and apply it to ``parser``; None when there is none or the
-    command is one it does not reach (bench, train, doctor)."""
+    command is one it does not reach (bench, train, doctor); ``edu-dl mark`` reads grade's."""
     named, no_config, rest = chosen_file(argv)
-    if no_config or not rest or rest[0] not in {c[0] for c in COMMANDS} | {"config"}:
+    if no_config or not rest or rest[0] not in {c[0] for c in COMMANDS} | set(READERS):
         return None
     path = named if named is not None else Path(FILE_NAME)
     if named is None and not path.is_symlink() and not path.exists():
