@@ -7,7 +7,6 @@ import csv
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+from fixtures.chromium import free_port
 
 from edu_dl.grading.model import BY_HAND, Row
 from edu_dl.grading.stages.feedback import page_path
@@ -169,15 +169,9 @@ def test_anonymous_rows_and_pages_never_carry_a_name(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- over HTTP
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start_mark(out: Path, log: Path, *args: str) -> tuple[subprocess.Popen[bytes], str, str]:
     """``edu-dl mark OUT`` in a process of its own; its base URL and token once it answers."""
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JUPYTER_RUNTIME_DIR": str(log.parent /
                                                                             "runtime")}
     with open(log, "wb") as sink:

@@ -15,27 +15,13 @@ import sys
 from pathlib import Path
 
 import nbformat
-import pytest
+from fixtures.chromium import CHROMIUM_ARGS, chromium
 from fixtures.nbgrader_course import _code, _md
 from test_mark import ROOT, start_mark, stop
 
 from edu_dl.grading import nbgrader
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--disable-quic",
-                 "--no-first-run"]
 FAST = ["--timeout", "30", "--memory", "2048"]
-
-
-def chromium() -> str:
-    import shutil
-
-    path = CHROMIUM if os.access(CHROMIUM, os.X_OK) else shutil.which("chromium")
-    if path is None:
-        pytest.skip(f"no Chromium at {CHROMIUM}: install Debian's package with "
-                    "`sudo apt-get install -y chromium` (`make test` does this when run as root)")
-    return path
 
 
 def _course(tmp_path: Path) -> tuple[Path, Path]:

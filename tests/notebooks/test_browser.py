@@ -26,8 +26,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -37,14 +35,11 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from fixtures.chromium import CHROMIUM_ARGS, chromium, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 # A short lecture that draws pictures (the computational graphs) and loads TensorFlow and PyTorch.
 LECTURE = ROOT / "lectures" / "07_computational_graphs.ipynb"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--disable-quic",
-                 "--no-first-run"]
 RUN_TIMEOUT_S = 600
 ERROR_OUTPUT = ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
 
@@ -56,20 +51,6 @@ LAB_SETTINGS = {
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
         "fetchNews": "false", "checkForUpdates": False},
 }
-
-
-def chromium() -> str:
-    path = CHROMIUM if os.access(CHROMIUM, os.X_OK) else shutil.which("chromium")
-    if path is None:
-        pytest.skip(f"no Chromium at {CHROMIUM}: install Debian's package with "
-                    "`sudo apt-get install -y chromium` (`make test` does this when run as root)")
-    return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for_server(url: str, server: subprocess.Popen, log: Path, timeout: float = 180) -> None:
