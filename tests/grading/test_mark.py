@@ -134,6 +134,31 @@ def test_lines_the_session_does_not_know_stay_and_a_changed_answer_is_graded_aga
     assert kept[(NAMES[0], "why")] == ("", "")  # as the next manual.csv would have it
 
 
+def test_two_people_saving_at_once_lose_nothing(tmp_path: Path) -> None:
+    """Two graders (two processes, two desks on one sheet) save their own rows 20 times each,
+    at the same time: every save reads the sheet under the lock, so both last grades are kept."""
+    import multiprocessing
+
+    out, sheet = _out(tmp_path), tmp_path / "filled.csv"
+    assert len(Desk(out, sheet).items) == 2
+
+    def grader(index: int) -> None:
+        desk = Desk(out, sheet)
+        for k in range(20):
+            desk.save(index, str(k % 3), f"grader {index}, save {k}")
+
+    workers = [multiprocessing.get_context("fork").Process(target=grader, args=(i,))
+               for i in (0, 1)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+        assert w.exitcode == 0
+    lines = {line["student"]: line for line in _sheet(sheet)}
+    kept = {(line["points"], line["comment"]) for line in lines.values()}
+    assert kept == {("1", "grader 0, save 19"), ("1", "grader 1, save 19")}, lines
+
+
 def test_a_sheet_that_cannot_be_read_is_said_with_its_line(tmp_path: Path) -> None:
     sheet = tmp_path / "filled.csv"
     sheet.write_text("student,exercise,cell,points\na,hw1,why,lots\n")
