@@ -41,6 +41,8 @@ MESSAGE_CAP = 2000  # characters of a gradebook message: a student's exception c
 OUTSIDE = "outside the sandbox (check/Part)"
 INSIDE = "inside the sandbox (assert cell)"
 BY_HAND = "by hand"
+# The status of a row waiting for a person's points (an answer, a task, a borderline speed).
+NEEDS = "needs manual grading"
 # The message of a part whose cell was skipped because an earlier cell timed out (judge).
 AFTER_TIMEOUT = "not run: an earlier cell timed out"
 # A graded answer left as released: 0 points, never sent to a person (nbgrader scores it 0).

@@ -21,7 +21,16 @@ from edu_dl.grading.authoring import guard
 from edu_dl.grading.authoring.source import judge_source
 from edu_dl.grading.authoring.spec import Part, Verdict, judge_case, trusted_result
 from edu_dl.grading.authoring.withhold import withheld_error
-from edu_dl.grading.model import AFTER_TIMEOUT, NOT_ANSWERED, OUTSIDE, Exercise, Job, Row, cap_text
+from edu_dl.grading.model import (
+    AFTER_TIMEOUT,
+    NEEDS,
+    NOT_ANSWERED,
+    OUTSIDE,
+    Exercise,
+    Job,
+    Row,
+    cap_text,
+)
 from edu_dl.grading.nbgrader import (
     PartialCreditError,
     determine_grade,
@@ -107,7 +116,7 @@ def judge_cells(job: Job, prepared: Prepared, ran: Ran, settings: Settings) -> l
                   graded.judged)
         rows.append(row)
         if graded.kind == "task":
-            row.status, row.message = "needs manual grading", "a task: graded by hand"
+            row.status, row.message = NEEDS, "a task: graded by hand"
             row.answer = cap_text(f"(the task) {source[gid].get('source', '')}", 8000)
             continue
         if graded.kind == "answer":
@@ -117,7 +126,7 @@ def judge_cells(job: Job, prepared: Prepared, ran: Ran, settings: Settings) -> l
             score = determine_grade(cell, max_points, job.exercise.checksums.get(gid)) \
                 if cell is not None else 0.0
             if score is None and not unanswered(answer, job.exercise.released.get(gid)):
-                row.status, row.message = "needs manual grading", "an answer: graded by hand"
+                row.status, row.message = NEEDS, "an answer: graded by hand"
             else:  # 0 points, and no person is asked to grade a blank
                 row.status, row.message = NOT_ANSWERED, "the answer cell was left as released"
             continue

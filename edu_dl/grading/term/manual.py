@@ -20,7 +20,7 @@ import hashlib
 import math
 from pathlib import Path
 
-from edu_dl.grading.model import BY_HAND, Row, cap_text
+from edu_dl.grading.model import BY_HAND, NEEDS, Row, cap_text
 from edu_dl.grading.notebooks import NotebookError
 from edu_dl.grading.stages.feedback import anchor
 from edu_dl.grading.term.csvio import WrittenCsv
@@ -30,7 +30,6 @@ from edu_dl.grading.trust.identity import NameClash, Names, written
 
 COLUMNS = ("student", "exercise", "cell", "max_points", "answer", "answer_id", "points",
            "comment", "page")
-NEEDS = "needs manual grading"
 GRADED = "graded by hand"
 OVERRIDDEN = "overridden"
 MAX_SHEET_BYTES = 32 << 20

@@ -34,7 +34,7 @@ from typing import Any
 
 from edu_dl.grading import sandbox
 from edu_dl.grading.authoring import parts, release
-from edu_dl.grading.model import BY_HAND, NOT_ANSWERED, safe_file_name
+from edu_dl.grading.model import BY_HAND, NEEDS, NOT_ANSWERED, safe_file_name
 from edu_dl.grading.nbgrader import TEXT_STUB, check_calls, is_grade, is_solution
 from edu_dl.grading.notebooks import Notebook, NotebookError, read_notebook
 from edu_dl.grading.protocol import PART_ID
@@ -189,7 +189,7 @@ def validate(path: str | Path, timeout: float = 120.0, progress: bool = True,
     report.sandbox = "bwrap" if summary.isolated else f"NOT isolated: {summary.problem}"
     answers, section = cellnames.row_cells(nb.cells), cellnames.sections(nb.cells)
     for _, row in jobs:
-        manual = row.judged == BY_HAND and row.status == "needs manual grading"
+        manual = row.judged == BY_HAND and row.status == NEEDS
         ok = row.status == "passed" or manual
         message = (LATER if manual
                    else "" if row.status == "passed" else
