@@ -58,20 +58,26 @@ def umask() -> int:
     return current
 
 
-def write_atomic(path: str | Path, data: bytes) -> None:
+def write_atomic(path: str | Path, data: bytes, *, mode: int | None = None,
+                 durable: bool = False) -> None:
     """Write via a temporary file and rename, so a reader never sees half a file.
 
     The file gets the mode ``open()`` would give it (0o666 less the umask: 0o644 under the usual
     022, as nbgrader's files), not the temporary file's owner-only 0o600: what ``assign`` releases
-    and the feedback pages are for students and web servers to read. A secret is written by code
-    of its own, owner-only whatever the umask."""
+    and the feedback pages are for students and web servers to read. ``mode`` gives another (a
+    file of grades a person keeps), and ``durable`` flushes the data to disk before the rename,
+    so a crash leaves the old file or the new one. A secret is written by code of its own,
+    owner-only whatever the umask."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        os.fchmod(fd, 0o666 & ~umask())
+        os.fchmod(fd, 0o666 & ~umask() if mode is None else mode)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

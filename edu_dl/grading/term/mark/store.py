@@ -21,7 +21,6 @@ import html
 import math
 import os
 import re
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from edu_dl.grading.model import Refused, Row
+from edu_dl.grading.notebooks import write_atomic
 from edu_dl.grading.stages.feedback import anchor, page_path
 from edu_dl.grading.term import gradebook
 from edu_dl.grading.term.csvio import csv_bytes
@@ -202,7 +202,7 @@ class Desk:
         known = {written_key(r) for r in self.rows}
         lines += [[*key, "", "", kept[2], f"{kept[0]:g}", kept[1], ""]
                   for key, kept in filled.items() if key not in known]
-        _write_atomic(self.sheet_path, csv_bytes(COLUMNS, lines))
+        _write_sheet(self.sheet_path, csv_bytes(COLUMNS, lines))
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
@@ -232,25 +232,15 @@ def _points(text: str, row: Row, where: str) -> float | None:
     return points
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    """``data`` to a temporary file beside ``path``, flushed, then renamed over it: a reader
-    sees the old sheet or the new one. A sheet that exists keeps its mode; a new one is
-    owner-only (it holds grades and answers)."""
+def _write_sheet(path: Path, data: bytes) -> None:
+    """The sheet written whole (``write_atomic``: a reader sees the old sheet or the new one),
+    flushed to disk. A sheet that exists keeps its mode; a new one is owner-only (it holds
+    grades and answers)."""
     try:
         mode = os.stat(path).st_mode & 0o777
     except FileNotFoundError:
         mode = 0o600
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, data, mode=mode, durable=True)
 
 
 MAX_SOURCE_BYTES = 64 << 20
