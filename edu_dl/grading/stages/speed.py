@@ -51,6 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from edu_dl.grading import sandbox
+from edu_dl.grading.model import NEEDS as NEEDS_PERSON
 from edu_dl.grading.model import Refused
 from edu_dl.grading.notebooks import Notebook, NotebookError
 from edu_dl.grading.settings import NoSandbox, Settings
@@ -72,7 +73,6 @@ SUBMISSION_SCALE = 4  # the submission's big run makes this many times the refer
 SPOT_CHECKS = 8  # the submission's calls past the reference's, checked at random indices
 FLOOR_FRACTION = 0.01  # a submission's cost per call is at least this much of the reference's
 MIN_REFERENCE_S = 0.1  # below this the reference's measured difference is noise: the run says so
-NEEDS_PERSON = "needs manual grading"  # the status of a ratio within the band (term.manual.NEEDS)
 PRELUDE = "import math\n\nimport numpy as np\n\n\n"  # what a submitted function may use
 INSIDE = "/tmp/speed"  # the submission's module file, inside the sandbox
 MAX_NOTEBOOK_BYTES = 32 << 20
@@ -188,12 +188,6 @@ def measure(part_id: str, function_source: str, seed: int, *, rounds: int = ROUN
 
     ``calls``: the reference's big run's (default: the task's). ``settings``: the run's, whose
     answer says whether the sandbox works (default: asked now; NoSandbox where it does not)."""
-    return _measure(part_id, function_source, seed, rounds, calls, hide, limits, settings)
-
-
-def _measure(part_id: str, function_source: str, seed: int, rounds: int, calls: int | None,
-             hide: Iterable[Path], limits: sandbox.Limits,
-             settings: Settings | None) -> Measurement:
     boxed = (settings or Settings()).checked().boxed
     task = TASKS[part_id]
     big = calls or task.calls
@@ -212,7 +206,7 @@ def _measure(part_id: str, function_source: str, seed: int, rounds: int, calls: 
     spot_expected: np.ndarray | None = None
     try:
         for round_ in range(rounds):
-            order = plan[round_ % 4:] + plan[:round_ % 4] if round_ else plan
+            order = plan[round_ % 4:] + plan[:round_ % 4]  # rotated each round
             for run in order:
                 outputs = _checked_run(task, run, function_source, seed, hide, limits, boxed,
                                        found)
