@@ -23,6 +23,7 @@ from types import SimpleNamespace
 
 import nbformat
 import pytest
+from fixtures.chromium import launch
 from fixtures.nbgrader_course import _code, _md
 from fixtures.tracebacks import HIDDEN_CELL, TRACEBACK_9, VISIBLE_9
 
@@ -191,19 +192,11 @@ def test_the_page_shows_execution_counts_and_says_a_hidden_test_failed() -> None
 # --------------------------------------------------------------------------- Chromium
 
 
-def _chromium() -> str:
-    from tests.notebooks.test_browser import chromium
-    return chromium()
-
-
 def _open(path: Path):  # -> (title, pwned, natural widths, clicked title)
     from playwright.sync_api import sync_playwright
 
-    from tests.notebooks.test_browser import CHROMIUM_ARGS
-
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=_chromium(), headless=True,
-                                     args=CHROMIUM_ARGS)
+        browser = launch(pw)
         try:
             page = browser.new_page()
             page.goto(path.as_uri())

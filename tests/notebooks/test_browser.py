@@ -35,7 +35,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from fixtures.chromium import CHROMIUM_ARGS, chromium, free_port
+from fixtures.chromium import chromium, free_port, launch, launch_kept
 
 ROOT = Path(__file__).resolve().parents[2]
 # A short lecture that draws pictures (the computational graphs) and loads TensorFlow and PyTorch.
@@ -160,7 +160,7 @@ class BrowserRun:
 
 def run_in_jupyterlab(source: Path, tmp_path: Path) -> BrowserRun:
     """Open a cleared copy of `source` in JupyterLab in Chromium, Run All Cells, and look."""
-    executable = chromium()
+    chromium()  # skipped, saying why, without it
     from playwright.sync_api import sync_playwright  # the dev extra installs it
 
     work = tmp_path / "work"
@@ -194,9 +194,7 @@ def run_in_jupyterlab(source: Path, tmp_path: Path) -> BrowserRun:
     try:
         wait_for_server(f"{base}/api/status?token={token}", server, log)
         with sync_playwright() as pw:
-            browser = pw.chromium.launch_persistent_context(
-                user_data_dir=str(tmp_path / "chromium-profile"), executable_path=executable,
-                headless=True, args=CHROMIUM_ARGS, viewport={"width": 1400, "height": 1000})
+            browser = launch_kept(pw, tmp_path / "chromium-profile")
             try:
                 page = browser.new_page()
                 page.set_default_timeout(120_000)
@@ -323,7 +321,7 @@ def test_a_student_in_make_labs_jupyterlab(tmp_path: Path) -> None:
     from playwright.sync_api import sync_playwright
     from test_lab import jupyter_env, make_lab, start
 
-    executable = chromium()
+    chromium()  # skipped, saying why, without it
     before = {path: path.read_bytes() for path in (EXERCISE, FIRST_LECTURE)}
     env = jupyter_env(tmp_path)
     for name, values in LAB_SETTINGS.items():  # every cell in the DOM, no autosave, no news
@@ -337,8 +335,7 @@ def test_a_student_in_make_labs_jupyterlab(tmp_path: Path) -> None:
                                   checkpoints), env, tmp_path / "make-lab.log", port, token)
     try:
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=executable, headless=True,
-                                         args=CHROMIUM_ARGS)
+            browser = launch(pw)
             try:
                 page = browser.new_page(viewport=LAPTOP)
                 page.set_default_timeout(120_000)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from test_browser import CHROMIUM_ARGS, chromium
+from fixtures.chromium import launch
 
 from edu_dl.notebook import hosted
 
@@ -110,7 +110,7 @@ def read_pages(paths: list[Path]) -> dict[Path, Page]:
 
     pages: dict[Path, Page] = {}
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium(), headless=True, args=CHROMIUM_ARGS)
+        browser = launch(pw)
         try:
             for path in paths:
                 page_info = pages[path] = Page()
