@@ -111,6 +111,13 @@ BROWSER = ("notebooks/test_site.py", "notebooks/test_lab.py", "notebooks/test_br
 TESTS = Path(__file__).resolve().parent
 
 
+def cost_rank(item: pytest.Item) -> int:
+    """0 for a test marked slow, 1 for one that runs a sandbox, a notebook or a browser, else 2."""
+    if item.get_closest_marker("slow"):
+        return 0
+    return 1 if any(item.get_closest_marker(m) for m in ("sandbox", "notebook", "browser")) else 2
+
+
 def cost_markers(path: Path) -> list[str]:
     """The markers of SANDBOX, NOTEBOOK and BROWSER whose rules name this test file."""
     where = path.resolve().relative_to(TESTS).as_posix()
@@ -132,6 +139,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             markers[path] = cost_markers(path)
         for name in markers[path]:
             item.add_marker(name)
+    # The costliest first: xdist hands tests out in this order, so a two-minute test started
+    # last would keep one worker busy while the other has nothing left (stable: the order
+    # within each group is the files' own).
+    items.sort(key=cost_rank)
     if os.geteuid() == 0:
         return
     skip = pytest.mark.skip(reason="root_only: needs root (run by make test as root)")
