@@ -61,18 +61,28 @@ class Cost:
     peak_mb: float = 0.0
     added_mb: float = 0.0
     speed_seconds: float = 0.0  # measuring speed tasks: not in ``seconds``
+    # The notebook's run (not in ``seconds``): the sandbox's wall time, and of it what the
+    # runner says went to starting the kernel and to the cells (clipped to the sandbox's time).
+    sandbox_seconds: float = 0.0
+    kernel_seconds: float = 0.0
+    cells_seconds: float = 0.0
 
     def plus(self, other: Cost) -> Cost:
         """Two stages of one submission: times add up, the memory is the larger."""
         return Cost(self.seconds + other.seconds, self.cpu_seconds + other.cpu_seconds,
                     max(self.peak_mb, other.peak_mb), max(self.added_mb, other.added_mb),
-                    self.speed_seconds + other.speed_seconds)
+                    self.speed_seconds + other.speed_seconds,
+                    self.sandbox_seconds + other.sandbox_seconds,
+                    self.kernel_seconds + other.kernel_seconds,
+                    self.cells_seconds + other.cells_seconds)
 
     def rounded(self) -> dict[str, float]:
+        """The cost as a gradebook state file keeps it: the times that are not zero."""
         spent = {"seconds": round(self.seconds, 3), "cpu_seconds": round(self.cpu_seconds, 3),
                  "peak_mb": round(self.peak_mb, 1), "added_mb": round(self.added_mb, 1)}
-        if self.speed_seconds:
-            spent["speed_seconds"] = round(self.speed_seconds, 3)
+        for name in ("speed_seconds", "sandbox_seconds", "kernel_seconds", "cells_seconds"):
+            if getattr(self, name):
+                spent[name] = round(getattr(self, name), 3)
         return spent
 
 
@@ -81,6 +91,7 @@ class _Meter:
         self.start_mb = self.highest_mb = start_mb
         self.waited = 0.0
         self.speed = 0.0
+        self.sandbox = self.kernel = self.cells = 0.0
 
 
 _LOCK = threading.Lock()
@@ -126,6 +137,8 @@ def metered() -> Iterator[Cost]:
         cost.cpu_seconds = time.thread_time() - cpu
         cost.seconds = max(0.0, time.perf_counter() - wall - meter.waited)
         cost.speed_seconds = meter.speed
+        cost.sandbox_seconds, cost.kernel_seconds = meter.sandbox, meter.kernel
+        cost.cells_seconds = meter.cells
         _CURRENT.reset(token)
         with _LOCK:
             _sample()
@@ -146,6 +159,18 @@ def waited(seconds: float) -> None:
     meter = _CURRENT.get()
     if meter is not None:
         meter.waited += seconds
+
+
+def ran(sandbox_s: float, kernel_s: float, cells_s: float) -> None:
+    """The block being measured ran its notebook: ``sandbox_s`` of wall time (measured here,
+    and not the grader's own), of which the runner says ``kernel_s`` went to starting the kernel
+    and ``cells_s`` to the cells. The runner's word is clipped to what was measured here."""
+    meter = _CURRENT.get()
+    if meter is not None:
+        meter.waited += sandbox_s
+        meter.sandbox += sandbox_s
+        meter.kernel += min(kernel_s, sandbox_s)
+        meter.cells += min(cells_s, max(0.0, sandbox_s - min(kernel_s, sandbox_s)))
 
 
 def speed_measured(seconds: float) -> None:

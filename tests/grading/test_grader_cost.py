@@ -11,7 +11,7 @@ import pytest
 
 from edu_dl.grading import cost
 from edu_dl.grading.model import Summary
-from edu_dl.grading.term.report import cost_lines, summary_text
+from edu_dl.grading.term.report import cost_lines, split_lines, summary_text
 
 MB = 1 << 20
 
@@ -110,3 +110,20 @@ def test_the_summary_names_the_costliest_submission() -> None:
     assert cost_lines(summary)[0] in summary_text(summary)
     assert cost.Cost(1.23456, 0.5, 212.345, 12.345).rounded() == {
         "seconds": 1.235, "cpu_seconds": 0.5, "peak_mb": 212.3, "added_mb": 12.3}
+
+
+def test_where_a_notebooks_time_went_is_split_and_the_runners_word_is_clipped() -> None:
+    with cost.metered() as spent:
+        cost.ran(2.0, 0.5, 1.0)
+        cost.ran(1.0, 5.0, 5.0)  # a runner that claims more than the sandbox took
+    assert (spent.sandbox_seconds, spent.kernel_seconds, spent.cells_seconds) == (3.0, 1.5, 1.0)
+    assert spent.seconds < 1.0  # the sandbox's three seconds are not the grader's own work
+    assert spent.rounded()["kernel_seconds"] == 1.5
+    costs = {("ann", "02_mini"): (cost.Cost(1.0, sandbox_seconds=6.0, kernel_seconds=1.0,
+                                            cells_seconds=3.0), cost.Cost(0.5)),
+             ("bob", "02_mini"): (cost.Cost(0.5), None)}  # refused: no notebook ran
+    assert split_lines(costs) == [
+        "where the time went (1 notebook runs, seconds summed; the speed tasks apart): "
+        "sandbox and runner start and stop 2.0 s (25%), kernel start 1.0 s (12%), cells "
+        "3.0 s (38%), reading and judging 1.5 s (19%), feedback pages 0.5 s (6%)"]
+    assert split_lines({("bob", "02_mini"): (cost.Cost(0.5), None)}) == []

@@ -72,6 +72,17 @@ def test_a_run_record_keeps_only_the_runners_types() -> None:
     assert (record.kernel, record.message, record.output_cut) == ("", "", False)
 
 
+def test_a_run_records_durations_are_finite_bounded_numbers() -> None:
+    """The runner's word on where the time went (the cost report's, never a grade's): numbers
+    in [0, a day]; anything else, NaN and infinity included, reads as 0."""
+    cells = [{"index": i, "grade_id": "", "status": "ok", "seconds": s}
+             for i, s in enumerate([0.5, 1.25, -3.0, float("nan"), "9", True, 1e9])]
+    record = parse_record({"cells": cells, "kernel": "ok", "kernel_seconds": 0.75})
+    assert (record.kernel_seconds, record.cells_seconds) == (0.75, 1.75)
+    for lie in (float("inf"), float("nan"), -1.0, "0.5", [1.0], False, 86_401):
+        assert parse_record({"kernel_seconds": lie}).kernel_seconds == 0.0, lie
+
+
 # --------------------------------------------------------------------------- notebooks
 
 

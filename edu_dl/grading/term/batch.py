@@ -93,9 +93,11 @@ def _grade_one(job: Job, out: Path, settings: Settings, hide: list[Path], secret
     try:
         started = time.perf_counter()
         done = run(prepared, settings, hide)
-        cost.waited(time.perf_counter() - started)  # the sandbox's time, not the grader's
+        sandbox_s = time.perf_counter() - started  # the sandbox's time, not the grader's
         prepared.files = {}  # the sandbox had them: not held while its result is read
         ran = received(prepared, done, settings)
+        record = ran.returned.record
+        cost.ran(sandbox_s, record.kernel_seconds, record.cells_seconds)
         cost.checkpoint()  # the parsed result is held now: its size counts on a busy machine too
         rows = judge_run(job, prepared, ran, settings)
     finally:

@@ -192,7 +192,28 @@ def cost_lines(summary: Summary) -> list[str]:
             f"{totals[slowest].seconds:.1f} s ({slowest[0]}, {slowest[1]}); resident memory "
             f"at most {totals[largest].peak_mb:.0f} MB ({largest[0]}, {largest[1]}: "
             f"{totals[largest].added_mb:.0f} MB above where it began); the grading process's "
-            f"resident peak: {summary.peak_mb:.0f} MB", *speed_lines(totals)]
+            f"resident peak: {summary.peak_mb:.0f} MB", *split_lines(summary.costs),
+            *speed_lines(totals)]
+
+
+def split_lines(costs: dict[tuple[str, str], Any]) -> list[str]:
+    """One line: where the submissions' time went, summed over those graded now: starting and
+    ending the sandbox and its runner, starting the kernel, the cells, the grader's own work
+    (reading, judging) and the feedback pages. None where no notebook ran."""
+    runs = [spent for spent, _ in costs.values() if spent.sandbox_seconds > 0]
+    if not runs:
+        return []
+    kernel = sum(c.kernel_seconds for c in runs)
+    cells = sum(c.cells_seconds for c in runs)
+    start = sum(c.sandbox_seconds for c in runs) - kernel - cells
+    own = sum(spent.seconds for spent, _ in costs.values())
+    pages = sum(page.seconds for _, page in costs.values() if page is not None)
+    parts = {"sandbox and runner start and stop": start, "kernel start": kernel,
+             "cells": cells, "reading and judging": own, "feedback pages": pages}
+    total = sum(parts.values()) or 1.0
+    return [f"where the time went ({len(runs)} notebook runs, seconds summed; the speed "
+            "tasks apart): " + ", ".join(f"{name} {seconds:.1f} s ({100 * seconds / total:.0f}%)"
+                                         for name, seconds in parts.items())]
 
 
 def speed_lines(totals: dict[tuple[str, str], Any]) -> list[str]:

@@ -39,6 +39,7 @@ MAX_ARRAY_BYTES = 64 << 20
 MAX_RECORD_BYTES = 1 << 20  # run.json
 MAX_CELLS = 10_000  # entries of run.json
 RECORD_TEXT = 2000  # characters of a message in run.json (the runner keeps as many)
+MAX_SECONDS = 86_400.0  # a duration in run.json: no run lasts a day (NaN and inf fail too)
 # What the runner writes: a cell's status, and how the kernel ended.
 CELL_STATUSES = frozenset({"ok", "error", "timeout", "not run", "died"})
 KERNEL_STATES = frozenset({"ok", "budget", "stuck", "died", "failed", "unreadable",
@@ -64,6 +65,10 @@ class RunRecord:
     kernel: str = ""  # one of KERNEL_STATES, or "" when the record said nothing usable
     message: str = ""
     output_cut: bool = False
+    # Where the run's time went, as the runner says: for the cost report only, never a grade
+    # (the grader clips both to the sandbox's wall time, which it measures itself).
+    kernel_seconds: float = 0.0  # starting the kernel
+    cells_seconds: float = 0.0  # running the cells, all of them
 
     def cell(self, grade_id: str) -> CellRecord | None:
         return next((c for c in self.cells if c.grade_id == grade_id), None)
@@ -73,12 +78,20 @@ def _capped(value: Any) -> str:
     return value[:RECORD_TEXT] if isinstance(value, str) else ""
 
 
+def _seconds(value: Any) -> float:
+    """A duration the runner reported: a finite number of seconds in [0, MAX_SECONDS], else 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0.0
+    return float(value) if 0.0 <= value <= MAX_SECONDS else 0.0
+
+
 def parse_record(raw: Any) -> RunRecord:
     """The record from run.json's JSON, keeping only what has the runner's types."""
     if not isinstance(raw, dict):
         return RunRecord()
     cells = raw.get("cells")
     kept = []
+    cells_seconds = 0.0
     for entry in cells[:MAX_CELLS] if isinstance(cells, list) else []:
         if not isinstance(entry, dict):
             continue
@@ -88,11 +101,13 @@ def parse_record(raw: Any) -> RunRecord:
             continue
         kept.append(CellRecord(index, gid[:200], status, _capped(entry.get("error")),
                                entry.get("stderr") is True))
+        cells_seconds += _seconds(entry.get("seconds"))
     kernel = raw.get("kernel")
     if not isinstance(kernel, str) or kernel not in KERNEL_STATES:
         kernel = ""
-    return RunRecord(tuple(kept), kernel,
-                     _capped(raw.get("message")), raw.get("output_cut") is True)
+    return RunRecord(tuple(kept), kernel, _capped(raw.get("message")),
+                     raw.get("output_cut") is True, _seconds(raw.get("kernel_seconds")),
+                     min(cells_seconds, MAX_SECONDS))
 
 
 @dataclass

@@ -94,8 +94,13 @@ def test_costly_notebooks_are_refused_or_cut_and_every_cost_is_recorded(
         assert run.exists() == ran, student
         if ran:
             assert json.loads(run.read_text())["grader"] == spent.rounded(), student
+            # where its time went: the sandbox's, of it the kernel's start and the cells'
+            assert spent.sandbox_seconds > spent.kernel_seconds > 0, (student, spent)
+            assert spent.sandbox_seconds >= spent.kernel_seconds + spent.cells_seconds
             assert page_cost is not None and 0 <= page_cost.added_mb < 300, student
     text = summary_text(summary)
     assert "the grader's own work per submission (outside the sandbox, its feedback page " \
         "included): median" in text and "the grading process's resident peak" in text
+    assert "where the time went (2 notebook runs, seconds summed; the speed tasks apart): " \
+        "sandbox and runner start and stop " in text
     assert 0 < summary.peak_mb < 4096
