@@ -189,6 +189,10 @@ class Program:
 # --------------------------------------------------------------------------- lowering
 
 
+# Elementwise functions, by op: the same name in NumPy, in Numba (on one element) and in CUDA C.
+_FUNCTIONS: dict[type, str] = {ops.Exp: "exp", ops.Log: "log", ops.Sqrt: "sqrt", ops.Tanh: "tanh"}
+
+
 class _Lowerer:
     def __init__(self, plan: Plan, fetched: list[Node], constants: Mapping[Node, Any],
                  values: Mapping[Node, Any], dtype: np.dtype) -> None:
@@ -297,6 +301,12 @@ class _Lowerer:
             return self.call("({0} * {1})", "({0} * {1})", args, shape)
         if kind is ops.Neg:
             return self.call("(-{0})", "(-{0})", args, shape)
+        if kind is ops.Div:
+            return self.call("({0} / {1})", "({0} / {1})", args, shape)
+        if kind in _FUNCTIONS:  # np.exp(x) and the like: Numba's and CUDA C's on one element
+            name = _FUNCTIONS[kind]
+            return self.call(f"np.{name}({{0}})", f"np.{name}({{0}})", args, shape,
+                             cuda=f"{name}({{0}})")
         if kind is ops.Pow and isinstance(op, ops.Pow) and op.exponent == 2:
             return self.call("({0} * {0})", "({0} * {0})", args, shape)
         if kind is ops.ReLU:
@@ -365,6 +375,18 @@ class _Lowerer:
                     self.call("({0} * {1})", "({0} * {1})", (g, args[0]), shape)]
         if kind is ops.Neg:
             return [self.call("(-{0})", "(-{0})", (g,), shape)]
+        if kind is ops.Div:  # as ops.Div: grad / y, -grad * x / (y * y)
+            x, y = args
+            return [self.call("({0} / {1})", "({0} / {1})", (g, y), shape),
+                    self.call("(((-{0}) * {1}) / ({2} * {2}))", "(((-{0}) * {1}) / ({2} * {2}))",
+                              (g, x, y), shape)]
+        if kind in _FUNCTIONS:  # as the ops' backward, from the forward's value (ours: out)
+            out, one, two = self.exprs[node], self.literal(1), self.literal(2)
+            formula = {ops.Exp: ("({0} * {1})", (g, out)),
+                       ops.Log: ("({0} / {1})", (g, args[0])),
+                       ops.Sqrt: ("({0} / ({2} * {1}))", (g, out, two)),
+                       ops.Tanh: ("({0} * ({2} - ({1} * {1})))", (g, out, one))}[kind]
+            return [self.call(formula[0], formula[0], formula[1], shape)]
         if kind is ops.Pow:  # exponent 2 (forward refused others): 2 * g * x, as g*x + g*x
             return [self.call("(({0} * {1}) * {2})", "(({0} * {1}) * {2})",
                               (g, args[0], self.literal(2)), shape)]
@@ -440,19 +462,20 @@ class _Lowerer:
                 sign = "-" if a.mode == "sub" else "+"
             pending.append((a, Update(variable, expr, sign)))
         updated = {u.variable.name for _, u in pending}
-        # An update that reads another updated Variable goes before that one's update.
+        # An update that reads another updated Variable goes before that one's update: an
+        # update is ready once no other update still to write reads its Variable.
         while pending:
-            later = {u.variable.name for _, u in pending}
             ready = [(a, u) for a, u in pending
-                     if not (_leaf_names(u.expr) & later) - {u.variable.name}]
+                     if not any(u.variable.name in _leaf_names(other.expr)
+                                for _, other in pending if other is not u)]
             if not ready:
                 a, u = pending[0]
-                other = sorted((_leaf_names(u.expr) & later) - {u.variable.name})[0]
-                read = next(v.name for v, name, _ in self.program.variables if name == other)
+                reader = next(b for b, other in pending
+                              if other is not u and u.variable.name in _leaf_names(other.expr))
                 raise Unsupported(
-                    f"updates that read each other's Variables ('{a.name}' reads '{read}', "
-                    f"whose update reads '{a.variable.name}'): no order of in-place updates "
-                    f"keeps the old values for both")
+                    f"updates that read each other's Variables (the update of "
+                    f"'{a.variable.name}' must wait for '{reader.name}', which reads it, and "
+                    f"so on round a cycle): no order of in-place updates keeps the old values")
             self.program.statements += [u for _, u in ready]
             done = {id(u) for _, u in ready}
             pending = [(a, u) for a, u in pending if id(u) not in done]
