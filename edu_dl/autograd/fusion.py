@@ -8,18 +8,23 @@ never changes, and after its first run every shape is known, so the Session lowe
 - every value of an elementwise op (forward or VJP) stays an *expression* until something needs
   an array (a matmul, a reduction, a fetch): a chain between matmuls becomes one loop, and a
   reduction (``sum((y_pred - y) ** 2)``) computes its whole chain in the same pass;
-- ``assign_sub``/``assign_add`` write into the Variable's own buffer, fused with their chain
-  (``w -= lr * grad`` reads ``grad`` once, makes no temporary);
-- the result is written out twice from one list of statements: NumPy code (runs anywhere, the
-  same ops in the same order as the unfused plan, so the same numbers) and one Numba function
-  for the whole step, matmuls included (``np.dot`` calls BLAS). The Session compiles the Numba
+- ``assign_sub``/``assign_add``, and ``assign`` (``w.assign(w - lr * grad)``, the TensorFlow
+  lecture's spelling, is ``w -= lr * grad``; ``v.assign(e)`` is ``v[...] = e``) write into the
+  Variable's own buffer, fused with their chain (reads ``grad`` once, makes no temporary); an
+  update that reads another updated Variable goes first, so every read sees the old value;
+- one walk over the statements (``write``) writes them in a dialect per target: NumPy (runs
+  anywhere, the same ops in the same order as the unfused plan, so the same numbers), one Numba
+  function for the whole step, matmuls included (``np.dot`` calls BLAS), or CuPy with generated
+  kernels. The Session compiles the Numba
   one only when it pays: once the plan has spent as long running as compiling costs (the
   ski-rental rule: never more than twice the best choice made in hindsight).
 
-Anything the lowering does not know (another op, broadcasting that needs an unbroadcast, a
-'set' assignment, a fetched Variable) keeps the unfused plan: fusion is an optimization, never a
-change of meaning. The fused function is specialised to the shapes of the first run and checks
-the feeds against them (a guard, as TorchDynamo's); a feed that differs runs the unfused plan.
+Anything the lowering does not know (another op, broadcasting that needs an unbroadcast, updates
+that read each other's Variables, a fetched Variable) keeps the unfused plan, and says why
+(``plan.unfused_reason``; the Session warns when asked to optimize): fusion is an optimization,
+never a change of meaning. The fused function is specialised to the shapes of the first run
+and checks the feeds against them (a guard, as TorchDynamo's); a feed that differs runs the
+unfused plan.
 """
 
 from __future__ import annotations
@@ -381,11 +386,11 @@ class _Lowerer:
                     self.call("(((-{0}) * {1}) / ({2} * {2}))", "(((-{0}) * {1}) / ({2} * {2}))",
                               (g, x, y), shape)]
         if kind in _FUNCTIONS:  # as the ops' backward, from the forward's value (ours: out)
-            out, one, two = self.exprs[node], self.literal(1), self.literal(2)
-            formula = {ops.Exp: ("({0} * {1})", (g, out)),
+            value, one, two = self.exprs[node], self.literal(1), self.literal(2)
+            formula = {ops.Exp: ("({0} * {1})", (g, value)),
                        ops.Log: ("({0} / {1})", (g, args[0])),
-                       ops.Sqrt: ("({0} / ({2} * {1}))", (g, out, two)),
-                       ops.Tanh: ("({0} * ({2} - ({1} * {1})))", (g, out, one))}[kind]
+                       ops.Sqrt: ("({0} / ({2} * {1}))", (g, value, two)),
+                       ops.Tanh: ("({0} * ({2} - ({1} * {1})))", (g, value, one))}[kind]
             return [self.call(formula[0], formula[0], formula[1], shape)]
         if kind is ops.Pow:  # exponent 2 (forward refused others): 2 * g * x, as g*x + g*x
             return [self.call("(({0} * {1}) * {2})", "(({0} * {1}) * {2})",

@@ -66,6 +66,8 @@ def _two_layer(weights: str, update: str = "", loss: str = "mean_row_sum") -> Pr
     with g.as_default():
         x = eg.placeholder(eg.float64, shape=(n, d))
         y = eg.placeholder(eg.float64, shape=(n, d))
+        w1: Any
+        w2: Any
         if weights == "fed":
             w1 = eg.placeholder(eg.float64, shape=(d, h))
             w2 = eg.placeholder(eg.float64, shape=(h, d))
@@ -78,7 +80,7 @@ def _two_layer(weights: str, update: str = "", loss: str = "mean_row_sum") -> Pr
                 labels=labels, logits=scores))
         else:
             value = eg.reduce_mean(eg.reduce_sum((scores - y) ** 2, axis=1))
-        grads = eg.gradients(value, [w1, w2])
+        grads: list[Any] = eg.gradients(value, [w1, w2])
         if weights == "fed":
             fetches = [value, *grads]
         elif update == "assign":

@@ -45,6 +45,7 @@ def make_step(spec: ModelSpec, X: np.ndarray, Y: np.ndarray, init: dict[str, np.
         opt: tf.Optimizer
         if update == "assign":
             grad_w1, grad_w2 = tf.gradients(loss, [w1, w2])
+            assert grad_w1 is not None and grad_w2 is not None  # both reach the loss
             train_op = tf.group(w1.assign(w1 - lr * grad_w1), w2.assign(w2 - lr * grad_w2))
         elif optimizer == "sgd":
             opt = tf.train.GradientDescentOptimizer(lr)
