@@ -8,18 +8,23 @@ never changes, and after its first run every shape is known, so the Session lowe
 - every value of an elementwise op (forward or VJP) stays an *expression* until something needs
   an array (a matmul, a reduction, a fetch): a chain between matmuls becomes one loop, and a
   reduction (``sum((y_pred - y) ** 2)``) computes its whole chain in the same pass;
-- ``assign_sub``/``assign_add`` write into the Variable's own buffer, fused with their chain
-  (``w -= lr * grad`` reads ``grad`` once, makes no temporary);
-- the result is written out twice from one list of statements: NumPy code (runs anywhere, the
-  same ops in the same order as the unfused plan, so the same numbers) and one Numba function
-  for the whole step, matmuls included (``np.dot`` calls BLAS). The Session compiles the Numba
+- ``assign_sub``/``assign_add``, and ``assign`` (``w.assign(w - lr * grad)``, the TensorFlow
+  lecture's spelling, is ``w -= lr * grad``; ``v.assign(e)`` is ``v[...] = e``) write into the
+  Variable's own buffer, fused with their chain (reads ``grad`` once, makes no temporary); an
+  update that reads another updated Variable goes first, so every read sees the old value;
+- one walk over the statements (``write``) writes them in a dialect per target: NumPy (runs
+  anywhere, the same ops in the same order as the unfused plan, so the same numbers), one Numba
+  function for the whole step, matmuls included (``np.dot`` calls BLAS), or CuPy with generated
+  kernels. The Session compiles the Numba
   one only when it pays: once the plan has spent as long running as compiling costs (the
   ski-rental rule: never more than twice the best choice made in hindsight).
 
-Anything the lowering does not know (another op, broadcasting that needs an unbroadcast, a
-'set' assignment, a fetched Variable) keeps the unfused plan: fusion is an optimization, never a
-change of meaning. The fused function is specialised to the shapes of the first run and checks
-the feeds against them (a guard, as TorchDynamo's); a feed that differs runs the unfused plan.
+Anything the lowering does not know (another op, broadcasting that needs an unbroadcast, updates
+that read each other's Variables, a fetched Variable) keeps the unfused plan, and says why
+(``plan.unfused_reason``; the Session warns when asked to optimize): fusion is an optimization,
+never a change of meaning. The fused function is specialised to the shapes of the first run
+and checks the feeds against them (a guard, as TorchDynamo's); a feed that differs runs the
+unfused plan.
 """
 
 from __future__ import annotations
@@ -32,7 +37,15 @@ from typing import Any
 import numpy as np
 
 from edu_dl.autograd import core, ops
-from edu_dl.autograd.nodes import Constant, Gradient, Node, OpNode, Placeholder, Variable
+from edu_dl.autograd.nodes import (
+    Assign,
+    Constant,
+    Gradient,
+    Node,
+    OpNode,
+    Placeholder,
+    Variable,
+)
 from edu_dl.autograd.plan import Forward, Plan, Sweep
 from edu_dl.backend import to_numpy
 
@@ -45,7 +58,13 @@ MAX_EXPRESSION_SIZE = 32  # a longer chain is materialized: recomputing it would
 
 
 class Unsupported(Exception):
-    """The plan holds something the lowering does not know: the Session keeps the unfused plan."""
+    """The plan holds something the lowering does not know: the Session keeps the unfused plan.
+    Its message names that thing, as a phrase ("the op tanh")."""
+
+
+class UnfusedPlanWarning(UserWarning):
+    """A Session asked to optimize ('numba' or 'numpy') keeps a plan unfused: the message says
+    why, once per plan."""
 
 
 # --------------------------------------------------------------------------- expressions
@@ -129,7 +148,8 @@ class Reshape:
 
 @dataclass
 class Update:
-    """``variable -= expr`` (or ``+=``) in the Variable's own buffer, in one pass."""
+    """``variable -= expr`` (sign '-'), ``+=`` ('+') or ``variable[...] = expr`` (''), in the
+    Variable's own buffer, in one pass."""
 
     variable: Leaf
     expr: Expr
@@ -174,6 +194,10 @@ class Program:
 # --------------------------------------------------------------------------- lowering
 
 
+# Elementwise functions, by op: the same name in NumPy, in Numba (on one element) and in CUDA C.
+_FUNCTIONS: dict[type, str] = {ops.Exp: "exp", ops.Log: "log", ops.Sqrt: "sqrt", ops.Tanh: "tanh"}
+
+
 class _Lowerer:
     def __init__(self, plan: Plan, fetched: list[Node], constants: Mapping[Node, Any],
                  values: Mapping[Node, Any], dtype: np.dtype) -> None:
@@ -196,9 +220,10 @@ class _Lowerer:
     def shape_of(self, node: Node) -> Shape:
         value = self.values.get(node)
         if value is None:
-            raise Unsupported(f"no recorded value for '{node.name}'")
+            raise Unsupported(f"'{node.name}', which has no recorded value")
         if np.dtype(value.dtype) != self.dtype:
-            raise Unsupported(f"'{node.name}' has dtype {value.dtype}, the plan {self.dtype}")
+            raise Unsupported(f"mixed dtypes ('{node.name}' is {value.dtype}, the plan "
+                              f"{self.dtype})")
         return tuple(value.shape)
 
     def call(self, numba: str, numpy: str, args: tuple[Expr, ...], shape: Shape,
@@ -244,7 +269,7 @@ class _Lowerer:
         for i, const in enumerate(plan.constants):
             value = self.constants[const]
             if np.dtype(value.dtype) != self.dtype:
-                raise Unsupported(f"constant '{const.name}' of dtype {value.dtype}")
+                raise Unsupported(f"mixed dtypes (constant '{const.name}' is {value.dtype})")
             if value.shape == ():  # written into the code (a CuPy scalar, copied to the host)
                 self.exprs[const] = self.literal(float(to_numpy(value)))
             else:
@@ -255,16 +280,18 @@ class _Lowerer:
                 self.exprs[step.node] = self.forward(step.node, step.op)
             else:
                 self.sweep(step)
-        self.updates()
+        # The fetches first: they read the values of this run, before any update writes.
         for node in self.fetched:
             expr = self.exprs.get(node)
             if expr is None or not isinstance(node, OpNode | Gradient):
-                raise Unsupported(f"fetching '{node.name}' ({type(node).__name__})")
+                raise Unsupported(f"a fetch of '{node.name}' ({type(node).__name__})")
             leaf = self.leaf(expr)
             name = leaf.name if isinstance(leaf, Leaf) else leaf.text
-            if name in program.arguments:
-                raise Unsupported(f"fetching '{node.name}', an alias of an input")
+            if name in [n for _, n, _ in program.placeholders + program.variables] + [
+                    n for _, n in program.constants]:
+                raise Unsupported(f"a fetch of '{node.name}', an alias of an input")
             program.returns.append(name)
+        self.updates()
         return program
 
     def forward(self, node: OpNode, op: ops.Op) -> Expr:
@@ -279,6 +306,12 @@ class _Lowerer:
             return self.call("({0} * {1})", "({0} * {1})", args, shape)
         if kind is ops.Neg:
             return self.call("(-{0})", "(-{0})", args, shape)
+        if kind is ops.Div:
+            return self.call("({0} / {1})", "({0} / {1})", args, shape)
+        if kind in _FUNCTIONS:  # np.exp(x) and the like: Numba's and CUDA C's on one element
+            name = _FUNCTIONS[kind]
+            return self.call(f"np.{name}({{0}})", f"np.{name}({{0}})", args, shape,
+                             cuda=f"{name}({{0}})")
         if kind is ops.Pow and isinstance(op, ops.Pow) and op.exponent == 2:
             return self.call("({0} * {0})", "({0} * {0})", args, shape)
         if kind is ops.ReLU:
@@ -299,7 +332,7 @@ class _Lowerer:
             self.program.statements.append(Reduce(
                 out, args[0], axes, op.keepdims, count if kind is ops.Mean else 1, shape))
             return Leaf(out, shape)
-        raise Unsupported(f"op {op.name}")
+        raise Unsupported(f"the op {op.name}")
 
     def sweep(self, sweep: Sweep) -> None:
         if sweep.grad_ys:
@@ -336,7 +369,7 @@ class _Lowerer:
         for a, want in zip(args, wanted):
             if want and a.shape != g.shape and not isinstance(op, ops.Sum | ops.Mean
                                                                 | ops.MatMul):
-                raise Unsupported(f"{op.name}'s gradient needs an unbroadcast")
+                raise Unsupported(f"the unbroadcast {op.name}'s gradient needs")
         kind, shape = type(op), g.shape
         if kind is ops.Add:
             return [g, g]
@@ -347,6 +380,18 @@ class _Lowerer:
                     self.call("({0} * {1})", "({0} * {1})", (g, args[0]), shape)]
         if kind is ops.Neg:
             return [self.call("(-{0})", "(-{0})", (g,), shape)]
+        if kind is ops.Div:  # as ops.Div: grad / y, -grad * x / (y * y)
+            x, y = args
+            return [self.call("({0} / {1})", "({0} / {1})", (g, y), shape),
+                    self.call("(((-{0}) * {1}) / ({2} * {2}))", "(((-{0}) * {1}) / ({2} * {2}))",
+                              (g, x, y), shape)]
+        if kind in _FUNCTIONS:  # as the ops' backward, from the forward's value (ours: out)
+            value, one, two = self.exprs[node], self.literal(1), self.literal(2)
+            formula = {ops.Exp: ("({0} * {1})", (g, value)),
+                       ops.Log: ("({0} / {1})", (g, args[0])),
+                       ops.Sqrt: ("({0} / ({2} * {1}))", (g, value, two)),
+                       ops.Tanh: ("({0} * ({2} - ({1} * {1})))", (g, value, one))}[kind]
+            return [self.call(formula[0], formula[0], formula[1], shape)]
         if kind is ops.Pow:  # exponent 2 (forward refused others): 2 * g * x, as g*x + g*x
             return [self.call("(({0} * {1}) * {2})", "(({0} * {1}) * {2})",
                               (g, args[0], self.literal(2)), shape)]
@@ -393,33 +438,55 @@ class _Lowerer:
         raise Unsupported(f"the gradient of {op.name}")
 
     def updates(self) -> None:
+        """Each assignment as an in-place update of its Variable's buffer, after every other
+        statement: ``assign_sub(e)`` is ``w -= e``, ``assign(w - e)`` too (the lecture's
+        spelling), ``assign(e)`` is ``w[...] = e``. An update that reads another updated
+        Variable runs before that one's update (the run reads old values); a cycle refuses."""
         assigned = {a.variable for a in self.plan.assigns}
         if len(assigned) != len(self.plan.assigns):
             raise Unsupported("a Variable assigned twice in one run")
         names = {var: name for var, name, _ in self.program.variables}
+        pending: list[tuple[Assign, Update]] = []
         for a in self.plan.assigns:
-            if a.mode not in ("sub", "add"):
-                raise Unsupported(f"a '{a.mode}' assignment")
             var = a.variable
             if var not in names:
                 name = names[var] = f"w{len(names)}"
                 value = self.values.get(a)
                 if value is None:
-                    raise Unsupported(f"no recorded value for '{var.name}'")
+                    raise Unsupported(f"'{var.name}', which has no recorded value")
                 self.program.variables.append((var, name, tuple(value.shape)))
-            expr = self.exprs[a.value]
             shape = next(s for v, _, s in self.program.variables if v is var)
+            expr = self.exprs[a.value]
             if expr.shape != shape:
-                raise Unsupported(f"'{a.name}' broadcasts its value")
-            others = {names[v] for v in assigned if v is not var and v in names}
-            if _leaf_names(expr) & others:
-                raise Unsupported(f"'{a.name}' reads another Variable this run updates")
-            sign = "-" if a.mode == "sub" else "+"
-            self.program.statements.append(Update(Leaf(names[var], shape), expr, sign))
+                raise Unsupported(f"a broadcasting assignment ('{a.name}' gives a value of shape "
+                                  f"{expr.shape} to a Variable of shape {shape})")
+            variable = Leaf(names[var], shape)
+            if a.mode == "set":
+                expr, sign = _as_update(expr, variable)
+            else:
+                sign = "-" if a.mode == "sub" else "+"
+            pending.append((a, Update(variable, expr, sign)))
+        updated = {u.variable.name for _, u in pending}
+        # An update that reads another updated Variable goes before that one's update: an
+        # update is ready once no other update still to write reads its Variable.
+        while pending:
+            ready = [(a, u) for a, u in pending
+                     if not any(u.variable.name in _leaf_names(other.expr)
+                                for _, other in pending if other is not u)]
+            if not ready:
+                a, u = pending[0]
+                reader = next(b for b, other in pending
+                              if other is not u and u.variable.name in _leaf_names(other.expr))
+                raise Unsupported(
+                    f"updates that read each other's Variables (the update of "
+                    f"'{a.variable.name}' must wait for '{reader.name}', which reads it, and "
+                    f"so on round a cycle): no order of in-place updates keeps the old values")
+            self.program.statements += [u for _, u in ready]
+            done = {id(u) for _, u in ready}
+            pending = [(a, u) for a, u in pending if id(u) not in done]
         for update in self.program.statements:
-            if isinstance(update, Update):
-                update.product, update.scale = self.scaled_product(update.expr,
-                                                                   set(names.values()))
+            if isinstance(update, Update) and update.sign:
+                update.product, update.scale = self.scaled_product(update.expr, updated)
 
     def scaled_product(self, expr: Expr, variables: set[str]
                        ) -> tuple[MatMul | None, Literal | None]:
@@ -445,6 +512,22 @@ class _Lowerer:
             if isinstance(expr, Leaf):
                 names.add(expr.name)
         return names
+
+
+def _as_update(expr: Expr, variable: Leaf) -> tuple[Expr, str]:
+    """A 'set' assignment's value as an in-place update: ``w - e`` is ``w -= e``, ``w + e`` and
+    ``e + w`` are ``w += e`` (where ``e`` does not read ``w``); anything else ``w[...] = e``, which
+    is in place too: every element of ``e`` reads ``w`` at its own index only, if at all."""
+    if isinstance(expr, Call) and len(expr.args) == 2 and expr.shape == variable.shape:
+        first, second = expr.args
+        if expr.numba == "({0} - {1})" and first == variable and \
+                variable.name not in _leaf_names(second):
+            return second, "-"
+        if expr.numba == "({0} + {1})":
+            for mine, rest in ((first, second), (second, first)):
+                if mine == variable and variable.name not in _leaf_names(rest):
+                    return rest, "+"
+    return expr, ""
 
 
 def _reads(program: Program, fetched: set[str], name: str) -> int:
@@ -476,7 +559,8 @@ def lower(plan: Plan, fetches: list[Node], constants: Mapping[Node, Any],
               if isinstance(n, OpNode | Placeholder | Variable | Constant)
               and hasattr(v, "dtype")}
     if len(dtypes) != 1 or next(iter(dtypes)).kind != "f":
-        raise Unsupported(f"dtypes {sorted(map(str, dtypes))}: one floating dtype is fused")
+        raise Unsupported(f"the dtypes {sorted(map(str, dtypes))} (one floating dtype is "
+                          f"fused)")
     fetched = [fetches[i] for i in plan.value_fetches]
     program = _Lowerer(plan, fetched, constants, values, dtypes.pop()).lower()
     program.xp = xp
@@ -488,152 +572,15 @@ def lower(plan: Plan, fetches: list[Node], constants: Mapping[Node, Any],
 
 def _index(leaf_shape: Shape, space: Shape) -> str:
     """How one element of an array of ``leaf_shape`` is read in a loop over ``space``
-    (broadcasting: aligned on the right, a size-1 axis read at 0)."""
+    (broadcasting: aligned on the right, a size-1 axis read at 0); ``()`` for a 0-d array."""
     lead = len(space) - len(leaf_shape)
     parts = [f"i{lead + d}" if n == space[lead + d] else "0" for d, n in enumerate(leaf_shape)]
-    return ", ".join(parts)
-
-
-def _element(expr: Expr, space: Shape) -> str:
-    if isinstance(expr, Literal):
-        return expr.text
-    if isinstance(expr, Leaf):
-        return expr.name if not expr.shape else f"{expr.name}[{_index(expr.shape, space)}]"
-    return expr.numba.format(*(_element(a, space) for a in expr.args))
-
-
-def _whole(expr: Expr) -> str:
-    if isinstance(expr, Literal):
-        return expr.text
-    if isinstance(expr, Leaf):
-        return expr.name
-    return expr.numpy.format(*(_whole(a) for a in expr.args))
+    return ", ".join(parts) or "()"
 
 
 def _loops(space: Shape, body: str) -> list[str]:
     lines = [f"{'    ' * (d + 1)}for i{d} in range({n}):" for d, n in enumerate(space)]
     return [*lines, "    " * (len(space) + 1) + body]
-
-
-def numba_source(program: Program, gemm: bool = True) -> str:
-    """The whole step as one function of explicit loops (and np.dot for the matmuls); with
-    ``gemm``, an update ``w -= scale * (a @ b)`` is one BLAS call adding into ``w``."""
-    dt = program.dtype.name
-    lines = [f"def step({', '.join(program.arguments)}):"]
-    into = {id(s.product): s for s in program.statements
-            if gemm and isinstance(s, Update) and s.product is not None}
-    for s in program.statements:
-        if id(s) in into:
-            continue  # computed by its update, below
-        if isinstance(s, Update) and id(s.product) in into:
-            m, scale = s.product, s.scale
-            assert m is not None and scale is not None
-            alpha = f"-{scale.text}" if s.sign == "-" else scale.text
-            lines.append(f"    gemm_into({s.variable.name}, {m.a.name}, {m.b.name}, "
-                         f"{m.transpose_a}, {m.transpose_b}, {alpha})"
-                         f"  # {s.variable.name} {s.sign}= {scale.text} * {_matmul(m)}")
-        elif isinstance(s, Elementwise):
-            if s.expr.shape:
-                lines.append(f"    {s.out} = np.empty({s.expr.shape}, np.{dt})")
-                lines += _loops(s.expr.shape, f"{s.out}[{_index(s.expr.shape, s.expr.shape)}] = "
-                                + _element(s.expr, s.expr.shape))
-            else:
-                lines.append(f"    {s.out} = {_element(s.expr, ())}")
-        elif isinstance(s, Reduce):
-            space = s.expr.shape
-            kept = [f"i{d}" if d not in s.axes else "0" for d in range(len(space))]
-            index = kept if s.keepdims else [k for d, k in enumerate(kept) if d not in s.axes]
-            target = f"{s.out}[{', '.join(index)}]" if s.shape else s.out
-            init = f"np.zeros({s.shape}, np.{dt})" if s.shape else f"{dt}(0)"
-            lines.append(f"    {s.out} = {init}")
-            lines += _loops(space, f"{target} += {_element(s.expr, space)}")
-            if s.count != 1:
-                lines.append(f"    {s.out} /= {dt}({float(s.count)!r})")
-        elif isinstance(s, MatMul):
-            lines.append(f"    {s.out} = {_matmul(s)}")
-        elif isinstance(s, Reshape):
-            lines.append(f"    {s.out} = {s.source.name}.reshape({s.shape})")
-        else:
-            space = s.variable.shape
-            lines += _loops(space, f"{s.variable.name}[{_index(space, space)}] {s.sign}= "
-                            + _element(s.expr, space))
-    lines.append(f"    return ({''.join(r + ', ' for r in program.returns)})")
-    return "\n".join(lines) + "\n"
-
-
-def numpy_source(program: Program) -> str:
-    """The same statements as NumPy calls on whole arrays: the fused path without Numba."""
-    lines = [f"def step({', '.join(program.arguments)}):"]
-    for s in program.statements:
-        if isinstance(s, Elementwise):
-            if isinstance(s.expr, Call) and s.expr.numpy.startswith("np.broadcast_to"):
-                # A broadcast view is read-only and strided: make it an array of its own.
-                lines.append(f"    {s.out} = np.array({_whole(s.expr)})")
-            else:
-                lines.append(f"    {s.out} = {_whole(s.expr)}")
-        elif isinstance(s, Reduce):
-            total = f"{_whole(s.expr)}.sum(axis={s.axes}, keepdims={s.keepdims})"
-            divide = f" / {program.dtype.name}({float(s.count)!r})" if s.count != 1 else ""
-            lines.append(f"    {s.out} = {total}{divide}")
-        elif isinstance(s, MatMul):
-            lines.append(f"    {s.out} = {_matmul(s)}")
-        elif isinstance(s, Reshape):
-            lines.append(f"    {s.out} = {s.source.name}.reshape({s.shape})")
-        else:
-            lines.append(f"    {s.variable.name} {s.sign}= {_whole(s.expr)}")
-    lines.append(f"    return ({''.join(r + ', ' for r in program.returns)})")
-    return "\n".join(lines) + "\n"
-
-
-def _c_element(expr: Expr, ctype: str) -> str:
-    """One element of expr in CUDA C (an ElementwiseKernel broadcasts its arguments)."""
-    if isinstance(expr, Literal):
-        return f"(({ctype}){expr.value!r})"
-    if isinstance(expr, Leaf):
-        return expr.name
-    template = expr.cuda or expr.numba
-    return template.format(*(_c_element(a, ctype) for a in expr.args))
-
-
-def cupy_source(program: Program, kernels: dict[str, Any] | None) -> str:
-    """The NumPy code's statements for CuPy: each elementwise chain and each update one
-    generated ``ElementwiseKernel`` (its CUDA C is in ``kernels``, filled here), or, where the
-    library has no kernels (a stand-in for tests), the whole-array code through ``xp``."""
-    if kernels is None:
-        return numpy_source(program)
-    ctype = {"float32": "float32", "float64": "float64"}[program.dtype.name]
-    c_scalar = {"float32": "float", "float64": "double"}[program.dtype.name]
-    lines = [f"def step({', '.join(program.arguments)}):"]
-    for s in program.statements:
-        if isinstance(s, Elementwise) and not s.expr.shape:  # a scalar: on the host
-            lines.append(f"    {s.out} = {_whole(s.expr)}")
-        elif isinstance(s, Elementwise | Update):
-            names = sorted(_leaf_names(s.expr))
-            body = _c_element(s.expr, c_scalar)
-            name = f"k{len(kernels)}"
-            if isinstance(s, Elementwise):
-                kernels[name] = (", ".join(f"{ctype} {n}" for n in names) or "",
-                                 f"{ctype} out", f"out = {body}")
-                # The output passed in: its shape, not the inputs' broadcast, is the loop's.
-                out = f"np.empty({s.expr.shape}, np.{program.dtype.name})"
-                lines.append(f"    {s.out} = {name}({', '.join([*names, out])})"
-                             f"  # out = {body}")
-            else:
-                w = s.variable.name
-                ins = [n for n in names if n != w]
-                kernels[name] = (", ".join(f"{ctype} {n}" for n in ins), f"{ctype} {w}",
-                                 f"{w} = {w} {s.sign} ({body})")
-                lines.append(f"    {name}({', '.join([*ins, w])})  # {w} {s.sign}= {body}")
-        elif isinstance(s, Reduce):
-            total = f"{_whole(s.expr)}.sum(axis={s.axes}, keepdims={s.keepdims})"
-            divide = f" / {program.dtype.name}({float(s.count)!r})" if s.count != 1 else ""
-            lines.append(f"    {s.out} = {total}{divide}")
-        elif isinstance(s, MatMul):
-            lines.append(f"    {s.out} = {_matmul(s)}")
-        else:
-            lines.append(f"    {s.out} = {s.source.name}.reshape({s.shape})")
-    lines.append(f"    return ({''.join(r + ', ' for r in program.returns)})")
-    return "\n".join(lines) + "\n"
 
 
 def _matmul(s: MatMul) -> str:
@@ -642,11 +589,183 @@ def _matmul(s: MatMul) -> str:
     return f"np.dot({a}, {b})"
 
 
+def _divide(s: Reduce, dtype: str) -> str:
+    return f" / {dtype}({float(s.count)!r})" if s.count != 1 else ""
+
+
+class Dialect:
+    """How one target writes each statement of a Program; ``write`` walks them once. This one
+    is NumPy on whole arrays, the same ops in the same order as the unfused plan (CuPy takes
+    the same calls); matmuls, reshapes and the return are every dialect's."""
+
+    def __init__(self, program: Program) -> None:
+        self.program, self.dt = program, program.dtype.name
+
+    def statement(self, s: Statement) -> list[str]:
+        if isinstance(s, MatMul):
+            return [f"    {s.out} = {_matmul(s)}"]
+        if isinstance(s, Reshape):
+            return [f"    {s.out} = {s.source.name}.reshape({s.shape})"]
+        if isinstance(s, Elementwise):
+            return self.elementwise(s)
+        if isinstance(s, Reduce):
+            return self.reduce(s)
+        return self.update(s)
+
+    def value(self, expr: Expr) -> str:
+        """The whole array ``expr``."""
+        if isinstance(expr, Literal):
+            return expr.text
+        if isinstance(expr, Leaf):
+            return expr.name
+        return expr.numpy.format(*(self.value(a) for a in expr.args))
+
+    def elementwise(self, s: Elementwise) -> list[str]:
+        if isinstance(s.expr, Call) and s.expr.numpy.startswith("np.broadcast_to"):
+            # A broadcast view is read-only and strided: make it an array of its own.
+            return [f"    {s.out} = np.array({self.value(s.expr)})"]
+        return [f"    {s.out} = {self.value(s.expr)}"]
+
+    def reduce(self, s: Reduce) -> list[str]:
+        total = f"{self.value(s.expr)}.sum(axis={s.axes}, keepdims={s.keepdims})"
+        return [f"    {s.out} = {total}{_divide(s, self.dt)}"]
+
+    def update(self, s: Update) -> list[str]:
+        target = s.variable.name + ("" if s.sign else "[...]")
+        return [f"    {target} {s.sign}= {self.value(s.expr)}"]
+
+
+class NumbaDialect(Dialect):
+    """Explicit loops, one element at a time (and np.dot for the matmuls); with ``gemm``, an
+    update ``w -= scale * (a @ b)`` is one BLAS call adding into ``w``."""
+
+    def __init__(self, program: Program, gemm: bool) -> None:
+        super().__init__(program)
+        # 0-d Variables are arrays in the step (updated in place): read as name[()].
+        self.zero_d = {name for _, name, shape in program.variables if not shape}
+        self.into = {id(s.product): s for s in program.statements
+                     if gemm and isinstance(s, Update) and s.product is not None}
+
+    def element(self, expr: Expr, space: Shape) -> str:
+        if isinstance(expr, Literal):
+            return expr.text
+        if isinstance(expr, Leaf):
+            if not expr.shape and expr.name not in self.zero_d:
+                return expr.name
+            return f"{expr.name}[{_index(expr.shape, space)}]"
+        return expr.numba.format(*(self.element(a, space) for a in expr.args))
+
+    def statement(self, s: Statement) -> list[str]:
+        if id(s) in self.into:
+            return []  # computed by its update, as gemm's epilogue
+        return super().statement(s)
+
+    def elementwise(self, s: Elementwise) -> list[str]:
+        space = s.expr.shape
+        if not space:
+            return [f"    {s.out} = {self.element(s.expr, ())}"]
+        return [f"    {s.out} = np.empty({space}, np.{self.dt})",
+                *_loops(space, f"{s.out}[{_index(space, space)}] = {self.element(s.expr, space)}")]
+
+    def reduce(self, s: Reduce) -> list[str]:
+        space = s.expr.shape
+        kept = [f"i{d}" if d not in s.axes else "0" for d in range(len(space))]
+        index = kept if s.keepdims else [k for d, k in enumerate(kept) if d not in s.axes]
+        target = f"{s.out}[{', '.join(index)}]" if s.shape else s.out
+        init = f"np.zeros({s.shape}, np.{self.dt})" if s.shape else f"{self.dt}(0)"
+        lines = [f"    {s.out} = {init}",
+                 *_loops(space, f"{target} += {self.element(s.expr, space)}")]
+        if s.count != 1:
+            lines.append(f"    {s.out} /= {self.dt}({float(s.count)!r})")
+        return lines
+
+    def update(self, s: Update) -> list[str]:
+        w, m, scale = s.variable.name, s.product, s.scale
+        if m is not None and scale is not None and id(m) in self.into:
+            alpha = f"-{scale.text}" if s.sign == "-" else scale.text
+            return [f"    gemm_into({w}, {m.a.name}, {m.b.name}, {m.transpose_a}, "
+                    f"{m.transpose_b}, {alpha})  # {w} {s.sign}= {scale.text} * {_matmul(m)}"]
+        space = s.variable.shape
+        return _loops(space, f"{w}[{_index(space, space)}] {s.sign}= {self.element(s.expr, space)}")
+
+
+class CupyDialect(Dialect):
+    """NumPy's calls through CuPy, except that each elementwise chain and each update is one
+    generated ``ElementwiseKernel``: its CUDA C goes into ``kernels``, name -> (in, out, body)."""
+
+    def __init__(self, program: Program, kernels: dict[str, Any]) -> None:
+        super().__init__(program)
+        self.kernels = kernels
+        self.ctype = {"float32": "float32", "float64": "float64"}[self.dt]
+        self.c_scalar = {"float32": "float", "float64": "double"}[self.dt]
+
+    def element(self, expr: Expr) -> str:
+        """One element of expr in CUDA C (an ElementwiseKernel broadcasts its arguments)."""
+        if isinstance(expr, Literal):
+            return f"(({self.c_scalar}){expr.value!r})"
+        if isinstance(expr, Leaf):
+            return expr.name
+        template = expr.cuda or expr.numba
+        return template.format(*(self.element(a) for a in expr.args))
+
+    def kernel(self, ins: list[str], out: str, body: str) -> str:
+        name = f"k{len(self.kernels)}"
+        self.kernels[name] = (", ".join(f"{self.ctype} {n}" for n in ins),
+                              f"{self.ctype} {out}", body)
+        return name
+
+    def elementwise(self, s: Elementwise) -> list[str]:
+        if not s.expr.shape:  # a scalar: on the host
+            return super().elementwise(s)
+        names, body = sorted(_leaf_names(s.expr)), self.element(s.expr)
+        name = self.kernel(names, "out", f"out = {body}")
+        # The output passed in: its shape, not the inputs' broadcast, is the loop's.
+        out = f"np.empty({s.expr.shape}, np.{self.dt})"
+        return [f"    {s.out} = {name}({', '.join([*names, out])})  # out = {body}"]
+
+    def update(self, s: Update) -> list[str]:
+        w, body = s.variable.name, self.element(s.expr)
+        ins = [n for n in sorted(_leaf_names(s.expr)) if n != w]
+        value = f"{w} {s.sign} ({body})" if s.sign else body
+        name = self.kernel(ins, w, f"{w} = {value}")
+        return [f"    {name}({', '.join([*ins, w])})  # {w} {s.sign}= {body}"]
+
+
+def write(program: Program, dialect: Dialect) -> str:
+    """The step as one Python function: each statement in order, in ``dialect``."""
+    lines = [f"def step({', '.join(program.arguments)}):"]
+    for s in program.statements:
+        lines += dialect.statement(s)
+    lines.append(f"    return ({''.join(r + ', ' for r in program.returns)})")
+    return "\n".join(lines) + "\n"
+
+
+def numpy_source(program: Program) -> str:
+    """The fused path without Numba: whole-array NumPy calls."""
+    return write(program, Dialect(program))
+
+
+def numba_source(program: Program, gemm: bool = True) -> str:
+    """The whole step as one function of explicit loops, for Numba to compile."""
+    return write(program, NumbaDialect(program, gemm))
+
+
+def cupy_source(program: Program, kernels: dict[str, Any] | None) -> str:
+    """The step for CuPy, its kernels' CUDA C put into ``kernels``; where the library has no
+    kernels (``kernels`` None: a stand-in for tests), the whole-array code through ``xp``."""
+    return numpy_source(program) if kernels is None else write(program,
+                                                               CupyDialect(program, kernels))
+
+
 def _compile(source: str, dtype: np.dtype, **names: Any) -> Callable[..., tuple[Any, ...]]:
     namespace: dict[str, Any] = {"np": np, dtype.name: dtype.type, **names}
     exec(compile(source, "<edu_dl fused plan>", "exec"), namespace)  # our own source
     fn: Callable[..., tuple[Any, ...]] = namespace["step"]
     return fn
+
+
+# BLAS's transa/transb flags: the characters 'T' (use the transpose) and 'N' (as stored).
+TRANSPOSE, NO_TRANSPOSE = ord("T"), ord("N")
 
 
 def _gemm_into(blas: Any) -> Callable[..., None]:
@@ -661,7 +780,8 @@ def _gemm_into(blas: Any) -> Callable[..., None]:
         ints = np.array([q, p, r, b.shape[1], a.shape[1], q], np.int32)
         scalars = np.empty(2, c.dtype)
         scalars[0], scalars[1] = alpha, 1
-        flags = np.array([84 if transpose_b else 78, 84 if transpose_a else 78], np.uint8)
+        flags = np.array([TRANSPOSE if transpose_b else NO_TRANSPOSE,
+                          TRANSPOSE if transpose_a else NO_TRANSPOSE], np.uint8)
         blas(flags[0:].ctypes, flags[1:].ctypes, ints[0:].ctypes, ints[1:].ctypes,
              ints[2:].ctypes, scalars[0:].ctypes, b.ctypes, ints[3:].ctypes, a.ctypes,
              ints[4:].ctypes, scalars[1:].ctypes, c.ctypes, ints[5:].ctypes)

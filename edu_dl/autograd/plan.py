@@ -87,6 +87,7 @@ class Plan:
     # ``source`` then shows the fused code, ``unfused_source`` the code above.
     fused: Any = None
     fusion_tried: bool = False
+    unfused_reason: str = ""  # why the fusion refused it, where it did
     unfused_source: str = ""
 
     @property

@@ -6,6 +6,7 @@ A Session keeps the Variables' values across runs; each set of fetches gets a pl
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -98,7 +99,15 @@ class Session:
             return
         try:
             program = fusion.lower(plan, flat, self._planner.constants, values, self.xp)
-        except fusion.Unsupported:
+        except fusion.Unsupported as exc:
+            plan.unfused_reason = str(exc)
+            # Said once (a plan is lowered once), where fusion was asked for and there were
+            # ops to fuse; 'auto' (the default) stays quiet: plan.unfused_reason says it.
+            if self.optimize in ("numba", "numpy") and plan.steps:
+                names = ", ".join(f"'{n.name}'" for n in flat)
+                warnings.warn(f"Session(optimize={self.optimize!r}): the plan for {names} stays "
+                              f"unfused (it runs as written, one call per op) because of {exc}",
+                              fusion.UnfusedPlanWarning, stacklevel=3)
             return
         compile_now = {"auto": None, "numba": True, "numpy": False}[self.optimize]
         plan.fused = fusion.FusedPlan(plan, program, compile_now)

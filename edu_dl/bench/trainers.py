@@ -55,10 +55,12 @@ def _tf_function_trainer(p: TwoLayerProblem, device: Device) -> Stepper:
     return trainer
 
 
-def _static_trainer(optimize: str) -> Callable[[TwoLayerProblem, Device], Stepper]:
+def _static_trainer(optimize: str, update: str = "minimize"
+                    ) -> Callable[[TwoLayerProblem, Device], Stepper]:
     """edu_dl's static step with the Session's ``optimize`` ('numba': fused and compiled at
-    the first run, which the worker's warm-up does; 'off': the plan unfused)."""
-    return _twin_step(functools.partial(edu_static.make_step, optimize=optimize))
+    the first run, which the worker's warm-up does; 'off': the plan unfused), its update
+    ``minimize``'s assign_sub or, with ``update='assign'``, the lecture's w.assign(w - lr * g)."""
+    return _twin_step(functools.partial(edu_static.make_step, optimize=optimize, update=update))
 
 
 TRAINERS: dict[str, Callable[[TwoLayerProblem, Device], Stepper]] = {
@@ -73,6 +75,7 @@ TRAINERS: dict[str, Callable[[TwoLayerProblem, Device], Stepper]] = {
     # bench plan's: the same static step unfused, and fused (compiled with Numba on a CPU).
     "static_unfused": _static_trainer("off"),
     "planned": _static_trainer("numba"),
+    "planned_assign": _static_trainer("numba", update="assign"),
 }
 
 

@@ -19,9 +19,14 @@ from edu_dl.twins import History, Stepper, prepare, run_steps
 
 def make_step(spec: ModelSpec, X: np.ndarray, Y: np.ndarray, init: dict[str, np.ndarray],
               lr: float, optimizer: str = "sgd", device: str = "cpu",
-              optimize: str = "auto") -> Stepper:
+              optimize: str = "auto", update: str = "minimize") -> Stepper:
     """The graph and an open Session on 'cpu' (NumPy) or 'gpu' (CuPy); a step is one run.
-    ``optimize``: the Session's (fusing the plan; 'off' keeps it unfused)."""
+    ``optimize``: the Session's (fusing the plan; 'off' keeps it unfused). ``update``:
+    'minimize' (the optimizer's nodes: ``assign_sub`` for SGD) or, with SGD, 'assign': the
+    TensorFlow lecture's own spelling, ``w.assign(w - lr * grad)`` grouped."""
+    if update not in ("minimize", "assign") or (update == "assign" and optimizer != "sgd"):
+        raise ValueError(f"make_step: update must be 'minimize', or 'assign' with SGD; got "
+                         f"{update!r} with {optimizer!r}")
     g = tf.Graph()
     with g.as_default():
         x = tf.placeholder(X.dtype, shape=(None, spec.D_in), name="x")
@@ -38,12 +43,17 @@ def make_step(spec: ModelSpec, X: np.ndarray, Y: np.ndarray, init: dict[str, np.
         else:
             loss = tf.reduce_sum((y_pred - y) ** 2) * loss_scale(spec.loss, spec.N)
         opt: tf.Optimizer
-        if optimizer == "sgd":
+        if update == "assign":
+            grad_w1, grad_w2 = tf.gradients(loss, [w1, w2])
+            assert grad_w1 is not None and grad_w2 is not None  # both reach the loss
+            train_op = tf.group(w1.assign(w1 - lr * grad_w1), w2.assign(w2 - lr * grad_w2))
+        elif optimizer == "sgd":
             opt = tf.train.GradientDescentOptimizer(lr)
         else:  # edu_dl's AdamOptimizer already uses PyTorch's formula
             opt = tf.train.AdamOptimizer(lr, beta1=ADAM_BETA1, beta2=ADAM_BETA2,
                                          epsilon=ADAM_EPS)
-        train_op = opt.minimize(loss)
+        if update == "minimize":
+            train_op = opt.minimize(loss)
         init_op = tf.global_variables_initializer()
     sess = tf.Session(g, device=device, optimize=optimize)
     sess.run(init_op)

@@ -70,6 +70,7 @@ def test_numpy_step_is_the_lectures_loss_and_gradients(numpy_losses: list[float]
         "static",
         "static_unfused",
         "planned",
+        "planned_assign",
         "torch",
         "host",
         pytest.param("tf_function", marks=pytest.mark.slow),  # importing TensorFlow takes ~5 s
