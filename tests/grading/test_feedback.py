@@ -164,6 +164,28 @@ def test_the_page_renders_markdown_code_plots_and_banners_and_leaves_out_the_res
     assert "default-src 'none'" in html  # no script may run even if one got through
 
 
+def test_the_page_is_nbconverts_own_with_its_accessibility_marks() -> None:
+    """The exporter skips nbconvert's second parse of the page (BeautifulSoup) and adds what it
+    added, alt text and tabindex, itself: the same page as nbconvert's HTMLExporter makes, once
+    both are parsed, with as many marks."""
+    from bs4 import BeautifulSoup
+    from jinja2 import DictLoader
+    from nbconvert import HTMLExporter
+
+    theirs = HTMLExporter(extra_loaders=[DictLoader({feedback.TEMPLATE_NAME: feedback.TEMPLATE})],
+                          template_file=feedback.TEMPLATE_NAME, sanitize_html=True,
+                          filters={"clean_html": feedback.clean_html})
+    nb = notebook()
+    ours, nbconverts = (feedback.render("ann", "hw1", nb, ROWS, html=e)
+                        for e in (feedback.exporter(), theirs))
+    assert ours != nbconverts  # not parsed and written again
+    assert str(BeautifulSoup(ours, "html.parser")) == str(BeautifulSoup(nbconverts, "html.parser"))
+    for mark in ('tabindex="0"', f'alt="{feedback.NO_ALT}"'):
+        assert ours.count(mark) == nbconverts.count(mark) > 0, mark
+    assert feedback.accessible('<img src="a"><img alt="b" src="c"><imgx>') == \
+        f'<img alt="{feedback.NO_ALT}" src="a"><img alt="b" src="c"><imgx>'
+
+
 def test_the_page_shows_execution_counts_and_says_a_hidden_test_failed() -> None:
     """nbgrader's "In [3]:" prompts, and an error a hidden test raised said to be one, under
     a visible assert that passed; a visible assert's error stays as it was."""
