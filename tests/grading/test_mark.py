@@ -273,11 +273,13 @@ def test_the_sheet_and_source_default_to_the_course_configs(tmp_path: Path) -> N
     from edu_dl.grading.term.mark.store import default_sheet
 
     toml = tmp_path / "edu-dl.toml"
-    toml.write_text('[grade]\nmanual = "sheets/filled.csv"\n[course]\nsource = "solutions"\n')
+    toml.write_text('[grade]\nmanual = "sheets/filled.csv"\n[course]\nsource = "solutions"\n'
+                    'db = "sqlite:////srv/course/gradebook.db"\n')
     argv = ["--config", str(toml), "mark", str(tmp_path / "out")]
     parser = build_parser()
     args = parser.parse_args(argv)
     args.course_config = config.prepare(parser, argv)
     assert _configured(args, "manual") == tmp_path / "sheets" / "filled.csv"
     assert _configured(args, "source") == tmp_path / "solutions"
+    assert _configured(args, "db") == "sqlite:////srv/course/gradebook.db"
     assert default_sheet(tmp_path / "out", None) == tmp_path / "manual-filled.csv"
