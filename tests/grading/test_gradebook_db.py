@@ -150,6 +150,7 @@ def test_sqlite_waits_for_a_writer_and_a_bad_url_is_said(tmp_path: Path) -> None
         mode = conn.exec_driver_sql("PRAGMA journal_mode").scalar()
         timeout = conn.exec_driver_sql("PRAGMA busy_timeout").scalar()
     assert (mode, timeout) == ("wal", db.BUSY_TIMEOUT_S * 1000)
+    assert (tmp_path / db.FILE_NAME).stat().st_mode & 0o777 == 0o600  # grades and answers
     with pytest.raises(db.DatabaseError, match="--db 'not a url': not a database URL"):
         db.store(tmp_path, "not a url")
     with pytest.raises(db.DatabaseError, match="gradebook database nosuch://"):

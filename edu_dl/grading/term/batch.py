@@ -218,7 +218,7 @@ class Batch:
         self.given_secret = secret
         self.store = db.store(request.out, request.db_url)
         self.start = time.monotonic()
-        self.todo: list[tuple[Job, Path]] = []  # graded in this run, each with its state file
+        self.todo: list[tuple[Job, Path]] = []  # graded in this run, each with its work folder
         self.saved: list[tuple[Job, Path]] = []  # of those, kept so far
         self.rows_by_job: dict[tuple[str, str], list[Row]] = {}
         self.costs: dict[tuple[str, str], cost.Cost] = {}  # the grader's own, per submission

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, fields
@@ -182,8 +183,9 @@ class Store:
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
         """One transaction: committed when the block ends, rolled back when it raises."""
-        if self.file is not None:
-            self.file.parent.mkdir(parents=True, exist_ok=True)
+        if self.file is not None and not self.file.exists():  # created owner-only: it holds
+            self.file.parent.mkdir(parents=True, exist_ok=True)  # every grade and answer
+            os.close(os.open(self.file, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
         with engine(self.url).begin() as conn:
             yield conn
 

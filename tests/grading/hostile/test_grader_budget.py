@@ -3,7 +3,7 @@ it minutes and a gigabyte, at a few MB each, beside the honest ``alice``.
 
 Values and depth are counted before any JSON is parsed, cells before nbformat sees them, and the
 feedback page shows what it cut; every submission graded records what it cost the grader (the
-state file, run.json, the summary). The full-size cases are measured by
+gradebook, run.json, the summary). The full-size cases are measured by
 ``tests/bench_grader_cost.py``; no wall time is asserted here.
 """
 
