@@ -119,17 +119,18 @@ def read_entries(where: Where, log: Callable[[str], None]) -> dict[tuple[str, st
     found: dict[tuple[str, str], Entry] = {}
     if not store.exists():
         return found
-    by_job: dict[tuple[str, str], list[Row]] = {}
+    by_job: dict[tuple[str, str], list[Row | None]] = {}
     try:
         with store.transaction() as conn:
             heads = list(conn.execute(select(db.submissions).order_by(
                 db.submissions.c.student, db.submissions.c.exercise)))
             for record in conn.execute(select(db.rows).order_by(
                     db.rows.c.student, db.rows.c.exercise, db.rows.c.seq)):
+                row: Row | None = None  # one that does not read: its submission is left out
                 try:
                     row = db.as_row(record.student, record.exercise, record)
                 except (TypeError, ValueError):
-                    row = None  # the whole submission is left out below
+                    pass
                 by_job.setdefault((record.student, record.exercise), []).append(row)
     except SQLAlchemyError as exc:
         raise _failed(store, exc) from None

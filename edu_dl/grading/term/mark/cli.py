@@ -44,8 +44,9 @@ def add_mark(subparsers: Subparsers) -> None:
     parser.set_defaults(handler=run_mark)
 
 
-def _configured(args: argparse.Namespace, key: str) -> Path | None:
-    """The course config's value of ``key`` for edu-dl grade (its [grade] or [course])."""
+def _configured(args: argparse.Namespace, key: str) -> Any:
+    """The course config's value of ``key`` for edu-dl grade (its [grade] or [course]), as
+    its option converts it (a Path for manual and source, text for db), or None."""
     config = getattr(args, "course_config", None)
     setting = config.settings.get(("grade",), {}).get(key) if config is not None else None
     return setting.value if setting is not None else None
@@ -59,7 +60,8 @@ def run_mark(args: argparse.Namespace) -> int:
     from edu_dl.grading.term.mark.store import Desk, default_sheet
 
     out: Path = args.out
-    url = args.db or _configured(args, "db")
+    configured = _configured(args, "db")
+    url = args.db or (str(configured) if configured is not None else None)
     try:
         book = store(out, url)
     except DatabaseError as exc:
