@@ -131,7 +131,37 @@ def check_a_crash_keeps_the_last_commit(out: Path, url: str | None) -> None:
     assert (again.rows, again.key) == (_rows("s1"), "k")
 
 
+ODD = ("a\x00b", "\udcff\udcfe", "json:[1]", "json:\"x\"", "plain", "caf\u00e9 \u200b")
+
+
+def check_odd_text_round_trips(out: Path, url: str | None) -> None:
+    """Text a database refuses or changes (a NUL, a file name's undecodable bytes) and text
+    that looks escaped are read back exactly, in names and in rows."""
+    for i, text in enumerate(ODD):
+        student = f"s{i}{text}"
+        rows = [Row(student, EX, text, 1, 1, "passed", text, answer=text)]
+        gradebook.write_entry(db.store(out, url), Job(student, HW1, None, "ps1"), rows, "k",
+                              "b", "s")
+        gradebook.write_collected(db.store(out, url), student, rows)
+        gradebook.save_hand_grades(db.store(out, url), {(student, EX, text): (1.0, text, "")},
+                                   text)
+    entries = gradebook.read_entries(db.store(out, url), print)
+    assert {key: e.rows for key, e in entries.items()} == {
+        (f"s{i}{t}", EX): [Row(f"s{i}{t}", EX, t, 1, 1, "passed", t, answer=t)]
+        for i, t in enumerate(ODD)}
+    assert set(gradebook.read_collected(db.store(out, url))) == {f"s{i}{t}"
+                                                                for i, t in enumerate(ODD)}
+    assert gradebook.hand_grades(db.store(out, url)) == {
+        (f"s{i}{t}", EX, t): (1.0, t, "") for i, t in enumerate(ODD)}
+    gradebook.forget(db.store(out, url), f"s0{ODD[0]}", EX)  # found by its name, escaped
+    assert (f"s0{ODD[0]}", EX) not in gradebook.read_entries(db.store(out, url), print)
+
+
 # --------------------------------------------------------------------------- SQLite in OUT
+
+
+def test_odd_text_round_trips(tmp_path: Path) -> None:
+    check_odd_text_round_trips(tmp_path / "out", None)
 
 
 @pytest.mark.slow
@@ -244,3 +274,7 @@ def test_on_postgresql_a_crash_leaves_the_last_committed_state(
     check_a_crash_keeps_the_last_commit(tmp_path / "out", clean)
     with db.engine(clean).begin() as conn:  # the killed session's transaction is gone too
         conn.execute(insert(db.options).values(name="alive", value="yes"))
+
+
+def test_on_postgresql_odd_text_round_trips(tmp_path: Path, clean: str) -> None:
+    check_odd_text_round_trips(tmp_path / "out", clean)

@@ -36,7 +36,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
-    Text,
+    TypeDecorator,
     create_engine,
     event,
 )
@@ -51,56 +51,93 @@ BUSY_TIMEOUT_S = 60  # how long a writer waits for another one (a transaction is
 NAME = 512  # student, exercise and part ids are short; longer ones are refused upstream
 
 metadata = MetaData()
+ESCAPED = "json:"  # a text kept as JSON: it holds what a database refuses, or starts with this
+
+
+class Escaped(TypeDecorator[str]):
+    """Text as it is, unless a database would refuse it or change it: a NUL (PostgreSQL refuses
+    it), a lone surrogate (a file name's undecodable bytes; not UTF-8), or text that starts with
+    ``json:`` is kept as ``json:`` and its JSON string, and read back exactly. Anything else
+    read back (bytes, JSON that is no string) comes back as None, which the reader refuses."""
+
+    impl = String
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Any) -> Any:
+        if not isinstance(value, str) or not _needs_escape(value):
+            return value
+        return ESCAPED + json.dumps(value)
+
+    def process_result_value(self, value: Any, dialect: Any) -> Any:
+        if not isinstance(value, str):
+            return None if value is not None else value
+        if not value.startswith(ESCAPED):
+            return value
+        try:
+            text = json.loads(value[len(ESCAPED):])
+        except ValueError:
+            return None
+        return text if isinstance(text, str) else None
+
+
+def _needs_escape(text: str) -> bool:
+    if "\0" in text or text.startswith(ESCAPED):
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _row_columns() -> list[Column[Any]]:
     """A Row's fields as columns (text, or a float for the points)."""
     return [Column(f.name, Float, nullable=False) if f.name in ("points", "max_points")
-            else Column(f.name, Text, nullable=False, default="")
+            else Column(f.name, Escaped(), nullable=False, default="")
             for f in fields(Row) if f.name not in ("student", "exercise")]
 
 
 submissions = Table(
     "submissions", metadata,
-    Column("student", String(NAME), primary_key=True),
-    Column("exercise", String(NAME), primary_key=True),
-    Column("key", String(64), nullable=False),  # the resume key (batch.job_key)
-    Column("basis", String(64), nullable=False, default=""),
-    Column("content", String(64), nullable=False, default=""),
-    Column("secret", String(64), nullable=False, default=""),  # the secret's fingerprint
-    Column("job", Text, nullable=False, default="{}"),  # gradebook.job_facts, as JSON
-    Column("grader", Text, nullable=False, default="{}"),  # what grading it cost the grader
+    Column("student", Escaped(NAME), primary_key=True),
+    Column("exercise", Escaped(NAME), primary_key=True),
+    Column("key", Escaped(64), nullable=False),  # the resume key (batch.job_key)
+    Column("basis", Escaped(64), nullable=False, default=""),
+    Column("content", Escaped(64), nullable=False, default=""),
+    Column("secret", Escaped(64), nullable=False, default=""),  # the secret's fingerprint
+    Column("job", Escaped(), nullable=False, default="{}"),  # gradebook.job_facts, as JSON
+    Column("grader", Escaped(), nullable=False, default="{}"),  # what grading it cost the grader
 )
 rows = Table(
     "rows", metadata,
-    Column("student", String(NAME), primary_key=True),
-    Column("exercise", String(NAME), primary_key=True),
+    Column("student", Escaped(NAME), primary_key=True),
+    Column("exercise", Escaped(NAME), primary_key=True),
     Column("seq", Integer, primary_key=True),  # the row's place in its submission
     *_row_columns(),
 )
 collected = Table(
     "collected", metadata,
-    Column("student", String(NAME), primary_key=True),
+    Column("student", Escaped(NAME), primary_key=True),
     Column("seq", Integer, primary_key=True),
-    Column("exercise", String(NAME), nullable=False),
+    Column("exercise", Escaped(NAME), nullable=False),
     *_row_columns(),
 )
 hand_grades = Table(
     "hand_grades", metadata,
     # (student, exercise, cell) as manual.csv writes them (manual.written_key)
-    Column("student", String(NAME), primary_key=True),
-    Column("exercise", String(NAME), primary_key=True),
-    Column("cell", String(NAME), primary_key=True),
+    Column("student", Escaped(NAME), primary_key=True),
+    Column("exercise", Escaped(NAME), primary_key=True),
+    Column("cell", Escaped(NAME), primary_key=True),
     Column("points", Float, nullable=False),
-    Column("comment", Text, nullable=False, default=""),  # an override's reason
-    Column("answer_id", String(64), nullable=False, default=""),
-    Column("grader", Text, nullable=False, default=""),  # who: "edu-dl mark (user)", a sheet
-    Column("time", String(40), nullable=False, default=""),  # when, ISO 8601 UTC
+    Column("comment", Escaped(), nullable=False, default=""),  # an override's reason
+    Column("answer_id", Escaped(64), nullable=False, default=""),
+    Column("grader", Escaped(), nullable=False, default=""),  # who: "edu-dl mark (user)", a sheet
+    Column("time", Escaped(40), nullable=False, default=""),  # when, ISO 8601 UTC
 )
 options = Table(
     "options", metadata,
-    Column("name", String(64), primary_key=True),
-    Column("value", Text, nullable=False),
+    Column("name", Escaped(64), primary_key=True),
+    Column("value", Escaped(), nullable=False),
 )
 
 
