@@ -4,7 +4,10 @@ The grader writes one line per "needs manual grading" row (graded answers, tasks
 exercise, cell, max points, the answer (capped), points and comment left blank. The instructor
 fills in points (and a comment) and passes the sheet with ``--manual sheet.csv`` on the next run;
 its points replace the row's, checked to lie within 0..max, and a line that names no row of
-the gradebook stops the batch with one sentence (a typo must not lose a grade silently).
+the gradebook stops the batch with one sentence (a typo must not lose a grade silently). The
+lines are then kept in the gradebook's database (``gradebook.save_hand_grades``), as
+``edu-dl mark``'s saves are, and every later run applies those that name a row
+(:func:`applicable`) without the sheet.
 Each line carries ``answer_id``, a digest of the whole answer: points given to an answer that
 has since changed (a resubmission) are not merged, and the row asks to be graded again.
 
