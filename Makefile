@@ -16,7 +16,7 @@ CUDA_EXTRA := $(if $(GPU),$(if $(filter 12,$(CUDA)),cuda12,$(if $(CUDA),$(if $(s
 # JupyterLab. The developers add the test tools (make test), the website's tools (make site) and
 # Dask (grading on a cluster): about 0.4 GB that no student uses.
 STUDENT_EXTRAS := $(CUDA_EXTRA),caffe,lab
-EXTRAS := $(STUDENT_EXTRAS),dev,site,cluster
+EXTRAS := $(STUDENT_EXTRAS),dev,site,cluster,postgres
 STAMP := $(VENV)/.installed-$(CUDA_EXTRA)
 DEV_STAMP := $(VENV)/.installed-$(CUDA_EXTRA)-dev
 # The variants install the same `tensorflow` module and CuPy twice: remove the others' on a switch.
@@ -186,13 +186,16 @@ site: install-dev
 # nothing downloads a browser), bubblewrap (the grading sandbox) and acl (setfacl, for the run as
 # an ordinary user). Installed with apt-get when
 # missing and run as root (as in CI); otherwise a message says how.
-SYSTEM_PACKAGES := chromium:$(CHROMIUM) bubblewrap:/usr/bin/bwrap acl:/usr/bin/setfacl
+# postgresql: the gradebook's test against a real server (tests/grading/test_gradebook_db.py);
+# Debian puts pg_ctl under /usr/lib/postgresql/<version>/bin, pg_ctlcluster on the PATH.
+SYSTEM_PACKAGES := chromium:$(CHROMIUM) bubblewrap:/usr/bin/bwrap acl:/usr/bin/setfacl \
+	postgresql:/usr/bin/pg_ctlcluster
 system-deps:
 	@missing=""; for pair in $(SYSTEM_PACKAGES); do \
 		[ -x "$${pair#*:}" ] || missing="$$missing $${pair%%:*}"; done; \
 	if [ -z "$$missing" ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "apt-get install$$missing (for the browser test and the grading sandbox)"; \
+		echo "apt-get install$$missing (for the browser test, the grading sandbox and the gradebook database)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing \
 			>/dev/null || { echo "error: apt-get could not install$$missing" >&2; exit 1; }; \
 	else \

@@ -12,20 +12,20 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import asdict
 from pathlib import Path
 
+import nbformat
 import pytest
 from fixtures.chromium import free_port
 
-from edu_dl.grading.model import BY_HAND, Row
+from edu_dl.grading.model import BY_HAND, Exercise, Job, Row
 from edu_dl.grading.stages.feedback import page_path
-from edu_dl.grading.term import manual
-from edu_dl.grading.term.gradebook import state_path
+from edu_dl.grading.term import gradebook, manual
 from edu_dl.grading.term.mark.store import Desk, MarkError, feedback_page
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = ("zelda.quux", "yorick.plum")
+HW1 = Exercise("hw1", nbformat.v4.new_notebook(), "")
 
 
 def _out(tmp_path: Path) -> Path:
@@ -36,11 +36,7 @@ def _out(tmp_path: Path) -> Path:
         rows = [Row(student, "hw1", "why", 0, 2, manual.NEEDS, "", judged=BY_HAND,
                     answer=f"<script>alert(1)</script> answer of {student}"),
                 Row(student, "hw1", "test_sum", 1, 1, "passed", "test cell passed")]
-        path = state_path(out, student, "hw1")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"key": "k", "student": student, "exercise": "hw1",
-                                    "job": {"assignment": "ps1"},
-                                    "rows": [asdict(r) for r in rows]}))
+        gradebook.write_entry(out, Job(student, HW1, None, "ps1"), rows, "k", "b", "s")
         page = out / page_path(student, "ps1", "hw1")
         page.parent.mkdir(parents=True, exist_ok=True)
         page.write_text(f'<html><body><div class="edu-header"><p>Feedback for {student}</p>'
@@ -74,8 +70,7 @@ def test_a_save_writes_manual_csvs_format_and_a_new_desk_reads_it_back(tmp_path:
     again = Desk(out, sheet)  # a restart
     assert [(r["points"], r["graded"]) for r in again.listing()] == [(1.5, True), (None, False)]
     # What edu-dl grade --manual does with it: the row graded by hand, with those points.
-    rows = [r for e in (json.loads(p.read_text()) for p in sorted(out.glob(".state/*/*.json")))
-            for r in (Row(**d) for d in e["rows"])]
+    rows = [r for e in gradebook.read_entries(out, print).values() for r in e.rows]
     assert manual.merge(rows, manual.read_sheet(sheet), sheet) == 1
     assert [(r.student, r.points, r.status) for r in rows if r.part == "why"] == [
         (NAMES[1], 1.5, manual.GRADED), (NAMES[0], 0, manual.NEEDS)]
@@ -278,11 +273,13 @@ def test_the_sheet_and_source_default_to_the_course_configs(tmp_path: Path) -> N
     from edu_dl.grading.term.mark.store import default_sheet
 
     toml = tmp_path / "edu-dl.toml"
-    toml.write_text('[grade]\nmanual = "sheets/filled.csv"\n[course]\nsource = "solutions"\n')
+    toml.write_text('[grade]\nmanual = "sheets/filled.csv"\n[course]\nsource = "solutions"\n'
+                    'db = "sqlite:////srv/course/gradebook.db"\n')
     argv = ["--config", str(toml), "mark", str(tmp_path / "out")]
     parser = build_parser()
     args = parser.parse_args(argv)
     args.course_config = config.prepare(parser, argv)
     assert _configured(args, "manual") == tmp_path / "sheets" / "filled.csv"
     assert _configured(args, "source") == tmp_path / "solutions"
+    assert _configured(args, "db") == "sqlite:////srv/course/gradebook.db"
     assert default_sheet(tmp_path / "out", None) == tmp_path / "manual-filled.csv"

@@ -209,7 +209,7 @@ def test_grade_refuses_an_out_folder_graded_under_old_names(
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before  # nothing written
 
     # An entry of an exercise that is no old name of the source's stops nothing.
-    gradebook.state_path(out, "ann", OLD).unlink()
+    gradebook.forget(out, "ann", OLD)
     _batch(tmp_path, out).plan()
     assert (out / ".secret").is_file()
 

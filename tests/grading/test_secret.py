@@ -19,7 +19,9 @@ from edu_dl.grading import nbgrader, sandbox
 from edu_dl.grading import notebooks as nbs
 from edu_dl.grading.settings import Settings
 from edu_dl.grading.stages import secret as S
+from edu_dl.grading.stages.replay import Replay
 from edu_dl.grading.term import batch as G
+from edu_dl.grading.term import db, gradebook
 
 FAST = Settings(timeout_s=30, memory_mb=2048)
 STUDENTS = [f"s{i}" for i in range(8)]
@@ -113,6 +115,16 @@ def _grades(summary: Any) -> dict[str, tuple[float, str]]:
 # --------------------------------------------------------------------------- the secret file
 
 
+def replay(out: Path, student: str, exercise: str, source: Path, **given: Any) -> Replay:
+    """The stored run judged again, compared with the rows the gradebook holds (as edu-dl
+    replay does)."""
+    from edu_dl.grading.stages.replay import replay as judged_again
+
+    kept = gradebook.kept_entry(out, student, exercise)
+    return judged_again(out, student, exercise, source, kept=kept.rows if kept else None,
+                        **given)
+
+
 def test_the_secret_file_is_owner_only_made_once_and_never_a_link(tmp_path: Path) -> None:
     path = tmp_path / "grades" / S.FILE_NAME
     old = os.umask(0)  # even with a permissive umask
@@ -176,7 +188,6 @@ def test_seeds_depend_on_the_secret_and_the_part_alone() -> None:
 def test_identical_submissions_get_one_grade_on_every_run_and_replay_reproduces_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from edu_dl.cli import main
-    from edu_dl.grading.stages.replay import replay
 
     subs, src = _course(tmp_path)
     failing, passing = _secrets()
@@ -213,10 +224,9 @@ def test_identical_submissions_get_one_grade_on_every_run_and_replay_reproduces_
     assert f"inputs:   ({n})" in text and "WRONG" in text
     assert "the same rows as the gradebook's" in text
     # A gradebook row that is not what the run gives is caught.
-    state = out / ".state" / "s3" / "hw5.json"
-    kept = json.loads(state.read_text())
-    kept["rows"][0]["points"] = 2.0
-    state.write_text(json.dumps(kept))
+    with db.store(out).transaction() as conn:
+        conn.execute(db.rows.update().where(db.rows.c.student == "s3", db.rows.c.seq == 0)
+                     .values(points=2.0))
     assert not replay(out, "s3", "hw5", src).same
     assert main(["replay", str(out), "s3", "hw5", "--source", str(src)]) == 1
     assert "DIFFERENT" in capsys.readouterr().out
@@ -287,8 +297,9 @@ def test_the_secret_is_created_on_the_first_grade_and_settable(tmp_path: Path) -
     S.load_or_create(given)
     assert main(["grade", str(subs), "--source", str(src), "--out", str(out), "--timeout", "30",
                  "--memory", "2048", "--secret-file", str(given)]) == 0
-    rows = json.loads((out / ".state" / "s0" / "hw5.json").read_text())
-    assert rows["secret"] == S.read_secret(given).fingerprint  # another secret: regraded
+    with db.store(out).transaction() as conn:
+        kept = conn.execute(db.submissions.select().where(db.submissions.c.student == "s0")).one()
+    assert kept.secret == S.read_secret(given).fingerprint  # another secret: regraded
     # ... unless every sandbox would see it: inside the software shown to them, read-only.
     import edu_dl
 
@@ -328,7 +339,7 @@ def test_replay_reproduces_every_row_of_the_nbgrader_fixture_course(tmp_path: Pa
     gradebook's, and a changed submission is refused rather than replayed."""
     from fixtures import nbgrader_course as course
 
-    from edu_dl.grading.stages.replay import ReplayError, replay
+    from edu_dl.grading.stages.replay import ReplayError
 
     src, root = course.build(tmp_path / "course")
     out = tmp_path / "grades"

@@ -15,7 +15,7 @@ from fixtures.hostile import corpus
 from edu_dl.cli import main
 from edu_dl.grading.model import BY_HAND, OUTSIDE, Exercise, Job, Row
 from edu_dl.grading.term import batch as G
-from edu_dl.grading.term import gradebook, manual, report
+from edu_dl.grading.term import db, gradebook, manual, report
 from edu_dl.grading.term.policy import Dates, LatePolicy, PolicyError, read_extensions
 
 EX = corpus.EXERCISE
@@ -202,28 +202,29 @@ def test_an_override_without_a_reason_is_refused(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- the state
 
 
-def test_the_state_keeps_a_job_and_a_file_that_cannot_be_read_is_left_out(
+def test_the_gradebook_keeps_a_job_and_a_submission_that_cannot_be_read_is_left_out(
         tmp_path: Path) -> None:
     job = _job("alice", "2026-03-03T13:00")
     rows = [Row("alice", EX, "p", 2.0, 2.0, "passed", "")]
+    assert gradebook.read_entries(tmp_path, print) == {}
+    assert not (tmp_path / "gradebook.db").exists()  # reading creates nothing
     gradebook.write_entry(tmp_path, job, rows, "key", "basis", "secret")
     said: list[str] = []
     entry = gradebook.read_entries(tmp_path, said.append)[("alice", EX)]
     assert (entry.rows, entry.key, entry.submitted, said) == (rows, "key", True, [])
     again = gradebook.kept_job(entry, job.exercise)
     assert (again.path, again.assignment, again.timestamp) == (job.path, EX, job.timestamp)
-    state = gradebook.state_path(tmp_path, "alice", EX)
-    data = json.loads(state.read_text())
-    for broken in ({**data, "job": {**data["job"], "timestamp": "soon"}},
-                   {**data, "student": "bob"},  # not where bob's file would be
-                   {**data, "rows": [{"student": "alice"}]}):
-        state.write_text(json.dumps(broken))
+    store = db.store(tmp_path)
+    facts = json.dumps({**gradebook.job_facts(job), "timestamp": "soon"})
+    for change in (f"UPDATE submissions SET job = '{facts}'", "UPDATE submissions SET job = '[1]'",
+                   "UPDATE rows SET points = 'many'",  # SQLite keeps the text as it is
+                   "UPDATE rows SET status = x'ff'"):  # bytes, not text
+        gradebook.write_entry(tmp_path, job, rows, "key", "basis", "secret")
+        with store.transaction() as conn:
+            conn.exec_driver_sql(change)
         assert gradebook.read_entries(tmp_path, said.append) == {}
-        assert said.pop() == f"{state}: not a gradebook state file the grader can read; left out"
-    state.unlink()
-    state.symlink_to(tmp_path / "elsewhere.json")
-    (tmp_path / "elsewhere.json").write_text(json.dumps(data))
-    assert gradebook.read_entries(tmp_path, said.append) == {} and said  # never followed
+        assert said.pop() == (f"{store!r}: the submission of 'alice' for {EX!r} is not one "
+                              "the grader can read; left out")
 
 
 # --------------------------------------------------------------------------- through the batch
@@ -322,7 +323,8 @@ def test_the_roster_takes_a_student_who_left_out_of_the_gradebook(
     assert {r["student"] for r in csv_rows(out / "grades.csv")} == {"good", "wrong"}
     assert not (out / "feedback" / "stub.md").exists()
     assert not (out / "feedback_html" / "stub.html").exists()
-    assert not (out / ".state" / "stub").exists()
+    assert gradebook.kept_entry(out, "stub", EX) is None
+    assert "stub" not in gradebook.read_collected(out)
     assert not (out / "autograded" / "stub").exists() and (out / ".work" / "stub").exists()
     assert main(_argv(root, out, folder)) == 0  # and stays out
     assert {r["student"] for r in csv_rows(out / "grades.csv")} == {"good", "wrong"}
@@ -333,9 +335,9 @@ def test_a_state_file_of_an_older_grader_is_kept_and_flagged(
     root, _ = graded
     out = _copy(graded, tmp_path)
     before = of(out, "good")
-    state = out / ".state" / "good" / f"{EX}.json"
-    data = json.loads(state.read_text())
-    state.write_text(json.dumps({k: data[k] for k in ("key", "secret", "rows")}))  # as it was
+    with db.store(out).transaction() as conn:  # as an older grader kept it: no basis, no facts
+        conn.execute(db.submissions.update().where(db.submissions.c.student == "good")
+                     .values(basis="", job="{}"))
     capsys.readouterr()
     assert main(_argv(root, out, _resubmission(root, tmp_path))) == 0
     assert f"kept submissions of {EX} were graded against another source" in \
@@ -344,7 +346,8 @@ def test_a_state_file_of_an_older_grader_is_kept_and_flagged(
     assert main(_argv(root, out)) == 0  # the whole folder: good reused, its facts kept again
     printed = capsys.readouterr().out  # (wrong's first notebook is graded again)
     assert "graded 1 submissions (2 unchanged" in printed and "were graded against" not in printed
-    assert json.loads(state.read_text())["job"]["assignment"] == EX
+    kept = gradebook.kept_entry(out, "good", EX)
+    assert kept is not None and kept.job["assignment"] == EX
 
 
 def test_a_crash_before_the_gradebooks_are_written_loses_no_grade(
@@ -423,8 +426,10 @@ def test_extensions_late_policies_and_overrides_through_the_batch(
     assert main(_argv(root, out, subs)) == 0  # a run that forgets them all is told so
     printed = capsys.readouterr().out
     assert all(f"the last run applied {flag} " in printed for flag in (
-        "--due", "--late", "--extensions", "--manual")), printed
-    assert by_part(out)[("wrong", "ex02.gflops")]["status"] == "failed"
+        "--due", "--late", "--extensions")), printed
+    # ... but the hand grades are the gradebook's: they stay without the sheet.
+    assert "the last run applied --manual" not in printed
+    assert by_part(out)[("wrong", "ex02.gflops")]["status"] == "overridden"
     assert main([*policy, "--manual", str(sheet)]) == 2
     assert "overrides an autograded row (failed, 0 of 1 points) without a reason" in \
         capsys.readouterr().err

@@ -4,6 +4,8 @@ error broke a part is named as the cause."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import shlex
 import signal
@@ -21,6 +23,7 @@ from edu_dl.grading import sandbox
 from edu_dl.grading.model import AFTER_TIMEOUT
 from edu_dl.grading.settings import Settings
 from edu_dl.grading.term import batch as G
+from edu_dl.grading.term import gradebook
 from edu_dl.grading.term.cli import command_again
 from edu_dl.grading.term.validate import validate
 from edu_dl.grading.trust.errors import CellError, cause_of, defines, parse_error
@@ -42,8 +45,10 @@ def rows_of(summary: G.Summary, student: str) -> dict[str, G.Row]:
     return {r.part: r for r in summary.rows if r.student == student}
 
 
-def state(out: Path, student: str) -> Path:
-    return out / ".state" / student / f"{corpus.EXERCISE}.json"
+def state(out: Path, student: str) -> str | None:
+    """The student's submission as the gradebook keeps it, as text (None: none kept)."""
+    kept = gradebook.kept_entry(out, student, corpus.EXERCISE)
+    return None if kept is None else json.dumps(dataclasses.asdict(kept), default=str)
 
 
 def run_json(out: Path, student: str) -> Path:
@@ -71,14 +76,14 @@ def test_a_timeout_skips_the_rest_and_only_timeouts_are_retried(tmp_path: Path) 
 
     # --retry-timeouts under a longer --timeout: the timeout is graded again, the good
     # notebook keeps its grade, run and state untouched (a new --timeout alone regrades all).
-    kept = {p: (p.read_bytes(), p.stat().st_mtime_ns)
-            for p in (state(out, "good"), run_json(out, "good"))}
-    retried = state(out, "infinite_loop").read_bytes()
+    kept = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in (run_json(out, "good"),)}
+    kept_good, retried = state(out, "good"), state(out, "infinite_loop")
     again = G.grade(subs, source, out, settings=LONGER,
                     progress=False, retry_timeouts=True)
     assert (again.graded, again.reused) == (1, 1)
     assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in kept} == kept
-    assert state(out, "infinite_loop").read_bytes() != retried
+    assert state(out, "good") == kept_good
+    assert state(out, "infinite_loop") != retried
     assert "ran over 8 s" in rows_of(again, "infinite_loop")["ex02.peak_bandwidth"].message
     assert {r.status for r in rows_of(again, "good").values()} == {"passed"}
     # A plain run keeps what --retry-timeouts graded under these limits.
@@ -219,7 +224,7 @@ def _interrupt(argv: list[str], out: Path, first: str) -> tuple[int, str]:
     # Waits for conditions; the bounds only stop a hang (a Dask cluster's start and close are
     # slow beside eight busy processes, issue 43): the verdict is what the grader says.
     deadline = time.monotonic() + 900
-    while not state(out, first).exists() and proc.poll() is None:
+    while state(out, first) is None and proc.poll() is None:
         assert time.monotonic() < deadline, "the first submission was never saved"
         time.sleep(0.2)
     time.sleep(1.0)  # the next one is in its sandbox now, 7 s short of its timeout
@@ -254,7 +259,7 @@ def test_ctrl_c_says_one_line_and_the_batch_resumes(tmp_path: Path, where: str) 
         assert noise not in err, err
     said = [line for line in err.splitlines() if "interrupted" in line]
     assert len(said) == 1, err
-    saved = [s for s in students if state(out, s).exists()]
+    saved = [s for s in students if state(out, s) is not None]
     assert f"interrupted; {len(saved)} of 3 submissions graded and saved" in said[0]
     assert "b_sleepy" not in saved  # cut short in its sandbox: no grade kept
     assert not (out / "grades.csv").exists()

@@ -59,7 +59,7 @@ from edu_dl.grading.stages.speed_rows import speed_rows
 
 ALLOWED_FAILURES = 1  # a task is tried on at most 1 + this many workers that die running it
 WORKER_LOST = "worker lost"
-Item = tuple[Job, Path]  # a job and its state file, as batch.grade hands them over
+Item = tuple[Job, Path]  # a job and its work folder, as batch.grade hands them over
 Graded = tuple[Item, bytes | None, list[Row], cost.Cost]  # what came back, and its cost
 
 

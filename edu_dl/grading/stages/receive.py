@@ -88,7 +88,7 @@ def record_cost(out: Path, job: Job, spent: dict[str, float], since: float) -> N
         facts["grader"] = spent
         write_atomic(path, json.dumps(facts).encode())
     except (Refused, OSError, ValueError):
-        pass  # only the record of the cost is lost: the state file and the summary have it
+        pass  # only the record of the cost is lost: the gradebook and the summary have it
 
 
 def without_notebook(result: bytes) -> bytes:

@@ -76,8 +76,10 @@ class Replay:
 
 
 def replay(out: Path, student: str, exercise: str, source: Path,
-           secret: Secret | None = None) -> Replay:
-    """The stored run of (student, exercise) in ``out`` judged again against ``source``."""
+           secret: Secret | None = None, kept: list[Row] | None = None) -> Replay:
+    """The stored run of (student, exercise) in ``out`` judged again against ``source``;
+    ``kept``: the rows the gradebook holds for it (the term reads them from its database),
+    which the replay's rows are compared with."""
     work = out / ".work" / safe_file_name(student) / exercise
     if not (work / RUN_FILE).is_file():
         raise ReplayError(f"{work}: no stored run of {student!r} for {exercise!r} (nothing "
@@ -127,7 +129,7 @@ def replay(out: Path, student: str, exercise: str, source: Path,
         n_visible = prepared.visible[part_id]
         got = ran.returned.outputs.get(part_id)
         parts.append(PartReplay(part_id, _cases(part, cases, got, n_visible), got is not None))
-    return Replay(student, exercise, fingerprint, rows, _kept(out, student, exercise), parts)
+    return Replay(student, exercise, fingerprint, rows, kept, parts)
 
 
 def _ran(stored: dict[str, Any], facts: dict[str, Any], output: bytes, prepared: Prepared,
@@ -189,15 +191,6 @@ def _expected(part: Any, args: tuple[Any, ...]) -> Any:
         return part.expected(*args)
     except Exception as exc:
         return f"(the oracle raised {type(exc).__name__}: {exc})"
-
-
-def _kept(out: Path, student: str, exercise: str) -> list[Row] | None:
-    """The rows the gradebook holds for (student, exercise): the batch's kept state."""
-    state = out / ".state" / safe_file_name(student) / f"{exercise}.json"
-    try:
-        return [Row(**r) for r in json.loads(state.read_text())["rows"]]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
 
 
 def show(value: Any, full: bool = False) -> str:

@@ -1,7 +1,8 @@
 """Batch: ``edu-dl grade``, every submission through the stages, and the gradebooks written.
 
 collect -> (per submission) prepare -> run -> receive -> judge -> report. A second run regrades
-only what changed: each submission's rows are kept under ``.state/`` (``gradebook``) with a key
+only what changed: each submission's rows are kept in the gradebook database (``gradebook``,
+``db``: OUT/gradebook.db, or the ``db`` URL given), in a transaction per submission, with a key
 of everything its grade depends on, the grading secret's fingerprint included (``secret``: the
 hidden inputs, the same for every submission and every run, come from it). The gradebooks are
 rebuilt from every kept submission, so a run that grades some students (``students``, or a
@@ -11,6 +12,7 @@ becomes that submission's rows; nothing one student sent can stop the batch.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -59,10 +61,10 @@ from edu_dl.grading.stages.secret import (
     secret_path,
 )
 from edu_dl.grading.stages.speed_rows import speed_rows
-from edu_dl.grading.term import gradebook, renumbered
+from edu_dl.grading.term import db, gradebook, renumbered
 from edu_dl.grading.term.classreport import record_class
+from edu_dl.grading.term.manual import applicable, read_sheet
 from edu_dl.grading.term.manual import merge as merge_sheet
-from edu_dl.grading.term.manual import read_sheet
 from edu_dl.grading.term.policy import Dates
 from edu_dl.grading.term.report import HTML_FEEDBACK, write_outputs
 from edu_dl.grading.trust.bounded import read_bounded
@@ -147,7 +149,8 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
           dates: Dates | None = None, roster: dict[str, Any] | None = None,
           manual: Path | None = None, cluster: Any = None,
           secret: Secret | None = None, students: list[str] | None = None,
-          retry_timeouts: bool = False, allow_released: bool = False) -> Summary:
+          retry_timeouts: bool = False, allow_released: bool = False,
+          db_url: str | None = None) -> Summary:
     """Grade every submission; write grades.csv, feedback/ and the nbgrader export into ``out``.
 
     The gradebooks hold every student ``out`` has graded: this run's rows replace those of the
@@ -159,6 +162,7 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     the first run).
     ``retry_timeouts``: grade again the submissions whose kept grade is a timeout; keep every
     other kept grade, even one kept under other limits (a new ``--timeout``).
+    ``db_url``: the gradebook database (default: ``sqlite:///OUT/gradebook.db``).
     ``allow_released``: grade against a source that is a student version (``edu-dl validate``
     on a notebook of its own); else such a source raises NothingToGrade.
     Ctrl-C raises :class:`Interrupted`: the running sandboxes are stopped, what was graded is
@@ -168,7 +172,8 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     batch could not grade anything: no graded cell in the source, no student folder, nothing
     due submitted."""
     batch = Batch(Request(submissions, source, out, jobs, force, progress, exercises_due,
-                          roster, manual, cluster, students, retry_timeouts, allow_released),
+                          roster, manual, cluster, students, retry_timeouts, allow_released,
+                          db_url),
                   settings, dates, log, secret)
     batch.plan()
     try:
@@ -195,6 +200,7 @@ class Request:
     students: list[str] | None = None
     retry_timeouts: bool = False
     allow_released: bool = False
+    db_url: str | None = None
 
 
 class Batch:
@@ -212,8 +218,9 @@ class Batch:
         self.dates = dates or Dates()
         self.log = log or say_to_stderr
         self.given_secret = secret
+        self.store = db.store(request.out, request.db_url)
         self.start = time.monotonic()
-        self.todo: list[tuple[Job, Path]] = []  # graded in this run, each with its state file
+        self.todo: list[tuple[Job, Path]] = []  # graded in this run, each with its work folder
         self.saved: list[tuple[Job, Path]] = []  # of those, kept so far
         self.rows_by_job: dict[tuple[str, str], list[Row]] = {}
         self.costs: dict[tuple[str, str], cost.Cost] = {}  # the grader's own, per submission
@@ -233,7 +240,7 @@ class Batch:
         folders = {j.student for j in found} | {row.student for row in extra}
         if r.students:
             found, extra = only(found, extra, r.students, r.submissions, r.roster)
-        entries = gradebook.read_entries(r.out, log)
+        entries = gradebook.read_entries(self.store, log)
         # Grades kept under an exercise's old name were drawn from other part ids: never mixed.
         renumbered.refuse_old_grades(r.out, {name for _, name in entries}, exercises,
                                      r.submissions, r.source)
@@ -289,7 +296,7 @@ class Batch:
         self.hide = _hidden_paths(r.source, r.out, r.submissions)
         self.collected = {j.student for j in found} | {row.student for row in extra}
         for student in self.collected:  # this run's notes on their folders replace the old
-            gradebook.write_collected(r.out, student,
+            gradebook.write_collected(self.store, student,
                                       [row for row in extra if row.student == student])
         for job in all_jobs:
             data = submission_bytes(job, settings)
@@ -299,13 +306,14 @@ class Batch:
             if entry is not None and not r.force and _reusable(entry, key, retry):
                 self.rows_by_job[(job.student, job.exercise.name)] = entry.rows
                 if entry.key == key and entry.job != gradebook.job_facts(job):  # new timestamp
-                    _keep(r.out, job, entry.rows, key, settings, secret, log, entry.content)
+                    _keep(self.store, job, entry.rows, key, settings, secret, log,
+                          entry.content)
             else:
-                self.todo.append((job, gradebook.state_path(r.out, job.student,
-                                                            job.exercise.name)))
+                self.todo.append((job, r.out / ".work" / safe_file_name(job.student)
+                                  / job.exercise.name))
         if r.force:  # so that a --force cut short by Ctrl-C resumes, without it, where it stopped
-            for _, state in self.todo:
-                state.unlink(missing_ok=True)
+            for job, _ in self.todo:
+                gradebook.forget(self.store, job.student, job.exercise.name)
         self.entries, self.all_jobs, self.exercises = entries, all_jobs, exercises
 
     def _record(self, item: tuple[Job, Path], data: bytes | None, rows: list[Row],
@@ -314,7 +322,7 @@ class Batch:
         self.rows_by_job[(job.student, job.exercise.name)] = rows
         if spent is not None:
             self.costs[(job.student, job.exercise.name)] = spent
-        if _keep(self.request.out, job, rows,
+        if _keep(self.store, job, rows,
                  job_key(job, self.settings, data, self.secret.fingerprint), self.settings,
                  self.secret, self.log, content_key(job, data, self.secret.fingerprint), spent):
             self.saved.append(item)
@@ -374,7 +382,7 @@ class Batch:
         leaving = sorted({s for s, _ in self.entries} - collected - set(roster or ())) \
             if roster else []
         if leaving:
-            gradebook.remove_students(out, leaving, ("feedback", HTML_FEEDBACK))
+            gradebook.remove_students(self.store, out, leaving, ("feedback", HTML_FEEDBACK))
             notes.append(f"removed {len(leaving)} student(s) not on the roster from the "
                          f"gradebook: {', '.join(leaving[:10])}"
                          f"{' ...' if len(leaving) > 10 else ''}")
@@ -391,29 +399,41 @@ class Batch:
                    "--extensions": f"({len(dates.extensions)} lines)" if dates.extensions else "",
                    "--manual": str(r.manual or ""),
                    "--roster": f"({len(roster)} students)" if roster else ""}
-        notes += gradebook.dropped_options(out, applied)
+        notes += gradebook.dropped_options(self.store, applied)
         order = {name: i for i, name in enumerate(self.exercises)}
         book = sorted([*self.all_jobs, *kept], key=lambda j: (j.student, order[j.exercise.name]))
         rows = [row for job in book for row in self.rows_by_job[(job.student, job.exercise.name)]]
-        if r.manual is not None:
-            merge_sheet(rows, self.filled, r.manual)
+        filled = self._hand_grades(rows)
         rows += dates.late_rows(rows, book)
         notes_kept = gradebook.read_collected(out)
         rows += [row for student in sorted(set(notes_kept) | collected) if keep(student)
                  for row in notes_kept.get(student, [])]
         pages: dict[tuple[str, str], cost.Cost] = {}
-        write_outputs(out, rows, book, dates=dates, roster=roster, filled=self.filled,
+        write_outputs(out, rows, book, dates=dates, roster=roster, filled=filled,
                       executed=lambda job: executed_notebook(out, job, settings),
                       course=r.submissions if is_nbgrader_course(r.submissions) else None,
                       log=log, costs=pages)
         record_class(out, book, settings, log=log,  # for edu-dl report: cells' digests, hints
                      kept=frozenset((j.student, j.exercise.name) for j in kept))
-        gradebook.remember_options(out, applied)
+        gradebook.remember_options(self.store, applied)
         graded = len(self.todo)
         return Summary(rows, graded, len(self.all_jobs) - graded, time.monotonic() - self.start,
                        not self.problem, self.problem, self.secret.fingerprint, notes,
                        {key: (spent, pages.get(key)) for key, spent in self.costs.items()},
                        cost.process_peak_mb())
+
+    def _hand_grades(self, rows: list[Row]) -> dict[Any, Any]:
+        """Merge the hand grades into ``rows``: a ``--manual`` sheet's lines are checked
+        strictly (a line that names no row stops the batch) and imported into the gradebook
+        first; then every hand grade the gradebook keeps that names a row applies. Returns
+        them all, for the next manual.csv."""
+        r = self.request
+        if r.manual is not None:
+            merge_sheet([dataclasses.replace(row) for row in rows], self.filled, r.manual)
+            gradebook.save_hand_grades(self.store, dict(self.filled), f"--manual {r.manual}")
+        kept = gradebook.hand_grades(self.store)
+        merge_sheet(rows, applicable(rows, kept, repr(self.store)), repr(self.store))
+        return kept
 
 
 def _all_kept(jobs: list[Job], entries: dict[tuple[str, str], gradebook.Entry],
@@ -479,17 +499,16 @@ def _has_submission(entry: gradebook.Entry | None) -> bool:
     return entry is not None and entry.submitted
 
 
-def _keep(out: Path, job: Job, rows: list[Row], key: str, settings: Settings, secret: Secret,
+def _keep(store: db.Store, job: Job, rows: list[Row], key: str, settings: Settings, secret: Secret,
           log: Callable[[str], None], content: str = "", spent: cost.Cost | None = None
           ) -> bool:
-    """Write the job's rows to the gradebook's state (compact: they hold what the student's
-    code printed and raised), with what grading it cost the grader; whether they were
-    written."""
+    """Write the job's rows to the gradebook (one transaction), with what grading it cost the
+    grader; whether they were written."""
     try:
-        gradebook.write_entry(out, job, rows, key,
+        gradebook.write_entry(store, job, rows, key,
                               job_basis(job, settings, secret.fingerprint), secret.fingerprint,
                               content, spent.rounded() if spent is not None else None)
-    except OSError as exc:  # graded all the same; the next run grades it again
+    except (OSError, db.DatabaseError) as exc:  # graded all the same; graded again next time
         log(f"could not keep the grade of {job.student!r} for the next run ({exc})")
         return False
     return True

@@ -188,9 +188,11 @@ def add_grade(subparsers: Any) -> None:
                    "student graded before who is neither on it nor in SUBMISSIONS is removed "
                    "from OUT")
     p.add_argument("--manual", type=Path, metavar="CSV", help="a filled-in manual.csv (points "
-                   "and comments for what a person grades) to merge into the gradebooks; a "
+                   "and comments for what a person grades) to import into the gradebook; a "
                    "line naming an autograded row (its part as cell) overrides its points, "
-                   "the comment giving the reason (required)")
+                   "the comment giving the reason (required); imported grades stay for later "
+                   "runs")
+    add_db(p)
     # Defaults (None) come from settings.Settings, so `edu-dl --help` need not import the grader.
     for flag, kind, dest, text in (
         ("--timeout", float, "timeout_s", "seconds per cell (default 60)"),
@@ -232,6 +234,7 @@ def run_grade(args: argparse.Namespace) -> int:
     from edu_dl.grading.stages.secret import SecretError, load_or_create, rotate, secret_path
     from edu_dl.grading.term.batch import grade
     from edu_dl.grading.term.classreport_show import after_batch as class_at_a_glance
+    from edu_dl.grading.term.db import DatabaseError
     from edu_dl.grading.term.policy import (
         Dates,
         LatePolicy,
@@ -269,8 +272,9 @@ def run_grade(args: argparse.Namespace) -> int:
                         exercises_due=args.exercises, dates=dates, roster=roster,
                         manual=args.manual, cluster=cluster_options(args), secret=secret,
                         students=_students(args.students),
-                        retry_timeouts=args.retry_timeouts)
-    except (NotebookError, PolicyError, ClusterError, SecretError, NoSandbox) as exc:
+                        retry_timeouts=args.retry_timeouts, db_url=args.db)
+    except (NotebookError, PolicyError, ClusterError, SecretError, NoSandbox,
+            DatabaseError) as exc:
         say(f"edu-dl grade: {exc}", sys.stderr)
         return 2
     except (Interrupted, KeyboardInterrupt) as exc:
@@ -339,7 +343,15 @@ def add_replay(subparsers: Subparsers) -> None:
     parser.add_argument("--secret-file", type=Path, metavar="PATH",
                         help="the grading secret (default: OUT/.secret)")
     parser.add_argument("--full", action="store_true", help="print arrays whole")
+    add_db(parser)
     parser.set_defaults(handler=run_replay)
+
+
+def add_db(parser: argparse.ArgumentParser) -> None:
+    """The ``--db URL`` option of the commands that read or write the gradebook."""
+    parser.add_argument("--db", metavar="URL", help="the gradebook database, as an SQLAlchemy "
+                        "URL (default: sqlite:///OUT/gradebook.db); a course server's "
+                        "PostgreSQL: postgresql+psycopg://USER@HOST/DATABASE")
 
 
 def run_replay(args: argparse.Namespace) -> int:
@@ -348,12 +360,16 @@ def run_replay(args: argparse.Namespace) -> int:
     from edu_dl.grading.notebooks import NotebookError
     from edu_dl.grading.stages.replay import ReplayError, replay, replay_text
     from edu_dl.grading.stages.secret import SecretError, read_secret
+    from edu_dl.grading.term.db import DatabaseError, store
+    from edu_dl.grading.term.gradebook import kept_entry
     from edu_dl.grading.term.renumbered import explained
 
     try:
         secret = read_secret(args.secret_file) if args.secret_file else None
-        found = replay(args.out, args.student, args.exercise, args.source, secret)
-    except (ReplayError, SecretError, NotebookError) as exc:
+        kept = kept_entry(store(args.out, args.db), args.student, args.exercise)
+        found = replay(args.out, args.student, args.exercise, args.source, secret,
+                       kept.rows if kept is not None else None)
+    except (ReplayError, SecretError, NotebookError, DatabaseError) as exc:
         source = args.source
         known = ({p.stem for p in source.glob("*.ipynb")} if source.is_dir() else {source.stem})
         say(f"edu-dl replay: {explained(str(exc), [args.exercise], known)}", sys.stderr)

@@ -4,7 +4,10 @@ The grader writes one line per "needs manual grading" row (graded answers, tasks
 exercise, cell, max points, the answer (capped), points and comment left blank. The instructor
 fills in points (and a comment) and passes the sheet with ``--manual sheet.csv`` on the next run;
 its points replace the row's, checked to lie within 0..max, and a line that names no row of
-the gradebook stops the batch with one sentence (a typo must not lose a grade silently).
+the gradebook stops the batch with one sentence (a typo must not lose a grade silently). The
+lines are then kept in the gradebook's database (``gradebook.save_hand_grades``), as
+``edu-dl mark``'s saves are, and every later run applies those that name a row
+(:func:`applicable`) without the sheet.
 Each line carries ``answer_id``, a digest of the whole answer: points given to an answer that
 has since changed (a resubmission) are not merged, and the row asks to be graded again.
 
@@ -123,28 +126,13 @@ def read_sheet(path: Path) -> dict[Key, Filled]:
     return filled
 
 
-def merge(rows: list[Row], filled: dict[Key, Filled], path: Path) -> int:
+def merge(rows: list[Row], filled: dict[Key, Filled], path: Path | str) -> int:
     """Put the sheet's points into the rows a person grades, and override the autograded rows
     it names with a reason; returns how many were merged. Points given to another answer than
     the row's (it changed since) are left out: the row says so and waits to be graded again."""
     # A line's student is one student of the gradebook, exactly, or the line is refused
     # (identity.Names): "alice" never lands on "alice " or "alice\u200b".
-    manual = {_key(r): r for r in rows if is_manual(r)}
-    automatic = {_key(r): r for r in rows if r.part and not is_manual(r)}
-    names = Names(r.student for r in rows)
-    found: dict[Key, Row] = {}
-    unknown: list[Key] = []
-    for key in filled:
-        try:
-            student = names.resolve(key[0], f"--manual {path}, the line for {'/'.join(key)}")
-        except NameClash as exc:
-            raise ManualSheetError(str(exc)) from None
-        row = None if student is None else \
-            manual.get((student, *key[1:])) or automatic.get((student, *key[1:]))
-        if row is None:
-            unknown.append(key)
-        else:
-            found[key] = row
+    found, unknown = _rows_of(rows, filled, path)
     if unknown:
         shown = "; ".join("/".join(key) for key in unknown[:5])
         known = {r.exercise for r in rows} | {r.part for r in rows}
@@ -171,12 +159,47 @@ def merge(rows: list[Row], filled: dict[Key, Filled], path: Path) -> int:
     return merged
 
 
+def _rows_of(rows: list[Row], filled: dict[Key, Filled], path: Path | str
+             ) -> tuple[dict[Key, Row], list[Key]]:
+    """The row each line names, and the lines that name none."""
+    manual = {_key(r): r for r in rows if is_manual(r)}
+    automatic = {_key(r): r for r in rows if r.part and not is_manual(r)}
+    names = Names(r.student for r in rows)
+    found: dict[Key, Row] = {}
+    unknown: list[Key] = []
+    for key in filled:
+        try:
+            student = names.resolve(key[0], f"--manual {path}, the line for {'/'.join(key)}")
+        except NameClash as exc:
+            raise ManualSheetError(str(exc)) from None
+        row = None if student is None else \
+            manual.get((student, *key[1:])) or automatic.get((student, *key[1:]))
+        if row is None:
+            unknown.append(key)
+        else:
+            found[key] = row
+    return found, unknown
+
+
+def applicable(rows: list[Row], kept: dict[Key, Filled], where: str) -> dict[Key, Filled]:
+    """The gradebook's hand grades (``kept``) that apply to ``rows``: those that name one of
+    them, within its points, an override with its reason. The others stay kept, unused (a
+    student the roster removed, an exercise not graded in this run)."""
+    try:
+        found, _ = _rows_of(rows, kept, where)
+    except ManualSheetError:
+        return {}
+    return {key: grade for key, grade in kept.items() if key in found
+            and 0 <= grade[0] <= found[key].max_points
+            and (is_manual(found[key]) or grade[1])}
+
+
 def _key(row: Row) -> Key:
     """A row by its student as it is, and its exercise and cell as the sheet writes them."""
     return (row.student, written(row.exercise), written(row.part))
 
 
-def override(row: Row, points: float, reason: str, path: Path) -> None:
+def override(row: Row, points: float, reason: str, path: Path | str) -> None:
     """A person's points in place of the grader's, for the reason given (required: a grade
     that differs from what the grader found must say why)."""
     if not reason:

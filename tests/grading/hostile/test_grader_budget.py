@@ -3,7 +3,7 @@ it minutes and a gigabyte, at a few MB each, beside the honest ``alice``.
 
 Values and depth are counted before any JSON is parsed, cells before nbformat sees them, and the
 feedback page shows what it cut; every submission graded records what it cost the grader (the
-state file, run.json, the summary). The full-size cases are measured by
+gradebook, run.json, the summary). The full-size cases are measured by
 ``tests/bench_grader_cost.py``; no wall time is asserted here.
 """
 
@@ -82,13 +82,13 @@ def test_costly_notebooks_are_refused_or_cut_and_every_cost_is_recorded(
         in html and "[... 404 cells not shown here]" in html
     assert html.count("edu-grade passed") == 2 and len(html) < 2 << 20
 
-    # What each submission cost the grader: in the summary, the state file and run.json.
+    # What each submission cost the grader: in the summary, the gradebook and run.json.
     assert set(summary.costs) == {(s, corpus.EXERCISE) for s in [*STUDENTS.values(), "alice"]}
     for (student, _), (spent, page_cost) in summary.costs.items():
         assert 0 < spent.seconds < 600 and 0 < spent.cpu_seconds < 600, (student, spent)
         assert 0 < spent.peak_mb and 0 <= spent.added_mb < 300, (student, spent)
-        state = json.loads(gradebook.state_path(out, student, corpus.EXERCISE).read_text())
-        assert state["grader"] == spent.rounded(), student
+        kept = gradebook.kept_entry(out, student, corpus.EXERCISE)
+        assert kept is not None and kept.grader == spent.rounded(), student
         run = out / ".work" / student / corpus.EXERCISE / "run.json"
         ran = student in ("alice", "markdown")
         assert run.exists() == ran, student

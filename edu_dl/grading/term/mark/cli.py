@@ -17,12 +17,12 @@ def add_mark(subparsers: Subparsers) -> None:
     """Register ``edu-dl mark OUT``: grade the rows that need a person, in a browser."""
     parser = subparsers.add_parser(
         "mark",
-        help="grade by hand in a browser: the rows that need a person, saved to the sheet",
+        help="grade by hand in a browser: the rows that need a person, saved to the gradebook",
         description="Serve a local page (Jupyter Server, 127.0.0.1, with a token) listing "
         "every row of OUT that needs a person: the answer, its feedback page, the source "
-        "cell beside it, points and a comment. Each save writes the sheet (manual.csv's "
-        "format) that the next `edu-dl grade --manual SHEET` merges; nothing in OUT is "
-        "written.")
+        "cell beside it, points and a comment. Each save keeps the grade in the gradebook "
+        "database, which the next `edu-dl grade` applies, and writes the sheet again "
+        "(manual.csv's format) from it; several people may grade at once.")
     parser.add_argument("out", type=Path, metavar="OUT", help="the --out folder of edu-dl grade")
     parser.add_argument("--sheet", type=Path, metavar="FILE",
                         help="the filled-in sheet to read and save to (default: the course "
@@ -39,11 +39,14 @@ def add_mark(subparsers: Subparsers) -> None:
     parser.add_argument("--port", type=int, metavar="N",
                         help="the port (default: Jupyter's, 8888 or the next free one)")
     parser.add_argument("--no-browser", action="store_true", help="do not open a browser")
+    parser.add_argument("--db", metavar="URL", help="the gradebook database, as edu-dl grade "
+                        "--db (default: the course config's, else sqlite:///OUT/gradebook.db)")
     parser.set_defaults(handler=run_mark)
 
 
-def _configured(args: argparse.Namespace, key: str) -> Path | None:
-    """The course config's value of ``key`` for edu-dl grade (its [grade] or [course])."""
+def _configured(args: argparse.Namespace, key: str) -> Any:
+    """The course config's value of ``key`` for edu-dl grade (its [grade] or [course]), as
+    its option converts it (a Path for manual and source, text for db), or None."""
     config = getattr(args, "course_config", None)
     setting = config.settings.get(("grade",), {}).get(key) if config is not None else None
     return setting.value if setting is not None else None
@@ -52,22 +55,29 @@ def _configured(args: argparse.Namespace, key: str) -> Path | None:
 def run_mark(args: argparse.Namespace) -> int:
     """``edu-dl mark``: serve the page until interrupted; 2 when OUT or the sheet cannot be
     read, or the server would run without a token."""
-    from edu_dl.grading.term.gradebook import STATE
+    from edu_dl.grading.term.db import DatabaseError, store
     from edu_dl.grading.term.manual import ManualSheetError
     from edu_dl.grading.term.mark.store import Desk, default_sheet
 
     out: Path = args.out
-    if not (out / STATE).is_dir():
-        say(f"edu-dl mark: {out} holds no gradebook (no {STATE}/); grade first: edu-dl grade "
-            f"SUBMISSIONS --source SOURCE --out {out}", sys.stderr)
+    configured = _configured(args, "db")
+    url = args.db or (str(configured) if configured is not None else None)
+    try:
+        book = store(out, url)
+    except DatabaseError as exc:
+        say(f"edu-dl mark: {exc}", sys.stderr)
+        return 2
+    if not book.exists():
+        say(f"edu-dl mark: {out} holds no gradebook (no {book.file}); grade first: edu-dl "
+            f"grade SUBMISSIONS --source SOURCE --out {out}", sys.stderr)
         return 2
     sheet = args.sheet or default_sheet(out, _configured(args, "manual"))
     source = args.source or _configured(args, "source")
     try:
         desk = Desk(out, sheet, anonymous=args.anonymous, overrides=args.overrides,
-                    source=source, log=lambda text: say(f"warning: {text}", sys.stderr))
-        desk.filled()  # a broken sheet stops here, with its line
-    except ManualSheetError as exc:
+                    source=source, log=lambda text: say(f"warning: {text}", sys.stderr),
+                    db_url=url)
+    except (ManualSheetError, DatabaseError) as exc:
         say(f"edu-dl mark: {exc}", sys.stderr)
         return 2
     return serve(desk, args.port, open_browser=not args.no_browser)

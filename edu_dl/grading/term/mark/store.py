@@ -1,13 +1,18 @@
-"""The rows a person grades in ``edu-dl mark``, and the sheet their points are saved to.
+"""The rows a person grades in ``edu-dl mark``, and where their points are saved.
 
-The rows come from OUT's gradebook state (``gradebook.read_entries``, the grader's rows before
-any sheet was merged); what a person gave comes from the sheet (``manual.read_sheet``), read
-again on every request, so a reload, a restart or an edit in a spreadsheet is seen. A save
-checks the points (a number within 0..max; an autograded row only with a reason, as
-``manual.merge`` does), then writes the whole sheet in manual.csv's format (``manual.sheet``,
-``csv_bytes``) to a temporary file renamed over it, under an ``fcntl`` lock on the sheet's
-folder, so two saves never lose each other's line and ``edu-dl grade --manual`` reads either the
-old sheet or the new one, whole. Nothing in OUT is written.
+The rows come from OUT's gradebook (``gradebook.read_entries``, the grader's rows before any
+hand grade was merged); what people gave comes from the gradebook's hand grades
+(``gradebook.hand_grades``), read again on every request, so a reload, a restart or another
+person's save is seen. A sheet that exists when the page starts (one filled in a spreadsheet,
+one from before the database) has its lines imported, those of rows not graded in the database
+yet. A save checks the points (a number within 0..max; an autograded row only with a reason,
+as ``manual.merge`` does) and keeps that one grade in the database (one transaction: two
+people saving at once never lose each other's grade), with who gave it and when. Then the
+sheet is written again from the database, whole, in manual.csv's format (``manual.sheet``,
+``csv_bytes``; a temporary file renamed over it, under an ``fcntl`` lock on the sheet's folder,
+so that the sheets of two saves are written in the order of their saves): it is a view, for a
+spreadsheet and for ``edu-dl grade --manual``. The next ``edu-dl grade`` applies the database's
+hand grades without it.
 
 With ``anonymous``, names never leave this module: a row is shown as "student N" (N by the
 sorted names, stable while the gradebook keeps its students).
@@ -30,7 +35,7 @@ from typing import Any
 from edu_dl.grading.model import Refused, Row
 from edu_dl.grading.notebooks import write_atomic
 from edu_dl.grading.stages.feedback import anchor, page_path
-from edu_dl.grading.term import gradebook
+from edu_dl.grading.term import db, gradebook
 from edu_dl.grading.term.csvio import csv_bytes
 from edu_dl.grading.term.manual import (
     COLUMNS,
@@ -86,13 +91,16 @@ class Desk:
 
     def __init__(self, out: Path, sheet_path: Path, *, anonymous: bool = False,
                  overrides: bool = False, source: Path | None = None,
-                 log: Callable[[str], None] = lambda _: None) -> None:
+                 log: Callable[[str], None] = lambda _: None, db_url: str | None = None,
+                 grader: str | None = None) -> None:
         self.out, self.sheet_path, self.source = out, sheet_path, source
+        self.store = db.store(out, db_url)
+        self.grader = f"edu-dl mark ({grader or gradebook.who()})"
         self.anonymous, self.overrides = anonymous, overrides
         self.rows: list[Row] = []  # every row of the gradebook: the sheet is written from them
         self.pages: dict[tuple[str, str], str] = {}
         self.assignments: dict[tuple[str, str], str] = {}
-        for entry in gradebook.read_entries(out, log).values():
+        for entry in gradebook.read_entries(self.store, log).values():
             self.rows += entry.rows
             assignment = str(entry.job.get("assignment") or entry.exercise)
             self.assignments[(entry.student, entry.exercise)] = assignment
@@ -103,14 +111,16 @@ class Desk:
                       if is_manual(r) or (overrides and r.part)]
         students = sorted({r.student for r in self.rows})
         self._alias = {name: f"student {n}" for n, name in enumerate(students, start=1)}
+        if self.sheet_path.exists() or self.sheet_path.is_symlink():  # read_sheet refuses a link
+            sheet_lines: dict[Key, Filled | None] = dict(read_sheet(self.sheet_path))
+            gradebook.save_hand_grades(self.store, sheet_lines, f"sheet {self.sheet_path}",
+                                       only_new=True)
 
     # ------------------------------------------------------------------ reading
 
     def filled(self) -> dict[Key, Filled]:
-        """What the sheet holds now ({} when there is no sheet yet)."""
-        if not self.sheet_path.exists() and not self.sheet_path.is_symlink():
-            return {}
-        return read_sheet(self.sheet_path)
+        """The hand grades the gradebook holds now."""
+        return gradebook.hand_grades(self.store)
 
     def shown_student(self, row: Row) -> str:
         """The student as the page may show them: a pseudonym when anonymous."""
@@ -174,13 +184,10 @@ class Desk:
             raise MarkError(f"{where} is autograded ({row.status}, "
                             f"{row.points:g} of {row.max_points:g} points): an override needs "
                             "a reason; write why in the comment")
-        with self._locked():
-            filled = self.filled()  # as it is now: another save or a spreadsheet's edit stays
-            if points is None:
-                filled.pop(item.key, None)
-            else:
-                filled[item.key] = (points, comment, answer_id(row.answer))
-            self._write(filled)
+        grade = None if points is None else (points, comment, answer_id(row.answer))
+        with self._locked():  # the sheets of two saves are written in the order of the saves
+            gradebook.save_hand_grades(self.store, {item.key: grade}, self.grader)
+            self._write(self.filled())  # as it is now: every other person's grade stays
         return self.detail(index)
 
     def _write(self, filled: dict[Key, Filled]) -> None:
