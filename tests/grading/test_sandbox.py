@@ -387,6 +387,25 @@ def test_uncounted_memory_calls_are_denied_only_where_nothing_counts_them(
     assert "shmget -1 1\n" in done.log and "memfd 1\n" in done.log, done.log
 
 
+def test_the_watchdog_sees_every_process_of_the_sandbox() -> None:
+    """Five sleeping children (two daemonized, re-parented inside): the tasks the watchdog
+    counts include them all, whether it lists the sandbox's cgroup (as root) or scans /proc."""
+    done = sandbox.run(["/bin/sh", "-c", "for i in 1 2 3; do sleep 2.417 & done; "
+                        "(sleep 2.418 &); (sleep 2.419 &); wait; sleep 0.5"],
+                       limits=FAST, env={"PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0 and not done.killed, done
+    assert done.peak_tasks >= 6, done  # the shell and five sleeps (and bwrap's own)
+
+
+def test_a_groups_processes_are_its_cgroup_procs(tmp_path: Path) -> None:
+    group = cgroups.Group(version=1, pids=tmp_path)
+    (tmp_path / "cgroup.procs").write_text("12\n3\n7\n")
+    assert group.processes() == [3, 7, 12]
+    (tmp_path / "cgroup.procs").write_text("3\nx\n")
+    assert group.processes() is None  # unreadable: the watchdog scans /proc instead
+    assert cgroups.Group().processes() is None
+
+
 def test_the_memory_cgroup_is_the_graders_own_child() -> None:
     """As root: a sandbox's memory group lies below this process's own memory cgroup (not at
     the hierarchy's root, where it would leave the grader's limits), and is gone afterwards."""

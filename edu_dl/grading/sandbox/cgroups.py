@@ -65,6 +65,18 @@ class Group:
         for folder in self.folders():
             (folder / "cgroup.procs").write_text(str(pid))
 
+    def processes(self) -> list[int] | None:
+        """The pids in the group (its cgroup.procs), sorted; None where there is no group or
+        it cannot be read. Every process of the sandbox is there: its first joined before it
+        ran anything, and the others cannot leave."""
+        folders = self.folders()
+        if not folders:
+            return None
+        try:
+            return sorted(int(pid) for pid in (folders[0] / "cgroup.procs").read_text().split())
+        except (OSError, ValueError):
+            return None
+
     def oom_kills(self) -> int:
         """How many processes the kernel's OOM killer took in the memory group."""
         if self.memory is None:
