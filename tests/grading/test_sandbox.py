@@ -387,6 +387,26 @@ def test_uncounted_memory_calls_are_denied_only_where_nothing_counts_them(
     assert "shmget -1 1\n" in done.log and "memfd 1\n" in done.log, done.log
 
 
+def test_the_runner_as_a_file_imports_nothing_of_the_package() -> None:
+    """The sandbox runs the runner as a file: its start then costs no NumPy and no engine (a
+    fifth of a trivial notebook's CPU time), and it still works (the argv of stages/run.py)."""
+    from edu_dl.grading import runner
+    from edu_dl.grading.stages import run
+
+    argv = run.run_sandboxed.__code__.co_consts  # the command is built there: "-P" and a path
+    assert "-P" in argv
+    probe = ("import runpy, sys\nsys.argv = ['runner.py', '--help']\ntry:\n"
+             f"    runpy.run_path({str(Path(runner.__file__))!r}, run_name='__main__')\n"
+             "except SystemExit:\n    pass\n"
+             "print(sorted(m for m in sys.modules\n"
+             "             if m in ('numpy', 'edu_dl') or m.startswith('edu_dl.')))")
+    import subprocess
+
+    shown = subprocess.run([PY, "-P", "-c", probe], capture_output=True, text=True, timeout=60,
+                           cwd="/", env={**os.environ, "PYTHONPATH": ""})
+    assert "usage: " in shown.stdout and shown.stdout.strip().endswith("[]"), shown
+
+
 def test_the_watchdog_sees_every_process_of_the_sandbox() -> None:
     """Five sleeping children (two daemonized, re-parented inside): the tasks the watchdog
     counts include them all, whether it lists the sandbox's cgroup (as root) or scans /proc."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from edu_dl.grading import sandbox
+from edu_dl.grading import runner, sandbox
 from edu_dl.grading.settings import MB, Settings
 from edu_dl.grading.stages.prepare import Prepared
 
@@ -26,7 +26,8 @@ def run_sandboxed(files: dict[str, bytes], settings: Settings, hide: list[Path],
                   root: str = "/tmp", boxed: bool = True) -> sandbox.Result:
     """The runner on ``files`` in a sandbox of this machine (its Python, its environment): the
     one step a cluster worker does (``edu_dl.grading.stages.cluster``)."""
-    argv = [sandbox.python(), "-m", "edu_dl.grading.runner", f"{root}/work/notebook.ipynb",
+    # As a file, not "-m": the runner then needs nothing of the package (runner.py says why).
+    argv = [sandbox.python(), "-P", str(Path(runner.__file__)), f"{root}/work/notebook.ipynb",
             f"{root}/grading", "--timeout", f"{settings.timeout_s:g}",
             "--budget", f"{settings.runner_budget():g}", "--output-cap", str(settings.output_cap),
             "--result-limit", str(settings.file_mb * MB),
