@@ -407,6 +407,29 @@ def test_the_runner_as_a_file_imports_nothing_of_the_package() -> None:
     assert "usage: " in shown.stdout and shown.stdout.strip().endswith("[]"), shown
 
 
+def test_the_runners_kernel_starts_as_ipykernels_launcher_does_without_debugpy(
+        tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import zipfile
+
+    import nbformat
+
+    from edu_dl.grading import runner
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+        "import os, sys\nprint(sys.modules.get('debugpy', 'absent'), os.path.basename(sys.argv[0]),"
+        " '' in sys.path)")]
+    nbformat.write(nb, tmp_path / "n.ipynb")
+    subprocess.run([PY, "-P", runner.__file__, str(tmp_path / "n.ipynb"), str(tmp_path / "g"),
+                    "--result", str(tmp_path / "r.zip")], check=True, timeout=120,
+                   capture_output=True)
+    with zipfile.ZipFile(tmp_path / "r.zip") as zf:
+        executed = json.loads(zf.read("executed.ipynb"))
+    assert executed["cells"][0]["outputs"][0]["text"] == ["None ipykernel_launcher.py True\n"]
+
+
 def test_the_watchdog_sees_every_process_of_the_sandbox() -> None:
     """Five sleeping children (two daemonized, re-parented inside): the tasks the watchdog
     counts include them all, whether it lists the sandbox's cgroup (as root) or scans /proc."""
