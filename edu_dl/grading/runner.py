@@ -161,6 +161,7 @@ def execute(notebook: Path, grading_dir: Path, *, timeout: float, output_cap: in
         nb, timeout=math.ceil(timeout), startup_timeout=math.ceil(min(startup_timeout, budget)),
         kernel_name="python3", kernel_manager_class=_kernel_manager_class(),
         allow_errors=True, interrupt_on_timeout=True, record_timing=False,
+        shutdown_kernel="immediate",  # every cell's output is in: no wait for a polite exit
         error_on_timeout={"ename": "CellTimeout", "evalue": f"cell ran over {timeout:g} s"},
         resources={"metadata": {"path": str(notebook.parent)}},
     )
