@@ -12,7 +12,13 @@ from typing import Any
 import nbformat
 import numpy as np
 import pytest
-from fixtures.exercise_helpers import code_lines, course_module, longest_shared_run, run_check
+from fixtures.exercise_helpers import (
+    code_lines,
+    course_module,
+    lecture_outputs,
+    longest_shared_run,
+    run_check,
+)
 from numba import njit
 
 from edu_dl.gpu.transactions import warp_segments
@@ -254,11 +260,12 @@ def test_writing_into_x_is_caught(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_no_solution_is_lecture_05_code_retyped() -> None:
-    """Issue 25: no two consecutive lines of a solution appear together in lecture 05 or in
-    edu_dl.gpu.transactions."""
+    """Issue 25: no two consecutive lines of a solution appear together in lecture 05 (its code or
+    printed output) or in edu_dl.gpu.transactions."""
     lecture = json.loads(LECTURE.read_text())
     texts = [code_lines("".join(c["source"])) for c in lecture["cells"]
              if c["cell_type"] == "code"]
+    texts += [code_lines(text) for text in lecture_outputs(LECTURE).values()]  # printed sources
     texts.append(code_lines((ROOT / "edu_dl" / "gpu" / "transactions.py").read_text()))
     nb = nbformat.read(NOTEBOOK, as_version=4)
     bodies = [code_lines(c.source[c.source.index("### BEGIN SOLUTION"):

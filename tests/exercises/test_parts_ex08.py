@@ -17,6 +17,7 @@ from fixtures.exercise_helpers import (
     course_module,
     course_part,
     fresh_release,
+    printed_text,
     run_check,
     solution_namespace,
 )
@@ -447,7 +448,7 @@ def test_no_solution_is_lecture_code_retyped() -> None:
     for path in (ROOT / "lectures").glob("*.ipynb"):
         for cell in nbformat.read(path, as_version=4).cells:
             if cell.cell_type == "code":
-                text += [cell.source, *(o.get("text", "") for o in cell.get("outputs", []))]
+                text += [cell.source, *(printed_text(o) for o in cell.get("outputs", []))]
     known = {_words(line) for chunk in text for line in chunk.splitlines()}
     regions = [region for cell in nbformat.read(NOTEBOOK, as_version=4).cells
                if cell.metadata.get("nbgrader", {}).get("solution")

@@ -15,6 +15,7 @@ import pytest
 from fixtures.exercise_helpers import (
     code_lines,
     course_module,
+    lecture_outputs,
     longest_shared_run,
     run_check,
     solution_namespace,
@@ -265,6 +266,8 @@ def lecture_cells() -> dict[str, list[str]]:
         for k, cell in enumerate(json.loads(path.read_text())["cells"]):
             if cell["cell_type"] == "code":
                 texts[f"{path.name} cell {k}"] = code_lines("".join(cell["source"]))
+        for k, text in lecture_outputs(path).items():  # printed sources are given away too
+            texts[f"{path.name} cell {k} output"] = code_lines(text)
     return texts
 
 
@@ -279,7 +282,8 @@ def solution_bodies() -> dict[str, list[str]]:
 
 
 def test_no_solution_is_lecture_code_retyped() -> None:
-    """Issue 25: no two consecutive lines of a solution appear together in a lecture."""
+    """Issue 25: no two consecutive lines of a solution appear together in a lecture's code or
+    printed output."""
     texts = lecture_cells()
     bodies = solution_bodies()
     assert set(bodies) == set(PART_FUNCTIONS.values())

@@ -13,7 +13,13 @@ from typing import Any
 import nbformat
 import numpy as np
 import pytest
-from fixtures.exercise_helpers import code_lines, course_module, course_part, longest_shared_run
+from fixtures.exercise_helpers import (
+    code_lines,
+    course_module,
+    course_part,
+    lecture_outputs,
+    longest_shared_run,
+)
 
 from edu_dl.grading import CheckFailed, check, checking
 from edu_dl.grading.authoring.spec import judge_case
@@ -295,12 +301,14 @@ def test_tensor_parallel_backward_mistakes() -> None:
 
 
 def course_texts() -> dict[str, list[str]]:
-    """Every lecture's code cells and every module of edu_dl, as code lines."""
+    """Every lecture's code cells and printed outputs and every module of edu_dl, as code lines."""
     texts = {}
     for path in sorted((ROOT / "lectures").glob("*.ipynb")):
         for k, cell in enumerate(nbformat.read(path, as_version=4).cells):
             if cell.cell_type == "code":
                 texts[f"{path.name} cell {k}"] = code_lines(cell.source)
+        for k, text in lecture_outputs(path).items():  # printed sources are given away too
+            texts[f"{path.name} cell {k} output"] = code_lines(text)
     for path in sorted((ROOT / "edu_dl").rglob("*.py")):
         texts[str(path.relative_to(ROOT))] = code_lines(path.read_text())
     return texts
