@@ -12,24 +12,35 @@ X = grading.TIMES
 
 
 def test_the_table_says_whether_the_goal_is_met() -> None:
-    result = {"notebooks": 8, "seconds": {"nbgrader": 16.0, "edu-dl --jobs 1": 12.0,
-                                          "edu-dl --jobs 2": 7.0}}
-    result["per_notebook"] = {k: v / 8 for k, v in result["seconds"].items()}
+    seconds = {"nbgrader": [16.0, 20.0, 18.0], "edu-dl --jobs 1": [7.2, 8.0, 9.0],
+               "edu-dl --jobs 2": [4.0, 4.4, 5.0]}
+    result = {"notebooks": 8, "rounds": 3, "seconds": seconds,
+              "per_notebook": {k: sorted(v)[1] / 8 for k, v in seconds.items()},
+              "ratios": {k: sorted(a / b for a, b in zip(v, seconds["nbgrader"]))
+                         for k, v in seconds.items() if k != "nbgrader"},
+              "split": ["where the time went (8 notebook runs, ...): cells 1.0 s (50%)"]}
     text = grading.versus_nbgrader_markdown(result, cores=2)
-    assert f"| edu-dl --jobs 1 | 12.0 s | 1.50 s | 0.75{X} |" in text
-    assert f"| nbgrader | 16.0 s | 2.00 s | 1.00{X} |" in text
-    assert f"0.75{X}, met." in text
-    result["per_notebook"]["edu-dl --jobs 1"] = 2.5
-    assert f"1.25{X}, **not met**." in grading.versus_nbgrader_markdown(result, cores=2)
+    assert f"| edu-dl --jobs 1 | 1.00 s | 0.90 to 1.12 s | 0.45{X} (0.40 to 0.50) |" in text
+    assert f"| nbgrader | 2.25 s | 2.00 to 2.50 s | 1.00{X} |" in text
+    assert f"0.45{X} (rounds 0.40 to 0.50), met." in text
+    assert "where the time went (8 notebook runs" in text
+    seconds["edu-dl --jobs 1"][2] = 10.0  # one round over the goal
+    result["ratios"]["edu-dl --jobs 1"] = sorted(
+        a / b for a, b in zip(seconds["edu-dl --jobs 1"], seconds["nbgrader"]))
+    assert "**not met in every round**" in grading.versus_nbgrader_markdown(result, cores=2)
+    result["ratios"]["edu-dl --jobs 1"] = [0.6, 0.7, 0.8]
+    assert "**not met**." in grading.versus_nbgrader_markdown(result, cores=2)
 
 
 @pytest.mark.slow
 def test_nbgrader_and_edu_dl_grade_the_same_notebooks(request: pytest.FixtureRequest) -> None:
     venv = Path(request.config.cache.mkdir("nbgrader-0.9-venv"))  # shared with the nbgrader tests
-    result = grading.versus_nbgrader(copies=1, jobs=2, venv=venv, progress=False)
-    assert result["notebooks"] == 4
+    result = grading.versus_nbgrader(copies=1, jobs=2, venv=venv, progress=False, rounds=1)
+    assert result["notebooks"] == 4 and result["rounds"] == 1
     assert set(result["seconds"]) == {"nbgrader", "edu-dl --jobs 1", "edu-dl --jobs 2"}
-    assert all(s > 0 for s in result["seconds"].values())
+    assert all(len(s) == 1 and s[0] > 0 for s in result["seconds"].values())
+    assert result["split"] and result["split"][0].startswith("where the time went (4 notebook")
+    assert "| edu-dl --jobs 1 |" in grading.versus_nbgrader_markdown(result, cores=2)
 
 
 def test_the_dev_tool_parses_its_flags_and_reports_throughput(capsys, tmp_path: Path) -> None:
