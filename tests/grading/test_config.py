@@ -246,3 +246,5 @@ def test_the_instructors_guide_example_is_a_valid_course_config(
         (Path("solutions"), Path("grades"), "per-day:10%", 4096)
     assert parse(["lms", "export", "canvas", "grades"]).out == Path("canvas/import.csv")
     assert parse(["replay", "grades", "alice", "06_mlp"]).full is True
+    mark = parse(["mark", "grades"])
+    assert (mark.anonymous, mark.port, mark.sheet) == (True, 8890, Path("manual-filled.csv"))
