@@ -191,12 +191,48 @@ def test_edu_dl_config_shows_each_value_and_where_it_came_from(
     assert lines["--force"] == ["false", "default"]
     assert main(["config"]) == 0
     shown = capsys.readouterr().out
-    assert "source = 'solutions'  (line 2)  -> edu-dl validate, grade, replay, lms collect" \
-        in shown
+    assert "source = 'solutions'  (line 2)  -> edu-dl validate, grade, replay, mark, " \
+        "lms collect" in shown
     assert main(["config", "lms", "export"]) == 0
     assert "--roster" in capsys.readouterr().out
     assert main(["--no-config", "config"]) == 0
     assert "no course config" in capsys.readouterr().out
+
+
+def test_mark_has_its_table_and_otherwise_follows_grade(
+        course: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """edu-dl mark works on grade's folder: its own table wins, then grade's settings of the
+    keys they share (db, source, roster, grade's manual as mark's sheet), then [course]; and
+    edu-dl config mark says where each came from."""
+    write(course, '[course]\nsource = "solutions"\ndb = "sqlite:////srv/course.db"\n'
+          'roster = "students.csv"\n\n[grade]\nmanual = "sheets/filled.csv"\n'
+          'db = "sqlite:////srv/grade.db"\n\n[mark]\nport = 9123\nanonymous = true\n'
+          'overrides = true\n')
+    args = parse(["mark", "grades"])
+    assert (args.port, args.anonymous, args.overrides, args.no_browser) == (9123, True, True,
+                                                                            False)
+    assert args.sheet == Path("sheets/filled.csv")  # grade's manual
+    assert args.db == "sqlite:////srv/grade.db"  # grade's table over [course]
+    assert (args.source, args.roster) == (Path("solutions"), Path("students.csv"))
+    assert main(["config", "mark", "grades", "--port", "9000"]) == 0
+    lines = {line.split()[0]: line.split(None, 2)[1:] for line in
+             capsys.readouterr().out.splitlines()[1:]}
+    assert lines["--port"] == ["9000", "flag"]
+    assert lines["--anonymous"] == ["true", "edu-dl.toml [mark] line 12"]
+    assert lines["--sheet"] == ["sheets/filled.csv", "edu-dl.toml [grade] line 7"]
+    assert lines["--db"] == ["sqlite:////srv/grade.db", "edu-dl.toml [grade] line 8"]
+    assert lines["--source"] == ["solutions", "edu-dl.toml [course] line 2"]
+    assert lines["--no-browser"] == ["false", "default"]
+    assert main(["config"]) == 0
+    shown = capsys.readouterr().out
+    assert "manual = 'sheets/filled.csv'  (line 7)  -> edu-dl grade, mark" in shown
+    assert "port = 9123  (line 11)  -> edu-dl mark" in shown
+    # Its own table wins over grade's; a key mark does not have is refused in [mark].
+    write(course, '[grade]\nmanual = "a.csv"\n[mark]\nsheet = "b.csv"\n')
+    assert parse(["mark", "grades"]).sheet == Path("b.csv")
+    write(course, '[mark]\njobs = 4\n')
+    with pytest.raises(ConfigError, match=r"\[mark\] jobs: not an option of edu-dl mark"):
+        parse(["mark", "grades"])
 
 
 def test_the_instructors_guide_example_is_a_valid_course_config(
@@ -210,3 +246,5 @@ def test_the_instructors_guide_example_is_a_valid_course_config(
         (Path("solutions"), Path("grades"), "per-day:10%", 4096)
     assert parse(["lms", "export", "canvas", "grades"]).out == Path("canvas/import.csv")
     assert parse(["replay", "grades", "alice", "06_mlp"]).full is True
+    mark = parse(["mark", "grades"])
+    assert (mark.anonymous, mark.port, mark.sheet) == (True, 8890, Path("manual-filled.csv"))

@@ -17,11 +17,15 @@ from pathlib import Path
 import nbformat
 import pytest
 from fixtures.chromium import free_port
+from fixtures.nbgrader_course import _code, _md
+from test_feedback import png
+from test_grade import assert_no_live_markup
 
 from edu_dl.grading.model import BY_HAND, Exercise, Job, Row
 from edu_dl.grading.stages.feedback import page_path
 from edu_dl.grading.term import gradebook, manual
-from edu_dl.grading.term.mark.store import Desk, MarkError, feedback_page
+from edu_dl.grading.term.mark.answer import autograded_path
+from edu_dl.grading.term.mark.store import Desk, MarkError, answer_page, feedback_page
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = ("zelda.quux", "yorick.plum")
@@ -172,9 +176,8 @@ def test_anonymous_rows_and_pages_never_carry_a_name(tmp_path: Path) -> None:
     assert refused[0] == "student 1/hw1/why: 5 points is outside 0..2"
     said = json.dumps([desk.listing(), *(desk.detail(i) for i in range(len(desk.items))),
                        desk.save(0, "1", "fine"), refused])
-    # The answers name their students: an anonymous test answer must not.
-    said = said.replace("answer of zelda.quux", "").replace("answer of yorick.plum", "")
-    assert "student 1" in said and "student 2" in said
+    # The answers name their students: shown with the pseudonym instead.
+    assert "answer of student 1" in said and "answer of student 2" in said
     assert not any(name in said for name in NAMES)
     pages = [feedback_page(desk, i) for i in range(len(desk.items))]
     assert all(b'id="grade-why"' in p and b"Feedback for" not in p for p in pages)
@@ -184,6 +187,78 @@ def test_anonymous_rows_and_pages_never_carry_a_name(tmp_path: Path) -> None:
     with pytest.raises(MarkError, match="shows the student's name"):
         feedback_page(desk, 0)
     assert NAMES[1].encode() in feedback_page(Desk(out, tmp_path / "f.csv"), 0)
+
+
+def _answered(tmp_path: Path, markdown: str, printed: str = "twice 2 is 4") -> Path:
+    """OUT as grading leaves it for one student (NAMES[0]): in the gradebook a Markdown answer
+    and a code answer to grade by hand, in autograded/ the executed notebook, whose code answer
+    printed ``printed`` and drew a plot."""
+    out = tmp_path / "out"
+    student = NAMES[0]
+    code = _code("def twice(x):\n    return x + x\nprint(twice(2))\nplot()", gid="twice",
+                 grade=True, solution=True, points=1)
+    code.execution_count = 3
+    code.outputs = [nbformat.v4.new_output("stream", name="stdout", text=printed + "\n"),
+                    nbformat.v4.new_output("display_data", data={"image/png": png(),
+                                                                 "text/plain": "<Figure>"})]
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [_md(markdown, gid="why", grade=True, solution=True, points=2), code]
+    path = autograded_path(out, student, "ps1", "hw1")
+    path.parent.mkdir(parents=True)
+    nbformat.write(nb, path)
+    rows = [Row(student, "hw1", "why", 0, 2, manual.NEEDS, "", judged=BY_HAND, answer=markdown),
+            Row(student, "hw1", "twice", 0, 1, manual.NEEDS, "", judged=BY_HAND,
+                answer=code.source)]
+    gradebook.write_entry(out, Job(student, HW1, None, "ps1"), rows, "k", "b", "s")
+    return out
+
+
+ATTACK = ("A **bold** claim. <script>window.__pwned = 'script'</script>\n"
+          "<img src=x onerror=\"window.__pwned = 'onerror'\"> "
+          "<a href=\"javascript:alert(1)\">x</a>")
+
+
+def test_an_answer_is_rendered_as_on_the_feedback_page_and_nothing_in_it_is_live(
+        tmp_path: Path) -> None:
+    desk = Desk(_answered(tmp_path, ATTACK), tmp_path / "filled.csv")
+    why, twice = (desk.detail(i) for i in range(2))
+    assert (why["cell"], why["rendered"], why["answer"]) == ("why", True, ATTACK)  # its text too
+    page = answer_page(desk, 0).decode()
+    assert "<strong>bold</strong>" in page  # Markdown rendered
+    assert_no_live_markup(page)  # no script, no handler, no javascript: link
+    assert "window.__pwned = 'onerror'" not in page and "javascript:" not in page
+    assert 'http-equiv="Content-Security-Policy"' in page
+    code = answer_page(desk, 1).decode()
+    assert twice["rendered"] and '<span class="k">return</span>' in code  # highlighted
+    assert "twice 2 is 4" in code and f"data:image/png;base64,{png()}" in code  # outputs, plot
+    assert_no_live_markup(code)
+    # A row without an executed notebook (an older OUT) shows its text only.
+    old = Desk(_out(tmp_path / "old"), tmp_path / "old.csv")
+    assert old.detail(0)["rendered"] is False
+    with pytest.raises(MarkError, match="no executed notebook"):
+        answer_page(old, 0)
+
+
+def test_anonymous_hides_the_students_names_inside_the_answer(tmp_path: Path) -> None:
+    signed = "Signed: ZELDA.QUUX (Zelda \n Quux, ZQ@example.org). With Zeldas help, quuxes"
+    out = _answered(tmp_path, signed, printed="by Zelda.Quux")
+    names = {NAMES[0]: ("Zelda", "Quux", "zq@example.org")}
+    desk = Desk(out, tmp_path / "filled.csv", anonymous=True, names=names)
+    assert desk.detail(0)["answer"] == ("Signed: student 1 (student 1, student 1). With Zeldas "
+                                        "help, quuxes")  # whole words only
+    page = answer_page(desk, 0).decode()
+    assert "Signed: student 1 (student 1, student 1)" in page
+    assert not any(form in page for form in ("ZELDA", "Quux", "ZQ@"))
+    code = answer_page(desk, 1).decode()
+    assert "by student 1" in code and "Zelda" not in code  # an output names them too
+    # Without the roster's names, the id alone is replaced; not anonymous, nothing is.
+    bare = Desk(out, tmp_path / "filled.csv", anonymous=True)
+    assert bare.detail(0)["answer"].startswith("Signed: student 1 (Zelda \n Quux, ZQ@")
+    assert Desk(out, tmp_path / "filled.csv").detail(0)["answer"] == signed
+    # A name spelled so that only the rendered page shows it: the answer is not shown.
+    entity = _answered(tmp_path / "entity", "by z&#101;lda.quux")
+    with pytest.raises(MarkError, match="shows the student's name"):
+        answer_page(Desk(entity, tmp_path / "e.csv", anonymous=True), 0)
 
 
 # --------------------------------------------------------------------------- over HTTP
@@ -257,9 +332,9 @@ def test_the_server_wants_its_token_checks_a_save_and_names_nobody_when_anonymou
             "", "/mark.js", "/api/rows", "/api/rows/0", "/api/rows/1", "/api/rows/2",
             "/api/rows/3", "/page/0", "/page/2")]
         assert [status for status, _ in replies] == [200] * len(replies)
-        said = b"".join(body for _, body in replies).replace(b"answer of zelda.quux", b"")
-        assert not any(name.encode() in said.replace(b"answer of yorick.plum", b"")
-                       for name in NAMES)
+        said = b"".join(body for _, body in replies)
+        assert b"answer of student 2" in said
+        assert not any(name.encode() in said for name in NAMES)
         assert [(r["student"], r["points"]) for r in _sheet(tmp_path / "manual-filled.csv")
                 if r["points"]] == [(NAMES[1], "2")]
     finally:
@@ -269,7 +344,6 @@ def test_the_server_wants_its_token_checks_a_save_and_names_nobody_when_anonymou
 def test_the_sheet_and_source_default_to_the_course_configs(tmp_path: Path) -> None:
     from edu_dl.cli import build_parser
     from edu_dl.grading.term import config
-    from edu_dl.grading.term.mark.cli import _configured
     from edu_dl.grading.term.mark.store import default_sheet
 
     toml = tmp_path / "edu-dl.toml"
@@ -277,9 +351,9 @@ def test_the_sheet_and_source_default_to_the_course_configs(tmp_path: Path) -> N
                     'db = "sqlite:////srv/course/gradebook.db"\n')
     argv = ["--config", str(toml), "mark", str(tmp_path / "out")]
     parser = build_parser()
+    config.prepare(parser, argv)
     args = parser.parse_args(argv)
-    args.course_config = config.prepare(parser, argv)
-    assert _configured(args, "manual") == tmp_path / "sheets" / "filled.csv"
-    assert _configured(args, "source") == tmp_path / "solutions"
-    assert _configured(args, "db") == "sqlite:////srv/course/gradebook.db"
+    assert args.sheet == tmp_path / "sheets" / "filled.csv"
+    assert args.source == tmp_path / "solutions"
+    assert args.db == "sqlite:////srv/course/gradebook.db"
     assert default_sheet(tmp_path / "out", None) == tmp_path / "manual-filled.csv"

@@ -75,7 +75,12 @@ def test_three_answers_graded_in_the_browser_are_kept_and_merged(tmp_path: Path)
                 expect(rows).to_have_count(4)
                 heading = page.locator("#detail h2")
                 expect(heading).to_have_text("ann \u2014 hw1 / why")
-                # The answer as text (its <b> is not markup), the solution cell beside it.
+                # The answer rendered as on the feedback page (its <b> bold), in a sandboxed
+                # frame; its text too (the <b> as text), the solution cell beside it.
+                frame = page.frame_locator("iframe.answer")
+                expect(frame.locator("b")).to_have_text("ann")
+                expect(frame.locator("body")).to_contain_text("one multiplication per element")
+                assert page.locator("iframe.answer").get_attribute("sandbox") == ""
                 expect(page.locator("pre.answer")).to_have_text(
                     "<b>ann</b> says: one multiplication per element.")
                 expect(page.locator("pre.solution")).to_contain_text("Because.")
@@ -95,6 +100,8 @@ def test_three_answers_graded_in_the_browser_are_kept_and_merged(tmp_path: Path)
                 # 2: j to the next row, the form's fields and its button.
                 page.keyboard.press("j")
                 expect(heading).to_have_text("ann \u2014 hw1 / twice")
+                expect(page.frame_locator("iframe.answer").locator("span.k").first).to_have_text(
+                    "def")  # highlighted
                 page.locator("#points").fill("1")
                 page.locator("#save").click()
                 expect(page.locator("#said")).to_have_text("saved")
@@ -118,6 +125,13 @@ def test_three_answers_graded_in_the_browser_are_kept_and_merged(tmp_path: Path)
                 assert reply is not None and "sandbox" in reply.headers[
                     "content-security-policy"]
                 expect(page.locator("#grade-why")).to_contain_text("why")
+                # The answer's frame: the same renderer, under a policy that lets only this
+                # page frame it, sandboxed.
+                reply = page.goto(f"{base}/edu-dl-mark/answer/0")
+                assert reply is not None
+                policy = reply.headers["content-security-policy"]
+                assert "sandbox" in policy and "frame-ancestors 'self'" in policy
+                expect(page.locator("b")).to_have_text("ann")
             finally:
                 browser.close()
     finally:

@@ -488,14 +488,28 @@ def render(student: str, exercise: str, nb: Any, rows: list[Row],
                  "edu_dl": {"policy": POLICY, "style": STYLE, "header": header,
                             "digest": digest(student, exercise, nb, rows, parts)}}
     shown, clock = for_students(nb, banners), _Clock(PAGE_SECONDS)
-    token = _PAGE.set(clock)
-    try:
-        body, _ = (html or exporter()).from_notebook_node(shown, resources)
-    finally:
-        _PAGE.reset(token)
+    body = _export(shown, resources, clock, html)
     # The header is ours and comes before every cell: the note goes right after it.
     body = body.replace(header, header + _cut_note(shown, clock), 1)
     return visible(body)
+
+
+def render_cell(cell: Any, html: HTMLExporter | None = None) -> str:
+    """One cell alone (source and outputs), as a page shows it: the same reduction, sanitizer,
+    template and policy, without header or banner (``edu-dl mark`` shows an answer so)."""
+    shown, clock = for_students(nbformat.v4.new_notebook(cells=[cell]), {}), _Clock(PAGE_SECONDS)
+    resources = {"metadata": {"name": "Answer"}, "edu_dl": {"policy": POLICY, "style": STYLE,
+                                                             "header": "", "digest": ""}}
+    return visible(_export(shown, resources, clock, html))
+
+
+def _export(shown: Any, resources: dict[str, Any], clock: _Clock,
+            html: HTMLExporter | None) -> str:
+    token = _PAGE.set(clock)
+    try:
+        return (html or exporter()).from_notebook_node(shown, resources)[0]
+    finally:
+        _PAGE.reset(token)
 
 
 # --------------------------------------------------------------------------- writing the pages

@@ -1,12 +1,14 @@
 """The course config: ``edu-dl.toml`` holds what every run of a grading command would repeat.
 
 A table per command (``[grade]``, ``[validate]``, ``[assign]``, ``[replay]``, ``[report]``,
-``[lms.collect]``, ``[lms.export]``) and ``[course]`` for keys every command with that option
-shares. A key is an option's long flag without its dashes; its value is what one would type
+``[mark]``, ``[lms.collect]``, ``[lms.export]``) and ``[course]`` for keys every command with that
+option shares. ``edu-dl mark`` works on grade's folder: where its own table says nothing, it takes
+grade's ``db``, ``source``, ``roster`` and ``manual`` (as its ``sheet``) before ``[course]``'s
+(``FOLLOWS``). A key is an option's long flag without its dashes; its value is what one would type
 after the flag, converted by the option's own argparse ``type``. A flag on the command line wins
-over the command's table, which wins over ``[course]``, which wins over the option's default.
-The file is the instructor's, read strictly: an unknown table or key, or a value the option
-refuses, stops the command with the file, the table and the key.
+over the command's table, which wins over ``[course]``, which wins over the option's default. The
+file is the instructor's, read strictly: an unknown table or key, or a value the option refuses,
+stops the command with the file, the table and the key.
 """
 
 from __future__ import annotations
@@ -27,14 +29,21 @@ MAX_CONFIG_BYTES = 1 << 20
 COURSE = "course"
 # The commands the file reaches, as typed after edu-dl; a table is their words joined by dots.
 COMMANDS: tuple[tuple[str, ...], ...] = (("assign",), ("validate",), ("grade",), ("replay",),
-                                         ("report",), ("lms", "collect"), ("lms", "export"))
+                                         ("report",), ("mark",), ("lms", "collect"),
+                                         ("lms", "export"))
 # One run's actions, never a standing setting: they stay on the command line.
 ONCE = {"force": "regrades everything", "rotate-secret": "replaces the grading secret"}
 # [course] keys that mean something else to a command: lms collect's --out is the submissions
 # folder and lms export's its import file, not the grading folder of [course] out.
-# Commands that read the file without a table of their own: `edu-dl mark` takes grade's manual
-# and source.
-READERS = ("config", "mark")
+# Commands that read the file without a table of their own.
+READERS = ("config",)
+# A command that works on another's output takes that command's settings of these keys (its
+# own key -> the other's) where its own table gives none: `edu-dl mark OUT` grades by hand
+# what `edu-dl grade --out OUT` wrote, in the same database, with the same source and roster,
+# saving to grade's manual sheet.
+FOLLOWS: dict[tuple[str, ...], tuple[tuple[str, ...], dict[str, str]]] = {
+    ("mark",): (("grade",), {"db": "db", "source": "source", "roster": "roster",
+                             "sheet": "manual"})}
 NOT_SHARED: dict[tuple[str, ...], set[str]] = {("lms", "collect"): {"out"},
                                                ("lms", "export"): {"out"}}
 
@@ -149,7 +158,29 @@ def load(parser: argparse.ArgumentParser, path: Path) -> CourseConfig:
     for command in COMMANDS:
         config.settings[command] = _settings(config, command, known[command])
         _check_exclusive(config, command, subparser(parser, command))
+    for command, (leader, keys) in FOLLOWS.items():
+        _follow(config, command, known[command], config.settings[leader], keys)
     return config
+
+
+def _follow(config: CourseConfig, command: tuple[str, ...], known: dict[str, argparse.Action],
+            leader: dict[str, Setting], keys: dict[str, str]) -> None:
+    """``command``'s settings of ``keys`` (its key -> the leader's) that its own table leaves
+    unset: the leader's, from its table or [course], converted by ``command``'s option."""
+    settings = config.settings[command]
+    by_key = {s.key: s for s in leader.values()}
+    for key, theirs in keys.items():
+        action, setting = known.get(key), by_key.get(theirs)
+        if action is None or setting is None:
+            continue
+        if action.dest in settings and settings[action.dest].table != COURSE:
+            continue  # its own table wins
+        if setting.table == COURSE and action.dest in settings:
+            continue  # the same [course] key
+        raw = config.tables[setting.table][setting.key]
+        where = f"{config.path} [{setting.table}] {setting.key} (for edu-dl {' '.join(command)})"
+        value = convert(action, raw, where, config.path.parent)
+        settings[action.dest] = Setting(value, setting.table, setting.key, setting.line)
 
 
 def _tables(path: Path, raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -269,7 +300,7 @@ def chosen_file(argv: list[str]) -> tuple[Path | None, bool, list[str]]:
 def prepare(parser: argparse.ArgumentParser, argv: list[str]) -> CourseConfig | None:
     """Read the course config this command line uses (``--config FILE``, else ``edu-dl.toml``
     here, unless ``--no-config``) and apply it to ``parser``; None when there is none or the
-    command is one it does not reach (bench, train, doctor); ``edu-dl mark`` reads grade's."""
+    command is one it does not reach (bench, train, doctor)."""
     named, no_config, rest = chosen_file(argv)
     if no_config or not rest or rest[0] not in {c[0] for c in COMMANDS} | set(READERS):
         return None

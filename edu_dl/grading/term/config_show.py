@@ -99,10 +99,10 @@ def overview(config: CourseConfig | None) -> str:
     for table, keys in config.tables.items():
         lines.append(f"  [{table}]")
         for key, value in keys.items():
+            # Its table's own command, [course]'s, or one that follows another (mark: grade)
             reach = [" ".join(c) for c in COMMANDS
-                     if (table == COURSE or table == ".".join(c))
-                     and any(s.key == key and s.table == table
-                             for s in config.settings.get(c, {}).values())
+                     if any(s.key == key and s.table == table
+                            for s in config.settings.get(c, {}).values())
                      and key not in (NOT_SHARED.get(c, set()) if table == COURSE else set())]
             line = config.lines.get((table, key))
             lines.append(f"    {key} = {value!r}" + (f"  (line {line})" if line else "")

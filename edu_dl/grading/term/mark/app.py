@@ -4,7 +4,7 @@ Jupyter Server does the serving: the token (or its login cookie), the XSRF check
 POST, the binding to 127.0.0.1; its services that read files or run code are left out, so the
 server holds no kernel (and may run as root, as a grading machine's user often is). Every
 handler is ``web.authenticated``; each sends a Content-Security-Policy that lets the page run
-only its own script, and a feedback page none.
+only its own script, and a feedback page or an answer (shown in a sandboxed frame) none.
 """
 
 from __future__ import annotations
@@ -22,13 +22,16 @@ from tornado import web
 from edu_dl.grading.stages.feedback import POLICY
 from edu_dl.grading.term.manual import ManualSheetError
 from edu_dl.grading.term.mark import page
-from edu_dl.grading.term.mark.store import Desk, MarkError, feedback_page
+from edu_dl.grading.term.mark.store import Desk, MarkError, answer_page, feedback_page
 
 URL = "/edu-dl-mark"
 PAGE_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-               "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+               "img-src 'self'; frame-src 'self'; base-uri 'none'; form-action 'none'; "
+               "frame-ancestors 'none'")
 # A feedback page: its own policy, and a sandbox (no script, no form, an origin of its own).
 FEEDBACK_POLICY = f"{POLICY}; frame-ancestors 'none'; sandbox"
+# An answer, rendered as on its feedback page: the same, shown in a frame of the page only.
+ANSWER_POLICY = f"{POLICY}; frame-ancestors 'self'; sandbox"
 
 
 class _Handler(ExtensionHandlerMixin, JupyterHandler):
@@ -73,11 +76,12 @@ class FeedbackHandler(_Handler):
     """A row's feedback page (plots and outputs), as edu-dl grade wrote it."""
 
     policy = FEEDBACK_POLICY
+    made = staticmethod(feedback_page)
 
     @web.authenticated
     def get(self, index: str) -> None:
         try:
-            data = feedback_page(self.desk, int(index))
+            data = self.made(self.desk, int(index))
         except MarkError as exc:
             self.set_status(404)
             self.set_header("Content-Type", "text/plain; charset=utf-8")
@@ -85,6 +89,14 @@ class FeedbackHandler(_Handler):
             return
         self.set_header("Content-Type", "text/html; charset=utf-8")
         self.finish(data)
+
+
+class AnswerHandler(FeedbackHandler):
+    """A row's answer (its cell, source and outputs) rendered as on its feedback page, for the
+    page's sandboxed frame."""
+
+    policy = ANSWER_POLICY
+    made = staticmethod(answer_page)
 
 
 class _Api(ExtensionHandlerMixin, APIHandler):
@@ -167,7 +179,7 @@ class MarkApp(ExtensionApp):
         return __name__
 
     def initialize_handlers(self) -> None:
-        """The page, its assets, the API and the feedback pages, all below URL."""
+        """The page, its assets, the API, the feedback pages and the answers, all below URL."""
         extra = {"desk": MarkApp.desk}
         self.handlers.extend([
             (rf"{URL}/?", PageHandler, extra),
@@ -175,6 +187,7 @@ class MarkApp(ExtensionApp):
             (rf"{URL}/api/rows", RowsHandler, extra),
             (rf"{URL}/api/rows/([0-9]{{1,9}})", RowHandler, extra),
             (rf"{URL}/page/([0-9]{{1,9}})", FeedbackHandler, extra),
+            (rf"{URL}/answer/([0-9]{{1,9}})", AnswerHandler, extra),
         ])
 
 

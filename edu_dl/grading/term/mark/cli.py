@@ -26,13 +26,20 @@ def add_mark(subparsers: Subparsers) -> None:
     parser.add_argument("out", type=Path, metavar="OUT", help="the --out folder of edu-dl grade")
     parser.add_argument("--sheet", type=Path, metavar="FILE",
                         help="the filled-in sheet to read and save to (default: the course "
-                        "config's [grade] manual, else manual-filled.csv beside OUT)")
+                        "config's [mark] sheet or [grade] manual, else manual-filled.csv "
+                        "beside OUT)")
     parser.add_argument("--source", type=Path, metavar="PATH",
                         help="the solutions folder, to show each answer's source cell "
-                        "(default: the course config's source)")
+                        "(default: the course config's, as edu-dl grade's)")
     parser.add_argument("--anonymous", action="store_true",
                         help="show students as 'student 1', 'student 2' ...; names stay on "
-                        "this side (the page is never sent one)")
+                        "this side (the page is never sent one), and an answer that names "
+                        "its student (the id, or a name or e-mail the roster gives) shows "
+                        "the pseudonym instead")
+    parser.add_argument("--roster", type=Path, metavar="CSV",
+                        help="the students, as edu-dl grade --roster reads them: with "
+                        "--anonymous, their names and e-mails are hidden in the answers too "
+                        "(default: the course config's, as edu-dl grade's)")
     parser.add_argument("--overrides", action="store_true",
                         help="list the autograded rows too: one may be overridden, with a "
                         "reason in the comment")
@@ -40,28 +47,27 @@ def add_mark(subparsers: Subparsers) -> None:
                         help="the port (default: Jupyter's, 8888 or the next free one)")
     parser.add_argument("--no-browser", action="store_true", help="do not open a browser")
     parser.add_argument("--db", metavar="URL", help="the gradebook database, as edu-dl grade "
-                        "--db (default: the course config's, else sqlite:///OUT/gradebook.db)")
+                        "--db (default: the course config's, as edu-dl grade's, else "
+                        "sqlite:///OUT/gradebook.db)")
     parser.set_defaults(handler=run_mark)
 
 
-def _configured(args: argparse.Namespace, key: str) -> Any:
-    """The course config's value of ``key`` for edu-dl grade (its [grade] or [course]), as
-    its option converts it (a Path for manual and source, text for db), or None."""
-    config = getattr(args, "course_config", None)
-    setting = config.settings.get(("grade",), {}).get(key) if config is not None else None
-    return setting.value if setting is not None else None
-
-
 def run_mark(args: argparse.Namespace) -> int:
-    """``edu-dl mark``: serve the page until interrupted; 2 when OUT or the sheet cannot be
-    read, or the server would run without a token."""
+    """``edu-dl mark``: serve the page until interrupted; 2 when OUT, the sheet or the roster
+    cannot be read, or the server would run without a token."""
     from edu_dl.grading.term.db import DatabaseError, store
     from edu_dl.grading.term.manual import ManualSheetError
     from edu_dl.grading.term.mark.store import Desk, default_sheet
+    from edu_dl.grading.term.policy import PolicyError, read_roster
 
     out: Path = args.out
-    configured = _configured(args, "db")
-    url = args.db or (str(configured) if configured is not None else None)
+    url = args.db or None
+    try:
+        roster = read_roster(args.roster) if args.roster is not None and args.anonymous \
+            else {}
+    except PolicyError as exc:
+        say(f"edu-dl mark: {exc}", sys.stderr)
+        return 2
     try:
         book = store(out, url)
     except DatabaseError as exc:
@@ -71,12 +77,13 @@ def run_mark(args: argparse.Namespace) -> int:
         say(f"edu-dl mark: {out} holds no gradebook (no {book.file}); grade first: edu-dl "
             f"grade SUBMISSIONS --source SOURCE --out {out}", sys.stderr)
         return 2
-    sheet = args.sheet or default_sheet(out, _configured(args, "manual"))
-    source = args.source or _configured(args, "source")
+    sheet = default_sheet(out, args.sheet)
+    names = {student: (person.first_name, person.last_name, person.email)
+             for student, person in roster.items()}
     try:
         desk = Desk(out, sheet, anonymous=args.anonymous, overrides=args.overrides,
-                    source=source, log=lambda text: say(f"warning: {text}", sys.stderr),
-                    db_url=url)
+                    source=args.source, log=lambda text: say(f"warning: {text}", sys.stderr),
+                    db_url=url, names=names)
     except (ManualSheetError, DatabaseError) as exc:
         say(f"edu-dl mark: {exc}", sys.stderr)
         return 2

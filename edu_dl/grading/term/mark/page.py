@@ -1,8 +1,9 @@
 """The page of ``edu-dl mark``: HTML, a stylesheet and a script, as text served by ``app``.
 
 The script builds every element with ``textContent`` (never ``innerHTML``): a student's answer,
-name or comment is shown as text, whatever it holds. The Content-Security-Policy the handlers
-send lets the page run only this script, from this server.
+name or comment is shown as text, whatever it holds. An answer rendered (Markdown, highlighted
+code, plots) comes from the server's sanitizer into a sandboxed frame of its own. The
+Content-Security-Policy the handlers send lets the page run only this script, from this server.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ text-align:left;font-size:90%}tr.current{background:#dde8ff}tr.graded td.status{
 section{flex:1;overflow:auto;padding:0 1em}pre{white-space:pre-wrap;background:#f6f6f6;
 padding:.5em;border:1px solid #ddd}.error{color:#b00;font-weight:bold}.saved{color:#270}
 .columns{display:flex;gap:1em}.columns>div{flex:1;min-width:0}
+iframe.answer{width:100%;height:45vh;border:1px solid #ddd}
 """
 
 JS = r"""'use strict';
@@ -96,7 +98,19 @@ async function select(index) {
   if (row.message) detail.append(el('p', 'grader: ' + row.message));
   const columns = el('div', null, 'columns');
   const answer = el('div');
-  answer.append(el('h3', 'answer'), el('pre', row.answer || '(empty)', 'answer'));
+  answer.append(el('h3', 'answer'));
+  const text = el('pre', row.answer || '(empty)', 'answer');
+  if (row.rendered) {  // as its feedback page shows it, in a frame that runs nothing
+    const frame = el('iframe', null, 'answer');
+    frame.setAttribute('sandbox', '');
+    frame.title = 'the answer as its feedback page shows it';
+    frame.src = base + '/answer/' + index;
+    const source = el('details');
+    source.append(el('summary', 'the answer as text'), text);
+    answer.append(frame, source);
+  } else {
+    answer.append(text);
+  }
   if (row.has_page) {
     const link = el('a', 'the feedback page at this cell (plots and outputs)');
     link.href = base + '/page/' + index + '#' + row.anchor;

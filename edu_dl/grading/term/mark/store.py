@@ -15,7 +15,8 @@ spreadsheet and for ``edu-dl grade --manual``. The next ``edu-dl grade`` applies
 hand grades without it.
 
 With ``anonymous``, names never leave this module: a row is shown as "student N" (N by the
-sorted names, stable while the gradebook keeps its students).
+sorted names, stable while the gradebook keeps its students), and so is every occurrence of the
+student's id or roster names in the answer and the grader's message (``answer``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import html
 import math
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,14 @@ from edu_dl.grading.term.manual import (
     read_sheet,
     sheet,
     written_key,
+)
+from edu_dl.grading.term.mark.answer import (
+    NameShown,
+    answer_html,
+    autograded_path,
+    graded_cell,
+    hidden,
+    name_pattern,
 )
 from edu_dl.grading.trust.bounded import read_bounded
 from edu_dl.grading.trust.identity import written
@@ -92,8 +101,12 @@ class Desk:
     def __init__(self, out: Path, sheet_path: Path, *, anonymous: bool = False,
                  overrides: bool = False, source: Path | None = None,
                  log: Callable[[str], None] = lambda _: None, db_url: str | None = None,
-                 grader: str | None = None) -> None:
+                 grader: str | None = None,
+                 names: Mapping[str, tuple[str, ...]] | None = None) -> None:
+        """``names``: student id -> (first name, last name, e-mail), as a roster gives them:
+        hidden in the answers when ``anonymous``, as the id is."""
         self.out, self.sheet_path, self.source = out, sheet_path, source
+        self.names = names or {}
         self.store = db.store(out, db_url)
         self.grader = f"edu-dl mark ({grader or gradebook.who()})"
         self.anonymous, self.overrides = anonymous, overrides
@@ -111,6 +124,7 @@ class Desk:
                       if is_manual(r) or (overrides and r.part)]
         students = sorted({r.student for r in self.rows})
         self._alias = {name: f"student {n}" for n, name in enumerate(students, start=1)}
+        self._patterns: dict[str, re.Pattern[str]] = {}
         if self.sheet_path.exists() or self.sheet_path.is_symlink():  # read_sheet refuses a link
             sheet_lines: dict[Key, Filled | None] = dict(read_sheet(self.sheet_path))
             gradebook.save_hand_grades(self.store, sheet_lines, f"sheet {self.sheet_path}",
@@ -125,6 +139,27 @@ class Desk:
     def shown_student(self, row: Row) -> str:
         """The student as the page may show them: a pseudonym when anonymous."""
         return self._alias[row.student] if self.anonymous else row.student
+
+    def pattern(self, row: Row) -> re.Pattern[str] | None:
+        """The student's names as they may appear in an answer; None when not anonymous."""
+        if not self.anonymous:
+            return None
+        if row.student not in self._patterns:
+            self._patterns[row.student] = name_pattern(row.student,
+                                                       self.names.get(row.student, ()))
+        return self._patterns[row.student]
+
+    def hide(self, row: Row, text: str) -> str:
+        """``text`` of a row (its answer, its message) as the page may show it: anonymous, every
+        name of the student replaced by their pseudonym."""
+        return hidden(text, self.pattern(row), self.shown_student(row))
+
+    def cell(self, item: Item) -> Any | None:
+        """The row's cell in the executed notebook grading kept (None when there is none)."""
+        row = item.row
+        assignment = self.assignments.get((row.student, row.exercise), row.exercise)
+        return graded_cell(autograded_path(self.out, row.student, assignment, row.exercise),
+                           row.part)
 
     def where(self, item: Item) -> str:
         """student/exercise/cell for a message, the student as the page may show them."""
@@ -161,14 +196,16 @@ class Desk:
         return [{"index": i, **self.state(item, filled)} for i, item in enumerate(self.items)]
 
     def detail(self, index: int) -> dict[str, Any]:
-        """One row with its answer (as text: the page escapes it) and the grader's message."""
+        """One row with its answer (as text: the page escapes it; ``rendered``: whether
+        :func:`answer_page` shows it as the feedback page does) and the grader's message."""
         item = self.item(index)
         row = item.row
         solution, note = solution_cell(self.source, row, self.assignments.get(
             (row.student, row.exercise), row.exercise))
-        return {"index": index, **self.state(item, self.filled()), "answer": row.answer,
-                "message": row.message, "has_page": bool(item.page), "anchor": anchor(row.part),
-                "solution": solution, "solution_note": note}
+        return {"index": index, **self.state(item, self.filled()),
+                "answer": self.hide(row, row.answer), "message": self.hide(row, row.message),
+                "rendered": self.cell(item) is not None, "has_page": bool(item.page),
+                "anchor": anchor(row.part), "solution": solution, "solution_note": note}
 
     # ------------------------------------------------------------------ saving
 
@@ -306,3 +343,19 @@ def feedback_page(desk: Desk, index: int) -> bytes:
             raise MarkError("the feedback page shows the student's name elsewhere than in its "
                             "header: not shown while grading anonymously")
     return data
+
+
+def answer_page(desk: Desk, index: int) -> bytes:
+    """The row's cell alone, rendered as its feedback page shows it (Markdown, highlighted
+    code, outputs and plots), anonymous without the student's names."""
+    item = desk.item(index)
+    cell = desk.cell(item)
+    if cell is None:
+        raise MarkError("this answer has no executed notebook to show it from")
+    try:
+        return answer_html(cell, desk.pattern(item.row), desk.shown_student(item.row)).encode()
+    except NameShown as exc:
+        raise MarkError(str(exc)) from None
+    except Exception as exc:  # nbconvert on a cell it cannot render: the text still shows
+        raise MarkError(f"the answer cannot be rendered ({type(exc).__name__}: "
+                        f"{str(exc)[:200]}); its text is beside it") from None
