@@ -201,6 +201,8 @@ def survey(programs: tuple[CourseProgram, ...] = PROGRAMS) -> list[tuple[CourseP
 
 
 def survey_markdown(results: list[tuple[CourseProgram, str]]) -> str:
+    """The survey as Markdown: how many of the course's static programs fuse, then a row per
+    program (where the course writes it, whether it fused, the reason it did not)."""
     fused = sum(not reason for _, reason in results)
     rows = [[p.name, p.where, "yes" if not reason else "no", reason or "—"]
             for p, reason in results]
