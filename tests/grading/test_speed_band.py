@@ -119,3 +119,24 @@ def test_the_measuring_time_is_reported_apart() -> None:
     assert lines[1] == ("measuring the speed tasks (sandboxed runs, not in the grader's own work "
                         "above): 13.5 s in all for 2 submission(s), most 7.0 s (ann, 02)")
     assert "most 1.5 s (bob, 02)" in lines[0]  # the page's time, not the measuring's
+
+
+@pytest.mark.parametrize(("ratio", "rounds"), [(30.0, 1), (11.0, 2), (8.0, 2), (5.0, 2),
+                                                (1.0, 1)])
+def test_a_clear_verdict_after_one_round_is_not_measured_again(
+        monkeypatch: pytest.MonkeyPatch, ratio: float, rounds: int) -> None:
+    """Clearly fast enough (1.5x the band's ceiling) or clearly too slow (half its floor) after
+    one round: no second round. Anything nearer the line gets its second round."""
+    per = {"reference": 0.012, "submission": 0.012 / ratio}
+    made: list[str] = []
+
+    def fake_run(task_: object, run: speed._Run, source: str, seed: int,
+                 shape: tuple[int, ...], *args: object) -> tuple:
+        made.append(run.kind)  # every run "computes" zeros: the answers match
+        return 0.3 + run.calls * per[run.kind.split()[0]], speed.np.zeros(shape), "", ""
+
+    monkeypatch.setattr(speed, "_timed_run", fake_run)
+    found = speed.measure(PART, "def standardize(x):\n    return x\n", 7, calls=40,
+                          settings=Settings(without_sandbox="no sandbox"))
+    assert found.correct, found.message
+    assert sum(kind == "reference small" for kind in made) == rounds, (ratio, made)

@@ -21,7 +21,8 @@ The reference's big run makes the task's ``calls`` (about a CPU second); the sub
 its two runs, far above the noise of a run's fixed costs (a few hundredths of a second, a clock
 tick is 0.01 s). Runs are interleaved round by round (rotated), the least CPU time of each run is
 kept (a busy machine only ever adds time), for ``ROUNDS`` rounds; a submission clearly too slow
-after the first round is not measured again (``CLEARLY_SLOW``).
+or clearly fast enough after the first round is not measured again (``CLEARLY_SLOW``,
+``CLEARLY_FAST``): a second round moves a ratio by a few percent, not by half.
 
 **Correct first.** Every submission run's outputs must match the reference's to the task's
 tolerance, or the task scores 0: the calls the reference's big run made are compared one by one,
@@ -67,6 +68,7 @@ from edu_dl.speed.tasks import TASKS, SpeedTask, call_inputs
 CREDIT_FRACTION = 0.6  # of the goal ratio: the credit line
 BAND = 0.25  # a ratio within this share of the credit line is left to a person
 CLEARLY_SLOW = 0.5  # of the band's floor: below it after one round, no second round is run
+CLEARLY_FAST = 1.5  # of the band's ceiling: at or above it after one round, none either
 ROUNDS = 2  # best of two of each run
 SMALL_SHARE = 4  # the small run makes 1 / SMALL_SHARE of the big run's calls
 SUBMISSION_SCALE = 4  # the submission's big run makes this many times the reference's calls
@@ -231,7 +233,8 @@ def measure(part_id: str, function_source: str, seed: int, *, rounds: int = ROUN
             found.correct = True
             judged(found, round_ + 1)
             if found.status not in ("passed", "too slow", NEEDS_PERSON) or \
-                    found.ratio < found.needed * (1 - BAND) * CLEARLY_SLOW:
+                    found.ratio < found.needed * (1 - BAND) * CLEARLY_SLOW or \
+                    found.ratio >= found.needed * (1 + BAND) * CLEARLY_FAST:
                 return found
         return found
     finally:

@@ -17,7 +17,8 @@ own work (``cost.speed_measured``).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from concurrent.futures import Executor, Future, wait
 from pathlib import Path
 
 from edu_dl.grading import cost
@@ -25,7 +26,13 @@ from edu_dl.grading.model import BY_HAND, OUTSIDE, Job, Row
 from edu_dl.grading.notebooks import Notebook
 from edu_dl.grading.settings import Settings
 from edu_dl.grading.stages.secret import Secret
-from edu_dl.grading.stages.speed import NEEDS_PERSON, ROUNDS, measure_submitted, seed_for
+from edu_dl.grading.stages.speed import (
+    NEEDS_PERSON,
+    ROUNDS,
+    Measurement,
+    measure_submitted,
+    seed_for,
+)
 from edu_dl.speed.tasks import TASKS, speed_row
 
 # What a batch measures with; tests lower them (each measurement costs seconds of CPU).
@@ -33,21 +40,39 @@ rounds = ROUNDS
 calls: int | None = None  # None: each task's own
 
 
+def measure_ahead(job: Job, notebook: Notebook, secret: Secret, settings: Settings,
+                  hide: Iterable[Path], pool: Executor) -> dict[str, Future[Measurement]]:
+    """Start measuring every speed task of the job's exercise on ``pool`` now, before the
+    notebook runs (``edu-dl validate``: one notebook, and a second core that would otherwise
+    wait). :func:`speed_rows` uses a measurement only for a function whose correctness part
+    then passes; the others are waited for and dropped. The same measurement as after the run:
+    CPU time, read from outside, which the notebook running beside it does not change."""
+    hide = list(hide)
+    return {part_id: pool.submit(measure_submitted, notebook, part_id, seed_for(secret, part_id),
+                                 rounds=rounds, calls=calls, hide=hide, settings=settings)
+            for part_id, _ in job.exercise.parts if part_id in TASKS}
+
+
 def speed_rows(job: Job, notebook: Notebook, judged: list[Row], secret: Secret,
-               settings: Settings, hide: Iterable[Path] = ()) -> list[Row]:
-    """A row per speed task of the job's exercise, after ``judged`` (its parts' rows)."""
+               settings: Settings, hide: Iterable[Path] = (),
+               ahead: Mapping[str, Future[Measurement]] | None = None) -> list[Row]:
+    """A row per speed task of the job's exercise, after ``judged`` (its parts' rows);
+    ``ahead``: measurements :func:`measure_ahead` started."""
     passed = {row.part for row in judged if row.status == "passed"}
     present = {row.part for row in judged}  # rows_for's (nothing judged) hold them already
     rows = []
     for part_id, _ in job.exercise.parts:
         if part_id in TASKS and speed_row(part_id) not in present:
             rows.append(_speed_row(job, notebook, part_id, part_id in passed, secret,
-                                   settings, hide))
+                                   settings, hide, (ahead or {}).get(part_id)))
+    for started in (ahead or {}).values():  # no sandbox outlives its submission's grading
+        wait([started])
     return rows
 
 
 def _speed_row(job: Job, notebook: Notebook, part_id: str, correct: bool, secret: Secret,
-               settings: Settings, hide: Iterable[Path]) -> Row:
+               settings: Settings, hide: Iterable[Path],
+               started: Future[Measurement] | None = None) -> Row:
     task = TASKS[part_id]
     row = Row(job.student, job.exercise.name, speed_row(part_id), 0.0,
               job.exercise.speed.get(speed_row(part_id), task.points), "not measured", "",
@@ -56,10 +81,11 @@ def _speed_row(job: Job, notebook: Notebook, part_id: str, correct: bool, secret
         row.message = (f"not measured: the correctness part {part_id} did not pass, and only a "
                        "correct function's speed earns points")
         return row
-    began = time.perf_counter()
+    began = time.perf_counter()  # started ahead: only the time still waited for it counts
     try:
-        found = measure_submitted(notebook, part_id, seed_for(secret, part_id), rounds=rounds,
-                                  calls=calls, hide=hide, settings=settings)
+        found = started.result() if started is not None else measure_submitted(
+            notebook, part_id, seed_for(secret, part_id), rounds=rounds, calls=calls,
+            hide=hide, settings=settings)
     except Exception as exc:  # a grader bug costs this row, never the batch
         row.status, row.message = "grader error", f"{type(exc).__name__}: {exc}"
         return row

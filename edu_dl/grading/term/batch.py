@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass
 from functools import partial
@@ -49,7 +49,7 @@ from edu_dl.grading.stages.cluster import check_workers, grade_on_cluster, sigin
 from edu_dl.grading.stages.collect import check_students, collect, is_nbgrader_course, only, scope
 from edu_dl.grading.stages.judge import judge_run
 from edu_dl.grading.stages.load import load_parts, load_source, refuse_released
-from edu_dl.grading.stages.prepare import prepare, submission_bytes
+from edu_dl.grading.stages.prepare import Prepared, prepare, submission_bytes
 from edu_dl.grading.stages.receive import received, record_cost
 from edu_dl.grading.stages.run import run
 from edu_dl.grading.stages.secret import (
@@ -60,7 +60,8 @@ from edu_dl.grading.stages.secret import (
     read_secret,
     secret_path,
 )
-from edu_dl.grading.stages.speed_rows import speed_rows
+from edu_dl.grading.stages.speed import Measurement
+from edu_dl.grading.stages.speed_rows import measure_ahead, speed_rows
 from edu_dl.grading.term import db, gradebook, renumbered
 from edu_dl.grading.term.classreport import record_class
 from edu_dl.grading.term.manual import applicable, read_sheet
@@ -73,25 +74,36 @@ from edu_dl.grading.trust.text import say_to_stderr
 
 
 def grade_one(job: Job, out: Path, settings: Settings, hide: list[Path], secret: Secret,
-              data: bytes | None = None) -> list[Row]:
+              data: bytes | None = None, speed_ahead: bool = False) -> list[Row]:
     """Grade one (student, exercise); never raises: every outcome becomes rows.
 
     ``data``: the notebook's bytes when the caller has read them already (the same bytes its
-    resume key was computed from).
+    resume key was computed from). ``speed_ahead``: measure its speed tasks while its notebook
+    runs (speed_rows.measure_ahead), not after.
     """
     try:
-        return _grade_one(job, out, settings, hide, secret, data)
+        return _grade_one(job, out, settings, hide, secret, data, speed_ahead)
     except Exception as exc:  # a grader bug must not stop the batch
         return rows_for(job, "grader error", f"{type(exc).__name__}: {exc}",
                         settings.isolation())
 
 
 def _grade_one(job: Job, out: Path, settings: Settings, hide: list[Path], secret: Secret,
-               data: bytes | None) -> list[Row]:
+               data: bytes | None, speed_ahead: bool = False) -> list[Row]:
     """prepare, run, judge: the three steps of one submission."""
     prepared = prepare(job, out, settings, data, secret)
     if isinstance(prepared, list):  # nothing to run: these rows say why
         return prepared
+    if not speed_ahead:
+        return _run_and_judge(job, prepared, settings, hide, secret)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="speed-ahead") as pool:
+        ahead = measure_ahead(job, prepared.notebook, secret, settings, hide, pool)
+        return _run_and_judge(job, prepared, settings, hide, secret, ahead)
+
+
+def _run_and_judge(job: Job, prepared: Prepared, settings: Settings, hide: list[Path],
+                   secret: Secret, ahead: dict[str, Future[Measurement]] | None = None
+                   ) -> list[Row]:
     try:
         started = time.perf_counter()
         done = run(prepared, settings, hide)
@@ -105,7 +117,7 @@ def _grade_one(job: Job, out: Path, settings: Settings, hide: list[Path], secret
     finally:
         if not prepared.boxed:  # the unisolated run's private folder; run.json stays
             shutil.rmtree(prepared.root, ignore_errors=True)
-    return rows + speed_rows(job, prepared.notebook, rows, secret, settings, hide)
+    return rows + speed_rows(job, prepared.notebook, rows, secret, settings, hide, ahead)
 
 
 def job_key(job: Job, settings: Settings, data: bytes | None, fingerprint: str) -> str:
@@ -150,7 +162,7 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
           manual: Path | None = None, cluster: Any = None,
           secret: Secret | None = None, students: list[str] | None = None,
           retry_timeouts: bool = False, allow_released: bool = False,
-          db_url: str | None = None) -> Summary:
+          db_url: str | None = None, speed_ahead: bool = False) -> Summary:
     """Grade every submission; write grades.csv, feedback/ and the nbgrader export into ``out``.
 
     The gradebooks hold every student ``out`` has graded: this run's rows replace those of the
@@ -163,6 +175,8 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     ``retry_timeouts``: grade again the submissions whose kept grade is a timeout; keep every
     other kept grade, even one kept under other limits (a new ``--timeout``).
     ``db_url``: the gradebook database (default: ``sqlite:///OUT/gradebook.db``).
+    ``speed_ahead``: measure each submission's speed tasks while its notebook runs, not after
+    (``edu-dl validate``: one notebook, two cores; here, not on a cluster).
     ``allow_released``: grade against a source that is a student version (``edu-dl validate``
     on a notebook of its own); else such a source raises NothingToGrade.
     Ctrl-C raises :class:`Interrupted`: the running sandboxes are stopped, what was graded is
@@ -173,7 +187,7 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     due submitted."""
     batch = Batch(Request(submissions, source, out, jobs, force, progress, exercises_due,
                           roster, manual, cluster, students, retry_timeouts, allow_released,
-                          db_url),
+                          db_url, speed_ahead),
                   settings, dates, log, secret)
     batch.plan()
     try:
@@ -201,6 +215,7 @@ class Request:
     retry_timeouts: bool = False
     allow_released: bool = False
     db_url: str | None = None
+    speed_ahead: bool = False
 
 
 class Batch:
@@ -340,7 +355,8 @@ class Batch:
             with cost.metered() as spent:
                 # Read again and grade exactly these bytes; the key stored is theirs.
                 data = submission_bytes(item[0], settings)
-                rows = grade_one(item[0], r.out, settings, self.hide, self.secret, data)
+                rows = grade_one(item[0], r.out, settings, self.hide, self.secret, data,
+                                 r.speed_ahead)
             if not stopping.is_set():
                 record_cost(r.out, item[0], spent.rounded(), began)
                 self._record(item, data, rows, spent)
