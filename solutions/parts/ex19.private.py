@@ -65,17 +65,22 @@ def _layer(rng: np.random.Generator, out: int, inp: int) -> Array:
 
 
 def _params_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    """One weight matrix per case: plain; with a positive-only and a negative-only channel; with
-    a dead channel (all zeros); square (a reduction over the wrong axis keeps the shape)."""
-    shapes = [(3, 5), (4, 6), (5, 3), (4, 4)] if not hidden else \
-        [(int(rng.integers(1, 12)), int(rng.integers(1, 40))) for _ in range(3)] + [(6, 6), (8, 5)]
+    """One weight matrix per case: a dead channel (all zeros) first, where a division by the
+    range fails; plain; with a positive-only and a negative-only channel; square (a reduction over
+    the wrong axis keeps the shape)."""
+    # (out, in, dead channel, one-signed channels)
+    specs = [(5, 3, True, False), (3, 5, False, False), (4, 6, False, True), (4, 4, False, False)]
+    if hidden:
+        specs = [(int(rng.integers(2, 12)), int(rng.integers(1, 40)), dead, signed)
+                 for dead, signed in ((False, False), (True, False), (False, True))]
+        specs += [(6, 6, False, True), (8, 5, True, True)]
     cases = []
-    for j, (out, inp) in enumerate(shapes):
+    for out, inp, dead, signed in specs:
         w = _layer(rng, out, inp)
-        if j == 1 or (hidden and j >= 3):
+        if signed:
             w[0] = np.abs(w[0]) + 0.05
             w[-1] = -np.abs(w[-1]) - 0.05
-        if j == 2 or (hidden and j == 4):
+        if dead:
             w[1] = 0.0
         cases.append((w,))
     return cases
@@ -173,8 +178,9 @@ PARAMS_HINTS = (
 
 def _quantize_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     """(w, scale, zero_point): the parameters of each channel's full range, and, in the second
-    and later cases, of a range calibrated narrower than the weights (an outlier clipped)."""
-    shapes = [(3, 4), (4, 6), (5, 5), (2, 7)] if not hidden else \
+    and later cases, of a range calibrated narrower than the weights (an outlier clipped). The
+    first is square: scales broadcast along the wrong axis get their hint there."""
+    shapes = [(5, 5), (3, 4), (4, 6), (2, 7)] if not hidden else \
         [(int(rng.integers(1, 10)), int(rng.integers(1, 30))) for _ in range(4)] + [(6, 6)]
     cases = []
     for j, (out, inp) in enumerate(shapes):
@@ -251,28 +257,29 @@ def _matmul_case(rng: np.random.Generator, n: int, k: int, m: int, saturated: bo
     ``saturated``: the first rows and channels at the extreme codes, whose sums overflow."""
     qx = rng.integers(QMIN, QMAX + 1, (n, k)).astype(np.int8)
     qw = rng.integers(QMIN, QMAX + 1, (m, k)).astype(np.int8)
-    if saturated:
-        qx[0] = QMIN
-        qw[0] = QMIN  # (-128 - zero_x) * -128 every term, its sum far beyond float32's 2^24
+    if saturated:  # (127 - zero_x) * 127, odd, every term: the sum far beyond float32's 2^24
+        qx[0] = QMAX
+        qw[0] = QMAX
         if m > 1:
-            qw[1] = QMAX
+            qw[1] = QMIN
     scale_x = float(rng.uniform(0.005, 0.05))
     scale_w = rng.uniform(0.001, 0.02, m)
     return qx, scale_x, zero_x, qw, scale_w
 
 
 def _matmul_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    """(n, k, m, saturated, zero_x): a small plain one; square (an axis slip keeps the shape); a
-    long one whose saturated sums overflow int16 and float32; zero points far from 0, where
-    qx - zero_x leaves int8's range."""
+    """(n, k, m, saturated, zero_x): square first (an axis slip keeps the shape, and gets its
+    hint); a small plain one; a long one whose saturated sums overflow int16 and float32 (zero_x
+    even, so that every term is odd); zero points far from 0, where qx - zero_x leaves int8's
+    range."""
     if not hidden:
-        specs = [(2, 3, 4, False, 3), (3, 8, 3, False, -20), (2, 2000, 3, True, 60),
+        specs = [(3, 8, 3, False, -20), (2, 3, 4, False, 3), (2, 6000, 3, True, -60),
                  (4, 16, 2, False, 101)]
     else:
         specs = [(int(rng.integers(1, 6)), int(rng.integers(1, 40)), int(rng.integers(1, 6)),
                   False, int(rng.integers(-128, 128))) for _ in range(2)] + \
             [(4, 12, 4, False, int(rng.integers(-20, 20))),
-             (3, int(rng.integers(1100, 3000)), 2, True, int(rng.integers(40, 128))),
+             (3, int(rng.integers(5000, 9000)), 2, True, -2 * int(rng.integers(20, 64))),
              (2, 5, 3, False, -110)]
     return [_matmul_case(rng, *spec) for spec in specs]
 
@@ -315,7 +322,7 @@ MATMUL_HINTS = (
              "scale_x * (qx - zero_x), so the product sums (qx - zero_x) * qw"),
     _mistake(0, lambda e, a: (a[0].astype(np.int64) + int(a[2])) @ a[3].astype(np.int64).T,
              "the zero point's sign: the real value is scale_x * (qx - zero_x)"),
-    _mistake(0, _acc_float32,
+    _mistake(0, lambda e, a: _acc_float32(a),
              "accumulated in float32: its 24-bit significand holds integers exactly only up to "
              "2^24 = 16,777,216, and a long sum of saturated products passes that; accumulate "
              "in int32"),
