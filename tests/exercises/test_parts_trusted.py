@@ -617,6 +617,22 @@ def attention_backward(q, k, v, dout, causal):
         torch.tensor(dout))
     return tuple(x.grad.numpy() for x in t)
 """),
+    # ex19
+    "ex19.per_channel_params": (RAW, """
+def per_channel_params(w):
+    scale = np.abs(w).max(axis=1) / 127  # symmetric: zero points 0, half the codes unused
+    return np.where(scale > 0, scale, 1.0), np.zeros(w.shape[0], dtype=np.int32)
+"""),
+    "ex19.quantize_per_channel": (RAW, """
+def quantize_per_channel(w, scale, zero_point):
+    q = (np.round(w / scale[:, None]) + zero_point[:, None]).astype(np.int64).astype(np.int8)
+    return q, (q.astype(np.int64) - zero_point[:, None]) * scale[:, None]  # wrapped, not clipped
+"""),
+    "ex19.int8_matmul": (RAW, """
+def int8_matmul(qx, scale_x, zero_x, qw, scale_w):
+    acc = (qx.astype(np.int32) @ qw.astype(np.int32).T)  # the zero point forgotten
+    return acc, scale_x * scale_w[None, :] * acc
+"""),
 }
 
 
