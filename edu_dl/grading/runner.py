@@ -129,6 +129,27 @@ def _kernel_manager_class() -> Any:
     return GradingKernelManager
 
 
+def _start_kernel(cwd: Path) -> Any:
+    """Start the python3 kernel (KERNEL_LAUNCH) in ``cwd`` and return its manager at once,
+    without waiting for it to be ready: nbclient's setup_kernel waits (``startup_timeout``)."""
+    from jupyter_core.utils import run_sync
+
+    km = _kernel_manager_class()(kernel_name="python3")
+    # as nbclient starts an IPython kernel: no history file (a sandbox keeps nothing)
+    run_sync(km.start_kernel)(extra_arguments=["--HistoryManager.hist_file=:memory:"],
+                              cwd=str(cwd))
+    return km
+
+
+def _stop_kernel(km: Any) -> None:
+    from jupyter_core.utils import run_sync
+
+    try:
+        run_sync(km.shutdown_kernel)(now=True)
+    except Exception:  # the sandbox ends with this process anyway
+        pass
+
+
 def _short(text: Any) -> str:
     text = str(text)
     return text if len(text) <= TEXT_CAP else text[:TEXT_CAP] + " [...]"
@@ -145,29 +166,38 @@ def execute(notebook: Path, grading_dir: Path, *, timeout: float, output_cap: in
     notebook (None if unreadable).
     """
     deadline = time.monotonic() + budget
-    import nbformat
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
-
     record: dict[str, Any] = {"cells": [], "kernel": "ok", "message": "", "output_cut": False}
-    try:
-        nb = nbformat.read(notebook, as_version=4)
-    except Exception as exc:  # the grader validated it, but be safe: record, never crash
-        record.update(kernel="unreadable", message=_short(f"{type(exc).__name__}: {exc}"))
-        return record, None
     (grading_dir / OUTPUTS).mkdir(parents=True, exist_ok=True)
     Path(os.environ.setdefault("HOME", "/tmp/home")).mkdir(parents=True, exist_ok=True)
     os.environ[GRADING_ENV] = str(grading_dir)
+    # The kernel first: it boots (half a second) while this process imports nbformat and
+    # nbclient and reads the notebook.
+    starting = time.monotonic()
+    try:
+        km = _start_kernel(notebook.parent)
+    except Exception as exc:  # kernel failed to start: recorded as such
+        record.update(kernel="failed", message=_short(f"{type(exc).__name__}: {exc}"))
+        return record, None
+    import nbformat
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    try:
+        nb = nbformat.read(notebook, as_version=4)
+    except Exception as exc:  # the grader validated it, but be safe: record, never crash
+        _stop_kernel(km)
+        record.update(kernel="unreadable", message=_short(f"{type(exc).__name__}: {exc}"))
+        return record, None
     client = _client_class()(
-        nb, timeout=math.ceil(timeout), startup_timeout=math.ceil(min(startup_timeout, budget)),
-        kernel_name="python3", kernel_manager_class=_kernel_manager_class(),
+        nb, km=km, timeout=math.ceil(timeout),
+        startup_timeout=math.ceil(min(startup_timeout, budget)),
         allow_errors=True, interrupt_on_timeout=True, record_timing=False,
         shutdown_kernel="immediate",  # every cell's output is in: no wait for a polite exit
         error_on_timeout={"ename": "CellTimeout", "evalue": f"cell ran over {timeout:g} s"},
         resources={"metadata": {"path": str(notebook.parent)}},
     )
+    client.owns_km = True  # so setup_kernel stops it at the end, as a kernel it started
     client.output_cap = output_cap
     cells = [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
-    starting = time.monotonic()
     try:
         with client.setup_kernel():
             record["kernel_seconds"] = round(time.monotonic() - starting, 3)  # the cost report's
