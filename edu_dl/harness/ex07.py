@@ -35,7 +35,7 @@ def call_static(fn: Callable[..., Any], args: Case) -> Any:
                 "the values are right, but the function never calls "
                 + ", ".join(f"G.{n}" for n in missing)
                 + ": build the graph from placeholders, add the gradient nodes with "
-                  "G.gradients(f, [x, y, z, w]) and run them with a G.Session")
+                  "G.gradients(f, [x, y, z]) and run them with a G.Session")
     return result
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from edu_dl.grading.authoring import guard
-from edu_dl.grading.authoring.hints import Rule
+from edu_dl.grading.authoring.hints import Rule, close
 from edu_dl.grading.authoring.source import definition_node
 from edu_dl.grading.authoring.spec import CheckFailure, Verdict
 
@@ -166,35 +166,51 @@ class ClassCheck:
 # --------------------------------------------------------------------------- 3. nn.Module
 
 
-def call_module(cls: Any, args: Case) -> np.ndarray:
-    """TwoLayerNet(D_in, H, D_out) in float64, its two Linear layers set to the case's weights."""
+def call_module(cls: Any, args: Case) -> tuple[np.ndarray, np.ndarray]:
+    """ResidualBlock(D, H) in float64: its output as built (before any weight is set), then with
+    its two Linear layers set to the case's weights."""
     import torch
 
     x, w1, b1, w2, b2 = args
-    d_in, h, d_out = x.shape[1], w1.shape[0], w2.shape[0]
-    net = cls(d_in, h, d_out)
+    d, h = x.shape[1], w1.shape[0]
+    net = cls(d, h)
     if not isinstance(net, torch.nn.Module):
-        raise CheckFailure(f"TwoLayerNet must subclass torch.nn.Module, got {type(net).__name__}")
+        raise CheckFailure(f"ResidualBlock must subclass torch.nn.Module, got "
+                           f"{type(net).__name__}")
     net = net.double()
     linears = [m for m in net.modules() if isinstance(m, torch.nn.Linear)]
     found = ", ".join(f"Linear({m.in_features}, {m.out_features}, bias={m.bias is not None})"
                       for m in linears)
-    wanted = [(d_in, h), (h, d_out)]
+    wanted = [(d, h), (h, d)]
     if len(linears) != 2 or any(m.bias is None for m in linears) or sorted(
             (m.in_features, m.out_features) for m in linears) != sorted(wanted):
-        raise CheckFailure(f"TwoLayerNet({d_in}, {h}, {d_out}) should hold two layers, "
-                           f"nn.Linear({d_in}, {h}) and nn.Linear({h}, {d_out}), with biases; "
-                           f"found: {found or 'no nn.Linear'}")
+        raise CheckFailure(f"ResidualBlock({d}, {h}) should hold two layers, nn.Linear({d}, {h}) "
+                           f"and nn.Linear({h}, {d}), with biases; found: "
+                           f"{found or 'no nn.Linear'}")
     first = next(m for m in linears if (m.in_features, m.out_features) == wanted[0])
     second = next(m for m in linears if m is not first)
+    inputs = guard.watch(0, torch.tensor(x, dtype=torch.float64))
+    fresh = net(inputs)
     with torch.no_grad():
         for layer, weight, bias in ((first, w1, b1), (second, w2, b2)):
             layer.weight.copy_(torch.tensor(weight))
             layer.bias.copy_(torch.tensor(bias))
-    out = net(guard.watch(0, torch.tensor(x, dtype=torch.float64)))
-    if not isinstance(out, torch.Tensor):
-        raise CheckFailure(f"forward must return a tensor, got a {type(out).__name__}")
-    return out.detach().numpy()
+    out = net(inputs)
+    for what in (fresh, out):
+        if not isinstance(what, torch.Tensor):
+            raise CheckFailure(f"forward must return a tensor, got a {type(what).__name__}")
+    return fresh.detach().numpy().copy(), out.detach().numpy()
+
+
+@dataclass(frozen=True)
+class DiffersFromArgument(Rule):
+    """The expected result (or output) is argument ``argument`` itself and the result is not
+    (a module that should start as the identity does not)."""
+
+    argument: int = 0
+
+    def test(self, expected: Any, got: Any, args: Case) -> bool:
+        return close(expected, args[self.argument]) and not close(got, args[self.argument])
 
 
 # --------------------------------------------------------------------------- 4. Adam, accumulated

@@ -1,4 +1,4 @@
-"""Exercise 7, computational graphs: gates by hand, the lecture's example, edu_dl.graph, and order.
+"""Exercise 7, computational graphs: gates by hand, a max gate and a fan-out, edu_dl.graph, order.
 
 The gradient oracles are torch.autograd in float64; the topological order is judged by a validity
 check (every node once, every edge forwards), since a graph has many valid orders.
@@ -61,11 +61,6 @@ def _four_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     return [tuple(rng.standard_normal(s) for _ in range(4)) for s in _shapes(rng, hidden)]
 
 
-def _four_cases_f32(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    """float32, as the graph's placeholders are: the lecture's dtype."""
-    return [tuple(a.astype(np.float32) for a in case) for case in _four_cases(rng, hidden)]
-
-
 def _four_graph(x: Any, y: Any, z: Any, w: Any) -> Any:
     return ((x * y + z) * w).sum()
 
@@ -74,31 +69,55 @@ def _four_expected(x: Array, y: Array, z: Array, w: Array) -> tuple[Array, ...]:
     return tuple(_torch_grads(_four_graph, x, y, z, w)[1])
 
 
-# --------------------------------------------------------------------------- the lecture's example
+# --------------------------------------------------------------------------- max gate, fan-out
 
 
-def _three_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    return [tuple(rng.standard_normal(s).astype(np.float32) for _ in range(3))
-            for s in _shapes(rng, hidden)]
+def _fan_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    """float64 (x, y, z) of one shape; no ties a == z (they have probability 0)."""
+    return [tuple(rng.standard_normal(s) for _ in range(3)) for s in _shapes(rng, hidden)]
 
 
-def _three_graph(x: Any, y: Any, z: Any) -> Any:
-    return (x * y + z).sum()
+def _fan_cases_f32(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    """float32, as the graph's placeholders are."""
+    return [tuple(a.astype(np.float32) for a in case) for case in _fan_cases(rng, hidden)]
 
 
-def _three_expected(x: Array, y: Array, z: Array) -> tuple[Any, ...]:
-    c, grads = _torch_grads(_three_graph, x, y, z)
-    return (c, *grads)
+def _fan_graph(x: Any, y: Any, z: Any) -> Any:
+    import torch
+
+    a = x * y
+    return (torch.maximum(a, z) * a).sum()
 
 
+def _fan_expected(x: Array, y: Array, z: Array) -> tuple[Any, ...]:
+    f, grads = _torch_grads(_fan_graph, x, y, z)
+    return (f, *grads)
+
+
+def _fan_grads_without(x: Array, y: Array, z: Array, branch: str) -> tuple[Array, ...]:
+    """(grad_x, grad_y, grad_z) with a typical mistake: one of a's two branches left out
+    (``branch`` 'max' or 'product'), or the max gate's gradient sent to both inputs ('both')."""
+    a = x * y
+    m = np.maximum(a, z)
+    to_a = (a > z) if branch != "both" else np.ones_like(a)
+    grad_a = (0 if branch == "product" else m) + (0 if branch == "max" else a * to_a)
+    grad_z = a * (z > a) if branch != "both" else a
+    return grad_a * y, grad_a * x, grad_z
+
+
+FAN_OUT = ("a feeds two gates, max(a, z) and the product m * a: its gradient is the SUM of "
+           "what both gates send back to it, not either one alone")
+MAX_ROUTES = ("the max gate routes grad_m to the input that won: grad_a gets grad_m where a > z, "
+              "grad_z where z > a (0 elsewhere); it does not send it to both")
+
+ALL_THREE = ("those are the gradients of sum(max(a, z)): f multiplies the max by a again, "
+             "f = reduce_sum(G.maximum(a, zs) * a) with a = xs * ys feeding both gates")
 FORGOT_W = ("grad_a = grad_b * w: the multiply gate b * w scales the gradient by w before it "
             "reaches a = x * y (grad_x = w * y, grad_y = w * x)")
-SWAPPED = "the multiply gate swaps its inputs: grad_x = grad_a * y, grad_y = grad_a * x"
-ALL_FOUR = "build f = reduce_sum((x * y + z) * w): all four placeholders take part"
 
 STATIC_SOURCE = names_check(required=[
     ((name,), f"the function never calls G.{name}: build the graph from placeholders, add the "
-              "gradient nodes with G.gradients(f, [x, y, z, w]) and run them with a G.Session")
+              "gradient nodes with G.gradients(f, [x, y, z]) and run them with a G.Session")
     for name in STATIC_NAMES])
 
 
@@ -171,27 +190,33 @@ PARTS = [
         ),
     ),
     Part(
-        id="ex07.three_input_numpy", points=1, cases=_three_cases, expected=_three_expected,
-        compare=F32, arg_names=("x", "y", "z"), output_names=("c", "grad_x", "grad_y", "grad_z"),
+        id="ex07.max_fan_out_numpy", points=2, cases=_fan_cases, expected=_fan_expected,
+        compare=F64, arg_names=("x", "y", "z"), output_names=("f", "grad_x", "grad_y", "grad_z"),
         source_check=BY_HAND_SOURCE,
         hints=(
-            Scalar("grad_z has z's shape: every entry of b gets grad_c = 1 (np.ones_like)",
+            NotScalar("f is a number: the sum of every entry of max(a, z) * a", output=0),
+            Scalar("grad_z has z's shape: the max gate sends each entry its own gradient",
                    output=3),
-            Mistake(lambda e, a: a[0], SWAPPED, output=1, rtol=1e-5, atol=1e-5),
-            Mistake(lambda e, a: a[1], SWAPPED, output=2, rtol=1e-5, atol=1e-5),
-            NotScalar("c is a number: the sum of every entry of b", output=0),
+            Mistake(lambda e, a: _fan_grads_without(*a, "max")[0], FAN_OUT, output=1,
+                    rtol=1e-9, atol=1e-12),
+            Mistake(lambda e, a: _fan_grads_without(*a, "product")[0], FAN_OUT, output=1,
+                    rtol=1e-9, atol=1e-12),
+            Mistake(lambda e, a: _fan_grads_without(*a, "both")[2], MAX_ROUTES, output=3,
+                    rtol=1e-9, atol=1e-12),
+            Mistake(lambda e, a: _fan_grads_without(*a, "both")[0], MAX_ROUTES, output=1,
+                    rtol=1e-9, atol=1e-12),
         ),
     ),
     Part(
-        id="ex07.static_graph", points=2, cases=_four_cases_f32, expected=_four_expected,
+        id="ex07.static_graph", points=2, cases=_fan_cases_f32, expected=_fan_expected,
         compare=F32, call=call_static, source_check=STATIC_SOURCE,
-        arg_names=("x", "y", "z", "w"),
-        output_names=("grad_x", "grad_y", "grad_z", "grad_w"),
+        arg_names=("x", "y", "z"),
+        output_names=("f", "grad_x", "grad_y", "grad_z"),
         hints=(
-            Arity("return the four arrays that sess.run gives for [grad_x, grad_y, grad_z, "
-                  "grad_w]", count=4),
-            Mistake(lambda e, a: a[1], ALL_FOUR, output=0, rtol=1e-5, atol=1e-5),
-            Mistake(lambda e, a: a[0] * a[1], ALL_FOUR, output=3, rtol=1e-5, atol=1e-5),
+            Arity("return f and the three gradient arrays that sess.run gives: (f, grad_x, "
+                  "grad_y, grad_z)", count=4),
+            Mistake(lambda e, a: (a[0] * a[1] > a[2]) * a[1], ALL_THREE, output=1, rtol=1e-4,
+                    atol=1e-4),
         ),
     ),
     Part(

@@ -1,23 +1,25 @@
 """Exercise 10, PyTorch: gradients by hand on tensors (the lecture's net with a bias on each layer,
-the step its level 1 leaves open), a custom autograd Function, a custom Module,
-and Adam on a batch taken in micro-batches (gradient accumulation, the step the lecture's loop
-leaves open).
+the step its level 1 leaves open), a custom autograd Function, a residual Module that starts as
+the identity (a skip connection and a zero-initialized last layer, neither in the lecture), and
+Adam on a batch taken in micro-batches of unequal size with a mean loss (gradient accumulation,
+each micro-batch weighted by its share of the rows: the step the lecture's loop leaves open).
 
 The student's functions receive torch float64 tensors (``call``, public in ``edu_dl.harness.ex10``,
 converts the grader's NumPy arrays).
 The oracles are independent of the student's task: edu_dl's eager engine, ``edu_dl.nn`` and
 ``edu_dl.optim`` for the training losses, torch.autograd on built-in ops for the custom Function's
-gradients, and a NumPy formula for the Module's output. Hints replay typical mistakes in NumPy.
+gradients, and a NumPy formula for the Module's output (as built: its input; with given weights:
+x + relu(x W1^T + b1) W2^T + b2). Hints replay typical mistakes in NumPy.
 
 Judged outside the sandbox: every value, shape and dtype kind against the oracle, on the raw
 values the student's code returned (the custom Function's gradients are recorded as its backward
 returns them, before autograd can sum a broadcast gradient into shape); from the submitted source:
 the manual part never asks autograd (no backward, grad, requires_grad), MyLinear subclasses
 ``torch.autograd.Function`` with its own forward and backward, and that backward does not ask
-autograd for the gradients (the oracle is autograd itself), TwoLayerNet subclasses
+autograd for the gradients (the oracle is autograd itself), ResidualBlock subclasses
 ``nn.Module`` and builds ``nn.Linear`` layers, the accumulating loop calls backward and Adam. The
-accumulation's oracle is the full batch's Adam (with a summed loss, the micro-batches' gradients
-add up to the batch's); the most rows one module's forward saw is observed in the sandbox by a
+accumulation's oracle is the full batch's Adam on the mean loss (each micro-batch's mean weighted
+by its rows / N, the micro-batches' gradients add up to the batch's); the most rows one module's forward saw is observed in the sandbox by a
 global forward hook, so, like exercise 9's tracing count, it is check()'s feedback only
 (``feedback_outputs``): a whole batch at once gets the right losses and a hint, not a grade.
 That autograd is switched off, that the backward really ran and the layers found in the module
@@ -37,6 +39,7 @@ from edu_dl.grading.authoring.spec import Part, tolerance
 from edu_dl.harness.ex09 import Stuck
 from edu_dl.harness.ex10 import (
     ClassCheck,
+    DiffersFromArgument,
     ShapeOfArgument,
     call_accumulated,
     call_function,
@@ -174,29 +177,32 @@ FUNCTION_SOURCE = all_checks(
         "db computed from grad_output and the saved tensors (lecture 8's VJP rules)")]))
 MODULE_SOURCE = all_checks(
     ClassCheck("Module", ("forward",), "torch.nn.Module"),
-    names_check(required=[(("Linear",), "TwoLayerNet builds no torch.nn.Linear layers: "
-                                        "self.linear1 = torch.nn.Linear(D_in, H), ...")]))
+    names_check(required=[(("Linear",), "ResidualBlock builds no torch.nn.Linear layers: "
+                                        "create two in __init__, D -> H and H -> D")]))
 
 
 # --------------------------------------------------------------------------- 3. nn.Module
 
 
 def _module_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    """(x (N, D_in), W1 (H, D_in), b1 (H,), W2 (D_out, H), b2 (D_out,)): PyTorch's layout."""
-    dims = [(3, 4, 5, 2), (1, 3, 2, 4), (6, 5, 8, 3)] if not hidden else [
-        tuple(int(d) for d in rng.integers(1, 9, size=4)) for _ in range(4)]
+    """(x (N, D), W1 (H, D), b1 (H,), W2 (D, H), b2 (D,)): PyTorch's layout; one case with
+    H == D, where the two layers have the same shape."""
+    dims = [(3, 4, 5), (1, 3, 2), (6, 5, 5)] if not hidden else [
+        tuple(int(d) for d in rng.integers(1, 9, size=3)) for _ in range(4)]
     cases = []
-    for n, d_in, h, d_out in dims:
-        b_in, b_h = 1 / np.sqrt(d_in), 1 / np.sqrt(h)
-        cases.append((rng.standard_normal((n, d_in)), rng.uniform(-b_in, b_in, (h, d_in)),
-                      rng.uniform(-b_in, b_in, h), rng.uniform(-b_h, b_h, (d_out, h)),
-                      rng.uniform(-b_h, b_h, d_out)))
+    for n, d, h in dims:
+        b_in, b_h = 1 / np.sqrt(d), 1 / np.sqrt(h)
+        cases.append((rng.standard_normal((n, d)), rng.uniform(-b_in, b_in, (h, d)),
+                      rng.uniform(-b_in, b_in, h), rng.uniform(-b_h, b_h, (d, h)),
+                      rng.uniform(-b_h, b_h, d)))
     return cases
 
 
-def _module_expected(x: Array, w1: Array, b1: Array, w2: Array, b2: Array) -> Array:
-    """nn.Linear computes x @ W.T + b."""
-    return np.maximum(x @ w1.T + b1, 0) @ w2.T + b2
+def _module_expected(x: Array, w1: Array, b1: Array, w2: Array, b2: Array
+                     ) -> tuple[Array, Array]:
+    """As built, the block is the identity; with the weights: x + relu(x W1^T + b1) W2^T + b2
+    (nn.Linear computes x @ W.T + b)."""
+    return x.copy(), x + np.maximum(x @ w1.T + b1, 0) @ w2.T + b2
 
 
 # --------------------------------------------------------------------------- 4. Adam, accumulated
@@ -204,10 +210,13 @@ def _module_expected(x: Array, w1: Array, b1: Array, w2: Array, b2: Array) -> Ar
 
 def _adam_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     """(X, y, W1, b1, W2, b2, lr, num_steps, micro_batch), weights in PyTorch's layout and
-    initialization; micro-batches that do not divide the batch, one row, and the whole batch."""
-    sizes = [(8, 6, 5, 3, 6, 3), (4, 3, 7, 2, 6, 2)] if not hidden else [(1, 1, 1, 1, 2, 1)] + [
-        (n, *(int(d) for d in rng.integers(1, 10, size=3)), int(rng.integers(2, 11)), micro)
-        for n, micro in ((7, 1), (9, 9), (int(rng.integers(5, 13)), int(rng.integers(2, 5))))]
+    initialization; micro-batches that do not divide the batch (a shorter last one: weighting
+    by the number of micro-batches is wrong there), one row, and the whole batch."""
+    micro = int(rng.integers(2, 5))
+    uneven = micro * int(rng.integers(1, 4)) + int(rng.integers(1, micro))
+    sizes = [(8, 6, 5, 3, 6, 3), (4, 3, 7, 2, 6, 3)] if not hidden else [(1, 1, 1, 1, 2, 1)] + [
+        (n, *(int(d) for d in rng.integers(1, 10, size=3)), int(rng.integers(2, 11)), m)
+        for n, m in ((7, 1), (9, 9), (uneven, micro))]
     cases = []
     for n, d_in, h, d_out, steps, micro in sizes:
         x = rng.standard_normal((n, d_in))
@@ -221,9 +230,9 @@ def _adam_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
 
 def _adam_expected(x: Array, y: Array, w1: Array, b1: Array, w2: Array, b2: Array, lr: float,
                    num_steps: int, micro_batch: int) -> tuple[Array, Array]:
-    """edu_dl.nn.Sequential + edu_dl.optim.Adam (PyTorch's formula) on the WHOLE batch: with a
-    summed loss, the micro-batches' accumulated gradients are the batch's. And the most rows a
-    forward may see: one micro-batch."""
+    """edu_dl.nn.Sequential + edu_dl.optim.Adam (PyTorch's formula) on the WHOLE batch's mean
+    loss: each micro-batch's mean weighted by its rows / N, the micro-batches' accumulated
+    gradients are the batch's. And the most rows a forward may see: one micro-batch."""
     import edu_dl as ed
 
     model = ed.nn.Sequential(
@@ -231,7 +240,7 @@ def _adam_expected(x: Array, y: Array, w1: Array, b1: Array, w2: Array, b2: Arra
         ed.nn.ReLU(),
         ed.nn.Linear(w2.shape[1], w2.shape[0], dtype=np.float64, weight=w2.T, bias_value=b2),
     )
-    loss_fn = ed.nn.MSELoss(reduction="sum")
+    loss_fn = ed.nn.MSELoss(reduction="mean")
     optimizer = ed.optim.Adam(model.parameters(), lr=lr)
     xt, yt = ed.tensor(x), ed.tensor(y)
     losses = []
@@ -244,11 +253,10 @@ def _adam_expected(x: Array, y: Array, w1: Array, b1: Array, w2: Array, b2: Arra
     return np.array(losses), np.array(min(int(micro_batch), len(x)))
 
 
-def _loss_and_grads(params: list[Array], x: Array, y: Array, reduction: str
+def _loss_and_grads(params: list[Array], x: Array, y: Array, scale: float
                     ) -> tuple[float, list[Array]]:
-    """The net's squared error on (x, y), summed or averaged, and its gradients (NumPy)."""
+    """The net's squared error on (x, y) times ``scale``, and its gradients (NumPy)."""
     w1_, b1_, w2_, b2_ = params
-    scale = 1.0 if reduction == "sum" else 1.0 / np.size(y)
     pre = x @ w1_.T + b1_
     h = np.maximum(pre, 0)
     diff = h @ w2_.T + b2_ - y
@@ -258,12 +266,14 @@ def _loss_and_grads(params: list[Array], x: Array, y: Array, reduction: str
 
 
 def numpy_adam_losses(x: Array, y: Array, w1: Array, b1: Array, w2: Array, b2: Array, lr: float,
-                      num_steps: int, micro_batch: int | None = None, *, reduction: str = "sum",
+                      num_steps: int, micro_batch: int | None = None, *, weighting: str = "rows",
                       zero_grad: bool = True, zero_each_micro: bool = False,
                       step_each_micro: bool = False, extra_sgd: bool = False,
                       sgd: bool = False) -> Array:
-    """The accumulating Adam loop in NumPy (a step's loss: its micro-batches' losses added up),
-    with a mistake switched on: reduction 'mean' in each micro-batch, gradients never zeroed
+    """The accumulating Adam loop in NumPy on the mean loss (a step's loss: its micro-batches'
+    weighted losses added up), each micro-batch's mean weighted by ``weighting``: 'rows' (right:
+    rows / N), or a mistake: 'none' (the means added), 'count' (divided by the number of
+    micro-batches), 'sum' (the summed squared error). Or another mistake: gradients never zeroed
     (they accumulate across steps), zeroed before every micro-batch (only the last one's
     reaches the step), one step per micro-batch, the source's extra ``param -= lr * grad``
     after the step, or plain SGD."""
@@ -294,8 +304,11 @@ def numpy_adam_losses(x: Array, y: Array, w1: Array, b1: Array, w2: Array, b2: A
         for start in range(0, len(x), size):
             if zero_each_micro or step_each_micro:
                 grads = list(zeros)
+            rows = len(x[start:start + size])
+            scale = {"rows": 1 / (len(x) * y.shape[1]), "none": 1 / (rows * y.shape[1]),
+                     "count": 1 / (-(-len(x) // size) * rows * y.shape[1]), "sum": 1.0}[weighting]
             loss, new = _loss_and_grads(params, x[start:start + size], y[start:start + size],
-                                        reduction)
+                                        scale)
             total += loss
             grads = [g + n for g, n in zip(grads, new)]
             if step_each_micro:
@@ -321,9 +334,17 @@ def _whole_batch_seen(e: Any, a: Case) -> Array | None:
 
 
 ADAM_HINTS = (
-    _mistake(lambda e, a: _adam_replay(a, reduction="mean"),
-             "you averaged in each micro-batch: the loss is torch.nn.MSELoss(reduction='sum'), "
-             "whose micro-batch gradients add up to the whole batch's", output=0),
+    _mistake(lambda e, a: _adam_replay(a, weighting="sum"),
+             "those are the summed squared error's losses: the loss is the MEAN over the whole "
+             "batch's entries (torch.nn.MSELoss(), reduction='mean')", output=0),
+    _mistake(lambda e, a: _adam_replay(a, weighting="none"),
+             "you added the micro-batches' means: each one averages its own rows only; weight it "
+             "by its share of the batch's rows, len(rows) / N, so that they add up to the whole "
+             "batch's mean", output=0),
+    _mistake(lambda e, a: _adam_replay(a, weighting="count"),
+             "you divided by the number of micro-batches: the last one is shorter, so its rows "
+             "weigh more than the others'; weight each micro-batch's mean by len(rows) / N",
+             output=0),
     _mistake(lambda e, a: _adam_replay(a, zero_grad=False),
              "the gradients pile up from one step to the next: zero them once per step, before "
              "the first micro-batch's backward", output=0),
@@ -381,11 +402,21 @@ LINEAR_HINTS = (
     _mistake(_dw_flipped, "dw = x.T @ grad_output, of w's shape (D, M)", output=2),
 )
 
+NO_SKIP = ("the block adds its input to what the two layers make: out = x + branch(x), the skip "
+           "connection")
+RELU_AFTER = ("no ReLU after the sum: out = x + linear2(relu(linear1(x))), so that a block whose "
+              "branch gives 0 passes x through unchanged, negative entries included")
 MODULE_HINTS = (
-    _mistake(lambda e, a: (a[0] @ a[1].T + a[2]) @ a[3].T + a[4],
-             "apply the ReLU between the layers: linear2(relu(linear1(x)))"),
-    _mistake(lambda e, a: np.maximum(e, 0),
-             "no ReLU after the last layer: the network's output is linear2(h_relu)"),
+    _mistake(lambda e, a: np.zeros_like(a[0]), NO_SKIP, output=0),
+    _mistake(lambda e, a: np.maximum(a[0], 0), RELU_AFTER, output=0),
+    _mistake(lambda e, a: np.maximum(a[0] @ a[1].T + a[2], 0) @ a[3].T + a[4], NO_SKIP,
+             output=1),
+    _mistake(lambda e, a: np.maximum(e[1], 0), RELU_AFTER, output=1),
+    _mistake(lambda e, a: a[0] + (a[0] @ a[1].T + a[2]) @ a[3].T + a[4],
+             "apply the ReLU between the layers: linear2(relu(linear1(x)))", output=1),
+    DiffersFromArgument("the block as built is not the identity: set linear2's weight and bias "
+                        "to zero in __init__ (torch.nn.init.zeros_), so that the branch adds 0 "
+                        "until training moves it", output=0, argument=0),
 )
 
 # check()'s bound on each part: PyTorch's first torch.optim.Adam(...) in a process imports
@@ -407,9 +438,10 @@ PARTS = [
         hints=LINEAR_HINTS,
     ),
     Part(
-        id="ex10.two_layer_module", points=2, cases=_module_cases, expected=_module_expected,
+        id="ex10.residual_module", points=2, cases=_module_cases, expected=_module_expected,
         compare=COMPARE, call=call_module, source_check=MODULE_SOURCE, timeout_s=TIMEOUT_S,
-        arg_names=("x", "W1", "b1", "W2", "b2"), hints=MODULE_HINTS,
+        arg_names=("x", "W1", "b1", "W2", "b2"), output_names=("as_built", "out"),
+        hints=MODULE_HINTS,
     ),
     Part(
         id="ex10.adam_accumulation", points=3, cases=_adam_cases, expected=_adam_expected,

@@ -45,16 +45,44 @@ def test_four_inputs_grad_w_without_z(capsys: pytest.CaptureFixture[str]) -> Non
     assert "output 3 (grad_w)" in out and "hint: grad_w = b = x * y + z" in out
 
 
-def test_three_inputs_with_a_scalar_grad_z(capsys: pytest.CaptureFixture[str]) -> None:
-    ok, out = run(capsys, "ex07.three_input_numpy",
-                  lambda x, y, z: (np.sum(x * y + z), y, x, 1.0))
+def test_max_fan_out_with_a_scalar_grad_z(capsys: pytest.CaptureFixture[str]) -> None:
+    ok, out = run(capsys, "ex07.max_fan_out_numpy",
+                  lambda x, y, z: (np.sum(np.maximum(x * y, z) * x * y), y, x, 1.0))
     assert not ok
     assert "output 3 (grad_z): expected shape (3, 4), got shape ()" in out
     assert "hint: grad_z has z's shape" in out
 
 
+def fan_out(x, y, z, mistake=None):
+    """The max gate and the fan-out by hand, written independently of the solution, with one
+    typical mistake switched on."""
+    a = x * y
+    m = np.maximum(a, z)
+    from_max = np.where(a > z, a, 0.0) if mistake != "both" else a
+    grad_a = {"no_sum": from_max, "product_only": m}.get(mistake, m + from_max)
+    grad_z = np.where(z > a, a, 0.0) if mistake != "both" else a
+    return np.sum(m * a), grad_a * y, grad_a * x, grad_z
+
+
+@pytest.mark.parametrize(("mistake", "hint"), [
+    (None, None),
+    ("no_sum", "hint: a feeds two gates"),
+    ("product_only", "hint: a feeds two gates"),
+    ("both", "hint: the max gate routes grad_m to the input that won"),
+])
+def test_max_fan_out_mistakes_get_their_hint(capsys: pytest.CaptureFixture[str], mistake: Any,
+                                             hint: Any) -> None:
+    for hidden in (False, True):
+        ok, out = run(capsys, "ex07.max_fan_out_numpy",
+                      lambda x, y, z: fan_out(x, y, z, mistake), hidden=hidden)
+        if hint is None:  # an independent right answer passes and no hint speaks
+            assert ok and "hint" not in out, out
+            continue
+        assert not ok and hint in out, out
+
+
 def test_static_graph_computed_in_numpy_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    ok, out = run(capsys, "ex07.static_graph", SOLUTIONS["four_input_backward"])
+    ok, out = run(capsys, "ex07.static_graph", SOLUTIONS["max_fan_out_numpy"])
     assert not ok
     assert "the values are right, but the function never calls G.placeholder, G.gradients, " \
            "G.Session" in out
@@ -107,19 +135,19 @@ def four_by_autograd(x, y, z, w):
     return tuple(t.grad.numpy() for t in ts)
 
 
-def three_by_graph(x, y, z):
+def fan_by_graph(x, y, z):
     graph = G.Graph()
     with graph.as_default():
-        xs, ys, zs = (G.placeholder(G.float32, shape=v.shape) for v in (x, y, z))
-        c = G.reduce_sum(xs * ys + zs)
-        grads = G.gradients(c, [xs, ys, zs])
+        xs, ys, zs = (G.placeholder(G.float64, shape=v.shape) for v in (x, y, z))
+        a = xs * ys
+        f = G.reduce_sum(G.maximum(a, zs) * a)
+        grads = G.gradients(f, [xs, ys, zs])
     with G.Session(graph) as sess:
-        return (sess.run(c, feed_dict={xs: x, ys: y, zs: z}),
-                *sess.run(grads, feed_dict={xs: x, ys: y, zs: z}))
+        return tuple(sess.run([f, *grads], feed_dict={xs: x, ys: y, zs: z}))
 
 
 @pytest.mark.parametrize(("part_id", "fn"), [("ex07.four_input_backward", four_by_autograd),
-                                             ("ex07.three_input_numpy", three_by_graph)])
+                                             ("ex07.max_fan_out_numpy", fan_by_graph)])
 def test_the_parts_by_hand_refuse_the_oracles_tools(capsys: pytest.CaptureFixture[str],
                                                     part_id: str, fn: Any) -> None:
     """The values of torch.autograd or G.gradients are right, but these parts ask for them by

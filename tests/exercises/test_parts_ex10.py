@@ -22,7 +22,7 @@ NOTEBOOK = Path(__file__).resolve().parents[2] / "solutions" / "10_pytorch.ipynb
 PART_SOLUTIONS = {
     "ex10.manual_biases": "train_manual_biases",
     "ex10.linear_function": "MyLinear",
-    "ex10.two_layer_module": "TwoLayerNet",
+    "ex10.residual_module": "ResidualBlock",
     "ex10.adam_accumulation": "train_adam_accumulated",
 }
 
@@ -209,36 +209,55 @@ def test_not_a_function_subclass(capsys):
     assert not ok and "must be a subclass of torch.autograd.Function" in out
 
 
-def test_module_without_relu_and_with_wrong_layers(capsys):
-    class NoReLU(torch.nn.Module):
-        def __init__(self, d_in, h, d_out):
-            super().__init__()
-            self.linear1 = torch.nn.Linear(d_in, h)
-            self.linear2 = torch.nn.Linear(h, d_out)
+class Block(torch.nn.Module):
+    """The residual block, written independently of the solution, with a typical mistake."""
 
-        def forward(self, x):
-            return self.linear2(self.linear1(x))
+    def __init__(self, d, h, mistake=None, bias=True):
+        super().__init__()
+        self.linear1 = torch.nn.Linear(d, h, bias=bias)
+        self.linear2 = torch.nn.Linear(h, d)
+        self.mistake = mistake
+        if mistake != "default_init":
+            with torch.no_grad():
+                self.linear2.weight.zero_()
+                self.linear2.bias.zero_()
 
-    ok, out = run(capsys, "ex10.two_layer_module", NoReLU)
+    def forward(self, x):
+        inner = self.linear1(x) if self.mistake == "no_relu" else self.linear1(x).clamp(min=0)
+        branch = self.linear2(inner)
+        if self.mistake == "no_skip":
+            return branch
+        return (x + branch).clamp(min=0) if self.mistake == "relu_after" else x + branch
+
+
+@pytest.mark.parametrize(("mistake", "hint"), [
+    (None, None),
+    ("default_init", "hint: the block as built is not the identity"),
+    ("no_skip", "hint: the block adds its input to what the two layers make"),
+    ("relu_after", "hint: no ReLU after the sum"),
+    ("no_relu", "hint: apply the ReLU between the layers"),
+])
+def test_module_mistakes_get_their_hint(capsys, mistake, hint):
+    for hidden in (False, True):
+        ok, out = run(capsys, "ex10.residual_module",
+                      lambda d, h: Block(d, h, mistake), hidden=hidden)
+        if hint is None:
+            assert ok and "hint" not in out, out
+            continue
+        assert not ok and hint in out, out
+
+
+def test_module_with_wrong_layers(capsys):
+    ok, out = run(capsys, "ex10.residual_module", lambda d, h: Block(d, h, bias=False))
     assert not ok
-    assert "case 1 of 3 (x (3, 4), W1 (5, 4), b1 (5,), W2 (2, 5), b2 (2,))" in out
-    assert "hint: apply the ReLU between the layers" in out
-
-    class NoBias(NoReLU):
-        def __init__(self, d_in, h, d_out):
-            torch.nn.Module.__init__(self)
-            self.linear1 = torch.nn.Linear(d_in, h, bias=False)
-            self.linear2 = torch.nn.Linear(h, d_out)
-
-    ok, out = run(capsys, "ex10.two_layer_module", NoBias)
-    assert not ok
-    assert "should hold two layers, nn.Linear(4, 5) and nn.Linear(5, 2), with biases; found: " \
-           "Linear(4, 5, bias=False), Linear(5, 2, bias=True)" in out
+    assert "should hold two layers, nn.Linear(4, 5) and nn.Linear(5, 4), with biases; found: " \
+           "Linear(4, 5, bias=False), Linear(5, 4, bias=True)" in out
 
 
-def adam(X, y, W1, b1, W2, b2, lr, num_steps, micro_batch, reduction="sum", zero="step",
+def adam(X, y, W1, b1, W2, b2, lr, num_steps, micro_batch, weighting="rows", zero="step",
          step_each_micro=False, twice=False, whole_batch=False, functional=False):
-    """Accumulating Adam in torch, with a mistake: zero = "step" (right), "never" or "micro"."""
+    """Accumulating Adam in torch on the mean loss, with a mistake: weighting = "rows" (right),
+    "none", "count" or "sum"; zero = "step" (right), "never" or "micro"; ..."""
     model = torch.nn.Sequential(torch.nn.Linear(W1.shape[1], W1.shape[0]), torch.nn.ReLU(),
                                 torch.nn.Linear(W2.shape[1], W2.shape[0])).double()
     with torch.no_grad():
@@ -262,7 +281,10 @@ def adam(X, y, W1, b1, W2, b2, lr, num_steps, micro_batch, reduction="sum", zero
             if zero == "micro" or step_each_micro:
                 optimizer.zero_grad()
             rows = slice(start, start + size)
-            loss = torch.nn.functional.mse_loss(forward(X[rows]), y[rows], reduction=reduction)
+            n_rows, count = len(X[rows]), -(-len(X) // size)
+            loss = torch.nn.functional.mse_loss(
+                forward(X[rows]), y[rows], reduction="sum" if weighting == "sum" else "mean")
+            loss = loss * {"rows": n_rows / len(X), "count": 1 / count}.get(weighting, 1.0)
             total += loss.item()
             loss.backward()
             if step_each_micro:
@@ -278,7 +300,9 @@ def adam(X, y, W1, b1, W2, b2, lr, num_steps, micro_batch, reduction="sum", zero
 
 
 @pytest.mark.parametrize(("kwargs", "hint"), [
-    ({"reduction": "mean"}, "hint: you averaged in each micro-batch"),
+    ({"weighting": "sum"}, "hint: those are the summed squared error's losses"),
+    ({"weighting": "none"}, "hint: you added the micro-batches' means"),
+    ({"weighting": "count"}, "hint: you divided by the number of micro-batches"),
     ({"zero": "never"}, "hint: the gradients pile up from one step to the next"),
     ({"zero": "micro"}, "hint: only the last micro-batch's gradient reached the step"),
     ({"step_each_micro": True}, "hint: you took one Adam step per micro-batch"),
@@ -299,7 +323,7 @@ def test_adam_without_mistake_passes_and_no_hint_fires(capsys):
 
 
 def test_adam_whole_batch_is_the_only_difference_the_values_miss():
-    """Running the whole batch at once gives the right losses (a summed loss): only the recorded
+    """Running the whole batch at once gives the right losses (the batch's mean): only the recorded
     row count tells it apart, which check() reports (feedback: observed in the sandbox)."""
     part = course_part("ex10.adam_accumulation")
     for args in part.cases(np.random.default_rng(7), True):
@@ -317,7 +341,9 @@ def test_adam_reference_matches_torch():
     numpy_adam_losses = course_module("ex10").numpy_adam_losses
 
     part = course_part("ex10.adam_accumulation")
-    pairs = [({}, {}), ({"reduction": "mean"}, {"reduction": "mean"}),
+    pairs = [({}, {}), ({"weighting": "none"}, {"weighting": "none"}),
+             ({"weighting": "count"}, {"weighting": "count"}),
+             ({"weighting": "sum"}, {"weighting": "sum"}),
              ({"zero_grad": False}, {"zero": "never"}),
              ({"zero_each_micro": True}, {"zero": "micro"}),
              ({"step_each_micro": True}, {"step_each_micro": True})]
@@ -330,7 +356,7 @@ def test_adam_reference_matches_torch():
 
 # A function-shaped part's stub is checked for every part in test_parts_trusted.py; these two
 # parts take a class, and the notebook's stub is a class whose methods raise.
-@pytest.mark.parametrize("part_id", ["ex10.linear_function", "ex10.two_layer_module"])
+@pytest.mark.parametrize("part_id", ["ex10.linear_function", "ex10.residual_module"])
 def test_a_stub_class_is_not_implemented_yet(capsys, part_id):
     class StubFunction(torch.autograd.Function):
         @staticmethod
@@ -342,10 +368,10 @@ def test_a_stub_class_is_not_implemented_yet(capsys, part_id):
             raise NotImplementedError()
 
     class StubModule(torch.nn.Module):
-        def __init__(self, d_in, h, d_out):
+        def __init__(self, d, h):
             super().__init__()
             raise NotImplementedError()
 
-    fn = {"ex10.linear_function": StubFunction, "ex10.two_layer_module": StubModule}[part_id]
+    fn = {"ex10.linear_function": StubFunction, "ex10.residual_module": StubModule}[part_id]
     ok, out = run(capsys, part_id, fn)
     assert not ok and out == f"✗ {part_id}: not implemented yet\n"

@@ -260,14 +260,18 @@ def pipeline_epoch(read_s, compute_s, depth):  # the queue never fills: depth ig
 def four_input_backward(x, y, z, w):
     return y, x, np.ones_like(z), x * y + z  # forgot w
 """),
-    "ex07.three_input_numpy": (RAW, """
-def three_input_numpy(x, y, z):
-    return np.sum(x * y + z), y, x, 1.0  # grad_z a number
+    "ex07.max_fan_out_numpy": (RAW, """
+def max_fan_out_numpy(x, y, z):  # the max gate's share of grad_a only: no fan-out sum
+    a = x * y
+    grad_a = a * (a > z)
+    return np.sum(np.maximum(a, z) * a), grad_a * y, grad_a * x, a * (z > a)
 """),
     "ex07.static_graph": (RAW, """
-def static_graph(x, y, z, w):  # right values, by hand in NumPy: no graph, no Session
-    b = x * y + z
-    return w * y, w * x, w, b
+def static_graph(x, y, z):  # right values, by hand in NumPy: no graph, no Session
+    a = x * y
+    m = np.maximum(a, z)
+    grad_a = m + a * (a > z)
+    return np.sum(m * a), grad_a * y, grad_a * x, a * (z > a)
 """),
     "ex07.topological_order": (RAW, """
 def topological_order(n_nodes, edges):  # every node once, in the BACKWARD order
@@ -414,10 +418,10 @@ class MyLinear:  # not an autograd.Function: no backward at all
     def apply(x, w, b):
         return x @ w + b
 """),
-    "ex10.two_layer_module": (FORGED, """
-class TwoLayerNet:  # no nn.Module, no nn.Linear
-    def __init__(self, D_in, H, D_out):
-        self.sizes = D_in, H, D_out
+    "ex10.residual_module": (FORGED, """
+class ResidualBlock:  # no nn.Module, no nn.Linear
+    def __init__(self, D, H):
+        self.sizes = D, H
 
     def forward(self, x):
         return x
@@ -1074,27 +1078,30 @@ def test_check_gives_the_graders_source_feedback(capsys: pytest.CaptureFixture[s
     path.write_text(textwrap.dedent("""\
         import torch
 
-        def make_layers(D_in, H, D_out):
-            return torch.nn.Sequential(torch.nn.Linear(D_in, H), torch.nn.ReLU(),
-                                       torch.nn.Linear(H, D_out))
+        def make_layers(D, H):
+            layers = torch.nn.Sequential(torch.nn.Linear(D, H), torch.nn.ReLU(),
+                                         torch.nn.Linear(H, D))
+            torch.nn.init.zeros_(layers[2].weight)
+            torch.nn.init.zeros_(layers[2].bias)
+            return layers
 
 
-        class TwoLayerNet(torch.nn.Module):
-            def __init__(self, D_in, H, D_out):
+        class ResidualBlock(torch.nn.Module):
+            def __init__(self, D, H):
                 super().__init__()
-                self.net = make_layers(D_in, H, D_out)
+                self.net = make_layers(D, H)
 
             def forward(self, x):
-                return self.net(x)
+                return x + self.net(x)
         """))
     ns: dict[str, Any] = {"__name__": "helper_layers"}
     exec(compile(path.read_text(), str(path), "exec"), ns)
-    found = source.own_source(ns["TwoLayerNet"])
-    assert found is not None and found.startswith("class TwoLayerNet(torch.nn.Module):")
+    found = source.own_source(ns["ResidualBlock"])
+    assert found is not None and found.startswith("class ResidualBlock(torch.nn.Module):")
     assert source.own_source(ns["make_layers"]) == textwrap.dedent(path.read_text()).split(
         "\n\n\n")[0].split("\n\n", 1)[1] + "\n"
-    ok, out = run_check(capsys, "ex10.two_layer_module", ns["TwoLayerNet"])
+    ok, out = run_check(capsys, "ex10.residual_module", ns["ResidualBlock"])
     assert not ok
-    assert out == ("✗ ex10.two_layer_module: the values are right, but TwoLayerNet builds no "
-                   "torch.nn.Linear layers: self.linear1 = torch.nn.Linear(D_in, H), ...\n")
+    assert out == ("✗ ex10.residual_module: the values are right, but ResidualBlock builds no "
+                   "torch.nn.Linear layers: create two in __init__, D -> H and H -> D\n")
     assert source.own_source(lambda x: x) is None

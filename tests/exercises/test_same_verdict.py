@@ -250,7 +250,7 @@ def in_place_variant(fn: Any) -> tuple[Any, list[bool]]:
 # wrap; their adapters' copies are watched as any others (test_parts_ex08's ReluIntoDout).
 # Written out: finding them executes every solution notebook, torch's and TensorFlow's among
 # them, which collecting the tests must not do; the test below finds them.
-CLASS_PARTS = {"ex08.tape_ops", "ex10.linear_function", "ex10.two_layer_module"}
+CLASS_PARTS = {"ex08.tape_ops", "ex10.linear_function", "ex10.residual_module"}
 # Timed on the wall clock (issue 43 moves it to a simulated one): two runs of the same function
 # can disagree there by the machine's load alone, and it takes no array to write into.
 NOT_WRAPPED = {*CLASS_PARTS, "ex04.stream_timer"}
@@ -345,7 +345,7 @@ def test_ex10_tensors_written_in_place_are_named_both_ways(
     """ex10 hands the student's code torch tensors made from the case ("left unchanged", its
     docstrings say): a module's forward that scales its input in place fails both ways, named,
     as a NumPy argument's write does (its classes are not wrapped by the test above)."""
-    solution = part_namespace("ex10.two_layer_module")["TwoLayerNet"]
+    solution = part_namespace("ex10.residual_module")["ResidualBlock"]
 
     class IntoInput(solution):  # type: ignore[misc, valid-type]
         def forward(self, x: Any) -> Any:
@@ -353,8 +353,8 @@ def test_ex10_tensors_written_in_place_are_named_both_ways(
             x.mul_(2.0)  # after its output: the values stay right, only the write is wrong
             return out
 
-    IntoInput.__name__ = "TwoLayerNet"
-    part = spec_part("ex10.two_layer_module")
+    IntoInput.__name__ = "ResidualBlock"
+    part = spec_part("ex10.residual_module")
     report, judged = both_ways(capsys, tmp_path, monkeypatch, part, IntoInput)
     assert judged.status == "failed" and f"{WROTE} `x`" in judged.message, judged.message
     assert f"{WROTE} `x`" in report
