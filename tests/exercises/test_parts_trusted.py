@@ -637,6 +637,23 @@ def int8_matmul(qx, scale_x, zero_x, qw, scale_w):
     acc = (qx.astype(np.int32) @ qw.astype(np.int32).T)  # the zero point forgotten
     return acc, scale_x * scale_w[None, :] * acc
 """),
+    # ex20
+    "ex20.kv_cache_append": (RAW, """
+def kv_cache_append(k_cache, v_cache, k_new, v_new):
+    return np.concatenate([k_new, k_cache], axis=2), np.concatenate([v_new, v_cache], axis=2)
+"""),
+    "ex20.allocate_blocks": (RAW, """
+def allocate_blocks(events, num_blocks, block_size, max_blocks):
+    tables = np.full((int(events[:, 0].max()) + 1, max_blocks), -1)
+    for seq, length in events.tolist():  # floor, and a new table every event: nothing freed
+        tables[seq] = -1
+        tables[seq, :length // block_size] = np.arange(length // block_size)
+    return tables, num_blocks
+"""),
+    "ex20.next_batch": (RAW, """
+def next_batch(running, waiting, token_budget, max_seqs):
+    return np.arange(len(waiting))  # everyone joins
+"""),
 }
 
 
