@@ -19,11 +19,11 @@ the manual part never asks autograd (no backward, grad, requires_grad), MyLinear
 autograd for the gradients (the oracle is autograd itself), ResidualBlock subclasses
 ``nn.Module`` and builds ``nn.Linear`` layers, the accumulating loop calls backward and Adam. The
 accumulation's oracle is the full batch's Adam on the mean loss (each micro-batch's mean weighted
-by its rows / N, the micro-batches' gradients add up to the batch's); the most rows one module's forward saw is observed in the sandbox by a
-global forward hook, so, like exercise 9's tracing count, it is check()'s feedback only
-(``feedback_outputs``): a whole batch at once gets the right losses and a hint, not a grade.
-That autograd is switched off, that the backward really ran and the layers found in the module
-are check()'s feedback only.
+by its rows / N, the micro-batches' gradients add up to the batch's); the most rows one module's
+forward saw is observed in the sandbox by a global forward hook, so, like exercise 9's tracing
+count, it is check()'s feedback only (``feedback_outputs``): a whole batch at once gets the right
+losses and a hint, not a grade. That autograd is switched off, that the backward really ran and the
+layers found in the module are check()'s feedback only.
 """
 
 from __future__ import annotations
