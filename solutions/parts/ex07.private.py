@@ -15,7 +15,7 @@ The private half: ``edu_dl.harness.ex07`` holds the public calls and checks.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -94,9 +94,11 @@ def _fan_expected(x: Array, y: Array, z: Array) -> tuple[Any, ...]:
     return (f, *grads)
 
 
-def _fan_grads_without(x: Array, y: Array, z: Array, branch: str) -> tuple[Array, ...]:
-    """(grad_x, grad_y, grad_z) with a typical mistake: one of a's two branches left out
-    (``branch`` 'max' or 'product'), or the max gate's gradient sent to both inputs ('both')."""
+def _fan_grads_without(args: Sequence[Array], branch: str) -> tuple[Array, ...]:
+    """(grad_x, grad_y, grad_z) for ``args`` (x, y, z) with a typical mistake: one of a's two
+    branches left out (``branch`` 'max' or 'product'), or the max gate's gradient sent to both
+    inputs ('both')."""
+    x, y, z = args
     a = x * y
     m = np.maximum(a, z)
     to_a = (a > z) if branch != "both" else np.ones_like(a)
@@ -197,13 +199,13 @@ PARTS = [
             NotScalar("f is a number: the sum of every entry of max(a, z) * a", output=0),
             Scalar("grad_z has z's shape: the max gate sends each entry its own gradient",
                    output=3),
-            Mistake(lambda e, a: _fan_grads_without(*a, "max")[0], FAN_OUT, output=1,
+            Mistake(lambda e, a: _fan_grads_without(a, "max")[0], FAN_OUT, output=1,
                     rtol=1e-9, atol=1e-12),
-            Mistake(lambda e, a: _fan_grads_without(*a, "product")[0], FAN_OUT, output=1,
+            Mistake(lambda e, a: _fan_grads_without(a, "product")[0], FAN_OUT, output=1,
                     rtol=1e-9, atol=1e-12),
-            Mistake(lambda e, a: _fan_grads_without(*a, "both")[2], MAX_ROUTES, output=3,
+            Mistake(lambda e, a: _fan_grads_without(a, "both")[2], MAX_ROUTES, output=3,
                     rtol=1e-9, atol=1e-12),
-            Mistake(lambda e, a: _fan_grads_without(*a, "both")[0], MAX_ROUTES, output=1,
+            Mistake(lambda e, a: _fan_grads_without(a, "both")[0], MAX_ROUTES, output=1,
                     rtol=1e-9, atol=1e-12),
         ),
     ),
