@@ -82,8 +82,8 @@ $(STAMP): pyproject.toml constraints.txt
 
 # The developers' tools on top of the student's environment: test tools, website, Dask.
 $(DEV_STAMP): $(STAMP)
-	@echo "[install] the developers' tools (dev, site, cluster: pytest, mypy, Sphinx, Dask, \
-	Playwright): about 0.4 GB, 1-2 minutes the first time"
+	@echo "[install] the developers' tools (dev, site, cluster, postgres: pytest, mypy, Sphinx, \
+	Dask, Playwright, psycopg): about 0.4 GB, 1-2 minutes the first time"
 	$(call PIP_INSTALL,$(EXTRAS))
 	touch $@
 

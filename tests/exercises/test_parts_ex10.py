@@ -209,25 +209,28 @@ def test_not_a_function_subclass(capsys):
     assert not ok and "must be a subclass of torch.autograd.Function" in out
 
 
-class Block(torch.nn.Module):
-    """The residual block, written independently of the solution, with a typical mistake."""
+def Block(d, h, mistake=None, bias=True):
+    """The residual block, written independently of the solution, with a typical mistake (a
+    factory: a class of torch's at module level would import torch at collection)."""
 
-    def __init__(self, d, h, mistake=None, bias=True):
-        super().__init__()
-        self.linear1 = torch.nn.Linear(d, h, bias=bias)
-        self.linear2 = torch.nn.Linear(h, d)
-        self.mistake = mistake
-        if mistake != "default_init":
-            with torch.no_grad():
-                self.linear2.weight.zero_()
-                self.linear2.bias.zero_()
+    class Residual(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear1 = torch.nn.Linear(d, h, bias=bias)
+            self.linear2 = torch.nn.Linear(h, d)
+            if mistake != "default_init":
+                with torch.no_grad():
+                    self.linear2.weight.zero_()
+                    self.linear2.bias.zero_()
 
-    def forward(self, x):
-        inner = self.linear1(x) if self.mistake == "no_relu" else self.linear1(x).clamp(min=0)
-        branch = self.linear2(inner)
-        if self.mistake == "no_skip":
-            return branch
-        return (x + branch).clamp(min=0) if self.mistake == "relu_after" else x + branch
+        def forward(self, x):
+            inner = self.linear1(x) if mistake == "no_relu" else self.linear1(x).clamp(min=0)
+            branch = self.linear2(inner)
+            if mistake == "no_skip":
+                return branch
+            return (x + branch).clamp(min=0) if mistake == "relu_after" else x + branch
+
+    return Residual()
 
 
 @pytest.mark.parametrize(("mistake", "hint"), [

@@ -361,7 +361,8 @@ def test_make_test_adds_the_developers_tools_to_the_students_environment(tmp_pat
     assert done.returncode == 0, done.stderr
     installs = [re.search(r'-e "\.\[([^\]]*)\]"', line) for line in done.stdout.splitlines()
                 if "pip install" in line and " -e " in line]
-    assert [m[1] for m in installs if m] == ["cpu,caffe,lab", "cpu,caffe,lab,dev,site,cluster"]
+    assert [m[1] for m in installs if m] == ["cpu,caffe,lab",
+                                                "cpu,caffe,lab,dev,site,cluster,postgres"]
     assert "[install 3/3]" in done.stdout and "[install] the developers' tools" in done.stdout
 
 
