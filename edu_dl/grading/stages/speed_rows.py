@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from concurrent.futures import Executor, Future, wait
+from concurrent.futures import Executor, Future
 from pathlib import Path
 
 from edu_dl.grading import cost
@@ -45,8 +45,10 @@ def measure_ahead(job: Job, notebook: Notebook, secret: Secret, settings: Settin
     """Start measuring every speed task of the job's exercise on ``pool`` now, before the
     notebook runs (``edu-dl validate``: one notebook, and a second core that would otherwise
     wait). :func:`speed_rows` uses a measurement only for a function whose correctness part
-    then passes; the others are waited for and dropped. The same measurement as after the run:
-    CPU time, read from outside, which the notebook running beside it does not change."""
+    then passes; the others are dropped, waited for by ``pool``'s owner (no sandbox outlives
+    its submission's grading: batch._grade_one's executor waits on exit). The same
+    measurement as after the run: CPU time, read from outside, which the notebook running beside
+    it does not change."""
     hide = list(hide)
     return {part_id: pool.submit(measure_submitted, notebook, part_id, seed_for(secret, part_id),
                                  rounds=rounds, calls=calls, hide=hide, settings=settings)
@@ -65,8 +67,6 @@ def speed_rows(job: Job, notebook: Notebook, judged: list[Row], secret: Secret,
         if part_id in TASKS and speed_row(part_id) not in present:
             rows.append(_speed_row(job, notebook, part_id, part_id in passed, secret,
                                    settings, hide, (ahead or {}).get(part_id)))
-    for started in (ahead or {}).values():  # no sandbox outlives its submission's grading
-        wait([started])
     return rows
 
 
