@@ -2,6 +2,8 @@
 
 Seconds are summed over the tests of a folder (both xdist workers together, so the total is about
 twice the wall time on 2 workers); collection and fixtures shared across tests are not in them.
+Then each xdist worker's busy time (tests/conftest.py records the worker of every test): workers
+far apart mean one waited idle while the other ran, and the phase took the longer of the two.
 """
 
 from __future__ import annotations
@@ -21,14 +23,20 @@ def folder(classname: str) -> str:
 def main(path: str) -> None:
     seconds: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
+    busy: dict[str, float] = defaultdict(float)
     for case in ET.parse(path).getroot().iter("testcase"):
         name = folder(case.get("classname", ""))
-        seconds[name] += float(case.get("time", "0") or 0)
+        time = float(case.get("time", "0") or 0)
+        seconds[name] += time
         counts[name] += 1
+        workers = [p.get("value", "?") for p in case.iter("property") if p.get("name") == "worker"]
+        busy[workers[0] if workers else "?"] += time
     print("unit tests by folder (seconds summed over both workers):")
     for name in sorted(seconds, key=seconds.__getitem__, reverse=True):
         print(f"  {name:<28} {counts[name]:>5} tests {seconds[name]:>8.1f} s")
     print(f"  {'total':<28} {sum(counts.values()):>5} tests {sum(seconds.values()):>8.1f} s")
+    print("busy time per worker (balanced when they are close): "
+          + ", ".join(f"{worker} {busy[worker]:.0f} s" for worker in sorted(busy)))
 
 
 if __name__ == "__main__":

@@ -127,6 +127,22 @@ def cost_markers(path: Path) -> list[str]:
                    for rule in rules)]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """xdist hands tests out one at a time (--maxschedchunk=1) unless told otherwise. Its default
+    first hand-out is a quarter of the suite per worker, in a row: with the costliest tests first
+    (below), one worker got nearly all of them. Replayed from a CI run's durations, the unit phase
+    took 1,517 s on one worker against 410 s on the other (CI's wall time was 1,544 s); one at a
+    time, 963 s on each."""
+    if getattr(config.option, "maxschedchunk", 0) is None:
+        config.option.maxschedchunk = 1
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """The xdist worker that runs each test, in the JUnit report (.ci/cost_by_folder.py sums each
+    worker's busy time, so an unbalanced run shows in CI's log)."""
+    item.user_properties.append(("worker", os.environ.get("PYTEST_XDIST_WORKER", "main")))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The cost markers above, on every test of the modules they name; and root_only tests (a
     cgroup made around the grader, the sandbox's uid range) skip, saying so, when an ordinary
@@ -139,9 +155,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             markers[path] = cost_markers(path)
         for name in markers[path]:
             item.add_marker(name)
-    # The costliest first: xdist hands tests out in this order, so a two-minute test started
-    # last would keep one worker busy while the other has nothing left (stable: the order
-    # within each group is the files' own).
+    # The costliest first: xdist hands tests out in this order, one at a time (pytest_configure),
+    # so a two-minute test started last cannot keep one worker busy while the other has nothing
+    # left (stable: the order within each group is the files' own).
     items.sort(key=cost_rank)
     if os.geteuid() == 0:
         return
