@@ -102,7 +102,8 @@ lab: install $(LAB_OVERRIDES)
 	PATH="$(abspath $(BIN)):$$PATH" VIRTUAL_ENV="$(abspath $(VENV))" $(BIN)/jupyter lab \
 		--ServerApp.root_dir="$(CURDIR)" --config=lab/jupyter_server_config.py $(ROOT_FLAG) $(LAB_ARGS)
 
-# The whole suite: lint, types, unit tests (the slow ones included), then the notebooks. Each
+# The whole suite: lint, types (the package and the exercise parts side by side, one core each),
+# unit tests (the slow ones included), then the notebooks. Each
 # phase is timed (.ci/phase) and the table printed at the end; pytest lists its 25 slowest tests,
 # so a test that grows is seen in every run, CI's included.
 PHASES := $(VENV)/test-phases.tsv
@@ -110,7 +111,8 @@ PHASE := .ci/phase $(PHASES)
 test: install-dev system-deps
 	@rm -f $(PHASES)
 	$(PHASE) lint $(BIN)/ruff check edu_dl tests solutions/parts site lab
-	$(PHASE) types sh -c '$(BIN)/mypy && $(BIN)/mypy solutions/parts'
+	$(PHASE) types sh -c '$(BIN)/mypy & lib=$$!; $(BIN)/mypy --cache-dir .mypy_cache/parts solutions/parts; parts=$$?; \
+		wait $$lib && [ $$parts = 0 ]'
 	$(PHASE) unit env $(TEST_ENV) $(BIN)/python -m pytest -n 2 --durations=25 \
 		--junitxml=$(VENV)/unit-tests.xml tests
 	@$(BIN)/python .ci/cost_by_folder.py $(VENV)/unit-tests.xml
