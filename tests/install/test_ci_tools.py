@@ -1,0 +1,54 @@
+"""The suite's own tools: the costliest tests first, handed to xdist's workers one at a time;
+.ci/phase's timing of each phase and .ci/cost_by_folder.py's cost table."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import cost_rank
+
+
+def test_xdist_hands_out_one_test_at_a_time(request: pytest.FixtureRequest) -> None:
+    # In chunks (xdist's default), the first quarter of a costliest-first order went to one
+    # worker and the unit phase took 1.6x as long.
+    assert request.config.getoption("maxschedchunk") == 1
+
+
+def test_the_costliest_tests_come_first(request: pytest.FixtureRequest) -> None:
+    ranks = [cost_rank(item) for item in request.session.items]
+    assert ranks == sorted(ranks)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_phase_passes_its_output_and_status_through_and_says_its_time_and_cpu(
+        tmp_path: Path) -> None:
+    log = tmp_path / "phases.tsv"
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n" \
+           "print('out'); import sys; print('err', file=sys.stderr); sys.exit(3)"
+    done = subprocess.run([str(ROOT / ".ci/phase"), str(log), "burn", sys.executable, "-c", burn],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3
+    assert done.stdout.startswith("out\nphase burn: ")
+    assert re.search(r"phase burn: \d+ s, CPU 0 s \(\d+% of \d+ cores\)", done.stdout), done.stdout
+    assert "burn" in done.stdout.split("make test, by phase (seconds):")[1]  # a failure: the table
+    assert done.stderr == "err\n"
+    assert log.read_text().split("\t")[::2] == ["burn", "3\n"]
+
+
+def test_the_cost_table_sums_each_workers_busy_time(tmp_path: Path) -> None:
+    report = tmp_path / "unit.xml"
+    cases = "".join(
+        f'<testcase classname="tests.engine.test_x" name="t{i}" time="{t}"><properties>'
+        f'<property name="worker" value="{w}"/></properties></testcase>'
+        for i, (t, w) in enumerate([(1.5, "gw0"), (2.0, "gw1"), (3.0, "gw0")]))
+    report.write_text(f'<testsuites><testsuite name="pytest">{cases}</testsuite></testsuites>')
+    done = subprocess.run([sys.executable, str(ROOT / ".ci/cost_by_folder.py"), str(report)],
+                          capture_output=True, text=True, check=True, timeout=60)
+    assert "  tests/engine                     3 tests      6.5 s" in done.stdout
+    assert done.stdout.rstrip().endswith("gw0 4 s, gw1 2 s")
