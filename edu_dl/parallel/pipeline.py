@@ -46,7 +46,7 @@ class PipelineConfig:
     layers_per_stage: int = 4
     batch: int = 512
     microbatches: int = 8
-    steps: int = 2  # the last step's timeline is kept (the first warms up)
+    steps: int = 2  # the last step's timeline is kept (the first also infers the stage shapes)
     seed: int = 0
 
 
@@ -120,8 +120,9 @@ class TimedStage(torch.nn.Module):
 
     def __init__(self, width: int, layers: int, generator: torch.Generator) -> None:
         super().__init__()
-        self.layers = torch.nn.ModuleList(torch.nn.Linear(width, width) for _ in range(layers))
-        for layer in self.layers:
+        linears = [torch.nn.Linear(width, width) for _ in range(layers)]
+        self.layers = torch.nn.ModuleList(linears)
+        for layer in linears:
             torch.nn.init.normal_(layer.weight, std=(2.0 / width) ** 0.5, generator=generator)
             torch.nn.init.zeros_(layer.bias)
         self.log: list[tuple[str, float]] = []
@@ -312,8 +313,9 @@ def reference_pipeline(config: PipelineConfig, n_stages: int) -> tuple[float, li
         out = stage(out)
     loss = _mse(out, y)
     loss.backward()
-    return float(loss.detach()), [p.grad.detach().numpy().copy() for s in stages for p in s.parameters()
-                         if p.grad is not None]
+    grads = [p.grad.detach().numpy().copy() for s in stages for p in s.parameters()
+             if p.grad is not None]
+    return float(loss.detach()), grads
 
 
 # --------------------------------------------------------------------------- FSDP2
@@ -361,7 +363,7 @@ def _fsdp(rank: int, world_size: int, device: torch.device, config: FSDPConfig) 
         dist.all_reduce(total)
         losses.append(float(total) / world_size)
     local = [p.to_local() for p in model.parameters()]  # type: ignore[attr-defined]
-    grads = [p.grad.to_local() for p in model.parameters()  # type: ignore[union-attr]
+    grads = [p.grad.to_local() for p in model.parameters()  # type: ignore[attr-defined]
              if p.grad is not None]
     state = [t.to_local() if hasattr(t, "to_local") else t
              for s in optimizer.state.values() for k, t in s.items() if k != "step"]
@@ -422,6 +424,9 @@ def run_pipeline_and_fsdp(
     fsdp = fsdp if fsdp is not None else FSDPConfig()
     if pipe.batch % pipe.microbatches or fsdp.batch % world_size:
         raise ValueError("the batch must split evenly into micro-batches and over the ranks")
+    if pipe.steps < 2:
+        raise ValueError("the pipeline needs 2 steps or more: its first step also runs a forward "
+                         "to infer the shapes each stage sends, which the timeline must not show")
     start = time.perf_counter()
     results = run_workers(_worker, world_size, args=(pipe, fsdp), backend="gloo",
                           timeout_s=timeout_s)

@@ -21,6 +21,7 @@ Judged outside the sandbox: every output against the oracle.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -90,7 +91,7 @@ def _zero_based(e: Any, a: Case) -> Any:
 
 
 GPIPE_HINTS = (
-    _mistake(lambda e, a: _gpipe(*a, reverse=True),
+    _mistake(lambda e, a: _gpipe(a[0], a[1], reverse=True),
              "GPipe's backwards run in micro-batch order, 1..m, as torch's ScheduleGPipe runs "
              "them (each stage can start the backward of micro-batch 1 as soon as the forwards "
              "are done): -1, -2, ..., -m"),
@@ -107,13 +108,13 @@ ONE_F_ONE_B_HINTS = (
     _mistake(lambda e, a: _gpipe(*a),
              "that is GPipe's order: 1F1B starts each micro-batch's backward as soon as it can, "
              "so that a stage holds few micro-batches' activations"),
-    _mistake(lambda e, a: _one_f_one_b(*a, warmup=lambda s, p: p - s),
+    _mistake(lambda e, a: _one_f_one_b(a[0], a[1], warmup=lambda s, p: p - s),
              "one forward too many in the warm-up: " + WARMUP),
-    _mistake(lambda e, a: _one_f_one_b(*a, warmup=lambda s, p: p - 1),
+    _mistake(lambda e, a: _one_f_one_b(a[0], a[1], warmup=lambda s, p: p - 1),
              "every stage warmed up as long as the first: " + WARMUP),
-    _mistake(lambda e, a: _one_f_one_b(*a, warmup=lambda s, p: s),
+    _mistake(lambda e, a: _one_f_one_b(a[0], a[1], warmup=lambda s, p: s),
              "the warm-up runs the wrong way along the pipeline: " + WARMUP),
-    _mistake(lambda e, a: _one_f_one_b(*a, backward_first=True),
+    _mistake(lambda e, a: _one_f_one_b(a[0], a[1], backward_first=True),
              "after the warm-up each pair is a forward THEN a backward (the forward of the next "
              "micro-batch, then the backward of the oldest one held)"),
     _mistake(_zero_based, "micro-batches are numbered 1..m (+i forward, -i backward): a "
@@ -188,8 +189,9 @@ def _timeline_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
         cases = [(_one_f_one_b(3, 3), 2.0, 1.0)]
         for _ in range(5):
             p, m = int(rng.integers(2, 6)), int(rng.integers(1, 9))
-            maker = [_gpipe, _one_f_one_b, lambda p, m: _random_order(rng, p, m)][
-                int(rng.integers(0, 3))]
+            makers: list[Callable[[int, int], Array]] = [
+                _gpipe, _one_f_one_b, lambda p, m: _random_order(rng, p, m)]
+            maker = makers[int(rng.integers(0, 3))]
             cases.append((maker(p, m), float(rng.integers(1, 5)) / 2,
                           float(rng.integers(1, 9)) / 2))
     return cases

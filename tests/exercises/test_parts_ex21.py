@@ -135,7 +135,8 @@ def timeline(wait_forward: bool = True, wait_backward: bool = True, backward_fro
         if swap:
             t_forward, t_backward = t_backward, t_forward
         p, n = order.shape
-        start, done, pos, free = np.zeros((p, n)), {}, [0] * p, [0.0] * p
+        done: dict[tuple[int, int], float] = {}
+        start, pos, free = np.zeros((p, n)), [0] * p, [0.0] * p
         for _ in range(p * n):
             for s in range(p):
                 while pos[s] < n:
