@@ -673,10 +673,9 @@ def pipeline_timeline(order, t_forward, t_backward):
 def peak_in_flight(order):
     return (order > 0).sum(axis=1)  # every forward, none freed
 """),
-    "ex21.fsdp_shard": (FORGED, """
+    "ex21.fsdp_shard": (RAW, """
 def fsdp_shard(param, world_size):
-    import torch
-    return torch.stack([torch.tensor(param)] * world_size).numpy()
+    return np.stack([param] * world_size)  # every rank the whole parameter: nothing sharded
 """),
 }
 
