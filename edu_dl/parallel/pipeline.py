@@ -397,11 +397,6 @@ def reference_fsdp(config: FSDPConfig) -> tuple[list[float], list[np.ndarray]]:
     return losses, [p.detach().numpy().copy() for p in model.parameters()]
 
 
-def fsdp_initial_shards(config: FSDPConfig) -> list[np.ndarray]:
-    """The FSDP model's parameters as built (before any step), for comparing shards."""
-    return [p.detach().numpy().copy() for p in _mlp(config).parameters()]
-
-
 # --------------------------------------------------------------------------- the launch
 
 
