@@ -654,6 +654,29 @@ def allocate_blocks(events, num_blocks, block_size, max_blocks):
 def next_batch(running, waiting, token_budget, max_seqs):
     return np.arange(len(waiting))  # everyone joins
 """),
+    # ex21
+    "ex21.gpipe_schedule": (RAW, """
+def gpipe_schedule(stages, microbatches):
+    return np.zeros((stages, 2 * microbatches), dtype=np.int64)  # no step at all
+"""),
+    "ex21.one_f_one_b_schedule": (RAW, """
+def one_f_one_b_schedule(stages, microbatches):
+    ids = np.arange(1, microbatches + 1)  # GPipe's order instead
+    return np.tile(np.concatenate([ids, -ids]), (stages, 1))
+"""),
+    "ex21.pipeline_timeline": (RAW, """
+def pipeline_timeline(order, t_forward, t_backward):
+    step = np.where(order > 0, t_forward, t_backward)  # no stage waits for another
+    return np.cumsum(step, axis=1) - step
+"""),
+    "ex21.peak_in_flight": (RAW, """
+def peak_in_flight(order):
+    return (order > 0).sum(axis=1)  # every forward, none freed
+"""),
+    "ex21.fsdp_shard": (RAW, """
+def fsdp_shard(param, world_size):
+    return np.stack([param] * world_size)  # every rank the whole parameter: nothing sharded
+"""),
 }
 
 
