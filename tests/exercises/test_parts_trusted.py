@@ -654,6 +654,21 @@ def allocate_blocks(events, num_blocks, block_size, max_blocks):
 def next_batch(running, waiting, token_budget, max_seqs):
     return np.arange(len(waiting))  # everyone joins
 """),
+    # ex22
+    "ex22.partition_specs": (RAW, """
+def partition_specs(strategy, batch_axis, model_axis):
+    return {"x": P(batch_axis, None), "w1": P(), "w2": P(), "y": P(batch_axis, None)}
+"""),
+    "ex22.tp_forward": (RAW, """
+def tp_forward(x, w1_block, w2_block):
+    return jax.nn.relu(x @ w1_block) @ w2_block  # each device's partial sum, no psum
+"""),
+    "ex22.dp_grads": (RAW, """
+def dp_grads(w1, w2, x_shard, y_shard):
+    def shard_loss(w1, w2):
+        return jnp.sum((jax.nn.relu(x_shard @ w1) @ w2 - y_shard) ** 2) / x_shard.shape[0]
+    return jax.grad(shard_loss, argnums=(0, 1))(w1, w2)  # each shard's own gradient
+"""),
 }
 
 
