@@ -677,6 +677,22 @@ def peak_in_flight(order):
 def fsdp_shard(param, world_size):
     return np.stack([param] * world_size)  # every rank the whole parameter: nothing sharded
 """),
+    # ex22
+    "ex22.partition_specs": (RAW, """
+def partition_specs(strategy, batch_axis, model_axis):
+    rows = [batch_axis, "-"]  # the table call_specs records: data parallelism for every strategy
+    return np.array([rows, ["-", "-"], ["-", "-"], rows])
+"""),
+    "ex22.tp_forward": (RAW, """
+def tp_forward(x, w1_block, w2_block, *rest):
+    return np.maximum(x @ w1_block, 0) @ w2_block  # the whole net on one device, not sharded
+"""),
+    "ex22.dp_grads": (RAW, """
+def dp_grads(w1, w2, x_shard, y_shard, *rest):
+    pre = x_shard @ w1  # the whole batch's gradient on one device, not one per shard
+    d_out = 2 * (np.maximum(pre, 0) @ w2 - y_shard) / len(x_shard)
+    return x_shard.T @ ((d_out @ w2.T) * (pre > 0)), np.maximum(pre, 0).T @ d_out
+"""),
 }
 
 
