@@ -87,10 +87,11 @@ def test_the_specs_run_sharded_equal_to_one_device() -> None:
 
 
 def specs(x: Any, w1: Any, w2: Any, y: Any, data_too: Any = None) -> Any:
-    """A student's partition_specs from a table of lambdas (batch, model) -> entries."""
-    from jax.sharding import PartitionSpec as P
-
+    """A student's partition_specs from a table of lambdas (batch, model) -> entries (JAX is
+    imported when it is called, not when the tests are collected)."""
     def fn(strategy: str, batch: str, model: str) -> dict[str, Any]:
+        from jax.sharding import PartitionSpec as P
+
         if strategy == "data" and data_too is not None:
             return data_too(batch, model)
         rows = (batch, None) if strategy in ("data", "both") else (None, None)
