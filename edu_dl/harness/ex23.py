@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from edu_dl.grading.authoring.hints import Rule
-from edu_dl.grading.authoring.spec import CheckFailure
+from edu_dl.grading.authoring.source import AllChecks, all_checks, decorator_names, names_check
+from edu_dl.grading.authoring.spec import CheckFailure, Verdict
 
 Case = tuple[Any, ...]
 GUARD = -1.25e30  # the output buffer's value outside the output: no leaky ReLU or norm gives it
@@ -37,12 +38,12 @@ def kernel_or_fail(kernel: Any, what: str) -> tuple[Any, str]:
     """The student's Triton kernel and the device its tensors live on ("cpu" in the
     interpreter, "cuda" compiled); NotImplementedError for the unsolved stub."""
     kind = type(kernel).__name__
+    code = getattr(getattr(kernel, "fn", kernel), "__code__", None)
+    if code is not None and "NotImplementedError" in code.co_names:
+        raise NotImplementedError  # the stub, decorated or not
     if not type(kernel).__module__.startswith("triton") or not hasattr(kernel, "__getitem__"):
         raise CheckFailure(f"{what} must be a Triton kernel: decorate the function with "
                            f"@triton.jit (got {kind})")
-    fn = getattr(kernel, "fn", None)
-    if fn is not None and "NotImplementedError" in getattr(fn, "__code__", fn).co_names:
-        raise NotImplementedError  # the stub
     if kind == "InterpretedFunction":
         return kernel, "cpu"
     import torch
@@ -73,7 +74,8 @@ def call_leaky(fn: Any, args: Case) -> tuple[np.ndarray, int]:
     import torch
 
     n, block = int(np.shape(x)[0]), int(block)
-    x_buffer, out_buffer = _buffer((n + 2 * block,), device), _buffer((n + 2 * block,), device, GUARD)
+    x_buffer = _buffer((n + 2 * block,), device)
+    out_buffer = _buffer((n + 2 * block,), device, GUARD)
     out_buffer[block:block + n] = float("nan")
     x_buffer[block:block + n] = torch.as_tensor(np.asarray(x, dtype=np.float32), device=device)
     x_view, out_view = x_buffer[block:block + n], out_buffer[block:block + n]
@@ -85,14 +87,16 @@ def call_leaky(fn: Any, args: Case) -> tuple[np.ndarray, int]:
 
 def call_layer_norm(fn: Any, args: Case) -> tuple[np.ndarray, int]:
     """layer_norm_kernel[(m,)](x, out, stride, n_cols, eps, BLOCK=block): x and out are the first
-    n_cols columns of (m + 1, stride) float32 buffers (rows ``stride`` elements apart); returns (out, written_outside)."""
+    n_cols columns of (m + 1, stride) float32 buffers (rows ``stride`` elements apart);
+    returns (out, written_outside)."""
     x, eps, block, stride = args
     kernel, device = kernel_or_fail(fn, "layer_norm_kernel")
     import torch
 
     m, n_cols = np.shape(x)
     stride, block = int(stride), int(block)
-    x_buffer, out_buffer = _buffer((m + 1, stride), device), _buffer((m + 1, stride), device, GUARD)
+    x_buffer = _buffer((m + 1, stride), device)
+    out_buffer = _buffer((m + 1, stride), device, GUARD)
     out_buffer[:m, :n_cols] = float("nan")
     x_buffer[:m, :n_cols] = torch.as_tensor(np.asarray(x, dtype=np.float32), device=device)
     x_view, out_view = x_buffer[:m, :n_cols], out_buffer[:m, :n_cols]
@@ -100,6 +104,30 @@ def call_layer_norm(fn: Any, args: Case) -> tuple[np.ndarray, int]:
     inside = np.zeros((m + 1, stride), dtype=bool)
     inside[:m, :n_cols] = True
     return out_view.detach().cpu().numpy().copy(), _outside(out_buffer, inside)
+
+
+# --------------------------------------------------------------------------- source checks
+
+
+@dataclass(frozen=True)
+class TritonJitCheck:
+    """A source check: the definition is decorated with a ``jit`` (``@triton.jit``,
+    ``@triton.jit(...)``). Data only."""
+
+    what: str = "the function"
+
+    def __call__(self, source: str) -> Verdict:
+        if any(name.split(".")[-1] == "jit" for name in decorator_names(source)):
+            return Verdict(True)
+        return Verdict(False, f"{self.what} is not a Triton kernel: decorate it with @triton.jit")
+
+
+KERNEL_SOURCE: AllChecks = all_checks(TritonJitCheck(), names_check(required=[
+    (("program_id",), "the kernel never reads its program's index (tl.program_id(0)): each "
+                      "program computes its own block"),
+    (("load",), "the kernel never loads (tl.load): it reads its block through pointers"),
+    (("store",), "the kernel never stores (tl.store): it writes its block through pointers"),
+]))
 
 
 # --------------------------------------------------------------------------- hints

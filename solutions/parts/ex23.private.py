@@ -18,14 +18,15 @@ import numpy as np
 
 from edu_dl.grading.authoring.hints import Greater, Mistake, NonFinite
 from edu_dl.grading.authoring.spec import Part, tolerance
-from edu_dl.harness.ex23 import TailUnwritten, call_layer_norm, call_leaky
+from edu_dl.harness.ex23 import KERNEL_SOURCE, TailUnwritten, call_layer_norm, call_leaky
 
 Array = np.ndarray
 Case = tuple[Any, ...]
 CLOSE = tolerance(rtol=1e-4, atol=1e-5)  # float32 arithmetic against a float64 oracle
 
-OUTSIDE = Greater("stored outside the output: the last block's lanes beyond the data wrote into "
-                  "the memory after it; give tl.store the same mask as tl.load", output=1)
+OUTSIDE = Greater("stored outside the output: the lanes past the data wrote into the memory "
+                  "after it; mask tl.store (and tl.load) with the lanes inside the data, "
+                  "offsets < n or cols < n_cols", output=1)
 
 
 def _mistake(replay: Any, message: str) -> Mistake:
@@ -82,7 +83,8 @@ def _norm_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
     """(x, eps, block, stride): rows shorter than the block and further apart than their length
     (stride > n_cols), with a large mean (padded lanes that count then show); one contiguous
     case; a row that exactly fills its block; a row of one column (variance 0: eps alone)."""
-    specs = [(4, 100, 0.01, 128, 131), (3, 7, 1e-5, 8, 7), (2, 64, 1e-5, 64, 70), (3, 1, 0.01, 2, 5)]
+    specs = [(4, 100, 0.01, 128, 131), (3, 7, 1e-5, 8, 7), (2, 64, 1e-5, 64, 70),
+             (3, 1, 0.01, 2, 5)]
     if hidden:
         specs = [(int(rng.integers(1, 8)), n, 1e-3, 1 << int(np.ceil(np.log2(n))), n + pad)
                  for n, pad in ((int(rng.integers(3, 300)), 3), (int(rng.integers(3, 300)), 0))]
@@ -138,12 +140,14 @@ NORM_HINTS = (
 PARTS = [
     Part(
         id="ex23.leaky_relu_kernel", points=3, cases=_leaky_cases, expected=_leaky,
-        compare=CLOSE, call=call_leaky, hints=LEAKY_HINTS, timeout_s=60.0,
+        compare=CLOSE, call=call_leaky, hints=LEAKY_HINTS, source_check=KERNEL_SOURCE,
+        timeout_s=60.0,
         arg_names=("x", "slope", "block"), output_names=("out", "written_outside"),
     ),
     Part(
         id="ex23.layer_norm_kernel", points=5, cases=_norm_cases, expected=_norm,
-        compare=CLOSE, call=call_layer_norm, hints=NORM_HINTS, timeout_s=60.0,
+        compare=CLOSE, call=call_layer_norm, hints=NORM_HINTS, source_check=KERNEL_SOURCE,
+        timeout_s=60.0,
         arg_names=("x", "eps", "block", "stride"), output_names=("out", "written_outside"),
     ),
 ]

@@ -654,6 +654,16 @@ def allocate_blocks(events, num_blocks, block_size, max_blocks):
 def next_batch(running, waiting, token_budget, max_seqs):
     return np.arange(len(waiting))  # everyone joins
 """),
+    # ex23
+    "ex23.leaky_relu_kernel": (FORGED, """
+def leaky_relu_kernel(x_ptr, out_ptr, n, slope, BLOCK):  # NumPy, not a kernel
+    return np.where(x_ptr > 0, x_ptr, slope * x_ptr), 0
+"""),
+    "ex23.layer_norm_kernel": (FORGED, """
+def layer_norm_kernel(x_ptr, out_ptr, stride, n_cols, eps, BLOCK):  # NumPy, not a kernel
+    centred = x_ptr - x_ptr.mean(axis=1, keepdims=True)
+    return centred / np.sqrt((centred ** 2).mean(axis=1, keepdims=True) + eps), 0
+"""),
 }
 
 
