@@ -164,3 +164,11 @@ def test_the_layer_norm_oracle_is_torchs() -> None:
         want = torch.nn.functional.layer_norm(torch.tensor(x, dtype=torch.float64),
                                               (x.shape[1],), eps=eps).numpy()
         assert np.allclose(part.expected(x, eps, block, stride)[0], want, atol=1e-12)
+
+
+def test_the_grading_sandbox_interprets_triton_kernels() -> None:
+    """A notebook graded in the sandbox gets TRITON_INTERPRET=1 before any cell runs, so its
+    kernels run in the interpreter whatever its first cell does (there is no GPU there)."""
+    from edu_dl.grading.stages.run import sandbox_env
+
+    assert sandbox_env()["TRITON_INTERPRET"] == "1"
