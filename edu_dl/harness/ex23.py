@@ -14,6 +14,11 @@ Triton decides at ``@triton.jit`` time whether a kernel is compiled or interpret
 ``TRITON_INTERPRET=1`` in the environment it runs in Triton's interpreter, on CPU tensors (the
 grading sandbox sets it, and the exercise's first cell). A compiled kernel gets CUDA tensors.
 This module never imports triton, and torch only inside a call.
+
+The source check (:data:`KERNEL_SOURCE`: a ``@triton.jit`` function that reads its program id,
+loads and stores) is the grader's, on the notebook's text: check() finds no source for a Triton
+kernel object (``own_source`` looks for a plain function), and says nothing there; a function
+that is no Triton kernel fails check() at the launch already.
 """
 
 from __future__ import annotations

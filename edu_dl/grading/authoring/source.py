@@ -142,8 +142,6 @@ def own_source(fn: Any) -> str | None:
     import linecache
 
     target = getattr(fn, "py_func", fn)  # a numba kernel: its Python function
-    if type(fn).__module__.startswith("triton.") and hasattr(fn, "fn"):
-        target = fn.fn  # a Triton kernel (@triton.jit, compiled or interpreted): its function
     name = getattr(target, "__name__", None)
     if isinstance(target, type):
         methods = [inspect.unwrap(getattr(v, "__func__", v)) for v in vars(target).values()]
