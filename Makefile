@@ -12,10 +12,11 @@ BIN := $(VENV)/bin
 CUDA ?= $(if $(GPU),$(shell nvidia-smi 2>/dev/null | sed -n -E 's/.*CUDA Version: *([0-9]+)\..*/\1/p' | head -n 1))
 # A newer driver runs older CUDA programs: CUDA 14 and later get the cuda13 extra.
 CUDA_EXTRA := $(if $(GPU),$(if $(filter 12,$(CUDA)),cuda12,$(if $(CUDA),$(if $(shell [ "$(CUDA)" -ge 13 ] 2>/dev/null && echo y),cuda13,unsupported),unknown)),cpu)
-# What a student needs (make lab): the course's runtime for this machine, Caffe's protobuf and
-# JupyterLab. The developers add the test tools (make test), the website's tools (make site) and
+# What a student needs (make lab): the course's runtime for this machine, Caffe's protobuf,
+# JupyterLab and Triton (lecture and exercise 23 need it: their kernels run in its interpreter on
+# a CPU; on a GPU, PyTorch's CUDA build brings the same triton anyway). The developers add the test tools (make test), the website's tools (make site) and
 # Dask (grading on a cluster): about 0.4 GB that no student uses.
-STUDENT_EXTRAS := $(CUDA_EXTRA),caffe,lab
+STUDENT_EXTRAS := $(CUDA_EXTRA),caffe,lab,triton
 EXTRAS := $(STUDENT_EXTRAS),dev,site,cluster,postgres
 STAMP := $(VENV)/.installed-$(CUDA_EXTRA)
 DEV_STAMP := $(VENV)/.installed-$(CUDA_EXTRA)-dev
@@ -49,7 +50,8 @@ PIP_INSTALL = bash -o pipefail -c 'while sleep 30; do echo "  ... pip is still a
 	done & trap "kill $$!" EXIT; $(BIN)/python -m pip install -c $(CONSTRAINTS) -e ".[$(1)]" \
 	--progress-bar raw | { grep -v -E "^Requirement already satisfied" || true; }'
 # Measured for the README: a first `make lab` from a warm package cache on 2 cores (issue 36).
-STUDENT_INSTALL_COST := about 3.5 GB and 1.5 minutes (plus the downloads on a first machine)
+# Triton (0.7 GB installed on a CPU) joined the student's extras after that measurement.
+STUDENT_INSTALL_COST := about 3.5 GB and 1.5 minutes before Triton's 0.7 GB (plus the downloads on a first machine)
 
 install: $(STAMP)
 install-dev: $(DEV_STAMP)

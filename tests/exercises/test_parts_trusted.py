@@ -693,6 +693,16 @@ def dp_grads(w1, w2, x_shard, y_shard, *rest):
     d_out = 2 * (np.maximum(pre, 0) @ w2 - y_shard) / len(x_shard)
     return x_shard.T @ ((d_out @ w2.T) * (pre > 0)), np.maximum(pre, 0).T @ d_out
 """),
+    # ex23
+    "ex23.leaky_relu_kernel": (FORGED, """
+def leaky_relu_kernel(x_ptr, out_ptr, n, slope, BLOCK):  # NumPy, not a kernel
+    return np.where(x_ptr > 0, x_ptr, slope * x_ptr), 0
+"""),
+    "ex23.layer_norm_kernel": (FORGED, """
+def layer_norm_kernel(x_ptr, out_ptr, stride, n_cols, eps, BLOCK):  # NumPy, not a kernel
+    centred = x_ptr - x_ptr.mean(axis=1, keepdims=True)
+    return centred / np.sqrt((centred ** 2).mean(axis=1, keepdims=True) + eps), 0
+"""),
 }
 
 

@@ -58,7 +58,7 @@ def extras(project: dict) -> dict[str, dict[str, str]]:
 
 # The extras `make install` adds to the runtime for the course on a CPU (beside the website's
 # and Dask's): TensorFlow, Caffe's protobuf, JupyterLab, the test tools.
-COURSE_EXTRAS = ("cpu", "caffe", "lab", "dev")
+COURSE_EXTRAS = ("cpu", "caffe", "lab", "triton", "dev")
 
 
 @pytest.fixture(scope="module")
@@ -197,7 +197,7 @@ def test_make_installs_the_course_extras() -> None:
 def test_make_lab_installs_only_what_a_student_needs() -> None:
     """`make lab` leaves the developers' tools out (issue 36: 0.4 GB no student uses)."""
     student = makefile_list("STUDENT_EXTRAS")
-    assert student == {"$(CUDA_EXTRA)", "caffe", "lab"}, student
+    assert student == {"$(CUDA_EXTRA)", "caffe", "lab", "triton"}, student
     text = (ROOT / "Makefile").read_text()
     assert re.search(r"^lab: install ", text, re.M), "make lab must install the student's extras"
     for target in ("test", "test-fast", "test-notebooks", "notebooks", "site"):
@@ -310,3 +310,20 @@ def test_ci_runs_make_test() -> None:
     assert "make test" in lines
     # The install first, on its own, so that CI prints its time apart from the tests'.
     assert lines.index("make install-dev system-deps") < lines.index("make test")
+
+
+# The triton each torch release's Linux CUDA wheels require (torch's own pin, its
+# .ci/docker/triton_version.txt at the release): the CPU wheel names none, so nothing here can
+# read it from the installed torch. A torch upgrade adds its line.
+TORCHS_TRITON = {"2.13.0": "3.7.1"}
+
+
+def test_triton_is_the_one_torchs_cuda_build_requires(extras: dict[str, dict[str, str]]) -> None:
+    """The triton extra (lecture 23) never contradicts torch's pin on a GPU: constraints.txt pins
+    the same triton as the pinned torch's CUDA wheels require."""
+    pins = constraint_pins()
+    assert pins["torch"] in TORCHS_TRITON, f"torch {pins['torch']}: add its triton above"
+    assert pins["triton"] == TORCHS_TRITON[pins["torch"]], pins["triton"]
+    assert set(extras["triton"]) == {"triton"}
+    for cuda in ("cuda12", "cuda13"):
+        assert "triton" not in extras[cuda], "torch's CUDA build brings triton: pin it once"

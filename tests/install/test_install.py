@@ -346,7 +346,7 @@ def test_make_gpu_picks_the_extra_for_the_drivers_cuda(
     extras = re.search(r'-e "\.\[([^\]]*)\]"', install)
     assert extras, install
     # `make install` (and so `make lab`) is the student's: no developers' tools (issue 36).
-    assert extras[1].split(",") == [extra, "caffe", "lab"], install
+    assert extras[1].split(",") == [extra, "caffe", "lab", "triton"], install
     if extra == "cuda12":
         # CUDA 12: constraints.txt without its CUDA 13 bindings (numba-cuda[cu12] needs 12.x)
         filtered = tmp_path / "venv" / "constraints-cuda12.txt"
@@ -361,8 +361,8 @@ def test_make_test_adds_the_developers_tools_to_the_students_environment(tmp_pat
     assert done.returncode == 0, done.stderr
     installs = [re.search(r'-e "\.\[([^\]]*)\]"', line) for line in done.stdout.splitlines()
                 if "pip install" in line and " -e " in line]
-    assert [m[1] for m in installs if m] == ["cpu,caffe,lab",
-                                                "cpu,caffe,lab,dev,site,cluster,postgres"]
+    assert [m[1] for m in installs if m] == ["cpu,caffe,lab,triton",
+                                                "cpu,caffe,lab,triton,dev,site,cluster,postgres"]
     assert "[install 3/3]" in done.stdout and "[install] the developers' tools" in done.stdout
 
 

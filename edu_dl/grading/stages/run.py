@@ -56,4 +56,7 @@ def sandbox_env(tmp: str = "/tmp") -> dict[str, str]:
         # Parallel jobs share the cores: one thread per library keeps them from fighting.
         "OMP_NUM_THREADS": one, "OPENBLAS_NUM_THREADS": one, "MKL_NUM_THREADS": one,
         "TF_NUM_INTRAOP_THREADS": one, "TF_NUM_INTEROP_THREADS": one, "LANG": "C.UTF-8",
+        # Triton kernels (exercise 23) run in Triton's interpreter on the CPU: it reads this when
+        # a kernel is decorated, so it must be set before any cell runs.
+        "TRITON_INTERPRET": one,
     }
