@@ -13,6 +13,12 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+# Triton's interpreter for every test process, set before anything imports triton: triton.language
+# decorates its own helpers (tl.sum, tl.max, ...) when it is imported, so a kernel run in the
+# interpreter fails ("Cannot call @triton.jit'd outside of the scope of a kernel") in a process
+# where torch.compile (exercises 14, 17) imported triton first. The grading sandbox sets it too.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
 import edu_dl
 from edu_dl import backend
 
