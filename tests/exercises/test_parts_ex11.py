@@ -17,6 +17,7 @@ import nbformat
 import numpy as np
 import pytest
 from fixtures.exercise_helpers import (
+    assert_nothing_retyped,
     assert_solution_passes,
     code_lines,
     course_module,
@@ -132,27 +133,10 @@ def test_the_notebook_shows_the_visible_cases():
 # ----------------------------------------------------------------------------- nothing re-typed
 
 
-def solution_bodies() -> dict[str, list[str]]:
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    bodies = {}
-    for cell in nb.cells:
-        if cell.metadata.get("nbgrader", {}).get("solution") and cell.cell_type == "code":
-            start = cell.source.index("### BEGIN SOLUTION")
-            end = cell.source.index("### END SOLUTION")
-            bodies[cell.metadata.nbgrader["grade_id"]] = code_lines(cell.source[start:end])
-    return bodies
-
-
 def test_no_solution_is_lecture_code_retyped():
     """Issue 25: no two consecutive lines of a solution appear together in a lecture or in
     edu_dl (single lines such as the np.pad call are shared vocabulary)."""
-    texts = library_texts()
-    bodies = solution_bodies()
-    assert set(bodies) == set(PART_FUNCTIONS.values())
-    for name, body in bodies.items():
-        runs = {where: longest_shared_run(body, lines) for where, lines in texts.items()}
-        where = max(runs, key=runs.__getitem__)
-        assert runs[where] <= 1, f"{name}: {runs[where]} lines in a row from {where}"
+    assert_nothing_retyped(NOTEBOOK, set(PART_FUNCTIONS.values()))
 
 
 def test_the_verbatim_check_finds_a_copy():

@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import nbformat
 import numpy as np
 import pytest
 from fixtures.exercise_helpers import (
@@ -18,6 +17,7 @@ from fixtures.exercise_helpers import (
     lecture_outputs,
     longest_shared_run,
     run_check,
+    solution_bodies,
     solution_namespace,
 )
 from fixtures.frameworks import jax, jnp, torch
@@ -271,21 +271,11 @@ def lecture_cells() -> dict[str, list[str]]:
     return texts
 
 
-def solution_bodies() -> dict[str, list[str]]:
-    bodies = {}
-    for cell in nbformat.read(NOTEBOOK, as_version=4).cells:
-        if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("solution"):
-            start = cell.source.index("### BEGIN SOLUTION")
-            end = cell.source.index("### END SOLUTION")
-            bodies[cell.metadata.nbgrader["grade_id"]] = code_lines(cell.source[start:end])
-    return bodies
-
-
 def test_no_solution_is_lecture_code_retyped() -> None:
     """Issue 25: no two consecutive lines of a solution appear together in a lecture's code or
     printed output."""
     texts = lecture_cells()
-    bodies = solution_bodies()
+    bodies = solution_bodies(NOTEBOOK)
     assert set(bodies) == set(PART_FUNCTIONS.values())
     for name, body in bodies.items():
         where = max(texts, key=lambda w: longest_shared_run(body, texts[w]))

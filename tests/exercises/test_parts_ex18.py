@@ -9,16 +9,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-import nbformat
 import numpy as np
 import pytest
 from fixtures.exercise_helpers import (
+    assert_no_hint_for,
+    assert_nothing_retyped,
     checked,
-    code_lines,
     course_part,
     fresh_release,
-    library_texts,
-    longest_shared_run,
     solution_namespace,
 )
 
@@ -272,13 +270,7 @@ def test_the_reference_backward_here_is_right() -> None:
 
 @pytest.mark.parametrize("part_id", list(FUNCTIONS))
 def test_a_correct_answer_gets_no_hint(part_id: str) -> None:
-    part = course_part(part_id)
-    fn = FUNCTIONS[part_id]
-    for hidden in (False, True):
-        for args in part.cases(np.random.default_rng(5), hidden):
-            expected = part.expected(*args)
-            got = part.call(fn, args)
-            assert not [h for h in part.hints if h.applies(expected, got, args)], args
+    assert_no_hint_for(part_id, FUNCTIONS[part_id])
 
 
 AUTOGRAD = '''def attention_backward(q, k, v, dout, causal):
@@ -302,26 +294,10 @@ def test_an_autograd_engine_is_refused() -> None:
 # --------------------------------------------------------------------------- nothing re-typed
 
 
-def solution_bodies() -> dict[str, list[str]]:
-    bodies = {}
-    for cell in nbformat.read(NOTEBOOK, as_version=4).cells:
-        if cell.metadata.get("nbgrader", {}).get("solution") and cell.cell_type == "code":
-            start = cell.source.index("### BEGIN SOLUTION")
-            end = cell.source.index("### END SOLUTION")
-            bodies[cell.metadata.nbgrader["grade_id"]] = code_lines(cell.source[start:end])
-    return bodies
-
-
 def test_no_solution_is_lecture_code_retyped() -> None:
     """Issue 25: no two consecutive lines of a solution appear together in a lecture (13's
     tiled attention included) or in edu_dl (edu_dl.attention's online softmax included)."""
-    texts = library_texts()
-    assert any("18_attention" in where for where in texts)
-    bodies = solution_bodies()
     # the parts, and the predictions asked before a cell measures (answers kept out of the release)
-    assert set(bodies) == {"merge_partials", "causal_tiles", "attention_backward",
-                           "predict_merge_order", "predict_tile_share", "predict_row_term"}
-    for name, body in bodies.items():
-        runs = {where: longest_shared_run(body, lines) for where, lines in texts.items()}
-        where = max(runs, key=runs.__getitem__)
-        assert runs[where] <= 1, f"{name}: {runs[where]} lines in a row from {where}"
+    assert_nothing_retyped(NOTEBOOK, {"merge_partials", "causal_tiles", "attention_backward",
+                           "predict_merge_order", "predict_tile_share", "predict_row_term"},
+                           lecture="18_attention")

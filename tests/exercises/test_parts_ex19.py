@@ -10,15 +10,13 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import nbformat
 import numpy as np
 import pytest
 from fixtures.exercise_helpers import (
+    assert_no_hint_for,
+    assert_nothing_retyped,
     checked,
-    code_lines,
     course_part,
-    library_texts,
-    longest_shared_run,
     solution_namespace,
 )
 
@@ -329,13 +327,7 @@ def test_the_matmul_oracle_equals_the_dequantized_float_product() -> None:
 
 @pytest.mark.parametrize("part_id", list(FUNCTIONS))
 def test_a_correct_answer_gets_no_hint(part_id: str) -> None:
-    part = course_part(part_id)
-    fn = FUNCTIONS[part_id]
-    for hidden in (False, True):
-        for args in part.cases(np.random.default_rng(5), hidden):
-            expected = part.expected(*args)
-            got = part.call(fn, args)
-            assert not [h for h in part.hints if h.applies(expected, got, args)], args
+    assert_no_hint_for(part_id, FUNCTIONS[part_id])
 
 
 SHOWN = [  # what the tests above find in check()'s report, one per hint at least
@@ -366,25 +358,9 @@ def test_every_hint_is_shown_by_some_mistake_here() -> None:
 # --------------------------------------------------------------------------- nothing re-typed
 
 
-def solution_bodies() -> dict[str, list[str]]:
-    bodies = {}
-    for cell in nbformat.read(NOTEBOOK, as_version=4).cells:
-        if cell.metadata.get("nbgrader", {}).get("solution") and cell.cell_type == "code":
-            start = cell.source.index("### BEGIN SOLUTION")
-            end = cell.source.index("### END SOLUTION")
-            bodies[cell.metadata.nbgrader["grade_id"]] = code_lines(cell.source[start:end])
-    return bodies
-
-
 def test_no_solution_is_lecture_code_retyped() -> None:
     """No two consecutive lines of a solution appear together in a lecture (19's own
     quantization code included) or in edu_dl."""
-    texts = library_texts()
-    assert any("19_quantization" in where for where in texts)
-    bodies = solution_bodies()
-    assert set(bodies) == {"per_channel_params", "quantize_per_channel", "int8_matmul",
-                           "predict_smaller_error", "predict_largest_exact_k"}
-    for name, body in bodies.items():
-        runs = {where: longest_shared_run(body, lines) for where, lines in texts.items()}
-        where = max(runs, key=runs.__getitem__)
-        assert runs[where] <= 1, f"{name}: {runs[where]} lines in a row from {where}"
+    assert_nothing_retyped(NOTEBOOK, {"per_channel_params", "quantize_per_channel", "int8_matmul",
+                           "predict_smaller_error", "predict_largest_exact_k"},
+                           lecture="19_quantization")

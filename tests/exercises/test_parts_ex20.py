@@ -5,19 +5,17 @@ is lecture 20's (or edu_dl's) code re-typed."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
-import nbformat
 import numpy as np
 import pytest
 from fixtures.exercise_helpers import (
+    assert_every_hint_asked_for,
+    assert_no_hint_for,
+    assert_nothing_retyped,
     checked,
-    code_lines,
     course_part,
-    library_texts,
-    longest_shared_run,
     solution_namespace,
 )
 
@@ -185,45 +183,20 @@ def test_the_next_batch_examples() -> None:
 
 @pytest.mark.parametrize("part_id", list(FUNCTIONS))
 def test_a_correct_answer_gets_no_hint(part_id: str) -> None:
-    part = course_part(part_id)
-    fn = FUNCTIONS[part_id]
-    for hidden in (False, True):
-        for args in part.cases(np.random.default_rng(5), hidden):
-            expected = part.expected(*args)
-            got = part.call(fn, args)
-            assert not [h for h in part.hints if h.applies(expected, got, args)], args
+    assert_no_hint_for(part_id, FUNCTIONS[part_id])
 
 
 def test_every_hint_is_asked_for_here() -> None:
     """No hint is dead text: a test above asks for a fragment of each one's message."""
-    fragments = re.findall(r'"([^"\n]{12,})"', Path(__file__).read_text())
-    for part_id in FUNCTIONS:
-        for hint in course_part(part_id).hints:
-            assert any(f in hint.message for f in fragments), hint.message
+    assert_every_hint_asked_for(__file__, FUNCTIONS)
 
 
 # --------------------------------------------------------------------------- nothing re-typed
 
 
-def solution_bodies() -> dict[str, list[str]]:
-    bodies = {}
-    for cell in nbformat.read(NOTEBOOK, as_version=4).cells:
-        if cell.metadata.get("nbgrader", {}).get("solution") and cell.cell_type == "code":
-            start = cell.source.index("### BEGIN SOLUTION")
-            end = cell.source.index("### END SOLUTION")
-            bodies[cell.metadata.nbgrader["grade_id"]] = code_lines(cell.source[start:end])
-    return bodies
-
-
 def test_no_solution_is_lecture_code_retyped() -> None:
     """No two consecutive lines of a solution appear together in a lecture (20's own cache,
     block pool and server included) or in edu_dl."""
-    texts = library_texts()
-    assert any("20_serving" in where for where in texts)
-    bodies = solution_bodies()
-    assert set(bodies) == {"kv_cache_append", "allocate_blocks", "next_batch",
-                           "predict_most_empty_slots"}
-    for name, body in bodies.items():
-        runs = {where: longest_shared_run(body, lines) for where, lines in texts.items()}
-        where = max(runs, key=runs.__getitem__)
-        assert runs[where] <= 1, f"{name}: {runs[where]} lines in a row from {where}"
+    assert_nothing_retyped(NOTEBOOK, {"kv_cache_append", "allocate_blocks", "next_batch",
+                           "predict_most_empty_slots"},
+                           lecture="20_serving")

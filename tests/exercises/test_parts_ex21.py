@@ -14,11 +14,11 @@ import nbformat
 import numpy as np
 import pytest
 from fixtures.exercise_helpers import (
+    assert_every_hint_asked_for,
+    assert_no_hint_for,
+    assert_nothing_retyped,
     checked,
-    code_lines,
     course_part,
-    library_texts,
-    longest_shared_run,
     solution_namespace,
 )
 
@@ -245,45 +245,20 @@ def test_the_shard_example_and_torch_chunk() -> None:
 
 @pytest.mark.parametrize("part_id", list(FUNCTIONS))
 def test_a_correct_answer_gets_no_hint(part_id: str) -> None:
-    part = course_part(part_id)
-    fn = FUNCTIONS[part_id]
-    for hidden in (False, True):
-        for args in part.cases(np.random.default_rng(5), hidden):
-            expected = part.expected(*args)
-            got = part.call(fn, args)
-            assert not [h for h in part.hints if h.applies(expected, got, args)], args
+    assert_no_hint_for(part_id, FUNCTIONS[part_id])
 
 
 def test_every_hint_is_asked_for_here() -> None:
     """No hint is dead text: a test above asks for a fragment of each one's message."""
-    fragments = re.findall(r'"([^"\n]{12,})"', Path(__file__).read_text())
-    for part_id in FUNCTIONS:
-        for hint in course_part(part_id).hints:
-            assert any(f in hint.message for f in fragments), hint.message
+    assert_every_hint_asked_for(__file__, FUNCTIONS)
 
 
 # --------------------------------------------------------------------------- nothing re-typed
 
 
-def solution_bodies() -> dict[str, list[str]]:
-    bodies = {}
-    for cell in nbformat.read(NOTEBOOK, as_version=4).cells:
-        if cell.metadata.get("nbgrader", {}).get("solution") and cell.cell_type == "code":
-            start = cell.source.index("### BEGIN SOLUTION")
-            end = cell.source.index("### END SOLUTION")
-            bodies[cell.metadata.nbgrader["grade_id"]] = code_lines(cell.source[start:end])
-    return bodies
-
-
 def test_no_solution_is_lecture_code_retyped() -> None:
     """No two consecutive lines of a solution appear together in a lecture (21's own timeline
     and measurements included) or in edu_dl."""
-    texts = library_texts()
-    assert any("21_pipeline_and_fsdp" in where for where in texts)
-    bodies = solution_bodies()
-    assert set(bodies) == {"gpipe_schedule", "one_f_one_b_schedule", "pipeline_timeline",
-                           "predict_bubbles", "peak_in_flight", "fsdp_shard"}
-    for name, body in bodies.items():
-        runs = {where: longest_shared_run(body, lines) for where, lines in texts.items()}
-        where = max(runs, key=runs.__getitem__)
-        assert runs[where] <= 1, f"{name}: {runs[where]} lines in a row from {where}"
+    assert_nothing_retyped(NOTEBOOK, {"gpipe_schedule", "one_f_one_b_schedule", "pipeline_timeline",
+                           "predict_bubbles", "peak_in_flight", "fsdp_shard"},
+                           lecture="21_pipeline_and_fsdp")

@@ -5,20 +5,17 @@ and a correct answer none, and no solution is lecture 22's (or edu_dl's) code re
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
-import nbformat
 import numpy as np
 import pytest
 from fixtures.exercise_helpers import (
+    assert_every_hint_asked_for,
+    assert_no_hint_for,
+    assert_nothing_retyped,
     checked,
-    code_lines,
     course_module,
-    course_part,
-    library_texts,
-    longest_shared_run,
     solution_namespace,
 )
 from fixtures.frameworks import jax, jnp
@@ -191,44 +188,19 @@ def test_dp_mistakes_get_their_hints(fn: Any, hint: str) -> None:
 
 @pytest.mark.parametrize("part_id", list(FUNCTIONS))
 def test_a_correct_answer_gets_no_hint(part_id: str) -> None:
-    part = course_part(part_id)
-    fn = solution(FUNCTIONS[part_id])
-    for hidden in (False, True):
-        for args in part.cases(np.random.default_rng(5), hidden):
-            expected = part.expected(*args)
-            got = part.call(fn, args)
-            assert not [h for h in part.hints if h.applies(expected, got, args)], args
+    assert_no_hint_for(part_id, solution(FUNCTIONS[part_id]))
 
 
 def test_every_hint_is_asked_for_here() -> None:
     """No hint is dead text: a test above asks for a fragment of each one's message."""
-    fragments = re.findall(r'"([^"\n]{12,})"', Path(__file__).read_text())
-    for part_id in FUNCTIONS:
-        for hint in course_part(part_id).hints:
-            assert any(f in hint.message for f in fragments), hint.message
+    assert_every_hint_asked_for(__file__, FUNCTIONS)
 
 
 # --------------------------------------------------------------------------- nothing re-typed
 
 
-def solution_bodies() -> dict[str, list[str]]:
-    bodies = {}
-    for cell in nbformat.read(NOTEBOOK, as_version=4).cells:
-        if cell.metadata.get("nbgrader", {}).get("solution") and cell.cell_type == "code":
-            start = cell.source.index("### BEGIN SOLUTION")
-            end = cell.source.index("### END SOLUTION")
-            bodies[cell.metadata.nbgrader["grade_id"]] = code_lines(cell.source[start:end])
-    return bodies
-
-
 def test_no_solution_is_lecture_code_retyped() -> None:
     """No two consecutive lines of a solution appear together in a lecture (22's own shardings
     and shard_map bodies included) or in edu_dl."""
-    texts = library_texts()
-    assert any("22_jax_sharding" in where for where in texts)
-    bodies = solution_bodies()
-    assert set(bodies) == {"partition_specs", "tp_forward", "dp_grads", "predict_collectives"}
-    for name, body in bodies.items():
-        runs = {where: longest_shared_run(body, lines) for where, lines in texts.items()}
-        where = max(runs, key=runs.__getitem__)
-        assert runs[where] <= 1, f"{name}: {runs[where]} lines in a row from {where}"
+    assert_nothing_retyped(NOTEBOOK, {"partition_specs", "tp_forward", "dp_grads",
+                                      "predict_collectives"}, lecture="22_jax_sharding")
