@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import cost_rank
 
 
 def test_xdist_hands_out_one_test_at_a_time(request: pytest.FixtureRequest) -> None:
@@ -19,6 +18,9 @@ def test_xdist_hands_out_one_test_at_a_time(request: pytest.FixtureRequest) -> N
 
 
 def test_the_costliest_tests_come_first(request: pytest.FixtureRequest) -> None:
+    # tests/conftest.py's cost_rank, from the plugins: "conftest" may name another folder's
+    (cost_rank,) = {plugin.cost_rank for plugin in request.config.pluginmanager.get_plugins()
+                    if hasattr(plugin, "cost_rank")}
     ranks = [cost_rank(item) for item in request.session.items]
     assert ranks == sorted(ranks)
 
