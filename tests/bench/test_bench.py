@@ -76,6 +76,7 @@ def test_numpy_step_is_the_lectures_loss_and_gradients(numpy_losses: list[float]
         pytest.param("tf_function", marks=pytest.mark.slow),  # importing TensorFlow takes ~5 s
     ],
 )
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 def test_every_framework_computes_the_same_losses(
     framework: str, numpy_losses: list[float]
 ) -> None:
@@ -188,6 +189,7 @@ def test_bench_plan_runs(device: Device) -> None:
     assert "| optimization |" in text and device.synced in text
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 def test_engine_splits_its_repeats_among_fresh_worker_processes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -241,6 +243,7 @@ def test_bench_plan_reports_ratios_their_spread_and_the_targets() -> None:
     assert f"at tiny | 0.75{TIMES} | **no** |" in slow
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 @pytest.mark.parametrize("device", [Device("cpu"), Device("gpu", fake=True)])
 def test_bench_plan_times_the_fused_plan(device: Device) -> None:
     result = fused.run_fused(repeats=1, quick=True, device=device, processes=1,

@@ -111,6 +111,7 @@ def test_parallel_gpu_mode_on_a_fake_gpu(fake_gpu: None, capsys: pytest.CaptureF
     assert "| ddp | 2 | 32 |" in text and "| mirrored |" not in text and "fake GPU" in text
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 def test_record_gpu_on_a_fake_gpu_writes_results_and_provenance(
     fake_gpu: None, tmp_path: Path
 ) -> None:

@@ -106,6 +106,7 @@ def _cli(*argv: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, cwd=ROOT, timeout=timeout)
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 def test_asking_for_a_gpu_target_without_a_gpu_fails_clearly() -> None:
     proc = _cli("--frameworks", "cupy", "--sizes", "16", "--repeats", "1")
     if edu_dl.gpu_status()[0]:

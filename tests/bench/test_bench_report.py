@@ -46,10 +46,12 @@ def test_every_benchmark_is_declared_on_the_harness() -> None:
     assert set(COMMANDS) <= declared
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 def test_exit_codes_are_the_old_ones(written: tuple[Path, dict[str, int]]) -> None:
     assert written[1] == EXIT_CODES
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 @pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_files_are_byte_for_byte_the_old_writers(
     name: str, written: tuple[Path, dict[str, int]]

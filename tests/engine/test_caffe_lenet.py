@@ -67,6 +67,7 @@ def test_lenet_matches_pytorch_at_every_step() -> None:
             assert edu_dl.rel_error(a, w[name].detach().numpy()) < 1e-10, f"{name}, step {it}"
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 def test_edu_dl_train_example_lenet_learns_the_digits(tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "lenet.npz"

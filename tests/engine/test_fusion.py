@@ -74,6 +74,7 @@ def test_numpy_fused_plan_gives_the_unfused_numbers(n: int, d_in: int, h: int, d
     assert type(got[0][-1]) is type(want[0][-1])
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 @pytest.mark.parametrize("loss", ["mean_row_sum", "sum"])
 def test_numba_fused_plan_matches_the_unfused_plan_and_pytorch(loss: str) -> None:
     if fusion.load_numba() is None:

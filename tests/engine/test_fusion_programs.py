@@ -96,6 +96,7 @@ def test_the_lectures_assign_spelling_fuses_and_gives_the_unfused_numbers() -> N
     assert _plan(minimize).fused.numpy_code == plan.fused.numpy_code
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 def test_the_lectures_assign_spelling_compiled_by_numba() -> None:
     if fusion.load_numba() is None:
         pytest.skip("Numba is not installed")
@@ -194,6 +195,7 @@ def _adam_step(optimize: str) -> dict[str, Any]:
             "w": (w,)}
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 def test_adam_with_tanh_and_keepdims_fuses_with_its_scalar_variables() -> None:
     fused, unfused = _adam_step("numpy"), _adam_step("off")
     got, want = _run(fused, 4), _run(unfused, 4)

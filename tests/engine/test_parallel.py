@@ -72,6 +72,7 @@ def test_training_moves_the_weights_and_lowers_the_loss(single):
     assert single.global_losses[-1] < 0.7 * single.global_losses[0]
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 @pytest.mark.parametrize("mode", ["all_reduce", "ddp"])
 def test_two_workers_with_half_batches_match_one_worker_with_the_whole_batch(single, mode):
     result = par.train_data_parallel(problem(), world_size=2, steps=STEPS, lr=LR, mode=mode)
@@ -142,6 +143,7 @@ def _hangs(rank: int, world_size: int, device: torch.device) -> None:
     time.sleep(600)
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 @pytest.mark.timing
 def test_a_worker_that_raises_surfaces_in_the_parent_and_no_child_survives():
     # A deadline far beyond the work: two spawned workers that import torch and meet at the
@@ -159,6 +161,7 @@ def test_a_worker_that_raises_surfaces_in_the_parent_and_no_child_survives():
     assert_no_children_left()
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 @pytest.mark.timing
 def test_a_hung_worker_is_killed_at_the_deadline():
     with pytest.raises(TimeoutError, match="did not finish within 3 s"):

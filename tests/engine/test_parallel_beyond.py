@@ -50,6 +50,7 @@ def test_hidden_split_covers_every_unit_once() -> None:
         assert max(b - a for a, b in spans) - min(b - a for a, b in spans) <= 1
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 def test_tensor_parallel_block_on_two_processes_equals_one_process() -> None:
     rng = np.random.default_rng(3)
     x, w1, w2 = (rng.standard_normal(s) for s in [(6, 5), (5, 9), (9, 4)])  # 9 units: 5 + 4
@@ -135,6 +136,7 @@ def test_check_fit_says_whether_the_model_follows_the_samples() -> None:
     assert "furthest off at 64 B" in text
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 @pytest.mark.timing
 def test_measured_gloo_all_reduce_times_grow_with_the_message() -> None:
     # 32 MiB, not 4 MiB: in CI a busy moment made 4 bytes take 4.1 ms against 3.5 ms for

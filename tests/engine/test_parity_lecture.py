@@ -211,6 +211,7 @@ def reference(data: dict[str, np.ndarray]) -> tuple[list[float], np.ndarray, np.
     return losses, w1, w2
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 @pytest.mark.parametrize("engine", list(ENGINES))
 def test_lecture_network_matches_numpy_by_hand(engine, data, reference):
     """Mean-over-batch of row-summed squared error, 50 SGD steps, float64."""

@@ -254,6 +254,7 @@ def test_detach():
 # --------------------------------------------------------------------------- long graphs, freeing
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 def test_100k_op_chain_backpropagates_without_recursion_and_can_be_freed():
     n = 100_000
     x = ed.tensor(1.0, requires_grad=True)

@@ -22,6 +22,7 @@ SOLUTIONS, EXERCISES = ROOT / "solutions", ROOT / "exercises"
 COURSE = {p.id: p for p in all_course_parts()}  # the course's parts, as lint gets them
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 def test_exercises_are_exactly_what_assign_generates(tmp_path: Path):
     written = assign(SOLUTIONS, tmp_path)
     expected = {p.relative_to(tmp_path).as_posix(): p.read_bytes() for p in written}
@@ -38,6 +39,7 @@ def test_exercises_are_exactly_what_assign_generates(tmp_path: Path):
     assert not stale, f"out of date: {stale}; run: edu-dl assign solutions/ exercises/"
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 def test_cli_check_mode(tmp_path: Path, capsys):
     assert main(["assign", str(SOLUTIONS), str(EXERCISES), "--check"]) == 0
     assert main(["assign", str(SOLUTIONS), str(tmp_path), "--check"]) == 1  # nothing there yet

@@ -304,6 +304,7 @@ def test_a_notebook_shows_only_the_verdict(capsys):
     assert DisplayFormatter().format(failed) == ({}, {})
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 def test_in_a_jupyter_kernel_a_failing_check_is_an_error_output_showing_only_the_report(
         in_solutions: Path) -> None:
     """Run through nbclient and ipykernel, as Jupyter, nbval and nbgrader's autograde run a

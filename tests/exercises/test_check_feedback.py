@@ -408,6 +408,7 @@ def test_the_first_check_of_each_release_imports_no_heavy_framework() -> None:
     assert len(json.loads(out.stdout)) == len(light) >= 10
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 @pytest.mark.timing
 def test_in_a_jupyter_kernel_an_endless_loop_is_stopped(hw9: Path) -> None:
     """ipykernel runs a cell in the main thread: the bound holds there, and the cell's error

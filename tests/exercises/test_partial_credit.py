@@ -202,6 +202,7 @@ STUDENT = ("import numpy as np\n\ndef double(x):\n"
            "    return x * 2 if np.max(np.abs(x)) < 100 else x * 3")
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 def test_the_gradebook_lists_failed_cases_and_shows_no_hidden_value(tmp_path: Path,
                                                                      monkeypatch: Any) -> None:
     monkeypatch.setenv(sandbox.GROUP_VAR, f"pytest{os.getpid()}-")

@@ -200,6 +200,7 @@ def simulated() -> dict[str, tuple[bool, str]]:
 
 @pytest.mark.parametrize("name", ["leaky", "leaky_hidden", "naive", "naive_hidden", "row_sums",
                                   "row_sums_hidden", "chunked"])
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 def test_solution_kernels_pass(simulated: dict[str, tuple[bool, str]], name: str) -> None:
     ok, out = simulated[name]
     assert ok and out.startswith("✓"), out

@@ -172,6 +172,7 @@ LAYER_NORM_MISTAKES = {
 }
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 @pytest.mark.parametrize("mistake", LAYER_NORM_MISTAKES)
 def test_each_layer_norm_mistake_gets_its_hint(capsys: pytest.CaptureFixture[str],
                                                mistake: str) -> None:

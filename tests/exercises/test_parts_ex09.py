@@ -45,6 +45,7 @@ def test_points_match_the_notebook():
 
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 def test_solutions_pass_through_check(capsys, sol):
     for part_id, name in PART_FUNCTIONS.items():
         ok, out = run(capsys, part_id, sol[name], hidden=True)

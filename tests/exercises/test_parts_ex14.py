@@ -95,6 +95,7 @@ def test_settle_cases_stop_rows_at_different_steps() -> None:
 # ----------------------------------------------------------------------------- the solutions
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 @pytest.mark.parametrize("part_id", list(PART_FUNCTIONS))
 def test_the_solution_passes_visible_and_hidden(part_id: str,
                                                 capsys: pytest.CaptureFixture[str]) -> None:

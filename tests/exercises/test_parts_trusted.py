@@ -769,6 +769,7 @@ def honest_results(part: spec.Part, tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 @pytest.mark.parametrize("part", [p for p in ALL_PARTS if module_of(p.id) != "ex03"],
                          ids=lambda p: p.id)
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 def test_the_solution_passes_the_trusted_judgement(part: spec.Part, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     cases = draw(part)
@@ -787,6 +788,7 @@ for part_id, name in zip(sys.argv[3::2], sys.argv[4::2]):
 '''
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 def test_the_kernel_solutions_pass_the_trusted_judgement(tmp_path: Path) -> None:
     """ex03: the solution kernels run under the CUDA simulator in a child, recorded by check()
     in grading mode; judged here with their source from the notebook."""

@@ -58,6 +58,7 @@ def _candidates(part: Part, expected: Any, args: tuple[Any, ...]) -> Iterator[An
                 tuple(wrong if j == k else e for j, e in enumerate(expected))
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 @pytest.mark.parametrize("part", COURSE, ids=lambda p: p.id)
 def test_the_release_judges_as_the_part_file_does(part: Part):
     """On every visible case, each candidate answer gets the same verdict and the same hint
@@ -161,6 +162,7 @@ def _at_most(seconds: int) -> Iterator[None]:
         signal.signal(signal.SIGALRM, old)
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 def test_nothing_that_ships_returns_an_expected_value():
     """The second net: call every function and class of every module a release runs, on every
     visible case of every part; none may return what the oracle expects."""

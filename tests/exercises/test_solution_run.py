@@ -47,6 +47,7 @@ def _own_cache_and_sandbox_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv(sandbox.GROUP_VAR, f"pytest{os.getpid()}-")
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 def test_assign_refuses_a_solution_that_fails_a_hidden_test(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     source, release = _course(tmp_path / "source", WRONG), tmp_path / "release"
@@ -61,6 +62,7 @@ def test_assign_refuses_a_solution_that_fails_a_hidden_test(
     assert (release / "hw4.ipynb").is_file()
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 def test_assign_runs_a_passing_solution_once_until_something_changes(
         tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:

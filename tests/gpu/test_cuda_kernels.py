@@ -225,6 +225,7 @@ def test_launch_rejects_bad_input() -> None:
 # ----------------------------------------------------------------- reference kernels vs NumPy
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 @pytest.mark.parametrize(("n", "threads"), VECTOR_SIZES)
 def test_relu_and_saxpy_match_numpy(sim: dict[str, Any], n: int, threads: int) -> None:
     (_, x, y, a, _), outcome = sim[f"elementwise_{n}_{threads}"]

@@ -116,6 +116,7 @@ def test_max_batch_is_the_largest_that_fits_and_monotonic(a: int, b: int) -> Non
         assert fits(model, m_low, low) and not fits(model, m_low + 1, low)
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 def test_max_batch_limit_and_large_models() -> None:
     assert memory.max_batch(mlp([4, 5, 3]), (4,), 1e12, limit=1000) == 1000
     resnet = zoo.resnet50()

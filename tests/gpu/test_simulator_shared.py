@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 RACE = r"""
 import sys, threading
 import numpy as np
@@ -36,6 +38,7 @@ print(split)
 """
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 def test_threads_allocating_together_share_one_array() -> None:
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-c", RACE], env=env, capture_output=True, text=True,

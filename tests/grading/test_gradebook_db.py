@@ -170,6 +170,7 @@ def test_hand_graders_and_a_regrade_at_once_lose_nothing(tmp_path: Path) -> None
     assert (tmp_path / "out" / db.FILE_NAME).is_file()
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 def test_a_crash_mid_run_leaves_the_last_committed_state(tmp_path: Path) -> None:
     check_a_crash_keeps_the_last_commit(tmp_path / "out", None)
 

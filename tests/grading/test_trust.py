@@ -54,6 +54,7 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st
                        JSON | st.lists(st.dictionaries(
                            st.sampled_from(["index", "grade_id", "status", "error", "stderr"]),
                            JSON), max_size=4)))
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 def test_a_run_record_of_any_shape_reads_without_raising(raw: dict[str, object]) -> None:
     record = parse_record(raw)
     assert isinstance(record, RunRecord)

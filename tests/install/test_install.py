@@ -265,6 +265,7 @@ def test_gpu_extras_cap_numpy_while_numba_cuda_is_below_0_31() -> None:
             assert numpy.contains("2.4.6"), f"{extra}'s numpy cap {numpy} excludes numpy 2.4"
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 @pytest.mark.parametrize("capped", [True, False], ids=["as-is", "control-without-cap"])
 def test_the_resolver_keeps_numpy_2_5_off_a_gpu_install(capped: bool, tmp_path: Path) -> None:
     """With numpy 2.5.0 on the index: the CPU install may take it, the GPU extras must not (and

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 TESTS = Path(__file__).resolve().parents[1]
 FRAMEWORKS = ("torch", "tensorflow", "jax")
 COLLECT = """
@@ -19,6 +21,7 @@ sys.exit(code)
 """
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 def test_collecting_the_modules_that_use_a_framework_imports_none() -> None:
     # The modules whose text names a framework: collecting them is where one could sneak in
     # (a module-level `import torch`, a dtype in a parametrize, a skipif that asks torch).

@@ -152,6 +152,7 @@ def test_layers_point_one_way() -> None:
     assert upward == [], "imports that point up a layer:\n" + "\n".join(sorted(upward))
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 @pytest.mark.parametrize(("importer", "imported"), APART)
 def test_tools_do_not_import_each_other(importer: str, imported: str) -> None:
     found = [f"{a} -> {b}" for a, targets in graph().items() if home(a) == importer

@@ -40,6 +40,7 @@ def _value(fact: dict[str, Any]) -> float:
     return float(fact["value"])
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 def test_cpu_and_ram_are_plausible(report: dict[str, Any]) -> None:
     cpu = report["cpu"]
     logical = _value(cpu["logical_cores"])

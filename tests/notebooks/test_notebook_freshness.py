@@ -53,6 +53,7 @@ def test_a_changed_or_missing_file_makes_a_notebook_stale(tmp_path: Path, monkey
     assert notebook_run.stale(path) == ["no record of the course code that produced its outputs"]
 
 
+@pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
 def test_execute_runs_in_place_and_records_the_course_code(tmp_path: Path) -> None:
     folder = tmp_path / "course"
     (folder / "parts").mkdir(parents=True)
