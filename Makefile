@@ -79,6 +79,8 @@ $(STAMP): pyproject.toml constraints.txt
 	@echo "[install 3/3] the course with PyTorch, TensorFlow, JAX and JupyterLab ($(STUDENT_EXTRAS)): \
 	$(STUDENT_INSTALL_COST) the first time, seconds after that"
 	$(call PIP_INSTALL,$(STUDENT_EXTRAS))
+	@# Triton before TensorFlow in every Python of the environment (edu_dl/util/triton_first.py: why)
+	$(BIN)/python edu_dl/util/triton_first.py
 	rm -f $(VENV)/.installed-*
 	touch $@
 
