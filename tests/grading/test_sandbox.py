@@ -116,12 +116,15 @@ def test_wall_time_kills_everything() -> None:
 @pytest.mark.slow
 def test_fork_bomb_is_stopped_and_reaped() -> None:
     limits = sandbox.Limits(wall_s=30, memory_mb=1024, processes=48)
-    done = py("import os\nwhile True:\n    os.fork()", limits=limits)
+    # A mark no other process has: this module's other fork bombs may run beside it (xdist hands
+    # out one test at a time), and their command lines say os.fork() too.
+    mark = f"stopped and reaped {os.getpid()}"
+    done = py(f"import os\nwhile True:\n    os.fork()  # {mark}", limits=limits)
     # Killed by the watchdog, or refused by the kernel first (RLIMIT_NPROC on the uid's count).
     refused = "Resource temporarily unavailable" in done.log
     assert done.killed in ("processes", "memory") or refused, done
     assert done.seconds < 25
-    assert not any("os.fork()" in _cmdline(pid) for pid in _all_pids())
+    assert not any(mark in _cmdline(pid) for pid in _all_pids())
 
 
 @pytest.mark.timing
