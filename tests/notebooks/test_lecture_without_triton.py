@@ -8,30 +8,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import nbformat
 import pytest
-from fixtures.hidden_packages import hide
+from fixtures.hidden_packages import hide, run_lecture
 
 LECTURE = Path(__file__).resolve().parents[2] / "lectures" / "23_triton.ipynb"
 
 
 @pytest.mark.slow
 def test_lecture_23_runs_without_triton(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
-
     env = hide(tmp_path, ("triton",), dict(os.environ, TQDM_DISABLE="1", MPLBACKEND="Agg"))
-    for key, value in env.items():  # the kernel inherits this process's environment
-        monkeypatch.setenv(key, value)
-    nb = nbformat.read(LECTURE, as_version=4)
-    client = NotebookClient(nb, timeout=600, kernel_name="python3",
-                            resources={"metadata": {"path": str(LECTURE.parent)}})
-    try:
-        client.execute()
-    except CellExecutionError as exc:
-        pytest.fail(f"{LECTURE.name} breaks without Triton: {str(exc)[-1500:]}")
-    printed = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
-                        for o in c.get("outputs", []))
+    printed = run_lecture(LECTURE, env, monkeypatch, "Triton")
     assert "Traceback" not in printed
     assert "Triton is not installed here, so every kernel cell below is skipped" in printed
     assert "triton is missing here, so this cell is skipped" in printed

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from fixtures.hidden_packages import hide
+from fixtures.hidden_packages import hide, run_lecture
 
 ROOT = Path(__file__).resolve().parents[2]
 LECTURES = sorted(ROOT.glob("lectures/*.ipynb"))
@@ -90,22 +90,9 @@ def test_the_block_works(hidden_tensorflow: dict[str, str]) -> None:
 @pytest.mark.parametrize("path", REACHING, ids=lambda p: p.stem)
 def test_lecture_runs_without_tensorflow(path: Path, hidden_tensorflow: dict[str, str],
                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
-
-    for key, value in hidden_tensorflow.items():  # the kernel inherits this process's environment
-        monkeypatch.setenv(key, value)
-    nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=600, kernel_name="python3",
-                            resources={"metadata": {"path": str(path.parent)}})
-    try:
-        client.execute()
-    except CellExecutionError as exc:
-        pytest.fail(f"{path.name} breaks without TensorFlow: {str(exc)[-1500:]}")
-    printed = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
-                        for o in c.get("outputs", []))
+    printed = run_lecture(path, hidden_tensorflow, monkeypatch, "TensorFlow")
     assert "Traceback" not in printed, f"{path.name} prints a traceback without TensorFlow"
-    if uses_tensorflow(nb):
+    if uses_tensorflow(nbformat.read(path, as_version=4)):
         said = printed.lower()
         assert "tensorflow" in said and ("is missing here" in said or "not installed" in said), (
             f"{path.name} uses TensorFlow but never says what it skipped without it "
