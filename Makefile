@@ -14,8 +14,9 @@ CUDA ?= $(if $(GPU),$(shell nvidia-smi 2>/dev/null | sed -n -E 's/.*CUDA Version
 CUDA_EXTRA := $(if $(GPU),$(if $(filter 12,$(CUDA)),cuda12,$(if $(CUDA),$(if $(shell [ "$(CUDA)" -ge 13 ] 2>/dev/null && echo y),cuda13,unsupported),unknown)),cpu)
 # What a student needs (make lab): the course's runtime for this machine, Caffe's protobuf,
 # JupyterLab and Triton (lecture and exercise 23 need it: their kernels run in its interpreter on
-# a CPU; on a GPU, PyTorch's CUDA build brings the same triton anyway). The developers add the test tools (make test), the website's tools (make site) and
-# Dask (grading on a cluster): about 0.4 GB that no student uses.
+# a CPU; on a GPU, PyTorch's CUDA build brings the same triton anyway). The developers add the
+# test tools (make test), the website's tools (make site) and Dask (grading on a cluster): about
+# 0.4 GB that no student uses.
 STUDENT_EXTRAS := $(CUDA_EXTRA),caffe,lab,triton
 EXTRAS := $(STUDENT_EXTRAS),dev,site,cluster,postgres
 STAMP := $(VENV)/.installed-$(CUDA_EXTRA)
