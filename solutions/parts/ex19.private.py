@@ -297,9 +297,16 @@ def _acc(a: Case, wide: Any = np.int64, zero: bool = True) -> Array:
 
 
 def _acc_float32(a: Case) -> Array:
+    """The sums accumulated in float32 term by term, in order: the same bits on every machine.
+    A float32 matmul is not replayed: its BLAS kernel sums in blocks of its own, which differ
+    between CPUs, so a release made on one machine named a different answer than the grader
+    found on another (measured: this visible case's [1, 0] is 46143292 from one BLAS, 46143384
+    in order, 46143291 exactly). A student's float32 matmul that misses this replay still sees
+    which entries differ, by how much, and that they lie beyond 2^24."""
     qx, _, zero_x, qw, _ = a
-    x = qx.astype(np.float32) - np.float32(zero_x)
-    return (x @ qw.astype(np.float32).T).astype(np.int64)
+    products = (qx.astype(np.float32) - np.float32(zero_x))[:, None, :] \
+        * qw.astype(np.float32)[None, :, :]  # exact: at most 255 * 128
+    return np.cumsum(products, axis=-1, dtype=np.float32)[..., -1].astype(np.int64)
 
 
 def _rescaled(a: Case, acc: Array) -> Array:

@@ -260,7 +260,12 @@ def matmul(qx, scale_x, zero_x, qw, scale_w, wide=np.int32, zero_first=True, res
 
 
 def float32_matmul(qx, scale_x, zero_x, qw, scale_w):
-    acc = (qx.astype(np.float32) - np.float32(zero_x)) @ qw.astype(np.float32).T
+    """Accumulated in float32, in a loop over k (a float32 matmul's last bits depend on the CPU's
+    BLAS: the part file's replay says why it replays this order)."""
+    acc = np.zeros((qx.shape[0], qw.shape[0]), dtype=np.float32)
+    x = qx.astype(np.float32) - np.float32(zero_x)
+    for j in range(qx.shape[1]):
+        acc += x[:, j:j + 1] * qw[:, j].astype(np.float32)[None, :]
     return acc.astype(np.int32), scale_x * scale_w[None, :] * acc.astype(np.float64)
 
 
