@@ -1,6 +1,6 @@
-"""Exercise 12, static vs dynamic: a data-dependent RNN eagerly on a batch of sequences of their
-own lengths (the step the lecture leaves open) and unrolled for one sequence, a Session's plan,
-and what a fused plan writes to memory.
+"""Exercise 12, static vs dynamic: a data-dependent RNN on a batch of sequences of their own
+lengths, eagerly and as ONE static graph for the whole batch (the lecture builds a graph per
+sequence length and leaves both open), a Session's plan, and what a fused plan writes to memory.
 
 Oracles: ``torch.autograd`` for the RNN's loss and gradients (a batch's: the sum over its
 sequences) (PyTorch runs the same program
@@ -43,30 +43,11 @@ CLOSE = tolerance(rtol=1e-7, atol=1e-10)
 # --------------------------------------------------------------------------- the RNN
 
 
-def _h_final(X: Array, W: Array, U: Array, steps: int | None = None) -> Array:
+def _h_final(X: Array, W: Array, U: Array) -> Array:
     h = np.zeros((1, W.shape[0]))
-    for t in range(X.shape[0] if steps is None else steps):
+    for t in range(X.shape[0]):
         h = np.tanh(h @ W + X[t:t + 1] @ U)
     return h
-
-
-def _rnn_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
-    """(X, W, U) with both branches met: sum(h) > 0 and sum(h) <= 0."""
-    if not hidden:
-        wanted = [(3, 5, 4, True), (5, 5, 4, False), (1, 2, 3, True)]
-    else:
-        wanted = [(int(rng.integers(1, 9)), int(rng.integers(1, 6)), int(rng.integers(1, 6)),
-                   bool(b)) for b in (True, False, rng.integers(0, 2), rng.integers(0, 2))]
-    cases: list[Case] = []
-    for T, D, H, positive in wanted:
-        while True:
-            X = rng.standard_normal((T, D))
-            W, U = 0.5 * rng.standard_normal((H, H)), 0.5 * rng.standard_normal((D, H))
-            s = _h_final(X, W, U).sum()
-            if (s > 0) == positive and abs(s) > 1e-3:  # no case sits on the branch's edge
-                cases.append((X, W, U))
-                break
-    return cases
 
 
 def _rnn_expected(X: Array, W: Array, U: Array) -> tuple[float, Array, Array]:
@@ -89,38 +70,7 @@ def _unless_right(value: float, e: Any) -> float | None:
     return None if close(value, e[0], rtol=1e-7, atol=1e-10) else value
 
 
-def _short(a: Case) -> Any:
-    """h after one step too few (None for a sequence of one step)."""
-    return _h_final(a[0], a[1], a[2], steps=a[0].shape[0] - 1) if a[0].shape[0] > 1 else None
-
-
-def _short_loss(a: Case, squared: bool) -> float | None:
-    h = _short(a)
-    if h is None:
-        return None
-    return float((h**2).sum()) if squared else float(-h.sum())
-
-
-SHORT = "one step short: the loop runs over all T rows of X (T = X.shape[0])"
-
-RNN_HINTS = (
-    Mistake(lambda e, a: _unless_right(float((_h_final(*a) ** 2).sum()), e),
-            "the loss takes the other branch: when sum(h) <= 0 the loss is -sum(h); decide with "
-            "the value, `if h.sum().item() > 0:`", view=loss_of, rtol=1e-7, atol=1e-10),
-    Mistake(lambda e, a: _unless_right(float(-_h_final(*a).sum()), e),
-            "the loss takes the other branch: when sum(h) > 0 the loss is sum(h * h)",
-            view=loss_of, rtol=1e-7, atol=1e-10),
-    Mistake(lambda e, a: _short_loss(a, squared=True), SHORT, view=loss_of, rtol=1e-7, atol=1e-10),
-    Mistake(lambda e, a: _short_loss(a, squared=False), SHORT, view=loss_of, rtol=1e-7, atol=1e-10),
-    RightButTransposed("the loss is right but a gradient looks transposed: dW has W's shape "
-                       "(H, H)", right=0, transposed=(1, 2), rtol=1e-7, atol=1e-10),
-    OutputRight("the loss is right but the gradients are not: make W and U tensors with "
-                "requires_grad=True, call loss.backward() once, and return W.grad and U.grad as "
-                "arrays", right=0, rtol=1e-7, atol=1e-10),
-)
-
-
-# --------------------------------------------------------------------------- the batch, eagerly
+# ------------------------------------------------------------- the batch, eagerly and in one graph
 
 
 def _batch_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
@@ -174,29 +124,41 @@ def _batch_mistake(e: Any, a: Case, *, padded: bool = False, one_branch: bool = 
                                      mean=mean), e)
 
 
-BATCH_HINTS = (
-    Mistake(lambda e, a: _batch_mistake(e, a, padded=True),
-            "the padding ran too: sequence b has lengths[b] rows (X[b, :lengths[b]]), the rest "
-            "of X[b] is zeros that are not part of it", view=loss_of, rtol=1e-7, atol=1e-10),
-    Mistake(lambda e, a: _batch_mistake(e, a, one_branch=True),
-            "one branch for the whole batch: each sequence's own final h decides its loss's "
-            "branch", view=loss_of, rtol=1e-7, atol=1e-10),
-    Mistake(lambda e, a: _batch_mistake(e, a, mean=True),
-            "the batch's loss is the SUM of its sequences' losses, not their mean",
-            view=loss_of, rtol=1e-7, atol=1e-10),
-    RightButTransposed("the loss is right but a gradient looks transposed: dW has W's shape "
-                       "(H, H)", right=0, transposed=(1, 2), rtol=1e-7, atol=1e-10),
-    OutputRight("the loss is right but the gradients are not: make W and U tensors with "
-                "requires_grad=True once, add the sequences' losses and call backward() on the "
-                "sum once (or add up every sequence's gradients)", right=0, rtol=1e-7,
-                atol=1e-10),
-)
+def _batch_hints(gradients_wrong: str, padded: str) -> tuple[Any, ...]:
+    """The batch's mistakes, eager or static: they differ in what the last two say."""
+    return (
+        Mistake(lambda e, a: _batch_mistake(e, a, padded=True), padded, view=loss_of,
+                rtol=1e-7, atol=1e-10),
+        Mistake(lambda e, a: _batch_mistake(e, a, one_branch=True),
+                "one branch for the whole batch: each sequence's own final h decides its "
+                "loss's branch", view=loss_of, rtol=1e-7, atol=1e-10),
+        Mistake(lambda e, a: _batch_mistake(e, a, mean=True),
+                "the batch's loss is the SUM of its sequences' losses, not their mean",
+                view=loss_of, rtol=1e-7, atol=1e-10),
+        RightButTransposed("the loss is right but a gradient looks transposed: dW has W's "
+                           "shape (H, H)", right=0, transposed=(1, 2), rtol=1e-7, atol=1e-10),
+        OutputRight(gradients_wrong, right=0, rtol=1e-7, atol=1e-10),
+    )
+
+
+BATCH_HINTS = _batch_hints(
+    "the loss is right but the gradients are not: make W and U tensors with "
+    "requires_grad=True once, add the sequences' losses and call backward() on the sum once "
+    "(or add up every sequence's gradients)",
+    padded="the padding ran too: sequence b has lengths[b] rows (X[b, :lengths[b]]), the rest "
+    "of X[b] is zeros that are not part of it")
+STATIC_HINTS = _batch_hints(
+    "the loss is right but the gradients are not: fetch eg.gradients of the loss you fetched, "
+    "with respect to the Variables made from W and U, in the same run",
+    padded="the padding ran too: in one graph every sequence takes T_max steps, so after its "
+    "own lengths[b] steps a sequence's state must stop changing (its padded rows are zeros, "
+    "but tanh(h @ W) still moves h)")
 
 
 STATIC_SOURCE = names_check(required=[(
-    ("Session",), "no edu_dl.graph Session runs in the function: build the unrolled graph "
-                  "(placeholder, Variable, eg.tanh, eg.matmul, eg.gradients) and fetch the "
-                  "values with sess.run")])
+    ("Session",), "no edu_dl.graph Session runs in the function: build one unrolled graph "
+                  "for the batch (placeholder, Variable, eg.tanh, eg.matmul, eg.gradients) "
+                  "and fetch the values with sess.run")])
 EAGER_SOURCE = names_check(forbidden=[(
     ("torch",),
     "this part asks you to write the RNN with edu_dl's eager engine (ed.tensor, @, .tanh(), "
@@ -438,10 +400,10 @@ PARTS = [
         hints=BATCH_HINTS, source_check=EAGER_SOURCE,
     ),
     Part(
-        id="ex12.rnn_static", points=3, cases=_rnn_cases, expected=_rnn_expected,
+        id="ex12.rnn_static", points=3, cases=_batch_cases, expected=_batch_expected,
         compare=CLOSE, call=call_static, source_check=STATIC_SOURCE,
-        arg_names=("X", "W", "U"),
-        output_names=("loss", "dW", "dU"), hints=RNN_HINTS,
+        arg_names=("X", "lengths", "W", "U"), output_names=("loss", "dW", "dU"),
+        hints=STATIC_HINTS,
     ),
     Part(
         id="ex12.plan", points=2, cases=_plan_cases, expected=_plan_expected,

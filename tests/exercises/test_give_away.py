@@ -7,23 +7,22 @@ solution regions of ``solutions/NN_*.ipynb``, normalized as the re-typing check 
 without the API-only lines ``API_ONLY`` lists (imports, ``pass``, ``return x``, a bare ``)``, a
 call without arguments such as ``synchronize()``, a decorator such as ``@cuda.jit``).
 
-The targets are at most 10% of all solution lines and at most 25% of any one exercise's. Every
-exercise is under 25% now; the overall share is not yet under 10%, and this test enforces what
-holds today instead, so that nothing gets worse:
+The targets are at most 10% of all solution lines and at most 25% of any one exercise's, and both
+hold (measured 2026-12-03):
 
-    exercise                  lines given     %   (measured 2026-12, after exercise 07 asked for
-    07_computational_graphs      38     7  18.4    a max gate and a fan-out, and exercise 10 for
-    10_pytorch                   41     8  19.5    a residual block and a mean loss over unequal
-    all                         539    62  11.5    micro-batches)
+    exercise                  lines given     %
+    09_tensorflow                67    16  23.9   the most: the API's own lines (a Graph, a
+    23_triton                    13     3  23.1   Session, a GradientTape; Triton's program_id)
+    12_static_vs_dynamic         53     7  13.2
+    all                         652    63   9.7
 
-Exercises 07 and 10 were over 25% (27.8% and 28.2%) while exercise 07's second part re-typed
-lecture 07's three-input example and exercise 10's module and accumulating loop were lecture 10's
-model and loss; they now ask for what the lectures do not show (a max gate's routing and a
-fan-out's sum, that graph in edu_dl.graph with G.maximum; a skip connection with a zero-initialized
-last layer, micro-batch means weighted by their share of the rows). What they still give away is
-the API's own lines (opening a Graph and a Session, building nn.Sequential, Adam) and the
-lecture's first gate. KNOWN_OVER names an exercise over TARGET_EACH with its count (never more);
-ALL_TODAY bounds the overall share. Lower ALL_TODAY as the share falls.
+Exercise 12 gave away 10 lines while its second part re-typed lecture 12's graph for one sequence
+(build_rnn_graph); it now asks for one graph for a whole batch of sequences of their own lengths,
+with the lengths and the branches fed as data. Exercises 07 and 10 were over 25% (27.8% and 28.2%)
+while exercise 07's second part re-typed lecture 07's three-input example and exercise 10's module
+and accumulating loop were lecture 10's model and loss; they now ask for what the lectures do not
+show. What is still given away is mostly the API's own lines and loop headers. KNOWN_OVER names an
+exercise over TARGET_EACH with its count (never more); it is empty.
 """
 
 from __future__ import annotations
@@ -49,14 +48,13 @@ TARGET_ALL = 0.10
 TARGET_EACH = 0.25
 # Exercises over TARGET_EACH today, with the number of solution lines they give away now.
 KNOWN_OVER: dict[str, int] = {}
-ALL_TODAY = 0.116  # 62 of 539 today: the overall share may not grow while it is over TARGET_ALL
 
 STEMS = sorted(p.stem for p in SOLUTIONS.glob("[0-9][0-9]_*.ipynb"))
 
 
-def assert_targets(rows: list[GiveAway], known_over: dict[str, int], all_today: float) -> None:
+def assert_targets(rows: list[GiveAway], known_over: dict[str, int]) -> None:
     """Each exercise at most TARGET_EACH given away (a known one: no more lines than today), and
-    all of them together at most TARGET_ALL (while over it: at most ``all_today``)."""
+    all of them together at most TARGET_ALL."""
     table = give_away_table(rows)
     for row in rows:
         if row.exercise in known_over:
@@ -65,16 +63,27 @@ def assert_targets(rows: list[GiveAway], known_over: dict[str, int], all_today: 
         else:
             assert row.fraction <= TARGET_EACH, f"{row.exercise} over {TARGET_EACH:.0%}\n{table}"
     given = sum(len(r.given) for r in rows) / sum(len(r.lines) for r in rows)
-    assert given <= max(TARGET_ALL, all_today), f"{given:.1%} given away overall\n{table}"
+    assert given <= TARGET_ALL, f"{given:.1%} given away overall\n{table}"
 
 
 def test_exercises_give_away_little() -> None:
     rows = [give_away(stem) for stem in STEMS]
     assert len(rows) == len(STEMS) and all(row.lines for row in rows)
-    assert_targets(rows, KNOWN_OVER, ALL_TODAY)
+    assert_targets(rows, KNOWN_OVER)
     for name in KNOWN_OVER:  # a fixed exercise leaves the list
         row = next(r for r in rows if r.exercise == name)
         assert row.fraction > TARGET_EACH, f"{name} is fixed: remove it from KNOWN_OVER"
+
+
+def test_the_overall_target_can_fail() -> None:
+    """One more line given away in every exercise where it keeps that exercise under 25% puts
+    the course over 10% overall: the overall target is checked, not only each exercise's."""
+    rows = [give_away(stem) for stem in STEMS]
+    more = [row._replace(given=[*row.given, (row.lines[-1], "planted")])
+            if (len(row.given) + 1) / len(row.lines) <= TARGET_EACH else row for row in rows]
+    assert all(row.fraction <= TARGET_EACH for row in more if row.exercise not in KNOWN_OVER)
+    with pytest.raises(AssertionError, match="given away overall"):
+        assert_targets(more, KNOWN_OVER)
 
 
 def _plant(tmp_path: Path, stem: str) -> tuple[Path, Path, Path]:
@@ -114,7 +123,7 @@ def test_a_planted_copy_in_a_lectures_output_fails(tmp_path: Path) -> None:
     assert len(from_output) > TARGET_EACH * len(planted.lines), give_away_table([planted])
     rows = [planted if s == stem else give_away(s) for s in STEMS]
     with pytest.raises(AssertionError, match=f"{stem} over 25%"):
-        assert_targets(rows, KNOWN_OVER, ALL_TODAY)
+        assert_targets(rows, KNOWN_OVER)
 
 
 def test_a_planted_copy_in_the_exercise_text_and_a_lecture_cell_fails(tmp_path: Path) -> None:
@@ -139,7 +148,7 @@ def test_a_planted_copy_in_the_exercise_text_and_a_lecture_cell_fails(tmp_path: 
     assert planted.fraction > TARGET_EACH and sources == {"text", "code"}, planted.given
     rows = [planted if s == stem else give_away(s) for s in STEMS]
     with pytest.raises(AssertionError, match=f"{stem} over 25%"):
-        assert_targets(rows, KNOWN_OVER, ALL_TODAY)
+        assert_targets(rows, KNOWN_OVER)
 
 
 def _first_solution_id(solutions: Path, stem: str) -> str:

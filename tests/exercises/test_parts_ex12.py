@@ -34,12 +34,6 @@ def test_every_part_has_a_solution() -> None:
     assert {p.id for p in ex12.PARTS} == set(FUNCTIONS)
 
 
-def test_rnn_cases_take_both_branches() -> None:
-    for hidden in (False, True):
-        sums = [ex12._h_final(*c).sum() for c in ex12._rnn_cases(np.random.default_rng(3), hidden)]
-        assert min(sums) < 0 < max(sums)
-
-
 def test_plan_oracle_matches_edu_dl_session() -> None:
     """The lecture graph in edu_dl.graph: plan_for runs exactly the ops of the oracle's set."""
     from edu_dl import graph as eg
@@ -112,23 +106,66 @@ def test_rnn_batch_replays_match_the_eager_mistakes() -> None:
             assert np.isclose(ex12._batch_loss(*args, **mistake), want, rtol=1e-10)
 
 
-def one_sequence(X, W, U):
-    """The batch solution on a batch of one: the right values for rnn_static, eagerly."""
-    return solutions()["rnn_eager_batch"](X[None], np.array([len(X)]), W, U)
-
-
 def test_rnn_static_must_run_a_session(capsys: pytest.CaptureFixture[str]) -> None:
-    ok, out = run(capsys, "ex12.rnn_static", one_sequence)
+    """The eager solution gives the right values, but no Session computed them."""
+    ok, out = run(capsys, "ex12.rnn_static", solutions()["rnn_eager_batch"])
     assert not ok and "failed: no edu_dl.graph Session ran" in out
 
 
 def test_rnn_static_right_loss_wrong_gradients(capsys: pytest.CaptureFixture[str]) -> None:
-    def wrong(X, W, U):
-        loss, dW, dU = solutions()["rnn_static"](X, W, U)
+    def wrong(X, lengths, W, U):
+        loss, dW, dU = solutions()["rnn_static"](X, lengths, W, U)
         return loss, dW.T, dU
 
     ok, out = run(capsys, "ex12.rnn_static", wrong)
     assert not ok and "output 1 (dW)" in out and "looks transposed" in out
+
+
+def rnn_static_variant(X, lengths, W, U, *, masked=True, own_branches=True):
+    """One graph for the batch, as a student may write it: without the mask (every sequence
+    runs T_max steps) or with one branch for the whole batch."""
+    from edu_dl import graph as eg
+
+    B, T_max, D = X.shape
+    running = (np.arange(T_max) < lengths[:, None]) if masked else np.ones((B, T_max))
+    g = eg.Graph()
+    with g.as_default():
+        X_ph = eg.placeholder(eg.float64, shape=(T_max, B, D))
+        M_ph = eg.placeholder(eg.float64, shape=(T_max, B, 1))
+        positive = eg.placeholder(eg.float64, shape=(B,))
+        W_v, U_v = eg.Variable(W), eg.Variable(U)
+        h = eg.constant(np.zeros((B, W.shape[0])))
+        for t in range(T_max):
+            h = M_ph[t] * eg.tanh(eg.matmul(h, W_v) + eg.matmul(X_ph[t], U_v)) \
+                + (1.0 - M_ph[t]) * h
+        sums = eg.reduce_sum(h, axis=1)
+        loss = eg.reduce_sum(positive * eg.reduce_sum(h * h, axis=1) - (1.0 - positive) * sums)
+        grads = eg.gradients(loss, [W_v, U_v])
+        init = eg.global_variables_initializer()
+    feed = {X_ph: X.transpose(1, 0, 2), M_ph: running.astype(np.float64).T[:, :, None]}
+    with eg.Session(g) as sess:
+        sess.run(init)
+        signs = sess.run(sums, feed_dict=feed)
+        chosen = signs > 0 if own_branches else np.full(B, signs.sum() > 0)
+        feed[positive] = chosen.astype(np.float64)
+        value, (dW, dU) = sess.run([loss, grads], feed_dict=feed)
+    return float(value), dW, dU
+
+
+@pytest.mark.parametrize(("mistake", "hint"), [
+    ({}, None),
+    ({"masked": False}, "a sequence's state must stop changing"),
+    ({"own_branches": False}, "one branch for the whole batch"),
+])
+def test_rnn_static_mistakes(capsys: pytest.CaptureFixture[str], mistake: dict[str, bool],
+                             hint: str | None) -> None:
+    """The static batch's typical mistakes, as a graph: each gets its hint; written right, the
+    variant passes (so the hints are the mistakes', not the variant's)."""
+    ok, out = run(capsys, "ex12.rnn_static", lambda *a: rnn_static_variant(*a, **mistake))
+    if hint is None:
+        assert ok and "hint" not in out, out
+    else:
+        assert not ok and hint in out, out
 
 
 def test_plan_with_direct_inputs_only(capsys: pytest.CaptureFixture[str]) -> None:

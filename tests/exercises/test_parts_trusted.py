@@ -439,9 +439,9 @@ def rnn_eager_batch(X, lengths, W, U):
     return loss, dW.T, dU  # dW transposed
 """),
     "ex12.rnn_static": (RAW, """
-def rnn_static(X, W, U):  # right values, eagerly in torch: no graph, no Session
-    _rnn_expected = course_module("ex12")._rnn_expected
-    return _rnn_expected(X, W, U)
+def rnn_static(X, lengths, W, U):  # right values, eagerly in torch: no graph, no Session
+    _batch_expected = course_module("ex12")._batch_expected
+    return _batch_expected(X, lengths, W, U)
 """),
     "ex12.plan": (RAW, """
 def plan(parents, fetches):  # the direct inputs only
