@@ -14,7 +14,7 @@ another's helpers with :func:`sibling`.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import ModuleType
 
@@ -150,10 +150,21 @@ def part_files(source: Path) -> dict[str, list[Path]]:
     return files
 
 
-def course_parts(source: Path) -> dict[str, Part]:
+def course_parts(source: Path, exercises: Iterable[str] | None = None) -> dict[str, Part]:
     """Every part an instructor defines beside ``source`` (a folder of source notebooks), the
-    private halves over the public ones: what the grader judges with."""
+    private halves over the public ones: what the grader judges with. ``exercises``: only
+    theirs (names such as "ex08"): validating one notebook read the course's 23 releases, 1.6 s
+    of its start, for the one it checks."""
+    wanted = None if exercises is None else set(exercises)
     found: dict[str, Part] = {}
     for exercise in part_files(source):
-        found.update(_folder_parts(source / FOLDER, exercise))
+        if wanted is None or exercise in wanted:
+            found.update(_folder_parts(source / FOLDER, exercise))
     return found
+
+
+def exercise_of(part_id: str) -> str:
+    """The exercise a part id names ("ex08" of "ex08.relu_backward"); the id itself when it is
+    not a part id (a lookup then says so)."""
+    match = PART_ID.match(part_id)
+    return match.group(1) if match else part_id

@@ -170,8 +170,9 @@ def load_parts(exercises: dict[str, Exercise], source: Path | None = None) -> No
     import IPython.core.inputtransformer2  # noqa: F401  (trust/source.py reads cells with it)
 
     folder = source if source is None or source.is_dir() else source.parent
+    needed = {package.exercise_of(part_id) for ex in exercises.values() for part_id, _ in ex.parts}
     try:
-        course = package.course_parts(folder) if folder is not None else {}
+        course = package.course_parts(folder, needed) if folder is not None else {}
     except KeyError as exc:
         raise NothingToGrade(str(exc.args[0]) if exc.args else str(exc)) from None
     files = package.part_files(folder) if folder is not None else {}

@@ -42,10 +42,12 @@ the line is "too slow"; one within ``BAND`` of the line is not decided by the ma
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -185,11 +187,14 @@ class _Run:
 
 def measure(part_id: str, function_source: str, seed: int, *, rounds: int = ROUNDS,
             calls: int | None = None, hide: Iterable[Path] = (),
-            limits: sandbox.Limits = LIMITS, settings: Settings | None = None) -> Measurement:
+            limits: sandbox.Limits = LIMITS, settings: Settings | None = None,
+            pairs: bool = False) -> Measurement:
     """Time the submitted function against the task's reference, from outside (module doc).
 
     ``calls``: the reference's big run's (default: the task's). ``settings``: the run's, whose
-    answer says whether the sandbox works (default: asked now; NoSandbox where it does not)."""
+    answer says whether the sandbox works (default: asked now; NoSandbox where it does not).
+    ``pairs``: a round's runs two at a time (``edu-dl validate`` on a machine of two cores or
+    more: half the wall time; each run's CPU time is its own either way), else one by one."""
     boxed = (settings or Settings()).checked().boxed
     task = TASKS[part_id]
     big = calls or task.calls
@@ -204,41 +209,94 @@ def measure(part_id: str, function_source: str, seed: int, *, rounds: int = ROUN
             _Run("submission", many, many)]
     picked = random.SystemRandom()  # never seen by any sandbox
     spot = tuple(sorted(picked.sample(range(big, many), min(SPOT_CHECKS, many - big))))
+    spot_run = _Run("reference", len(spot), many, spot)
     expected: np.ndarray | None = None
     spot_expected: np.ndarray | None = None
-    try:
-        for round_ in range(rounds):
-            order = plan[round_ % 4:] + plan[:round_ % 4]  # rotated each round
-            for run in order:
-                outputs = _checked_run(task, run, function_source, seed, hide, limits, boxed,
-                                       found)
-                if outputs is None:
-                    return found
-                if run.kind == "reference":
-                    expected = outputs
-                elif run.kind.startswith("submission"):
-                    assert expected is not None  # round 0 runs the reference's before them
-                    if spot and spot_expected is None and run.kind == "submission":
-                        spot_expected = _checked_run(task, _Run("reference", len(spot), many,
-                                                                spot),
-                                                     function_source, seed, hide, limits,
-                                                     boxed, found, keep=False)
-                        if spot_expected is None:
-                            return found
-                    if not _matches(task, outputs, expected, spot, spot_expected):
-                        found.correct, found.status = False, "failed"
-                        found.message = ("its answers differ from the reference's: a fast "
-                                         "wrong answer scores 0")
+
+    def one(run: _Run) -> _Outcome:
+        return _timed_outcome(task, run, function_source, seed, hide, limits, boxed)
+
+    # Leaving the pool cancels the runs not started yet and waits for those running: no
+    # sandbox outlives the measurement.
+    with _Rounds(one, pairs) as rounds_:
+        try:
+            for round_ in range(rounds):
+                order = plan[round_ % 4:] + plan[:round_ % 4]  # rotated each round
+                # the spot check's reference run, once: beside the first round's runs
+                outcomes = rounds_.start(order + ([spot_run] if spot and round_ == 0 else []))
+                for run, outcome in zip(order, outcomes):
+                    outputs = _recorded(found, run, outcome())
+                    if outputs is None:
                         return found
-            found.correct = True
-            judged(found, round_ + 1)
-            if found.status not in ("passed", "too slow", NEEDS_PERSON) or \
-                    found.ratio < found.needed * (1 - BAND) * CLEARLY_SLOW or \
-                    found.ratio >= found.needed * (1 + BAND) * CLEARLY_FAST:
-                return found
-        return found
-    finally:
-        found.seconds = time.perf_counter() - began
+                    if run.kind == "reference":
+                        expected = outputs
+                    elif run.kind.startswith("submission"):
+                        assert expected is not None  # round 0 runs the reference's first
+                        if spot and spot_expected is None and run.kind == "submission":
+                            spot_expected = _recorded(found, spot_run, outcomes[-1](),
+                                                      keep=False)
+                            if spot_expected is None:
+                                return found
+                        if not _matches(task, outputs, expected, spot, spot_expected):
+                            found.correct, found.status = False, "failed"
+                            found.message = ("its answers differ from the reference's: a "
+                                             "fast wrong answer scores 0")
+                            return found
+                found.correct = True
+                judged(found, round_ + 1)
+                if found.status not in ("passed", "too slow", NEEDS_PERSON) or \
+                        found.ratio < found.needed * (1 - BAND) * CLEARLY_SLOW or \
+                        found.ratio >= found.needed * (1 + BAND) * CLEARLY_FAST:
+                    return found
+            return found
+        finally:
+            found.seconds = time.perf_counter() - began
+
+
+# One run's result: (CPU seconds the kernel accounted, the outputs, "" or what went wrong, its
+# status).
+_Outcome = tuple[float, np.ndarray, str, str]
+
+
+class _Rounds:
+    """Starts a round's runs. One by one, each when its outcome is asked for (a run that fails
+    ends the measurement before the next starts); or, with ``pairs``, all at once on two
+    threads, so that two run side by side, their outcomes then read in the same order."""
+
+    def __init__(self, one: Callable[[_Run], _Outcome], pairs: bool) -> None:
+        self.one = one
+        self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="speed-pair") \
+            if pairs else None
+
+    def start(self, runs: list[_Run]) -> list[Callable[[], _Outcome]]:
+        if self.pool is None:
+            return [functools.partial(self.one, run) for run in runs]
+        # the longest first (the submission's big run makes the most calls), so that the short
+        # ones fill the other thread meanwhile
+        started = {i: self.pool.submit(self.one, runs[i])
+                   for i in sorted(range(len(runs)), key=lambda i: -runs[i].calls)}
+        return [started[i].result for i in range(len(runs))]
+
+    def __enter__(self) -> _Rounds:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _recorded(found: Measurement, run: _Run, outcome: _Outcome, keep: bool = True
+              ) -> np.ndarray | None:
+    """A run's outputs, its CPU time recorded in ``found`` (``keep``); None, with ``found``
+    saying why, when the run went wrong."""
+    cpu, outputs, problem, status = outcome
+    if problem:
+        kind = run.kind.split()[0]
+        found.correct, found.message, found.status = False, f"{kind} run: {problem}", status
+        return None
+    if keep:
+        found.runs.setdefault(run.kind, []).append(cpu)
+    return outputs
 
 
 def _matches(task: SpeedTask, outputs: np.ndarray, expected: np.ndarray, spot: tuple[int, ...],
@@ -253,21 +311,11 @@ def _matches(task: SpeedTask, outputs: np.ndarray, expected: np.ndarray, spot: t
     return bool(np.allclose(outputs[list(spot)], spot_expected, rtol=task.rtol, atol=task.atol))
 
 
-def _checked_run(task: SpeedTask, run: _Run, function_source: str, seed: int,
-                 hide: Iterable[Path], limits: sandbox.Limits, boxed: bool, found: Measurement,
-                 keep: bool = True) -> np.ndarray | None:
-    """One run's outputs, its CPU time recorded in ``found`` (``keep``); None, with ``found``
-    saying why, when the run went wrong."""
+def _timed_outcome(task: SpeedTask, run: _Run, function_source: str, seed: int,
+                   hide: Iterable[Path], limits: sandbox.Limits, boxed: bool) -> _Outcome:
+    """One run, as :func:`_timed_run` gives it, for outputs of the run's shape."""
     shape = (run.calls, *task.output_shape(*call_inputs(task, seed, 1)[0]))
-    cpu, outputs, problem, status = _timed_run(task, run, function_source, seed, shape, hide,
-                                               limits, boxed)
-    if problem:
-        kind = run.kind.split()[0]
-        found.correct, found.message, found.status = False, f"{kind} run: {problem}", status
-        return None
-    if keep:
-        found.runs.setdefault(run.kind, []).append(cpu)
-    return outputs
+    return _timed_run(task, run, function_source, seed, shape, hide, limits, boxed)
 
 
 def _timed_run(task: SpeedTask, run: _Run, function_source: str, seed: int,
@@ -325,7 +373,7 @@ def measure_notebook(notebook: Path, part_id: str, seed: int, *, rounds: int = R
 
 def measure_submitted(nb: Notebook, part_id: str, seed: int, *, rounds: int = ROUNDS,
                       calls: int | None = None, hide: Iterable[Path] = (),
-                      settings: Settings | None = None) -> Measurement:
+                      settings: Settings | None = None, pairs: bool = False) -> Measurement:
     """Measure the function a (parsed, restored) notebook's test cell for ``part_id`` checks:
     its source alone, after the source check; nothing else the notebook did is run."""
     found = Measurement(part_id, TASKS[part_id].goal)
@@ -339,7 +387,7 @@ def measure_submitted(nb: Notebook, part_id: str, seed: int, *, rounds: int = RO
         found.message, found.status = problem, "refused"
         return found
     return measure(part_id, source, seed, rounds=rounds, calls=calls, hide=hide,
-                   settings=settings)
+                   settings=settings, pairs=pairs)
 
 
 def main(argv: list[str] | None = None) -> int:

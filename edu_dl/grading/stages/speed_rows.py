@@ -33,6 +33,7 @@ from edu_dl.grading.stages.speed import (
     measure_submitted,
     seed_for,
 )
+from edu_dl.machine.hardware import usable_cores
 from edu_dl.speed.tasks import TASKS, speed_row
 
 # What a batch measures with; tests lower them (each measurement costs seconds of CPU).
@@ -48,10 +49,13 @@ def measure_ahead(job: Job, notebook: Notebook, secret: Secret, settings: Settin
     then passes; the others are dropped, waited for by ``pool``'s owner (no sandbox outlives
     its submission's grading: batch._grade_one's executor waits on exit). The same
     measurement as after the run: CPU time, read from outside, which the notebook running beside
-    it does not change."""
+    it does not change. Where there are two cores or more, each round's runs go two at a time
+    (``measure``'s pairs): a student waits for validate's answer about half as long."""
     hide = list(hide)
+    pairs = int(usable_cores().value) >= 2
     return {part_id: pool.submit(measure_submitted, notebook, part_id, seed_for(secret, part_id),
-                                 rounds=rounds, calls=calls, hide=hide, settings=settings)
+                                 rounds=rounds, calls=calls, hide=hide, settings=settings,
+                                 pairs=pairs)
             for part_id, _ in job.exercise.parts if part_id in TASKS}
 
 

@@ -162,7 +162,8 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
           manual: Path | None = None, cluster: Any = None,
           secret: Secret | None = None, students: list[str] | None = None,
           retry_timeouts: bool = False, allow_released: bool = False,
-          db_url: str | None = None, speed_ahead: bool = False) -> Summary:
+          db_url: str | None = None, speed_ahead: bool = False,
+          feedback_pages: bool = True) -> Summary:
     """Grade every submission; write grades.csv, feedback/ and the nbgrader export into ``out``.
 
     The gradebooks hold every student ``out`` has graded: this run's rows replace those of the
@@ -177,6 +178,8 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     ``db_url``: the gradebook database (default: ``sqlite:///OUT/gradebook.db``).
     ``speed_ahead``: measure each submission's speed tasks while its notebook runs, not after
     (``edu-dl validate``: one notebook, two cores; here, not on a cluster).
+    ``feedback_pages``: render each notebook's HTML feedback page (``edu-dl validate`` shows
+    its report in the terminal and throws the folder away: no page, a second of its time).
     ``allow_released``: grade against a source that is a student version (``edu-dl validate``
     on a notebook of its own); else such a source raises NothingToGrade.
     Ctrl-C raises :class:`Interrupted`: the running sandboxes are stopped, what was graded is
@@ -187,7 +190,7 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     due submitted."""
     batch = Batch(Request(submissions, source, out, jobs, force, progress, exercises_due,
                           roster, manual, cluster, students, retry_timeouts, allow_released,
-                          db_url, speed_ahead),
+                          db_url, speed_ahead, feedback_pages),
                   settings, dates, log, secret)
     batch.plan()
     try:
@@ -216,6 +219,7 @@ class Request:
     allow_released: bool = False
     db_url: str | None = None
     speed_ahead: bool = False
+    feedback_pages: bool = True
 
 
 class Batch:
@@ -426,7 +430,8 @@ class Batch:
                  for row in notes_kept.get(student, [])]
         pages: dict[tuple[str, str], cost.Cost] = {}
         write_outputs(out, rows, book, dates=dates, roster=roster, filled=filled,
-                      executed=lambda job: executed_notebook(out, job, settings),
+                      executed=(lambda job: executed_notebook(out, job, settings))
+                      if r.feedback_pages else None,
                       course=r.submissions if is_nbgrader_course(r.submissions) else None,
                       log=log, costs=pages)
         record_class(out, book, settings, log=log,  # for edu-dl report: cells' digests, hints

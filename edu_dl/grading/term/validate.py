@@ -178,7 +178,8 @@ def validate(path: str | Path, timeout: float = 120.0, progress: bool = True,
                               settings=settings, progress=False, log=log,
                               exercises_due=[name], secret=VALIDATION_SECRET,
                               allow_released=source is None,
-                              speed_ahead=True)  # one notebook: its speed beside its run
+                              speed_ahead=True,  # one notebook: its speed beside its run
+                              feedback_pages=False)  # the report is printed, not a page
             jobs = [(row.exercise, row) for row in summary.rows if row.student == VALIDATOR]
             executed = executed_notebook(out, _job(batch / f"{name}.ipynb"), settings)
             if any(row.status == "crashed" for _, row in jobs):
