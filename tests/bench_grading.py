@@ -2,12 +2,15 @@
 
     .venv/bin/python tests/bench_grading.py [--submissions N] [--jobs J] [--out DIR]
     .venv/bin/python tests/bench_grading.py --nbgrader [--submissions N] [--jobs J]
+    .venv/bin/python tests/bench_grading.py --validate [--rounds N]
 
 Grades N copies of every solution notebook with ``--jobs`` workers, each submission in a fresh
 sandbox, kernel and comparison, exactly as ``edu-dl grade`` does; CPU only (the grader runs no
 GPU code). ``--nbgrader``: the nbgrader-style sample course (``tests/nbgrader_course.py``) graded
 by nbgrader 0.9's ``autograde`` (in a virtual environment of its own) and by edu-dl, side by side
-in one run. A tool for the grader's developers, not part of the course's ``edu-dl bench``.
+in one run. ``--validate``: ``edu-dl validate`` on the autograd exercise's solution, a first run
+and warm ones, against issue 41's targets. A tool for the grader's developers, not part of the
+course's ``edu-dl bench``.
 """
 
 from __future__ import annotations
@@ -131,6 +134,52 @@ def versus_nbgrader_markdown(result: dict[str, Any], cores: int) -> str:
             f"{met}.\n" + (f"\nedu-dl, one worker, last round:{split}\n" if split else ""))
 
 
+VALIDATED = "08_autograd_from_scratch"  # issue 41's "autograd exercise"
+VALIDATE_WARM_S, VALIDATE_COLD_S = 3.0, 8.0  # its targets
+
+
+def validate_times(runs: int = 5, notebook: str = VALIDATED) -> dict[str, Any]:
+    """Wall seconds of ``edu-dl validate`` on the solution of ``notebook``, as a student runs it
+    (a fresh process each time, the exercises' parts/ beside it): the first run, and the runs
+    after it (warm: the interpreter's files in the page cache). Also how long validate itself
+    said it took (its "took" line: without the interpreter's start and the imports)."""
+    import re
+    import subprocess
+
+    edu_dl = Path(sys.executable).with_name("edu-dl")
+    took: list[float] = []
+    wall: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="edu-dl-bench-validate-") as tmp:
+        shutil.copytree(SOLUTIONS.parent / "exercises" / "parts", Path(tmp) / "parts")
+        shutil.copy(SOLUTIONS / f"{notebook}.ipynb", tmp)
+        for _ in range(runs):
+            began = time.perf_counter()
+            done = subprocess.run([str(edu_dl), "validate", f"{notebook}.ipynb"], cwd=tmp,
+                                  capture_output=True, text=True, timeout=600)
+            wall.append(time.perf_counter() - began)
+            said = re.search(r"^took ([\d.]+) s$", done.stdout, re.M)
+            if done.returncode != 0 or said is None:
+                raise RuntimeError(f"validate failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+            took.append(float(said.group(1)))
+    return {"notebook": notebook, "wall": wall, "took": took}
+
+
+def validate_markdown(result: dict[str, Any], cores: int) -> str:
+    """The first run and the warm ones (median, range), against the targets."""
+    wall, took = result["wall"], result["took"]
+    warm, warm_took = sorted(wall[1:]), sorted(took[1:])
+    verdict = "met" if wall[0] <= VALIDATE_COLD_S and statistics.median(warm) <= \
+        VALIDATE_WARM_S else "**not met**"
+    return (f"# `edu-dl validate` on {result['notebook']}\n\n{cores} cores, its solution with "
+            f"the exercises' parts/ beside it, {len(wall)} runs in fresh processes.\n\n"
+            "| run | wall | validate's own \"took\" |\n|---|---:|---:|\n"
+            f"| first | {wall[0]:.1f} s | {took[0]:.1f} s |\n"
+            f"| warm (median, range) | {statistics.median(warm):.1f} s ({warm[0]:.1f} to "
+            f"{warm[-1]:.1f}) | {statistics.median(warm_took):.1f} s ({warm_took[0]:.1f} to "
+            f"{warm_took[-1]:.1f}) |\n\nTargets: at most {VALIDATE_WARM_S:g} s warm and "
+            f"{VALIDATE_COLD_S:g} s cold: {verdict}.\n")
+
+
 def throughput_markdown(result: dict[str, float], cores: int) -> str:
     return (f"# Grading throughput\n\n{int(result['submissions'])} submissions, --jobs "
             f"{int(result['jobs'])}, {cores} cores: {result['seconds']:.1f} s, "
@@ -163,7 +212,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--nbgrader-venv", type=Path, default=NBGRADER_VENV, metavar="DIR",
                    help=f"where nbgrader's environment is (default {NBGRADER_VENV})")
     p.add_argument("--rounds", type=positive_int, default=3,
-                   help="with --nbgrader: rounds, the graders taking turns in each (default 3)")
+                   help="with --nbgrader: rounds, the graders taking turns in each; with "
+                   "--validate: warm runs (default 3)")
+    p.add_argument("--validate", action="store_true",
+                   help=f"time edu-dl validate on {VALIDATED}'s solution instead (--rounds+1 "
+                   "runs, the first apart)")
     p.add_argument("--quick", action="store_true", help="2 submissions: checks that it runs")
     p.add_argument("--out", type=Path, metavar="DIR", help="also write DIR/grading.md")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -174,7 +227,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     submissions = args.submissions or (2 if args.quick else 8)
     cores = usable_cores().value
-    if args.nbgrader:
+    if args.validate:
+        text = validate_markdown(validate_times(args.rounds + 1), cores)
+    elif args.nbgrader:
         try:
             text = versus_nbgrader_markdown(versus_nbgrader(
                 submissions, args.jobs, args.nbgrader_venv, progress=not args.no_progress,

@@ -55,3 +55,17 @@ def test_the_dev_tool_parses_its_flags_and_reports_throughput(capsys, tmp_path: 
                                         "passed_fraction": 0.5}, cores=2)
     assert "6 submissions, --jobs 2, 2 cores: 30.0 s, **12.0 submissions/minute**" in text
     assert "50 % of parts passed" in text
+
+
+def test_the_validate_table_says_whether_the_targets_are_met() -> None:
+    fast = {"notebook": "08_autograd_from_scratch", "wall": [6.0, 2.5, 2.9, 2.7],
+            "took": [5.0, 1.5, 1.9, 1.7]}
+    text = grading.validate_markdown(fast, cores=2)
+    assert "| first | 6.0 s | 5.0 s |" in text
+    assert "| warm (median, range) | 2.7 s (2.5 to 2.9) | 1.7 s (1.5 to 1.9) |" in text
+    assert text.rstrip().endswith(": met.")
+    slow = {**fast, "wall": [6.0, 5.2, 5.5, 5.4]}  # warm over 3 s
+    assert "**not met**" in grading.validate_markdown(slow, cores=2)
+    cold = {**fast, "wall": [9.0, 2.5, 2.9, 2.7]}  # the first run over 8 s
+    assert "**not met**" in grading.validate_markdown(cold, cores=2)
+    assert grading.parser().parse_args(["--validate", "--rounds", "2"]).validate
