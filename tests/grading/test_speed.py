@@ -8,6 +8,7 @@ its prelude): a vectorized solution, a fast wrong answer, and three attacks on t
 from __future__ import annotations
 
 import io
+import os
 import pickle
 from pathlib import Path
 
@@ -228,6 +229,21 @@ def test_fast_wrong_answer_scores_zero() -> None:
     assert "differ" in found.message
     # stopped at the first wrong run: the submission's small one, before its big one
     assert len(found.runs["submission small"]) == 1 and not found.submission_s
+
+
+@pytest.mark.slow
+def test_runs_in_pairs_give_the_same_verdicts() -> None:
+    """validate's pairs (two runs side by side): a right answer passes with every run measured,
+    a fast wrong one fails with the same message as one run at a time, and the runs the
+    pairs started are all waited for (none outlives the measurement)."""
+    before = set(sandbox.watchdog._tree(os.getpid()))
+    right = speed.measure(PART, submission("solution"), seed=11, calls=CALLS, pairs=True)
+    assert right.correct and right.passed, right
+    assert len(right.reference_s) == len(right.submission_s) == len(right.runs["reference small"])
+    one, two = (speed.measure(PART, submission("wrong_fast"), seed=11, rounds=1, calls=CALLS,
+                              pairs=pairs) for pairs in (False, True))
+    assert (two.status, two.message, two.ratio) == (one.status, one.message, 0.0), (one, two)
+    assert set(sandbox.watchdog._tree(os.getpid())) <= before  # no sandbox left running
 
 
 # Right on the calls the reference's runs make (the first 30 here), wrong from then on: only

@@ -216,10 +216,10 @@ def measure(part_id: str, function_source: str, seed: int, *, rounds: int = ROUN
     def one(run: _Run) -> _Outcome:
         return _timed_outcome(task, run, function_source, seed, hide, limits, boxed)
 
-    # Leaving the pool cancels the runs not started yet and waits for those running: no
-    # sandbox outlives the measurement.
-    with _Rounds(one, pairs) as rounds_:
-        try:
+    # Leaving the pool cancels the runs not started yet and waits for those running (in the
+    # measurement's seconds): no sandbox outlives the measurement.
+    try:
+        with _Rounds(one, pairs) as rounds_:
             for round_ in range(rounds):
                 order = plan[round_ % 4:] + plan[:round_ % 4]  # rotated each round
                 # the spot check's reference run, once: beside the first round's runs
@@ -249,8 +249,8 @@ def measure(part_id: str, function_source: str, seed: int, *, rounds: int = ROUN
                         found.ratio >= found.needed * (1 + BAND) * CLEARLY_FAST:
                     return found
             return found
-        finally:
-            found.seconds = time.perf_counter() - began
+    finally:
+        found.seconds = time.perf_counter() - began
 
 
 # One run's result: (CPU seconds the kernel accounted, the outputs, "" or what went wrong, its
@@ -261,7 +261,9 @@ _Outcome = tuple[float, np.ndarray, str, str]
 class _Rounds:
     """Starts a round's runs. One by one, each when its outcome is asked for (a run that fails
     ends the measurement before the next starts); or, with ``pairs``, all at once on two
-    threads, so that two run side by side, their outcomes then read in the same order."""
+    threads, so that two run side by side, their outcomes then read in the same order (the
+    verdict is the same; a failing run's neighbour, already started, is waited for: a wrong
+    submission's answer can come later, never a right one's)."""
 
     def __init__(self, one: Callable[[_Run], _Outcome], pairs: bool) -> None:
         self.one = one
