@@ -161,10 +161,3 @@ def course_parts(source: Path, exercises: Iterable[str] | None = None) -> dict[s
         if wanted is None or exercise in wanted:
             found.update(_folder_parts(source / FOLDER, exercise))
     return found
-
-
-def exercise_of(part_id: str) -> str:
-    """The exercise a part id names ("ex08" of "ex08.relu_backward"); the id itself when it is
-    not a part id (a lookup then says so)."""
-    match = PART_ID.match(part_id)
-    return match.group(1) if match else part_id

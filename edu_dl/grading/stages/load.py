@@ -170,7 +170,7 @@ def load_parts(exercises: dict[str, Exercise], source: Path | None = None) -> No
     import IPython.core.inputtransformer2  # noqa: F401  (trust/source.py reads cells with it)
 
     folder = source if source is None or source.is_dir() else source.parent
-    needed = {package.exercise_of(part_id) for ex in exercises.values() for part_id, _ in ex.parts}
+    needed = {part_id.split(".")[0] for ex in exercises.values() for part_id, _ in ex.parts}
     try:
         course = package.course_parts(folder, needed) if folder is not None else {}
     except KeyError as exc:
