@@ -273,11 +273,9 @@ class _Rounds:
     def start(self, runs: list[_Run]) -> list[Callable[[], _Outcome]]:
         if self.pool is None:
             return [functools.partial(self.one, run) for run in runs]
-        # the longest first (the submission's big run makes the most calls), so that the short
-        # ones fill the other thread meanwhile
-        started = {i: self.pool.submit(self.one, runs[i])
-                   for i in sorted(range(len(runs)), key=lambda i: -runs[i].calls)}
-        return [started[i].result for i in range(len(runs))]
+        # In round order: starting the runs that make the most calls first measured no faster
+        # (exercise 08's task, 4 interleaved runs each: 3.33 s against 3.02 s in this order).
+        return [self.pool.submit(self.one, run).result for run in runs]
 
     def __enter__(self) -> _Rounds:
         return self
