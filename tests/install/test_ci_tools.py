@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,24 @@ def test_a_phase_passes_its_output_and_status_through_and_says_its_time_and_cpu(
     assert re.search(r"phase burn: \d+ s, CPU 0 s \(\d+% of \d+ cores\)", done.stdout), done.stdout
     assert "burn" in done.stdout.split("make test, by phase (seconds):")[1]  # a failure: the table
     assert done.stderr == "err\n"
-    assert log.read_text().split("\t")[::2] == ["burn", "3\n"]
+    name, _, status, start = log.read_text().rstrip("\n").split("\t")
+    assert (name, status) == ("burn", "3") and abs(int(start) - time.time()) < 60
+
+
+def test_the_table_names_phases_side_by_side_and_totals_the_wall_clock(tmp_path: Path) -> None:
+    log = tmp_path / "phases.tsv"  # the notebooks and the ordinary user's pass overlapped
+    log.write_text("types\t30\t0\t1000\nunit\t900\t0\t1030\nordinary-user\t100\t1\t1930\n"
+                   "notebooks\t200\t0\t1930\n")
+    table = subprocess.run([str(ROOT / ".ci/phase"), str(log), "--table"], capture_output=True,
+                           text=True, check=True, timeout=60).stdout.splitlines()
+    assert table[1:] == ["  types              30 s", "  unit              900 s",
+                         "  ordinary-user     100 s  (beside notebooks)  (failed)",
+                         "  notebooks         200 s  (beside ordinary-user)",
+                         "  total            1130 s"]
+    log.write_text("a\t3\t0\nb\t4\t0\n")  # a log without start times: one after the other
+    table = subprocess.run([str(ROOT / ".ci/phase"), str(log), "--table"], capture_output=True,
+                           text=True, check=True, timeout=60).stdout.splitlines()
+    assert table[-1] == "  total               7 s"
 
 
 def test_the_cost_table_sums_each_workers_busy_time(tmp_path: Path) -> None:
