@@ -27,7 +27,7 @@ def losses(framework: str, size: str = "tiny", device: Device | None = None) -> 
     return [*values, trainer.loss_of(trainer.step())]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # see tests/README.md: "Fixtures"
 def numpy_losses() -> list[float]:
     return losses("numpy")
 

@@ -40,7 +40,7 @@ def positive_finite(value: float) -> bool:
 # --------------------------------------------------------------------------- loader
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # see tests/README.md: "Fixtures"
 def loader_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     out = tmp_path_factory.mktemp("loader")
     stdout = io.StringIO()
@@ -141,7 +141,7 @@ def test_worker_failure_is_a_clear_error() -> None:
 # --------------------------------------------------------------------------- transfer
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # see tests/README.md: "Fixtures"
 def transfer_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     out = tmp_path_factory.mktemp("transfer")
     stdout = io.StringIO()

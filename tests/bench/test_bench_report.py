@@ -34,7 +34,7 @@ EXIT_CODES = {"engine": 0, "plan": 0, "matmul": 1, "loader": 0, "transfer": 0, "
               "conv": 0, "parallel": 0, "twins": 1}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # see tests/README.md: "Fixtures"
 def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, int]]:
     out = tmp_path_factory.mktemp("bench")
     return out, run_all(out)

@@ -49,7 +49,7 @@ def assert_no_children_left() -> None:
     assert spawned_children() == []
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # see tests/README.md: "Fixtures"
 def single():
     return par.train_single(problem(), steps=STEPS, lr=LR)
 

@@ -26,7 +26,7 @@ def rel_error(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.max(np.abs(a - b)) / max(1e-300, np.max(np.abs(a) + np.abs(b))))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # see tests/README.md: "Fixtures"
 def data() -> dict[str, np.ndarray]:
     rng = np.random.default_rng(2017)
     return {
@@ -204,7 +204,7 @@ ENGINES = {
 }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # see tests/README.md: "Fixtures"
 def reference(data: dict[str, np.ndarray]) -> tuple[list[float], np.ndarray, np.ndarray]:
     losses, w1, w2 = train_numpy_by_hand(data)
     assert losses[-1] < 0.05 * losses[0], "the reference run should learn"

@@ -27,7 +27,7 @@ PART_SOLUTIONS = {
 }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # see tests/README.md: "Fixtures"
 def sol():
     """The notebook's setup and solution cells, executed: its functions by name."""
     return solution_namespace("10_pytorch.ipynb")

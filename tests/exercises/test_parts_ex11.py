@@ -49,7 +49,7 @@ PART_FUNCTIONS = {
 windows = np.lib.stride_tricks.sliding_window_view
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # see tests/README.md: "Fixtures"
 def sol():
     """The notebook's setup and solution cells, executed: its functions by name."""
     return solution_namespace("11_convolutions.ipynb")

@@ -39,7 +39,7 @@ PART_FUNCTIONS = {
 }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # see tests/README.md: "Fixtures"
 def solution() -> dict[str, Any]:
     """The solution notebook's functions: its solution cells executed in order."""
     nb = nbformat.read(SOLUTION, as_version=4)

@@ -18,7 +18,7 @@ from fixtures.exercise_helpers import checked, course_part, solution_namespace
 pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # see tests/README.md: "Fixtures"
 def kernels() -> dict[str, Any]:
     os.environ["TRITON_INTERPRET"] = "1"  # before any @triton.jit: the interpreter, on the CPU
     pytest.importorskip("triton")

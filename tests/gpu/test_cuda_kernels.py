@@ -177,7 +177,7 @@ BUGGY = {  # name -> (m, k, n): sizes chosen to expose the bug
 }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # see tests/README.md: "Fixtures"
 def sim() -> dict[str, Any]:
     """Inputs, and the outcome of every case, run in one simulator process."""
     rng = np.random.default_rng(0)

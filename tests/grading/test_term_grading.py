@@ -230,7 +230,7 @@ def test_the_gradebook_keeps_a_job_and_a_submission_that_cannot_be_read_is_left_
 # --------------------------------------------------------------------------- through the batch
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # see tests/README.md: "Fixtures"
 def graded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The class (good, stub, wrong) graded once: (its root, the grades folder to copy)."""
     root = tmp_path_factory.mktemp("term")

@@ -45,13 +45,13 @@ def bare(name: str) -> str:
     return name.split("[", 1)[0]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # see tests/README.md: "Fixtures"
 def project() -> dict:
     with open(ROOT / "pyproject.toml", "rb") as f:
         return tomllib.load(f)["project"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # see tests/README.md: "Fixtures"
 def extras(project: dict) -> dict[str, dict[str, str]]:
     return {k: requirements(v) for k, v in project["optional-dependencies"].items()}
 
@@ -61,7 +61,7 @@ def extras(project: dict) -> dict[str, dict[str, str]]:
 COURSE_EXTRAS = ("cpu", "caffe", "lab", "triton", "dev")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # see tests/README.md: "Fixtures"
 def course_stack(project: dict, extras: dict[str, dict[str, str]]) -> dict[str, str]:
     """What `make install` installs for the course: dependencies + COURSE_EXTRAS."""
     stack = requirements(project["dependencies"])

@@ -150,7 +150,7 @@ def dry_run(python: Path, index: Path, requirement: str, tmp: Path) -> dict[str,
             for item in json.loads(report.read_text())["install"]}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # see tests/README.md: "Fixtures"
 def existing_environment(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A student's environment: torch, numpy and TensorFlow already there, not at our pins."""
     pins = constraint_pins()

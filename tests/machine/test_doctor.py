@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from fixtures.once import once_per_session
 
 from edu_dl.cli import main
 from edu_dl.machine import doctor
@@ -22,17 +23,22 @@ from edu_dl.machine import probes as gp
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def report() -> dict[str, Any]:
-    """One full `edu-dl doctor --json` run (all four framework probes) in a fresh process."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "edu_dl.cli", "doctor", "--json", "--quick",
-         "--fma-units", "2", "--memory-mts", "2933", "--channels", "4"],
-        capture_output=True, text=True, cwd=ROOT, timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    data: dict[str, Any] = json.loads(proc.stdout)  # --json prints JSON and nothing else
-    return data
+@pytest.fixture(scope="session")  # see tests/README.md: "Fixtures"
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One full `edu-dl doctor --json` run (all four framework probes) in a fresh process,
+    shared by both workers."""
+    def run() -> dict[str, Any]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "edu_dl.cli", "doctor", "--json", "--quick",
+             "--fma-units", "2", "--memory-mts", "2933", "--channels", "4"],
+            capture_output=True, text=True, cwd=ROOT, timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        data: dict[str, Any] = json.loads(proc.stdout)  # --json prints JSON and nothing else
+        return data
+
+    shared: dict[str, Any] = once_per_session(tmp_path_factory, "doctor", run)
+    return shared
 
 
 def _value(fact: dict[str, Any]) -> float:

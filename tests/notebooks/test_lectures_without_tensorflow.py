@@ -71,7 +71,7 @@ def test_the_lectures_that_reach_tensorflow_are_found() -> None:
     assert len(stems) < len(LECTURES), "every lecture selected: the rule no longer selects"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # see tests/README.md: "Fixtures"
 def hidden_tensorflow(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return hide(tmp_path_factory.mktemp("no_tensorflow"), BLOCKED,
                 dict(os.environ, TQDM_DISABLE="1", MPLBACKEND="Agg"))

@@ -66,7 +66,7 @@ def network_off_prefix() -> list[str]:
     return []
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # see tests/README.md: "Fixtures"
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("site")
     out = tmp / "html"
