@@ -151,3 +151,18 @@ def test_reading_notebooks_never_compiles_rfc3987_grammars(module: str) -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           timeout=120, check=True)
     assert done.stdout.split() == ["True", "None"], done.stdout + done.stderr
+
+
+def test_validate_imports_no_page_renderer() -> None:
+    """`edu-dl validate` prints its report and renders no feedback page, so neither the command
+    nor the grader it runs imports feedback.py's nbconvert and bleach (0.3 s of a student's wait,
+    issue 41); `edu-dl grade` imports them when it renders its first page."""
+    import subprocess
+    import sys
+
+    watched = ("nbconvert", "bleach", "edu_dl.grading.stages.feedback")
+    probe = ("import sys, edu_dl.cli, edu_dl.grading.term.validate; "
+             f"print(sorted(m for m in {watched!r} if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr

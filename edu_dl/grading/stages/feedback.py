@@ -60,9 +60,10 @@ from nbconvert.filters.highlight import Highlight2HTML
 from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
 
 from edu_dl.grading.cost import Cost, metered
-from edu_dl.grading.model import Job, Row, safe_file_name
+from edu_dl.grading.model import Job, Row
 from edu_dl.grading.nbgrader import BEGIN_HIDDEN, grade_id, hidden_failure, strip_hidden_tests
 from edu_dl.grading.notebooks import write_atomic
+from edu_dl.grading.stages.page_names import PAGES, anchor, page_path
 from edu_dl.grading.trust.errors import raised_in_hidden
 from edu_dl.grading.trust.files import SUBMISSION_SECRET, TIMESTAMP, read_submission_secret
 from edu_dl.grading.trust.notebook import execution_count
@@ -70,7 +71,6 @@ from edu_dl.grading.trust.text import for_terminal, visible
 from edu_dl.notebook.hosted import is_install_cell
 from edu_dl.speed.tasks import speed_row
 
-PAGES = "feedback"  # below --out and below an nbgrader course folder
 KEPT_DATA = ("text/plain", "image/png", "image/jpeg")
 BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")
 MAX_PAGE_IMAGES = 32 << 20  # base64 characters of images on one page; the rest are named
@@ -181,17 +181,6 @@ def _clean(text: str) -> str:
 # most CACHED_TEXTS texts of CACHED_CHARS characters each, their cleaned copies beside them.
 CACHED_CHARS, CACHED_TEXTS = 8192, 1024
 _cleaned = functools.lru_cache(maxsize=CACHED_TEXTS)(_clean)
-
-
-def page_path(student: str, assignment: str, exercise: str) -> str:
-    """Where a notebook's page lies, relative to --out (and to an nbgrader course folder)."""
-    return (f"{PAGES}/{safe_file_name(student)}/{safe_file_name(assignment)}/"
-            f"{safe_file_name(exercise)}.html")
-
-
-def anchor(cell_id: str) -> str:
-    """The page's anchor of a graded cell's banner (a link target: letters, digits, _.-)."""
-    return "grade-" + re.sub(r"[^A-Za-z0-9_.-]", "_", cell_id)
 
 
 def _h(text: Any) -> str:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from edu_dl.grading.model import BY_HAND, NEEDS, Row, cap_text
 from edu_dl.grading.notebooks import NotebookError
-from edu_dl.grading.stages.feedback import anchor
+from edu_dl.grading.stages.page_names import anchor
 from edu_dl.grading.term.csvio import WrittenCsv
 from edu_dl.grading.term.renumbered import explained
 from edu_dl.grading.trust.bounded import read_named_file

@@ -17,7 +17,6 @@ from typing import Any
 
 from edu_dl.grading.model import Job, Row, Summary, safe_file_name
 from edu_dl.grading.notebooks import write_if_changed
-from edu_dl.grading.stages.feedback import write_pages
 from edu_dl.grading.term import manual
 from edu_dl.grading.term.csvio import csv_bytes
 from edu_dl.grading.term.policy import LATE
@@ -49,7 +48,11 @@ def write_outputs(out: Path, rows: list[Row], jobs: list[Job], *, dates: Any = N
     ``costs`` gets what each page made now cost the grader ((student, exercise) -> Cost)."""
     table = ([getattr(r, c) for c in COLUMNS] for r in rows)
     write_if_changed(out / "grades.csv", csv_bytes(COLUMNS, table))
-    pages = write_pages(out, rows, jobs, executed, course, log, costs)  # manual.csv links
+    pages: dict[tuple[str, str], str] = {}  # manual.csv links them
+    if executed is not None:  # feedback.py imports nbconvert (0.3 s): only to render pages
+        from edu_dl.grading.stages.feedback import write_pages
+
+        pages = write_pages(out, rows, jobs, executed, course, log, costs)
     write_if_changed(out / "manual.csv", csv_bytes(manual.COLUMNS, manual.sheet(rows, filled or {},
                                                                           pages)))
     write_if_changed(out / "nbgrader_grades.csv",

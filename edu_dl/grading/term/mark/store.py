@@ -35,7 +35,7 @@ from typing import Any
 
 from edu_dl.grading.model import Refused, Row
 from edu_dl.grading.notebooks import write_atomic
-from edu_dl.grading.stages.feedback import anchor, page_path
+from edu_dl.grading.stages.page_names import anchor, page_path
 from edu_dl.grading.term import db, gradebook
 from edu_dl.grading.term.csvio import csv_bytes
 from edu_dl.grading.term.manual import (
