@@ -61,7 +61,7 @@ install-dev: $(DEV_STAMP)
 # what it does and how long it takes; pip lists every package as it goes (--progress-bar raw
 # prints a download's progress as lines, so a log shows it too). The times are those of a first
 # install on 2 cores from a warm package cache; a cold cache adds the downloads.
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt edu_dl/util/triton_first.py edu_dl/util/no_iri_grammars.py
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; the course needs \
 	Python 3.11, 3.12 or 3.13 (or run: make $(MAKECMDGOALS) PYTHON=/path/to/python3.x)" >&2; exit 1; }
 	@case "$(CUDA_EXTRA)" in unknown) echo "error: GPU=1 but nvidia-smi reports no CUDA version; \
@@ -82,6 +82,8 @@ $(STAMP): pyproject.toml constraints.txt
 	$(call PIP_INSTALL,$(STUDENT_EXTRAS))
 	@# Triton before TensorFlow in every Python of the environment (edu_dl/util/triton_first.py: why)
 	$(BIN)/python edu_dl/util/triton_first.py
+	@# jsonschema without rfc3987_syntax's grammars (edu_dl/util/no_iri_grammars.py: why)
+	$(BIN)/python edu_dl/util/no_iri_grammars.py
 	rm -f $(VENV)/.installed-*
 	touch $@
 
