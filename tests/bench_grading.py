@@ -62,14 +62,15 @@ def bench(submissions: int = 8, jobs: int = 2, out: Path | None = None,
 
 
 def versus_nbgrader(copies: int, jobs: int, venv: Path = NBGRADER_VENV,
-                    progress: bool = True, rounds: int = 3) -> dict[str, Any]:
+                    progress: bool = True, rounds: int = 3, ahead: int = 1) -> dict[str, Any]:
     """Seconds per notebook on the nbgrader-style sample course (``copies`` x its 4 students),
     ``rounds`` rounds, interleaved so that a load that comes and goes falls on both: in each, on
     fresh copies of the course, nbgrader 0.9's ``autograde`` plus ``generate_feedback`` (its
     ``generate_assignment`` first, not timed), then edu-dl's whole ``grade`` (feedback pages
     included) with one worker, then with ``jobs``. Each round's ratio compares the two graders in
     that round. Also: where edu-dl's one-worker time went (its batch summary's split), and the
-    speed tasks' measuring time apart (the sample course has none)."""
+    speed tasks' measuring time apart (the sample course has none). ``ahead``: edu-dl's grading
+    ahead (sandboxes and kernels started while others run; 0 for none)."""
     bin_dir = course.nbgrader_venv(venv)
     names = ["nbgrader", *(f"edu-dl --jobs {j}" for j in sorted({1, jobs}))]
     seconds: dict[str, list[float]] = {name: [] for name in names}
@@ -91,7 +92,7 @@ def versus_nbgrader(copies: int, jobs: int, venv: Path = NBGRADER_VENV,
                     began = time.perf_counter()
                     result = grade(root, src, root / "grades", jobs=j,
                                    settings=Settings(timeout_s=60), progress=progress,
-                                   log=lambda s: None)
+                                   log=lambda s: None, ahead=ahead)
                     spent = time.perf_counter() - began
                     if j == 1:
                         split = [line for line in cost_lines(result)
@@ -102,7 +103,7 @@ def versus_nbgrader(copies: int, jobs: int, venv: Path = NBGRADER_VENV,
               for name in names[1:]}
     return {"notebooks": notebooks, "rounds": rounds, "seconds": seconds,
             "per_notebook": {k: statistics.median(v) / notebooks for k, v in seconds.items()},
-            "ratios": ratios, "split": split}
+            "ratios": ratios, "split": split, "ahead": ahead}
 
 
 def versus_nbgrader_markdown(result: dict[str, Any], cores: int) -> str:
@@ -126,7 +127,7 @@ def versus_nbgrader_markdown(result: dict[str, Any], cores: int) -> str:
             f"{result['rounds']} rounds, the graders taking turns in each. nbgrader: "
             "`autograde` then `generate_feedback`, one notebook at a time in one process; "
             "edu-dl: `grade` (a sandbox, a runner and a kernel per notebook, feedback pages "
-            "included).\n\n"
+            f"included; grading ahead: {result.get('ahead', 1)}).\n\n"
             f"| grader | per notebook (median) | rounds | vs nbgrader in the same round |\n"
             f"|---|---:|---:|---:|\n" + "\n".join(rows) +
             f"\n\nGoal, edu-dl with one worker at most {GOAL:g}{TIMES} nbgrader per notebook: "
@@ -217,6 +218,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--validate", action="store_true",
                    help=f"time edu-dl validate on {VALIDATED}'s solution instead (--rounds+1 "
                    "runs, the first apart)")
+    p.add_argument("--ahead", type=int, default=1, choices=range(0, 9), metavar="N",
+                   help="with --nbgrader: edu-dl's grading ahead, sandboxes started while others "
+                   "run (default 1; 0: none)")
     p.add_argument("--quick", action="store_true", help="2 submissions: checks that it runs")
     p.add_argument("--out", type=Path, metavar="DIR", help="also write DIR/grading.md")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -233,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             text = versus_nbgrader_markdown(versus_nbgrader(
                 submissions, args.jobs, args.nbgrader_venv, progress=not args.no_progress,
-                rounds=args.rounds),
+                rounds=args.rounds, ahead=args.ahead),
                 cores)
         except course.NbgraderUnavailable as exc:
             print(f"bench_grading: {exc}", file=sys.stderr)

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 
 GRADING_ENV = "EDU_DL_GRADING_DIR"  # set inside the sandbox: check() records, compares nothing
 RESULT_FD_VAR = "EDU_DL_RESULT_FD"  # the descriptor the sandbox writes its result zip to
+# Grading ahead: a pipe the runner reads one byte from, its kernel ready, before the first cell;
+# the grader writes it when one of its --jobs slots is free (sandbox.Gate).
+GATE_FD_VAR = "EDU_DL_GATE_FD"
 # A part id: '<exercise>.<name>', e.g. 'ex08.relu_backward' (the course's) or 'hw1.squares' (an
 # instructor's); the exercise names the file of Part specs that defines it (parts/ex08.py in the
 # package, parts/hw1.py beside the source), the name is a Python identifier.

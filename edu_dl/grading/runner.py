@@ -57,6 +57,7 @@ _P = _protocol()
 EXECUTED, GRADING_ENV, OUTPUTS = _P.EXECUTED, _P.GRADING_ENV, _P.OUTPUTS
 RESULT_FD_VAR, RUN_RECORD, skip_slow_optional_imports = (_P.RESULT_FD_VAR, _P.RUN_RECORD,
                                                          _P.skip_slow_optional_imports)
+GATE_FD_VAR = _P.GATE_FD_VAR
 
 TEXT_CAP = 2000  # characters of an error message kept per cell
 FLOOD = 16  # a cell printing more than FLOOD x the output cap is interrupted
@@ -251,6 +252,9 @@ def execute(notebook: Path, grading_dir: Path, *, timeout: float, output_cap: in
     try:
         with client.setup_kernel():
             record["kernel_seconds"] = round(time.monotonic() - starting, 3)  # the cost report's
+            waited = _wait_at_gate()  # started ahead: nothing of the student's has run yet
+            deadline += waited  # the budget counts what it counted without the wait
+            record["gate_seconds"] = round(waited, 3)
             for done, (index, cell) in enumerate(cells):
                 left = deadline - time.monotonic()
                 if left < 1.0:
@@ -288,6 +292,21 @@ def execute(notebook: Path, grading_dir: Path, *, timeout: float, output_cap: in
         record.update(kernel="failed", message=_short(f"{type(exc).__name__}: {exc}"))
     record["output_cut"] = client.output_cut
     return record, nb
+
+
+def _wait_at_gate() -> float:
+    """Grading ahead: block until the grader opens this run's gate (one byte on the pipe
+    $EDU_DL_GATE_FD names), and return the seconds waited; 0 without a gate. A gate closed
+    unopened means the grader gave this run up: the runner ends, and no cell runs."""
+    fd = os.environ.pop(GATE_FD_VAR, None)
+    if fd is None:
+        return 0.0
+    began = time.monotonic()
+    with open(int(fd), "rb", buffering=0) as gate:
+        opened = gate.read(1)
+    if opened != b"1":
+        os._exit(0)  # nothing to report: the grader reads no result from a run it gave up
+    return time.monotonic() - began
 
 
 def _grade_id(cell: Any) -> str:

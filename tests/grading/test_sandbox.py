@@ -533,3 +533,52 @@ def test_mirrors_of_dead_graders_are_swept(tmp_path: Path) -> None:
     unnamed.mkdir()
     assert sandbox.sweep_mirrors(tmp_path) == [mirror]
     assert not mirror.exists() and live.exists() and unnamed.exists()
+
+
+GATE_READER = ("import os, time\n"
+               "began = time.time()\n"
+               "opened = os.read(int(os.environ['EDU_DL_GATE_FD']), 1)\n"
+               "os.write(int(os.environ['EDU_DL_RESULT_FD']),\n"
+               "         f'{opened.decode()} {time.time() - began:.2f}'.encode())\n")
+
+
+@pytest.mark.timing  # the run after its gate opens takes milliseconds of a 2 s wall limit
+def test_a_gated_run_waits_for_a_slot_and_its_wall_time_counts_from_then() -> None:
+    """Grading ahead (sandbox.Gate): the sandbox starts at once, its command waits on the gate's
+    pipe for a free slot, and its wall limit counts from the gate's opening, not its start."""
+    import threading
+
+    slots = threading.Semaphore(1)
+    slots.acquire()  # the one slot is another notebook's
+    freed = threading.Timer(2.5, slots.release)
+    freed.start()
+    done = py(GATE_READER, sandbox.Limits(wall_s=2, memory_mb=512, processes=64),
+              output_limit=100, gate=sandbox.Gate(slots))
+    freed.join()
+    assert done.killed == "" and done.returncode == 0, (done.killed, done.log)
+    opened, waited = done.output.decode().split()
+    assert opened == "1" and float(waited) >= 2.0  # it waited for the slot
+    assert done.gate_s >= 2.0 and done.seconds < 2.0  # and the wait was not its run's time
+    assert slots.acquire(blocking=False) and not slots.acquire(blocking=False)  # given back
+
+
+def test_a_run_stopped_while_it_waits_for_a_slot_takes_none_and_leaves_nothing() -> None:
+    import threading
+
+    slots = threading.Semaphore(1)
+    slots.acquire()
+    group = f"gate{os.getpid()}-"
+    stop = threading.Timer(1.0, sandbox.STOP.set)
+    stop.start()
+    try:
+        os.environ[sandbox.GROUP_VAR] = group
+        done = py(GATE_READER, output_limit=100, gate=sandbox.Gate(slots))
+    finally:
+        del os.environ[sandbox.GROUP_VAR]
+        stop.join()
+        sandbox.STOP.clear()
+    assert done.killed == "interrupted" and done.output == b"", done
+    assert not slots.acquire(blocking=False)  # still the other notebook's: none was taken
+    from fixtures.hostile.corpus import sandbox_processes
+
+    assert sandbox_processes(group) == []

@@ -78,10 +78,12 @@ def test_a_run_records_durations_are_finite_bounded_numbers() -> None:
     in [0, a day]; anything else, NaN and infinity included, reads as 0."""
     cells = [{"index": i, "grade_id": "", "status": "ok", "seconds": s}
              for i, s in enumerate([0.5, 1.25, -3.0, float("nan"), "9", True, 1e9])]
-    record = parse_record({"cells": cells, "kernel": "ok", "kernel_seconds": 0.75})
-    assert (record.kernel_seconds, record.cells_seconds) == (0.75, 1.75)
+    record = parse_record({"cells": cells, "kernel": "ok", "kernel_seconds": 0.75,
+                           "gate_seconds": 2.5})
+    assert (record.kernel_seconds, record.cells_seconds, record.gate_seconds) == (0.75, 1.75, 2.5)
     for lie in (float("inf"), float("nan"), -1.0, "0.5", [1.0], False, 86_401):
         assert parse_record({"kernel_seconds": lie}).kernel_seconds == 0.0, lie
+        assert parse_record({"gate_seconds": lie}).gate_seconds == 0.0, lie
 
 
 # --------------------------------------------------------------------------- notebooks

@@ -52,7 +52,10 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-from edu_dl.grading.protocol import RESULT_FD_VAR  # the descriptor the sandbox writes its result to
+from edu_dl.grading.protocol import (
+    GATE_FD_VAR,  # the pipe its runner waits on (Gate)
+    RESULT_FD_VAR,  # the descriptor the sandbox writes its result to
+)
 from edu_dl.grading.sandbox import bwrap, cgroups
 from edu_dl.grading.sandbox.bwrap import (
     DENIED_SYSCALLS,
@@ -69,11 +72,12 @@ from edu_dl.grading.sandbox.bwrap import (
 from edu_dl.grading.sandbox.drain import LOG_CAP, _Drain
 from edu_dl.grading.sandbox.identity import UID_BASE, UID_SPAN, _reachable, sandbox_ids
 from edu_dl.grading.sandbox.limits import CGROUP_MARGIN, MB, TREE_MEMORY, Limits, Result
-from edu_dl.grading.sandbox.watchdog import STOP, _kill, _Tmpfs, _watch
+from edu_dl.grading.sandbox.watchdog import STOP, Gate, _kill, _Tmpfs, _watch
 
 __all__ = [
-    "CGROUP_MARGIN", "DENIED_SYSCALLS", "GROUP_VAR", "INSIDE_UID", "LOG_CAP", "MB", "MIRROR_PREFIX",
-    "STOP", "TAG_VAR", "TREE_MEMORY", "UID_BASE", "UID_SPAN", "Limits", "Result", "_process_id",
+    "CGROUP_MARGIN", "DENIED_SYSCALLS", "GATE_FD_VAR", "GROUP_VAR", "INSIDE_UID", "LOG_CAP", "MB",
+    "MIRROR_PREFIX", "STOP", "TAG_VAR", "TREE_MEMORY", "UID_BASE", "UID_SPAN", "Gate", "Limits",
+    "Result", "_process_id",
     "bwrap_problem", "cgroups", "fallback_folder", "fallback_problem", "python", "run",
     "sandbox_ids", "seccomp_filter", "software", "sweep_mirrors",
 ]
@@ -135,6 +139,7 @@ def run(
     cwd: str = "/tmp", files: Mapping[str, bytes] = {}, tmpfs: Sequence[tuple[str, int]] = (),
     hide: Iterable[Path] = (), output_limit: int = 0, log_bytes: int = 20_000,
     fallback_dir: Path | None = None, poll_s: float = 0.1, require_bwrap: bool = False,
+    gate: Gate | None = None,
 ) -> Result:
     """Run argv sandboxed; kill the whole tree on wall time, memory or process count.
 
@@ -145,6 +150,9 @@ def run(
     as root as a leased uid that is given ``fallback_dir`` (a fresh private folder, see
     ``fallback_folder``: ``files`` are written into it), else as the caller; and
     ``Result.isolated`` is False. ``require_bwrap`` skips that check (the probe itself).
+    ``gate``: the sandbox starts at once, and the descriptor ``$EDU_DL_GATE_FD`` names gets one
+    byte when one of the gate's slots is free (the runner waits for it before the first cell);
+    its wall time counts from then (``Result.gate_s``: the time before).
     """
     # EDU_DL_SANDBOX_GROUP prefixes the tag, so one caller can find its own sandboxes' processes
     # among others' (the tests check that nothing is left running while others grade).
@@ -171,9 +179,14 @@ def run(
         log_r, log_w = os.pipe()
         fds.fds.append(out_w)
         fds.others.append(log_w)
+        gate_w = -1
+        if gate is not None:  # the read end is the sandbox's; the write end stays here
+            gate_r, gate_w = os.pipe()
+            fds.fds.append(gate_r)
         drain = _Drain(out_r, output_limit, log_r, log_bytes)  # owns the read ends
         try:
-            env = {**(env or {}), TAG_VAR: tag, RESULT_FD_VAR: str(out_w)}
+            env = {**(env or {}), TAG_VAR: tag, RESULT_FD_VAR: str(out_w),
+                   **({GATE_FD_VAR: str(gate_r)} if gate is not None else {})}
             tmp = None
             if problem:
                 command, run_env, run_cwd = list(argv), dict(env), str(fallback_dir or cwd)
@@ -187,9 +200,12 @@ def run(
                 if group.memory is None:
                     tmp = _Tmpfs(["/tmp", "/dev/shm", *(dest for dest, _ in tmpfs)])
             _watch(command, run_env, run_cwd, limits, result, fds, log_w, uid, gid, group,
-                   tmp, tag=tag, isolated=not problem, poll_s=poll_s)
+                   tmp, tag=tag, isolated=not problem, poll_s=poll_s,
+                   gate=(gate, gate_w) if gate is not None else None)
         finally:
             fds.close()  # the write ends too: the pipes end when the sandbox's copies do
+            if gate_w >= 0:  # closed here alone: unopened, the runner reads its end and stops
+                os.close(gate_w)
             try:
                 drain.finish(result)
             finally:

@@ -36,7 +36,8 @@ class Result:
     log: str = ""  # the tail of stdout+stderr
     peak_rss_mb: float = 0.0  # the resident total of its processes (the watchdog's samples)
     peak_tasks: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # from the gate's opening where it had one (Gate), else from its start
+    gate_s: float = 0.0  # started ahead: from its start to its gate's opening
     notes: list[str] = field(default_factory=list)
     output: bytes = b""  # what the sandbox wrote to its result descriptor (at most output_limit)
     # Bytes read back: more than len(output) (output_limit + 1) when it wrote over the limit;

@@ -26,6 +26,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from edu_dl.grading.sandbox import cgroups
 from edu_dl.grading.sandbox.bwrap import _Fds
@@ -42,10 +43,22 @@ INODE_BYTES = 1300
 STOP = threading.Event()
 
 
+@dataclass(frozen=True)
+class Gate:
+    """Grading ahead: sandboxes start (their runner and kernel boot) while others run, and each
+    waits, nothing of the student's run yet, for one of ``slots`` (a batch's --jobs) before its
+    first cell. The wait is not the run's: its wall time counts from the gate's opening."""
+
+    slots: threading.Semaphore
+
+
 def _watch(command: list[str], env: dict[str, str], cwd: str, limits: Limits, result: Result,
            fds: _Fds, log: int, uid: int, gid: int, group: cgroups.Group, tmp: _Tmpfs | None,
-           *, tag: str, isolated: bool, poll_s: float) -> None:
-    """Start the command and police it until it ends or is killed; fills ``result``."""
+           *, tag: str, isolated: bool, poll_s: float,
+           gate: tuple[Gate, int] | None = None) -> None:
+    """Start the command and police it until it ends or is killed; fills ``result``.
+    ``gate``: the Gate and the write end of its pipe: one byte is written there once a slot is
+    taken (released when the run ends); the wall time counts from then."""
     scan_tag = "" if isolated else tag  # inside a PID namespace the tree is enough
     cap_mb = TREE_MEMORY * limits.memory_mb
     start = time.monotonic()
@@ -59,6 +72,7 @@ def _watch(command: list[str], env: dict[str, str], cwd: str, limits: Limits, re
         )
     fds.close()  # the child holds its copies; ours would only keep the data (and pipes) alive
     ended = _Exit(proc.pid)
+    waiting = gate is not None  # for a slot: memory and processes policed, no wall time counted
     try:
         cpu_seen: dict[int, float] = {}  # each process's own CPU seconds, last seen
         cpu_tree = 0.0  # the largest total of the tree seen at once
@@ -68,7 +82,12 @@ def _watch(command: list[str], env: dict[str, str], cwd: str, limits: Limits, re
                 _kill([proc.pid])
                 _kill(_tree(proc.pid, scan_tag))
                 break
-            if time.monotonic() - start > limits.wall_s:  # first: scans may be slow
+            if waiting and gate is not None and gate[0].slots.acquire(timeout=poll_s):
+                waiting = False
+                os.write(gate[1], b"1")  # a pipe's first byte: never blocks
+                result.gate_s = time.monotonic() - start
+                start = time.monotonic()
+            if not waiting and time.monotonic() - start > limits.wall_s:  # first: scans may be slow
                 result.killed = "timeout"
                 _kill([proc.pid])
             # The group's own list where there is one (a few pids), else a scan of all /proc
@@ -109,8 +128,11 @@ def _watch(command: list[str], env: dict[str, str], cwd: str, limits: Limits, re
                 _kill([proc.pid])  # bwrap's death kills its PID namespace (--die-with-parent)
                 _kill(pids)
                 break
-            ended.wait(poll_s)
+            if not waiting:  # a closed gate's acquire waited the poll already
+                ended.wait(poll_s)
     finally:
+        if gate is not None and not waiting:
+            gate[0].slots.release()
         ended.close()
         if _reaped(proc, result) is None and not result.killed:
             _kill([proc.pid])

@@ -16,14 +16,17 @@ from edu_dl.grading.stages.prepare import Prepared
 GRADING_TMP_MB = 128  # the grading dir's own tmpfs: a student filling /tmp cannot block results
 
 
-def run(prepared: Prepared, settings: Settings, hide: list[Path]) -> sandbox.Result:
+def run(prepared: Prepared, settings: Settings, hide: list[Path],
+        gate: sandbox.Gate | None = None) -> sandbox.Result:
     """Execute the restored notebook in a sandbox (where bwrap does not work here and the
-    settings allow it: unisolated in its private folder ``prepared.root``, as another uid)."""
-    return run_sandboxed(prepared.files, settings, hide, prepared.root, prepared.boxed)
+    settings allow it: unisolated in its private folder ``prepared.root``, as another uid);
+    ``gate``: started ahead, its cells wait for a slot (sandbox.Gate)."""
+    return run_sandboxed(prepared.files, settings, hide, prepared.root, prepared.boxed, gate)
 
 
 def run_sandboxed(files: dict[str, bytes], settings: Settings, hide: list[Path],
-                  root: str = "/tmp", boxed: bool = True) -> sandbox.Result:
+                  root: str = "/tmp", boxed: bool = True,
+                  gate: sandbox.Gate | None = None) -> sandbox.Result:
     """The runner on ``files`` in a sandbox of this machine (its Python, its environment): the
     one step a cluster worker does (``edu_dl.grading.stages.cluster``)."""
     # As a file, not "-m": the runner then needs nothing of the package (runner.py says why).
@@ -37,7 +40,7 @@ def run_sandboxed(files: dict[str, bytes], settings: Settings, hide: list[Path],
         env=sandbox_env(f"{root}/tmp" if not boxed else "/tmp"),
         files=files, cwd=f"{root}/work", fallback_dir=None if boxed else Path(root),
         output_limit=settings.file_mb * MB,
-        tmpfs=[("/tmp/grading", GRADING_TMP_MB)] if boxed else (),
+        tmpfs=[("/tmp/grading", GRADING_TMP_MB)] if boxed else (), gate=gate,
     )
 
 

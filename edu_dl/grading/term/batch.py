@@ -74,43 +74,49 @@ from edu_dl.grading.trust.text import say_to_stderr
 
 
 def grade_one(job: Job, out: Path, settings: Settings, hide: list[Path], secret: Secret,
-              data: bytes | None = None, speed_ahead: bool = False) -> list[Row]:
+              data: bytes | None = None, speed_ahead: bool = False,
+              gate: sandbox.Gate | None = None) -> list[Row]:
     """Grade one (student, exercise); never raises: every outcome becomes rows.
 
     ``data``: the notebook's bytes when the caller has read them already (the same bytes its
     resume key was computed from). ``speed_ahead``: measure its speed tasks while its notebook
-    runs (speed_rows.measure_ahead), not after.
+    runs (speed_rows.measure_ahead), not after. ``gate``: its sandbox starts at once and its
+    cells wait for a slot (sandbox.Gate).
     """
     try:
-        return _grade_one(job, out, settings, hide, secret, data, speed_ahead)
+        return _grade_one(job, out, settings, hide, secret, data, speed_ahead, gate)
     except Exception as exc:  # a grader bug must not stop the batch
         return rows_for(job, "grader error", f"{type(exc).__name__}: {exc}",
                         settings.isolation())
 
 
 def _grade_one(job: Job, out: Path, settings: Settings, hide: list[Path], secret: Secret,
-               data: bytes | None, speed_ahead: bool = False) -> list[Row]:
+               data: bytes | None, speed_ahead: bool = False,
+               gate: sandbox.Gate | None = None) -> list[Row]:
     """prepare, run, judge: the three steps of one submission."""
     prepared = prepare(job, out, settings, data, secret)
     if isinstance(prepared, list):  # nothing to run: these rows say why
         return prepared
     if not speed_ahead:
-        return _run_and_judge(job, prepared, settings, hide, secret)
+        return _run_and_judge(job, prepared, settings, hide, secret, gate=gate)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="speed-ahead") as pool:
         ahead = measure_ahead(job, prepared.notebook, secret, settings, hide, pool)
-        return _run_and_judge(job, prepared, settings, hide, secret, ahead)
+        return _run_and_judge(job, prepared, settings, hide, secret, ahead, gate)
 
 
 def _run_and_judge(job: Job, prepared: Prepared, settings: Settings, hide: list[Path],
-                   secret: Secret, ahead: dict[str, Future[Measurement]] | None = None
-                   ) -> list[Row]:
+                   secret: Secret, ahead: dict[str, Future[Measurement]] | None = None,
+                   gate: sandbox.Gate | None = None) -> list[Row]:
     try:
         started = time.perf_counter()
-        done = run(prepared, settings, hide)
+        done = run(prepared, settings, hide, gate)
         sandbox_s = time.perf_counter() - started  # the sandbox's time, not the grader's
         prepared.files = {}  # the sandbox had them: not held while its result is read
         ran = received(prepared, done, settings)
         record = ran.returned.record
+        # Started ahead: the runner's wait for a slot (at most the time before the gate opened,
+        # which the watchdog measured) is neither the sandbox's cost nor the kernel's.
+        sandbox_s -= min(record.gate_seconds, done.gate_s)
         cost.ran(sandbox_s, record.kernel_seconds, record.cells_seconds)
         cost.checkpoint()  # the parsed result is held now: its size counts on a busy machine too
         rows = judge_run(job, prepared, ran, settings)
@@ -163,7 +169,7 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
           secret: Secret | None = None, students: list[str] | None = None,
           retry_timeouts: bool = False, allow_released: bool = False,
           db_url: str | None = None, speed_ahead: bool = False,
-          feedback_pages: bool = True) -> Summary:
+          feedback_pages: bool = True, ahead: int = 1) -> Summary:
     """Grade every submission; write grades.csv, feedback/ and the nbgrader export into ``out``.
 
     The gradebooks hold every student ``out`` has graded: this run's rows replace those of the
@@ -180,6 +186,9 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     (``edu-dl validate``: one notebook, two cores; here, not on a cluster).
     ``feedback_pages``: render each notebook's HTML feedback page (``edu-dl validate`` shows
     its report in the terminal and throws the folder away: no page, a second of its time).
+    ``ahead``: this many more sandboxes start (their runner and kernel boot) while ``jobs``
+    notebooks run; each runs its first cell only when one of the ``jobs`` slots is free, and
+    its time limits count from then (0: each sandbox starts when a slot is free).
     ``allow_released``: grade against a source that is a student version (``edu-dl validate``
     on a notebook of its own); else such a source raises NothingToGrade.
     Ctrl-C raises :class:`Interrupted`: the running sandboxes are stopped, what was graded is
@@ -190,7 +199,7 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     due submitted."""
     batch = Batch(Request(submissions, source, out, jobs, force, progress, exercises_due,
                           roster, manual, cluster, students, retry_timeouts, allow_released,
-                          db_url, speed_ahead, feedback_pages),
+                          db_url, speed_ahead, feedback_pages, ahead),
                   settings, dates, log, secret)
     batch.plan()
     try:
@@ -220,6 +229,7 @@ class Request:
     db_url: str | None = None
     speed_ahead: bool = False
     feedback_pages: bool = True
+    ahead: int = 1
 
 
 class Batch:
@@ -351,6 +361,7 @@ class Batch:
         running sandboxes; what was graded stays kept, nothing half-graded is."""
         r, settings = self.request, self.settings
         stopping = threading.Event()  # Ctrl-C: a run that ends now is cut short, not graded
+        gate = sandbox.Gate(threading.Semaphore(max(1, r.jobs))) if r.ahead > 0 else None
 
         def work(item: tuple[Job, Path]) -> None:
             if stopping.is_set():
@@ -360,7 +371,7 @@ class Batch:
                 # Read again and grade exactly these bytes; the key stored is theirs.
                 data = submission_bytes(item[0], settings)
                 rows = grade_one(item[0], r.out, settings, self.hide, self.secret, data,
-                                 r.speed_ahead)
+                                 r.speed_ahead, gate)
             if not stopping.is_set():
                 record_cost(r.out, item[0], spent.rounded(), began)
                 self._record(item, data, rows, spent)
@@ -378,7 +389,9 @@ class Batch:
                         self._record(item, data, graded, spent)
                         bar.update(1)
                 return
-            pool = ThreadPoolExecutor(max_workers=max(1, r.jobs))
+            # Grading ahead: r.ahead more sandboxes start (runner and kernel) while --jobs run;
+            # each waits for one of the --jobs slots before its first cell (sandbox.Gate).
+            pool = ThreadPoolExecutor(max_workers=max(1, r.jobs) + max(0, r.ahead))
             try:
                 for _ in pool.map(work, self.todo):
                     bar.update(1)

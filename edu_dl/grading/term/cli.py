@@ -153,6 +153,10 @@ def add_grade(subparsers: Any) -> None:
                    help="the solutions folder (may be a private copy; hidden from the sandbox)")
     p.add_argument("--out", type=Path, required=True, help="where grades.csv and feedback go")
     p.add_argument("--jobs", type=positive(int), default=1, help="submissions graded at once")
+    p.add_argument("--ahead", type=int, choices=range(9), default=1, metavar="N",
+                   help="sandboxes started ahead (their kernel boots) while --jobs notebooks run; "
+                   "each runs its first cell when one of the --jobs slots is free, its time "
+                   "limits counted from then (default 1; 0: none)")
     p.add_argument("--force", action="store_true", help="regrade everything, changed or not "
                    "(with --student: those students' submissions)")
     p.add_argument("--student", action="append", dest="students", metavar="ID",
@@ -272,7 +276,7 @@ def run_grade(args: argparse.Namespace) -> int:
                         exercises_due=args.exercises, dates=dates, roster=roster,
                         manual=args.manual, cluster=cluster_options(args), secret=secret,
                         students=_students(args.students),
-                        retry_timeouts=args.retry_timeouts, db_url=args.db)
+                        retry_timeouts=args.retry_timeouts, db_url=args.db, ahead=args.ahead)
     except (NotebookError, PolicyError, ClusterError, SecretError, NoSandbox,
             DatabaseError) as exc:
         say(f"edu-dl grade: {exc}", sys.stderr)

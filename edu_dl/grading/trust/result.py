@@ -69,6 +69,7 @@ class RunRecord:
     # (the grader clips both to the sandbox's wall time, which it measures itself).
     kernel_seconds: float = 0.0  # starting the kernel
     cells_seconds: float = 0.0  # running the cells, all of them
+    gate_seconds: float = 0.0  # started ahead: waiting, kernel ready, for a slot to run in
 
     def cell(self, grade_id: str) -> CellRecord | None:
         return next((c for c in self.cells if c.grade_id == grade_id), None)
@@ -107,7 +108,7 @@ def parse_record(raw: Any) -> RunRecord:
         kernel = ""
     return RunRecord(tuple(kept), kernel, _capped(raw.get("message")),
                      raw.get("output_cut") is True, _seconds(raw.get("kernel_seconds")),
-                     min(cells_seconds, MAX_SECONDS))
+                     min(cells_seconds, MAX_SECONDS), _seconds(raw.get("gate_seconds")))
 
 
 @dataclass
