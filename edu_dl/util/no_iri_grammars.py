@@ -22,17 +22,9 @@ PTH_NAME = "edu_dl_no_iri_grammars.pth"
 PTH_LINE = "import sys; sys.modules.setdefault('rfc3987_syntax', None)\n"
 
 
-def write_pth(site_packages: str) -> str:
-    """Write the .pth into ``site_packages``; returns its path."""
-    import os
-
-    path = os.path.join(site_packages, PTH_NAME)
-    with open(path, "w") as f:
-        f.write(PTH_LINE)
-    return path
-
-
 if __name__ == "__main__":  # python edu_dl/util/no_iri_grammars.py: this Python's site-packages
     import sysconfig
 
-    print("wrote", write_pth(sysconfig.get_paths()["purelib"]))
+    from edu_dl.util.triton_first import write_pth
+
+    print("wrote", write_pth(sysconfig.get_paths()["purelib"], PTH_LINE, PTH_NAME))

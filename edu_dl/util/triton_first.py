@@ -57,13 +57,14 @@ def pth_line(source: str) -> str:
             f"'exec'), {{'__name__': {MODULE_NAME!r}}})\n")
 
 
-def write_pth(site_packages: str, source: str) -> str:
-    """Write the .pth into ``site_packages``; returns its path."""
+def write_pth(site_packages: str, line: str, name: str = PTH_NAME) -> str:
+    """Write a one-line .pth (this file's by default) into ``site_packages``; returns its path.
+    no_iri_grammars.py writes its own with it."""
     import os
 
-    path = os.path.join(site_packages, PTH_NAME)
+    path = os.path.join(site_packages, name)
     with open(path, "w") as f:
-        f.write(pth_line(source))
+        f.write(line)
     return path
 
 
@@ -71,6 +72,6 @@ if __name__ == "__main__":  # python edu_dl/util/triton_first.py: this Python's 
     import os
     import sysconfig
 
-    print("wrote", write_pth(sysconfig.get_paths()["purelib"], os.path.abspath(__file__)))
+    print("wrote", write_pth(sysconfig.get_paths()["purelib"], pth_line(os.path.abspath(__file__))))
 elif __name__ == MODULE_NAME:  # run by the .pth at start-up
     install()

@@ -562,19 +562,19 @@ def test_a_gated_run_waits_for_a_slot_and_its_wall_time_counts_from_then() -> No
     assert slots.acquire(blocking=False) and not slots.acquire(blocking=False)  # given back
 
 
-def test_a_run_stopped_while_it_waits_for_a_slot_takes_none_and_leaves_nothing() -> None:
+def test_a_run_stopped_while_it_waits_for_a_slot_takes_none_and_leaves_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
     slots = threading.Semaphore(1)
     slots.acquire()
     group = f"gate{os.getpid()}-"
+    monkeypatch.setenv(sandbox.GROUP_VAR, group)
     stop = threading.Timer(1.0, sandbox.STOP.set)
     stop.start()
     try:
-        os.environ[sandbox.GROUP_VAR] = group
         done = py(GATE_READER, output_limit=100, gate=sandbox.Gate(slots))
     finally:
-        del os.environ[sandbox.GROUP_VAR]
         stop.join()
         sandbox.STOP.clear()
     assert done.killed == "interrupted" and done.output == b"", done
