@@ -1,6 +1,7 @@
 """Grading ahead (issue 41): the next submissions' sandboxes start, their runner and kernel boot,
 while --jobs notebooks run; each waits at its gate for a free slot before its first cell. The
-grades are those of grading one at a time, and no two notebooks' cells overlap with --jobs 1."""
+grades are those of grading one at a time, and no two notebooks' cells overlap with --jobs 1:
+they run in the batch's order."""
 
 from __future__ import annotations
 
@@ -55,10 +56,12 @@ def test_ahead_grades_as_one_at_a_time_and_runs_one_notebook_at_a_time(tmp_path:
         summary = grade(tmp_path / "submissions", tmp_path / "source", out, settings=SETTINGS,
                         jobs=1, progress=False, log=lambda s: None, ahead=ahead)
         got[ahead] = sorted((r.student, r.part, r.status, r.points) for r in summary.rows)
-        spans = sorted(_spans(out))
+        spans = _spans(out)  # in the students' order, the batch's
         assert len(spans) == 3
         for (_, end), (start, _) in itertools.pairwise(spans):
-            assert end <= start, spans  # a notebook's cells ran only once the last one's ended
+            # one notebook's cells at a time, in the batch's order whichever kernel is ready
+            # first (a Ctrl-C then stops the same submissions, ahead or not)
+            assert end <= start, spans
     assert got[0] == got[1] and {status for _, _, status, _ in got[1]} == {"passed"}
 
 

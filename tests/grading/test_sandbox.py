@@ -548,37 +548,39 @@ def test_a_gated_run_waits_for_a_slot_and_its_wall_time_counts_from_then() -> No
     pipe for a free slot, and its wall limit counts from the gate's opening, not its start."""
     import threading
 
-    slots = threading.Semaphore(1)
-    slots.acquire()  # the one slot is another notebook's
-    freed = threading.Timer(2.5, slots.release)
+    turns = sandbox.Turns(1)
+    assert turns.take(0, timeout=0)  # the one slot is another notebook's, ticket 0
+    freed = threading.Timer(2.5, turns.give_back)
     freed.start()
     done = py(GATE_READER, sandbox.Limits(wall_s=2, memory_mb=512, processes=64),
-              output_limit=100, gate=sandbox.Gate(slots))
+              output_limit=100, gate=sandbox.Gate(turns, 1))
     freed.join()
     assert done.killed == "" and done.returncode == 0, (done.killed, done.log)
     opened, waited = done.output.decode().split()
     assert opened == "1" and float(waited) >= 2.0  # it waited for the slot
     assert done.gate_s >= 2.0 and done.seconds < 2.0  # and the wait was not its run's time
-    assert slots.acquire(blocking=False) and not slots.acquire(blocking=False)  # given back
+    assert turns.free == 1 and turns.take(2, timeout=0)  # given back; the next ticket's turn
 
 
 def test_a_run_stopped_while_it_waits_for_a_slot_takes_none_and_leaves_nothing(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
-    slots = threading.Semaphore(1)
-    slots.acquire()
+    turns = sandbox.Turns(1)
+    assert turns.take(0, timeout=0)
     group = f"gate{os.getpid()}-"
     monkeypatch.setenv(sandbox.GROUP_VAR, group)
     stop = threading.Timer(1.0, sandbox.STOP.set)
     stop.start()
     try:
-        done = py(GATE_READER, output_limit=100, gate=sandbox.Gate(slots))
+        done = py(GATE_READER, output_limit=100, gate=sandbox.Gate(turns, 1))
     finally:
         stop.join()
         sandbox.STOP.clear()
     assert done.killed == "interrupted" and done.output == b"", done
-    assert not slots.acquire(blocking=False)  # still the other notebook's: none was taken
+    assert turns.free == 0  # still the other notebook's: none was taken
+    turns.give_back()
+    assert turns.take(2, timeout=0)  # ticket 1 passed its turn on to the next
     from fixtures.hostile.corpus import sandbox_processes
 
     assert sandbox_processes(group) == []

@@ -70,14 +70,15 @@ from edu_dl.grading.sandbox.bwrap import (
     sweep_mirrors,
 )
 from edu_dl.grading.sandbox.drain import LOG_CAP, _Drain
+from edu_dl.grading.sandbox.gate import Gate, Turns
 from edu_dl.grading.sandbox.identity import UID_BASE, UID_SPAN, _reachable, sandbox_ids
 from edu_dl.grading.sandbox.limits import CGROUP_MARGIN, MB, TREE_MEMORY, Limits, Result
-from edu_dl.grading.sandbox.watchdog import STOP, Gate, _kill, _Tmpfs, _watch
+from edu_dl.grading.sandbox.watchdog import STOP, _kill, _Tmpfs, _watch
 
 __all__ = [
     "CGROUP_MARGIN", "DENIED_SYSCALLS", "GATE_FD_VAR", "GROUP_VAR", "INSIDE_UID", "LOG_CAP", "MB",
     "MIRROR_PREFIX", "STOP", "TAG_VAR", "TREE_MEMORY", "UID_BASE", "UID_SPAN", "Gate", "Limits",
-    "Result", "_process_id",
+    "Result", "Turns", "_process_id",
     "bwrap_problem", "cgroups", "fallback_folder", "fallback_problem", "python", "run",
     "sandbox_ids", "seccomp_filter", "software", "sweep_mirrors",
 ]
@@ -151,7 +152,8 @@ def run(
     ``fallback_folder``: ``files`` are written into it), else as the caller; and
     ``Result.isolated`` is False. ``require_bwrap`` skips that check (the probe itself).
     ``gate``: the sandbox starts at once, and the descriptor ``$EDU_DL_GATE_FD`` names gets one
-    byte when one of the gate's slots is free (the runner waits for it before the first cell);
+    byte when its ticket's turn comes and a slot is free (the runner waits for it before the
+    first cell);
     its wall time counts from then (``Result.gate_s``: the time before).
     """
     # EDU_DL_SANDBOX_GROUP prefixes the tag, so one caller can find its own sandboxes' processes

@@ -26,10 +26,10 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 from edu_dl.grading.sandbox import cgroups
 from edu_dl.grading.sandbox.bwrap import _Fds
+from edu_dl.grading.sandbox.gate import Gate
 from edu_dl.grading.sandbox.identity import _enter, _nproc_cap
 from edu_dl.grading.sandbox.limits import CGROUP_MARGIN, MB, TREE_MEMORY, Limits, Result
 
@@ -43,22 +43,13 @@ INODE_BYTES = 1300
 STOP = threading.Event()
 
 
-@dataclass(frozen=True)
-class Gate:
-    """Grading ahead: sandboxes start (their runner and kernel boot) while others run, and each
-    waits, nothing of the student's run yet, for one of ``slots`` (a batch's --jobs) before its
-    first cell. The wait is not the run's: its wall time counts from the gate's opening."""
-
-    slots: threading.Semaphore
-
-
 def _watch(command: list[str], env: dict[str, str], cwd: str, limits: Limits, result: Result,
            fds: _Fds, log: int, uid: int, gid: int, group: cgroups.Group, tmp: _Tmpfs | None,
            *, tag: str, isolated: bool, poll_s: float,
            gate: tuple[Gate, int] | None = None) -> None:
     """Start the command and police it until it ends or is killed; fills ``result``.
-    ``gate``: the Gate and the write end of its pipe: one byte is written there once a slot is
-    taken (released when the run ends); the wall time counts from then."""
+    ``gate``: the Gate and the write end of its pipe: one byte is written there once its turn
+    comes and a slot is taken (given back when the run ends); the wall time counts from then."""
     scan_tag = "" if isolated else tag  # inside a PID namespace the tree is enough
     cap_mb = TREE_MEMORY * limits.memory_mb
     start = time.monotonic()
@@ -82,7 +73,7 @@ def _watch(command: list[str], env: dict[str, str], cwd: str, limits: Limits, re
                 _kill([proc.pid])
                 _kill(_tree(proc.pid, scan_tag))
                 break
-            if waiting and gate is not None and gate[0].slots.acquire(timeout=poll_s):
+            if waiting and gate is not None and gate[0].turns.take(gate[0].ticket, poll_s):
                 waiting = False
                 os.write(gate[1], b"1")  # a pipe's first byte: never blocks
                 result.gate_s = time.monotonic() - start
@@ -131,8 +122,11 @@ def _watch(command: list[str], env: dict[str, str], cwd: str, limits: Limits, re
             if not waiting:  # a closed gate's acquire waited the poll already
                 ended.wait(poll_s)
     finally:
-        if gate is not None and not waiting:
-            gate[0].slots.release()
+        if gate is not None:  # its slot given back, or its turn passed to the next
+            if waiting:
+                gate[0].turns.pass_turn(gate[0].ticket)
+            else:
+                gate[0].turns.give_back()
         ended.close()
         if _reaped(proc, result) is None and not result.killed:
             _kill([proc.pid])

@@ -361,17 +361,23 @@ class Batch:
         running sandboxes; what was graded stays kept, nothing half-graded is."""
         r, settings = self.request, self.settings
         stopping = threading.Event()  # Ctrl-C: a run that ends now is cut short, not graded
-        gate = sandbox.Gate(threading.Semaphore(max(1, r.jobs))) if r.ahead > 0 else None
+        # Grading ahead: slots go to the submissions in the batch's order (their tickets).
+        turns = sandbox.Turns(max(1, r.jobs)) if r.ahead > 0 else None
 
-        def work(item: tuple[Job, Path]) -> None:
-            if stopping.is_set():
-                return
-            began = time.time()
-            with cost.metered() as spent:
-                # Read again and grade exactly these bytes; the key stored is theirs.
-                data = submission_bytes(item[0], settings)
-                rows = grade_one(item[0], r.out, settings, self.hide, self.secret, data,
-                                 r.speed_ahead, gate)
+        def work(ticket: int, item: tuple[Job, Path]) -> None:
+            gate = sandbox.Gate(turns, ticket) if turns is not None else None
+            try:
+                if stopping.is_set():
+                    return
+                began = time.time()
+                with cost.metered() as spent:
+                    # Read again and grade exactly these bytes; the key stored is theirs.
+                    data = submission_bytes(item[0], settings)
+                    rows = grade_one(item[0], r.out, settings, self.hide, self.secret, data,
+                                     r.speed_ahead, gate)
+            finally:  # no sandbox reached its gate (refused, failed, stopped): the next's turn
+                if turns is not None:
+                    turns.pass_turn(ticket)
             if not stopping.is_set():
                 record_cost(r.out, item[0], spent.rounded(), began)
                 self._record(item, data, rows, spent)
@@ -393,7 +399,7 @@ class Batch:
             # each waits for one of the --jobs slots before its first cell (sandbox.Gate).
             pool = ThreadPoolExecutor(max_workers=max(1, r.jobs) + max(0, r.ahead))
             try:
-                for _ in pool.map(work, self.todo):
+                for _ in pool.map(work, range(len(self.todo)), self.todo):
                     bar.update(1)
             except BaseException:
                 stopping.set()
