@@ -151,21 +151,33 @@ def max_batch(model: nn.Module, input_shape: tuple[int, ...], budget_bytes: floa
               optimizer: str = "adam", dtype: torch.dtype = torch.float32,
               limit: int = 1 << 20) -> int:
     """The largest batch size (at most ``limit``) whose budget().total fits in ``budget_bytes``;
-    0 when not even one example fits. Doubles until a batch does not fit, then bisects."""
-    def fits(b: int) -> bool:
-        return budget(model, input_shape, b, optimizer, dtype).total <= budget_bytes
+    0 when not even one example fits.
 
-    if not fits(1):
-        return 0
-    good = 1
-    while good < limit and fits(min(2 * good, limit)):
+    A step's bytes grow with the batch by the same amount per example wherever every saved
+    activation is a batch of per-example tensors (an affine total: fixed + b * per example), so
+    the answer is first solved from batches 1 and 2 and checked at it and one past it: four
+    forward passes on the meta device. Where the total is not affine the check fails and the
+    search doubles until a batch does not fit, then bisects (about 2 log2(answer) passes)."""
+    def total(b: int) -> int:
+        return budget(model, input_shape, b, optimizer, dtype).total
+
+    one = total(1)
+    if one > budget_bytes or limit == 1:
+        return 0 if one > budget_bytes else 1
+    per_example = total(2) - one
+    if per_example > 0:
+        guess = min(limit, 1 + int((budget_bytes - one) // per_example))
+        if total(guess) <= budget_bytes and (guess == limit or total(guess + 1) > budget_bytes):
+            return guess
+    good = 1  # not affine (or nothing grew from 1 to 2): search
+    while good < limit and total(min(2 * good, limit)) <= budget_bytes:
         good = min(2 * good, limit)
     if good == limit:
         return limit
     bad = min(2 * good, limit)
     while bad - good > 1:
         mid = (good + bad) // 2
-        good, bad = (mid, bad) if fits(mid) else (good, mid)
+        good, bad = (mid, bad) if total(mid) <= budget_bytes else (good, mid)
     return good
 
 

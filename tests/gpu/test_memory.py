@@ -3,6 +3,8 @@ counted on the meta device equal to those on the CPU, max_batch and the out-of-m
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from fixtures.frameworks import lazy, torch
 from hypothesis import given, settings
@@ -114,6 +116,30 @@ def test_max_batch_is_the_largest_that_fits_and_monotonic(a: int, b: int) -> Non
         assert not fits(model, 1, low)
     else:
         assert fits(model, m_low, low) and not fits(model, m_low + 1, low)
+
+
+@pytest.mark.parametrize("shape", ["affine", "quadratic", "flat then steep"])
+def test_max_batch_solves_an_affine_total_in_four_passes_and_searches_otherwise(
+        monkeypatch: pytest.MonkeyPatch, shape: str) -> None:
+    """Each budget() is a forward pass: an affine total (fixed + b * per example) is solved and
+    checked in four; any other shape falls back to the search, with the same answer as trying
+    every batch."""
+    grows = {"affine": lambda b: 1000 + 37 * b, "quadratic": lambda b: 1000 + b * b,
+             "flat then steep": lambda b: 1000 if b < 50 else 1000 + 90 * b}[shape]
+    calls: list[int] = []
+
+    def fake_budget(model: object, input_shape: object, b: int, *args: object) -> SimpleNamespace:
+        calls.append(b)
+        return SimpleNamespace(total=grows(b))
+
+    monkeypatch.setattr("edu_dl.gpu.memory.budget", fake_budget)
+    for budget in (999, 1037, 5000, 123_456):
+        calls.clear()
+        found = memory.max_batch(mlp([2, 2]), (2,), budget, limit=4096)
+        fitting = [b for b in range(1, 4097) if grows(b) <= budget]
+        assert found == (max(fitting) if fitting else 0), (shape, budget, found)
+        if shape == "affine":
+            assert len(calls) <= 4, calls
 
 
 @pytest.mark.slow  # 2 s or more: make test-fast leaves it to make test
