@@ -184,7 +184,8 @@ ifeq ($(strip $(NOTEBOOK_DIRS)),)
 	@echo "no notebooks yet"
 else
 	TQDM_DISABLE=1 PYTHONPATH=tests/notebooks $(TEST_ENV) $(BIN)/python -m pytest $(PYTEST_NOTEBOOK_FLAGS) -n 2 --dist loadscope --durations=10 \
-		$(NOTEBOOK_DIRS)
+		--junitxml=$(VENV)/notebook-tests.xml $(NOTEBOOK_DIRS)
+	@$(BIN)/python .ci/cost_by_folder.py --notebooks $(VENV)/notebook-tests.xml
 endif
 
 # Execute notebooks in place, as they are committed (NB=... for some only): no per-cell timestamps

@@ -1,4 +1,5 @@
-"""The unit tests' cost by folder, from pytest's JUnit XML: .ci/cost_by_folder.py REPORT.xml
+"""The unit tests' cost by folder, from pytest's JUnit XML: .ci/cost_by_folder.py REPORT.xml;
+with --notebooks, the notebook phase's cost by notebook (nbval's items are its cells).
 
 Seconds are summed over the tests of a folder (both xdist workers together, so the total is about
 twice the wall time on 2 workers); collection and fixtures shared across tests are not in them.
@@ -8,7 +9,7 @@ far apart mean one waited idle while the other ran, and the phase took the longe
 
 from __future__ import annotations
 
-import sys
+import argparse
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 
@@ -18,6 +19,20 @@ def folder(classname: str) -> str:
     parts = [p for p in classname.split(".") if p]
     modules = [i for i, p in enumerate(parts) if p.startswith(("test_", "bench_"))]
     return "/".join(parts[: modules[0]] if modules else parts[:-1]) or "tests"
+
+
+def by_notebook(path: str, top: int = 12) -> None:
+    """The notebooks' cost, costliest first: the cells' seconds summed per notebook."""
+    seconds: dict[str, float] = defaultdict(float)
+    for case in ET.parse(path).getroot().iter("testcase"):
+        name = case.get("classname", "")  # lectures.17_gpu_practice.ipynb
+        folder_name, _, notebook = name.partition(".")
+        seconds[f"{folder_name}/{notebook}"] += float(case.get("time", "0") or 0)
+    ranked = sorted(seconds, key=seconds.__getitem__, reverse=True)
+    print(f"notebooks by cost (their cells' seconds, both workers summed): {len(ranked)} "
+          f"notebooks, {sum(seconds.values()):.0f} s; the {min(top, len(ranked))} costliest:")
+    for name in ranked[:top]:
+        print(f"  {name:<44} {seconds[name]:>7.1f} s")
 
 
 def main(path: str) -> None:
@@ -40,4 +55,8 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("report", help="pytest's JUnit XML")
+    parser.add_argument("--notebooks", action="store_true", help="cost by notebook (nbval)")
+    args = parser.parse_args()
+    (by_notebook if args.notebooks else main)(args.report)

@@ -73,3 +73,19 @@ def test_the_cost_table_sums_each_workers_busy_time(tmp_path: Path) -> None:
                           capture_output=True, text=True, check=True, timeout=60)
     assert "  tests/engine                     3 tests      6.5 s" in done.stdout
     assert done.stdout.rstrip().endswith("gw0 4 s, gw1 2 s")
+
+
+def test_the_notebook_table_sums_each_notebooks_cells_costliest_first(tmp_path: Path) -> None:
+    report = tmp_path / "notebooks.xml"
+    cells = [("lectures.01_a.ipynb", 1.0), ("solutions.02_b.ipynb", 4.0),
+             ("lectures.01_a.ipynb", 2.5), ("lectures.03_c.ipynb", 0.5)]
+    cases = "".join(f'<testcase classname="{nb}" name="Cell {i}" time="{t}"/>'
+                    for i, (nb, t) in enumerate(cells))
+    report.write_text(f'<testsuites><testsuite name="pytest">{cases}</testsuite></testsuites>')
+    done = subprocess.run([sys.executable, str(ROOT / ".ci/cost_by_folder.py"), "--notebooks",
+                           str(report)], capture_output=True, text=True, check=True, timeout=60)
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("notebooks by cost") and "3 notebooks, 8 s" in lines[0]
+    assert [line.split()[0] for line in lines[1:]] == [
+        "solutions/02_b.ipynb", "lectures/01_a.ipynb", "lectures/03_c.ipynb"]
+    assert lines[2].endswith(" 3.5 s")
