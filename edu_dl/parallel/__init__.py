@@ -4,7 +4,7 @@
   GPUs) with gradients averaged by hand (``dist.all_reduce``) or by ``DistributedDataParallel``,
   against one process with the whole batch;
 - ``mirrored_strategy_demo``: TensorFlow's ``MirroredStrategy`` on logical CPU devices;
-- ``run_workers``: the launcher (spawned processes, loopback rendezvous, timeouts, clean-up);
+- ``run_workers``: the launcher (worker processes, loopback rendezvous, timeouts, clean-up);
 - ``pitfalls``: the lecture's list of multi-device pitfalls with measured numbers;
   ``draw_data_parallel_step``: its diagram of one step (two workers, one all-reduce);
 - beyond data parallelism: ``bytes_per_device`` (ZeRO / FSDP memory arithmetic),
@@ -13,7 +13,7 @@
   all-reduce, and how well it follows the measurements).
 
 Scripts that call these must guard their top level with ``if __name__ == "__main__":``, because
-every spawned worker re-imports the script.
+the workers' processes import the script.
 """
 
 from __future__ import annotations

@@ -29,15 +29,24 @@ STEPS, LR, TOL = 6, 2e-2, 1e-10
 
 
 def spawned_children() -> list[object]:
-    """Live processes this test process spawned as workers (the resource tracker excluded)."""
+    """Live worker processes this test process started, spawned or forked from the fork server
+    (the resource tracker and the fork server itself excluded)."""
     try:
         import psutil
     except ImportError:  # not a declared dependency; multiprocessing.active_children() still checks
         return []
-    found = []
-    for child in psutil.Process().children(recursive=True):
+    found, servers, children = [], set(), psutil.Process().children(recursive=True)
+    for child in children:
         try:
-            if any("spawn_main" in part for part in child.cmdline()):
+            if any("forkserver" in part for part in child.cmdline()):
+                servers.add(child.pid)  # the fork server stays: its workers must not
+            elif any("spawn_main" in part for part in child.cmdline()):
+                found.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    for child in children:
+        try:
+            if child.ppid() in servers:  # a worker forked from the server
                 found.append(child)
         except psutil.NoSuchProcess:
             pass
