@@ -262,7 +262,10 @@ def test_solutions_score_full_marks_and_exercises_zero(tmp_path: Path, memory: s
     every solution run, and an exercise runs the same cells with a stub where the solution's
     code is, so it asks the filter for nothing a solution does not; its verdicts ("not
     implemented") do not rest on how memory is counted. That saves 18 sandboxed runs; as an
-    ordinary user the course as found was graded under the watchdog already, and is read."""
+    ordinary user the course as found was graded under the watchdog already, and is read.
+    The fallback measures no speed: a speed task runs a function its notebook ran already, and
+    measuring under the watchdog is tests/grading/hostile/test_speed_rows.py's, which the
+    ordinary user's pass runs there (27 sandboxed runs saved)."""
     sources = course_notebooks()
     if memory == "as found" or os.geteuid() != 0:
         # An ordinary user's memory is counted by the watchdog as found (checked below): the
@@ -280,6 +283,7 @@ def test_solutions_score_full_marks_and_exercises_zero(tmp_path: Path, memory: s
             return done
 
         monkeypatch.setattr(sandbox, "run", recorded)
+        monkeypatch.setattr(G, "speed_rows", lambda *args, **kwargs: [])
         (tmp_path / "subs" / "solved").mkdir(parents=True)
         for nb in sources:
             shutil.copy(nb, tmp_path / "subs" / "solved" / nb.name)
