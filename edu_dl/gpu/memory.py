@@ -162,8 +162,10 @@ def max_batch(model: nn.Module, input_shape: tuple[int, ...], budget_bytes: floa
         return budget(model, input_shape, b, optimizer, dtype).total
 
     one = total(1)
-    if one > budget_bytes or limit == 1:
-        return 0 if one > budget_bytes else 1
+    if one > budget_bytes:
+        return 0
+    if limit == 1:
+        return 1
     per_example = total(2) - one
     if per_example > 0:
         guess = min(limit, 1 + int((budget_bytes - one) // per_example))

@@ -153,8 +153,7 @@ def run(
     ``Result.isolated`` is False. ``require_bwrap`` skips that check (the probe itself).
     ``gate``: the sandbox starts at once, and the descriptor ``$EDU_DL_GATE_FD`` names gets one
     byte when its ticket's turn comes and a slot is free (the runner waits for it before the
-    first cell);
-    its wall time counts from then (``Result.gate_s``: the time before).
+    first cell); its wall time counts from then (``Result.gate_s``: the time before).
     """
     # EDU_DL_SANDBOX_GROUP prefixes the tag, so one caller can find its own sandboxes' processes
     # among others' (the tests check that nothing is left running while others grade).

@@ -119,7 +119,7 @@ def _watch(command: list[str], env: dict[str, str], cwd: str, limits: Limits, re
                 _kill([proc.pid])  # bwrap's death kills its PID namespace (--die-with-parent)
                 _kill(pids)
                 break
-            if not waiting:  # a closed gate's acquire waited the poll already
+            if not waiting:  # while it waits, take() has waited the poll already
                 ended.wait(poll_s)
     finally:
         if gate is not None:  # its slot given back, or its turn passed to the next
