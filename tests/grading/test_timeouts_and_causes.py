@@ -29,8 +29,9 @@ from edu_dl.grading.term.validate import validate
 from edu_dl.grading.trust.errors import CellError, cause_of, defines, parse_error
 
 ROOT = Path(__file__).resolve().parents[2]
-# A looping cell costs 6 s, not 60; the honest cells (at most the import of edu_dl.grading, 0.7 s
-# on a busy 2-core machine) keep a margin of 8x under a loaded CI (issue 43).
+# A cell that never ends (the corpus's "asleep") costs 6 s, not 60; the honest cells (at most
+# the import of edu_dl.grading, 0.7 s on a busy 2-core machine) keep a margin of 8x under a
+# loaded CI (issue 43).
 SHORT = Settings(timeout_s=6, memory_mb=2048)
 LONGER = Settings(timeout_s=8, memory_mb=2048)  # --retry-timeouts under a longer --timeout
 GROUP = f"pytest{os.getpid()}-"
@@ -60,13 +61,13 @@ def run_json(out: Path, student: str) -> Path:
 
 @pytest.mark.timing
 def test_a_timeout_skips_the_rest_and_only_timeouts_are_retried(tmp_path: Path) -> None:
-    corpus.build(tmp_path, tmp_path / "escape", ["good", "infinite_loop"])
+    corpus.build(tmp_path, tmp_path / "escape", ["good", "asleep"])
     subs, source, out = tmp_path / "submissions", tmp_path / "source", tmp_path / "grades"
     start = time.monotonic()
     first = G.grade(subs, source, out, settings=SHORT, progress=False)
-    looping = rows_of(first, "infinite_loop")
-    assert looping["ex02.gflops"].status == "timeout"
-    skipped = looping["ex02.peak_bandwidth"]
+    asleep = rows_of(first, "asleep")
+    assert asleep["ex02.gflops"].status == "timeout"
+    skipped = asleep["ex02.peak_bandwidth"]
     assert skipped.status == "not run" and skipped.points == 0
     # cell 4 of the notebook (counted from 1, Markdown included) is gflops' test cell
     assert skipped.message.startswith(f"{AFTER_TIMEOUT}: cell 4 (the test of ex02.gflops) "
@@ -77,14 +78,14 @@ def test_a_timeout_skips_the_rest_and_only_timeouts_are_retried(tmp_path: Path) 
     # --retry-timeouts under a longer --timeout: the timeout is graded again, the good
     # notebook keeps its grade, run and state untouched (a new --timeout alone regrades all).
     kept = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in (run_json(out, "good"),)}
-    kept_good, retried = state(out, "good"), state(out, "infinite_loop")
+    kept_good, retried = state(out, "good"), state(out, "asleep")
     again = G.grade(subs, source, out, settings=LONGER,
                     progress=False, retry_timeouts=True)
     assert (again.graded, again.reused) == (1, 1)
     assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in kept} == kept
     assert state(out, "good") == kept_good
-    assert state(out, "infinite_loop") != retried
-    assert "ran over 8 s" in rows_of(again, "infinite_loop")["ex02.peak_bandwidth"].message
+    assert state(out, "asleep") != retried
+    assert "ran over 8 s" in rows_of(again, "asleep")["ex02.peak_bandwidth"].message
     assert {r.status for r in rows_of(again, "good").values()} == {"passed"}
     # A plain run keeps what --retry-timeouts graded under these limits.
     same = G.grade(subs, source, out, settings=LONGER, progress=False)
@@ -95,7 +96,7 @@ def test_a_timeout_skips_the_rest_and_only_timeouts_are_retried(tmp_path: Path) 
 @pytest.mark.timing
 def test_no_skip_after_timeout_runs_the_later_cells(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    corpus.build(tmp_path, tmp_path / "escape", ["infinite_loop"])
+    corpus.build(tmp_path, tmp_path / "escape", ["asleep"])
     out = tmp_path / "grades"
     argv = ["grade", str(tmp_path / "submissions"), "--source", str(tmp_path / "source"),
             "--out", str(out), "--timeout", "6", "--memory", "2048", "--no-skip-after-timeout"]
