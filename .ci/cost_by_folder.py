@@ -1,8 +1,8 @@
 """The unit tests' cost by folder, from pytest's JUnit XML: .ci/cost_by_folder.py REPORT.xml;
 with --notebooks, the notebook phase's cost by notebook (nbval's items are its cells).
 
-Seconds are summed over the tests of a folder (both xdist workers together, so the total is about
-twice the wall time on 2 workers); collection and fixtures shared across tests are not in them.
+Seconds are summed over the tests of a folder (all xdist workers together, so the total is about
+the wall time times the workers); collection and fixtures shared across tests are not in them.
 Then each xdist worker's busy time (tests/conftest.py records the worker of every test): workers
 far apart mean one waited idle while the other ran, and the phase took the longer of the two.
 """
@@ -46,7 +46,7 @@ def main(path: str) -> None:
         counts[name] += 1
         workers = [p.get("value", "?") for p in case.iter("property") if p.get("name") == "worker"]
         busy[workers[0] if workers else "?"] += time
-    print("unit tests by folder (seconds summed over both workers):")
+    print("unit tests by folder (seconds summed over the workers):")
     for name in sorted(seconds, key=seconds.__getitem__, reverse=True):
         print(f"  {name:<28} {counts[name]:>5} tests {seconds[name]:>8.1f} s")
     print(f"  {'total':<28} {sum(counts.values()):>5} tests {sum(seconds.values()):>8.1f} s")
