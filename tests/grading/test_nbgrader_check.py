@@ -34,8 +34,8 @@ SCORES = """
 import json, sys
 from nbgrader.api import Gradebook
 with Gradebook("sqlite:///gradebook.db") as gb:
-    print(json.dumps({s.id: {g.name: g.auto_score for g in gb.find_submission_notebook(
-        sys.argv[1], "ps", s.id).grades} for s in gb.students}))
+    print(json.dumps({nb: {s.id: {g.name: g.auto_score for g in gb.find_submission_notebook(
+        nb, "ps", s.id).grades} for s in gb.students} for nb in sys.argv[1:]}))
 """
 CHECK = re.compile(r'check\("([\w.]+)",\s*(\w+)')
 
@@ -78,43 +78,64 @@ def course_kernel(folder: Path) -> Path:
     return folder
 
 
+EXERCISES = ("07_computational_graphs", "08_autograd_from_scratch")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("exercise", ["08_autograd_from_scratch", "07_computational_graphs"])
 def test_nbgrader_autograde_scores_an_untouched_exercise_0_and_the_solution_full(
-        request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        exercise: str) -> None:
+        request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both exercises in one assignment: one generate_assignment and one autograde (nbgrader
+    starts in 2.5 s of CPU, each command), every assertion made per exercise."""
     bin_dir = course.nbgrader_venv(Path(request.config.cache.mkdir("nbgrader-0.9-venv")))
     monkeypatch.setenv("JUPYTER_PATH", str(course_kernel(tmp_path / "jupyter")))
-    name = f"{exercise}.ipynb"
     root = tmp_path / "course"
     src = root / "source" / ASSIGNMENT
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     shutil.copytree(ROOT / "solutions" / "parts", src / "parts", ignore=ignore)  # both halves
-    shutil.copy(ROOT / "solutions" / name, src / name)
-    solution = nbformat.read(ROOT / "solutions" / name, as_version=4)
-    wrong, wrong_cell = one_part_wrong(solution)
-    submissions = {"untouched": nbformat.read(ROOT / "exercises" / name, as_version=4),
-                   "solved": solution, "one_wrong": wrong}
-    for student, nb in submissions.items():
+    solutions, wrong_cells = {}, {}
+    submissions: dict[str, dict[str, nbformat.NotebookNode]] = {
+        "untouched": {}, "solved": {}, "one_wrong": {}}
+    for exercise in EXERCISES:
+        name = f"{exercise}.ipynb"
+        shutil.copy(ROOT / "solutions" / name, src / name)
+        solutions[exercise] = nbformat.read(ROOT / "solutions" / name, as_version=4)
+        wrong, wrong_cells[exercise] = one_part_wrong(solutions[exercise])
+        submissions["untouched"][name] = nbformat.read(ROOT / "exercises" / name, as_version=4)
+        submissions["solved"][name] = solutions[exercise]
+        submissions["one_wrong"][name] = wrong
+    for student, notebooks in submissions.items():
         folder = root / "submitted" / student / ASSIGNMENT
         shutil.copytree(ROOT / "exercises" / "parts", folder / "parts", ignore=ignore)
-        nbformat.write(nb, folder / name)
+        for name, nb in notebooks.items():
+            nbformat.write(nb, folder / name)
 
     course.run_nbgrader(bin_dir, root, "generate_assignment", ASSIGNMENT, "--force")
     course.run_nbgrader(bin_dir, root, "autograde", ASSIGNMENT, "--force")
-    done = subprocess.run([str(bin_dir / "python"), "-c", SCORES, exercise], cwd=root,
+    done = subprocess.run([str(bin_dir / "python"), "-c", SCORES, *EXERCISES], cwd=root,
                           capture_output=True, text=True, timeout=120, check=True)
     scores = json.loads(done.stdout)
+    for exercise in EXERCISES:
+        assert_scored_as_nbgrader_should(root, exercise, scores[exercise], solutions[exercise],
+                                         wrong_cells[exercise])
+
+
+def assert_scored_as_nbgrader_should(root: Path, exercise: str,
+                                     scores: dict[str, dict[str, float | None]],
+                                     solution: nbformat.NotebookNode, wrong_cell: str) -> None:
+    """nbgrader's ``scores`` (student -> grade id -> points): the untouched exercise 0, the
+    solution full marks with its hidden checks run and nothing on stderr, one wrong part that
+    part's points alone."""
+    name = f"{exercise}.ipynb"
 
     points = graded_points(solution)
     by_hand = set(graded_points(solution, "markdown"))  # a person grades them, not autograde
-    assert set(scores["solved"]) == set(points) | by_hand
+    assert set(scores["solved"]) == set(points) | by_hand, exercise
     assert all(scores[s][gid] in (None, 0) for s in scores for gid in by_hand), scores
     scores = {s: {gid: v for gid, v in got.items() if gid in points} for s, got in scores.items()}
     assert sum(points.values()) > 0 and set(scores["solved"]) == set(points)
-    assert scores["solved"] == points
-    assert scores["untouched"] == dict.fromkeys(points, 0)
-    assert scores["one_wrong"] == {**points, wrong_cell: 0}
+    assert scores["solved"] == points, exercise
+    assert scores["untouched"] == dict.fromkeys(points, 0), exercise
+    assert scores["one_wrong"] == {**points, wrong_cell: 0}, exercise
     print(f"nbgrader autograde, {exercise}: " + ", ".join(
         f"{s} {sum(v.values()):g}/{sum(points.values()):g}" for s, v in scores.items()))
 
@@ -127,7 +148,7 @@ def test_nbgrader_autograde_scores_an_untouched_exercise_0_and_the_solution_full
         assert "### BEGIN HIDDEN TESTS" in cell.source
         text = "".join(o.get("text", "") for o in cell.outputs)
         assert {(o.output_type, o.get("name")) for o in cell.outputs} == {("stream", "stdout")}
-        assert "hidden cases passed" in text and "✗" not in text, text
+        assert "hidden cases passed" in text and "✗" not in text, (exercise, text)
     # A failure shows the report alone: an error output, its traceback the ✗ line and hint.
     untouched = nbformat.read(root / "autograded" / "untouched" / ASSIGNMENT / name,
                               as_version=4)

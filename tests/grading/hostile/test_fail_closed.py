@@ -11,8 +11,11 @@ cannot make one), the same check answers "no" through the module's own question
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import nbformat
@@ -76,6 +79,19 @@ def unboxed_folders() -> set[str]:
     return {p.name for p in Path(os.environ.get("TMPDIR", "/tmp")).glob("edu-dl-unboxed-*")}
 
 
+@pytest.fixture
+def own_tmpdir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A TMPDIR of this test's own (for it and the commands it starts), so that the unboxed
+    folders it counts are its runs' alone: in /tmp, another worker's fallback run was counted.
+    Searchable by all (0711, as /tmp is): the leased uid reaches its private folder in it."""
+    folder = Path(tempfile.mkdtemp(prefix="edu-dl-test-tmp-"))
+    folder.chmod(0o711)
+    monkeypatch.setenv("TMPDIR", str(folder))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def run(argv: list[str], tmp_path: Path, reachable: bool = False) -> subprocess.CompletedProcess:
     """An edu-dl command line where bwrap is hidden (root: the real mount namespace)."""
     env = {**os.environ, "TQDM_DISABLE": "1", "EDU_DL_CACHE": str(tmp_path / "cache")}
@@ -122,7 +138,8 @@ def test_grade_and_assign_refuse_where_bwrap_is_hidden(tmp_path: Path) -> None:
 
 
 @pytest.mark.root_only
-def test_no_sandbox_as_root_runs_students_as_an_unprivileged_uid(tmp_path: Path) -> None:
+def test_no_sandbox_as_root_runs_students_as_an_unprivileged_uid(tmp_path: Path,
+                                                                 own_tmpdir: Path) -> None:
     """With the opt-in the batch runs, labelled, and the student's code runs as a leased uid:
     it cannot write root's files, the grading folder or anything above its private folder."""
     if no_bwrap.available():
@@ -262,7 +279,7 @@ def test_validate_without_bwrap_runs_the_labelled_fallback(
 
 
 def test_speed_measurements_fail_closed_and_fall_back_as_the_user(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, own_tmpdir: Path) -> None:
     """A speed task runs the student's function too (in sandboxes of its own, on this machine
     even with a cluster): refused without the sandbox, and with the opt-in run as the user in
     a private folder per run, the same measurement."""
