@@ -115,10 +115,12 @@ lab: install $(LAB_OVERRIDES)
 # so a test that grows is seen in every run, CI's included.
 PHASES := $(VENV)/test-phases.tsv
 PHASE := .ci/phase $(PHASES)
-# One worker more than CI's two cores: a test that waits (a cell's timeout, a sandbox stopped at
-# its limit, a browser, a Dask cluster starting) left its core idle, 8% of the unit phase's
-# CPU time (1,356 of 1,480 CPU-s busy in a fresh-clone run); the third worker fills it.
-UNIT_WORKERS ?= 3
+# Two workers on CI's two cores. A third filled the time a waiting test leaves a core idle (the
+# phase went from 92% to 97% busy) but cost more than it filled: the phase's CPU time rose from
+# 1,356 to 1,438 CPU-s though the same run's test cuts had taken about 80 CPU-s off (each worker
+# imports the frameworks and collects the suite; three CPU-bound processes share two cores less
+# well), and its wall time stayed (736 s against 740; 2026-12-03, fresh clones).
+UNIT_WORKERS ?= 2
 test: install-dev system-deps
 	@rm -f $(PHASES)
 	$(PHASE) lint $(BIN)/ruff check edu_dl tests solutions/parts site lab

@@ -265,7 +265,9 @@ def test_solutions_score_full_marks_and_exercises_zero(tmp_path: Path, memory: s
     ordinary user the course as found was graded under the watchdog already, and is read.
     The fallback measures no speed: a speed task runs a function its notebook ran already, and
     measuring under the watchdog is tests/grading/hostile/test_speed_rows.py's, which the
-    ordinary user's pass runs there (27 sandboxed runs saved)."""
+    ordinary user's pass runs there (27 sandboxed runs saved). Nor does it render feedback
+    pages: they are made outside the sandbox from what came back, the same whatever counted
+    its memory, and the course as found renders them (23 pages, 14 CPU-s saved)."""
     sources = course_notebooks()
     if memory == "as found" or os.geteuid() != 0:
         # An ordinary user's memory is counted by the watchdog as found (checked below): the
@@ -288,7 +290,7 @@ def test_solutions_score_full_marks_and_exercises_zero(tmp_path: Path, memory: s
         for nb in sources:
             shutil.copy(nb, tmp_path / "subs" / "solved" / nb.name)
         rows = G.grade(tmp_path / "subs", ROOT / "solutions", tmp_path / "grades", jobs=2,
-                       progress=False, settings=COURSE_SETTINGS).rows
+                       progress=False, settings=COURSE_SETTINGS, feedback_pages=False).rows
     assert_full_marks([r for r in rows if r.student == "solved"], sources)
     if memory == "as found":
         unsolved = [r for r in rows if r.student == "unsolved"]
