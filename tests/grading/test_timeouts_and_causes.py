@@ -215,12 +215,29 @@ def _submissions(root: Path) -> list[str]:
     return ["a_good", "b_sleepy", "c_good"]
 
 
-def _interrupt(argv: list[str], out: Path, first: list[str]) -> tuple[int, str]:
+def _signals(pid: int) -> str:
+    """What the process does with SIGINT now, from /proc (its SigIgn and SigCgt masks)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError as exc:
+        return f"pid {pid} unreadable ({exc})"
+    masks = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+    bit = 1 << (signal.SIGINT - 1)
+    return (f"pid {pid} {masks.get('State', '?').strip()}: SIGINT ignored "
+            f"{bool(int(masks.get('SigIgn', '0'), 16) & bit)}, caught "
+            f"{bool(int(masks.get('SigCgt', '0'), 16) & bit)}")
+
+
+def _interrupt(argv: list[str], out: Path, first: list[str]) -> tuple[int, str, str]:
     """Start ``edu-dl grade`` in its own process group, press Ctrl-C (SIGINT to the whole
     group, as a terminal does) once one of ``first`` is saved and another submission's sandbox
-    runs; (exit status, stderr). Any of them, not a_good alone: once, with a Dask cluster, the
-    batch ended while the test still waited for a_good (why is not known; an order of the
-    cluster's own is one guess), and the test sent its SIGINT to a finished process."""
+    runs; (exit status, stderr, the grader's SIGINT disposition when it was sent).
+
+    The Dask variant has failed in CI now and then (about one fresh-clone run in three on
+    2026-12-03): the batch ran to its end and exited 0. Once the test had waited for a_good
+    alone and the batch ended first; once the moment came (a save, a sandbox alive), SIGINT
+    was sent and the grader still finished. The cause is not known; the disposition recorded
+    here is for the next failure's message."""
     env = {**os.environ, sandbox.GROUP_VAR: GROUP, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "edu_dl.cli", *argv], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -243,9 +260,10 @@ def _interrupt(argv: list[str], out: Path, first: list[str]) -> tuple[int, str]:
     assert proc.poll() is None, f"the batch ended before one of {first} was saved while " \
         f"another submission's sandbox ran (seen: {seen}): " + proc.communicate()[1]
     time.sleep(0.5)  # its runner is past its start
+    disposition = _signals(proc.pid)
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=300)
-    return proc.returncode, err
+    return proc.returncode, err, disposition
 
 
 def _resume(err: str, cwd: Path) -> tuple[int, str]:
@@ -268,8 +286,8 @@ def test_ctrl_c_says_one_line_and_the_batch_resumes(tmp_path: Path, where: str) 
             "--out", str(out), "--timeout", "8", "--memory", "2048", "--force"]
     if where == "dask":
         argv += ["--local-cluster", "1"]
-    status, err = _interrupt(argv, out, ["a_good", "c_good"])
-    assert status == 130, err
+    status, err, disposition = _interrupt(argv, out, ["a_good", "c_good"])
+    assert status == 130, f"SIGINT sent to {disposition}\n{err}"
     for noise in ("Traceback", "KeyboardInterrupt", "CancelledError", "ERROR"):
         assert noise not in err, err
     said = [line for line in err.splitlines() if "interrupted" in line]
