@@ -45,9 +45,14 @@ def _students(prefix: str) -> list[str]:
 
 
 def _mark(out: Path, url: str | None, sheet: Path, grader: int) -> None:
-    """One person at ``edu-dl mark``: their own half of the rows, each saved SAVES times."""
+    """One person at ``edu-dl mark``: their own half of the first students' rows, each saved
+    SAVES times. The half is chosen by student, not by place in the list: the regrade may
+    already have added new students when this desk reads the gradebook."""
     desk = Desk(out, sheet, db_url=url, grader=f"grader {grader}")
-    mine = [i for i in range(len(desk.items)) if i % GRADERS == grader]
+    first = _students("s")
+    mine = [i for i, item in enumerate(desk.items) if item.row.student in first
+            and first.index(item.row.student) % GRADERS == grader]
+    assert len(mine) == STUDENTS // GRADERS, mine
     for k in range(SAVES):
         for index in mine:
             desk.save(index, str(k % 3), f"grader {grader}, save {k}")
