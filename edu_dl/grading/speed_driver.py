@@ -2,10 +2,11 @@
 
 ``ROLE`` is ``reference`` (the task's given version) or ``submission`` (the function
 ``task.function`` of the module file given). Every role draws ``--inputs`` inputs from ``SEED``
-(default: CALLS), calls the function on the first CALLS of them (or on the indices ``--only``
-names), and writes all outputs stacked as one ``.npy`` to the result descriptor: the grader checks
-them, and reads the CPU time this process tree cost from the kernel, outside. Two runs that draw
-the same inputs and make a different number of calls differ by the cost of those calls alone.
+(default: CALLS) and calls the function on the first CALLS of them; a spot check (``--only``, not
+timed) draws and calls only the indices it names. All outputs, stacked as one ``.npy``, go to the
+result descriptor: the grader checks them, and reads the CPU time this process tree cost from the
+kernel, outside. Two runs that draw the same inputs and make a different number of calls differ
+by the cost of those calls alone.
 Nothing here measures time: any timer in this process is the student's to patch.
 """
 
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from edu_dl.grading.protocol import RESULT_FD_VAR
-from edu_dl.speed.tasks import TASKS, call_inputs
+from edu_dl.speed.tasks import TASKS, call_input, call_inputs
 
 ROLES = ("reference", "submission")
 
@@ -54,9 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     result_fd = int(os.environ[RESULT_FD_VAR])
     function = (_load(args.module, task.function) if args.role == "submission"
                 else task.reference)
-    inputs = call_inputs(task, args.seed, max(args.inputs, args.calls))
-    called = ([inputs[int(i)] for i in args.only.split(",")] if args.only
-              else inputs[:args.calls])
+    if args.only:  # a spot check: nothing is timed, so only the inputs it calls are drawn
+        called = [call_input(task, args.seed, int(i)) for i in args.only.split(",")]
+    else:
+        called = call_inputs(task, args.seed, max(args.inputs, args.calls))[:args.calls]
     outputs = np.stack([np.asarray(function(*call), dtype=np.float32) for call in called])
     buffer = io.BytesIO()
     np.save(buffer, outputs, allow_pickle=False)

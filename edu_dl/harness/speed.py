@@ -9,6 +9,7 @@ from edu_dl.speed.tasks import (  # noqa: F401 (re-exported for old copies)
     SPEED_ROW,
     TASKS,
     SpeedTask,
+    call_input,
     call_inputs,
     indicative_ratio,
     max_pool_inputs,

@@ -23,6 +23,7 @@ from edu_dl.grading.trust.notebook import Untrusted
 from edu_dl.grading.trust.speed import read_speed_outputs, source_problem
 from edu_dl.speed.tasks import (
     TASKS,
+    call_input,
     call_inputs,
     indicative_ratio,
     max_pool_reference,
@@ -84,6 +85,30 @@ def test_inputs_come_from_the_seed() -> None:
     assert not np.array_equal(first[0][0], other[0][0])
     assert not np.array_equal(first[0][0], first[1][0])  # fresh inputs for every call
     assert speed.seed_for(VALIDATION_SECRET, PART) == VALIDATION_SECRET.seed("ex02", PART)
+
+
+def _driver_outputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *argv: str) -> np.ndarray:
+    from edu_dl.grading import speed_driver
+    from edu_dl.grading.protocol import RESULT_FD_VAR
+
+    path = tmp_path / f"out{len(list(tmp_path.iterdir()))}.npy"
+    monkeypatch.setenv(RESULT_FD_VAR, str(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)))
+    assert speed_driver.main(list(argv)) == 0  # closes the descriptor
+    return np.load(path)
+
+
+def test_one_calls_inputs_drawn_alone_are_that_calls_inputs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spot check draws only the calls it checks: call i's inputs drawn alone are call i's
+    inputs of a whole draw, so the spot run's outputs are the big run's at those indices."""
+    task = TASKS["ex08.faster_sgd_step"]
+    whole = call_inputs(task, 7, 12)
+    for index in (0, 5, 11):
+        assert all(np.array_equal(a, b) for a, b in zip(call_input(task, 7, index), whole[index]))
+    big = _driver_outputs(tmp_path, monkeypatch, task.part_id, "reference", "7", "12")
+    spot = _driver_outputs(tmp_path, monkeypatch, task.part_id, "reference", "7", "2",
+                           "--inputs", "12", "--only", "9,4")
+    assert big.shape[0] == 12 and np.array_equal(spot, big[[9, 4]])
 
 
 SOLUTIONS = {"ex02.faster_standardize": "solution", "ex08.faster_sgd_step": "sgd_step_solution",

@@ -261,9 +261,10 @@ _Outcome = tuple[float, np.ndarray, str, str]
 class _Rounds:
     """Starts a round's runs. One by one, each when its outcome is asked for (a run that fails
     ends the measurement before the next starts); or, with ``pairs``, all at once on two
-    threads, so that two run side by side, their outcomes then read in the same order (the
-    verdict is the same; a failing run's neighbour, already started, is waited for: a wrong
-    submission's answer can come later, never a right one's)."""
+    threads (those making the most calls first), so that two run side by side, their outcomes
+    then read in the round's order (the verdict is the same; a failing run's neighbour,
+    already started, is waited for: a wrong submission's answer can come later, never a right
+    one's)."""
 
     def __init__(self, one: Callable[[_Run], _Outcome], pairs: bool) -> None:
         self.one = one
@@ -273,9 +274,13 @@ class _Rounds:
     def start(self, runs: list[_Run]) -> list[Callable[[], _Outcome]]:
         if self.pool is None:
             return [functools.partial(self.one, run) for run in runs]
-        # In round order: starting the runs that make the most calls first measured no faster
-        # (exercise 08's task, 4 interleaved runs each: 3.33 s against 3.02 s in this order).
-        return [self.pool.submit(self.one, run).result for run in runs]
+        # The runs that make the most calls start first, so that the last to end is a short
+        # one: exercise 08's validate, 8 runs of each order interleaved in one process, took
+        # 2.65 s (median) against 2.80 s in round order. (Before the spot check drew only its
+        # own inputs, 0.16 s of CPU against 0.78, this order measured slower: 3.33 s to 3.02.)
+        started = {i: self.pool.submit(self.one, runs[i])
+                   for i in sorted(range(len(runs)), key=lambda i: -runs[i].calls)}
+        return [started[i].result for i in range(len(runs))]
 
     def __enter__(self) -> _Rounds:
         return self
