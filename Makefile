@@ -46,13 +46,28 @@ NOTEBOOK_DIRS := $(foreach d,lectures solutions,$(if $(shell find $(d) -name '*.
 # pip install of the course with the given extras, the lines about packages already there left out
 # (the developers' step would list some 200); pipefail keeps pip's own exit status.
 # pip says nothing while it unpacks (a minute for the student's packages): a line every 30 s says
-# it is still at work.
+# it is still at work. pip byte-compiles what it installs one file at a time (about 55 of the
+# student's 110 s on 2 cores, 2026-12-04); COMPILE does it afterwards on every core instead (38 s
+# on 2). Compiled they must be: a sandboxed kernel reads the environment read-only, and would
+# compile IPython, NumPy and the rest again in every graded notebook.
 PIP_INSTALL = bash -o pipefail -c 'while sleep 30; do echo "  ... pip is still at work ($$SECONDS s)"; \
 	done & trap "kill $$!" EXIT; $(BIN)/python -m pip install -c $(CONSTRAINTS) -e ".[$(1)]" \
-	--progress-bar raw | { grep -v -E "^Requirement already satisfied" || true; }'
+	--no-compile --progress-bar raw | { grep -v -E "^Requirement already satisfied" || true; }'
+# Byte-compiles the .py files under site-packages newer than $(1) (all of them where $(1) is not
+# there), on every core; nothing when there are none (compileall given no file compiles all of
+# sys.path, the system's Python included). compileall fails on files meant for a newer Python
+# (torch's py312_intrinsics.py under 3.11), which pip skips as quietly; Python compiles at import
+# any file left out. The packages' own tests/ folders (3,090 files, 45 MB of SymPy's, SciPy's,
+# Numba's...) are left out: nothing imports them (all of site-packages took 40 s on 2 cores, 29 to
+# 33 s without them, 2026-12-04). Not test/: TensorFlow's API has modules of that name.
+SITE_PACKAGES = $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+COMPILE_LIST := $(VENV)/.to-compile
+COMPILE = site=$(SITE_PACKAGES); if [ -e "$(1)" ]; then find "$$site" -name '*.py' -newer "$(1)"; \
+	else echo "$$site"; fi > $(COMPILE_LIST); [ ! -s $(COMPILE_LIST) ] || \
+	$(BIN)/python -m compileall -q -q -j 0 -x '/tests/' -i $(COMPILE_LIST) || true; rm -f $(COMPILE_LIST)
 # Measured for the README: a first `make lab` from a warm package cache on 2 cores (issue 36),
-# Triton included (2026-12-03: 98 s, 4.2 GB).
-STUDENT_INSTALL_COST := about 4.2 GB and 2 minutes (plus the downloads on a first machine)
+# Triton included (2026-12-04: 91 s, 4.2 GB; 98 s before the packages were compiled on every core).
+STUDENT_INSTALL_COST := about 4.2 GB and 1.5 minutes (plus the downloads on a first machine)
 
 install: $(STAMP)
 install-dev: $(DEV_STAMP)
@@ -80,6 +95,8 @@ $(STAMP): pyproject.toml constraints.txt edu_dl/util/triton_first.py edu_dl/util
 	@echo "[install 3/3] the course with PyTorch, TensorFlow, JAX and JupyterLab ($(STUDENT_EXTRAS)): \
 	$(STUDENT_INSTALL_COST) the first time, seconds after that"
 	$(call PIP_INSTALL,$(STUDENT_EXTRAS))
+	@echo "[install] byte-compiling the packages on every core (about 40 s on 2 cores the first time)"
+	$(call COMPILE,$(STAMP))
 	@# Triton before TensorFlow in every Python of the environment (edu_dl/util/triton_first.py: why)
 	$(BIN)/python edu_dl/util/triton_first.py
 	@# jsonschema without rfc3987_syntax's grammars (edu_dl/util/no_iri_grammars.py: why)
@@ -92,6 +109,8 @@ $(DEV_STAMP): $(STAMP)
 	@echo "[install] the developers' tools (dev, site, cluster, postgres: pytest, mypy, Sphinx, \
 	Dask, Playwright, psycopg): about 0.4 GB, 1-2 minutes the first time"
 	$(call PIP_INSTALL,$(EXTRAS))
+	@echo "[install] byte-compiling what that added"
+	$(call COMPILE,$(STAMP))
 	touch $@
 
 # JupyterLab as the course sets it up in lab/: on the repository root, so that the file browser

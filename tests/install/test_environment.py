@@ -204,6 +204,24 @@ def test_make_lab_installs_only_what_a_student_needs() -> None:
         assert re.search(rf"^{target}: install-dev\b", text, re.M), f"make {target} needs dev"
 
 
+
+def test_every_pip_install_of_make_is_byte_compiled_after() -> None:
+    """pip installs without compiling (one file at a time) and make compiles on every core
+    after each install; without that step every sandboxed kernel, reading the environment
+    read-only, would compile IPython and NumPy again in every graded notebook."""
+    text = (ROOT / "Makefile").read_text()
+    definition = re.search(r"^PIP_INSTALL = (?:.*\\\n)*.*", text, re.M)
+    assert definition and "--no-compile" in definition.group(), "pip compiles one by one again"
+    recipes = re.split(r"\n(?=\S)", text)  # a rule and its recipe lines, one block each
+    installing = [r for r in recipes if "$(call PIP_INSTALL" in r]
+    assert len(installing) == 2, "the student's and the developers' steps"
+    for recipe in installing:
+        after = recipe.split("$(call PIP_INSTALL", 1)[1]
+        assert "$(call COMPILE," in after, recipe.splitlines()[0]
+    compile_step = re.search(r"^COMPILE = (?:.*\\\n)*.*", text, re.M)
+    assert compile_step and "-x '/tests/'" in compile_step.group(), \
+        "the packages' own tests/ folders are compiled again (15% of the step, never imported)"
+
 # ---------------------------------------------------------------------------------------------
 # environment.yml
 
