@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 from fixtures.frameworks import F, torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import edu_dl as ed
@@ -48,8 +48,9 @@ def static(fn, arrays, projection, device):
     return value, gs
 
 
-def check(fn, tfn, arrays, seed, device="cpu"):
-    """fn (edu_dl, both engines) against tfn (PyTorch): values, gradients, gradcheck."""
+def check(fn, tfn, arrays, seed, device="cpu", eps=1e-4):
+    """fn (edu_dl, both engines) against tfn (PyTorch): values, gradients, gradcheck with a
+    step of ``eps``."""
     ts = [torch.tensor(a, requires_grad=True) for a in arrays]
     tout = tfn(*ts)
     projection = np.random.default_rng(seed).standard_normal(tuple(tout.shape))
@@ -65,8 +66,8 @@ def check(fn, tfn, arrays, seed, device="cpu"):
             np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-12,
                                        err_msg=f"{engine.__name__}: gradient of input {i}")
     # Both ops are linear in each input taken alone (max pooling piecewise, its pieces wider than
-    # the step): a step of 1e-4 costs no truncation error and loses 100x less to rounding.
-    report = ed.gradcheck(fn, *[ed.tensor(a, requires_grad=True) for a in arrays], eps=1e-4)
+    # the step), so the step costs no truncation error and a larger one loses less to rounding.
+    report = ed.gradcheck(fn, *[ed.tensor(a, requires_grad=True) for a in arrays], eps=eps)
     assert report.passed, str(report)
 
 
@@ -94,14 +95,19 @@ def conv_cases(draw):
 @pytest.mark.parametrize("device", DEVICES)
 @CASES
 @given(case=conv_cases(), seed=SEEDS)
+@example(case=((3, 3, 2, 6), (1, 3, 4, 4), 2, 2, False), seed=17045)  # a gradient entry of 2e-6
 def test_conv2d_matches_torch(case, seed, device):
     x_shape, w_shape, stride, padding, with_bias = case
     rng = np.random.default_rng(seed)
     arrays = [rng.standard_normal(x_shape), rng.standard_normal(w_shape)]
     if with_bias:
         arrays.append(rng.standard_normal(w_shape[0]))
+    # conv2d is linear in each input alone, so any step is exact but for rounding: a step of 1
+    # keeps the rounding (about 1e-16 |f| / step) far below a gradient entry that a random
+    # projection makes small. With 1e-4, an entry of 2.2e-6 missed by 6e-11 (relative 1.2e-5).
     check(lambda *a: ops.conv2d(*a, stride=stride, padding=padding),
-          lambda *t: F.conv2d(*t, stride=stride, padding=padding), arrays, seed, device)
+          lambda *t: F.conv2d(*t, stride=stride, padding=padding), arrays, seed, device,
+          eps=1.0)
 
 
 @st.composite
