@@ -29,6 +29,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from fixtures.chromium import launch
+from fixtures.once import folder_once_per_session
 
 from edu_dl.notebook import hosted
 
@@ -69,7 +70,11 @@ def network_off_prefix() -> list[str]:
 
 @pytest.fixture(scope="session")  # see tests/README.md: "Fixtures"
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("site")
+    """The site, built once for both workers (10 CPU-s): the tests only read it."""
+    return folder_once_per_session(tmp_path_factory, "site", build_site) / "html"
+
+
+def build_site(tmp: Path) -> None:
     out = tmp / "html"
     env = dict(os.environ)
     prefix = network_off_prefix()
@@ -83,7 +88,6 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     done = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, (
         f"the site did not build:\n{done.stdout[-4000:]}{done.stderr[-4000:]}")
-    return out
 
 
 @dataclass
