@@ -302,8 +302,11 @@ def test_timing_attacks_earn_nothing(attack: str) -> None:
 
     Its true ratio is about 1x; one round of CPU time counted in clock ticks on a busy machine
     once read 2.0x (reference 0.88 s of net work, the attack 0.44 s), so the bound is the one that
-    matters, well under the credit: at most half of what earns it (6x for this goal of 10x)."""
-    found = speed.measure(PART, submission(attack), seed=11, rounds=1, calls=CALLS)
+    matters, well under the credit: at most half of what earns it (6x for this goal of 10x).
+    Measured with the grader's rounds: a first round as clear as 1x ends there, and one that
+    reads near the credit line gets the grader's second (a single round read 3.2x in a
+    fresh-clone CI run of 2026-12-04)."""
+    found = speed.measure(PART, submission(attack), seed=11, calls=CALLS)
     assert found.correct, found  # the answers are right: only the timing is attacked
     assert not found.passed and found.ratio <= found.needed / 2, found
 
