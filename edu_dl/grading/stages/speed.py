@@ -53,7 +53,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edu_dl.grading import sandbox
+from edu_dl.grading import sandbox, speed_driver
 from edu_dl.grading.model import NEEDS as NEEDS_PERSON
 from edu_dl.grading.model import Refused
 from edu_dl.grading.notebooks import Notebook, NotebookError
@@ -339,7 +339,8 @@ def _timed_run_in(task: SpeedTask, run: _Run, function_source: str, seed: int,
                   fallback: Path | None) -> tuple[float, np.ndarray, str, str]:
     inside = INSIDE if fallback is None else str(fallback)
     kind = run.kind.split()[0]
-    argv = [sandbox.python(), "-m", "edu_dl.grading.speed_driver", task.part_id, kind,
+    # As a file, not "-m": the driver then needs nothing of the package (speed_driver.py)
+    argv = [sandbox.python(), "-P", str(Path(speed_driver.__file__)), task.part_id, kind,
             str(seed), str(run.calls), "--inputs", str(run.inputs)]
     if run.only:
         argv += ["--only", ",".join(map(str, run.only))]

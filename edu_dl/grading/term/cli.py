@@ -6,7 +6,9 @@ imports the stage it runs, so ``edu-dl --help`` stays instant."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -113,7 +115,11 @@ def run_validate(args: argparse.Namespace) -> int:
     sandbox is refused, 130 when interrupted, else 0."""
     from edu_dl.grading.model import Interrupted
     from edu_dl.grading.settings import NO_SANDBOX, NoSandbox
+
+    probe = _probe_the_sandbox()  # while the grading stages are imported
     from edu_dl.grading.term.validate import validate
+
+    probe.join()
 
     # Without the opt-in, validate decides: one's own notebook falls back, labelled; against an
     # instructor's --source it is someone else's notebook and fails closed, as grade does.
@@ -132,6 +138,22 @@ def run_validate(args: argparse.Namespace) -> int:
         say(report)
         status = status or (0 if report.ok else 1)
     return status
+
+
+def _probe_the_sandbox() -> threading.Thread:
+    """Start the sandbox's probe (``sandbox.bwrap_problem``, cached: a fifth of a second, most
+    of it waiting for bwrap) in a thread: a student's validate asks for it first thing, and the
+    imports before that keep this process busy meanwhile. A probe that fails here says nothing:
+    the settings ask again and say why."""
+    from edu_dl.grading import sandbox
+
+    def probe() -> None:
+        with contextlib.suppress(Exception):
+            sandbox.bwrap_problem()
+
+    thread = threading.Thread(target=probe, name="sandbox-probe", daemon=True)
+    thread.start()
+    return thread
 
 
 def add_grade(subparsers: Any) -> None:
