@@ -66,6 +66,7 @@ def uv_flags(chosen: dict[str, str]) -> list[str]:
 
 
 def main() -> int:
+    """Print uv's flags for this Python's pip settings, shell-quoted; returns 0."""
     listing = subprocess.run([sys.executable, "-m", "pip", "config", "list"],
                              capture_output=True, text=True, check=True).stdout
     print(shlex.join(uv_flags(settings(listing))))
