@@ -65,11 +65,16 @@ def uv_flags(chosen: dict[str, str]) -> list[str]:
     return flags
 
 
+def flags_for(python: str = sys.executable) -> list[str]:
+    """uv's flags for the pip settings that ``python -m pip`` sees."""
+    listing = subprocess.run([python, "-m", "pip", "config", "list"], capture_output=True,
+                             text=True, timeout=120, check=True).stdout
+    return uv_flags(settings(listing))
+
+
 def main() -> int:
     """Print uv's flags for this Python's pip settings, shell-quoted; returns 0."""
-    listing = subprocess.run([sys.executable, "-m", "pip", "config", "list"],
-                             capture_output=True, text=True, check=True).stdout
-    print(shlex.join(uv_flags(settings(listing))))
+    print(shlex.join(flags_for()))
     return 0
 
 
