@@ -54,12 +54,12 @@ NOTEBOOK_DIRS := $(foreach d,lectures solutions,$(if $(shell find $(d) -name '*.
 # 11 s against pip's 60 (2026-12-04, 2 cores, the same versions to the last package). It reads no
 # pip.conf: edu_dl/util/pip_sources.py gives it pip's sources (a local index, a folder of wheels).
 # Where uv is missing, pip installs as before. Neither compiles (COMPILE does, after).
-PIP_INSTALL = bash -o pipefail -c 'while sleep 30; do echo "  ... $(INSTALLER) is still at work \
-	($$SECONDS s)"; done & trap "kill $$!" EXIT; if [ -x $(BIN)/uv ]; then $(BIN)/uv pip install \
+PIP_INSTALL = bash -o pipefail -c 'installer=pip; [ -x $(BIN)/uv ] && installer=uv; \
+	while sleep 30; do echo "  ... $$installer is still at work ($$SECONDS s)"; done & \
+	trap "kill $$!" EXIT; if [ $$installer = uv ]; then $(BIN)/uv pip install \
 	--python $(BIN)/python $$($(BIN)/python edu_dl/util/pip_sources.py) -c $(CONSTRAINTS) \
 	-e ".[$(1)]"; else $(BIN)/python -m pip install -c $(CONSTRAINTS) -e ".[$(1)]" \
 	--no-compile --progress-bar raw | { grep -v -E "^Requirement already satisfied" || true; }; fi'
-INSTALLER = $$([ -x $(BIN)/uv ] && echo uv || echo pip)
 UV_VERSION := 0.13.9
 # Byte-compiles the .py files under site-packages newer than $(1) (all of them where $(1) is not
 # there), on every core; nothing when there are none (compileall given no file compiles all of
