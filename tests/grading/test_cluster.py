@@ -401,23 +401,34 @@ def _mirrors() -> set[Path]:
     return set(Path(tempfile.gettempdir()).glob(f"{sandbox.MIRROR_PREFIX}*"))
 
 
-def _owner_alive(mirror: Path) -> bool:
-    """Does the process a mirror's name holds (pid.start time) still run? Unnamed: unknown."""
-    owner = mirror.name[len(sandbox.MIRROR_PREFIX):].split("-", 1)[0]
-    return "." in owner and sandbox._process_id(int(owner.split(".")[0])) == owner
+def _owner_pid(mirror: Path) -> int | None:
+    """The pid a mirror's name holds (pid.start time); None for an unnamed one."""
+    pid = mirror.name[len(sandbox.MIRROR_PREFIX):].split("-", 1)[0].split(".")[0]
+    return int(pid) if pid.isdigit() else None
 
 
 @pytest.mark.slow
-def test_local_cluster_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_local_cluster_option(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                              monkeypatch: pytest.MonkeyPatch) -> None:
     _corpus(tmp_path, ["good", "stub"])
     argv = ["grade", str(tmp_path / "submissions"), "--source", str(tmp_path / "source"),
             "--out", str(tmp_path / "grades"), "--timeout", "15", "--memory", "2048",
             "--local-cluster", "1"]
-    before = _mirrors()
+    ours: list[int] = []
+    found = C._worker_processes
+
+    def recorded(local: Any) -> list[Any]:
+        processes = found(local)
+        ours.extend(p.pid for p in processes)
+        return processes
+
+    monkeypatch.setattr(C, "_worker_processes", recorded)
     assert main(argv) == 0
     # The workers' software mirrors (made where the sandbox's uid cannot reach the Python, as
-    # root) are gone with them; another grader's, still running, may have come meanwhile.
-    assert not [m for m in _mirrors() - before if not _owner_alive(m)]
+    # root) are gone with them. Another test's grader may meanwhile leave its own: only the
+    # mirrors of this cluster's workers count.
+    assert len(ours) == 1
+    assert not [m for m in _mirrors() if _owner_pid(m) in ours]
     assert "graded 2 submissions" in capsys.readouterr().out
     got = {(r["student"], r["part"]): r["status"] for r in _csv(tmp_path / "grades" /
                                                                 "grades.csv")}

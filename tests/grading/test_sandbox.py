@@ -535,6 +535,27 @@ def test_mirrors_of_dead_graders_are_swept(tmp_path: Path) -> None:
     assert not mirror.exists() and live.exists() and unnamed.exists()
 
 
+def test_a_zombie_owner_counts_as_gone(tmp_path: Path) -> None:
+    """A worker that has exited but is not yet reaped holds its pid: its mirror is still swept
+    (a local cluster's workers are such zombies for a moment after the cluster closes)."""
+    import subprocess
+    import time
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.2)"])
+    try:
+        owner = sandbox._process_id(child.pid)
+        assert not owner.endswith(".gone")  # named while it ran
+        mirror = tmp_path / f"{sandbox.MIRROR_PREFIX}{owner}-x"
+        mirror.mkdir()
+        deadline = time.monotonic() + 30
+        while sandbox._process_id(child.pid) == owner and time.monotonic() < deadline:
+            time.sleep(0.02)  # not reaped: it stays a zombie, its pid held
+        assert Path(f"/proc/{child.pid}").exists()
+        assert sandbox.sweep_mirrors(tmp_path) == [mirror]
+    finally:
+        child.wait()
+
+
 GATE_READER = ("import os, time\n"
                "began = time.time()\n"
                "opened = os.read(int(os.environ['EDU_DL_GATE_FD']), 1)\n"

@@ -158,7 +158,9 @@ def _process_id(pid: int) -> str:
     """'<pid>.<start time in clock ticks>': one process, never a later one that reuses the pid."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            start = f.read().rsplit(b")", 1)[1].split()[19].decode()
+            fields = f.read().rsplit(b")", 1)[1].split()
+        # a zombie has ended (its atexit will never run) though its pid is still held
+        start = "gone" if fields[0] in (b"Z", b"X") else fields[19].decode()
     except (OSError, IndexError):
         start = "gone"
     return f"{pid}.{start}"

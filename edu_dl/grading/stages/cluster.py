@@ -40,6 +40,7 @@ import stat
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -213,6 +214,7 @@ def local_cluster(workers: int) -> Iterator[Any]:
     from distributed.security import Security
 
     security = Security.temporary()
+    spawned: list[Any] = []
     try:
         with scratch() as folder, dask.config.set({"temporary-directory": str(folder)}):
             # Workers started with SIGINT ignored keep ignoring it (Python leaves an ignored
@@ -229,9 +231,43 @@ def local_cluster(workers: int) -> Iterator[Any]:
                                      worker_dashboard_address="127.0.0.1:0",
                                      local_directory=str(folder))
             with local, Client(local, security=security) as client:
-                yield client
+                try:
+                    yield client
+                finally:  # the workers now running (one dead before has left already)
+                    spawned = _worker_processes(local)
     finally:  # Dask kills its workers before their atexit runs: their software mirrors stay
+        # A worker still exiting looks alive to the sweep, and would leave its mirror behind.
+        _wait_ended(spawned, timeout_s=15.0)
         sandbox.sweep_mirrors()
+
+
+def _worker_processes(local: Any) -> list[Any]:
+    """The processes of a local cluster's workers (each nanny's child), as psutil handles."""
+    import psutil
+
+    found = []
+    for nanny in list(local.workers.values()):
+        try:
+            found.append(psutil.Process(nanny.pid))
+        except (psutil.Error, TypeError, ValueError):  # gone, or never started (pid None)
+            pass
+    return found
+
+
+def _wait_ended(processes: list[Any], timeout_s: float) -> None:
+    """Wait, at most ``timeout_s``, until each process has exited (a zombie has: it runs
+    nothing more). Never reaps them: multiprocessing, their parent, does."""
+    import psutil
+
+    deadline = time.monotonic() + timeout_s
+    for process in processes:
+        while time.monotonic() < deadline:
+            try:
+                if process.status() == psutil.STATUS_ZOMBIE:
+                    break
+            except psutil.Error:  # gone, or its pid reused by another (psutil checks)
+                break
+            time.sleep(0.05)
 
 
 @contextmanager
