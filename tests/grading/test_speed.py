@@ -87,6 +87,24 @@ def test_inputs_come_from_the_seed() -> None:
     assert speed.seed_for(VALIDATION_SECRET, PART) == VALIDATION_SECRET.seed("ex02", PART)
 
 
+def test_pooled_inputs_are_fresh_normal_arrays_from_the_seed() -> None:
+    """The SGD task's X is a window of the seed's pool: standard normal, a new array every
+    call (a submission that writes into its X changes no other call's), another seed's
+    another; the exercise's check cases (no pool) still draw from their own stream."""
+    task = TASKS["ex08.faster_sgd_step"]
+    calls = call_inputs(task, 11, 200)
+    X = np.stack([c[0] for c in calls])
+    assert abs(X.mean()) < 0.01 and abs(X.std() - 1) < 0.01
+    assert len({c[0].tobytes() for c in calls}) == 200
+    calls[0][0][...] = 0.0
+    assert np.array_equal(call_input(task, 11, 0)[0], call_inputs(task, 11, 1)[0][0])
+    assert not np.any(call_input(task, 11, 0)[0] == 0.0)
+    assert not np.array_equal(call_input(task, 12, 0)[0], call_input(task, 11, 0)[0])
+    rng = np.random.default_rng(3)
+    assert np.array_equal(task.inputs(np.random.default_rng(3))[0],
+                          rng.standard_normal((256, 64)))
+
+
 def _driver_outputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *argv: str) -> np.ndarray:
     from edu_dl.grading import speed_driver
     from edu_dl.grading.protocol import RESULT_FD_VAR
