@@ -430,6 +430,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="bytes of result the grader reads back: over it, the record alone")
     args = parser.parse_args(argv)
     skip_slow_optional_imports()  # before nbformat: seconds of every sandbox's start
+    _P.skip_format_checkers()
     # Over RLIMIT_FSIZE a write fails with EFBIG instead of killing the runner.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     record: dict[str, Any] = {"cells": [], "kernel": "failed", "message": "runner crashed"}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import edu_dl
@@ -151,6 +153,35 @@ def test_reading_notebooks_never_compiles_rfc3987_grammars(module: str) -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           timeout=120, check=True)
     assert done.stdout.split() == ["True", "None"], done.stdout + done.stderr
+
+
+def test_the_runner_reads_and_validates_notebooks_without_format_checkers(
+        tmp_path: Path) -> None:
+    """The sandbox's runner keeps jsonschema's costly format checkers out (55 ms of every
+    sandbox's CPU), first thing in its main(): a notebook is still read and validated, and they
+    stay unloaded. Run as the sandbox runs it: protocol.py loaded alone, then nbformat."""
+    import subprocess
+    import sys
+
+    from edu_dl.grading import protocol
+
+    probe = ("import importlib.util, sys\n"
+             "spec = importlib.util.spec_from_file_location('p', sys.argv[1])\n"
+             "p = importlib.util.module_from_spec(spec); sys.modules['p'] = p\n"
+             "spec.loader.exec_module(p)\n"
+             "p.skip_slow_optional_imports(); p.skip_format_checkers()\n"
+             "import nbformat, jsonschema._format\n"
+             "nbformat.validate(nbformat.read(sys.argv[2], as_version=4))\n"
+             "print([n for n in p.FORMAT_CHECKERS if sys.modules.get(n)],\n"
+             "      'nbformat' in sys.modules)")
+    nb = tmp_path / "a.ipynb"
+    nb.write_text('{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
+    done = subprocess.run([sys.executable, "-P", "-c", probe, protocol.__file__, str(nb)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.split() == ["[]", "True"], \
+        done.stdout + done.stderr
+    runner = Path(protocol.__file__).with_name("runner.py").read_text()
+    assert runner.index("_P.skip_format_checkers()") < runner.index("execute(args.notebook")
 
 
 def test_validate_imports_no_page_renderer() -> None:
