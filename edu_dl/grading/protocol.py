@@ -267,17 +267,3 @@ def skip_slow_optional_imports() -> None:
     formats no notebook uses. jsonschema skips that checker on ImportError, as when it is
     not installed."""
     sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
-
-
-# The rest of jsonschema's optional format checkers that cost at import (isoduration brings
-# arrow): about 55 ms of CPU per process, for formats nbformat never checks (it validates
-# without a format checker).
-FORMAT_CHECKERS = ("isoduration", "rfc3986_validator", "rfc3339_validator", "uri_template",
-                   "webcolors")
-
-
-def skip_format_checkers() -> None:
-    """In the sandbox's runner only (no Jupyter server, whose event schemas do check formats,
-    ever runs there): jsonschema skips these checkers, as where they are not installed."""
-    for name in FORMAT_CHECKERS:
-        sys.modules.setdefault(name, None)  # type: ignore[arg-type]

@@ -159,29 +159,27 @@ def test_the_runner_reads_and_validates_notebooks_without_format_checkers(
         tmp_path: Path) -> None:
     """The sandbox's runner keeps jsonschema's costly format checkers out (55 ms of every
     sandbox's CPU), first thing in its main(): a notebook is still read and validated, and they
-    stay unloaded. Run as the sandbox runs it: protocol.py loaded alone, then nbformat."""
+    stay unloaded. Run as the sandbox runs it: the runner's file, then nbformat."""
     import subprocess
     import sys
 
-    from edu_dl.grading import protocol
+    from edu_dl.grading import runner
 
-    probe = ("import importlib.util, sys\n"
-             "spec = importlib.util.spec_from_file_location('p', sys.argv[1])\n"
-             "p = importlib.util.module_from_spec(spec); sys.modules['p'] = p\n"
-             "spec.loader.exec_module(p)\n"
-             "p.skip_slow_optional_imports(); p.skip_format_checkers()\n"
+    probe = ("import runpy, sys\n"
+             "r = runpy.run_path(sys.argv[1], run_name='edu_dl_runner')\n"
+             "r['skip_slow_optional_imports'](); r['skip_format_checkers']()\n"
              "import nbformat, jsonschema._format\n"
              "nbformat.validate(nbformat.read(sys.argv[2], as_version=4))\n"
-             "print([n for n in p.FORMAT_CHECKERS if sys.modules.get(n)],\n"
+             "print([n for n in r['FORMAT_CHECKERS'] if sys.modules.get(n)],\n"
              "      'nbformat' in sys.modules)")
     nb = tmp_path / "a.ipynb"
     nb.write_text('{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
-    done = subprocess.run([sys.executable, "-P", "-c", probe, protocol.__file__, str(nb)],
+    done = subprocess.run([sys.executable, "-P", "-c", probe, runner.__file__, str(nb)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.split() == ["[]", "True"], \
         done.stdout + done.stderr
-    runner = Path(protocol.__file__).with_name("runner.py").read_text()
-    assert runner.index("_P.skip_format_checkers()") < runner.index("execute(args.notebook")
+    source = Path(runner.__file__).read_text()
+    assert source.index("    skip_format_checkers()") < source.index("execute(args.notebook")
 
 
 def test_validate_imports_no_page_renderer() -> None:
