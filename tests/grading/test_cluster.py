@@ -407,6 +407,19 @@ def _owner_pid(mirror: Path) -> int | None:
     return int(pid) if pid.isdigit() else None
 
 
+def test_a_nanny_without_a_process_is_not_waited_for() -> None:
+    """A worker never started (its nanny's pid None) is skipped: psutil.Process(None) would be
+    the grader itself, waited for until the timeout; a live worker is kept, a gone one not."""
+    from types import SimpleNamespace
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    local = SimpleNamespace(workers={0: SimpleNamespace(pid=None),
+                                     1: SimpleNamespace(pid=int(gone.stdout)),
+                                     2: SimpleNamespace(pid=os.getppid())})
+    assert [p.pid for p in C._worker_processes(local)] == [os.getppid()]
+
+
 @pytest.mark.slow
 def test_local_cluster_option(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                               monkeypatch: pytest.MonkeyPatch) -> None:

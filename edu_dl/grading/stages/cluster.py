@@ -247,9 +247,11 @@ def _worker_processes(local: Any) -> list[Any]:
 
     found = []
     for nanny in list(local.workers.values()):
+        if not nanny.pid:  # never started (psutil.Process(None) would be this process)
+            continue
         try:
             found.append(psutil.Process(nanny.pid))
-        except (psutil.Error, TypeError, ValueError):  # gone, or never started (pid None)
+        except psutil.Error:  # gone already
             pass
     return found
 
