@@ -275,13 +275,19 @@ def test_fast_wrong_answer_scores_zero() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_runs_in_pairs_give_the_same_verdicts() -> None:
-    """validate's pairs (two runs side by side): a right answer passes with every run measured,
-    a fast wrong one fails with the same message as one run at a time, and the runs the
-    pairs started are all waited for (none outlives the measurement)."""
+    """validate's pairs (two runs side by side): a right answer is judged on speed with every
+    run measured, a fast wrong one fails with the same message as one run at a time, and the
+    runs the pairs started are all waited for (none outlives the measurement).
+
+    The right answer is measured with the task's calls, as graded: with CALLS its run made 7
+    clock ticks of net work, and a fresh-clone CI run read the solution at 6.0x (12-15x here).
+    With the task's calls it read 9.0-15.6x beside three busy processes on two cores, so the
+    pairs must not make it too slow; passing outright is test_solution_earns_credit's."""
     before = set(sandbox.watchdog._tree(os.getpid()))
-    right = speed.measure(PART, submission("solution"), seed=11, calls=CALLS, pairs=True)
-    assert right.correct and right.passed, right
+    right = speed.measure(PART, submission("solution"), seed=11, pairs=True)
+    assert right.correct and right.status in ("passed", speed.NEEDS_PERSON), right
     assert len(right.reference_s) == len(right.submission_s) == len(right.runs["reference small"])
     one, two = (speed.measure(PART, submission("wrong_fast"), seed=11, rounds=1, calls=CALLS,
                               pairs=pairs) for pairs in (False, True))
