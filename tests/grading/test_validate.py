@@ -20,6 +20,7 @@ EX02 = "02_cpu_vs_gpu.ipynb"
 
 
 @pytest.mark.slow
+@pytest.mark.timing  # "all parts pass" includes the speed row, a measured ratio (run in pairs)
 def test_solution_passes_and_exit_code_is_zero(capsys):
     assert main(["validate", str(ROOT / "solutions" / EX02)]) == 0
     out = capsys.readouterr().out
