@@ -18,7 +18,7 @@ PACKAGE = ROOT / "edu_dl"
 # Layers, bottom first: a module may import its own layer and the ones below, never above.
 LAYERS: list[set[str]] = [
     {"util", "backend"},
-    {"autograd", "graph", "nn", "optim", "data", "attention", ""},
+    {"autograd", "graph", "nn", "optim", "data", "datasets", "attention", ""},
     {"models", "machine", "gpu", "twins", "caffe", "parallel", "notebook", "speed"},
     {"harness", "bench", "grading"},
     {"cli"},
