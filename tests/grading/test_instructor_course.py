@@ -503,3 +503,64 @@ def test_a_parts_own_call_runs_in_the_sandbox_without_its_file(tmp_path: Path) -
     seen = json.loads(listing.split("LISTING ", 1)[1])
     assert not [p for p in seen if p.endswith("hw4.py") or "/parts/" in p], seen
     assert any(p.endswith("hw4.squares.call.pkl") for p in seen), seen  # the call alone
+
+
+WITHHELD_PARTS = '''
+import numpy as np
+
+from edu_dl.grading import Part, Withheld
+
+
+def _cases(rng, hidden):  # a held-out set: its signals go to the function, its labels do not
+    x = rng.standard_normal(9 if hidden else 6)
+    return [(x, Withheld((x > 0).astype(np.int64)))]
+
+
+PARTS = [Part(id="hw5.signs", points=2, cases=_cases, expected=lambda x, labels: labels,
+              arg_names=("x",))]
+'''
+# A locked cell: what the sandbox's inputs hold for the part, case by case (the number of values).
+SEEN = """
+import os
+import numpy as np
+from edu_dl.grading import protocol
+with np.load(protocol.inputs_path(os.environ[protocol.GRADING_ENV], "hw5.signs")) as arrays:
+    print("SEEN", [len(case) for case in protocol.decode_cases(arrays)])
+"""
+
+
+def test_withheld_labels_judge_a_hidden_case_and_never_reach_the_sandbox(tmp_path: Path) -> None:
+    """A part judged against labels the student's code must not see (edu_dl.grading.Withheld):
+    the right function passes the hidden case too, which only its labels can decide, and one
+    right on the visible case alone fails it; the sandbox's inputs held the signals alone."""
+    src = tmp_path / "source" / "hw5"
+    (src / "parts").mkdir(parents=True)
+    (src / "parts" / "hw5.py").write_text(WITHHELD_PARTS)
+    answer = "def signs(x):\n    ### BEGIN SOLUTION\n    return (x > 0).astype(int)\n" \
+             "    ### END SOLUTION"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [_code("from edu_dl.grading import check", gid="setup", locked=True),
+                _code(answer, gid="signs", solution=True),
+                _code('check("hw5.signs", signs)\n### BEGIN HIDDEN TESTS\n'
+                      'check("hw5.signs", signs, hidden=True)\n### END HIDDEN TESTS',
+                      gid="signs_tests", grade=True, locked=True, points=2),
+                _code(SEEN, gid="seen", locked=True)]
+    nbformat.write(nb, src / "hw5.ipynb")
+    # bob answers the visible case (6 signals) and guesses on the hidden one (9)
+    bob = "return (x > 0).astype(int) if len(x) == 6 else np.zeros(len(x), int)"
+    for student, body in (("ann", "return (x > 0).astype(int)"), ("bob", bob)):
+        folder = tmp_path / "submitted" / student / "hw5"
+        folder.mkdir(parents=True)
+        mine = nbformat.from_dict(nb)
+        mine.cells[1].source = f"import numpy as np\n\ndef signs(x):\n    {body}"
+        nbformat.write(mine, folder / "hw5.ipynb")
+    summary = G.grade(tmp_path / "submitted", src, tmp_path / "grades", settings=FAST,
+                      progress=False, log=lambda s: None)
+    rows = {r.student: r for r in summary.rows if r.part == "hw5.signs"}
+    assert (rows["ann"].status, rows["ann"].points) == ("passed", 2.0), rows["ann"]
+    assert (rows["bob"].status, rows["bob"].points) == ("failed", 0.0), rows["bob"]
+    assert "1 of 2 cases passed" in rows["bob"].message and "hidden" in rows["bob"].message, \
+        rows["bob"]
+    executed = nbs.read_notebook(tmp_path / "grades" / "autograded" / "ann" / "hw5" / "hw5.ipynb")
+    printed = "".join(o.get("text", "") for o in executed.cells[3].get("outputs", []))
+    assert "SEEN [1, 1]" in printed, printed  # the visible case and the hidden one: x alone

@@ -33,7 +33,14 @@ import numpy as np
 from edu_dl.grading import protocol
 from edu_dl.grading.authoring.hints import FrozenMistake, Mistake, Rule, case_key
 from edu_dl.grading.authoring.source import AllChecks, NamesCheck
-from edu_dl.grading.authoring.spec import LATER_FIELDS, Part, Tolerance
+from edu_dl.grading.authoring.spec import (
+    LATER_FIELDS,
+    Part,
+    Tolerance,
+    given,
+    oracle,
+    rejoin,
+)
 
 FORMAT = 1
 SUFFIX = ".npz"
@@ -50,8 +57,11 @@ def visible_cases(part: Part, hidden: bool = False) -> list[tuple[Case, Any]]:
     """The cases ``check()`` runs and their expected results: drawn from the fixed seed and
     computed by the oracle (a part file), or as a release froze them."""
     seed = protocol.HIDDEN_SEED if hidden else protocol.VISIBLE_SEED
-    cases = protocol.roundtrip(part.cases(np.random.default_rng(seed), hidden))
-    return [(args, part.expected(*copy.deepcopy(args))) for args in cases]
+    drawn = part.cases(np.random.default_rng(seed), hidden)
+    # a case's withheld values (spec.Withheld) reach its expected result, never the student
+    cases = protocol.roundtrip([given(case) for case in drawn])
+    return [(args, oracle(part, copy.deepcopy(rejoin(args, case))))
+            for args, case in zip(cases, drawn)]
 
 
 # --------------------------------------------------------------------------- references

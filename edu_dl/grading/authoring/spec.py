@@ -37,6 +37,41 @@ class Verdict:
         return self.ok
 
 
+# --------------------------------------------------------------------------- withheld values
+
+
+@dataclass(frozen=True)
+class Withheld:
+    """A value of a case that only the oracle gets: the labels of a held-out set, say, which
+    a student's model is judged against but must never see. A part's ``cases`` may put one
+    anywhere in a case; the student's function, the sandbox's inputs, a release, ``hints``,
+    ``result_check`` and every message get the case without it (:func:`given`), and
+    ``expected`` gets it unwrapped, in its place (:func:`oracle`). It is drawn and kept on the
+    grader's side only, so a hidden case's withheld values never leave it."""
+
+    value: Any
+
+
+def given(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The case as the student's function gets it: without its withheld values."""
+    return tuple(a for a in args if not isinstance(a, Withheld))
+
+
+def oracle(part: Part, args: tuple[Any, ...]) -> Any:
+    """``part.expected`` on the whole case, each withheld value unwrapped in its place."""
+    return part.expected(*(a.value if isinstance(a, Withheld) else a for a in args))
+
+
+def rejoin(shown: tuple[Any, ...], like: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``like`` (a whole case) with its given values replaced by ``shown``'s, in order: the
+    values exactly as the student's function got them, the withheld ones as they were."""
+    if len(shown) != len(given(like)):
+        raise ValueError(f"rejoin: {len(shown)} given values for a case that gives "
+                         f"{len(given(like))}")
+    rest = iter(shown)
+    return tuple(a if isinstance(a, Withheld) else next(rest) for a in like)
+
+
 # --------------------------------------------------------------------------- comparing
 
 

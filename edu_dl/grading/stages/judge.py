@@ -19,7 +19,14 @@ import nbformat
 from edu_dl.grading import sandbox
 from edu_dl.grading.authoring import guard
 from edu_dl.grading.authoring.source import judge_source
-from edu_dl.grading.authoring.spec import Part, Verdict, judge_case, trusted_result
+from edu_dl.grading.authoring.spec import (
+    Part,
+    Verdict,
+    given,
+    judge_case,
+    oracle,
+    trusted_result,
+)
 from edu_dl.grading.authoring.withhold import withheld_error
 from edu_dl.grading.model import (
     AFTER_TIMEOUT,
@@ -384,10 +391,10 @@ def judged_case(part: Part, i: int, n: int, args: tuple[Any, ...], recorded: Any
         # a write that made the call fail afterwards: the write is the cause, said first
         verdict = Verdict(False, f"{case}: raised {said}")
     else:
-        expected = part.expected(*args)
-        verdict = judge_case(part, i, n, args, expected, trusted_result(part, expected, result),
-                             hidden=hidden)
-    return guard.judged(part, i, n, args, found, verdict, hidden=hidden)
+        expected = oracle(part, args)  # the whole case; the rest sees what the student's got
+        verdict = judge_case(part, i, n, given(args), expected,
+                             trusted_result(part, expected, result), hidden=hidden)
+    return guard.judged(part, i, n, given(args), found, verdict, hidden=hidden)
 
 
 def case_points(points: float, n: int) -> list[Decimal]:

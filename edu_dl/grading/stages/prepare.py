@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from edu_dl.grading import protocol
-from edu_dl.grading.authoring.spec import Part
+from edu_dl.grading.authoring.spec import Part, given, rejoin
 from edu_dl.grading.model import Job, Refused, Row, rows_for, safe_file_name
 from edu_dl.grading.notebooks import Notebook, NotebookError, write_atomic
 from edu_dl.grading.protocol import encode_inputs, roundtrip
@@ -80,14 +80,23 @@ def prepare(job: Job, out: Path, settings: Settings, data: bytes | None, secret:
         for part_id, (drawn, visible) in draw_cases(job, secret).items():
             prepared.parts[part_id] = job.exercise.specs[part_id]
             prepared.visible[part_id] = visible  # the rest are hidden: judge shows no value
-            prepared.files.update(grading_files(f"{root}/grading", part_id, drawn,
+            # the sandbox gets each case without its withheld values; the judge, all of it
+            prepared.files.update(grading_files(f"{root}/grading", part_id,
+                                                [given(case) for case in drawn],
                                                 job.exercise.calls.get(part_id)))
-            prepared.cases[part_id] = roundtrip(drawn)  # exactly what the student's code gets
+            prepared.cases[part_id] = judged_cases(drawn)
     except BaseException:
         if not boxed:  # nothing will run in it
             shutil.rmtree(root, ignore_errors=True)
         raise
     return prepared
+
+
+def judged_cases(drawn: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """The cases the judge reads: each given value exactly as the student's code gets it
+    (through the wire format), each withheld one (spec.Withheld) as it was drawn."""
+    shown = roundtrip([given(case) for case in drawn])
+    return [rejoin(values, case) for values, case in zip(shown, drawn)]
 
 
 def draw_cases(job: Job, secret: Secret) -> dict[str, tuple[list[tuple[Any, ...]], int]]:

@@ -22,13 +22,19 @@ from typing import Any
 import numpy as np
 
 from edu_dl.grading import protocol, sandbox
+from edu_dl.grading.authoring.spec import oracle
 from edu_dl.grading.model import Job, Refused, Row, safe_file_name
 from edu_dl.grading.notebooks import NotebookError
-from edu_dl.grading.protocol import ErrorText, roundtrip
+from edu_dl.grading.protocol import ErrorText
 from edu_dl.grading.settings import MB, Settings
 from edu_dl.grading.stages.judge import judge_run, judged_case
 from edu_dl.grading.stages.load import load_parts, load_source
-from edu_dl.grading.stages.prepare import Prepared, draw_cases, restored_submission
+from edu_dl.grading.stages.prepare import (
+    Prepared,
+    draw_cases,
+    judged_cases,
+    restored_submission,
+)
 from edu_dl.grading.stages.receive import RESULT_FILE, RUN_FILE, Ran, isolation
 from edu_dl.grading.stages.secret import Secret, read_secret, secret_path
 from edu_dl.grading.trust.bounded import read_bounded
@@ -118,7 +124,7 @@ def replay(out: Path, student: str, exercise: str, source: Path,
     drawn = draw_cases(job, secret)
     prepared = Prepared(nb, notes, work, out / stored["autograded"], secret.fingerprint,
                         {p: ex.specs[p] for p in drawn},
-                        {p: roundtrip(cases) for p, (cases, _) in drawn.items()}, {}, "",
+                        {p: judged_cases(cases) for p, (cases, _) in drawn.items()}, {}, "",
                         bool(facts.get("isolated", True)),
                         {p: visible for p, (_, visible) in drawn.items()}, data, where)
     ran = _ran(stored, facts, output, prepared, settings)
@@ -188,7 +194,7 @@ def _cases(part: Any, cases: list[tuple[Any, ...]], got: list[Any] | None,
 
 def _expected(part: Any, args: tuple[Any, ...]) -> Any:
     try:
-        return part.expected(*args)
+        return oracle(part, args)
     except Exception as exc:
         return f"(the oracle raised {type(exc).__name__}: {exc})"
 
