@@ -14,8 +14,15 @@ reports, the LMS, the commands). At the top beside them: ``protocol``, ``noteboo
 ``check()``. ``tests/install/test_package_layout.py`` holds the order.
 """
 
-from edu_dl.grading.authoring.spec import Part, Verdict, Withheld, default_compare, tolerance
+from edu_dl.grading.authoring.spec import (
+    Accuracy,
+    Part,
+    Verdict,
+    Withheld,
+    default_compare,
+    tolerance,
+)
 from edu_dl.grading.checking import CheckFailed, check
 
-__all__ = ["CheckFailed", "Part", "Verdict", "Withheld", "check", "default_compare",
+__all__ = ["Accuracy", "CheckFailed", "Part", "Verdict", "Withheld", "check", "default_compare",
            "tolerance"]

@@ -1,7 +1,8 @@
 """A case's withheld values (edu_dl.grading.Withheld): what a part judges against but a student
 must never see, such as the labels of a held-out set. The oracle gets them; the student's
 function, the sandbox's inputs, a release and every message get the case without them.
-The sandboxed run: tests/grading/test_instructor_course.py."""
+The sandboxed run: tests/grading/test_instructor_course.py. And Accuracy, the compare that judges
+a classifier's labels against them by the share that is right."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from edu_dl.grading import CheckFailed, Part, Withheld, protocol
+from edu_dl.grading import Accuracy, CheckFailed, Part, Withheld, protocol
 from edu_dl.grading.authoring import release
 from edu_dl.grading.authoring.spec import given, oracle, rejoin
 from edu_dl.grading.model import Exercise, Job
@@ -100,3 +101,43 @@ def test_a_release_freezes_the_visible_case_without_its_withheld_values(tmp_path
     assert frozen.cases(np.random.default_rng(0), True) == []  # and no hidden case at all
     with np.load(path) as arrays:
         assert not any("Withheld" in str(arrays[name]) for name in arrays.files)
+
+
+def test_accuracy_passes_at_its_share_and_says_how_far_off_it_is() -> None:
+    truth = np.arange(100) % 10
+    guess = truth.copy()
+    guess[:30] = (guess[:30] + 1) % 10  # 70 of 100 right
+    assert Accuracy(0.7)(truth, guess)  # exactly at the share
+    # 7 of 100 right, at 0.07: 0.07 * 100 is 7.000000000000001 in floats, and 7 is enough
+    assert Accuracy(0.07)(truth, np.where(np.arange(100) < 7, truth, -1))
+    verdict = Accuracy(0.75)(truth, guess)
+    assert not verdict and verdict.message == (
+        "accuracy 0.700 (70 of 100 right), under the 0.75 this part asks for (75 right)")
+    assert Accuracy(0.5)(truth, guess.astype(np.float64))  # whole floats are labels too
+
+
+@pytest.mark.parametrize(("got", "says"), [
+    (np.zeros((100, 10)), "one label per row, the class with the highest score"),
+    (np.zeros(99, np.int64), "expected 100 labels (shape (100,)), got shape (99,)"),
+    (np.full(100, 0.5), "whole-number labels"),
+    (np.full(100, np.nan), "whole-number labels"),
+])
+def test_accuracy_says_what_is_wrong_with_what_came(got: np.ndarray, says: str) -> None:
+    verdict = Accuracy(0.5)(np.arange(100) % 10, got)
+    assert not verdict and says in verdict.message, verdict.message
+
+
+def test_accuracy_is_a_share() -> None:
+    for wrong in (0.0, 1.5, -0.1):
+        with pytest.raises(ValueError, match=r"Accuracy\(at_least="):
+            Accuracy(wrong)
+
+
+def test_a_release_carries_accuracy_as_data(tmp_path: Path) -> None:
+    part = Part(id="hw5.signs", points=2, cases=signs_cases, expected=lambda x, labels: labels,
+                compare=Accuracy(0.8))
+    archive, _, _ = release.freeze([part], "hw5")
+    path = tmp_path / "hw5.npz"
+    path.write_bytes(archive)
+    (frozen,) = release.load(path, public=lambda: None)  # type: ignore[arg-type,return-value]
+    assert frozen.compare == Accuracy(0.8)

@@ -14,7 +14,7 @@ import pytest
 
 from edu_dl.grading import sandbox
 from edu_dl.grading.authoring import hints
-from edu_dl.grading.authoring.spec import Part, Tolerance
+from edu_dl.grading.authoring.spec import Accuracy, Part, Tolerance
 from edu_dl.grading.term import solution_run
 
 GUIDE = Path(__file__).resolve().parents[2] / "site" / "instructors.md"
@@ -43,7 +43,7 @@ def _rules() -> list[type[hints.Rule]]:
 def test_the_guide_lists_every_field_an_author_sets() -> None:
     section = _section(FIELDS)
     documented = _documented(section)
-    for kind in (Part, Tolerance, hints.Mistake):
+    for kind in (Part, Tolerance, Accuracy, hints.Mistake):
         missing = {f.name for f in dataclasses.fields(kind)} - documented
         assert not missing, f"{kind.__name__} fields missing from the guide: {missing}"
     base = {f.name for f in dataclasses.fields(hints.Rule)}

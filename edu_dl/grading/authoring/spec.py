@@ -8,6 +8,7 @@ student's own process for instant feedback.
 
 from __future__ import annotations
 
+import math
 import re
 import types
 from collections.abc import Callable
@@ -164,6 +165,39 @@ class Tolerance:
 def tolerance(rtol: float = 1e-6, atol: float = 1e-8) -> Tolerance:
     """default_compare with a part's own tolerances."""
     return Tolerance(rtol, atol)
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    """A classifier's labels judged by the share that is right: at least ``at_least`` of them
+    must equal the expected ones (data, so a release carries it). For a part whose expected
+    result is the true labels of a held-out set, withheld from the student (:class:`Withheld`).
+    """
+
+    at_least: float
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.at_least <= 1.0:
+            raise ValueError(f"Accuracy(at_least={self.at_least}): a share in (0, 1]")
+
+    def __call__(self, expected: Any, got: Any) -> Verdict:
+        e, g = np.asarray(expected), _as_array(got)
+        if g.shape != e.shape:
+            scores = g.ndim == e.ndim + 1 and g.shape[:-1] == e.shape
+            return Verdict(False, f"expected {e.size:,} labels (shape {e.shape}), got shape "
+                           f"{g.shape}" + (": one label per row, the class with the highest "
+                                           "score, not the scores" if scores else ""))
+        whole = g.dtype.kind in "iub" or (g.dtype.kind == "f" and bool(np.isfinite(g).all())
+                                          and bool((g == np.round(g)).all()))
+        if not whole:
+            return Verdict(False, f"expected whole-number labels, got {g.dtype} values that "
+                           "are not")
+        right = int(np.count_nonzero(g == e))
+        needed = math.ceil(self.at_least * e.size - 1e-9)  # 0.07 * 100 is 7.000000000000001
+        if right >= needed:
+            return Verdict(True)
+        return Verdict(False, f"accuracy {right / e.size:.3f} ({right:,} of {e.size:,} right), "
+                       f"under the {self.at_least:g} this part asks for ({needed:,} right)")
 
 
 def plain_call(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
