@@ -94,6 +94,22 @@ class GradedCell:
         return INSIDE if self.kind == "tests" else BY_HAND
 
 
+@dataclass(frozen=True)
+class Budget:
+    """What one run of an exercise's notebook may cost, measured from outside the sandbox: CPU
+    seconds of its whole process tree and its peak memory in MB, as the sandbox counts them
+    (either may be None: not judged); ``points`` for keeping within it (stages/budget.py)."""
+
+    points: float
+    cpu_s: float | None = None
+    memory_mb: float | None = None
+
+
+def budget_row(exercise: str) -> str:
+    """The gradebook row of an exercise's budget: '<exercise>.budget'."""
+    return f"{exercise}.budget"
+
+
 @dataclass
 class Exercise:
     """One source notebook: its cells by grade_id and what its graded cells grade."""
@@ -111,12 +127,15 @@ class Exercise:
     calls: dict[str, bytes] = field(default_factory=dict)  # part id -> its call=, pickled
     specs_digest: str = ""  # of the part files the specs came from: in the resume key
     speed: dict[str, float] = field(default_factory=dict)  # speed row -> max points (load_parts)
+    budget: Budget | None = None  # the notebook's metadata edu_dl.budget (load.read_budget)
 
     def items(self) -> list[tuple[str, float, str]]:
         """(row name, max points, judged) of every gradebook row this exercise has."""
         return ([(p, self.points.get(p, 0.0), OUTSIDE) for p, _ in self.parts]
                 + [(c.grade_id, c.points, c.judged) for c in self.cells]
-                + [(row, points, OUTSIDE) for row, points in self.speed.items()])
+                + [(row, points, OUTSIDE) for row, points in self.speed.items()]
+                + ([(budget_row(self.name), self.budget.points, OUTSIDE)] if self.budget
+                   else []))
 
 
 @dataclass

@@ -564,3 +564,36 @@ def test_withheld_labels_judge_a_hidden_case_and_never_reach_the_sandbox(tmp_pat
     executed = nbs.read_notebook(tmp_path / "grades" / "autograded" / "ann" / "hw5" / "hw5.ipynb")
     printed = "".join(o.get("text", "") for o in executed.cells[3].get("outputs", []))
     assert "SEEN [1, 1]" in printed, printed  # the visible case and the hidden one: x alone
+
+
+@pytest.mark.timing  # the verdicts rest on CPU time, measured outside the sandbox
+def test_a_notebooks_budget_is_judged_from_what_the_sandbox_measured(tmp_path: Path) -> None:
+    """The source's metadata edu_dl.budget gives its notebook 4 CPU seconds: a whole run that
+    starts a kernel and checks one part measured 0.6 (2026-12-04), so ann is within it and
+    earns its point, while bob, who also spins for 6 CPU seconds (6.7 in all), is over it by
+    more than the band. Both answer the part right: only the cost tells them apart."""
+    src = tmp_path / "source" / "hw6"
+    (src / "parts").mkdir(parents=True)
+    (src / "parts" / "hw6.py").write_text(PRIVATE_PARTS.replace("hw2", "hw6"))
+    nb = _squares_notebook("hw6", "n", "n", points=2)
+    nb.metadata["edu_dl"] = {"budget": {"points": 1, "cpu_s": 4}}
+    nbformat.write(nb, src / "hw6.ipynb")
+    spin = "import time\n_end = time.process_time() + 6\nwhile time.process_time() < _end:\n" \
+           "    pass\n"
+    for student, before in (("ann", ""), ("bob", spin)):
+        folder = tmp_path / "submitted" / student / "hw6"
+        folder.mkdir(parents=True)
+        mine = nbformat.from_dict(nb)
+        mine.cells[1].source = before + HONEST
+        nbformat.write(mine, folder / "hw6.ipynb")
+    summary = G.grade(tmp_path / "submitted", src, tmp_path / "grades", settings=FAST, jobs=2,
+                      progress=False, log=lambda s: None)
+    rows = {(r.student, r.part): r for r in summary.rows}
+    assert rows["ann", "hw6.squares"].status == rows["bob", "hw6.squares"].status == "passed"
+    ann, bob = rows["ann", "hw6.budget"], rows["bob", "hw6.budget"]
+    assert (ann.status, ann.points, ann.max_points) == ("passed", 1.0, 1.0), ann
+    assert (bob.status, bob.points) == ("over budget", 0.0), bob
+    assert bob.message.startswith("CPU time ") and "of its 4 s (the whole notebook" in bob.message
+    with open(tmp_path / "grades" / "grades.csv", newline="") as f:
+        assert {row["part"] for row in csv.DictReader(f) if row["student"] == "ann"} == \
+            {"hw6.squares", "hw6.budget"}

@@ -49,6 +49,7 @@ from edu_dl.grading.nbgrader import (
 )
 from edu_dl.grading.protocol import ErrorText, unguarded
 from edu_dl.grading.settings import Settings
+from edu_dl.grading.stages.budget import budget_rows
 from edu_dl.grading.stages.prepare import Prepared
 from edu_dl.grading.stages.receive import Ran
 from edu_dl.grading.stages.restore import copy_cell
@@ -90,7 +91,8 @@ def judge_run(job: Job, prepared: Prepared, ran: Ran, settings: Settings) -> lis
                         status, message, ran.isolation, OUTSIDE, failed_cases=failed,
                         hint=hint))
     blame_dependencies(rows, prepared.parts)
-    return rows + judge_cells(job, prepared, ran, settings)
+    rows += judge_cells(job, prepared, ran, settings)
+    return rows + budget_rows(job, ran, rows)  # the whole run's cost, judged last
 
 
 def blame_dependencies(rows: list[Row], parts: Mapping[str, Part]) -> None:

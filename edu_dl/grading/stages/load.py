@@ -9,6 +9,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import io
+import math
 import os
 import types
 from collections import ChainMap
@@ -21,7 +22,7 @@ from cloudpickle.cloudpickle import _code_reduce  # the reducer the path-free on
 
 from edu_dl.grading.authoring import parts as package
 from edu_dl.grading.authoring.spec import Part, plain_call
-from edu_dl.grading.model import Exercise, NothingToGrade, Refused
+from edu_dl.grading.model import Budget, Exercise, NothingToGrade, Refused
 from edu_dl.grading.nbgrader import (
     check_calls,
     classify,
@@ -64,6 +65,7 @@ def load_source(source: Path, exclude: tuple[Path, ...] = (), settings: Settings
         nb = read_notebook(path)
         ex = Exercise(path.stem, nb, hashlib.sha256(path.read_bytes()).hexdigest())
         ex.files = beside
+        ex.budget = read_budget(nb, path)
         for cell in nb.cells:
             gid = grade_id(cell)
             if gid is not None and cell.cell_type == "code":
@@ -82,6 +84,42 @@ def load_source(source: Path, exclude: tuple[Path, ...] = (), settings: Settings
                              "cell; mark test cells, graded answers or tasks with nbgrader's "
                              "metadata (grade: true, a grade_id and points) and grade again")
     return exercises
+
+
+BUDGET_FIELDS = {"points", "cpu_s", "memory_mb"}
+BUDGET_EXAMPLE = '{"edu_dl": {"budget": {"points": 2, "cpu_s": 60, "memory_mb": 1024}}}'
+
+
+def read_budget(nb: Any, path: Path) -> Budget | None:
+    """The notebook's budget (its metadata ``edu_dl.budget``: points, and CPU seconds and/or
+    peak MB for one run of the whole notebook), or None; NothingToGrade, naming the notebook
+    and the field, when it is malformed."""
+    meta = nb.metadata.get("edu_dl", {})
+    raw = meta.get("budget") if isinstance(meta, dict) else None
+    if raw is None:
+        return None
+
+    def refuse(problem: str) -> NothingToGrade:
+        return NothingToGrade(f"{path.name}: its metadata edu_dl.budget {problem}; write it as "
+                              f"{BUDGET_EXAMPLE} (either limit may be left out, not both)")
+
+    if not isinstance(raw, dict):
+        raise refuse(f"is a {type(raw).__name__}, not an object")
+    unknown = sorted(set(raw) - BUDGET_FIELDS)
+    if unknown:
+        raise refuse(f"has unknown fields {', '.join(map(repr, unknown))}")
+    values: dict[str, float] = {}
+    for name, value in raw.items():
+        least = "0 or more" if name == "points" else "above 0"
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or not math.isfinite(value) or value < 0 or (value == 0 and name != "points"):
+            raise refuse(f"has {name}={value!r}: a number, {least}")
+        values[name] = float(value)
+    if "points" not in values:
+        raise refuse("has no points")
+    if not {"cpu_s", "memory_mb"} & set(values):
+        raise refuse("has neither cpu_s nor memory_mb: nothing to judge")
+    return Budget(values["points"], values.get("cpu_s"), values.get("memory_mb"))
 
 
 def refuse_released(exercises: list[Exercise], source: Path) -> None:
