@@ -17,6 +17,7 @@ from edu_dl.grading.authoring.hints import Mistake
 from edu_dl.grading.authoring.spec import Part
 from edu_dl.grading.nbgrader import AssignError, student_version
 from edu_dl.grading.notebooks import Cell, Notebook, notebook_bytes, read_notebook, write_atomic
+from edu_dl.grading.settings import Settings
 from edu_dl.grading.stages.load import read_beside
 
 
@@ -101,6 +102,8 @@ def assign(source: str | Path, dest: str | Path, write: bool = True,
     """
     source, dest = Path(source), Path(dest)
     warnings = [] if warnings is None else warnings
+    if run_solutions:  # fails closed before a part file is imported (its bytecode written)
+        Settings(without_sandbox=without_sandbox).checked()
     paths = source_notebooks(source)
     if not paths:
         raise AssignError(f"{source}: no .ipynb notebooks")
