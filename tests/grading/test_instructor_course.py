@@ -18,6 +18,7 @@ from edu_dl.grading import notebooks as nbs
 from edu_dl.grading.settings import Settings
 from edu_dl.grading.stages import load
 from edu_dl.grading.term import batch as G
+from edu_dl.grading.term.validate import validate
 
 FAST = Settings(timeout_s=30, memory_mb=2048)
 
@@ -597,3 +598,7 @@ def test_a_notebooks_budget_is_judged_from_what_the_sandbox_measured(tmp_path: P
     with open(tmp_path / "grades" / "grades.csv", newline="") as f:
         assert {row["part"] for row in csv.DictReader(f) if row["student"] == "ann"} == \
             {"hw6.squares", "hw6.budget"}
+    # validate tells a student what the run cost, within the budget too
+    shown = str(validate(src / "hw6.ipynb", progress=False))
+    line = next(line for line in shown.splitlines() if "hw6.budget" in line)
+    assert line.lstrip().startswith("✓ hw6.budget") and "CPU time " in line and "of its 4 s" in line

@@ -34,7 +34,7 @@ from typing import Any
 
 from edu_dl.grading import sandbox
 from edu_dl.grading.authoring import parts, release
-from edu_dl.grading.model import BY_HAND, NEEDS, NOT_ANSWERED, safe_file_name
+from edu_dl.grading.model import BY_HAND, NEEDS, NOT_ANSWERED, budget_row, safe_file_name
 from edu_dl.grading.nbgrader import TEXT_STUB, check_calls, is_grade, is_solution
 from edu_dl.grading.notebooks import Notebook, NotebookError, read_notebook
 from edu_dl.grading.protocol import PART_ID
@@ -193,7 +193,8 @@ def validate(path: str | Path, timeout: float = 120.0, progress: bool = True,
     for _, row in jobs:
         manual = row.judged == BY_HAND and row.status == NEEDS
         ok = row.status == "passed" or manual
-        message = (LATER if manual
+        cost = row.part == budget_row(row.exercise)  # what the run cost: always said
+        message = (row.message if cost else LATER if manual
                    else "" if row.status == "passed" else
                    f"{NOT_ANSWERED}: 0 points, no person grades it; write your answer in place "
                    f"of {TEXT_STUB}" if row.status == NOT_ANSWERED else row.message)
