@@ -87,6 +87,9 @@ def test_over_by_the_band_or_less_goes_to_a_person_and_over_that_is_over() -> No
     close = judged(10.0 * (1 + BAND))
     assert (close.status, close.points, close.judged) == (NEEDS, 0.0, BY_HAND), close
     assert "CPU time 12.5 s of its 10 s" in close.answer and "a person grades it" in close.message
+    assert "a busy machine adds CPU time" in close.message
+    close_memory = judged(1.0, memory_mb=600.0)  # memory is not what a busy machine adds
+    assert close_memory.status == NEEDS and "busy" not in close_memory.message, close_memory
     over = judged(10.0 * (1 + BAND) + 0.1)
     assert (over.status, over.points) == ("over budget", 0.0), over
     memory = judged(1.0, memory_mb=900.0)

@@ -57,8 +57,9 @@ def budget_rows(job: Job, ran: Ran, judged: list[Row]) -> list[Row]:
         row.status, row.message = "over budget", measured
     elif close:
         row.status, row.judged, row.answer = NEEDS, BY_HAND, measured
+        busy = " (a busy machine adds CPU time)" if any(c.startswith("CPU") for c in close) else ""
         row.message = (f"{measured}: within {BAND:.0%} over the budget, too close for the "
-                       "measurement to decide (a busy machine adds CPU time): a person grades it")
+                       f"measurement to decide{busy}: a person grades it")
     else:
         row.status, row.points, row.message = "passed", budget.points, measured
     return [row]
