@@ -213,8 +213,11 @@ def student_version(nb: Notebook, where: str = "notebook") -> Notebook:
     """The exercise notebook for one solutions notebook (a new object; ``nb`` is untouched)."""
     nb = copy.deepcopy(nb)
     # The digest of the course code that executed the solution (edu_dl.notebook.run): an
-    # exercise is never executed, and would only change whenever its solution is re-run.
-    nb.metadata.pop("edu_dl", None)
+    # exercise is never executed, and would only change whenever its solution is re-run. Its
+    # budget ships (stages/budget.py): a student's validate judges it as the grader does.
+    course = nb.metadata.pop("edu_dl", None)
+    if isinstance(course, dict) and "budget" in course:
+        nb.metadata["edu_dl"] = {"budget": copy.deepcopy(course["budget"])}
     for index, cell in enumerate(nb.cells):
         at = f"{where}: cell {index}"
         _lock(cell)

@@ -109,6 +109,17 @@ def test_lint_catches_authoring_mistakes(edit, message):
     assert any(message in p for p in problems), problems
 
 
+def test_the_student_version_keeps_the_budget_and_drops_the_digests():
+    """The course code's digests stay with the solution; a budget ships, so that a student's
+    validate judges the notebook's cost as the grader does."""
+    nb = solution_nb()
+    nb.metadata["edu_dl"] = {"sources": {"edu_dl/ops.py": "0" * 16},
+                             "budget": {"points": 1, "cpu_s": 30}}
+    assert student_version(nb).metadata["edu_dl"] == {"budget": {"points": 1, "cpu_s": 30}}
+    del nb.metadata["edu_dl"]["budget"]
+    assert "edu_dl" not in student_version(nb).metadata
+
+
 @pytest.mark.parametrize(("cell", "message"), [
     (new_code_cell("x = 1\n### BEGIN HIDDEN TESTS\nassert x\n### END HIDDEN TESTS"),
      "hidden tests in a cell that is not a graded test cell"),
