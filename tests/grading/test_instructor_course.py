@@ -602,3 +602,74 @@ def test_a_notebooks_budget_is_judged_from_what_the_sandbox_measured(tmp_path: P
     shown = str(validate(src / "hw6.ipynb", progress=False))
     line = next(line for line in shown.splitlines() if "hw6.budget" in line)
     assert line.lstrip().startswith("✓ hw6.budget") and "CPU time " in line and "of its 4 s" in line
+
+
+CAPSTONE_PARTS = '''
+import numpy as np
+
+from edu_dl.datasets import mnist1d
+from edu_dl.grading import Accuracy, Part, Withheld
+
+
+def _cases(rng, hidden):
+    """The student's data to train on, and signals to label whose labels stay here: the
+    visible case's are the public test set's, the hidden case's a new sample drawn from the
+    grading secret's seed."""
+    train, test = mnist1d.make(num_samples=1000)
+    if hidden:
+        test, _ = mnist1d.make(seed=int(rng.integers(2**31)), num_samples=600, train_split=0.5)
+    return [(train.x, train.y, test.x, Withheld(test.y))]
+
+
+PARTS = [Part(id="cap.classify", points=3, cases=_cases, compare=Accuracy(0.25),
+              expected=lambda x_train, y_train, x_eval, y_eval: y_eval,
+              arg_names=("x_train", "y_train", "x_eval"), timeout_s=60)]
+'''
+LOGISTIC = """from sklearn.linear_model import LogisticRegression
+
+
+def fit_predict(x_train, y_train, x_eval):
+    return LogisticRegression(max_iter=500).fit(x_train, y_train).predict(x_eval)"""
+MAJORITY = """import numpy as np
+
+
+def fit_predict(x_train, y_train, x_eval):
+    return np.full(len(x_eval), np.bincount(y_train).argmax())"""
+
+
+@pytest.mark.timing  # the budget row rests on CPU time (with room: the run measured 1.8 s of 60)
+def test_a_capstone_is_graded_on_held_out_mnist1d_within_its_budget(tmp_path: Path) -> None:
+    """The capstone's pieces together: MNIST-1D made on the grader's side, the hidden case's
+    signals from the grading secret and their labels withheld, judged by Accuracy, the notebook
+    within its budget. Logistic regression (about a third right, as the paper says) passes the
+    0.25 line on the public test set and the hidden sample; a model that answers the commonest
+    training digit (15 of the 200 public test signals) fails, and earns no budget point for its
+    cheap run."""
+    src = tmp_path / "source" / "cap"
+    (src / "parts").mkdir(parents=True)
+    (src / "parts" / "cap.py").write_text(CAPSTONE_PARTS)
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["edu_dl"] = {"budget": {"points": 1, "cpu_s": 60}}
+    nb.cells = [_code("from edu_dl.grading import check", gid="setup", locked=True),
+                _code(LOGISTIC.replace("    return", "    ### BEGIN SOLUTION\n    return")
+                      + "\n    ### END SOLUTION", gid="fit_predict", solution=True),
+                _code('check("cap.classify", fit_predict)\n### BEGIN HIDDEN TESTS\n'
+                      'check("cap.classify", fit_predict, hidden=True)\n### END HIDDEN TESTS',
+                      gid="classify_tests", grade=True, locked=True, points=3)]
+    nbformat.write(nb, src / "cap.ipynb")
+    for student, answer in (("ann", LOGISTIC), ("bob", MAJORITY)):
+        folder = tmp_path / "submitted" / student / "cap"
+        folder.mkdir(parents=True)
+        mine = nbformat.from_dict(nb)
+        mine.cells[1].source = answer
+        nbformat.write(mine, folder / "cap.ipynb")
+    summary = G.grade(tmp_path / "submitted", src, tmp_path / "grades", settings=FAST, jobs=2,
+                      progress=False, log=lambda s: None)
+    rows = {(r.student, r.part): r for r in summary.rows}
+    ann, bob = rows["ann", "cap.classify"], rows["bob", "cap.classify"]
+    assert (ann.status, ann.points) == ("passed", 3.0), ann
+    assert (bob.status, bob.points) == ("failed", 0.0), bob
+    assert "case 1 of 2 (x_train (800, 40), y_train (800,), x_eval (200, 40)): accuracy 0.075 " \
+        "(15 of 200 right), under the 0.25 this part asks for (50 right)" in bob.message, bob
+    assert rows["ann", "cap.budget"].status == "passed", rows["ann", "cap.budget"]
+    assert rows["bob", "cap.budget"].status == "not measured", rows["bob", "cap.budget"]
