@@ -15,7 +15,7 @@ import pytest
 
 from edu_dl.grading import Accuracy, CheckFailed, Part, Withheld, protocol
 from edu_dl.grading.authoring import release
-from edu_dl.grading.authoring.spec import given, oracle, rejoin
+from edu_dl.grading.authoring.spec import given, judged_cases, oracle, rejoin
 from edu_dl.grading.model import Exercise, Job
 from edu_dl.grading.settings import Settings
 from edu_dl.grading.stages import judge, prepare
@@ -61,7 +61,7 @@ def test_a_wrong_answer_fails_without_showing_a_hidden_label(monkeypatch) -> Non
     with pytest.raises(CheckFailed) as failed:
         checking.check("hw5.signs", lambda x: np.ones_like(x, dtype=np.int64))
     assert "x (6,)" in str(failed.value)  # the case is described by what the function got
-    verdict = judge.judge_part(PART, prepare.judged_cases(signs_cases(
+    verdict = judge.judge_part(PART, judged_cases(signs_cases(
         np.random.default_rng(1), True)), [np.ones(9, np.int64)], visible=0)
     assert verdict.status == "failed" and "hidden" in verdict.message
     assert "labels" not in verdict.message and "Withheld" not in verdict.message

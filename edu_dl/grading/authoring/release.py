@@ -38,8 +38,8 @@ from edu_dl.grading.authoring.spec import (
     Part,
     Tolerance,
     given,
+    judged_cases,
     oracle,
-    rejoin,
 )
 
 FORMAT = 1
@@ -59,9 +59,7 @@ def visible_cases(part: Part, hidden: bool = False) -> list[tuple[Case, Any]]:
     seed = protocol.HIDDEN_SEED if hidden else protocol.VISIBLE_SEED
     drawn = part.cases(np.random.default_rng(seed), hidden)
     # a case's withheld values (spec.Withheld) reach its expected result, never the student
-    cases = protocol.roundtrip([given(case) for case in drawn])
-    return [(args, oracle(part, copy.deepcopy(rejoin(args, case))))
-            for args, case in zip(cases, drawn)]
+    return [(given(case), oracle(part, copy.deepcopy(case))) for case in judged_cases(drawn)]
 
 
 # --------------------------------------------------------------------------- references

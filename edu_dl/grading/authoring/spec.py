@@ -21,6 +21,7 @@ from edu_dl.grading.authoring.generic import generic_hint
 from edu_dl.grading.authoring.hints import Mistake, Rule, first_hint_found
 from edu_dl.grading.authoring.withhold import withheld
 from edu_dl.grading.protocol import as_array as _as_array
+from edu_dl.grading.protocol import roundtrip
 
 MAX_SHOWN = 3  # differing entries shown in a message
 
@@ -71,6 +72,13 @@ def rejoin(shown: tuple[Any, ...], like: tuple[Any, ...]) -> tuple[Any, ...]:
                          f"{len(given(like))}")
     rest = iter(shown)
     return tuple(a if isinstance(a, Withheld) else next(rest) for a in like)
+
+
+def judged_cases(drawn: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Whole cases as a judge reads them: each given value exactly as the student's code gets
+    it (through the wire format), each withheld one as it was drawn."""
+    shown = roundtrip([given(case) for case in drawn])
+    return [rejoin(values, case) for values, case in zip(shown, drawn)]
 
 
 # --------------------------------------------------------------------------- comparing

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from edu_dl.grading import protocol
-from edu_dl.grading.authoring.spec import Part, given, rejoin
+from edu_dl.grading.authoring.spec import Part, given, judged_cases
 from edu_dl.grading.model import Job, Refused, Row, rows_for, safe_file_name
 from edu_dl.grading.notebooks import Notebook, NotebookError, write_atomic
-from edu_dl.grading.protocol import encode_inputs, roundtrip
+from edu_dl.grading.protocol import encode_inputs
 from edu_dl.grading.settings import MB, Settings
 from edu_dl.grading.stages.restore import is_other_exercise, restore
 from edu_dl.grading.stages.secret import Secret
@@ -90,13 +90,6 @@ def prepare(job: Job, out: Path, settings: Settings, data: bytes | None, secret:
             shutil.rmtree(root, ignore_errors=True)
         raise
     return prepared
-
-
-def judged_cases(drawn: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """The cases the judge reads: each given value exactly as the student's code gets it
-    (through the wire format), each withheld one (spec.Withheld) as it was drawn."""
-    shown = roundtrip([given(case) for case in drawn])
-    return [rejoin(values, case) for values, case in zip(shown, drawn)]
 
 
 def draw_cases(job: Job, secret: Secret) -> dict[str, tuple[list[tuple[Any, ...]], int]]:

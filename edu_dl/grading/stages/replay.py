@@ -22,19 +22,14 @@ from typing import Any
 import numpy as np
 
 from edu_dl.grading import protocol, sandbox
-from edu_dl.grading.authoring.spec import oracle
+from edu_dl.grading.authoring.spec import judged_cases, oracle
 from edu_dl.grading.model import Job, Refused, Row, safe_file_name
 from edu_dl.grading.notebooks import NotebookError
 from edu_dl.grading.protocol import ErrorText
 from edu_dl.grading.settings import MB, Settings
 from edu_dl.grading.stages.judge import judge_run, judged_case
 from edu_dl.grading.stages.load import load_parts, load_source
-from edu_dl.grading.stages.prepare import (
-    Prepared,
-    draw_cases,
-    judged_cases,
-    restored_submission,
-)
+from edu_dl.grading.stages.prepare import Prepared, draw_cases, restored_submission
 from edu_dl.grading.stages.receive import RESULT_FILE, RUN_FILE, Ran, isolation
 from edu_dl.grading.stages.secret import Secret, read_secret, secret_path
 from edu_dl.grading.trust.bounded import read_bounded
