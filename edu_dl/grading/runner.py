@@ -65,6 +65,16 @@ FORMAT_CHECKERS = ("isoduration", "rfc3986_validator", "rfc3339_validator", "uri
                    "webcolors")
 
 
+def skip_output_validation() -> None:
+    """Here only: nbclient makes every output through nbformat's ``new_output``, which checks it
+    against the notebook schema, and the first check compiles that schema (0.09 s of CPU in
+    every sandbox). The check proves nothing here: what this process writes is the student's
+    to forge, and the grader parses every byte of it strictly (edu_dl.grading.trust)."""
+    from nbformat.v4 import nbbase
+
+    nbbase.validate = lambda node, ref=None: None
+
+
 def skip_format_checkers() -> None:
     """Here only: no Jupyter server, whose event schemas do check formats, ever runs in the
     runner's process. jsonschema skips these checkers, as where they are not installed."""
@@ -453,6 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     skip_slow_optional_imports()  # before nbformat: seconds of every sandbox's start
     skip_format_checkers()
+    skip_output_validation()
     # Over RLIMIT_FSIZE a write fails with EFBIG instead of killing the runner.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     record: dict[str, Any] = {"cells": [], "kernel": "failed", "message": "runner crashed"}
