@@ -158,31 +158,34 @@ UNIT_WORKERS ?= 2
 test: install-dev system-deps
 	@rm -f $(PHASES)
 	$(PHASE) lint $(BIN)/ruff check edu_dl tests solutions/parts site lab
-	@echo "the types (mypy) are checked beside the unit tests; their output follows the tests'"
-	@log=$(VENV)/types.log; \
+	@echo "the types (mypy) and the notebooks run beside the unit tests; their output follows the tests'"
+	@types_log=$(VENV)/types.log; notebooks_log=$(VENV)/notebooks.log; \
 	$(PHASE) types nice -n 19 sh -c '$(BIN)/mypy & lib=$$!; $(BIN)/mypy --cache-dir \
-		.mypy_cache/parts solutions/parts; parts=$$?; wait $$lib && [ $$parts = 0 ]' > $$log 2>&1 & \
-	types=$$!; $(PHASE) unit env $(TEST_ENV) $(BIN)/python -m pytest -n $(UNIT_WORKERS) \
+		.mypy_cache/parts solutions/parts; parts=$$?; wait $$lib && [ $$parts = 0 ]' > $$types_log 2>&1 & \
+	types=$$!; \
+	$(PHASE) notebooks nice -n 19 $(MAKE) --no-print-directory test-notebooks > $$notebooks_log 2>&1 & \
+	notebooks=$$!; \
+	$(PHASE) unit env $(TEST_ENV) $(BIN)/python -m pytest -n $(UNIT_WORKERS) \
 		--durations=25 --junitxml=$(VENV)/unit-tests.xml tests; unit=$$?; \
-	wait $$types; typed=$$?; cat $$log; [ $$unit = 0 ] && [ $$typed = 0 ]
-	@$(BIN)/python .ci/cost_by_folder.py $(VENV)/unit-tests.xml
-	@echo "the ordinary user's pass runs beside the notebooks; its output follows theirs"
-	@log=$(VENV)/ordinary-user.log; \
-	$(PHASE) ordinary-user $(MAKE) --no-print-directory test-unprivileged > $$log 2>&1 & pass=$$!; \
-	$(PHASE) notebooks $(MAKE) --no-print-directory test-notebooks; notebooks=$$?; \
-	wait $$pass; ordinary=$$?; cat $$log; [ $$notebooks = 0 ] && [ $$ordinary = 0 ]
+	.ci/renice-tree $$notebooks 0; \
+	wait $$types; typed=$$?; cat $$types_log; \
+	$(BIN)/python .ci/cost_by_folder.py $(VENV)/unit-tests.xml; \
+	echo "the ordinary user's pass runs beside the rest of the notebooks; their output follows"; \
+	$(PHASE) ordinary-user $(MAKE) --no-print-directory test-unprivileged; ordinary=$$?; \
+	wait $$notebooks; notebooks=$$?; cat $$notebooks_log; \
+	[ $$unit = 0 ] && [ $$typed = 0 ] && [ $$ordinary = 0 ] && [ $$notebooks = 0 ]
 	@$(PHASE) --table
 
-# The types beside the unit tests, at the lowest priority: on their own they held the suite up for
-# 33-46 s (two mypy processes, 60-80 CPU-s), while the unit phase leaves about 8% of two cores
-# idle (tests waiting on timeouts, a sandbox's start, the last long test). Niced, mypy takes
-# that idle time and little else, so a test measuring time sees about what it saw before.
-#
-# The ordinary user's pass runs beside the notebooks rather than after them: alone it kept two
-# cores 79% busy for 118 s (it waits on timeouts and floods stopped at their limits), and the
-# notebooks 88%, so together they finish sooner than one after the other (the tests marked
-# `timing` hold beside eight busy processes: make test-timing-under-load). Each keeps its own
-# line in the table, which names the phases that overlapped.
+# The types and the notebooks beside the unit tests, at the lowest priority: on their own the types
+# held the suite up for 33-46 s (two mypy processes, 60-80 CPU-s), and the notebooks ran after the
+# unit tests, while the unit phase leaves about 8% of two cores idle (tests waiting on timeouts, a
+# sandbox's start, the last long test). Niced, they take that idle time and little else, so a test
+# measuring time sees about what it saw before. When the unit tests end, the notebooks are raised
+# to normal priority (.ci/renice-tree: root only; an ordinary user's notebooks keep running niced,
+# alone) and the ordinary user's pass runs beside what is left of them: alone it kept two cores
+# 79% busy for 118 s (it waits on timeouts and floods stopped at their limits). The tests marked
+# `timing` hold beside eight busy processes (make test-timing-under-load). Each phase keeps its
+# own line in the table, which names the phases that overlapped.
 
 # The sandbox's tests again as an ordinary user (CI runs as root; an instructor may be either).
 # A skip fails here: a guarantee that holds only for root must not pass unnoticed. Tests marked
