@@ -102,13 +102,15 @@ def test_memory_limit_raises_memory_error() -> None:
 @pytest.mark.timing
 def test_wall_time_kills_everything() -> None:
     limits = sandbox.Limits(wall_s=2, memory_mb=512, processes=64)
-    # Durations no other process on the machine has (a plain `sleep 300` elsewhere is not ours).
+    # Durations no other process on the machine has (a plain `sleep 300` elsewhere is not ours,
+    # nor this test's twin in the ordinary user's pass, which make test runs beside this one).
+    mark = f".{MARK}"
     done = sandbox.run(["/bin/sh", "-c",
-                        "(sleep 300.713 &); setsid sleep 301.713 & sleep 302.713"],
+                        f"(sleep 300{mark} &); setsid sleep 301{mark} & sleep 302{mark}"],
                        limits=limits, env={"PATH": "/usr/bin:/bin"})
     assert done.killed == "timeout"
     assert done.seconds < 15
-    assert not any(".713" in _cmdline(pid) and "sleep 30" in _cmdline(pid)
+    assert not any(mark in _cmdline(pid) and "sleep 30" in _cmdline(pid)
                    for pid in _all_pids())
 
 
@@ -182,11 +184,11 @@ def test_a_fork_bomb_held_at_its_cap_is_processes_not_timeout() -> None:
               "while True:\n"
               "    try:\n"
               "        if os.fork() == 0:\n"
-              "            time.sleep(60.219)\n"
+              f"            time.sleep(60.{MARK})\n"
               "    except OSError:\n"
               "        pass\n", limits=limits, poll_s=5.0 if counted else 0.1)
     assert done.killed == "processes", done
-    assert not any("time.sleep(60.219)" in _cmdline(pid) for pid in _all_pids())
+    assert not any(f"time.sleep(60.{MARK})" in _cmdline(pid) for pid in _all_pids())
 
 
 def test_fallback_without_bwrap_says_so_and_reaps(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -196,8 +198,8 @@ def test_fallback_without_bwrap_says_so_and_reaps(monkeypatch: pytest.MonkeyPatc
     limits = sandbox.Limits(wall_s=2, memory_mb=512, processes=64)
     # /bin/sh: the leased uid may not reach this Python (a pyenv under /root)
     with sandbox.fallback_folder() as folder:
-        done = sandbox.run(["/bin/sh", "-c", "id -u > uid; (setsid sleep 303.417 &); "
-                            "sleep 304.417"], limits=limits, env={"PATH": "/usr/bin:/bin"},
+        done = sandbox.run(["/bin/sh", "-c", f"id -u > uid; (setsid sleep 303.{MARK} &); "
+                            f"sleep 304.{MARK}"], limits=limits, env={"PATH": "/usr/bin:/bin"},
                            fallback_dir=folder)
         ran_as = int((folder / "uid").read_text())
         assert (folder / "uid").stat().st_uid == ran_as == done.uid
@@ -210,7 +212,7 @@ def test_fallback_without_bwrap_says_so_and_reaps(monkeypatch: pytest.MonkeyPatc
         assert ran_as == os.getuid()
     # The double-forked child escaped the process tree; the tag (and, as root, its uid) finds
     # and kills it.
-    assert not any("sleep 303.417" in _cmdline(pid) for pid in _all_pids())
+    assert not any(f"sleep 303.{MARK}" in _cmdline(pid) for pid in _all_pids())
     assert not folder.exists()
 
 
@@ -239,6 +241,12 @@ def test_without_bwrap_the_result_and_log_are_pipes_too(monkeypatch: pytest.Monk
                            output_limit=100)
     assert not done.isolated and done.output == b"result" and done.output_size == 6, done
     assert done.log.split() == ["pipe"] * 3, done.log
+
+
+# The fractional part of the sleeps these tests leave behind to be killed: this process's own, so
+# that a check for leftovers never sees another test process's (the ordinary user's pass runs these
+# tests beside the root pass).
+MARK = f"{os.getpid():07d}"
 
 
 def _all_pids() -> list[int]:
