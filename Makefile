@@ -183,12 +183,12 @@ test: install-dev system-deps
 # ordinary user's pass (alone it kept two cores 72-79% busy: it waits on timeouts and floods
 # stopped at their limits). Those two are not niced: their kernels and sandboxes run in sessions
 # of their own, which Linux schedules as groups of their own (autogroup), where a niceness set
-# here does not reach. Run after the unit tests instead, the notebooks and the ordinary user's
-# pass took 220 s (2026-12-04, fresh clones): beside them, the unit phase grew by about 100 s and
-# make test took 980 s against 1,018 with the notebooks beside the unit tests and the ordinary
-# user after them. The tests marked `timing` hold beside eight busy processes
-# (make test-timing-under-load). Each phase keeps its own line in the table, which names the
-# phases that overlapped.
+# here does not reach. Fresh clones on 2 cores, 2026-12-04: with the notebooks and the ordinary
+# user's pass side by side after the unit tests, make test took 1,018 s; with the notebooks
+# beside the unit tests and the ordinary user after them, 980 s; with both beside them, 917 s
+# (the machine 94% busy; the unit tests, 15 minutes, are the longest path). The tests marked
+# `timing` hold beside eight busy processes (make test-timing-under-load). Each phase keeps its
+# own line in the table, which names the phases that overlapped.
 
 # The sandbox's tests again as an ordinary user (CI runs as root; an instructor may be either).
 # A skip fails here: a guarantee that holds only for root must not pass unnoticed. Tests marked

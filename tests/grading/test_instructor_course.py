@@ -621,7 +621,7 @@ def _cases(rng, hidden):
     return [(train.x, train.y, test.x, Withheld(test.y))]
 
 
-PARTS = [Part(id="cap.classify", points=3, cases=_cases, compare=Accuracy(0.25),
+PARTS = [Part(id="cap.classify", points=3, cases=_cases, compare=Accuracy(0.2),
               expected=lambda x_train, y_train, x_eval, y_eval: y_eval,
               arg_names=("x_train", "y_train", "x_eval"), timeout_s=60)]
 '''
@@ -642,7 +642,8 @@ def test_a_capstone_is_graded_on_held_out_mnist1d_within_its_budget(tmp_path: Pa
     """The capstone's pieces together: MNIST-1D made on the grader's side, the hidden case's
     signals from the grading secret and their labels withheld, judged by Accuracy, the notebook
     within its budget. Logistic regression (about a third right, as the paper says) passes the
-    0.25 line on the public test set and the hidden sample; a model that answers the commonest
+    0.2 line on the public test set and the hidden sample (on hidden samples of 25 seeds it got
+    0.25 to 0.35: a line at 0.25 failed it on one); a model that answers the commonest
     training digit (15 of the 200 public test signals) fails, and earns no budget point for its
     cheap run."""
     src = tmp_path / "source" / "cap"
@@ -670,6 +671,6 @@ def test_a_capstone_is_graded_on_held_out_mnist1d_within_its_budget(tmp_path: Pa
     assert (ann.status, ann.points) == ("passed", 3.0), ann
     assert (bob.status, bob.points) == ("failed", 0.0), bob
     assert "case 1 of 2 (x_train (800, 40), y_train (800,), x_eval (200, 40)): accuracy 0.075 " \
-        "(15 of 200 right), under the 0.25 this part asks for (50 right)" in bob.message, bob
+        "(15 of 200 right), under the 0.2 this part asks for (40 right)" in bob.message, bob
     assert rows["ann", "cap.budget"].status == "passed", rows["ann", "cap.budget"]
     assert rows["bob", "cap.budget"].status == "not measured", rows["bob", "cap.budget"]
