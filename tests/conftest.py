@@ -103,7 +103,7 @@ SANDBOX = (
     "grading/test_speed.py", "grading/test_speed_under_load.py", "grading/test_validate.py",
     "grading/test_nbgrader_course.py",
     "grading/test_lms.py", "bench/test_bench_grading.py", "notebooks/test_authoring_guide.py",
-    "grading/test_mark_browser.py", "grading/test_ahead.py",
+    "grading/test_mark_browser.py", "grading/test_ahead.py", "grading/test_student_package.py",
 )
 # notebook: executes a notebook (nbval, nbclient, a kernel, nbgrader's autograde).
 NOTEBOOK = (

@@ -128,6 +128,9 @@ class Exercise:
     specs_digest: str = ""  # of the part files the specs came from: in the resume key
     speed: dict[str, float] = field(default_factory=dict)  # speed row -> max points (load_parts)
     budget: Budget | None = None  # the notebook's metadata edu_dl.budget (load.read_budget)
+    # the student's own package (metadata edu_dl.package, load.read_package_name): the folder
+    # of that name beside each submission reaches its sandbox; the source's never does
+    package: str = ""
 
     def items(self) -> list[tuple[str, float, str]]:
         """(row name, max points, judged) of every gradebook row this exercise has."""
@@ -147,6 +150,9 @@ class Job:
     refused: str = ""  # why the submission is not read at all (a link, not a regular file)
     timestamp: datetime | None = None  # nbgrader's timestamp.txt beside it, in UTC
     timestamp_problem: str = ""  # why a timestamp.txt there could not be read
+    # the student's package beside the notebook (Exercise.package), read with it
+    # (prepare.submission_bytes): path inside the package -> bytes
+    package: dict[str, bytes] = field(default_factory=dict)
 
 
 def rows_for(job: Job, status: str, message: str, isolation: str) -> list[Row]:

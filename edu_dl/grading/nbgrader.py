@@ -209,15 +209,23 @@ def hidden_failure(error: str) -> str:
 # --------------------------------------------------------------------------- the release
 
 
+# What of a source notebook's metadata ``edu_dl`` the student version keeps: what a student's
+# validate needs to grade as the grader does (the budget; the name of the student's own package).
+STUDENT_METADATA = ("budget", "package")
+
+
 def student_version(nb: Notebook, where: str = "notebook") -> Notebook:
     """The exercise notebook for one solutions notebook (a new object; ``nb`` is untouched)."""
     nb = copy.deepcopy(nb)
     # The digest of the course code that executed the solution (edu_dl.notebook.run): an
     # exercise is never executed, and would only change whenever its solution is re-run. Its
-    # budget ships (stages/budget.py): a student's validate judges it as the grader does.
+    # budget and its package's name ship (STUDENT_METADATA): a student's validate judges it as
+    # the grader does.
     course = nb.metadata.pop("edu_dl", None)
-    if isinstance(course, dict) and "budget" in course:
-        nb.metadata["edu_dl"] = {"budget": copy.deepcopy(course["budget"])}
+    shipped = {key: copy.deepcopy(course[key]) for key in STUDENT_METADATA
+               if isinstance(course, dict) and key in course}
+    if shipped:
+        nb.metadata["edu_dl"] = shipped
     for index, cell in enumerate(nb.cells):
         at = f"{where}: cell {index}"
         _lock(cell)

@@ -11,6 +11,7 @@ import hashlib
 import io
 import math
 import os
+import re
 import types
 from collections import ChainMap
 from collections.abc import Callable
@@ -64,8 +65,8 @@ def load_source(source: Path, exclude: tuple[Path, ...] = (), settings: Settings
     for path in paths:
         nb = read_notebook(path)
         ex = Exercise(path.stem, nb, hashlib.sha256(path.read_bytes()).hexdigest())
-        ex.files = beside
         ex.budget = read_budget(nb, path)
+        ex.package = read_package_name(nb, path)
         for cell in nb.cells:
             gid = grade_id(cell)
             if gid is not None and cell.cell_type == "code":
@@ -79,6 +80,16 @@ def load_source(source: Path, exclude: tuple[Path, ...] = (), settings: Settings
             ex.checksums = released_checksums(nb)
             ex.released = released_answers(nb)
             exercises[ex.name] = ex
+    # The students' own packages come from their submissions: the instructor's copy beside the
+    # source (a reference implementation: an oracle) reaches no sandbox.
+    packages = {ex.package for ex in exercises.values() if ex.package}
+    left_out = sorted({name.split("/")[0] for name in beside} & packages)
+    if left_out:
+        log("not copied into the sandboxes (each student's own comes from their submission): "
+            + ", ".join(f"{name}/" for name in left_out))
+    beside = {name: data for name, data in beside.items() if name.split("/")[0] not in packages}
+    for ex in exercises.values():
+        ex.files = beside
     if not exercises:
         raise NothingToGrade(f"{source}: none of its {len(paths)} notebook(s) has a graded "
                              "cell; mark test cells, graded answers or tasks with nbgrader's "
@@ -120,6 +131,29 @@ def read_budget(nb: Any, path: Path) -> Budget | None:
     if not {"cpu_s", "memory_mb"} & set(values):
         raise refuse("has neither cpu_s nor memory_mb: nothing to judge")
     return Budget(values["points"], values.get("cpu_s"), values.get("memory_mb"))
+
+
+# A package name: a Python identifier that shadows none of what the sandbox's notebook imports
+# from its folder or the course (parts/, edu_dl).
+PACKAGE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+RESERVED_PACKAGES = frozenset({"parts", "edu_dl", "notebook"})
+PACKAGE_EXAMPLE = '{"edu_dl": {"package": "mytorch"}}'
+
+
+def read_package_name(nb: Any, path: Path) -> str:
+    """The student's own package the notebook imports (its metadata ``edu_dl.package``), or '';
+    NothingToGrade, naming the notebook, when it is not a plain package name."""
+    meta = nb.metadata.get("edu_dl", {})
+    name = meta.get("package") if isinstance(meta, dict) else None
+    if name is None:
+        return ""
+    if not isinstance(name, str) or not PACKAGE_NAME.fullmatch(name) or \
+            name in RESERVED_PACKAGES:
+        raise NothingToGrade(f"{path.name}: its metadata edu_dl.package is {name!r}, not the "
+                             f"name of a package a student writes (a Python identifier, not "
+                             f"{', '.join(sorted(RESERVED_PACKAGES))}); write it as "
+                             f"{PACKAGE_EXAMPLE}")
+    return name
 
 
 def refuse_released(exercises: list[Exercise], source: Path) -> None:

@@ -25,6 +25,7 @@ from edu_dl.grading.settings import MB, Settings
 from edu_dl.grading.stages.restore import is_other_exercise, restore
 from edu_dl.grading.stages.secret import Secret
 from edu_dl.grading.trust.bounded import read_bounded
+from edu_dl.grading.trust.files import read_package
 from edu_dl.grading.trust.notebook import TooLarge, compact_bytes, parse_notebook
 
 
@@ -73,6 +74,8 @@ def prepare(job: Job, out: Path, settings: Settings, data: bytes | None, secret:
         boxed = settings.boxed
     root = "/tmp" if boxed else tempfile.mkdtemp(prefix="edu-dl-unboxed-")
     files = {f"{root}/work/{name}": beside for name, beside in job.exercise.files.items()}
+    files.update({f"{root}/work/{job.exercise.package}/{name}": module
+                  for name, module in job.package.items()})
     files[f"{root}/work/notebook.ipynb"] = restored
     prepared = Prepared(nb, notes, work, autograded, secret.fingerprint, {}, {}, files, root,
                         boxed, {}, data, job.path)
@@ -154,14 +157,19 @@ def code_cell_limit(source: Notebook) -> int:
 
 
 def submission_bytes(job: Job, settings: Settings) -> bytes | None:
-    """The bytes to grade (None: nothing to read, or refused; grade_one says why)."""
+    """The bytes to grade (None: nothing to read, or refused; grade_one says why). Read with
+    them: the student's own package beside the notebook, where the exercise has one
+    (``job.package``); a package that cannot be read refuses the submission, saying why."""
     if job.path is None or job.refused:
         return None
     try:
-        return read_bounded(job.path, settings.notebook_mb * MB)
+        data = read_bounded(job.path, settings.notebook_mb * MB)
+        if job.exercise.package:
+            job.package = read_package(job.path.parent / job.exercise.package)
     except Refused as exc:
         job.refused = str(exc)
         return None
+    return data
 
 
 def grading_files(grading_dir: str, part_id: str, cases: list[tuple[Any, ...]],

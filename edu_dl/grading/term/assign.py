@@ -15,10 +15,11 @@ from edu_dl.grading import nbgrader as nbg
 from edu_dl.grading.authoring import parts, release
 from edu_dl.grading.authoring.hints import Mistake
 from edu_dl.grading.authoring.spec import Part
+from edu_dl.grading.model import NothingToGrade
 from edu_dl.grading.nbgrader import AssignError, student_version
 from edu_dl.grading.notebooks import Cell, Notebook, notebook_bytes, read_notebook, write_atomic
 from edu_dl.grading.settings import Settings
-from edu_dl.grading.stages.load import read_beside
+from edu_dl.grading.stages.load import read_beside, read_package_name
 
 
 def lint(nb: Notebook, where: str = "notebook", course: Mapping[str, Part] | None = None
@@ -84,6 +85,16 @@ def source_notebooks(source: Path) -> list[Path]:
     return sorted(p for p in source.glob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
 
 
+def students_packages(paths: list[Path]) -> set[str]:
+    """The packages the students write (the notebooks' metadata ``edu_dl.package``); AssignError
+    naming the notebook where one is not a package's name."""
+    try:
+        return {name for path in paths
+                if (name := read_package_name(read_notebook(path), path))}
+    except NothingToGrade as exc:
+        raise AssignError(str(exc)) from None
+
+
 def assign(source: str | Path, dest: str | Path, write: bool = True,
            dotted: list[str] | None = None, warnings: list[str] | None = None,
            run_solutions: bool = False, log: Callable[[str], None] | None = None,
@@ -117,9 +128,17 @@ def assign(source: str | Path, dest: str | Path, write: bool = True,
     if source.is_dir():  # the files beside the notebooks (data, images), as nbgrader copies them
         inside = dest.resolve().relative_to(folder.resolve()).as_posix() \
             if dest.resolve().is_relative_to(folder.resolve()) else None
+        # The students' own packages: each writes theirs; the instructor's is an answer.
+        own = students_packages(paths)
+        held = set()
         for name, data in read_beside(folder, dotted=dotted).items():
-            if inside is None or not (name + "/").startswith(inside + "/"):
+            if name.split("/")[0] in own:
+                held.add(name.split("/")[0])
+            elif inside is None or not (name + "/").startswith(inside + "/"):
                 outputs[dest / name] = data
+        warnings += [f"{name}/ beside the source is not released: it is the package each "
+                     f"student writes (metadata edu_dl.package), and yours answers it"
+                     for name in sorted(held)]
     checked: set[str] = set()
     for path in paths:
         nb = read_notebook(path)

@@ -145,6 +145,10 @@ def content_key(job: Job, data: bytes | None, fingerprint: str) -> str:
         h.update(hashlib.sha256(name.encode() + b"\0" + beside).digest())
     if data is not None:
         h.update(data)
+    if job.package:  # the student's package, read with the notebook
+        h.update(b"\0package\0")
+    for name, module in job.package.items():
+        h.update(hashlib.sha256(name.encode() + b"\0" + module).digest())
     h.update(job.exercise.specs_digest.encode())
     return h.hexdigest()
 
@@ -332,6 +336,7 @@ class Batch:
             key = job_key(job, settings, data, secret.fingerprint)
             entry = entries.get((job.student, job.exercise.name))
             retry = content_key(job, data, secret.fingerprint) if r.retry_timeouts else None
+            job.package = {}  # read again when it is graded: no class's packages held at once
             if entry is not None and not r.force and _reusable(entry, key, retry):
                 self.rows_by_job[(job.student, job.exercise.name)] = entry.rows
                 if entry.key == key and entry.job != gradebook.job_facts(job):  # new timestamp
@@ -355,6 +360,7 @@ class Batch:
                  job_key(job, self.settings, data, self.secret.fingerprint), self.settings,
                  self.secret, self.log, content_key(job, data, self.secret.fingerprint), spent):
             self.saved.append(item)
+        job.package = {}  # its student's package: graded and keyed, no longer needed
 
     def execute(self) -> None:
         """Grade every planned submission, each kept as soon as it is graded. Ctrl-C stops the

@@ -34,15 +34,24 @@ from typing import Any
 
 from edu_dl.grading import sandbox
 from edu_dl.grading.authoring import parts, release
-from edu_dl.grading.model import BY_HAND, NEEDS, NOT_ANSWERED, budget_row, safe_file_name
+from edu_dl.grading.model import (
+    BY_HAND,
+    NEEDS,
+    NOT_ANSWERED,
+    Refused,
+    budget_row,
+    safe_file_name,
+)
 from edu_dl.grading.nbgrader import TEXT_STUB, check_calls, is_grade, is_solution
 from edu_dl.grading.notebooks import Notebook, NotebookError, read_notebook
 from edu_dl.grading.protocol import PART_ID
 from edu_dl.grading.settings import OWN_NOTEBOOK, Settings
 from edu_dl.grading.stages import cellnames
+from edu_dl.grading.stages.load import PACKAGE_NAME
 from edu_dl.grading.stages.run import sandbox_env
 from edu_dl.grading.stages.secret import VALIDATION_SECRET
 from edu_dl.grading.term.batch import executed_notebook, grade
+from edu_dl.grading.trust.files import read_package
 
 PASS, FAIL, BY_HAND_MARK = "✓", "✗", "·"  # a part graded by hand later gets no verdict here
 LATER = "graded by hand later"
@@ -173,6 +182,12 @@ def validate(path: str | Path, timeout: float = 120.0, progress: bool = True,
             batch = Path(tmp) / "submissions" / VALIDATOR
             batch.mkdir(parents=True)
             shutil.copyfile(path, batch / f"{name}.ipynb")
+            graded_as = (Path(source) if source and Path(source).suffix == ".ipynb" else
+                         Path(source) / f"{name}.ipynb" if source else path)
+            refused = own_package(path, graded_as, batch) if graded_as.is_file() else ""
+            if refused:
+                report.errors.append(refused)
+                return report
             out = Path(tmp) / "grades"
             summary = grade(batch.parent, Path(source) if source else path, out,
                               settings=settings, progress=False, log=log,
@@ -237,6 +252,24 @@ def _own_parts_problem(path: Path, nb: Notebook, notes: list[str]) -> str:
     # above (validate loads them) but are no answer to the student's question.
     mine = ", ".join(f"{parts.FOLDER}/{f.name}" for exercise in needed for f in files[exercise])
     notes.append(f"checks from {mine} beside the notebook (yours)")
+    return ""
+
+
+def own_package(path: Path, source: Path, batch: Path) -> str:
+    """Copy the student's own package beside ``path`` (its exercise's metadata
+    ``edu_dl.package``, read from ``source``, the notebook it is graded as) beside the copy in
+    ``batch``, read as ``edu-dl grade`` reads a submission's; what grade would refuse it for, or
+    '' (nothing to copy, or copied)."""
+    name = read_notebook(source).metadata.get("edu_dl", {}).get("package")
+    if not isinstance(name, str) or not PACKAGE_NAME.fullmatch(name):
+        return ""  # none; a malformed one is grade's to refuse, naming the source
+    try:
+        files = read_package(path.parent / name)
+    except Refused as exc:
+        return f"{exc}: edu-dl grade refuses the whole notebook for it"
+    for inside, data in files.items():
+        (batch / name / inside).parent.mkdir(parents=True, exist_ok=True)
+        (batch / name / inside).write_bytes(data)
     return ""
 
 

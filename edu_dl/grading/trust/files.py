@@ -102,3 +102,60 @@ def read_submission_secret(folder: Path) -> bytes | None:
     except Refused:
         return None
     return data if SECRET.fullmatch(data) else None
+
+
+# A student's own package (an exercise's metadata edu_dl.package), beside the submitted notebook:
+# only its Python files, under names a Python import could reach.
+PACKAGE_FILES = 200  # .py files in one student's package
+PACKAGE_BYTES = 2 * (1 << 20)  # in all
+PACKAGE_DEPTH = 4  # folders below the package's own
+MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
+
+
+def read_package(folder: Path, max_files: int = PACKAGE_FILES,
+                 max_bytes: int = PACKAGE_BYTES) -> dict[str, bytes]:
+    """The ``.py`` files of a student's package ``folder``, by path inside it ('nn/layers.py'),
+    or {} when there is no such folder. Other files, tool folders (IGNORED) and names no import
+    could reach are left out. Refused, naming the path inside the package, for a link, a special
+    file, more than ``max_files`` files or more than ``max_bytes`` in all."""
+    name = folder.name
+    if not folder.is_symlink() and not folder.exists():
+        return {}
+    if folder.is_symlink() or not folder.is_dir():
+        raise Refused(f"{name} is {'a symbolic link' if folder.is_symlink() else 'not a folder'}"
+                      "; your package must be a folder of .py files, and links are never "
+                      "followed")
+    found: dict[str, bytes] = {}
+    total, todo = 0, [(folder, 0)]
+    while todo:
+        here, depth = todo.pop()
+        try:
+            listed = entries(here)
+        except OSError as exc:
+            raise Refused(f"{name}/{here.relative_to(folder).as_posix()}: not readable "
+                          f"({exc.strerror})") from None
+        for entry in listed:
+            path = Path(entry.path)
+            inside = f"{name}/{path.relative_to(folder).as_posix()}"
+            if entry.is_symlink():
+                raise Refused(f"{inside} is a symbolic link; links are never followed")
+            if entry.is_dir(follow_symlinks=False):
+                if MODULE.fullmatch(entry.name) and depth < PACKAGE_DEPTH:
+                    todo.append((path, depth + 1))
+                continue
+            if not entry.name.endswith(".py") or not MODULE.fullmatch(entry.name[:-3]):
+                continue
+            if not entry.is_file(follow_symlinks=False):
+                raise Refused(f"{inside} is not a regular file")
+            if len(found) >= max_files:
+                raise Refused(f"{name}/ holds over {max_files} Python files; not read")
+            try:
+                data = read_bounded(path, max_bytes - total, f"left of the {max_bytes >> 20} MB "
+                                    f"a package may hold in all")
+            except Refused as exc:  # its message starts with the file's own name
+                said = str(exc)
+                raise Refused(inside + said[len(entry.name):] if said.startswith(entry.name)
+                              else f"{inside}: {said}") from None
+            total += len(data)
+            found[path.relative_to(folder).as_posix()] = data
+    return dict(sorted(found.items()))
