@@ -101,7 +101,7 @@ def test_the_package_is_its_python_files_read_bounded(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("plant", ["file link", "folder link", "package link", "fifo",
-                                   "too many", "too big", "a file"])
+                                   "too many", "too big", "a file", "too many entries"])
 def test_a_package_that_cannot_be_read_safely_is_refused_naming_the_path(
         tmp_path: Path, plant: str) -> None:
     mine = tmp_path / "mini"
@@ -128,6 +128,10 @@ def test_a_package_that_cannot_be_read_safely_is_refused_naming_the_path(
     elif plant == "too big":
         (mine / "big.py").write_bytes(b"#" * 3000)
         said = "mini/big.py is 3000 bytes, over the limit of"
+    elif plant == "too many entries":  # files no import reads still cost a walk
+        for i in range(20):
+            (mine / f"data{i}.txt").write_text("")
+        said = "mini/ holds over 16 entries"
     else:
         (mine / "ops.py").unlink()
         (mine / "__init__.py").unlink()
@@ -135,7 +139,7 @@ def test_a_package_that_cannot_be_read_safely_is_refused_naming_the_path(
         mine.write_text("a file named like the package")
         said = "mini is not a folder"
     with pytest.raises(Refused) as caught:
-        read_package(mine, max_files=4, max_bytes=2000)
+        read_package(mine, max_files=4, max_bytes=2000, max_walk=16)
     assert str(caught.value).startswith(said), caught.value
 
 

@@ -113,11 +113,12 @@ MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
 
 
 def read_package(folder: Path, max_files: int = PACKAGE_FILES,
-                 max_bytes: int = PACKAGE_BYTES) -> dict[str, bytes]:
+                 max_bytes: int = PACKAGE_BYTES, max_walk: int = MAX_WALK) -> dict[str, bytes]:
     """The ``.py`` files of a student's package ``folder``, by path inside it ('nn/layers.py'),
     or {} when there is no such folder. Other files, tool folders (IGNORED) and names no import
     could reach are left out. Refused, naming the path inside the package, for a link, a special
-    file, more than ``max_files`` files or more than ``max_bytes`` in all."""
+    file, more than ``max_files`` files, more than ``max_bytes`` in all or more than
+    ``max_walk`` entries looked at."""
     name = folder.name
     if not folder.is_symlink() and not folder.exists():
         return {}
@@ -126,7 +127,7 @@ def read_package(folder: Path, max_files: int = PACKAGE_FILES,
                       "; your package must be a folder of .py files, and links are never "
                       "followed")
     found: dict[str, bytes] = {}
-    total, todo = 0, [(folder, 0)]
+    total, seen, todo = 0, 0, [(folder, 0)]
     while todo:
         here, depth = todo.pop()
         try:
@@ -135,6 +136,9 @@ def read_package(folder: Path, max_files: int = PACKAGE_FILES,
             raise Refused(f"{name}/{here.relative_to(folder).as_posix()}: not readable "
                           f"({exc.strerror})") from None
         for entry in listed:
+            seen += 1
+            if seen > max_walk:
+                raise Refused(f"{name}/ holds over {max_walk} entries; not read")
             path = Path(entry.path)
             inside = f"{name}/{path.relative_to(folder).as_posix()}"
             if entry.is_symlink():
