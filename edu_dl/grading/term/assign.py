@@ -85,12 +85,11 @@ def source_notebooks(source: Path) -> list[Path]:
     return sorted(p for p in source.glob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
 
 
-def students_packages(paths: list[Path]) -> set[str]:
+def students_packages(notebooks: Mapping[Path, Notebook]) -> set[str]:
     """The packages the students write (the notebooks' metadata ``edu_dl.package``); AssignError
     naming the notebook where one is not a package's name."""
     try:
-        return {name for path in paths
-                if (name := read_package_name(read_notebook(path), path))}
+        return {name for path, nb in notebooks.items() if (name := read_package_name(nb, path))}
     except NothingToGrade as exc:
         raise AssignError(str(exc)) from None
 
@@ -118,6 +117,7 @@ def assign(source: str | Path, dest: str | Path, write: bool = True,
     paths = source_notebooks(source)
     if not paths:
         raise AssignError(f"{source}: no .ipynb notebooks")
+    notebooks = {path: read_notebook(path) for path in paths}
     outputs: dict[Path, bytes] = {}
     problems: list[str] = []
     folder = source if source.is_dir() else source.parent
@@ -129,7 +129,7 @@ def assign(source: str | Path, dest: str | Path, write: bool = True,
         inside = dest.resolve().relative_to(folder.resolve()).as_posix() \
             if dest.resolve().is_relative_to(folder.resolve()) else None
         # The students' own packages: each writes theirs; the instructor's is an answer.
-        own = students_packages(paths)
+        own = students_packages(notebooks)
         held = set()
         for name, data in read_beside(folder, dotted=dotted).items():
             if name.split("/")[0] in own:
@@ -140,8 +140,7 @@ def assign(source: str | Path, dest: str | Path, write: bool = True,
                      f"student writes (metadata edu_dl.package), and yours answers it"
                      for name in sorted(held)]
     checked: set[str] = set()
-    for path in paths:
-        nb = read_notebook(path)
+    for path, nb in notebooks.items():
         found = lint(nb, str(path), course)
         problems += found
         if not found:

@@ -153,6 +153,17 @@ def content_key(job: Job, data: bytes | None, fingerprint: str) -> str:
     return h.hexdigest()
 
 
+def planned_keys(job: Job, settings: Settings, data: bytes | None, fingerprint: str,
+                 retry_timeouts: bool) -> tuple[str, str | None]:
+    """The job's key and, for ``--retry-timeouts``, its content key, as a run plans what to
+    grade; the student's package read with ``data`` is dropped then (read again when the job is
+    graded), so that planning never holds a whole class's packages at once."""
+    key = job_key(job, settings, data, fingerprint)
+    retry = content_key(job, data, fingerprint) if retry_timeouts else None
+    job.package = {}
+    return key, retry
+
+
 def job_basis(job: Job, settings: Settings, fingerprint: str) -> str:
     """What a grade depends on besides the submission: a kept grade whose basis differs from
     this run's was graded against another source, other parts, limits or secret."""
@@ -333,10 +344,8 @@ class Batch:
                                       [row for row in extra if row.student == student])
         for job in all_jobs:
             data = submission_bytes(job, settings)
-            key = job_key(job, settings, data, secret.fingerprint)
+            key, retry = planned_keys(job, settings, data, secret.fingerprint, r.retry_timeouts)
             entry = entries.get((job.student, job.exercise.name))
-            retry = content_key(job, data, secret.fingerprint) if r.retry_timeouts else None
-            job.package = {}  # read again when it is graded: no class's packages held at once
             if entry is not None and not r.force and _reusable(entry, key, retry):
                 self.rows_by_job[(job.student, job.exercise.name)] = entry.rows
                 if entry.key == key and entry.job != gradebook.job_facts(job):  # new timestamp
@@ -494,11 +503,10 @@ def _all_kept(jobs: list[Job], entries: dict[tuple[str, str], gradebook.Entry],
     if secret is None:
         return not jobs
     for job in jobs:
-        data = submission_bytes(job, settings)
+        key, retry = planned_keys(job, settings, submission_bytes(job, settings),
+                                  secret.fingerprint, retry_timeouts)
         entry = entries.get((job.student, job.exercise.name))
-        retry = content_key(job, data, secret.fingerprint) if retry_timeouts else None
-        if entry is None or not _reusable(entry, job_key(job, settings, data, secret.fingerprint),
-                                          retry):
+        if entry is None or not _reusable(entry, key, retry):
             return False
     return True
 

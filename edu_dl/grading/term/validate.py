@@ -38,6 +38,7 @@ from edu_dl.grading.model import (
     BY_HAND,
     NEEDS,
     NOT_ANSWERED,
+    NothingToGrade,
     Refused,
     budget_row,
     safe_file_name,
@@ -47,7 +48,7 @@ from edu_dl.grading.notebooks import Notebook, NotebookError, read_notebook
 from edu_dl.grading.protocol import PART_ID
 from edu_dl.grading.settings import OWN_NOTEBOOK, Settings
 from edu_dl.grading.stages import cellnames
-from edu_dl.grading.stages.load import PACKAGE_NAME
+from edu_dl.grading.stages.load import read_package_name
 from edu_dl.grading.stages.run import sandbox_env
 from edu_dl.grading.stages.secret import VALIDATION_SECRET
 from edu_dl.grading.term.batch import executed_notebook, grade
@@ -260,9 +261,12 @@ def own_package(path: Path, source: Path, batch: Path) -> str:
     ``edu_dl.package``, read from ``source``, the notebook it is graded as) beside the copy in
     ``batch``, read as ``edu-dl grade`` reads a submission's; what grade would refuse it for, or
     '' (nothing to copy, or copied)."""
-    name = read_notebook(source).metadata.get("edu_dl", {}).get("package")
-    if not isinstance(name, str) or not PACKAGE_NAME.fullmatch(name):
-        return ""  # none; a malformed one is grade's to refuse, naming the source
+    try:
+        name = read_package_name(read_notebook(source), source)
+    except NothingToGrade:  # grade refuses the source itself, naming it
+        return ""
+    if not name:
+        return ""
     try:
         files = read_package(path.parent / name)
     except Refused as exc:
