@@ -326,6 +326,59 @@ def test_threads_grading_at_once_parse_one_at_a_time(monkeypatch: pytest.MonkeyP
     assert most[0] == 1, f"{most[0]} threads parsed at once"
 
 
+def test_numpys_and_the_graders_parses_take_the_same_lock(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Libraries parse too: NumPy reads every ``.npy`` header (a result, a case) with
+    ``ast.literal_eval``, in every grading thread. One of those beside another parse failed an
+    honest control's notebook as a grader error; ``grade`` puts every parse of the process
+    under the lock."""
+    import ast
+    import io
+    import threading
+    import time
+
+    import numpy as np
+
+    from edu_dl.grading.term import batch
+    from edu_dl.grading.trust import scopes
+
+    inside, most = [0], [0]
+    count = threading.Lock()
+    real = ast.parse
+
+    def slow_parse(*args: object, **kwargs: object) -> ast.AST:
+        with count:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.01)  # long enough for every other thread to arrive
+        try:
+            return real(*args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            with count:
+                inside[0] -= 1
+
+    monkeypatch.setattr(ast, "parse", ast.parse)  # whatever grade installs is undone after
+    monkeypatch.setattr(scopes, "_INTERPRETERS_PARSE", slow_parse)
+    with pytest.raises(batch.NothingToGrade):  # it installs the lock before anything else
+        batch.grade(tmp_path / "none", tmp_path / "none", tmp_path / "out", progress=False)
+    buffer = io.BytesIO()
+    np.savez(buffer, a=np.arange(3), b=np.eye(2))
+    saved = buffer.getvalue()
+
+    def read_npz() -> None:
+        with np.load(io.BytesIO(saved)) as npz:
+            [npz[name] for name in npz.files]
+
+    readers = [read_npz, lambda: ast.literal_eval("{'shape': (2, 2)}"),
+               lambda: tsource.parse_cell("def square(n):\n    return n * n")] * 4
+    threads = [threading.Thread(target=read) for read in readers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert most[0] == 1, f"{most[0]} threads parsed at once"
+
+
 def test_the_grader_parses_python_in_one_place() -> None:
     """The lock above holds only if nothing in the package calls ``ast.parse`` beside it."""
     package = ROOT / "edu_dl"

@@ -70,6 +70,7 @@ from edu_dl.grading.term.policy import Dates
 from edu_dl.grading.term.report import HTML_FEEDBACK, write_outputs
 from edu_dl.grading.trust.bounded import read_bounded
 from edu_dl.grading.trust.notebook import parse_notebook
+from edu_dl.grading.trust.scopes import parse_one_at_a_time_everywhere
 from edu_dl.grading.trust.text import say_to_stderr
 
 
@@ -145,19 +146,16 @@ def content_key(job: Job, data: bytes | None, fingerprint: str) -> str:
         h.update(hashlib.sha256(name.encode() + b"\0" + beside).digest())
     if data is not None:
         h.update(data)
-    if job.package:  # the student's package, read with the notebook
-        h.update(b"\0package\0")
-    for name, module in job.package.items():
-        h.update(hashlib.sha256(name.encode() + b"\0" + module).digest())
+    for name, module in job.package.items():  # the student's package, read with the notebook
+        h.update(hashlib.sha256(b"package\0" + name.encode() + b"\0" + module).digest())
     h.update(job.exercise.specs_digest.encode())
     return h.hexdigest()
 
 
 def planned_keys(job: Job, settings: Settings, data: bytes | None, fingerprint: str,
                  retry_timeouts: bool) -> tuple[str, str | None]:
-    """The job's key and, for ``--retry-timeouts``, its content key, as a run plans what to
-    grade; the student's package read with ``data`` is dropped then (read again when the job is
-    graded), so that planning never holds a whole class's packages at once."""
+    """The job's key and its content key (``--retry-timeouts``), as a run plans; the package read
+    with ``data`` is dropped (read again to grade): no class's packages are held at once."""
     key = job_key(job, settings, data, fingerprint)
     retry = content_key(job, data, fingerprint) if retry_timeouts else None
     job.package = {}
@@ -212,6 +210,7 @@ def grade(submissions: Path, source: Path, out: Path, *, settings: Settings | No
     ``jobs`` threads here. Raises NothingToGrade (one sentence: why, and what to do) when the
     batch could not grade anything: no graded cell in the source, no student folder, nothing
     due submitted."""
+    parse_one_at_a_time_everywhere()  # NumPy's and the grader's parses share the threads
     batch = Batch(Request(submissions, source, out, jobs, force, progress, exercises_due,
                           roster, manual, cluster, students, retry_timeouts, allow_released,
                           db_url, speed_ahead, feedback_pages, ahead),
