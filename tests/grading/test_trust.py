@@ -344,7 +344,7 @@ def test_numpys_and_the_graders_parses_take_the_same_lock(tmp_path: Path,
 
     inside, most = [0], [0]
     count = threading.Lock()
-    real = ast.parse
+    real = scopes._INTERPRETERS_PARSE  # ast.parse may be the lock already: a test graded before
 
     def slow_parse(*args: object, **kwargs: object) -> ast.AST:
         with count:
