@@ -224,7 +224,7 @@ def _make(folder: Path, values: dict[str, int], notes: list[str],
     return folder
 
 
-def remove_stale(base: Path, older_than_s: float = STALE_S) -> None:
+def remove_stale(base: Path) -> None:
     """Remove the groups that runs left (their tasks died slowly, or the grader was killed) and
     the leaves of graders that are gone. Only old ones: a new one may await its first task."""
     now = time.time()
@@ -234,7 +234,7 @@ def remove_stale(base: Path, older_than_s: float = STALE_S) -> None:
         return
     for path in entries:
         try:
-            if path.name.startswith(PREFIX) and now - path.stat().st_mtime > older_than_s:
+            if path.name.startswith(PREFIX) and now - path.stat().st_mtime > STALE_S:
                 path.rmdir()  # refused while any task is left in it
             elif path.name.startswith(LEAF_PREFIX) and not _alive(path.name[len(LEAF_PREFIX):]):
                 path.rmdir()
