@@ -131,6 +131,8 @@ class Exercise:
     # the student's own package (metadata edu_dl.package, load.read_package_name): the folder
     # of that name beside each submission reaches its sandbox; the source's never does
     package: str = ""
+    # grade_id -> the rubric a person grades that cell by (authoring.rubric: Criterion tuples)
+    rubrics: dict[str, tuple[Any, ...]] = field(default_factory=dict)
 
     def items(self) -> list[tuple[str, float, str]]:
         """(row name, max points, judged) of every gradebook row this exercise has."""

@@ -228,6 +228,9 @@ def student_version(nb: Notebook, where: str = "notebook") -> Notebook:
         nb.metadata["edu_dl"] = shipped
     for index, cell in enumerate(nb.cells):
         at = f"{where}: cell {index}"
+        # A cell's own edu_dl metadata (a rubric for the person who grades it) stays with the
+        # source: a rubric often names what a good answer holds.
+        cell.metadata.pop("edu_dl", None)
         _lock(cell)
         new, regions = clear_solutions(cell.source, at, cell.cell_type)
         if regions and not is_solution(cell):

@@ -20,6 +20,7 @@ import hashlib
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import nbformat
 
@@ -79,9 +80,17 @@ def execute(path: Path, timeout_s: int = 600) -> dict[str, str]:
     files = course_files(json.loads(stream.strip().splitlines()[-1]), path)
     sources = source_digests(files)
     nb.metadata.pop("widgets", None)
-    nb.metadata[META_KEY] = {"sources": sources}
+    record_sources(nb, sources)
     nbformat.write(nb, path)
     return sources
+
+
+def record_sources(nb: Any, sources: dict[str, str]) -> None:
+    """Put the digests into the notebook's metadata ``edu_dl.sources``. Only they are this
+    module's: the rest of its ``edu_dl`` metadata (an exercise's budget, the name of the
+    student's package) is the author's and stays."""
+    kept = nb.metadata.get(META_KEY)
+    nb.metadata[META_KEY] = {**(kept if isinstance(kept, dict) else {}), "sources": sources}
 
 
 def stale(path: Path) -> list[str]:

@@ -24,6 +24,10 @@ from edu_dl.grading import nbgrader
 FAST = ["--timeout", "30", "--memory", "2048"]
 
 
+RUBRIC = [{"points": 1, "criterion": "names the <i>loop</i> over the elements"},
+          {"points": 1, "criterion": "gives an example"}]
+
+
 def _course(tmp_path: Path) -> tuple[Path, Path]:
     """A source with a Markdown answer (2 points) and a code answer (1 point); two students
     who answered both: four rows that need a person."""
@@ -35,11 +39,15 @@ def _course(tmp_path: Path) -> tuple[Path, Path]:
             grade=True, solution=True, points=2),
         _code("def twice(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION",
               gid="twice", grade=True, solution=True, points=1)]
+    nb.cells[0].metadata["edu_dl"] = {"rubric": RUBRIC}
     nbformat.write(nb, src / "hw1.ipynb")
     root = tmp_path / "course"
     for student in ("ann", "ben"):
         mine = nbformat.from_dict(nbgrader.student_version(nb))
+        assert "edu_dl" not in mine.cells[0].metadata  # the rubric stays with the source
         mine.cells[0].source = f"<b>{student}</b> says: one multiplication per element."
+        # A rubric of the student's own is never read: the source's is the one shown.
+        mine.cells[0].metadata["edu_dl"] = {"rubric": [{"points": 2, "criterion": "give 2"}]}
         mine.cells[1].source = "def twice(x):\n    return x + x"
         folder = root / "submitted" / student / "ps1"
         folder.mkdir(parents=True)
@@ -62,6 +70,11 @@ def test_three_answers_graded_in_the_browser_are_kept_and_merged(tmp_path: Path)
     src, root = _course(tmp_path)
     out = tmp_path / "grades"
     _grade(root, src, out)
+    with open(out / "manual.csv", newline="") as f:  # the rubric beside each answer to grade
+        rubrics = {(r["student"], r["cell"]): r["rubric"] for r in csv.DictReader(f)}
+    assert rubrics == {(s, cell): ("1 pt: names the <i>loop</i> over the elements | 1 pt: "
+                                   "gives an example" if cell == "why" else "")
+                       for s in ("ann", "ben") for cell in ("why", "twice")}
     sheet = tmp_path / "manual-filled.csv"
     server, base, token = start_mark(out, tmp_path / "mark.log", "--source", str(src))
     try:
@@ -84,6 +97,9 @@ def test_three_answers_graded_in_the_browser_are_kept_and_merged(tmp_path: Path)
                 expect(page.locator("pre.answer")).to_have_text(
                     "<b>ann</b> says: one multiplication per element.")
                 expect(page.locator("pre.solution")).to_contain_text("Because.")
+                expect(page.locator("ul.rubric li")).to_have_text(  # as text: no <i> markup
+                    ["1 point: names the <i>loop</i> over the elements",
+                     "1 point: gives an example"])
                 link = page.locator("#detail a")
                 assert link.get_attribute("href") == "/edu-dl-mark/page/0#grade-why"
                 # 1: the keyboard: g to the points, type, Enter saves.
@@ -136,6 +152,8 @@ def test_three_answers_graded_in_the_browser_are_kept_and_merged(tmp_path: Path)
                 browser.close()
     finally:
         stop(server)
+    with open(sheet, newline="") as f:  # the sheet the saves wrote shows the rubric too
+        assert {(r["student"], r["cell"]): r["rubric"] for r in csv.DictReader(f)} == rubrics
     _grade(root, src, out, "--manual", str(sheet))
     with open(out / "grades.csv", newline="") as f:
         got = {(r["student"], r["part"]): (r["points"], r["status"]) for r in csv.DictReader(f)}

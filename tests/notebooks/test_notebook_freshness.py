@@ -65,6 +65,9 @@ def test_execute_runs_in_place_and_records_the_course_code(tmp_path: Path) -> No
     ])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                  "language": "python"}
+    # The author's metadata stays; only the digests are replaced.
+    authored = {"budget": {"points": 1, "cpu_s": 60}, "package": "mytorch"}
+    nb.metadata["edu_dl"] = {**authored, "sources": {"edu_dl/old.py": "0" * 16}}
     path = folder / "demo.ipynb"
     nbformat.write(nb, path)
     sources = notebook_run.execute(path, timeout_s=120)
@@ -77,7 +80,7 @@ def test_execute_runs_in_place_and_records_the_course_code(tmp_path: Path) -> No
     # the part file lies outside the repository here: recorded by its absolute path
     assert str(folder / "parts/ex08.private.py") in sources
     assert not [name for name in sources if "site-packages" in name or "numpy" in name]
-    assert done.metadata["edu_dl"]["sources"] == sources
+    assert done.metadata["edu_dl"] == {**authored, "sources": sources}
     assert "execution" not in done.cells[0].metadata
 
 

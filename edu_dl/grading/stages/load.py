@@ -22,6 +22,7 @@ import cloudpickle
 from cloudpickle.cloudpickle import _code_reduce  # the reducer the path-free one wraps
 
 from edu_dl.grading.authoring import parts as package
+from edu_dl.grading.authoring import rubric
 from edu_dl.grading.authoring.spec import Part, plain_call
 from edu_dl.grading.model import Budget, Exercise, NothingToGrade, Refused
 from edu_dl.grading.nbgrader import (
@@ -67,6 +68,10 @@ def load_source(source: Path, exclude: tuple[Path, ...] = (), settings: Settings
         ex = Exercise(path.stem, nb, hashlib.sha256(path.read_bytes()).hexdigest())
         ex.budget = read_budget(nb, path)
         ex.package = read_package_name(nb, path)
+        try:
+            ex.rubrics = rubric.of_notebook(nb, path.name)
+        except rubric.RubricError as exc:
+            raise NothingToGrade(str(exc)) from None
         for cell in nb.cells:
             gid = grade_id(cell)
             if gid is not None and cell.cell_type == "code":

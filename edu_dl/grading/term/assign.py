@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from edu_dl.grading import nbgrader as nbg
-from edu_dl.grading.authoring import parts, release
+from edu_dl.grading.authoring import parts, release, rubric
 from edu_dl.grading.authoring.hints import Mistake
 from edu_dl.grading.authoring.spec import Part
 from edu_dl.grading.model import NothingToGrade
@@ -35,6 +35,10 @@ def lint(nb: Notebook, where: str = "notebook", course: Mapping[str, Part] | Non
     uses_check = nbg.uses_check(nb)
     ids = Counter(nbg.grade_id(c) for c in nb.cells if nbg.nbgrader(c))
     for index, cell in enumerate(nb.cells):
+        try:
+            rubric.read(cell, f"{where}: cell {index} ({nbg.grade_id(cell) or 'no grade_id'})")
+        except rubric.RubricError as exc:
+            problems.append(str(exc))
         meta = nbg.nbgrader(cell)
         if not meta:
             continue

@@ -31,8 +31,8 @@ from edu_dl.grading.term.renumbered import explained
 from edu_dl.grading.trust.bounded import read_named_file
 from edu_dl.grading.trust.identity import NameClash, Names, written
 
-COLUMNS = ("student", "exercise", "cell", "max_points", "answer", "answer_id", "points",
-           "comment", "page")
+COLUMNS = ("student", "exercise", "cell", "max_points", "rubric", "answer", "answer_id",
+           "points", "comment", "page")
 GRADED = "graded by hand"
 OVERRIDDEN = "overridden"
 MAX_SHEET_BYTES = 32 << 20
@@ -57,12 +57,14 @@ def is_manual(row: Row) -> bool:
 
 
 def sheet(rows: list[Row], filled: dict[Key, Filled],
-          pages: dict[tuple[str, str], str] | None = None) -> list[list[object]]:
+          pages: dict[tuple[str, str], str] | None = None,
+          rubrics: dict[tuple[str, str], str] | None = None) -> list[list[object]]:
     """The lines of manual.csv: every row a person grades, with what the sheet already holds
     for the answer as it is now, every autograded row a person overrode, and where its
     notebook's feedback page shows it (``pages``: (student, exercise) -> the page's path
     relative to manual.csv): the answer's plots and outputs, which the answer column (source,
-    capped) cannot show."""
+    capped) cannot show. ``rubrics``: (exercise, cell) -> the source cell's rubric as one line
+    (``rubric.as_text``), shown to the person beside the answer."""
     lines: list[list[object]] = []
     for row in rows:
         if is_manual(row) or row.status == OVERRIDDEN:
@@ -71,6 +73,7 @@ def sheet(rows: list[Row], filled: dict[Key, Filled],
             if kept is not None and row.status in (GRADED, OVERRIDDEN):
                 points, comment = kept[0], kept[1]
             lines.append([row.student, row.exercise, row.part, f"{row.max_points:g}",
+                          (rubrics or {}).get((row.exercise, row.part), ""),
                           cap_text(row.answer, ANSWER_CAP), answer_id(row.answer),
                           "" if points is None else f"{points:g}", comment,
                           _link((pages or {}).get((row.student, row.exercise)), row.part)])

@@ -15,6 +15,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from edu_dl.grading.authoring import rubric
 from edu_dl.grading.model import Job, Row, Summary, safe_file_name
 from edu_dl.grading.notebooks import write_if_changed
 from edu_dl.grading.term import manual
@@ -53,8 +54,10 @@ def write_outputs(out: Path, rows: list[Row], jobs: list[Job], *, dates: Any = N
         from edu_dl.grading.stages.feedback import write_pages
 
         pages = write_pages(out, rows, jobs, executed, course, log, costs)
-    write_if_changed(out / "manual.csv", csv_bytes(manual.COLUMNS, manual.sheet(rows, filled or {},
-                                                                          pages)))
+    rubrics = {(job.exercise.name, gid): rubric.as_text(criteria) for job in jobs
+               for gid, criteria in job.exercise.rubrics.items()}
+    write_if_changed(out / "manual.csv", csv_bytes(manual.COLUMNS, manual.sheet(
+        rows, filled or {}, pages, rubrics)))
     write_if_changed(out / "nbgrader_grades.csv",
                  csv_bytes(NBGRADER_COLUMNS, _nbgrader_table(rows, jobs, dates, roster)))
     by_student: dict[str, list[Row]] = {}

@@ -198,7 +198,7 @@ def test_the_sheets_own_line_for_an_escaped_name_still_reaches_its_student(
     rows = _rows("a\x01", "alice")
     sheet = tmp_path / "sheet.csv"
     sheet.write_bytes(csv_bytes(manual.COLUMNS, [
-        [*line[:6], "1", "why"] for line in manual.sheet(
+        [*line[:manual.COLUMNS.index("points")], "1", "why"] for line in manual.sheet(
             [Row(r.student, r.exercise, r.part, 0.0, 1.0, manual.NEEDS, "", judged=BY_HAND)
              for r in rows], {})]))
     filled = manual.read_sheet(sheet)

@@ -121,6 +121,16 @@ async function select(index) {
     answer.append(el('p', 'no feedback page for this notebook'));
   }
   const solution = el('div');
+  if (row.rubric.length) {  // the source cell's rubric: what the points are for
+    const rubric = el('ul', null, 'rubric');
+    for (const c of row.rubric) {
+      rubric.append(el('li', c.points + (c.points === 1 ? ' point: ' : ' points: ') +
+                        c.criterion));
+    }
+    solution.append(el('h3', 'rubric'), rubric);
+  } else if (row.rubric_note) {
+    solution.append(el('p', row.rubric_note, 'error'));
+  }
   solution.append(el('h3', 'solution'),
                   row.solution === null ? el('p', row.solution_note)
                                         : el('pre', row.solution, 'solution'));

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edu_dl.grading.authoring import rubric
 from edu_dl.grading.model import Refused, Row
 from edu_dl.grading.notebooks import write_atomic
 from edu_dl.grading.stages.page_names import anchor, page_path
@@ -113,6 +114,7 @@ class Desk:
         self.rows: list[Row] = []  # every row of the gradebook: the sheet is written from them
         self.pages: dict[tuple[str, str], str] = {}
         self.assignments: dict[tuple[str, str], str] = {}
+        self._rubric_lines: dict[tuple[str, str], str] = {}  # (exercise, cell): read once
         for entry in gradebook.read_entries(self.store, log).values():
             self.rows += entry.rows
             assignment = str(entry.job.get("assignment") or entry.exercise)
@@ -200,12 +202,15 @@ class Desk:
         :func:`answer_page` shows it as the feedback page does) and the grader's message."""
         item = self.item(index)
         row = item.row
-        solution, note = solution_cell(self.source, row, self.assignments.get(
+        cell, note = source_cell(self.source, row, self.assignments.get(
             (row.student, row.exercise), row.exercise))
+        solution = None if cell is None else cell_text(cell)
+        criteria, rubric_note = cell_rubric(cell, f"{row.exercise}.ipynb: cell {row.part!r}")
         return {"index": index, **self.state(item, self.filled()),
                 "answer": self.hide(row, row.answer), "message": self.hide(row, row.message),
                 "rendered": self.cell(item) is not None, "has_page": bool(item.page),
-                "anchor": anchor(row.part), "solution": solution, "solution_note": note}
+                "anchor": anchor(row.part), "solution": solution, "solution_note": note,
+                "rubric": criteria, "rubric_note": rubric_note}
 
     # ------------------------------------------------------------------ saving
 
@@ -242,11 +247,24 @@ class Desk:
             rows.append(row)
         pages = {key: os.path.relpath(self.out / page, self.sheet_path.parent)
                  for key, page in self.pages.items()}
-        lines = sheet(rows, filled, pages)
+        lines = sheet(rows, filled, pages, self._rubrics(rows))
         known = {written_key(r) for r in self.rows}
-        lines += [[*key, "", "", kept[2], f"{kept[0]:g}", kept[1], ""]
+        lines += [[*key, "", "", "", kept[2], f"{kept[0]:g}", kept[1], ""]
                   for key, kept in filled.items() if key not in known]
         _write_sheet(self.sheet_path, csv_bytes(COLUMNS, lines))
+
+    def _rubrics(self, rows: list[Row]) -> dict[tuple[str, str], str]:
+        """(exercise, cell) -> the source cell's rubric as manual.csv shows it, for the rows a
+        person grades (each source cell read once in this desk's life)."""
+        for row in rows:
+            key = (row.exercise, row.part)
+            if is_manual(row) and key not in self._rubric_lines:
+                cell, _ = source_cell(self.source, row, self.assignments.get(
+                    (row.student, row.exercise), row.exercise))
+                criteria, _ = cell_rubric(cell, f"{row.exercise}.ipynb: cell {row.part!r}")
+                self._rubric_lines[key] = rubric.as_text(
+                    tuple(rubric.Criterion(**c) for c in criteria))
+        return self._rubric_lines
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
@@ -290,9 +308,10 @@ def _write_sheet(path: Path, data: bytes) -> None:
 MAX_SOURCE_BYTES = 64 << 20
 
 
-def solution_cell(source: Path | None, row: Row, assignment: str) -> tuple[str | None, str]:
-    """The source notebook's cell of the row's grade_id (the solution, or the task's text),
-    and a note saying why there is none."""
+def source_cell(source: Path | None, row: Row, assignment: str) -> tuple[dict[str, Any] | None,
+                                                                         str]:
+    """The source notebook's cell of the row's grade_id (the solution, or the task's text), as
+    read, and a note saying why there is none."""
     if source is None:
         return None, ("the solution is not available: give --source (or the course config's "
                       "source) to see the source notebook's cell beside the answer")
@@ -313,12 +332,31 @@ def solution_cell(source: Path | None, row: Row, assignment: str) -> tuple[str |
             nb = json.loads(read_bounded(path, MAX_SOURCE_BYTES, "for a source notebook"))
             for cell in nb.get("cells", []):
                 if isinstance(cell, dict) and grade_id(nbformat.from_dict(cell)) == row.part:
-                    text = cell.get("source", "")
-                    return ("".join(text) if isinstance(text, list) else str(text)), ""
+                    return cell, ""
         except (Refused, OSError, ValueError, AttributeError, TypeError):
             return None, f"the solution is not available: {path} could not be read"
         return None, f"the solution is not available: {path} has no cell {row.part!r}"
     return None, f"the solution is not available: no {row.exercise}.ipynb in {folder}"
+
+
+def cell_text(cell: dict[str, Any]) -> str:
+    """A cell's source as one string (a notebook file may hold it as a list of lines)."""
+    text = cell.get("source", "")
+    return "".join(text) if isinstance(text, list) else str(text)
+
+
+def cell_rubric(cell: dict[str, Any] | None, where: str) -> tuple[list[dict[str, Any]], str]:
+    """The source cell's rubric as the page lists it ([{"points", "criterion"}]), and a note
+    when the cell's rubric cannot be read (``rubric.read``'s sentence)."""
+    if cell is None:
+        return [], ""
+    import nbformat
+
+    try:
+        criteria = rubric.read(nbformat.from_dict(cell), where)
+    except (rubric.RubricError, AttributeError, TypeError, ValueError) as exc:
+        return [], str(exc)
+    return [dataclasses.asdict(c) for c in criteria], ""
 
 
 MAX_PAGE_BYTES = 128 << 20
