@@ -10,7 +10,7 @@ from fixtures.exercise_helpers import all_course_parts, course_module, course_pa
 
 import edu_dl
 from edu_dl.grading import Part, Verdict, check, checking, default_compare, protocol
-from edu_dl.grading.authoring import parts
+from edu_dl.grading.authoring import parts, spec
 
 pytestmark = pytest.mark.usefixtures("in_solutions")  # check() finds ./parts there
 
@@ -222,7 +222,9 @@ def test_every_part_is_well_formed(in_solutions: Path) -> None:
         for hidden in (False, True):
             cases = part.cases(np.random.default_rng(3), hidden)
             assert cases, part.id
-            protocol.encode_cases(cases)  # serializable without pickle
+            # What the sandbox gets is serializable without pickle (a withheld value never
+            # goes there)
+            protocol.encode_cases([spec.given(case) for case in cases])
     visible = ex08.PARTS[0].cases(np.random.default_rng(checking.VISIBLE_SEED), False)
     hidden = ex08.PARTS[0].cases(np.random.default_rng(checking.HIDDEN_SEED), True)
     assert [a[0].shape for a in visible] != [a[0].shape for a in hidden]

@@ -92,9 +92,10 @@ def with_solution(nb: Notebook, name: str, text: str) -> Notebook:
 
 
 def draw(part: spec.Part, seed: int = 7) -> list[tuple[Any, ...]]:
-    """The grader's draw: visible and hidden cases from one secret seed, as the npz delivers."""
+    """The grader's draw: visible and hidden cases from one secret seed, as the judge reads them
+    (the given values as the npz delivers them, a withheld one as drawn)."""
     rng = np.random.default_rng(seed)
-    return protocol.roundtrip([*part.cases(rng, False), *part.cases(rng, True)])
+    return spec.judged_cases([*part.cases(rng, False), *part.cases(rng, True)])
 
 
 def wire(tmp_path: Path, results: list[Any]) -> list[Any]:
@@ -110,8 +111,10 @@ def wire(tmp_path: Path, results: list[Any]) -> list[Any]:
 
 
 def write_grading_files(root: Path, part: spec.Part, cases: list[tuple[Any, ...]]) -> None:
-    """What the grader gives the sandbox for a part: its cases, and its pickled call=."""
-    for name, data in prepare.grading_files(str(root), part.id, cases,
+    """What the grader gives the sandbox for a part: its cases (without their withheld values,
+    as prepare sends them), and its pickled call=."""
+    for name, data in prepare.grading_files(str(root), part.id,
+                                          [spec.given(case) for case in cases],
                                           load.pickled_call(part)).items():
         Path(name).parent.mkdir(parents=True, exist_ok=True)
         Path(name).write_bytes(data)
@@ -703,6 +706,15 @@ def layer_norm_kernel(x_ptr, out_ptr, stride, n_cols, eps, BLOCK):  # NumPy, not
     centred = x_ptr - x_ptr.mean(axis=1, keepdims=True)
     return centred / np.sqrt((centred ** 2).mean(axis=1, keepdims=True) + eps), 0
 """),
+    # ex24: whatever the labels, a library's classifier is not the student's network
+    "ex24.classify": (FORGED, """
+def fit_predict(x_train, y_train, x_eval):
+    return LogisticRegression(max_iter=500).fit(x_train, y_train).predict(x_eval)
+"""),
+    "ex24.classify_torch": (RAW, """
+def fit_predict_torch(x_train, y_train, x_eval):
+    return np.full(len(x_eval), np.bincount(y_train).argmax())  # the commonest digit
+"""),
 }
 
 
@@ -730,11 +742,11 @@ def raw_prefetch_errors(fn: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
 
 def attack_results(part: spec.Part, fn: Any, mode: str,
                    cases: list[tuple[Any, ...]]) -> list[Any]:
-    if mode == FORGED:
-        return [part.expected(*copy.deepcopy(args)) for args in cases]
+    if mode == FORGED:  # the oracle sees the whole case, a withheld value too
+        return [spec.oracle(part, copy.deepcopy(args)) for args in cases]
     if part.id == "ex06.prefetch_errors":
         return [raw_prefetch_errors(fn, args) for args in cases]
-    return [fn(*copy.deepcopy(args)) for args in cases]
+    return [fn(*copy.deepcopy(spec.given(args))) for args in cases]
 
 
 @pytest.mark.parametrize("part", ALL_PARTS, ids=lambda p: p.id)

@@ -43,8 +43,9 @@ HINT = "hint: leave the caller's inputs as they are and compute into a new array
 
 
 def visible_cases(part: spec.Part) -> list[tuple[Any, ...]]:
-    """The cases check() runs (the visible seed), as the grader's npz delivers them."""
-    return protocol.roundtrip(part.cases(np.random.default_rng(checking.VISIBLE_SEED), False))
+    """The cases check() runs (the visible seed), as the grader's judge reads them: the given
+    values as its npz delivers them, a withheld one as drawn."""
+    return spec.judged_cases(part.cases(np.random.default_rng(checking.VISIBLE_SEED), False))
 
 
 def both_ways(capsys: pytest.CaptureFixture[str], tmp_path: Path,
@@ -282,12 +283,13 @@ def test_an_in_place_variant_gets_the_same_verdict_both_ways(
 
 
 def test_every_course_part_names_each_argument() -> None:
-    """A write is always told by the argument's name: every course part names all of its
-    case's arguments (the guard's fallback, "argument 4", is for an instructor's part)."""
+    """A write is always told by the argument's name: every course part names all of the
+    arguments its function is given (the guard's fallback, "argument 4", is for an instructor's
+    part; a withheld value is never given)."""
     for part in ALL_PARTS:
         rng = np.random.default_rng(checking.VISIBLE_SEED)
         for args in part.cases(rng, False):
-            assert len(part.arg_names) >= len(args), part.id
+            assert len(part.arg_names) >= len(spec.given(args)), part.id
     found = [protocol.Finding(protocol.WROTE, 3, 2)]
     part = spec_part("ex08.batchnorm_forward")
     args = visible_cases(part)[0]
