@@ -8,19 +8,13 @@ from pathlib import Path
 import nbformat
 import pytest
 from fixtures.nbgrader_course import _code
+from fixtures.squares import squares_part_file
 
 from edu_dl.cli import main
 from edu_dl.grading import sandbox
 from edu_dl.grading.term import solution_run
 
-PRIVATE = '''
-import numpy as np
-from edu_dl.grading import Part
-
-PARTS = [Part(id="hw4.squares", points=2,
-              cases=lambda rng, hidden: [(3,)] if not hidden else [(int(rng.integers(4, 9)),)],
-              expected=lambda n: np.arange(1, n + 1) ** 2)]
-'''
+PRIVATE = squares_part_file("hw4.squares")
 RIGHT = "    return [i * i for i in range(1, n + 1)]"
 WRONG = "    return [1, 4, 9][:n]  # right on the visible case only"
 

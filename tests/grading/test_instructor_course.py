@@ -12,6 +12,7 @@ import nbformat
 import pytest
 from fixtures import graded_course as batches
 from fixtures.nbgrader_course import _code
+from fixtures.squares import squares_part_file
 
 from edu_dl.grading import model, nbgrader, sandbox
 from edu_dl.grading import notebooks as nbs
@@ -168,15 +169,9 @@ from edu_dl.grading import Part
 PARTS = [Part(id="hw2.squares", points=2, cases=lambda rng, hidden: [(3,)],
               expected=lambda n: np.arange(1, n + 1) ** 2)]
 '''
-PRIVATE_PARTS = '''
-import numpy as np
-from edu_dl.grading import Part
-
-# PRIVATE_PART_FILE: hidden cases and the real oracle; never leaves the instructor's folder.
-PARTS = [Part(id="hw2.squares", points=2,
-              cases=lambda rng, hidden: [(3,)] if not hidden else [(int(rng.integers(4, 9)),)],
-              expected=lambda n: np.arange(1, n + 1) ** 2)]
-'''
+PRIVATE_PARTS = squares_part_file(
+    "hw2.squares", "# PRIVATE_PART_FILE: hidden cases and the real oracle; never leaves the "
+    "instructor's folder.")
 HONEST = "def squares(n):\n    return [i * i for i in range(1, n + 1)]"
 CHEAT = "def squares(n):\n    return [1, 4, 9]  # what the public case wants"
 

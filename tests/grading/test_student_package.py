@@ -13,6 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from fixtures.nbgrader_course import _code
+from fixtures.squares import squares_part_file
 
 from edu_dl.grading.model import NothingToGrade, Refused
 from edu_dl.grading.settings import Settings
@@ -23,14 +24,7 @@ from edu_dl.grading.term.validate import validate
 from edu_dl.grading.trust.files import read_package
 
 FAST = Settings(timeout_s=30, memory_mb=2048)
-PARTS = '''
-import numpy as np
-from edu_dl.grading import Part
-
-PARTS = [Part(id="pk.squares", points=2,
-              cases=lambda rng, hidden: [(3,)] if not hidden else [(int(rng.integers(4, 9)),)],
-              expected=lambda n: np.arange(1, n + 1) ** 2)]
-'''
+PARTS = squares_part_file("pk.squares")
 RIGHT = "def squares(n):\n    return [i * i for i in range(1, n + 1)]\n"
 WRONG = "def squares(n):\n    return [i + i for i in range(1, n + 1)]\n"
 ANSWER = ("def squares(n):\n    ### BEGIN SOLUTION\n    from mini.ops import squares as mine\n\n"

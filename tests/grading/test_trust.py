@@ -4,7 +4,9 @@ within bounds, and written out harmlessly."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -287,43 +289,57 @@ def test_no_cache_keeps_a_students_cells_across_submissions() -> None:
     assert len(reader._parsed) == 2  # one reader per submission holds them
 
 
+def counted_parse(real: Callable[..., Any]) -> tuple[Callable[..., Any], list[int]]:
+    """``real`` slowed down (every other thread has time to arrive), and a list whose one item
+    counts the most threads that were ever inside it at once."""
+    import threading
+    import time
+
+    inside, most = [0], [0]
+    count = threading.Lock()
+
+    def slow_parse(*args: Any, **kwargs: Any) -> Any:
+        with count:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.01)
+        try:
+            return real(*args, **kwargs)
+        finally:
+            with count:
+                inside[0] -= 1
+
+    return slow_parse, most
+
+
+def at_once(readers: list[Callable[[], Any]], most: list[int]) -> int:
+    """Run every reader on a thread of its own, all together; the most that parsed at once."""
+    import threading
+
+    threads = [threading.Thread(target=read) for read in readers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return most[0]
+
+
 def test_threads_grading_at_once_parse_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """A batch grades on a thread pool; CPython 3.11's parser fails one of two threads parsing at
     once now and then ("AST constructor recursion depth mismatch"), which made a grader error of
     an answer that parses. Every reader of a student's source (a cell, a part's definition, a
     speed function) parses through one lock."""
     import ast
-    import threading
-    import time
 
     from edu_dl.grading.authoring import source as asource
     from edu_dl.grading.trust import speed
 
-    inside, most = [0], [0]
-    count = threading.Lock()
-    real = ast.parse
-
-    def slow_parse(code: str, *args: object, **kwargs: object) -> ast.Module:
-        with count:
-            inside[0] += 1
-            most[0] = max(most[0], inside[0])
-        time.sleep(0.01)  # long enough for every other thread to arrive
-        try:
-            return real(code)
-        finally:
-            with count:
-                inside[0] -= 1
-
+    slow_parse, most = counted_parse(ast.parse)
     monkeypatch.setattr(ast, "parse", slow_parse)
     readers = [lambda: tsource.parse_cell("def square(n):\n    return n * n"),
                lambda: asource.definition_node("def square(n):\n    return n * n"),
                lambda: speed.source_problem("def f(x):\n    return x + 1")] * 4
-    threads = [threading.Thread(target=read) for read in readers]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert most[0] == 1, f"{most[0]} threads parsed at once"
+    assert at_once(readers, most) == 1, f"{most[0]} threads parsed at once"
 
 
 def test_numpys_and_the_graders_parses_take_the_same_lock(tmp_path: Path,
@@ -334,29 +350,14 @@ def test_numpys_and_the_graders_parses_take_the_same_lock(tmp_path: Path,
     under the lock."""
     import ast
     import io
-    import threading
-    import time
 
     import numpy as np
 
     from edu_dl.grading.term import batch
     from edu_dl.grading.trust import scopes
 
-    inside, most = [0], [0]
-    count = threading.Lock()
-    real = scopes._INTERPRETERS_PARSE  # ast.parse may be the lock already: a test graded before
-
-    def slow_parse(*args: object, **kwargs: object) -> ast.AST:
-        with count:
-            inside[0] += 1
-            most[0] = max(most[0], inside[0])
-        time.sleep(0.01)  # long enough for every other thread to arrive
-        try:
-            return real(*args, **kwargs)  # type: ignore[arg-type]
-        finally:
-            with count:
-                inside[0] -= 1
-
+    # Not ast.parse, which may be the lock already (a test graded before in this process).
+    slow_parse, most = counted_parse(scopes._INTERPRETERS_PARSE)
     monkeypatch.setattr(ast, "parse", ast.parse)  # whatever grade installs is undone after
     monkeypatch.setattr(scopes, "_INTERPRETERS_PARSE", slow_parse)
     with pytest.raises(batch.NothingToGrade):  # it installs the lock before anything else
@@ -371,12 +372,7 @@ def test_numpys_and_the_graders_parses_take_the_same_lock(tmp_path: Path,
 
     readers = [read_npz, lambda: ast.literal_eval("{'shape': (2, 2)}"),
                lambda: tsource.parse_cell("def square(n):\n    return n * n")] * 4
-    threads = [threading.Thread(target=read) for read in readers]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert most[0] == 1, f"{most[0]} threads parsed at once"
+    assert at_once(readers, most) == 1, f"{most[0]} threads parsed at once"
 
 
 def test_the_grader_parses_python_in_one_place() -> None:
