@@ -104,6 +104,7 @@ SANDBOX = (
     "grading/test_nbgrader_course.py",
     "grading/test_lms.py", "bench/test_bench_grading.py", "notebooks/test_authoring_guide.py",
     "grading/test_mark_browser.py", "grading/test_ahead.py", "grading/test_student_package.py",
+    "grading/test_drawn_once.py",
 )
 # notebook: executes a notebook (nbval, nbclient, a kernel, nbgrader's autograde).
 NOTEBOOK = (

@@ -113,8 +113,8 @@ def wire(tmp_path: Path, results: list[Any]) -> list[Any]:
 def write_grading_files(root: Path, part: spec.Part, cases: list[tuple[Any, ...]]) -> None:
     """What the grader gives the sandbox for a part: its cases (without their withheld values,
     as prepare sends them), and its pickled call=."""
-    for name, data in prepare.grading_files(str(root), part.id,
-                                          [spec.given(case) for case in cases],
+    inputs = protocol.encode_inputs([spec.given(case) for case in cases])
+    for name, data in prepare.grading_files(str(root), part.id, inputs,
                                           load.pickled_call(part)).items():
         Path(name).parent.mkdir(parents=True, exist_ok=True)
         Path(name).write_bytes(data)

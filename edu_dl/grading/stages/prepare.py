@@ -8,8 +8,11 @@ the same for every submission and every run, so the same answer gets the same gr
 
 from __future__ import annotations
 
+import copy
 import shutil
 import tempfile
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,19 +83,72 @@ def prepare(job: Job, out: Path, settings: Settings, data: bytes | None, secret:
     prepared = Prepared(nb, notes, work, autograded, secret.fingerprint, {}, {}, files, root,
                         boxed, {}, data, job.path)
     try:
-        for part_id, (drawn, visible) in draw_cases(job, secret).items():
+        for part_id, _ in job.exercise.parts:
+            drawn = drawn_part(job, part_id, secret)
             prepared.parts[part_id] = job.exercise.specs[part_id]
-            prepared.visible[part_id] = visible  # the rest are hidden: judge shows no value
-            # the sandbox gets each case without its withheld values; the judge, all of it
-            prepared.files.update(grading_files(f"{root}/grading", part_id,
-                                                [given(case) for case in drawn],
+            prepared.visible[part_id] = drawn.visible  # the rest are hidden: judge shows no value
+            # the sandbox gets each case without its withheld values; the judge, all of it,
+            # a copy of its own (an oracle that writes into its arguments reaches nobody else)
+            prepared.files.update(grading_files(f"{root}/grading", part_id, drawn.inputs,
                                                 job.exercise.calls.get(part_id)))
-            prepared.cases[part_id] = judged_cases(drawn)
+            prepared.cases[part_id] = copy.deepcopy(drawn.cases)
     except BaseException:
         if not boxed:  # nothing will run in it
             shutil.rmtree(root, ignore_errors=True)
         raise
     return prepared
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """One part's inputs, the same for every submission of the exercise: the cases as the judge
+    reads them, how many of them are visible, and the npz the sandbox gets (without the
+    withheld values)."""
+
+    cases: list[tuple[Any, ...]]
+    visible: int
+    inputs: bytes
+
+
+# A part's cases are the same for every student: drawn, encoded for the sandbox and read back
+# once per (exercise, its source and part files, part, seed) in this process, the most recent
+# MAX_DRAWN kept (exercise 24's hidden sample and its 1 MB of cases: 0.24 s of the grader's CPU
+# for every student after the first, before).
+MAX_DRAWN = 64
+_DRAWN: OrderedDict[tuple[str, str, str, str, int], Drawn] = OrderedDict()
+_DRAWN_LOCK = threading.Lock()
+_DRAWING: dict[tuple[str, str, str, str, int], threading.Lock] = {}  # a key being drawn now
+
+
+def drawn_part(job: Job, part_id: str, secret: Secret) -> Drawn:
+    """``part_id``'s inputs for ``job``'s exercise, drawn from ``secret`` (as ``draw_cases``
+    draws them), once for every submission of the exercise; callers copy what they change."""
+    seed = secret.seed(job.exercise.name, part_id)
+    key = (job.exercise.name, job.exercise.digest, job.exercise.specs_digest, part_id, seed)
+    with _DRAWN_LOCK:
+        drawing = _DRAWING.setdefault(key, threading.Lock())
+    # Submissions are prepared ahead, several at once: the first draws, the others wait for it.
+    with drawing:
+        with _DRAWN_LOCK:
+            found = _DRAWN.get(key)
+            if found is not None:
+                _DRAWN.move_to_end(key)
+                return found
+        try:
+            part: Part = job.exercise.specs[part_id]
+            rng = np.random.default_rng(seed)
+            visible = part.cases(rng, False)
+            cases = [*visible, *part.cases(rng, True)]
+            found = Drawn(judged_cases(cases), len(visible),
+                          encode_inputs([given(c) for c in cases]))
+            with _DRAWN_LOCK:
+                _DRAWN[key] = found
+                while len(_DRAWN) > MAX_DRAWN:
+                    _DRAWN.popitem(last=False)
+        finally:
+            with _DRAWN_LOCK:
+                _DRAWING.pop(key, None)
+    return found
 
 
 def draw_cases(job: Job, secret: Secret) -> dict[str, tuple[list[tuple[Any, ...]], int]]:
@@ -172,10 +228,11 @@ def submission_bytes(job: Job, settings: Settings) -> bytes | None:
     return data
 
 
-def grading_files(grading_dir: str, part_id: str, cases: list[tuple[Any, ...]],
+def grading_files(grading_dir: str, part_id: str, inputs: bytes,
                   call: bytes | None) -> dict[str, bytes]:
-    """What the sandbox gets for one part: its cases and, if it has one, its pickled call=."""
-    files = {protocol.inputs_path(grading_dir, part_id): encode_inputs(cases)}
+    """What the sandbox gets for one part: its cases (``inputs``, as ``encode_inputs`` wrote
+    them) and, if it has one, its pickled call=."""
+    files = {protocol.inputs_path(grading_dir, part_id): inputs}
     if call is not None:
         files[protocol.call_path(grading_dir, part_id)] = call
     return files
