@@ -135,12 +135,8 @@ def drawn_part(job: Job, part_id: str, secret: Secret) -> Drawn:
                 _DRAWN.move_to_end(key)
                 return found
         try:
-            part: Part = job.exercise.specs[part_id]
-            rng = np.random.default_rng(seed)
-            visible = part.cases(rng, False)
-            cases = [*visible, *part.cases(rng, True)]
-            found = Drawn(judged_cases(cases), len(visible),
-                          encode_inputs([given(c) for c in cases]))
+            cases, visible = draw_part(job.exercise.specs[part_id], seed)
+            found = Drawn(judged_cases(cases), visible, encode_inputs([given(c) for c in cases]))
             with _DRAWN_LOCK:
                 _DRAWN[key] = found
                 while len(_DRAWN) > MAX_DRAWN:
@@ -155,13 +151,16 @@ def draw_cases(job: Job, secret: Secret) -> dict[str, tuple[list[tuple[Any, ...]
     """Each part's inputs, visible then hidden, and how many are visible, from its own seed:
     derived from the secret and the part alone, so every submission of the exercise gets the
     same ones on every run."""
-    drawn = {}
-    for part_id, _ in job.exercise.parts:
-        part: Part = job.exercise.specs[part_id]
-        rng = np.random.default_rng(secret.seed(job.exercise.name, part_id))
-        visible = part.cases(rng, False)
-        drawn[part_id] = ([*visible, *part.cases(rng, True)], len(visible))
-    return drawn
+    return {part_id: draw_part(job.exercise.specs[part_id], secret.seed(job.exercise.name,
+                                                                        part_id))
+            for part_id, _ in job.exercise.parts}
+
+
+def draw_part(part: Part, seed: int) -> tuple[list[tuple[Any, ...]], int]:
+    """One part's cases from ``seed``, visible then hidden, and how many are visible."""
+    rng = np.random.default_rng(seed)
+    visible = part.cases(rng, False)
+    return [*visible, *part.cases(rng, True)], len(visible)
 
 
 def restored_submission(job: Job, settings: Settings, data: bytes | None

@@ -54,8 +54,9 @@ def write_outputs(out: Path, rows: list[Row], jobs: list[Job], *, dates: Any = N
         from edu_dl.grading.stages.feedback import write_pages
 
         pages = write_pages(out, rows, jobs, executed, course, log, costs)
-    rubrics = {(job.exercise.name, gid): rubric.as_text(criteria) for job in jobs
-               for gid, criteria in job.exercise.rubrics.items()}
+    exercises = {job.exercise.name: job.exercise for job in jobs}  # each once, not per student
+    rubrics = {(name, gid): rubric.as_text(criteria) for name, exercise in exercises.items()
+               for gid, criteria in exercise.rubrics.items()}
     write_if_changed(out / "manual.csv", csv_bytes(manual.COLUMNS, manual.sheet(
         rows, filled or {}, pages, rubrics)))
     write_if_changed(out / "nbgrader_grades.csv",

@@ -210,7 +210,7 @@ class Desk:
                 "answer": self.hide(row, row.answer), "message": self.hide(row, row.message),
                 "rendered": self.cell(item) is not None, "has_page": bool(item.page),
                 "anchor": anchor(row.part), "solution": solution, "solution_note": note,
-                "rubric": criteria, "rubric_note": rubric_note}
+                "rubric": [dataclasses.asdict(c) for c in criteria], "rubric_note": rubric_note}
 
     # ------------------------------------------------------------------ saving
 
@@ -262,8 +262,7 @@ class Desk:
                 cell, _ = source_cell(self.source, row, self.assignments.get(
                     (row.student, row.exercise), row.exercise))
                 criteria, _ = cell_rubric(cell, f"{row.exercise}.ipynb: cell {row.part!r}")
-                self._rubric_lines[key] = rubric.as_text(
-                    tuple(rubric.Criterion(**c) for c in criteria))
+                self._rubric_lines[key] = rubric.as_text(criteria)
         return self._rubric_lines
 
     @contextmanager
@@ -345,18 +344,18 @@ def cell_text(cell: dict[str, Any]) -> str:
     return "".join(text) if isinstance(text, list) else str(text)
 
 
-def cell_rubric(cell: dict[str, Any] | None, where: str) -> tuple[list[dict[str, Any]], str]:
-    """The source cell's rubric as the page lists it ([{"points", "criterion"}]), and a note
-    when the cell's rubric cannot be read (``rubric.read``'s sentence)."""
+def cell_rubric(cell: dict[str, Any] | None, where: str) -> tuple[tuple[rubric.Criterion, ...],
+                                                                   str]:
+    """The source cell's rubric (``rubric.read``), and a note when it cannot be read (its
+    sentence)."""
     if cell is None:
-        return [], ""
+        return (), ""
     import nbformat
 
     try:
-        criteria = rubric.read(nbformat.from_dict(cell), where)
+        return rubric.read(nbformat.from_dict(cell), where), ""
     except (rubric.RubricError, AttributeError, TypeError, ValueError) as exc:
-        return [], str(exc)
-    return [dataclasses.asdict(c) for c in criteria], ""
+        return (), str(exc)
 
 
 MAX_PAGE_BYTES = 128 << 20
