@@ -19,15 +19,16 @@ NBGRADER_COURSE_SETTINGS = Settings(timeout_s=30, memory_mb=2048)  # FAST of the
 def _graded_course_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     graded = batches.shared(batches.session_folder(tmp_path_factory), "course",
                             [ROOT / "solutions", ROOT / "exercises"], batches.course,
-                            batches.COURSE_SETTINGS)
+                            batches.COURSE_SETTINGS, deny_uncounted=True)
     return graded.out.parent
 
 
 @pytest.fixture
 def graded_course(_graded_course_folder: Path) -> batches.Graded:
     """The course's 18 solutions (student "solved") and 18 untouched exercises ("unsolved"),
-    graded against solutions/ with the memory accounting as found. Its rows are this test's
-    own copy; its folders are read-only (copy what you change into tmp_path)."""
+    graded against solutions/ with the memory accounting as found and the watchdog's filter in
+    every sandbox (SysV shm and memfds refused, as where no cgroup counts memory). Its rows are
+    this test's own copy; its folders are read-only (copy what you change into tmp_path)."""
     return batches.load(_graded_course_folder)
 
 
