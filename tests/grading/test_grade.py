@@ -299,8 +299,8 @@ def test_hostile_corpus(tmp_path: Path) -> None:
     before = sorted(p.name for p in ROOT.iterdir())
     summary = G.grade(tmp_path / "submissions", tmp_path / "source", tmp_path / "grades",
                       jobs=2, progress=False,
-                      # a 64 MB /tmp: many_files fills it in a second, well inside the
-                      # 10 s cell timeout even on a loaded machine ("error", not "timeout")
+                      # many_files fills the grading folder's 128 MB in a second or two,
+                      # well inside the 10 s cell timeout even on a loaded machine ("error")
                       settings=Settings(timeout_s=10, memory_mb=2048, tmp_mb=64))
     got = {(r.student, r.part): r for r in summary.rows}
     for name, (_, statuses) in cases.items():
