@@ -4,8 +4,8 @@
 tagged `nbval-check-output` with the committed ones. That is only worth something if a wrong engine
 changes those outputs. Here relu's backward (edu_dl.autograd.ops.ReLU.backward) is broken inside the
 notebook's kernel, the classic bug: it forgets relu's mask and lets every gradient through. The same
-nbval run that passes on the intact engine must then fail, with "Cell outputs differ" in a checked
-cell, not with an exception.
+nbval run that passes on the intact engine (in `make test-notebooks`) must then fail, with "Cell
+outputs differ" in a checked cell, not with an exception.
 
 The bug is injected from outside the notebook: a sitecustomize.py on PYTHONPATH, which every Python
 process imports at start-up, including the kernel that nbval starts (it inherits the environment).
@@ -71,9 +71,11 @@ def run_nbval(notebook: Path, env: dict[str, str]) -> tuple[int, str, dict[str, 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("broken", [False, True], ids=["intact-engine-passes",
-                                                       "broken-relu-backward-fails"])
-def test_nbval_catches_a_broken_relu_backward(broken: bool, tmp_path: Path) -> None:
+def test_nbval_catches_a_broken_relu_backward(tmp_path: Path) -> None:
+    """The intact engine's run is `make test-notebooks`' own (this lecture, the same nbval): it
+    is not run again here. What could make this run fail for another reason than the bug (the
+    injected sitecustomize.py, the copy) is ruled out below: every failure must be a checked
+    cell's outputs differing, at or after the first cell that uses relu."""
     assert LECTURE.exists(), f"{LECTURE.name} is gone: point LECTURE at a lecture using edu_dl relu"
     work = tmp_path / "lecture"
     work.mkdir()
@@ -86,17 +88,10 @@ def test_nbval_catches_a_broken_relu_backward(broken: bool, tmp_path: Path) -> N
     env = {k: v for k, v in os.environ.items() if k != BREAK_VAR}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(inject), env.get("PYTHONPATH")]))
     env["TQDM_DISABLE"] = "1"  # progress bars print rates; `make test-notebooks` sets it too
-    if broken:
-        env[BREAK_VAR] = str(marker)
+    env[BREAK_VAR] = str(marker)
 
     code, output, failures = run_nbval(notebook, env)
     tail = output[-6000:]
-
-    if not broken:
-        assert code == 0, f"nbval fails on the intact engine already:\n{tail}"
-        assert not failures
-        assert not marker.exists()
-        return
 
     assert marker.exists(), f"the broken relu backward never ran in the kernel:\n{tail}"
     assert code == 1, f"nbval did not fail with relu's backward broken (exit {code}):\n{tail}"
