@@ -368,8 +368,11 @@ def test_amplification_attacks_stay_within_stated_bounds(tmp_path: Path) -> None
         (subs / name).mkdir(parents=True)
         (subs / name / "hw9.ipynb").write_text(json.dumps(nb, separators=(",", ":")))
     dead = nbformat.read(source / "hw9.ipynb", as_version=4)
+    # 14 MB naming square, as a string: the grader's bound is on the text (trust.source reads
+    # no cell over 100,000 characters that may bind the name), while the kernel runs it in half
+    # a second (as a list of names it spent its whole timeout parsing, 10 CPU-s for nothing)
     dead.cells.insert(2, nbformat.v4.new_code_cell(
-        "if False:\n    names = [" + "square, " * 1_800_000 + "]"))  # 14 MB naming square
+        "if False:\n    names = '" + "square, " * 1_800_000 + "'"))
     write(subs / "dead", dead, "hw9")
     submitted = sum(p.stat().st_size for p in subs.rglob("*.ipynb"))
     done = subprocess.run(
@@ -380,10 +383,9 @@ def test_amplification_attacks_stay_within_stated_bounds(tmp_path: Path) -> None
          "print('PEAK_KB', next(line.split()[1] for line in open('/proc/self/status')\n"
          "                      if line.startswith('VmHWM:')))\n"
          "sys.exit(status)", "grade", str(subs), "--source", str(source), "--out", str(out),
-         # dead's 14 MB cell times out: its kernel spends half a minute of CPU transforming
-         # and parsing it, which tests nothing here. Its test cell runs all the same, for the
-         # grader's bound on parsing it is what this tests (alice's and wide's cells take
-         # milliseconds: 10 s is the hostile corpus's timeout for honest cells too)
+         # every cell here takes a second at most (10 s is the hostile corpus's timeout for
+         # honest cells too); were dead's cell to time out, its test cell runs all the same,
+         # for the grader's bound on reading it is what this tests
          "--timeout", "10", "--budget", "90", "--memory", "2048", "--no-skip-after-timeout"],
         capture_output=True, text=True, timeout=600,
         env={**os.environ, "TQDM_DISABLE": "1", sandbox.GROUP_VAR: GROUP})
