@@ -16,6 +16,7 @@ course's ``edu-dl bench``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -63,7 +64,8 @@ def bench(submissions: int = 8, jobs: int = 2, out: Path | None = None,
 
 
 def versus_nbgrader(copies: int, jobs: int, venv: Path = NBGRADER_VENV,
-                    progress: bool = True, rounds: int = 3, ahead: int = 1) -> dict[str, Any]:
+                    progress: bool = True, rounds: int = 3, ahead: int = 1,
+                    keep: Path | None = None) -> dict[str, Any]:
     """Seconds per notebook on the nbgrader-style sample course (``copies`` x its 4 students),
     ``rounds`` rounds, interleaved so that a load that comes and goes falls on both: in each, on
     fresh copies of the course, nbgrader 0.9's ``autograde`` plus ``generate_feedback`` (its
@@ -71,15 +73,19 @@ def versus_nbgrader(copies: int, jobs: int, venv: Path = NBGRADER_VENV,
     included) with one worker, then with ``jobs``. Each round's ratio compares the two graders in
     that round. Also: where edu-dl's one-worker time went (its batch summary's split), and the
     speed tasks' measuring time apart (the sample course has none). ``ahead``: edu-dl's grading
-    ahead (sandboxes and kernels started while others run; 0 for none)."""
+    ahead (sandboxes and kernels started while others run; 0 for none). ``keep``: a folder
+    where each round's graded courses stay (``round<k>/<grader>/``), for a caller that reads
+    them; by default they are deleted."""
     bin_dir = course.nbgrader_venv(venv)
     names = ["nbgrader", *(f"edu-dl --jobs {j}" for j in sorted({1, jobs}))]
     seconds: dict[str, list[float]] = {name: [] for name in names}
     split: list[str] = []
-    for _ in range(rounds):
-        with tempfile.TemporaryDirectory(prefix="edu-dl-bench-nbgrader-") as tmp:
+    for k_round in range(rounds):
+        with contextlib.ExitStack() as stack:
+            tmp = (keep / f"round{k_round}" if keep is not None else Path(stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="edu-dl-bench-nbgrader-"))))
             for name in names:
-                src, root = course.build(Path(tmp) / name.replace(" ", "_"))
+                src, root = course.build(tmp / name.replace(" ", "_"))
                 for k in range(1, copies):
                     for student in course.STUDENTS:
                         shutil.copytree(root / "submitted" / student,

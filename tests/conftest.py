@@ -35,6 +35,30 @@ settings.register_profile("dev", deadline=None, suppress_health_check=[HealthChe
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
+@pytest.fixture(scope="session")
+def nbgrader_beside_edu_dl(tmp_path_factory: pytest.TempPathFactory,
+                           pytestconfig: pytest.Config) -> tuple[dict, Path]:
+    """One run of ``tests/bench_grading.py``'s ``versus_nbgrader`` (one round, one worker:
+    nbgrader 0.9's autograde and feedback, then edu-dl's grade, of the nbgrader-style sample
+    course), made once per session for both workers: ``bench/test_bench_grading.py`` reads its
+    result, ``grading/test_nbgrader_course.py`` the gradebook nbgrader's autograde left in
+    ``round0/nbgrader/``. Returns (the result, the folder of the graded courses); read only."""
+    import json
+
+    import bench_grading
+    from fixtures.once import folder_once_per_session
+
+    venv = Path(pytestconfig.cache.mkdir("nbgrader-0.9-venv"))  # the nbgrader tests' own
+
+    def make(folder: Path) -> None:
+        result = bench_grading.versus_nbgrader(copies=1, jobs=1, venv=venv, progress=False,
+                                               rounds=1, keep=folder / "courses")
+        (folder / "result.json").write_text(json.dumps(result))
+
+    folder = folder_once_per_session(tmp_path_factory, "nbgrader-beside-edu-dl", make)
+    return json.loads((folder / "result.json").read_text()), folder / "courses"
+
+
 @pytest.fixture
 def in_solutions(monkeypatch: pytest.MonkeyPatch) -> Path:
     """The working folder of a student's notebook in ``solutions/``: check() finds the course's

@@ -33,10 +33,11 @@ def test_the_table_says_whether_the_goal_is_met() -> None:
 
 
 @pytest.mark.slow
-def test_nbgrader_and_edu_dl_grade_the_same_notebooks(request: pytest.FixtureRequest) -> None:
-    venv = Path(request.config.cache.mkdir("nbgrader-0.9-venv"))  # shared with the nbgrader tests
+def test_nbgrader_and_edu_dl_grade_the_same_notebooks(
+        nbgrader_beside_edu_dl: tuple[dict, Path]) -> None:
     # One worker only: the goal is measured there, and grading with two is tested elsewhere.
-    result = grading.versus_nbgrader(copies=1, jobs=1, venv=venv, progress=False, rounds=1)
+    # The run is shared (conftest.py): test_nbgrader_course.py reads nbgrader's scores from it.
+    result, _ = nbgrader_beside_edu_dl
     assert result["notebooks"] == 4 and result["rounds"] == 1
     assert set(result["seconds"]) == {"nbgrader", "edu-dl --jobs 1"}
     assert all(len(s) == 1 and s[0] > 0 for s in result["seconds"].values())
