@@ -25,7 +25,7 @@ def _graded_course_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def graded_course(_graded_course_folder: Path) -> batches.Graded:
-    """The course's 18 solutions (student "solved") and 18 untouched exercises ("unsolved"),
+    """The course's solutions (student "solved") and its untouched exercises ("unsolved"),
     graded against solutions/ with the memory accounting as found and the watchdog's filter in
     every sandbox (SysV shm and memfds refused, as where no cgroup counts memory). Its rows are
     this test's own copy; its folders are read-only (copy what you change into tmp_path)."""
