@@ -222,8 +222,15 @@ def main() -> int:
             answer({"result": value})
         except Exception as exc:  # reported to the parent, which decides
             answer({"error": f"{type(exc).__name__}: {exc}"})
+    protocol.flush()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Every answer is written: skip the interpreter's teardown, which frees each module's objects
+    # one by one. With TensorFlow loaded it cost 1.8 s of CPU per worker, with torch 0.4 s
+    # (2026-12-05, 2 cores), on every benchmark's and the doctor's every framework worker.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
