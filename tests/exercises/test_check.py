@@ -324,6 +324,7 @@ def test_in_a_jupyter_kernel_a_failing_check_is_an_error_output_showing_only_the
                'check("ex08.mul_backward", lambda d, x, y: (d * y, d * x))']
     nb = v4.new_notebook(cells=[v4.new_code_cell(s) for s in sources])
     client = NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True,
+                            shutdown_kernel="immediate",
                             resources={"metadata": {"path": str(in_solutions)}})
     client.execute()
     (error,) = nb.cells[1].outputs

@@ -425,7 +425,8 @@ def test_in_a_jupyter_kernel_an_endless_loop_is_stopped(hw9: Path) -> None:
     # only stop a kernel that hangs: nbclient's default of 60 s for the kernel to start was
     # passed beside eight busy processes (issue 43), so both wait as long as a hung kernel may.
     NotebookClient(nb, timeout=600, startup_timeout=600, kernel_name="python3",
-                   allow_errors=True, resources={"metadata": {"path": str(hw9)}}).execute()
+                   allow_errors=True, shutdown_kernel="immediate",
+                   resources={"metadata": {"path": str(hw9)}}).execute()
     (error,) = nb.cells[0].outputs
     assert error.output_type == "error" and error.ename == "CheckFailed"
     assert "time bound of 1 s ran" in checking.unwrapped("\n".join(error.traceback))

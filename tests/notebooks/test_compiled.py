@@ -135,7 +135,7 @@ def test_lecture_14_runs_without_jax_and_without_a_compiler(
     monkeypatch.setenv("MPLBACKEND", "Agg")
     path = ROOT / "lectures" / "14_compiling_dynamic_code.ipynb"
     nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, timeout=600, kernel_name="python3",
+    NotebookClient(nb, timeout=600, kernel_name="python3", shutdown_kernel="immediate",
                    resources={"metadata": {"path": str(path.parent)}}).execute()
     printed = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
                         for o in c.get("outputs", []))
