@@ -296,7 +296,11 @@ def test_cluster_gradebooks_equal_a_local_run_even_with_a_worker_killed(
 def test_a_submission_whose_worker_dies_twice_gets_a_worker_lost_row(
         tmp_path: Path, start: _Clusters) -> None:
     _corpus(tmp_path, ["good", "wrong"])
-    shutil.copytree(tmp_path / "submissions" / "good", tmp_path / "submissions" / "killer")
+    # Its notebook runs for seconds, so its worker dies while running it (a trivial notebook
+    # is graded in a fraction of a second).
+    killer = corpus.student()
+    corpus._prepend("gflops", "import time\ntime.sleep(10)")(killer)
+    corpus.write(tmp_path / "submissions" / "killer", killer)
     found = start(3)
     killed: list[str] = []
     done: list[model.Summary] = []

@@ -421,27 +421,39 @@ def test_the_runner_as_a_file_imports_nothing_of_the_package() -> None:
     assert "usage: " in shown.stdout and shown.stdout.strip().endswith("[]"), shown
 
 
-def test_the_runners_kernel_starts_as_ipykernels_launcher_does_without_debugpy(
+def test_the_runner_and_its_kernel_run_without_jupyters_client_and_kernel(
         tmp_path: Path) -> None:
+    """The runner drives IPython's shell over pipes (runner.py, kernel.py): neither process
+    loads nbformat, nbclient, jupyter_client, ipykernel or ZeroMQ (0.3 s of CPU in every
+    sandbox, 2026-12-05), and the kernel sees its notebook's folder as ipykernel shows it: the
+    working directory, and first on the path. Run as the sandbox runs it: the runner's file."""
     import json
     import subprocess
     import zipfile
 
-    import nbformat
-
     from edu_dl.grading import runner
 
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(
-        "import os, sys\nprint(sys.modules.get('debugpy', 'absent'), os.path.basename(sys.argv[0]),"
-        " '' in sys.path)")]
-    nbformat.write(nb, tmp_path / "n.ipynb")
-    subprocess.run([PY, "-P", runner.__file__, str(tmp_path / "n.ipynb"), str(tmp_path / "g"),
-                    "--result", str(tmp_path / "r.zip")], check=True, timeout=120,
-                   capture_output=True)
+    heavy = ("nbformat", "nbclient", "jupyter_client", "ipykernel", "zmq", "tornado",
+             "jsonschema", "numpy")
+    nb = {"cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+                     "source": "import os, sys\n"
+                               f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n"
+                               "print(os.getcwd() == os.path.dirname(os.path.abspath("
+                               "'n.ipynb')), sys.path[0] == '', type(get_ipython()).__name__)"}],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (tmp_path / "n.ipynb").write_text(json.dumps(nb))
+    probe = ("import runpy, sys\n"
+             f"r = runpy.run_path({str(Path(runner.__file__))!r}, run_name='edu_dl_runner')\n"
+             "r['main'](sys.argv[1:])\n"
+             f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
+    done = subprocess.run([PY, "-P", "-c", probe, str(tmp_path / "n.ipynb"), str(tmp_path / "g"),
+                           "--result", str(tmp_path / "r.zip")], cwd=tmp_path, timeout=120,
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""})
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done  # the runner's modules
     with zipfile.ZipFile(tmp_path / "r.zip") as zf:
         executed = json.loads(zf.read("executed.ipynb"))
-    assert executed["cells"][0]["outputs"][0]["text"] == ["None ipykernel_launcher.py True\n"]
+    assert executed["cells"][0]["outputs"] == [
+        {"output_type": "stream", "name": "stdout", "text": "[]\nTrue True FramedShell\n"}]
 
 
 def test_the_watchdog_sees_every_process_of_the_sandbox() -> None:

@@ -88,7 +88,6 @@ def test_out_is_a_folder_for_every_benchmark(capsys: pytest.CaptureFixture[str])
 
 def test_the_argparse_types_module_imports_nothing_of_the_package() -> None:
     import ast
-    from pathlib import Path
 
     from edu_dl.util import args
 
@@ -103,7 +102,6 @@ def test_the_argparse_types_module_imports_nothing_of_the_package() -> None:
 def _package_imports(package: str) -> dict[str, set[str]]:
     """file -> the edu_dl modules it imports (relative imports resolved), for a subpackage."""
     import ast
-    from pathlib import Path
 
     import edu_dl
 
@@ -141,10 +139,10 @@ def test_the_course_benchmarks_and_the_grader_do_not_import_each_other() -> None
 @pytest.mark.parametrize("module", ["edu_dl.cli", "edu_dl.grading.term.batch"])
 def test_reading_notebooks_never_compiles_rfc3987_grammars(module: str) -> None:
     """nbformat's validator pulls in jsonschema, whose IRI format check imports rfc3987_syntax:
-    ~40 grammars compiled at import, 1-2 s in every edu-dl command and every sandbox's runner.
-    Importing the command or the grader must reach nbformat without it (jsonschema then skips
-    that check, as when the package is not installed); the sandbox's runner says so itself,
-    first thing in its main()."""
+    ~40 grammars compiled at import, 1-2 s in every edu-dl command. Importing the command or the
+    grader must reach nbformat without it (jsonschema then skips that check, as when the
+    package is not installed); the sandbox's runner reads no notebook with nbformat at all
+    (grading/test_sandbox.py)."""
     import subprocess
     import sys
 
@@ -153,33 +151,6 @@ def test_reading_notebooks_never_compiles_rfc3987_grammars(module: str) -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           timeout=120, check=True)
     assert done.stdout.split() == ["True", "None"], done.stdout + done.stderr
-
-
-def test_the_runner_reads_and_validates_notebooks_without_format_checkers(
-        tmp_path: Path) -> None:
-    """The sandbox's runner keeps jsonschema's costly format checkers out (55 ms of every
-    sandbox's CPU), first thing in its main(): a notebook is still read and validated, and they
-    stay unloaded. Run as the sandbox runs it: the runner's file, then nbformat."""
-    import subprocess
-    import sys
-
-    from edu_dl.grading import runner
-
-    probe = ("import runpy, sys\n"
-             "r = runpy.run_path(sys.argv[1], run_name='edu_dl_runner')\n"
-             "r['skip_slow_optional_imports'](); r['skip_format_checkers']()\n"
-             "import nbformat, jsonschema._format\n"
-             "nbformat.validate(nbformat.read(sys.argv[2], as_version=4))\n"
-             "print([n for n in r['FORMAT_CHECKERS'] if sys.modules.get(n)],\n"
-             "      'nbformat' in sys.modules)")
-    nb = tmp_path / "a.ipynb"
-    nb.write_text('{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
-    done = subprocess.run([sys.executable, "-P", "-c", probe, runner.__file__, str(nb)],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0 and done.stdout.split() == ["[]", "True"], \
-        done.stdout + done.stderr
-    source = Path(runner.__file__).read_text()
-    assert source.index("    skip_format_checkers()") < source.index("execute(args.notebook")
 
 
 def test_validate_imports_no_page_renderer() -> None:
