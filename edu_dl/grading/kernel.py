@@ -199,7 +199,8 @@ def _shell_class(channel: Channel) -> Any:
             flush_streams()
             channel.message(error={"ename": _text(getattr(etype, "__name__", etype)),
                                    "evalue": _text(evalue),
-                                   "traceback": [_text(line) for line in stb or []]})
+                                   "traceback": [_text(line) for line in
+                                                 (stb if isinstance(stb, list) else [stb])]})
 
         def enable_gui(self, gui: Any = None) -> None:
             """No event loop to integrate with (ipykernel's answer for a GUI it lacks)."""

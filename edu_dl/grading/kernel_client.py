@@ -54,6 +54,7 @@ class Kernel:
             for fd in (commands, events, out_w, err_w):
                 os.close(fd)
         self.selector = selectors.DefaultSelector()
+        os.set_blocking(self.commands, False)  # send() never waits on a kernel that is stuck
         for fd, name in ((self.events, "frames"), (out, "stdout"), (err, "stderr")):
             os.set_blocking(fd, False)
             self.selector.register(fd, selectors.EVENT_READ, name)
@@ -66,6 +67,7 @@ class Kernel:
         self.output_cap, self.output_bytes, self.output_cut = output_cap, 0, False
         self.cell: dict[str, Any] | None = None  # the cell whose outputs come in
         self.cell_bytes, self.flooded, self.cell_stderr = 0, False, False
+        self.error_over_cap = False  # this cell kept an error over the cap: no more
         self.clear_next = False  # clear_output(wait=True): before the next output
         self.displays: dict[str, list[dict[str, Any]]] = {}  # display_id -> its outputs
         self.done: dict[str, Any] | None = None  # the last "done" frame
@@ -170,7 +172,7 @@ class Kernel:
     def _message(self, payload: bytes) -> None:
         try:
             message = json.loads(payload)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested too deep to parse
             return  # the student's to break: nothing of it is kept
         if not isinstance(message, dict):
             return
@@ -204,13 +206,15 @@ class Kernel:
         """display_data, or an update of an earlier one with its display_id (as nbclient)."""
         data, metadata = _dict(display.get("data")), _dict(display.get("metadata"))
         display_id = _dict(display.get("transient")).get("display_id")
-        if isinstance(display_id, str):
-            for earlier in self.displays.get(display_id, []):
-                earlier.update(data=data, metadata=metadata)
-            if display.get("update"):
-                return
+        if display.get("update"):
+            if isinstance(display_id, str) and self.cell is not None and self._count(size):
+                for earlier in self.displays.get(display_id, []):
+                    earlier.update(data=data, metadata=metadata)
+            return
         output = {"output_type": "display_data", "data": data, "metadata": metadata}
         if self._output(output, size) and isinstance(display_id, str):
+            for earlier in self.displays.get(display_id, []):
+                earlier.update(data=data, metadata=metadata)
             self.displays.setdefault(display_id, []).append(output)
 
     def _stream(self, name: str, text: str, size: int) -> None:
@@ -239,11 +243,14 @@ class Kernel:
         return False
 
     def _output(self, output: dict[str, Any], size: int) -> bool:
-        """Add ``output`` to the running cell's (an error always: it says what went wrong)."""
+        """Add ``output`` to the running cell's, within the cap; over it, the cell's first error
+        still (it says what went wrong), and no more: errors too can be sent in a loop."""
         if self.cell is None:
             return False
-        if not self._count(size) and output["output_type"] != "error":
+        if not self._count(size) and (output["output_type"] != "error" or self.error_over_cap):
             return False
+        if output["output_type"] == "error" and self.output_bytes > self.output_cap:
+            self.error_over_cap = True
         if self.clear_next:
             self.cell["outputs"], self.clear_next = [], False
         self.cell["outputs"].append(output)
@@ -285,6 +292,7 @@ class Kernel:
         seconds (it was then interrupted, and given AFTER_INTERRUPT seconds to end)."""
         self.cell, cell["outputs"], cell["execution_count"] = cell, [], None
         self.cell_bytes, self.flooded, self.cell_stderr, self.clear_next = 0, False, False, False
+        self.error_over_cap = False
         try:
             deadline = time.monotonic() + timeout
             ran = self.send(source(cell), deadline)

@@ -120,6 +120,7 @@ def test_forked_children_and_threads_print_into_the_cell(tmp_path: Path) -> None
     b"Z" + bytes(40),  # a frame of no kind the runner knows
     b"j" + (2**31).to_bytes(4, "big") + b"x" * 1000,  # over MAX_FRAME
     b"j\0\0\0\x05[1,2]j\0\0\0\x02{}j\0\0\0\x03{x}",  # JSON of no message, or none
+    b"j\0\x01\x86\xa0" + b"[" * 100_000,  # nested deeper than json can parse
 ])
 def test_what_a_cell_writes_on_the_runners_pipe_costs_only_its_own_run(
         tmp_path: Path, garbage: bytes) -> None:
@@ -128,7 +129,7 @@ def test_what_a_cell_writes_on_the_runners_pipe_costs_only_its_own_run(
     dropped. Either way the runner writes its record."""
     record, cells = run(tmp_path, f"import os, sys\nos.write(sys.stdout.channel.fd, {garbage!r})",
                         "print('next')", timeout=5)
-    if garbage[:1] == b"j" and len(garbage) < 100:
+    if garbage[:1] == b"j" and garbage[1:5] != (2**31).to_bytes(4, "big"):
         assert record["kernel"] == "ok", record
         assert cells[1]["outputs"][0]["text"] == "next\n"
     else:
@@ -153,3 +154,21 @@ def test_the_gate_and_the_budget_still_bound_the_run(tmp_path: Path) -> None:
                     extra=("--budget", "2"))
     assert record["cells"][0]["status"] == "timeout", record
     assert record["kernel"] == "budget" and record["cells"][1]["status"] == "not run", record
+
+
+def test_over_the_cap_a_cell_keeps_one_error_and_no_display_update(tmp_path: Path) -> None:
+    """Errors are kept over the output cap, as they say what went wrong, but one per cell:
+    a loop of them cannot grow the runner; an update of an earlier display over the cap is
+    dropped like any output."""
+    record, cells = run(
+        tmp_path,
+        "from IPython.display import display\n"
+        "handle = display({'text/plain': 'first'}, raw=True, display_id=True)",
+        "print('x' * 200_000)\n"
+        "for i in range(1000):\n    try:\n        raise ValueError(i)\n"
+        "    except ValueError:\n        get_ipython().showtraceback()\n"
+        "handle.update({'text/plain': 'second'}, raw=True)")
+    assert record["output_cut"] is True
+    assert cells[0]["outputs"][0]["data"] == {"text/plain": "first"}, cells[0]
+    assert [o["output_type"] for o in cells[1]["outputs"]] == ["error"], cells[1]
+    assert cells[1]["outputs"][0]["evalue"] == "0"
