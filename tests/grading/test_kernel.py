@@ -75,15 +75,17 @@ def test_outputs_come_in_order_with_their_kinds_and_counts(tmp_path: Path) -> No
     assert [c["stderr"] for c in record["cells"]] == [False, False, True]
 
 
+@pytest.mark.waits
 def test_a_cell_over_its_timeout_is_interrupted_and_the_next_cell_runs(tmp_path: Path) -> None:
     record, cells = run(tmp_path, "import time\nwhile True:\n    time.sleep(0.05)",
-                        "print('after')", timeout=1)
+                        "print('after')", timeout=3)  # the second cell's too, on a busy machine
     assert [c["status"] for c in record["cells"]] == ["timeout", "ok"], record
     assert cells[0]["outputs"][-1]["ename"] == "KeyboardInterrupt", cells[0]
     assert cells[1]["outputs"][0]["text"] == "after\n"
     assert record["kernel"] == "ok"
 
 
+@pytest.mark.waits
 def test_a_cell_that_ignores_interrupts_leaves_the_kernel_stuck(tmp_path: Path) -> None:
     record, _ = run(tmp_path, "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)"
                     "\nwhile True:\n    time.sleep(0.05)", "print('never')", timeout=1)
@@ -165,7 +167,7 @@ def test_over_the_cap_a_cell_keeps_one_error_and_no_display_update(tmp_path: Pat
         "from IPython.display import display\n"
         "handle = display({'text/plain': 'first'}, raw=True, display_id=True)",
         "print('x' * 200_000)\n"
-        "for i in range(1000):\n    try:\n        raise ValueError(i)\n"
+        "for i in range(100):\n    try:\n        raise ValueError(i)\n"
         "    except ValueError:\n        get_ipython().showtraceback()\n"
         "handle.update({'text/plain': 'second'}, raw=True)")
     assert record["output_cut"] is True

@@ -59,6 +59,7 @@ def run_json(out: Path, student: str) -> Path:
 # --------------------------------------------------------------------------- timeouts
 
 
+@pytest.mark.waits
 @pytest.mark.timing
 def test_a_timeout_skips_the_rest_and_only_timeouts_are_retried(tmp_path: Path) -> None:
     corpus.build(tmp_path, tmp_path / "escape", ["good", "asleep"])
@@ -93,6 +94,7 @@ def test_a_timeout_skips_the_rest_and_only_timeouts_are_retried(tmp_path: Path) 
     assert not corpus.sandbox_processes(GROUP)
 
 
+@pytest.mark.waits
 @pytest.mark.timing
 def test_no_skip_after_timeout_runs_the_later_cells(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -292,6 +294,7 @@ def _resume(err: str, cwd: Path) -> tuple[int, str]:
     return done.returncode, done.stdout + done.stderr
 
 
+@pytest.mark.waits
 @pytest.mark.timing
 @pytest.mark.parametrize("where", ["here", pytest.param("dask", marks=pytest.mark.slow)])
 def test_ctrl_c_says_one_line_and_the_batch_resumes(tmp_path: Path, where: str) -> None:

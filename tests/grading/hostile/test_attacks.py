@@ -128,6 +128,7 @@ def test_escape_reads_nothing_writes_nothing(tmp_path: Path,
         planted.close()
 
 
+@pytest.mark.waits
 @pytest.mark.timing
 def test_time_budget_does_not_grow_with_cells(tmp_path: Path) -> None:
     """24 added cells each sleeping just under the per-cell timeout: the budget still holds."""

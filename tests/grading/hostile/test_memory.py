@@ -154,6 +154,7 @@ def _memory_cgroup_of_this_process() -> Path:
     return cgroups.ROOT / "memory" / own.lstrip("/")
 
 
+@pytest.mark.waits
 @pytest.mark.root_only
 def test_an_honest_neighbour_keeps_its_grade_while_an_attacker_floods(tmp_path: Path) -> None:
     """The review's case: with a host memory bound, a SysV shm flood that no watchdog sees
