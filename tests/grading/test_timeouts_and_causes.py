@@ -294,7 +294,6 @@ def _resume(err: str, cwd: Path) -> tuple[int, str]:
     return done.returncode, done.stdout + done.stderr
 
 
-@pytest.mark.waits
 @pytest.mark.timing
 @pytest.mark.parametrize("where", ["here", pytest.param("dask", marks=pytest.mark.slow)])
 def test_ctrl_c_says_one_line_and_the_batch_resumes(tmp_path: Path, where: str) -> None:
