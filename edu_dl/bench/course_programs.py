@@ -156,21 +156,27 @@ def _from_stepper(step: Any) -> Program:
 
 @dataclass(frozen=True)
 class CourseProgram:
+    """A static program of the course: its name, where the course writes it (in words), how to
+    build it small, and the notebooks (stems) that open an ``edu_dl.graph`` Session on it;
+    ``tests/bench/test_course_programs.py`` checks that every such notebook is named here."""
+
     name: str
     where: str
     build: Callable[[], Program]
+    notebooks: tuple[str, ...] = ()
 
 
 PROGRAMS: tuple[CourseProgram, ...] = (
     CourseProgram("c = sum(x * y + z), its gradients", "computational graphs; static vs dynamic",
-                  gates),
+                  gates, ("07_computational_graphs", "12_static_vs_dynamic")),
     CourseProgram("gradients of sum((x * y + z) * w)", "computational graphs' exercise",
-                  four_input),
-    CourseProgram("two-layer net, weights fed", "TensorFlow lecture", lambda: _two_layer("fed")),
+                  four_input, ("07_computational_graphs",)),
+    CourseProgram("two-layer net, weights fed", "TensorFlow lecture", lambda: _two_layer("fed"),
+                  ("09_tensorflow",)),
     CourseProgram("two-layer net, w.assign(w - lr * grad)", "TensorFlow lecture",
-                  lambda: _two_layer("variables", "assign")),
+                  lambda: _two_layer("variables", "assign"), ("09_tensorflow",)),
     CourseProgram("two-layer net, GradientDescentOptimizer", "TensorFlow lecture",
-                  lambda: _two_layer("variables", "minimize")),
+                  lambda: _two_layer("variables", "minimize"), ("09_tensorflow",)),
     CourseProgram("two-layer net, momentum with Variables",
                   "TensorFlow exercise's momentum, in edu_dl.graph",
                   lambda: _two_layer("variables", "momentum")),
@@ -178,10 +184,12 @@ PROGRAMS: tuple[CourseProgram, ...] = (
                   lambda: _two_layer("variables", "adam")),
     CourseProgram("two-layer net, softmax cross-entropy", "the static twin's classifier",
                   lambda: _two_layer("variables", "minimize", "softmax_ce")),
-    CourseProgram("the RNN unrolled", "static vs dynamic; its exercise", rnn),
-    CourseProgram("pruning and constant folding", "static vs dynamic", pruned_and_folded),
+    CourseProgram("the RNN unrolled", "static vs dynamic; its exercise", rnn,
+                  ("12_static_vs_dynamic",)),
+    CourseProgram("pruning and constant folding", "static vs dynamic", pruned_and_folded,
+                  ("12_static_vs_dynamic",)),
     CourseProgram("the benchmarks' planned step", "static vs dynamic; bench engine",
-                  planned_step),
+                  planned_step, ("12_static_vs_dynamic",)),
 )
 
 
