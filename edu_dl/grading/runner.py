@@ -59,6 +59,8 @@ Kernel, KernelDied, FLOOD, _source = _K.Kernel, _K.KernelDied, _K.FLOOD, _K.sour
 EXECUTED, GRADING_ENV, OUTPUTS = _P.EXECUTED, _P.GRADING_ENV, _P.OUTPUTS
 RESULT_FD_VAR, RUN_RECORD, GATE_FD_VAR = _P.RESULT_FD_VAR, _P.RUN_RECORD, _P.GATE_FD_VAR
 TEXT_CAP = 2000  # characters of an error message kept per cell
+
+
 def _short(text: Any) -> str:
     text = str(text)
     return text if len(text) <= TEXT_CAP else text[:TEXT_CAP] + " [...]"
@@ -146,10 +148,10 @@ def _read_unvalidated(notebook: Path) -> dict[str, Any]:
     """The notebook the grader restored and validated (nbformat 4, compact JSON), read as plain
     JSON: nbformat's reader and validator would cost every sandbox a tenth of a second."""
     nb = json.loads(notebook.read_text(encoding="utf-8"))
-    if not isinstance(nb, dict) or nb.get("nbformat") != 4 or not isinstance(nb.get("cells"),
-                                                                              list):
+    cells = nb.get("cells") if isinstance(nb, dict) else None
+    if not isinstance(cells, list) or nb.get("nbformat") != 4:
         raise ValueError("not a notebook of nbformat 4")
-    if not all(isinstance(cell, dict) for cell in nb["cells"]):
+    if not all(isinstance(cell, dict) for cell in cells):
         raise ValueError("a cell is not an object")
     return nb
 
