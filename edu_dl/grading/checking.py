@@ -38,6 +38,7 @@ from edu_dl.grading.authoring.spec import (
     global_names,
     judge_case,
     plain_call,
+    uses_named,
 )
 from edu_dl.grading.protocol import GRADING_ENV, HIDDEN_SEED, VISIBLE_SEED  # noqa: F401 (re-exported)
 
@@ -152,7 +153,7 @@ def _check(part_id: str, fn: Callable[..., Any], hidden: bool,
     passed, report = _run_cases(part, fn, drawn, hidden,
                                 part.timeout_s if timeout_s is None else timeout_s)
     _OUTCOMES[part_id] = (passed, fn)
-    if not passed and blame and report != f"✗ {part_id}: not implemented yet":
+    if not passed and blame and not report.startswith(f"✗ {part_id}: not implemented yet"):
         failing = _failing_dependencies(part, fn)
         if failing:
             said = ", ".join(f"`{name}`" for _, name in failing)
@@ -179,8 +180,11 @@ def _run_cases(part: Part, fn: Callable[..., Any], drawn: list[tuple[Any, Any]],
         try:
             with time_limit(max(left, 1e-3)), guard.watching(watched):
                 got = part.call(fn, given)
-        except NotImplementedError:
-            return False, f"✗ {part.id}: not implemented yet"
+        except NotImplementedError as exc:
+            # A stub of the student's own package names itself ('Tape.matmul in
+            # mytorch/tape.py is not written yet'): which earlier piece this one waits for.
+            said = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+            return False, f"✗ {part.id}: not implemented yet" + (f" ({said})" if said else "")
         except CheckTimeout:
             failed += 1
             lines += [f"✗ {case} was still running when check()'s time bound of "
@@ -220,6 +224,12 @@ def _run_cases(part: Part, fn: Callable[..., Any], drawn: list[tuple[Any, Any]],
         head = f"✗ {part.id}: {passed} of {n} cases passed"
         return False, "\n".join([head, *_layout(lines, "  ")])
     if part.source_check is not None:  # what the grader will judge from the notebook's source
+        module = str(getattr(fn, "__module__", "") or "")
+        if module.partition(".")[0] == "edu_dl":  # a stand-in (edu_dl.standin): not the answer
+            return False, (f"✗ {part.id}: the values are right, but "
+                           f"`{getattr(fn, '__name__', fn)}` is the course's ({module}), not "
+                           "yours: the grader reads your own definition, so this part earns "
+                           "nothing until you write it")
         text = own_source(fn)
         verdict = judge_source(part, text) if text is not None else Verdict(True)
         if not verdict.ok:
@@ -279,22 +289,25 @@ def _failing_dependencies(part: Part, fn: Callable[..., Any]) -> list[tuple[str,
     the parts ``part.uses`` names, and any function ``fn``'s code names that failed its check
     in this kernel. A declared one that was never checked (or redefined since) is checked now,
     quietly."""
-    scope = getattr(fn, "__globals__", None) or {}
+    # A class has no globals of its own: its module's (a package's, or the notebook's).
+    module = sys.modules.get(getattr(fn, "__module__", None) or "")
+    scope = getattr(fn, "__globals__", None) or (vars(module) if module is not None else {})
     code = getattr(fn, "__code__", None)
     named = global_names(code) if code is not None else set()
     found: list[tuple[str, str]] = []
-    for dep in dict.fromkeys([*part.uses, *_OUTCOMES]):
+    declared = dict(uses_named(entry) for entry in part.uses)
+    for dep in dict.fromkeys([*declared, *_OUTCOMES]):
         if dep == part.id:
             continue
         passed, checked = _OUTCOMES.get(dep, (True, None))
         name = getattr(checked, "__name__", "") if checked is not None else ""
         if not name.isidentifier():
-            name = dep.partition(".")[2]
+            name = declared.get(dep) or dep.partition(".")[2]
         current = scope.get(name)
         if checked is not None and current is checked:
-            if not passed and (dep in part.uses or name in named):
+            if not passed and (dep in declared or name in named):
                 found.append((dep, name))
-        elif dep in part.uses and callable(current):
+        elif dep in declared and callable(current):
             try:
                 ok, _ = _check(dep, current, False, blame=False)
             except Exception:  # a dependency that cannot be checked blames nobody

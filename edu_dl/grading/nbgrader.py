@@ -252,6 +252,45 @@ def student_version(nb: Notebook, where: str = "notebook") -> Notebook:
     return nb
 
 
+DEFINITION = re.compile(r"(?P<indent>\s*)(?:async\s+)?(?:def|class)\s+(?P<name>\w+)")
+
+
+def enclosing_name(lines: list[str], number: int) -> str:
+    """The dotted name of the function or class that holds line ``number`` (0-based) of a
+    module ('Tape.matmul'), '' at the module's top level."""
+    indent = len(lines[number]) - len(lines[number].lstrip())
+    names: list[str] = []
+    for line in reversed(lines[:number]):
+        found = DEFINITION.match(line)
+        if found and len(found["indent"]) < indent:
+            names.append(found["name"])
+            indent = len(found["indent"])
+    return ".".join(reversed(names))
+
+
+def student_module(source: str, where: str) -> tuple[str, int]:
+    """A module of the students' own package as it ships: each solution region replaced by
+    nbgrader's stub, whose NotImplementedError names what is missing and where ('Tape.matmul in
+    mytorch/tape.py'), so that a later exercise that calls it says which earlier piece to write.
+    ``where``: the module's path, as a student's import finds it. Returns (source, regions)."""
+    lines = source.split("\n")
+    names = [enclosing_name(lines, number) for number, line in enumerate(lines)
+             if BEGIN_SOLUTION.lstrip("# ") in line]
+    new, indents = replace_regions(source, BEGIN_SOLUTION, END_SOLUTION, "\0", where)
+    stubs = iter(names)
+    out: list[str] = []
+    for line in new.split("\n"):
+        if line.strip() != "\0":
+            out.append(line)
+            continue
+        name = next(stubs)
+        missing = f"{name} in {where}" if name else where
+        indent = line[:-1]
+        out += [f"{indent}# YOUR CODE HERE",
+                f"{indent}raise NotImplementedError({missing + ' is not written yet'!r})"]
+    return "\n".join(out), len(indents)
+
+
 def withholds(nb: Notebook) -> bool:
     """Whether the student version keeps anything of ``nb`` from students: a solution, a
     hidden test. False for a notebook that is a student version already (exercises/): its

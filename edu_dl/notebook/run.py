@@ -45,8 +45,10 @@ def digest(path: Path) -> str:
 
 
 def course_files(files: list[str], notebook: Path) -> list[Path]:
-    """The files among ``files`` that are course code: under edu_dl/ or the notebook's parts/."""
-    roots = [PACKAGE, notebook.resolve().parent / "parts"]
+    """The files among ``files`` that are course code: under edu_dl/, the notebook's parts/ or
+    the students' own package beside it (the reference ``mytorch/`` beside the solutions)."""
+    folder = notebook.resolve().parent
+    roots = [PACKAGE, folder / "parts", folder / "mytorch"]
     found = []
     for name in files:
         path = Path(name).resolve()

@@ -29,11 +29,13 @@ def test_exercises_are_exactly_what_assign_generates(tmp_path: Path):
     committed = {p.relative_to(EXERCISES).as_posix(): p.read_bytes()
                  for p in EXERCISES.rglob("*") if p.is_file()
                  and ".ipynb_checkpoints" not in p.parts and "__pycache__" not in p.parts}
-    # the notebooks, and one release per exercise with parts: data only, no Python
+    # the notebooks, one release per exercise with parts (data only, no Python), and the
+    # students' own package, its solution regions stubbed
     exercises = sorted({p.name.split(".")[0] for p in SOLUTIONS.glob("parts/*.py")})
     assert sorted(committed) == sorted(
         [p.name for p in SOLUTIONS.glob("*.ipynb")]
-        + [f"parts/{name}.npz" for name in exercises]) == sorted(expected)
+        + [f"parts/{name}.npz" for name in exercises]
+        + [f"mytorch/{p.name}" for p in SOLUTIONS.glob("mytorch/*.py")]) == sorted(expected)
     stale = [name for name in expected if committed[name] != expected[name]
              and not (name.endswith(".npz") and release.same(committed[name], expected[name]))]
     assert not stale, f"out of date: {stale}; run: edu-dl assign solutions/ exercises/"
@@ -163,3 +165,55 @@ def test_the_exercise_drops_the_solutions_execution_digest() -> None:
     out = student_version(nb)
     assert "edu_dl" not in out.metadata and out.metadata["kernelspec"] == {"name": "python3"}
     assert "edu_dl" in nb.metadata  # the solution itself is untouched
+
+
+def _with_package(folder: Path, modules: dict[str, str]) -> Path:
+    """A source folder: one notebook whose students write the package ``kit``, and the
+    instructor's ``kit/`` beside it."""
+    folder.mkdir()
+    answer = {"grade": False, "grade_id": "use", "locked": False, "schema_version": 3,
+              "solution": True, "task": False}
+    test = {"grade": True, "grade_id": "use_test", "locked": True, "points": 1,
+            "schema_version": 3, "solution": False, "task": False}
+    nb = new_notebook(cells=[
+        new_code_cell("def quadruple(x):\n    ### BEGIN SOLUTION\n    from kit.ops import double"
+                      "\n\n    return double(double(x))\n    ### END SOLUTION",
+                      metadata={"nbgrader": answer}),
+        new_code_cell("assert quadruple(1) == 4", metadata={"nbgrader": test})])
+    nb.metadata["edu_dl"] = {"package": "kit"}
+    nbformat.write(nb, folder / "hw.ipynb")
+    (folder / "kit").mkdir()
+    for name, text in modules.items():
+        (folder / "kit" / name).write_text(text)
+    return folder
+
+
+def test_a_students_package_that_marks_its_answers_is_released_stubbed(tmp_path: Path):
+    source = _with_package(tmp_path / "source", {
+        "__init__.py": '"""The kit."""\n',
+        "ops.py": ("def double(x):\n    \"\"\"2 x.\"\"\"\n    ### BEGIN SOLUTION\n"
+                   "    return 2 * x\n    ### END SOLUTION\n")})
+    warnings: list[str] = []
+    assign(source, tmp_path / "release", warnings=warnings)
+    assert warnings == []
+    assert (tmp_path / "release" / "kit" / "__init__.py").read_text() == '"""The kit."""\n'
+    assert (tmp_path / "release" / "kit" / "ops.py").read_text() == (
+        "def double(x):\n    \"\"\"2 x.\"\"\"\n    # YOUR CODE HERE\n"
+        "    raise NotImplementedError('double in kit/ops.py is not written yet')\n")
+
+
+def test_a_students_package_without_a_marked_answer_stays_out(tmp_path: Path):
+    """No region anywhere: the package is the instructor's answer, never released."""
+    source = _with_package(tmp_path / "source", {"ops.py": "def double(x):\n    return 2 * x\n"})
+    warnings: list[str] = []
+    assign(source, tmp_path / "release", warnings=warnings)
+    assert not (tmp_path / "release" / "kit").exists()
+    assert [w.split(":")[0] for w in warnings] == ["kit/ beside the source is not released"]
+
+
+def test_a_package_region_left_open_refuses_naming_the_file(tmp_path: Path):
+    source = _with_package(tmp_path / "source", {
+        "ops.py": "def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n"})
+    with pytest.raises(AssignError, match=r"kit/ops\.py"):
+        assign(source, tmp_path / "release")
+    assert not (tmp_path / "release").exists()

@@ -248,7 +248,8 @@ class Part:
     # False: all or nothing
     partial: bool = False
     # Parts whose student functions this one calls (e.g. conv_forward uses im2col): a failure
-    # here says first that one of those fails its own check.
+    # here says first that one of those fails its own check. "ex08.tape_ops@Tape" names the
+    # object the part checks where its name is not the part's (uses_named splits it).
     uses: tuple[str, ...] = ()
     in_place: bool = False  # True: writing into the arguments is the contract (check() allows it)
     generic_hints: bool = True  # after the part's own hints: generic.generic_hint
@@ -256,6 +257,14 @@ class Part:
 
 # Fields added after the first release format: a release writes them only when they differ from
 # their defaults, so releases frozen before them stay byte for byte the same.
+def uses_named(entry: str) -> tuple[str, str]:
+    """(part id, name of the student's object it checks) of a ``Part.uses`` entry:
+    'ex08.tape_ops@Tape' -> ('ex08.tape_ops', 'Tape'); 'ex11.im2col' -> ('ex11.im2col',
+    'im2col')."""
+    part_id, _, name = entry.partition("@")
+    return part_id, name or part_id.partition(".")[2]
+
+
 LATER_FIELDS = ("uses", "in_place", "generic_hints")
 
 

@@ -73,16 +73,42 @@ def describe(cells: Sequence[Any], index: int, section: Sequence[str] | None = N
     if markdown:
         return f"the Markdown cell{under}" if under else "a Markdown cell"
     line = first_line(cell)
+    imported = package_import(cell)
+    if imported:  # the answer is in the student's own package, which this cell imports
+        return f'{imported}, imported by the cell "{line}"{under}'
     return (f'the cell "{line}"' if line else "an empty cell") + under
+
+
+# A locked cell that imports the student's answer from their own package (issue 39):
+# "from mytorch.tape import Tape  # yours, in mytorch/tape.py".
+PACKAGE_IMPORT = re.compile(r"from[ \t]+([A-Za-z_]\w*)((?:\.[A-Za-z_]\w*)+)[ \t]+import[ \t]+"
+                            r"([\w, \t]+?)[ \t]*(?:#.*)?$")
+
+
+def package_import(cell: Any) -> str:
+    """'mytorch/tape.py (Tape)' where ``cell`` is a locked code cell whose one line imports
+    from a module of a package other than edu_dl; '' otherwise."""
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    lines = [line for line in _source(cell)[:MAX_LINE].splitlines() if line.strip()]
+    if cell.get("cell_type") != "code" or not isinstance(meta, dict) or \
+            not meta.get("locked") or is_grade(cell) or len(lines) != 1:
+        return ""
+    found = PACKAGE_IMPORT.match(lines[0].strip())
+    if not found or found[1] == "edu_dl":
+        return ""
+    path = found[1] + found[2].replace(".", "/") + ".py"
+    return f"{path} ({', '.join(name.strip() for name in found[3].split(','))})"
 
 
 def answer_index(cells: Sequence[Any], index: int) -> int:
     """Where the student writes the answer a graded cell judges: a test cell checks the solution
-    cell before it (nbgrader's order); any other graded cell is its own answer."""
+    cell before it (nbgrader's order), or what the locked cell before it imports from the
+    student's own package; any other graded cell is its own answer."""
     cell = cells[index]
     if not (is_grade(cell) and not is_solution(cell)):
         return index
-    return next((j for j in range(index - 1, -1, -1) if is_solution(cells[j])), index)
+    return next((j for j in range(index - 1, -1, -1)
+                 if is_solution(cells[j]) or package_import(cells[j])), index)
 
 
 def row_cells(cells: Sequence[Any]) -> dict[str, int]:

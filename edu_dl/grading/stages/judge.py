@@ -26,6 +26,7 @@ from edu_dl.grading.authoring.spec import (
     judge_case,
     oracle,
     trusted_result,
+    uses_named,
 )
 from edu_dl.grading.authoring.withhold import withheld_error
 from edu_dl.grading.model import (
@@ -64,7 +65,9 @@ STATUS_OF_KILL = {"timeout": "timeout", "memory": "memory", "processes": "proces
 def judge_run(job: Job, prepared: Prepared, ran: Ran, settings: Settings) -> list[Row]:
     """One row per part: the student's raw results judged here, or why there are none."""
     returned = ran.returned
-    sources = SourceReader(prepared.notebook)  # parses each cell once, for this submission only
+    # Parses each cell once, for this submission only; a name imported from the student's own
+    # package is read from the files the grader read beside the notebook.
+    sources = SourceReader(prepared.notebook, (job.exercise.package, job.package))
     skipped = after_timeout(returned.record, job.exercise, settings)
     rows = []
     for part_id, test_id in job.exercise.parts:
@@ -103,11 +106,13 @@ def blame_dependencies(rows: list[Row], parts: Mapping[str, Part]) -> None:
         part = parts.get(row.part)
         if part is None or row.status == "passed":
             continue
-        failing = [dep for dep in part.uses if status.get(dep, "passed") != "passed"]
+        failing = [(dep, name) for dep, name in map(uses_named, part.uses)
+                   if status.get(dep, "passed") != "passed"]
         if failing:
-            names = ", ".join(f"`{dep.partition('.')[2]}`" for dep in failing)
+            names = ", ".join(f"`{name}`" for _, name in failing)
             verb = "fails its" if len(failing) == 1 else "fail their"
-            row.message = (f"your {names} {verb} own check ({', '.join(failing)}); fix it "
+            row.message = (f"your {names} {verb} own check "
+                           f"({', '.join(dep for dep, _ in failing)}); fix it "
                            f"first\n{row.message}")
 
 

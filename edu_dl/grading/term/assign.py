@@ -17,7 +17,14 @@ from edu_dl.grading.authoring.hints import Mistake
 from edu_dl.grading.authoring.spec import Part
 from edu_dl.grading.model import NothingToGrade
 from edu_dl.grading.nbgrader import AssignError, student_version
-from edu_dl.grading.notebooks import Cell, Notebook, notebook_bytes, read_notebook, write_atomic
+from edu_dl.grading.notebooks import (
+    Cell,
+    Notebook,
+    NotebookError,
+    notebook_bytes,
+    read_notebook,
+    write_atomic,
+)
 from edu_dl.grading.settings import Settings
 from edu_dl.grading.stages.load import read_beside, read_package_name
 
@@ -98,6 +105,26 @@ def students_packages(notebooks: Mapping[Path, Notebook]) -> set[str]:
         raise AssignError(str(exc)) from None
 
 
+def student_package(files: Mapping[str, bytes]) -> dict[str, bytes] | None:
+    """The release of a students' package (its files by path beside the source, 'mytorch/nn.py'):
+    every ``.py`` file with its solution regions stubbed (``student_module``), the others as
+    they are; None where no file marks a region: then the package is an answer, never released.
+    AssignError naming the file for a region that is not closed."""
+    released: dict[str, bytes] = {}
+    regions = 0
+    for path, data in files.items():
+        if not path.endswith(".py"):
+            released[path] = data
+            continue
+        try:
+            text, found = nbg.student_module(data.decode("utf-8"), path)
+        except (UnicodeDecodeError, NotebookError) as exc:
+            raise AssignError(f"{path}: {exc}") from None
+        released[path] = text.encode("utf-8")
+        regions += found
+    return released if regions else None
+
+
 def assign(source: str | Path, dest: str | Path, write: bool = True,
            dotted: list[str] | None = None, warnings: list[str] | None = None,
            run_solutions: bool = False, log: Callable[[str], None] | None = None,
@@ -134,15 +161,20 @@ def assign(source: str | Path, dest: str | Path, write: bool = True,
             if dest.resolve().is_relative_to(folder.resolve()) else None
         # The students' own packages: each writes theirs; the instructor's is an answer.
         own = students_packages(notebooks)
-        held = set()
+        packages: dict[str, dict[str, bytes]] = {name: {} for name in own}
         for name, data in read_beside(folder, dotted=dotted).items():
             if name.split("/")[0] in own:
-                held.add(name.split("/")[0])
+                packages[name.split("/")[0]][name] = data
             elif inside is None or not (name + "/").startswith(inside + "/"):
                 outputs[dest / name] = data
-        warnings += [f"{name}/ beside the source is not released: it is the package each "
-                     f"student writes (metadata edu_dl.package), and yours answers it"
-                     for name in sorted(held)]
+        for name, files in sorted(packages.items()):
+            released = student_package(files)
+            if released is None:
+                warnings.append(f"{name}/ beside the source is not released: it is the package "
+                                "each student writes (metadata edu_dl.package), yours answers "
+                                "it, and it marks no solution region to release it stubbed")
+            else:
+                outputs.update({dest / path: data for path, data in released.items()})
     checked: set[str] = set()
     for path, nb in notebooks.items():
         found = lint(nb, str(path), course)

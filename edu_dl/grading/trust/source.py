@@ -4,8 +4,10 @@
 name it passes to ``check("exNN.part", NAME)``, and the last module-level ``def``/``class`` of
 that name in the code cells before it; a later rebinding of the name (an assignment, an import, a
 ``global`` statement) or a definition the parser cannot see (``exec``, a lambda) gives None, and
-the part fails with ``source.NOT_FOUND``. Nothing is executed: cells are parsed with ``ast``
-after IPython's own text transformations of magics.
+the part fails with ``source.NOT_FOUND``. The one import followed is from the student's own
+package (``from mytorch.nn import Linear``): the definition is read from the package's files as
+the grader read them beside the notebook, never from the sandbox. Nothing is executed: cells are
+parsed with ``ast`` after IPython's own text transformations of magics.
 
 Parsing is bounded: a cell that cannot bind the name (every mention of it is a call) is never
 parsed; a cell over :data:`MAX_CELL_CHARS` that might bind it is not parsed either, and the part
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from edu_dl.grading.nbgrader import grade_id
@@ -163,13 +165,88 @@ def may_bind(text: str, name: str) -> bool:
     return False
 
 
-class SourceReader:
-    """The checked functions' sources in one notebook; each cell is parsed at most once."""
+def imported_from(tree: ast.Module, name: str, package: str) -> tuple[str, str] | None:
+    """Where the cell's last top-level binding of ``name`` is ``from <package>.<module> import
+    <original> [as name]``: (the module's path inside the package, 'nn.py' or 'nn/__init__.py'
+    as found later, given as 'nn'; the original name); None for any other last binding."""
+    for statement in reversed(tree.body):
+        if not _binds_at_top(statement, name):
+            continue
+        if isinstance(statement, ast.ImportFrom) and statement.level == 0 and \
+                statement.module and statement.module.split(".")[0] == package:
+            for alias in statement.names:
+                if (alias.asname or alias.name) == name and alias.name != "*":
+                    inside = statement.module.split(".")[1:]
+                    return "/".join(inside), alias.name
+        return None
+    return None
 
-    def __init__(self, nb: Notebook) -> None:
+
+def _binds_at_top(statement: ast.stmt, name: str) -> bool:
+    """Does this top-level statement bind ``name`` in the module (anywhere in it)?"""
+    events: list[ast.AST | None] = []
+    _bindings(statement, name, True, events)
+    return bool(events)
+
+
+# A module of a student's package the trusted side parses (the whole package is 2 MB at most).
+MAX_MODULE_CHARS = 400_000
+
+
+class SourceReader:
+    """The checked functions' sources in one notebook; each cell is parsed at most once.
+    ``package``: the student's own package (its name, and its files by path inside it, the
+    bytes the grader read beside the notebook): a checked name the notebook imports from it is
+    read from there."""
+
+    def __init__(self, nb: Notebook, package: tuple[str, Mapping[str, bytes]] | None = None
+                 ) -> None:
         self.cells = [c for c in nb.cells if c.get("cell_type") == "code"]
         self._parsed: dict[int, tuple[ast.Module, str] | None] = {}
         self.problems: dict[str, str] = {}  # part id -> why its source could not be read
+        self.package_name, self.package_files = package if package else ("", {})
+        self._modules: dict[str, tuple[ast.Module, str] | None] = {}
+
+    def module(self, inside: str) -> tuple[ast.Module, str] | None:
+        """A module of the student's package ('nn' or 'nn/layers'; '' the package itself),
+        parsed once; None where there is none or it is not Python."""
+        if inside not in self._modules:
+            stem = f"{inside}/" if inside else ""
+            data = self.package_files.get(f"{inside}.py") if inside else None
+            data = data if data is not None else self.package_files.get(f"{stem}__init__.py")
+            parsed = None
+            if data is not None and len(data) <= MAX_MODULE_CHARS:
+                try:
+                    code = data.decode("utf-8")
+                    parsed = (parse_python(code), code)
+                except (UnicodeDecodeError, SyntaxError, ValueError, RecursionError,
+                        MemoryError):
+                    parsed = None
+            self._modules[inside] = parsed
+        return self._modules[inside]
+
+    def from_package(self, inside: str, name: str) -> tuple[ast.AST, str] | None:
+        """The last module-level def/class of ``name`` in the package's module ``inside``,
+        unless rebound after (one import further inside the package is followed)."""
+        parsed = self.module(inside)
+        if parsed is None:
+            return None
+        tree, code = parsed
+        try:
+            events = bindings(tree, name)
+        except RecursionError:
+            return None
+        if events and events[-1] is None:
+            further = imported_from(tree, name, self.package_name)
+            if further is not None and further[0] != inside:
+                found = self.module(further[0])
+                if found is not None:
+                    there = bindings(found[0], further[1])
+                    node = there[-1] if there else None
+                    return (node, found[1]) if node is not None else None
+            return None
+        last = events[-1] if events else None
+        return (last, code) if last is not None else None
 
     def parsed(self, index: int) -> tuple[ast.Module, str] | None:
         if index not in self._parsed:
@@ -211,12 +288,17 @@ class SourceReader:
                 return None
             for node in events:
                 found = (node, code) if node is not None else None
+            if events and events[-1] is None and self.package_name:
+                where = imported_from(tree, name, self.package_name)
+                found = self.from_package(*where) if where is not None else None
         return segment(found[1], found[0]) if found is not None else None
 
 
-def find_source(nb: Notebook, part_id: str) -> str | None:
-    """The source text of the function the graded test cell for ``part_id`` checks, or None."""
-    return SourceReader(nb).find(part_id)
+def find_source(nb: Notebook, part_id: str,
+                package: tuple[str, Mapping[str, bytes]] | None = None) -> str | None:
+    """The source text of the function the graded test cell for ``part_id`` checks, or None
+    (``package``: the student's own, as :class:`SourceReader` takes it)."""
+    return SourceReader(nb, package).find(part_id)
 
 
 def definition(cells: Iterable[Any], name: str) -> str | None:
