@@ -10,7 +10,8 @@ stops with a conflict, but never replaces them. Without TensorFlow the `cpu` ext
 the Caffe lecture's reader) only where TensorFlow is absent or 2.20 or later, since an older
 TensorFlow refuses protobuf 7. An exercise's check() reads the course's part files from `parts/`
 beside the notebook, which a hosted service does not have: they are copied there from the clone
-(never over an existing `parts/`).
+(never over an existing `parts/`), and so is the skeleton of the students' own framework,
+`mytorch/` (never over an existing one: it holds the student's work).
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ def extras_for(tensorflow: str | None) -> str:
 
 def install(course: str | Path, repository: str) -> None:
     """pip-install the cloned ``course`` with the service's packages kept, then bring the
-    exercises' ``parts/`` beside the notebook; raise CourseNotInstalled when pip fails."""
+    exercises' ``parts/`` and ``mytorch/`` beside the notebook; raise CourseNotInstalled when
+    pip fails."""
     course = Path(course)
     kept = kept_versions()
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as pins:
@@ -69,6 +71,7 @@ def install(course: str | Path, repository: str) -> None:
             f"pip could not install the course from {repository} (its messages are above): "
             "restart the runtime and run this cell again, and if it fails again, report pip's "
             f"last lines at {repository}/issues")
-    if not Path("parts").exists():
-        shutil.copytree(course / "exercises" / "parts", "parts")
+    for beside in ("parts", "mytorch"):  # never over the student's own: mytorch/ is their work
+        if not Path(beside).exists() and (course / "exercises" / beside).is_dir():
+            shutil.copytree(course / "exercises" / beside, beside)
     importlib.invalidate_caches()

@@ -46,6 +46,7 @@ from edu_dl.harness.ex10 import (
     call_manual,
     call_module,
 )
+from edu_dl.harness.mytorch import call_cross_entropy, call_linear, call_sgd, call_train_step
 
 ex09 = sibling(__file__, "ex09")  # exercise 9's problem sizes and learning rates, reused
 
@@ -419,6 +420,144 @@ MODULE_HINTS = (
                         "until training moves it", output=0, argument=0),
 )
 
+# --------------------------------------------------------------------------- 5. your framework
+# The student's mytorch/nn.py on their own exercise-8 tape (edu_dl.harness.mytorch drives it);
+# the oracles are torch in float64, which the student's package may not call.
+
+
+def _torch64(*arrays: Any) -> list[Any]:
+    import torch
+
+    return [torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in arrays]
+
+
+def _my_linear_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    """(x (N, n_in), weight (n_in, n_out), bias (n_out,), dout (N, n_out)); one row, one
+    output."""
+    dims = [(4, 3, 2), (1, 5, 3), (3, 2, 1)] if not hidden else [
+        tuple(int(d) for d in rng.integers(1, 8, size=3)) for _ in range(4)]
+    return [(rng.standard_normal((n, i)), rng.uniform(-1, 1, (i, o)), rng.uniform(-1, 1, o),
+             rng.standard_normal((n, o))) for n, i, o in dims]
+
+
+def _my_linear_expected(x: Array, weight: Array, bias: Array, dout: Array
+                        ) -> tuple[Array, ...]:
+    import torch
+
+    xs, w, b = _torch64(x, weight, bias)
+    out = xs @ w + b
+    grads = torch.autograd.grad(out, (xs, w, b), torch.tensor(dout))
+    return (out.detach().numpy(), *(g.numpy() for g in grads))
+
+
+def _ce_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    """(logits (N, C), y (N,) ints, dout a number); large logits once (a softmax that is not
+    shifted overflows)."""
+    dims = [(4, 3, 1.0), (2, 5, 2.5), (3, 2, 1.0)] if not hidden else [
+        (int(rng.integers(1, 9)), int(rng.integers(2, 8)), float(f"{rng.uniform(0.5, 3):.2g}"))
+        for _ in range(4)]
+    cases = []
+    for k, (n, c, dout) in enumerate(dims):
+        scale = 300.0 if k == 1 else 1.0
+        cases.append((scale * rng.standard_normal((n, c)), rng.integers(0, c, n), dout))
+    return cases
+
+
+def _ce_expected(logits: Array, y: Array, dout: float) -> tuple[Array, Array]:
+    import torch
+
+    (xs,) = _torch64(logits)
+    loss = torch.nn.functional.cross_entropy(xs, torch.tensor(y))
+    (grad,) = torch.autograd.grad(loss, xs, torch.tensor(float(dout), dtype=torch.float64))
+    return loss.detach().numpy(), grad.numpy()
+
+
+def _sgd_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    """(w (A, B), b (B,), grads_w (steps, A, B), grads_b (steps, B), lr, momentum): plain SGD
+    once, momentum otherwise."""
+    settings = [((3, 2), 3, 0.1, 0.9), ((2, 4), 2, 0.5, 0.0), ((1, 1), 4, 0.05, 0.5)] \
+        if not hidden else [((int(rng.integers(1, 6)), int(rng.integers(1, 6))),
+                             int(rng.integers(1, 6)), float(f"{rng.uniform(0.01, 1):.2g}"),
+                             float(f"{rng.uniform(0, 0.99):.2g}")) for _ in range(4)]
+    return [(rng.standard_normal(shape), rng.standard_normal(shape[1]),
+             rng.standard_normal((steps, *shape)), rng.standard_normal((steps, shape[1])), lr,
+             momentum) for shape, steps, lr, momentum in settings]
+
+
+def _sgd_expected(w: Array, b: Array, grads_w: Array, grads_b: Array, lr: float,
+                  momentum: float) -> Array:
+    import torch
+
+    params = [torch.tensor(w, dtype=torch.float64), torch.tensor(b, dtype=torch.float64)]
+    optimizer = torch.optim.SGD(params, lr=lr, momentum=momentum)
+    seen = []
+    for gw, gb in zip(grads_w, grads_b):
+        params[0].grad, params[1].grad = torch.tensor(gw), torch.tensor(gb)
+        optimizer.step()
+        seen.append(np.concatenate([params[0].numpy().ravel(), params[1].numpy().ravel()]))
+    return np.array(seen)
+
+
+def _train_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    """(x, y, W1 (D, H), b1, W2 (H, C), b2, lr, momentum, num_steps), weights in mytorch's
+    layout (x @ W), initialized as torch.nn.Linear is."""
+    sizes = [(8, 5, 6, 3, 3), (5, 2, 4, 4, 2)] if not hidden else [
+        (int(rng.integers(1, 12)), *(int(d) for d in rng.integers(1, 8, size=2)),
+         int(rng.integers(2, 6)), int(rng.integers(1, 5))) for _ in range(4)]
+    cases = []
+    for n, d, h, c, steps in sizes:
+        b_in, b_h = 1 / np.sqrt(d), 1 / np.sqrt(h)
+        weights = [rng.uniform(-b_in, b_in, (d, h)), rng.uniform(-b_in, b_in, h),
+                   rng.uniform(-b_h, b_h, (h, c)), rng.uniform(-b_h, b_h, c)]
+        lr = 0.1 if not hidden else float(f"{rng.uniform(0.01, 0.5):.2g}")
+        momentum = 0.9 if not hidden else float(f"{rng.uniform(0, 0.95):.2g}")
+        cases.append((rng.standard_normal((n, d)), rng.integers(0, c, n), *weights, lr,
+                      momentum, steps))
+    return cases
+
+
+def _train_expected(x: Array, y: Array, w1: Array, b1: Array, w2: Array, b2: Array, lr: float,
+                    momentum: float, num_steps: int) -> tuple[Array, ...]:
+    import torch
+
+    params = _torch64(w1, b1, w2, b2)
+    optimizer = torch.optim.SGD(params, lr=lr, momentum=momentum)
+    xs, labels = torch.tensor(x), torch.tensor(y)
+    losses = []
+    for _ in range(int(num_steps)):
+        optimizer.zero_grad()
+        hidden = torch.relu(xs @ params[0] + params[1])
+        loss = torch.nn.functional.cross_entropy(hidden @ params[2] + params[3], labels)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return (np.array(losses), *(p.detach().numpy() for p in params))
+
+
+OWN_ENGINE = names_check(forbidden=[(
+    ("torch", "edu_dl", "autograd", "tensorflow", "jax"),
+    "your framework runs on your own engine: NumPy and mytorch, no torch, edu_dl, TensorFlow "
+    "or JAX")])
+# Uses of an earlier exercise's piece name the object the later one calls: "part@name".
+ENGINE = ("ex08.tape_ops@Tape", "ex08.tape_backward@backward")
+MY_LINEAR_HINTS = (
+    _mistake(lambda e, a: a[0] @ a[1], "the layer forgot its bias: x @ weight + bias",
+             output=0),
+    _mistake(lambda e, a: a[3].mean(0),
+             "dbias sums dout over the batch (every row added the bias), it does not average",
+             output=3),
+)
+CE_HINTS = (
+    _mistake(lambda e, a: e[1] / a[2], "the vjp ignored dout: multiply softmax_cross_entropy's "
+             "gradient by the upstream gradient", output=1),
+)
+SGD_HINTS = (
+    _mistake(lambda e, a: _sgd_expected(a[0], a[1], a[2], a[3], a[4], 0.0),
+             "momentum was left out: velocity = momentum * velocity + grad, then "
+             "param -= lr * velocity", output=0),
+)
+
+
 # check()'s bound on each part: PyTorch's first torch.optim.Adam(...) in a process imports
 # TorchDynamo (4.3 s on a quiet 2-core machine; 19 s of the old 20 s bound seen under load), and
 # the first autograd.Function 2.7 s, inside the bound; 60 s keeps a loaded machine's honest
@@ -449,5 +588,30 @@ PARTS = [
         feedback_outputs=(1,), timeout_s=TIMEOUT_S,
         arg_names=("X", "y", "W1", "b1", "W2", "b2", "lr", "num_steps", "micro_batch"),
         output_names=("losses", "largest_forward_batch"), hints=ADAM_HINTS,
+    ),
+    Part(
+        id="ex10.my_linear", points=2, cases=_my_linear_cases, expected=_my_linear_expected,
+        compare=COMPARE, call=call_linear, source_check=OWN_ENGINE, timeout_s=TIMEOUT_S,
+        arg_names=("x", "weight", "bias", "dout"),
+        output_names=("value", "dx", "dweight", "dbias"), hints=MY_LINEAR_HINTS, uses=ENGINE,
+    ),
+    Part(
+        id="ex10.my_cross_entropy", points=1, cases=_ce_cases, expected=_ce_expected,
+        compare=COMPARE, call=call_cross_entropy, source_check=OWN_ENGINE, timeout_s=TIMEOUT_S,
+        arg_names=("logits", "y", "dout"), output_names=("loss", "dlogits"), hints=CE_HINTS,
+        uses=(*ENGINE, "ex08.softmax_cross_entropy@softmax_cross_entropy"),
+    ),
+    Part(
+        id="ex10.my_sgd", points=1, cases=_sgd_cases, expected=_sgd_expected, compare=COMPARE,
+        call=call_sgd, source_check=OWN_ENGINE, timeout_s=TIMEOUT_S,
+        arg_names=("w", "b", "grads_w", "grads_b", "lr", "momentum"),
+        output_names=("params after each step",), hints=SGD_HINTS,
+    ),
+    Part(
+        id="ex10.my_train_step", points=2, cases=_train_cases, expected=_train_expected,
+        compare=COMPARE, call=call_train_step, source_check=OWN_ENGINE, timeout_s=TIMEOUT_S,
+        arg_names=("x", "y", "W1", "b1", "W2", "b2", "lr", "momentum", "num_steps"),
+        output_names=("losses", "W1", "b1", "W2", "b2"),
+        uses=("ex10.my_linear", "ex10.my_cross_entropy", "ex10.my_sgd", *ENGINE),
     ),
 ]

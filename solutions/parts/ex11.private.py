@@ -36,6 +36,7 @@ from edu_dl.harness.ex11 import (
     OtherShape,
     shape_of,
 )
+from edu_dl.harness.mytorch import call_conv2d
 from edu_dl.speed.tasks import CALLS_THE_REFERENCE, TASKS
 
 Array = np.ndarray
@@ -528,6 +529,44 @@ def _max_pool_cases(rng: np.random.Generator, hidden: bool) -> list[tuple[Any, .
     return [FASTER.inputs(rng, size) for size in sizes]
 
 
+# --------------------------------------------------------------------------- your framework's layer
+# Conv2d on the student's own tape (edu_dl.harness.mytorch drives it): one op whose vjp is their
+# conv_backward_nhwc; torch in float64 is the oracle, which their package may not call.
+# N, C, H, W, O, k, stride, pad, dilation: padding; stride and dilation; one image, one filter
+LAYER_VISIBLE = [(2, 3, 6, 5, 4, 3, 1, 1, 1), (1, 2, 7, 7, 3, 3, 2, 1, 2),
+                 (1, 1, 4, 4, 1, 2, 1, 0, 1)]
+
+
+def _layer_cases(rng: np.random.Generator, hidden: bool) -> list[Case]:
+    """(x (N, H, W, C), weight (k, k, C, O), bias (O,), dout (N, OH, OW, O), stride, pad,
+    dilation)."""
+    geometries = LAYER_VISIBLE if not hidden else [
+        (*(int(v) for v in rng.integers(1, 4, size=2)), int(rng.integers(5, 9)),
+         int(rng.integers(5, 9)), int(rng.integers(1, 4)), int(rng.integers(1, 4)),
+         int(rng.integers(1, 3)), int(rng.integers(0, 2)), int(rng.integers(1, 3)))
+        for _ in range(4)]
+    cases: list[Case] = []
+    for n, c, h, w, o, k, stride, pad, dilation in geometries:
+        b_k = 1 / np.sqrt(c * k * k)
+        dout = rng.standard_normal((n, out_size(h, k, stride, pad, dilation),
+                                    out_size(w, k, stride, pad, dilation), o))
+        cases.append((rng.standard_normal((n, h, w, c)), rng.uniform(-b_k, b_k, (k, k, c, o)),
+                      rng.uniform(-b_k, b_k, o), dout, stride, pad, dilation))
+    return cases
+
+
+def _layer_expected(x: Array, w: Array, b: Array, dout: Array, stride: int, pad: int,
+                    dilation: int) -> tuple[Array, ...]:
+    dx, dw, db = _backward_expected(dout, x, w, stride, pad, dilation)
+    return _torch_conv_nhwc(x, w, b, stride, pad, dilation), dx, dw, db
+
+
+OWN_ENGINE = names_check(forbidden=[(
+    ("torch", "edu_dl", "autograd", "tensorflow", "jax", "conv2d"),
+    "your framework runs on your own engine: record your conv_forward_nhwc on the tape with "
+    "conv_backward_nhwc as its vjp (no torch, edu_dl, TensorFlow or JAX)")])
+
+
 PARTS = [
     Part(
         id="ex11.im2col_dilated", points=2, cases=_im2col_cases, expected=im2col_loops,
@@ -567,5 +606,12 @@ PARTS = [
         compare=tolerance(rtol=FASTER.rtol, atol=FASTER.atol), arg_names=("x",),
         source_check=all_checks(names_check(forbidden=[((FASTER.reference.__name__,),
                                                          CALLS_THE_REFERENCE)]), speed_rules),
+    ),
+    Part(
+        id="ex11.my_conv2d", points=2, cases=_layer_cases, expected=_layer_expected,
+        compare=COMPARE, call=call_conv2d, source_check=OWN_ENGINE, timeout_s=20.0,
+        arg_names=("x", "weight", "bias", "dout", "stride", "pad", "dilation"),
+        output_names=("value", "dx", "dweight", "dbias"),
+        uses=("ex11.conv_forward_nhwc", "ex11.conv_backward_nhwc"),
     ),
 ]

@@ -34,6 +34,7 @@ from edu_dl.harness.ex12 import (
     id_set,
     loss_of,
 )
+from edu_dl.harness.mytorch import call_schedule, schedule_compare, schedule_result_check
 
 Array = np.ndarray
 Case = tuple[Any, ...]
@@ -414,5 +415,11 @@ PARTS = [
         id="ex12.fusion", points=2, cases=_fusion_cases, expected=_fusion_expected,
         compare=compare_sets, call=call_plan, arg_names=("kinds", "parents", "fetches"),
         hints=FUSION_HINTS,
+    ),
+    Part(
+        id="ex12.my_schedule", points=2, cases=_plan_cases, expected=_plan_expected,
+        compare=schedule_compare, result_check=schedule_result_check, call=call_schedule,
+        arg_names=("parents", "fetches"), uses=("ex12.plan", "ex07.topological_order"),
+        generic_hints=False,  # "the right values in another order" is the question itself
     ),
 ]

@@ -23,8 +23,10 @@ from typing import Any
 import numpy as np
 
 from edu_dl.grading.authoring.hints import Mistake, NonFinite, close
+from edu_dl.grading.authoring.source import names_check
 from edu_dl.grading.authoring.spec import Part, tolerance
 from edu_dl.harness.ex18 import BY_HAND, call_backward, call_merge, call_tiles
+from edu_dl.harness.mytorch import call_attention
 
 Array = np.ndarray
 Case = tuple[Any, ...]
@@ -325,6 +327,27 @@ BACKWARD_HINTS = (
 )
 
 
+# --------------------------------------------------------------------------- your framework's op
+# attention recorded on the student's own tape (edu_dl.harness.mytorch drives it), its vjp their
+# attention_backward; the oracle is the course's engine, as for the backward above.
+
+
+def _layer_expected(q: Array, k: Array, v: Array, dout: Array, causal: Any
+                    ) -> tuple[Array, ...]:
+    import edu_dl as ed
+    from edu_dl import attention
+
+    out = attention.attention(*(ed.tensor(np.asarray(a, dtype=np.float64)) for a in (q, k, v)),
+                              causal=bool(causal))
+    return (out.numpy(), *_backward_expected(q, k, v, dout, causal))
+
+
+OWN_ENGINE = names_check(forbidden=[(
+    ("torch", "edu_dl", "autograd", "tensorflow", "jax", "scaled_dot_product_attention"),
+    "your framework runs on your own engine: record the forward pass on your tape with your "
+    "attention_backward as its vjp (no torch, edu_dl, TensorFlow or JAX)")])
+
+
 PARTS = [
     Part(
         id="ex18.merge_partials", points=3, cases=_merge_cases, expected=_merge,
@@ -341,5 +364,11 @@ PARTS = [
         expected=_backward_expected, compare=CLOSE, call=call_backward, hints=BACKWARD_HINTS,
         source_check=BY_HAND, timeout_s=20.0,
         arg_names=("q", "k", "v", "dout", "causal"), output_names=("dq", "dk", "dv"),
+    ),
+    Part(
+        id="ex18.my_attention", points=2, cases=_backward_cases, expected=_layer_expected,
+        compare=CLOSE, call=call_attention, source_check=OWN_ENGINE, timeout_s=20.0,
+        arg_names=("q", "k", "v", "dout", "causal"), output_names=("out", "dq", "dk", "dv"),
+        uses=("ex18.attention_backward",),
     ),
 ]

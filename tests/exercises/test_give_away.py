@@ -36,6 +36,7 @@ import nbformat
 import pytest
 from fixtures.exercise_helpers import (
     EXERCISES,
+    PACKAGE,
     ROOT,
     SOLUTIONS,
     GiveAway,
@@ -87,21 +88,31 @@ def test_the_overall_target_can_fail() -> None:
 
 
 def _plant(tmp_path: Path, stem: str) -> tuple[Path, Path, Path]:
-    """Copies of the solutions, exercises and lectures folders' notebooks, to plant copies in."""
+    """Copies of the solutions, exercises and lectures folders' notebooks (and the students'
+    package beside them), to plant copies in."""
     folders = []
     for source in (SOLUTIONS, EXERCISES, ROOT / "lectures"):
         folder = tmp_path / source.name
         folder.mkdir()
         for path in source.glob("*.ipynb"):
             shutil.copy(path, folder)
+        if (source / PACKAGE).is_dir():
+            shutil.copytree(source / PACKAGE, folder / PACKAGE)
         folders.append(folder)
     return folders[0], folders[1], folders[2]
 
 
 def _solution_region(solutions: Path, stem: str, grade_id: str) -> str:
+    """A solution region: the one of solution cell ``grade_id``, or of the students' package
+    where the cell imports it from there (the first region after its ``def``/``class``)."""
     cell = next(c for c in nbformat.read(solutions / f"{stem}.ipynb", as_version=4).cells
                 if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
-    return re.search(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", cell.source, re.S).group(1)
+    source = cell.source
+    imported = re.match(rf"from {PACKAGE}\.(\w+) import (\w+)", source)
+    if imported:
+        module = (solutions / PACKAGE / f"{imported[1]}.py").read_text()
+        source = module[re.search(rf"^(def|class) {imported[2]}\b", module, re.M).start():]
+    return re.search(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", source, re.S).group(1)
 
 
 def test_a_planted_copy_in_a_lectures_output_fails(tmp_path: Path) -> None:

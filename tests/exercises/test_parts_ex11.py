@@ -11,6 +11,7 @@ would.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import nbformat
@@ -26,6 +27,7 @@ from fixtures.exercise_helpers import (
     longest_shared_run,
     run_check,
     solution_namespace,
+    solution_package,
 )
 from fixtures.frameworks import F, torch
 
@@ -45,6 +47,7 @@ PART_FUNCTIONS = {
     "ex11.avg_pool_forward": "avg_pool_forward",
     "ex11.avg_pool_backward": "avg_pool_backward",
     "ex11.faster_max_pool": "max_pool",
+    "ex11.my_conv2d": "Conv2d",  # the layer of the student's own framework, mytorch/conv.py
 }
 windows = np.lib.stride_tricks.sliding_window_view
 
@@ -160,7 +163,7 @@ def test_no_hint_fires_on_a_correct_answer(sol, part_id):
     for seed, hidden in [(VISIBLE_SEED, False), *((s, True) for s in range(6))]:
         for args in part.cases(np.random.default_rng(seed), hidden):
             expected = part.expected(*args)
-            for answer in (expected, fn(*args)):
+            for answer in (expected, part.call(fn, args)):
                 fired = [h.message for h in part.hints if h.applies(expected, answer, args)]
                 assert not fired, fired
 
@@ -550,7 +553,8 @@ def test_calling_the_library_oracle_is_refused(capsys, tmp_path, part_id):
     ok, out = run(capsys, part_id, fn)
     assert not ok and out == f"✗ {part_id}: the values are right, but {verdict.message}\n"
     # the solution notebook's own function, as the grader finds it, passes
-    found = trusted_source.find_source(nbformat.read(NOTEBOOK, as_version=4), part_id)
+    found = trusted_source.find_source(nbformat.read(NOTEBOOK, as_version=4), part_id,
+                                       solution_package())  # read from mytorch/conv.py
     assert found is not None and part.source_check(found).ok
 
 
@@ -577,13 +581,15 @@ def test_a_students_own_col2im_helper_is_not_refused():
     assert course_part("ex11.conv_backward_nhwc").source_check(source).ok
 
 
-def test_a_conv_on_a_wrong_im2col_names_the_im2col_first(capsys):
+def test_a_conv_on_a_wrong_im2col_names_the_im2col_first(capsys, monkeypatch):
     """Issue 25: a correct conv layer on an im2col that returns wrong values (no error) used to
     fail with no word of the cause; its part `uses` im2col_dilated, so the report starts there."""
     ns = solution_namespace("11_convolutions.ipynb")
+    conv = sys.modules[ns["conv_forward_nhwc"].__module__]  # the student's mytorch/conv.py
     right = ns["im2col_dilated"]
-    ns["im2col_dilated"] = lambda *args: 2 * right(*args)  # the conv layer calls it by name
-    ok, out = run(capsys, "ex11.im2col_dilated", ns["im2col_dilated"])
+    wrong = lambda *args: 2 * right(*args)  # noqa: E731 (the conv layer calls it by name)
+    monkeypatch.setattr(conv, "im2col_dilated", wrong)
+    ok, out = run(capsys, "ex11.im2col_dilated", wrong)
     assert not ok
     for part_id, fn in (("ex11.conv_forward_nhwc", "conv_forward_nhwc"),
                         ("ex11.conv_backward_nhwc", "conv_backward_nhwc")):

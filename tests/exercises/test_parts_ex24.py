@@ -62,7 +62,15 @@ def test_the_hidden_labels_are_withheld_and_differ_from_the_public_ones() -> Non
     assert not np.array_equal(other[2], hidden[2])
 
 
-ENGINE = """
+MYTORCH = """
+def fit_predict(x_train, y_train, x_eval):
+    model = Linear(40, 10, np.random.default_rng(0))
+    sgd = SGD(model.parameters(), lr=0.1)
+    train_step(model, sgd, x_train, y_train)
+    tape = Tape()
+    return tape.values[model(tape, tape.input(x_eval))].argmax(axis=1)
+"""
+COURSE_ENGINE = """
 def fit_predict(x_train, y_train, x_eval):
     model = nn.Linear(40, 10)
     loss = model(Tensor(x_train)).sum()
@@ -87,11 +95,12 @@ def fit_predict_torch(x_train, y_train, x_eval):
 
 
 @pytest.mark.parametrize(("part_id", "source", "says"), [
-    ("ex24.classify", ENGINE, ""),
+    ("ex24.classify", MYTORCH, ""),
     ("ex24.classify", LIBRARY, "not a library's ready-made classifier"),
-    ("ex24.classify", WRONG_FRAMEWORK, "trains with the course's engine"),
+    ("ex24.classify", WRONG_FRAMEWORK, "trains with your own framework"),
+    ("ex24.classify", COURSE_ENGINE, "the course's engine is not yours"),
     ("ex24.classify_torch", WRONG_FRAMEWORK, ""),
-    ("ex24.classify_torch", ENGINE, "this part trains with PyTorch"),
+    ("ex24.classify_torch", MYTORCH, "this part trains with PyTorch"),
     ("ex24.classify_torch", UNTRAINED, "never calls backward()"),
 ])
 def test_the_source_checks_name_the_framework_each_part_asks_for(
@@ -107,7 +116,8 @@ def test_the_written_part_has_a_rubric_that_stays_with_the_source() -> None:
     released = nbformat.read(SOLUTIONS.parent / "exercises" / NOTEBOOK.name, as_version=4)
     assert released == student_version(nb)  # the committed release is today's
     assert not any("edu_dl" in cell.metadata for cell in released.cells)
-    assert released.metadata["edu_dl"] == {"budget": {"points": 1, "cpu_s": 120}}
+    assert released.metadata["edu_dl"] == {"budget": {"points": 1, "cpu_s": 120},
+                                           "package": "mytorch"}
 
 
 def test_nothing_is_retyped_from_a_lecture() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -29,6 +30,7 @@ from fixtures.exercise_helpers import (
     course_part,
     run_check,
     solution_namespace,
+    solution_package,
 )
 
 from edu_dl.grading import check, checking, protocol
@@ -45,6 +47,12 @@ SOLUTIONS = Path(__file__).resolve().parents[2] / "solutions"
 NOTEBOOKS = {f"ex{p.name[:2]}": p.name for p in sorted(SOLUTIONS.glob("[0-9][0-9]_*.ipynb"))}
 ALSO = {"ex13": "def parse_layer"}  # given helpers the solution functions use
 ALL_PARTS = all_course_parts()
+
+
+def find_source(nb: Notebook, part_id: str) -> str | None:
+    """The trusted side's source, with the reference package beside the solutions as a
+    student's package is read (a name the notebook imports from mytorch is found there)."""
+    return trusted_source.find_source(nb, part_id, solution_package())
 
 
 def module_of(part_id: str) -> str:
@@ -81,11 +89,17 @@ def checked_name(nb: Notebook, part_id: str) -> str:
 
 
 def with_solution(nb: Notebook, name: str, text: str) -> Notebook:
-    """The notebook with the solution cell that defines ``name`` replaced by ``text``."""
+    """The notebook with the solution cell that defines ``name`` replaced by ``text`` (where
+    the notebook imports ``name`` from the student's package: the cell that imports it)."""
     nb = copy.deepcopy(nb)
     for cell in nb.cells:
         if cell.cell_type == "code" and is_solution(cell) and \
                 trusted_source.definition([cell], name) is not None:
+            cell.source = text
+            return nb
+    for cell in nb.cells:  # the student's own package: the cell that imports it from there
+        if cell.cell_type == "code" and re.match(rf"from mytorch\.\w+ import [^#\n]*\b{name}\b",
+                                                 cell.source):
             cell.source = text
             return nb
     raise AssertionError(f"no solution cell defines {name}")
@@ -421,6 +435,75 @@ class MyLinear:  # not an autograd.Function: no backward at all
     def apply(x, w, b):
         return x @ w + b
 """),
+    # ex10, section 5: the student's own framework, forged with PyTorch's pieces
+    "ex10.my_linear": (FORGED, """
+class Linear:  # right values: torch's linear on the tape's values
+    def __init__(self, n_in, n_out, rng):
+        self.weight, self.bias = rng.uniform(-1, 1, (n_in, n_out)), rng.uniform(-1, 1, n_out)
+        self.ids = []
+
+    def __call__(self, tape, x):
+        import torch
+        value = torch.nn.functional.linear(torch.tensor(tape.values[x]),
+                                           torch.tensor(self.weight.T), torch.tensor(self.bias))
+        self.ids = [tape.input(self.weight), tape.input(self.bias)]
+        return tape.record(value.numpy(), [x, *self.ids], lambda g: (g, g, g))
+"""),
+    "ex10.my_cross_entropy": (FORGED, """
+def cross_entropy(tape, logits, y):  # torch's loss and autograd's gradient
+    import torch
+    scores = torch.tensor(tape.values[logits], requires_grad=True)
+    loss = torch.nn.functional.cross_entropy(scores, torch.tensor(y))
+    (grad,) = torch.autograd.grad(loss, scores)
+    return tape.record(loss.detach().numpy(), (logits,), lambda g: (g * grad.numpy(),))
+"""),
+    "ex10.my_sgd": (FORGED, """
+class SGD:  # torch.optim.SGD does the update
+    def __init__(self, params, lr, momentum=0.0):
+        import torch
+        self.params = [torch.from_numpy(p) for p in params]
+        self.torch = torch.optim.SGD(self.params, lr=lr, momentum=momentum)
+
+    def step(self, grads):
+        for p, g in zip(self.params, grads):
+            p.grad = self.torch_tensor(g)
+        self.torch.step()
+"""),
+    "ex10.my_train_step": (FORGED, """
+def train_step(model, optimizer, x, y):  # a torch model and optimizer beside the student's
+    import torch
+    return float(torch.nn.functional.cross_entropy(torch.tensor(x), torch.tensor(y)))
+"""),
+    "ex11.my_conv2d": (FORGED, """
+class Conv2d:  # right values: torch's conv2d on the tape's values
+    def __init__(self, c_in, c_out, k, rng, stride=1, pad=0, dilation=1):
+        self.weight = rng.uniform(-1, 1, (k, k, c_in, c_out))
+        self.bias, self.ids = rng.uniform(-1, 1, c_out), []
+
+    def __call__(self, tape, x):
+        import torch
+        value = torch.nn.functional.conv2d(torch.tensor(tape.values[x]), torch.tensor(self.weight))
+        self.ids = [tape.input(self.weight), tape.input(self.bias)]
+        return tape.record(value.numpy(), [x, *self.ids], lambda g: (g, g, g))
+"""),
+    "ex12.my_schedule": (RAW, """
+def schedule(parents, fetches):  # the plan's nodes, in no particular order
+    needed, stack = set(), [int(f) for f in fetches]
+    while stack:
+        node = stack.pop()
+        if node not in needed:
+            needed.add(node)
+            stack.extend(int(p) for p in parents[node] if p >= 0)
+    return np.array(sorted(needed, reverse=True))
+"""),
+    "ex18.my_attention": (FORGED, """
+def attention(tape, q, k, v, causal):  # right values: torch's attention and autograd
+    import torch
+    qt, kt, vt = (torch.tensor(tape.values[i], requires_grad=True) for i in (q, k, v))
+    out = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+    return tape.record(out.detach().numpy(), (q, k, v),
+                       lambda g: torch.autograd.grad(out, (qt, kt, vt), torch.tensor(g)))
+"""),
     "ex10.residual_module": (FORGED, """
 class ResidualBlock:  # no nn.Module, no nn.Linear
     def __init__(self, D, H):
@@ -755,7 +838,7 @@ def test_a_bypassed_or_forged_call_scores_zero(part: spec.Part, tmp_path: Path) 
     nb = part_notebook(part.id)
     name = checked_name(nb, part.id)
     attacked = with_solution(nb, name, text.strip() + "\n")
-    found = trusted_source.find_source(attacked, part.id)
+    found = find_source(attacked, part.id)
     assert found is not None and found.strip() == text.strip()
     cases = draw(part)
     fn = None
@@ -786,7 +869,7 @@ def test_the_solution_passes_the_trusted_judgement(part: spec.Part, tmp_path: Pa
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     cases = draw(part)
     got = honest_results(part, tmp_path, monkeypatch, cases)
-    found = trusted_source.find_source(part_notebook(part.id), part.id)
+    found = find_source(part_notebook(part.id), part.id)
     assert found is not None or part.source_check is None
     assert judge.judge(part, cases, got, found) == ("passed", f"{len(cases)} cases passed")
 
@@ -819,7 +902,7 @@ def test_the_kernel_solutions_pass_the_trusted_judgement(tmp_path: Path) -> None
                    capture_output=True)
     for part in kernel_parts:
         got = protocol.read_outputs(tmp_path / "outputs" / f"{part.id}.1.npz")[1]
-        found = trusted_source.find_source(nb, part.id)
+        found = find_source(nb, part.id)
         assert judge.judge(part, cases[part.id], got, found)[0] == "passed", part.id
 
 
@@ -890,11 +973,11 @@ def test_prefetch_without_a_thread_scores_zero(tmp_path: Path,
     with patched_call(part, consume_only):
         got = recorded(tmp_path, monkeypatch, part, ns["prefetch"], cases)
     assert [np.asarray(g[0]).shape for g in got] == [np.shape(a[0]) for a in cases]
-    status, message = judge.judge(part, cases, got, trusted_source.find_source(nb, part.id))
+    status, message = judge.judge(part, cases, got, find_source(nb, part.id))
     assert status == "failed" and part.points > 0
     assert "the values are right, but the generator starts no thread" in message
     # the solution's generator, judged the same way, passes
-    good = trusted_source.find_source(solution_notebook("ex06"), part.id)
+    good = find_source(solution_notebook("ex06"), part.id)
     assert judge.judge(part, cases, got, good)[0] == "passed"
 
 
@@ -926,7 +1009,7 @@ def test_topological_order_in_a_wrong_order_scores_zero(tmp_path: Path,
     with patched_call(part, lambda fn, args: fn(*args)):
         got = recorded(tmp_path, monkeypatch, part, sorted_ids, cases)
     nb = solution_notebook("ex07")
-    status, message = judge.judge(part, cases, got, trusted_source.find_source(nb, part.id))
+    status, message = judge.judge(part, cases, got, find_source(nb, part.id))
     assert status == "failed"
     assert "edge " in message and "comes before its input" in message
     with patched_call(part, lambda fn, args: fn(*args)):
@@ -973,7 +1056,7 @@ def test_linear_function_db_of_the_batch_shape_fails_check_and_grader(
     part = course_part("ex10.linear_function")
     cases = draw(part)
     got = recorded(tmp_path, monkeypatch, part, cls, cases)
-    found = trusted_source.find_source(solution_notebook("ex10"), part.id)
+    found = find_source(solution_notebook("ex10"), part.id)
     status, message = judge.judge(part, cases, got, found)
     assert status == "failed" and "output 3 (db): expected shape" in message
     capsys.readouterr()
@@ -988,7 +1071,7 @@ def test_feedback_outputs_are_ignored_by_the_grader(tmp_path: Path) -> None:
         part = course_part(part_id)
         assert part.feedback_outputs == tuple(range(1, counts + 1))
         cases = draw(part)[:2]
-        good = trusted_source.find_source(solution_notebook(part_id.split(".")[0]), part_id)
+        good = find_source(solution_notebook(part_id.split(".")[0]), part_id)
         honest = [part.expected(*args) for args in cases]
         forged_count = wire(tmp_path, [(e[0], *[7] * counts) for e in honest])
         assert judge.judge(part, cases, forged_count, good)[0] == "passed"
@@ -1117,19 +1200,19 @@ GOOD = "def prefetch(batches, depth):\n    return threading.Thread\n"
     (("%%bash\necho def prefetch",), None),
 ])
 def test_find_source(cells: tuple[str, ...], found: str | None) -> None:
-    assert trusted_source.find_source(nb_of(*cells), "ex06.prefetch") == found
+    assert find_source(nb_of(*cells), "ex06.prefetch") == found
 
 
 def test_find_source_reads_the_checked_name_from_the_test_cell() -> None:
     nb = nb_of(GOOD.replace("prefetch", "my_loader"),
                check_line='check("ex06.prefetch", my_loader)\ncheck("ex06.x", other)')
-    assert trusted_source.find_source(nb, "ex06.prefetch") == GOOD.replace("prefetch", "my_loader")
-    assert trusted_source.find_source(nb, "ex06.epoch_batches") is None
+    assert find_source(nb, "ex06.prefetch") == GOOD.replace("prefetch", "my_loader")
+    assert find_source(nb, "ex06.epoch_batches") is None
     nb = nb_of(GOOD, check_line='check("ex06.prefetch", lambda b, d: b)')
-    assert trusted_source.find_source(nb, "ex06.prefetch") is None
+    assert find_source(nb, "ex06.prefetch") is None
     ungraded = nb_of(GOOD)
     ungraded.cells[1].metadata = {}
-    assert trusted_source.find_source(ungraded, "ex06.prefetch") is None
+    assert find_source(ungraded, "ex06.prefetch") is None
 
 
 def test_source_checks_only_compile(tmp_path: Path) -> None:
@@ -1144,7 +1227,7 @@ def test_every_source_checked_solution_is_found_and_passes() -> None:
     for part in ALL_PARTS:
         if part.source_check is None:
             continue
-        found = trusted_source.find_source(part_notebook(part.id), part.id)
+        found = find_source(part_notebook(part.id), part.id)
         assert found is not None, part.id
         assert source.judge_source(part, found).ok, part.id
 

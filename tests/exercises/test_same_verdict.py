@@ -22,6 +22,7 @@ from fixtures.exercise_helpers import run_check
 from test_parts_trusted import (
     ALL_PARTS,
     checked_name,
+    find_source,
     module_of,
     part_namespace,
     part_notebook,
@@ -54,7 +55,7 @@ def both_ways(capsys: pytest.CaptureFixture[str], tmp_path: Path,
     """(check()'s report, the grader's judgement) of ``fn`` on the same visible cases. Both
     read the same source: the solution notebook's (the test's wrappers are not what a
     notebook would hold), so only the values and the guard can tell them apart."""
-    text = trusted_source.find_source(part_notebook(part.id), part.id)
+    text = find_source(part_notebook(part.id), part.id)  # the students' package read too
     with monkeypatch.context() as patched:
         patched.setattr(checking, "own_source", lambda _: text)
         _, report = run_check(capsys, part.id, fn)
@@ -251,7 +252,8 @@ def in_place_variant(fn: Any) -> tuple[Any, list[bool]]:
 # wrap; their adapters' copies are watched as any others (test_parts_ex08's ReluIntoDout).
 # Written out: finding them executes every solution notebook, torch's and TensorFlow's among
 # them, which collecting the tests must not do; the test below finds them.
-CLASS_PARTS = {"ex08.tape_ops", "ex10.linear_function", "ex10.residual_module"}
+CLASS_PARTS = {"ex08.tape_ops", "ex10.linear_function", "ex10.residual_module",
+               "ex10.my_linear", "ex10.my_sgd", "ex11.my_conv2d"}
 # Timed on the wall clock (issue 43 moves it to a simulated one): two runs of the same function
 # can disagree there by the machine's load alone, and it takes no array to write into.
 NOT_WRAPPED = {*CLASS_PARTS, "ex04.stream_timer"}

@@ -106,6 +106,10 @@ def test_nbgrader_autograde_scores_an_untouched_exercise_0_and_the_solution_full
     for student, notebooks in submissions.items():
         folder = root / "submitted" / student / ASSIGNMENT
         shutil.copytree(ROOT / "exercises" / "parts", folder / "parts", ignore=ignore)
+        # Exercise 08 checks the student's own mytorch/, which autograde finds beside the
+        # notebook as it copies the submission: the release's stubs, or the reference.
+        package = ROOT / ("exercises" if student == "untouched" else "solutions") / "mytorch"
+        shutil.copytree(package, folder / "mytorch", ignore=ignore)
         for name, nb in notebooks.items():
             nbformat.write(nb, folder / name)
 

@@ -263,6 +263,7 @@ def test_the_report_on_a_partly_solved_exercise_is_the_golden_one(tmp_path: Path
     (tmp_path / ".ipynb_checkpoints").mkdir()  # JupyterLab's autosave, beside every notebook
     shutil.copy(tmp_path / EX08, tmp_path / ".ipynb_checkpoints" / EX08)
     fresh_release(tmp_path, "ex08")  # the release as assign makes it from the part file now
+    shutil.copytree(ROOT / "exercises" / "mytorch", tmp_path / "mytorch")  # its framework
 
     assert main(["validate", str(tmp_path / EX08)]) == 1
     captured = capsys.readouterr()

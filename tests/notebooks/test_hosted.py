@@ -47,7 +47,8 @@ if os.environ.get("PIP_FAIL"):
 
 STAND_IN_GIT = """#!/bin/sh
 # records its arguments; "clone ... DEST" writes a tiny course: the installer the cell runs from
-# the clone (COURSE_INSTALLER, this repository's) and one exercise part file, or COURSE_PARTS;
+# the clone (COURSE_INSTALLER, this repository's), one exercise part file, or COURSE_PARTS, and
+# the students' framework's skeleton (mytorch/), or COURSE_MYTORCH;
 # with GIT_FAIL set it fails as git does without a network
 printf '%s\\n' "$@" > "$GIT_RECORD"
 if [ -n "$GIT_FAIL" ]; then
@@ -56,8 +57,13 @@ if [ -n "$GIT_FAIL" ]; then
     exit 128
 fi
 for last; do :; done
-mkdir -p "$last/exercises/parts" "$last/edu_dl/notebook"
+mkdir -p "$last/exercises/parts" "$last/exercises/mytorch" "$last/edu_dl/notebook"
 cp "$COURSE_INSTALLER" "$last/edu_dl/notebook/hosted_install.py"
+if [ -n "$COURSE_MYTORCH" ]; then
+    cp -R "$COURSE_MYTORCH/." "$last/exercises/mytorch/"
+else
+    echo '# the skeleton' > "$last/exercises/mytorch/__init__.py"
+fi
 if [ -n "$COURSE_PARTS" ]; then
     cp -R "$COURSE_PARTS/." "$last/exercises/parts/"
 else
@@ -213,6 +219,19 @@ def test_a_parts_folder_already_there_is_left_alone(tmp_path: Path) -> None:
     recorded, _ = run_cell(tmp_path, service(tmp_path, {"torch": "2.6.0"}))
     assert recorded is not None
     assert sorted(p.name for p in own.iterdir()) == ["hw1.py"]
+    # the framework's skeleton came, since no mytorch/ was there
+    assert (tmp_path / "work" / "mytorch" / "__init__.py").read_text() == "# the skeleton\n"
+
+
+def test_the_students_own_framework_is_never_overwritten(tmp_path: Path) -> None:
+    """mytorch/ holds the student's work from earlier exercises: a later notebook's install
+    cell leaves it as it is."""
+    own = tmp_path / "work" / "mytorch"
+    own.mkdir(parents=True)
+    (own / "tape.py").write_text("# written in exercise 08\n")
+    recorded, _ = run_cell(tmp_path, service(tmp_path, {"torch": "2.6.0"}))
+    assert recorded is not None
+    assert sorted(p.name for p in own.iterdir()) == ["tape.py"]
 
 
 def test_where_the_course_is_installed_the_cell_does_nothing(tmp_path: Path) -> None:
@@ -287,12 +306,14 @@ def test_a_failed_install_ends_with_one_sentence_naming_the_repository(tmp_path:
 
 @pytest.mark.slow
 def test_validating_on_a_hosted_service_grades_as_at_home(tmp_path: Path) -> None:
-    """The README's path on Colab or Kaggle: the cell leaves parts/ beside the notebook, the
-    student uploads the saved notebook into that folder and runs `!edu-dl validate NAME` there.
-    It grades the same rows as `edu-dl validate` on the repository's own exercises/."""
+    """The README's path on Colab or Kaggle: the cell leaves parts/ and mytorch/ beside the
+    notebook, the student uploads the saved notebook into that folder and runs `!edu-dl
+    validate NAME` there. It grades the same rows as `edu-dl validate` on the repository's own
+    exercises/."""
     name = "08_autograd_from_scratch.ipynb"
     recorded, _ = run_cell(tmp_path, service(tmp_path, {"torch": "2.6.0"}),
-                           COURSE_PARTS=str(ROOT / "exercises" / "parts"))
+                           COURSE_PARTS=str(ROOT / "exercises" / "parts"),
+                           COURSE_MYTORCH=str(ROOT / "exercises" / "mytorch"))
     assert recorded is not None
     work = tmp_path / "work"
     shutil.copy(ROOT / "exercises" / name, work / name)  # the student's upload
