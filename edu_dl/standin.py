@@ -1,8 +1,8 @@
 """The course's stand-in for a piece of your own framework (``mytorch/``) you could not finish.
 
-Exercises 10 and 24 build on the engine you write in exercise 08. If a piece of it does not pass
-its check yet and you want to go on, put the stand-in in its place, in your own file, with a
-comment that says so::
+Exercises 10, 11, 18 and 24 build on the engine you write in exercise 08, and exercise 12's
+schedule on exercise 07's order. If such a piece does not pass its check yet and you want to go
+on, put the stand-in in its place, in your own file, with a comment that says so::
 
     # mytorch/tape.py: exercise 08 unfinished, the course's stand-in in its place
     from edu_dl.standin import Tape, backward
@@ -10,12 +10,15 @@ comment that says so::
     # mytorch/functional.py
     from edu_dl.standin import softmax_cross_entropy
 
+    # mytorch/graph.py: exercise 07 unfinished
+    from edu_dl.standin import topological_order
+
 (``unbroadcast`` has no stand-in: your tape needs it, and a stand-in tape does not.) The
 stand-ins keep your interface (a tape of NumPy values and records ``(out, inputs, vjp)``,
 ``backward`` returning one gradient per value) but are built on PyTorch's autograd, not on the
 derivations the exercise asks for: they teach nothing you have not seen, give no exercise's answer
-away, and earn none of exercise 08's points (its parts ask for your own NumPy code and read your
-source, where they find this import). Exercise 10's ``mytorch/nn.py`` works on them unchanged.
+away, and earn none of exercises 07's and 08's points (their parts ask for your own code and read
+your source, where they find this import). Exercise 10's ``mytorch/nn.py`` works on them unchanged.
 Replace them with your own pieces whenever you can: that is the framework you are building.
 """
 
@@ -150,3 +153,14 @@ def softmax_cross_entropy(logits: Any, y: Any) -> tuple[float, np.ndarray]:
     loss = torch.nn.functional.cross_entropy(scores, torch.as_tensor(np.asarray(y)))
     (grad,) = torch.autograd.grad(loss, scores)
     return float(loss.detach()), grad.numpy()
+
+
+def topological_order(n_nodes: int, edges: Any) -> np.ndarray:
+    """The stand-in: the standard library's ``graphlib`` orders the graph (exercise 07's
+    contract: every node once, each after the nodes that feed it)."""
+    from graphlib import TopologicalSorter
+
+    sorter: TopologicalSorter[int] = TopologicalSorter({node: set() for node in range(n_nodes)})
+    for src, dst in np.asarray(edges, dtype=np.int64).reshape(-1, 2):
+        sorter.add(int(dst), int(src))
+    return np.array(list(sorter.static_order()), dtype=np.int64)

@@ -171,6 +171,14 @@ BY_HAND_SOURCE = names_check(forbidden=[(
     "each gate's local gradient (do not call G.gradients, .backward() or torch.autograd)")])
 
 
+# The students' framework's first piece: a library's sort (or the course's stand-in, which is one)
+# answers it.
+OWN_ORDER = names_check(forbidden=[(
+    ("graphlib", "TopologicalSorter", "static_order", "networkx", "edu_dl"),
+    "this part asks you to write the order yourself: count each node's inputs and add a node "
+    "once none is left (do not call graphlib, networkx or the course's stand-in)")])
+
+
 def _edges(args: Case) -> Array:
     return np.asarray(args[1]).reshape(-1, 2)
 
@@ -224,7 +232,7 @@ PARTS = [
     Part(
         id="ex07.topological_order", points=2, cases=_topo_cases, expected=_topo_expected,
         compare=topo_compare, result_check=topo_result_check, call=call_topo,
-        arg_names=("n_nodes", "edges"),
+        arg_names=("n_nodes", "edges"), source_check=OWN_ORDER,
         hints=(
             Mistake(lambda e, a: len(e) + len(_edges(a)),
                     "a node with several inputs (or an edge listed twice) is added only once: "

@@ -32,6 +32,7 @@ TESTS = Path(__file__).resolve().parents[1]
 EX10 = SOLUTIONS / "10_pytorch.ipynb"
 STANDIN_TAPE = "from edu_dl.standin import Tape, backward  # exercise 08 unfinished\n"
 STANDIN_FUNCTIONAL = "from edu_dl.standin import softmax_cross_entropy\n"
+STANDIN_GRAPH = "from edu_dl.standin import topological_order  # exercise 07 unfinished\n"
 
 
 def test_each_stub_names_the_missing_piece_and_its_file() -> None:
@@ -135,6 +136,19 @@ def test_the_standin_lets_exercise_10_go_on_and_earns_nothing_of_exercise_08(
     for part in ("tape_ops", "tape_backward", "softmax_cross_entropy"):
         assert said[f"ex08.{part}"].startswith(f"✗ ex08.{part}: "), said
     assert "is the course's (edu_dl.standin), not yours" in said["ex08.tape_ops"]
+
+
+@pytest.mark.slow  # a fresh interpreter
+def test_the_standin_order_lets_exercise_12_go_on_and_earns_nothing_of_exercise_07(
+        tmp_path: Path) -> None:
+    said = run_in_package(tmp_path, {"graph.py": STANDIN_GRAPH}, (
+        "from mytorch.graph import topological_order\n"
+        "from mytorch.plan import schedule\n"
+        "print(json.dumps({'schedule': checked('ex12.my_schedule', schedule, hidden=True)[1],"
+        " 'order': checked('ex07.topological_order', topological_order)[1]}))\n"))
+    assert said["schedule"] == "", said
+    assert said["order"].startswith("✗ ex07.topological_order: the values are right, but "
+                                    "`topological_order` is the course's"), said
 
 
 def test_the_grader_reads_a_checked_name_from_the_students_package() -> None:

@@ -1014,7 +1014,8 @@ def test_topological_order_in_a_wrong_order_scores_zero(tmp_path: Path,
     assert "edge " in message and "comes before its input" in message
     with patched_call(part, lambda fn, args: fn(*args)):
         got = recorded(tmp_path, monkeypatch, part, solution, cases)
-    assert judge.judge(part, cases, got, None)[0] == "passed"  # no source check here
+    # the solution's own order, its source read from the reference mytorch/graph.py
+    assert judge.judge(part, cases, got, find_source(nb, part.id))[0] == "passed"
 
 
 def test_topological_order_reversed_gets_the_backward_hint() -> None:

@@ -54,18 +54,28 @@ def checked_part(cell: nbformat.NotebookNode) -> tuple[str, str]:
     return found.group(1), found.group(2)
 
 
-def one_part_wrong(solution: nbformat.NotebookNode) -> tuple[nbformat.NotebookNode, str]:
+WRONG = "\n\n\ndef {name}(*args, **kwargs):\n    return None  # wrong\n"
+IMPORTED = re.compile(r"from mytorch\.(\w+) import (\w+)")
+
+
+def one_part_wrong(solution: nbformat.NotebookNode
+                   ) -> tuple[nbformat.NotebookNode, str, tuple[str, str] | None]:
     """The solution with the last checked function (no later part uses it) redefined to return
-    None (a wrong answer, not a stub) at the end of its solution cell; returns it and the test
-    cell's id."""
+    None (a wrong answer, not a stub): at the end of its solution cell, or, where the notebook
+    imports it from the student's own package, at the end of that module (the locked cell that
+    imports it is restored); returns it, the test cell's id, and (module, name) in that case."""
     nb = copy.deepcopy(solution)
     test_at = max(i for i, c in enumerate(nb.cells)
                   if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code")
     name = checked_part(nb.cells[test_at])[1]
     answer = next(c for c in reversed(nb.cells[:test_at])
-                  if c.metadata.get("nbgrader", {}).get("solution"))
-    answer.source += f"\n\n\ndef {name}(*args, **kwargs):\n    return None  # wrong\n"
-    return nb, nb.cells[test_at].metadata.nbgrader.grade_id
+                  if c.metadata.get("nbgrader", {}).get("solution")
+                  or IMPORTED.match(c.source))
+    imported = IMPORTED.match(answer.source)
+    if imported and imported.group(2) == name:
+        return nb, nb.cells[test_at].metadata.nbgrader.grade_id, (imported.group(1), name)
+    answer.source += WRONG.format(name=name)
+    return nb, nb.cells[test_at].metadata.nbgrader.grade_id, None
 
 
 def course_kernel(folder: Path) -> Path:
@@ -93,13 +103,16 @@ def test_nbgrader_autograde_scores_an_untouched_exercise_0_and_the_solution_full
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     shutil.copytree(ROOT / "solutions" / "parts", src / "parts", ignore=ignore)  # both halves
     solutions, wrong_cells = {}, {}
+    wrong_modules: list[tuple[str, str]] = []  # (module, name) redefined in one_wrong's package
     submissions: dict[str, dict[str, nbformat.NotebookNode]] = {
         "untouched": {}, "solved": {}, "one_wrong": {}}
     for exercise in EXERCISES:
         name = f"{exercise}.ipynb"
         shutil.copy(ROOT / "solutions" / name, src / name)
         solutions[exercise] = nbformat.read(ROOT / "solutions" / name, as_version=4)
-        wrong, wrong_cells[exercise] = one_part_wrong(solutions[exercise])
+        wrong, wrong_cells[exercise], in_package = one_part_wrong(solutions[exercise])
+        if in_package:
+            wrong_modules.append(in_package)
         submissions["untouched"][name] = nbformat.read(ROOT / "exercises" / name, as_version=4)
         submissions["solved"][name] = solutions[exercise]
         submissions["one_wrong"][name] = wrong
@@ -110,6 +123,9 @@ def test_nbgrader_autograde_scores_an_untouched_exercise_0_and_the_solution_full
         # notebook as it copies the submission: the release's stubs, or the reference.
         package = ROOT / ("exercises" if student == "untouched" else "solutions") / "mytorch"
         shutil.copytree(package, folder / "mytorch", ignore=ignore)
+        for module, name in wrong_modules if student == "one_wrong" else []:
+            with open(folder / "mytorch" / f"{module}.py", "a") as f:
+                f.write(WRONG.format(name=name))
         for name, nb in notebooks.items():
             nbformat.write(nb, folder / name)
 
