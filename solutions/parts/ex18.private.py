@@ -337,8 +337,8 @@ def _layer_expected(q: Array, k: Array, v: Array, dout: Array, causal: Any
     import edu_dl as ed
     from edu_dl import attention
 
-    out = attention.attention(*(ed.tensor(np.asarray(a, dtype=np.float64)) for a in (q, k, v)),
-                              causal=bool(causal))
+    tq, tk, tv = (ed.tensor(np.asarray(a, dtype=np.float64)) for a in (q, k, v))
+    out = attention.attention(tq, tk, tv, causal=bool(causal))
     return (out.numpy(), *_backward_expected(q, k, v, dout, causal))
 
 
