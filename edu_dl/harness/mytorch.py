@@ -69,54 +69,46 @@ def _grads(grads: Any, ids: Any, what: str) -> list[np.ndarray]:
                            "differentiated") from None
 
 
-def call_linear(cls: Any, args: Case) -> tuple[np.ndarray, ...]:
-    """Linear(n_in, n_out, rng) with the case's weight and bias, on the student's tape: its
-    value for x, then backward from dout: (value, dx, dweight, dbias)."""
-    x, weight, bias, dout = args
-    Tape, backward = engine(cls)
-    layer = cls(weight.shape[0], weight.shape[1], np.random.default_rng(0))
-    for name, value in (("weight", weight), ("bias", bias)):
+def run_layer(layer: Any, called: str, args: Case) -> tuple[np.ndarray, ...]:
+    """A layer built by the student's class (``called``: how, for messages), given the case's
+    weight and bias (arguments 1 and 2) in place of its own, run on the student's tape on x
+    (argument 0) and differentiated by their backward from dout (argument 3):
+    (value, dx, dweight, dbias)."""
+    x, weight, bias, dout = args[:4]
+    Tape, backward = engine(type(layer))
+    for name, arg, value in (("weight", 1, weight), ("bias", 2, bias)):
         have = np.shape(getattr(layer, name, None))  # type: ignore[arg-type]
         if have != value.shape:
-            raise CheckFailure(f"Linear({weight.shape[0]}, {weight.shape[1]}).{name} has shape "
-                               f"{have}, not {value.shape}")
-        setattr(layer, name, guard.watch(1 if name == "weight" else 2, value.copy()))
+            raise CheckFailure(f"{called}.{name} has shape {have}, not {value.shape}")
+        setattr(layer, name, guard.watch(arg, value.copy()))
     tape = Tape()
     xs = tape.input(guard.watch(0, x.copy()))
     out = layer(tape, xs)
     ids = list(getattr(layer, "ids", []))
     if len(ids) != 2:
-        raise CheckFailure(f"after a forward pass, Linear.ids should hold the tape ids of weight "
-                           f"and bias (2 ids), not {ids!r}")
+        raise CheckFailure(f"after a forward pass, {type(layer).__name__}.ids should hold the "
+                           f"tape ids of weight and bias (2 ids), not {ids!r}")
     grads = backward(tape, out, dout.copy())
     value = _array(tape.values[out], "the layer's value")
     return (value, *_grads(grads, [xs, *ids], "x, weight and bias"))
+
+
+def call_linear(cls: Any, args: Case) -> tuple[np.ndarray, ...]:
+    """Linear(n_in, n_out, rng) with the case's weight and bias (x, weight, bias, dout), on the
+    student's tape: (value, dx, dweight, dbias)."""
+    n_in, n_out = args[1].shape
+    return run_layer(cls(n_in, n_out, np.random.default_rng(0)), f"Linear({n_in}, {n_out})",
+                     args)
 
 
 def call_conv2d(cls: Any, args: Case) -> tuple[np.ndarray, ...]:
-    """Conv2d(C, O, k, rng, stride, pad, dilation) with the case's weight and bias, on the
-    student's tape: its value for x, then backward from dout: (value, dx, dweight, dbias)."""
-    x, weight, bias, dout, stride, pad, dilation = args
-    Tape, backward = engine(cls)
-    k, _, c_in, c_out = weight.shape
-    layer = cls(c_in, c_out, k, np.random.default_rng(0), stride=int(stride), pad=int(pad),
-                dilation=int(dilation))
-    for name, value in (("weight", weight), ("bias", bias)):
-        have = np.shape(getattr(layer, name, None))  # type: ignore[arg-type]
-        if have != value.shape:
-            raise CheckFailure(f"Conv2d({c_in}, {c_out}, {k}).{name} has shape {have}, not "
-                               f"{value.shape}")
-        setattr(layer, name, guard.watch(1 if name == "weight" else 2, value.copy()))
-    tape = Tape()
-    xs = tape.input(guard.watch(0, x.copy()))
-    out = layer(tape, xs)
-    ids = list(getattr(layer, "ids", []))
-    if len(ids) != 2:
-        raise CheckFailure(f"after a forward pass, Conv2d.ids should hold the tape ids of "
-                           f"weight and bias (2 ids), not {ids!r}")
-    grads = backward(tape, out, dout.copy())
-    value = _array(tape.values[out], "the layer's value")
-    return (value, *_grads(grads, [xs, *ids], "x, weight and bias"))
+    """Conv2d(C, O, k, rng, stride, pad, dilation) with the case's weight and bias (x, weight,
+    bias, dout, stride, pad, dilation), on the student's tape: (value, dx, dweight, dbias)."""
+    k, _, c_in, c_out = args[1].shape
+    stride, pad, dilation = (int(v) for v in args[4:7])
+    layer = cls(c_in, c_out, k, np.random.default_rng(0), stride=stride, pad=pad,
+                dilation=dilation)
+    return run_layer(layer, f"Conv2d({c_in}, {c_out}, {k})", args)
 
 
 def call_cross_entropy(fn: Callable[..., Any], args: Case) -> tuple[np.ndarray, np.ndarray]:
