@@ -225,7 +225,7 @@ def _run_cases(part: Part, fn: Callable[..., Any], drawn: list[tuple[Any, Any]],
         return False, "\n".join([head, *_layout(lines, "  ")])
     if part.source_check is not None:  # what the grader will judge from the notebook's source
         module = str(getattr(fn, "__module__", "") or "")
-        if module.partition(".")[0] == "edu_dl":  # a stand-in (edu_dl.standin): not the answer
+        if module.partition(".")[0] == "edu_dl":  # a course stand-in: not the answer
             return False, (f"✗ {part.id}: the values are right, but "
                            f"`{getattr(fn, '__name__', fn)}` is the course's ({module}), not "
                            "yours: the grader reads your own definition, so this part earns "
