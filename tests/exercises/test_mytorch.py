@@ -30,9 +30,9 @@ from edu_dl.grading.trust.source import SourceReader, find_source
 
 TESTS = Path(__file__).resolve().parents[1]
 EX10 = SOLUTIONS / "10_pytorch.ipynb"
-STANDIN_TAPE = "from edu_dl.harness.standin import Tape, backward  # exercise 08 unfinished\n"
-STANDIN_FUNCTIONAL = "from edu_dl.harness.standin import softmax_cross_entropy\n"
-STANDIN_GRAPH = "from edu_dl.harness.standin import topological_order  # exercise 07 unfinished\n"
+STANDIN_TAPE = "from edu_dl.notebook.standin import Tape, backward  # exercise 08 unfinished\n"
+STANDIN_FUNCTIONAL = "from edu_dl.notebook.standin import softmax_cross_entropy\n"
+STANDIN_GRAPH = "from edu_dl.notebook.standin import topological_order  # exercise 07 unfinished\n"
 
 
 def test_each_stub_names_the_missing_piece_and_its_file() -> None:
@@ -135,7 +135,7 @@ def test_the_standin_lets_exercise_10_go_on_and_earns_nothing_of_exercise_08(
         assert said[f"ex10.{part}"] == "", said  # passed
     for part in ("tape_ops", "tape_backward", "softmax_cross_entropy"):
         assert said[f"ex08.{part}"].startswith(f"✗ ex08.{part}: "), said
-    assert "is the course's (edu_dl.harness.standin), not yours" in said["ex08.tape_ops"]
+    assert "is the course's (edu_dl.notebook.standin), not yours" in said["ex08.tape_ops"]
 
 
 @pytest.mark.slow  # a fresh interpreter
@@ -162,7 +162,7 @@ def test_the_grader_reads_a_checked_name_from_the_students_package() -> None:
     assert find_source(nb, "ex10.my_train_step", package).startswith("def train_step(")
     assert find_source(nb, "ex10.my_linear") is None  # no package read: nothing to judge
     name, files = package
-    standin = {**files, "nn.py": b"from edu_dl.harness.standin import Tape as Linear\n"}
+    standin = {**files, "nn.py": b"from edu_dl.notebook.standin import Tape as Linear\n"}
     assert SourceReader(nb, (name, standin)).find("ex10.my_linear") is None
     # one import further inside the package is followed: nn.py re-exporting layers.py's
     moved = {**files, "layers.py": files["nn.py"],

@@ -5,13 +5,13 @@ schedule on exercise 07's order. If such a piece does not pass its check yet and
 on, put the stand-in in its place, in your own file, with a comment that says so::
 
     # mytorch/tape.py: exercise 08 unfinished, the course's stand-in in its place
-    from edu_dl.harness.standin import Tape, backward
+    from edu_dl.notebook.standin import Tape, backward
 
     # mytorch/functional.py
-    from edu_dl.harness.standin import softmax_cross_entropy
+    from edu_dl.notebook.standin import softmax_cross_entropy
 
     # mytorch/graph.py: exercise 07 unfinished
-    from edu_dl.harness.standin import topological_order
+    from edu_dl.notebook.standin import topological_order
 
 (``unbroadcast`` has no stand-in: your tape needs it, and a stand-in tape does not.) The
 stand-ins keep your interface (a tape of NumPy values and records ``(out, inputs, vjp)``,
