@@ -24,6 +24,7 @@ Replace them with your own pieces whenever you can: that is the framework you ar
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -38,33 +39,25 @@ def _torch() -> Any:
     return torch
 
 
-class _Record:
-    """A record made by ``Tape.record`` (the student's own op, with a NumPy vjp), as one node of
-    PyTorch's graph: its backward calls that vjp."""
+@functools.cache
+def _recorded() -> Any:
+    """The autograd Function for a record made by ``Tape.record`` (the student's own op, with
+    a NumPy vjp), one node of PyTorch's graph whose backward calls that vjp; made once."""
+    torch = _torch()
 
-    function: Any = None
+    class Recorded(torch.autograd.Function):  # type: ignore[name-defined]
+        @staticmethod
+        def forward(ctx: Any, value: Any, vjp: Vjp, *inputs: Any) -> Any:
+            ctx.vjp = vjp
+            return value.clone()
 
-    @classmethod
-    def apply(cls, value: np.ndarray, vjp: Vjp, *inputs: Any) -> Any:
-        if cls.function is None:
-            torch = _torch()
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            grads = ctx.vjp(grad.detach().numpy())
+            return (None, None, *(torch.as_tensor(np.asarray(g, dtype=np.float64))
+                                  for g in grads))
 
-            class Recorded(torch.autograd.Function):  # type: ignore[name-defined]
-                @staticmethod
-                def forward(ctx: Any, value: Any, vjp: Vjp, *inputs: Any) -> Any:
-                    ctx.vjp = vjp
-                    return value.clone()
-
-                @staticmethod
-                def backward(ctx: Any, grad: Any) -> Any:
-                    grads = ctx.vjp(grad.detach().numpy())
-                    return (None, None, *(torch.as_tensor(np.asarray(g, dtype=np.float64))
-                                          for g in grads))
-
-            cls.function = Recorded
-        torch = _torch()
-        return cls.function.apply(torch.as_tensor(np.asarray(value, dtype=np.float64)), vjp,
-                                  *inputs)
+    return Recorded
 
 
 class Tape:
@@ -86,7 +79,8 @@ class Tape:
     def record(self, value: Any, inputs: Any, vjp: Vjp) -> int:
         """Put an op's result on the tape with the vjp that differentiates it; its id."""
         inputs = tuple(inputs)
-        tensor = _Record.apply(value, vjp, *(self.tensors[i] for i in inputs))
+        value = _torch().as_tensor(np.asarray(value, dtype=np.float64))
+        tensor = _recorded().apply(value, vjp, *(self.tensors[i] for i in inputs))
         out = self._keep(tensor)
         self.records.append((out, inputs, vjp))
         return out

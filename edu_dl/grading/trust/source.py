@@ -167,8 +167,8 @@ def may_bind(text: str, name: str) -> bool:
 
 def imported_from(tree: ast.Module, name: str, package: str) -> tuple[str, str] | None:
     """Where the cell's last top-level binding of ``name`` is ``from <package>.<module> import
-    <original> [as name]``: (the module's path inside the package, 'nn.py' or 'nn/__init__.py'
-    as found later, given as 'nn'; the original name); None for any other last binding."""
+    <original> [as name]``: (the module inside the package, 'nn' or 'nn/layers', as
+    :meth:`SourceReader.module` takes it; the original name); None for any other last binding."""
     for statement in reversed(tree.body):
         if not _binds_at_top(statement, name):
             continue
@@ -225,9 +225,11 @@ class SourceReader:
             self._modules[inside] = parsed
         return self._modules[inside]
 
-    def from_package(self, inside: str, name: str) -> tuple[ast.AST, str] | None:
+    def from_package(self, inside: str, name: str, follow: bool = True
+                     ) -> tuple[ast.AST, str] | None:
         """The last module-level def/class of ``name`` in the package's module ``inside``,
-        unless rebound after (one import further inside the package is followed)."""
+        unless rebound after; an import of it from another module of the package is followed
+        once (``follow``)."""
         parsed = self.module(inside)
         if parsed is None:
             return None
@@ -236,17 +238,13 @@ class SourceReader:
             events = bindings(tree, name)
         except RecursionError:
             return None
-        if events and events[-1] is None:
-            further = imported_from(tree, name, self.package_name)
-            if further is not None and further[0] != inside:
-                found = self.module(further[0])
-                if found is not None:
-                    there = bindings(found[0], further[1])
-                    node = there[-1] if there else None
-                    return (node, found[1]) if node is not None else None
-            return None
         last = events[-1] if events else None
-        return (last, code) if last is not None else None
+        if last is not None:
+            return last, code
+        further = imported_from(tree, name, self.package_name) if events and follow else None
+        if further is None or further[0] == inside:
+            return None
+        return self.from_package(*further, follow=False)
 
     def parsed(self, index: int) -> tuple[ast.Module, str] | None:
         if index not in self._parsed:
