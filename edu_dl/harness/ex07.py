@@ -55,19 +55,26 @@ def ids(values: np.ndarray) -> str:
     return f"[{shown}]" if len(values) <= SHOWN_IDS else f"[{shown}, ...] ({len(values)})"
 
 
-def topo_compare(expected: Any, got: Any) -> Verdict:
-    """Valid when got lists every node 0..n-1 once (linear: one bincount, no search); only the
-    length of ``expected`` is used."""
-    e = np.asarray(expected)
+def node_array(got: Any, wanted: str) -> tuple[np.ndarray | None, Verdict]:
+    """``got`` as a 1-D int64 array of node ids, or None and the verdict that says why it is
+    not one (``wanted``: what a message says was expected, "12 integer node ids")."""
     try:
         g = np.asarray(got)
     except Exception as exc:
-        return Verdict(False, f"got a {type(got).__name__} that is not an array ({exc})")
+        return None, Verdict(False, f"got a {type(got).__name__} that is not an array ({exc})")
     if g.ndim != 1 or (g.size and g.dtype.kind not in "iu"):
-        return Verdict(False, f"expected a 1-D array of {len(e)} integer node ids, got shape "
-                              f"{g.shape} ({g.dtype})")
-    n = len(e)
-    g = g.astype(np.int64, copy=False)
+        return None, Verdict(False, f"expected a 1-D array of {wanted}, got shape {g.shape} "
+                                    f"({g.dtype})")
+    return g.astype(np.int64, copy=False), Verdict(True)
+
+
+def topo_compare(expected: Any, got: Any) -> Verdict:
+    """Valid when got lists every node 0..n-1 once (linear: one bincount, no search); only the
+    length of ``expected`` is used."""
+    n = len(np.asarray(expected))
+    g, verdict = node_array(got, f"{n} integer node ids")
+    if g is None:
+        return verdict
     known = (g >= 0) & (g < n)
     counts = np.bincount(g[known], minlength=n)
     if len(g) == n and bool(known.all()) and bool((counts == 1).all()):

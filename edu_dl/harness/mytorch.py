@@ -21,6 +21,7 @@ import numpy as np
 
 from edu_dl.grading.authoring import guard
 from edu_dl.grading.authoring.spec import CheckFailure, Verdict
+from edu_dl.harness.ex07 import node_array
 
 Case = tuple[Any, ...]
 
@@ -187,17 +188,13 @@ def call_schedule(fn: Callable[..., Any], args: Case) -> np.ndarray:
 def schedule_compare(expected: Any, got: Any) -> Verdict:
     """Valid when ``got`` lists exactly the needed nodes (``expected``, sorted), each once; the
     order is judged by :func:`schedule_result_check`."""
-    try:
-        g = np.asarray(got)
-    except Exception as exc:
-        return Verdict(False, f"got a {type(got).__name__} that is not an array ({exc})")
-    if g.ndim != 1 or (g.size and g.dtype.kind not in "iu"):
-        return Verdict(False, f"expected a 1-D array of node ids, got shape {g.shape} "
-                              f"({g.dtype})")
+    g, verdict = node_array(got, "node ids")
+    if g is None:
+        return verdict
     want = np.asarray(expected, dtype=np.int64)
-    if len(g) == len(want) and np.array_equal(np.sort(g.astype(np.int64)), want):
+    if len(g) == len(want) and np.array_equal(np.sort(g), want):
         return Verdict(True)
-    have = set(g.astype(np.int64).tolist())
+    have = set(g.tolist())
     missing = sorted(set(want.tolist()) - have)[:10]
     extra = sorted(have - set(want.tolist()))[:10]
     return Verdict(False, f"expected the {len(want)} nodes the fetches need, each once; got "

@@ -255,8 +255,6 @@ class Part:
     generic_hints: bool = True  # after the part's own hints: generic.generic_hint
 
 
-# Fields added after the first release format: a release writes them only when they differ from
-# their defaults, so releases frozen before them stay byte for byte the same.
 def uses_named(entry: str) -> tuple[str, str]:
     """(part id, name of the student's object it checks) of a ``Part.uses`` entry:
     'ex08.tape_ops@Tape' -> ('ex08.tape_ops', 'Tape'); 'ex11.im2col' -> ('ex11.im2col',
@@ -265,6 +263,8 @@ def uses_named(entry: str) -> tuple[str, str]:
     return part_id, name or part_id.partition(".")[2]
 
 
+# Fields added after the first release format: a release writes them only when they differ from
+# their defaults, so releases frozen before them stay byte for byte the same.
 LATER_FIELDS = ("uses", "in_place", "generic_hints")
 
 
