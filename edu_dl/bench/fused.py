@@ -81,7 +81,8 @@ def fused_markdown(result: Any) -> str:
         + (" (on the GPU: one generated CuPy ElementwiseKernel per elementwise chain and per "
            "update; matmuls and reductions through CuPy; no CUDA graph: CuPy refuses cuBLAS calls "
            "during stream capture)"
-           if device.kind == "gpu" else " into one Numba function")
+           if device.kind == "gpu"
+           else " into one Numba function, its matmuls calls of NumPy's own BLAS")
         + "; unfused plan: `optimize='off'`. `bench engine`'s protocol: "
         f"{result.repeats} interleaved repeats over {result.processes} rounds of fresh "
         "processes, the fastest round's median; in parentheses its ratio to the hand-written "

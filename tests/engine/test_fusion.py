@@ -209,19 +209,53 @@ def test_what_the_lowering_does_not_know_stays_unfused() -> None:
     assert sess.plan_for(loss, feed).fused is None
 
 
-def test_gemm_into_adds_every_transposed_product() -> None:
-    gemm = fusion.load_gemm(np.dtype(F32)) if fusion.load_numba() else None
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gemm_into_adds_every_transposed_product(dtype: type) -> None:
+    """c = alpha * op(a) @ op(b) + beta * c for every transposition, beta 1 (an update) and 0
+    (a product into a fresh array), a strided operand, and sizes with nothing to multiply."""
+    gemm = fusion.load_gemm(np.dtype(dtype)) if fusion.load_numba() else None
     if gemm is None:
-        pytest.skip("Numba or SciPy's BLAS is not installed")
+        pytest.skip("Numba or a BLAS it can call is not installed")
     r = np.random.default_rng(0)
+    tight = {"rtol": 1e-5, "atol": 1e-6} if dtype is np.float32 else {"rtol": 1e-12}
     for ta in (False, True):
         for tb in (False, True):
-            a = r.standard_normal((4, 3) if ta else (3, 4)).astype(F32)
-            b = r.standard_normal((5, 4) if tb else (4, 5)).astype(F32)
-            c = r.standard_normal((3, 5)).astype(F32)
-            want = c - F32(0.5) * ((a.T if ta else a) @ (b.T if tb else b))
-            gemm(c, a, b, ta, tb, F32(-0.5))
-            np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-6)
+            for beta in (1.0, 0.0):
+                a = r.standard_normal((4, 3) if ta else (3, 4)).astype(dtype)
+                b = r.standard_normal((5, 4) if tb else (4, 5)).astype(dtype)
+                c = r.standard_normal((3, 5)).astype(dtype)
+                want = beta * c - dtype(0.5) * ((a.T if ta else a) @ (b.T if tb else b))
+                gemm(c, a, b, ta, tb, dtype(-0.5), dtype(beta))
+                np.testing.assert_allclose(c, want, **tight)
+    wide = r.standard_normal((3, 8)).astype(dtype)
+    b = r.standard_normal((4, 5)).astype(dtype)
+    c = np.empty((3, 5), dtype)
+    gemm(c, wide[:, ::2], b, False, False, dtype(1), dtype(0))  # a strided view: copied first
+    np.testing.assert_allclose(c, wide[:, ::2] @ b, **tight)
+    c = np.full((3, 5), 7.0, dtype)
+    gemm(c, np.empty((3, 0), dtype), np.empty((0, 5), dtype), False, False, dtype(1),
+         dtype(0))  # an empty sum: zero, not a BLAS error
+    assert (c == 0).all()
+    gemm(np.empty((0, 5), dtype), np.empty((0, 2), dtype), np.empty((2, 5), dtype), False,
+         False, dtype(1), dtype(0))
+
+
+def test_the_compiled_step_calls_numpys_own_blas() -> None:
+    """The matmuls of a compiled step go to the BLAS NumPy's ``@`` uses (NumPy's wheels link
+    an ILP64 OpenBLAS): the hand-written step and the fused plan share one library."""
+    found = fusion.numpy_blas("sgemm")
+    info = np.__config__.CONFIG["Build Dependencies"]["blas"]
+    if info.get("name") != "scipy-openblas":
+        pytest.skip(f"NumPy is built with {info.get('name')}, not the wheels' OpenBLAS")
+    assert found is not None and found[0] and found[1] is np.int64
+    if fusion.load_numba() is None:
+        return
+    net = _two_layer(8, 16, 16, 10, optimize="numba")
+    _train(net, 2)
+    source = _plan(net).source
+    code = [line.split("#")[0] for line in source.splitlines()]  # the comments say np.dot
+    assert not any("np.dot" in line for line in code), source
+    assert source.count("gemm_into(") == 5  # two forward products, one backward, two updates
 
 
 def test_optimize_is_checked() -> None:

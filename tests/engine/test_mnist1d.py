@@ -31,6 +31,7 @@ def test_the_published_recipe_gives_4000_and_1000_balanced_signals(published) ->
 
 def test_a_seed_gives_the_same_set_and_another_seed_another(published) -> None:
     train, _ = mnist1d.make(num_samples=200)
+    mnist1d._made.cache_clear()  # made again by the package, not read from this process's cache
     again, _ = mnist1d.make(num_samples=200)
     other, _ = mnist1d.make(seed=7, num_samples=200)
     assert np.array_equal(train.x, again.x) and np.array_equal(train.y, again.y)
@@ -41,6 +42,17 @@ def test_a_seed_gives_the_same_set_and_another_seed_another(published) -> None:
     assert not np.allclose(published[0].x[:5], train.x[:5])
 
 
+def test_each_caller_gets_arrays_of_its_own() -> None:
+    """A set is made once per process; a caller that changes its arrays in place changes no
+    later caller's."""
+    first, _ = mnist1d.make(seed=3, num_samples=100)
+    kept = first.x.copy()
+    first.x[:] = 0
+    first.y[:] = -1
+    second, _ = mnist1d.make(seed=3, num_samples=100)
+    assert np.array_equal(second.x, kept) and (second.y >= 0).all()
+
+
 def test_the_global_random_generators_are_left_as_they_were() -> None:
     """The package seeds NumPy's and Python's global generators (the legacy ones, tested here);
     a notebook's draws from them after make() are the ones it would have made without it."""
@@ -49,6 +61,7 @@ def test_the_global_random_generators_are_left_as_they_were() -> None:
     expected = (np.random.random(3), random.random())  # noqa: NPY002
     np.random.seed(123)  # noqa: NPY002
     random.seed(123)
+    mnist1d._made.cache_clear()  # the package itself runs, and draws from them
     mnist1d.make(seed=5, num_samples=100)
     after = np.random.random(3)  # noqa: NPY002
     assert np.array_equal(after, expected[0]) and random.random() == expected[1]
