@@ -195,25 +195,28 @@ def machine_lines(device: Device | None = None) -> list[str]:
 
 def blas_description() -> str:
     """NumPy's BLAS: library, version, architecture, threads and threading layer from
-    threadpoolctl; else name and version from NumPy's build configuration; else 'unknown'."""
-    try:
-        from threadpoolctl import threadpool_info
-
-        blas = [i for i in threadpool_info() if i.get("user_api") == "blas"]
-        if blas:
-            b = blas[0]
-            return (f"{b.get('internal_api')} {b.get('version')} ({b.get('architecture')}, "
-                    f"{b.get('num_threads')} threads, {b.get('threading_layer')})")
-    except ImportError:
-        pass
+    threadpoolctl (NumPy's own among the BLAS libraries loaded: SciPy brings another OpenBLAS);
+    else name and version from NumPy's build configuration; else 'unknown'."""
     try:
         import numpy as np
 
         config: Any = np.show_config(mode="dicts")
         info = config["Build Dependencies"]["blas"]
-        return f"{info.get('name')} {info.get('version')}"
+        built = f"{info.get('name')} {info.get('version')}"
     except Exception:
-        return "unknown"
+        info, built = {}, "unknown"
+    try:
+        from threadpoolctl import threadpool_info
+
+        blas = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+        numpys = [b for b in blas if b.get("version") == info.get("version")] or blas
+        if numpys:
+            b = numpys[0]
+            return (f"{b.get('internal_api')} {b.get('version')} ({b.get('architecture')}, "
+                    f"{b.get('num_threads')} threads, {b.get('threading_layer')})")
+    except ImportError:
+        pass
+    return built
 
 
 def limit_threads(threads: int | None) -> Any:

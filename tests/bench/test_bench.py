@@ -255,3 +255,20 @@ def test_bench_plan_times_the_fused_plan(device: Device) -> None:
     text = fused.fused_markdown(result)
     assert ("### Targets" in text) == (device.kind == "cpu")
     assert ("ElementwiseKernel" in text) == (device.kind == "gpu")
+
+
+def test_the_machine_lines_name_numpys_blas_beside_scipys(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """SciPy loads an OpenBLAS of its own; the report names NumPy's (the one the hand-written
+    steps call), whichever threadpoolctl lists first."""
+    import threadpoolctl
+
+    from edu_dl.bench import common
+
+    mine = np.show_config(mode="dicts")["Build Dependencies"]["blas"]["version"]
+    libs = [{"user_api": "blas", "internal_api": "openblas", "version": "0.0.1-scipys",
+             "architecture": "Haswell", "num_threads": 2, "threading_layer": "pthreads"},
+            {"user_api": "blas", "internal_api": "openblas", "version": mine,
+             "architecture": "SkylakeX", "num_threads": 1, "threading_layer": "pthreads"}]
+    monkeypatch.setattr(threadpoolctl, "threadpool_info", lambda: libs)
+    assert common.blas_description() == f"openblas {mine} (SkylakeX, 1 threads, pthreads)"
