@@ -823,8 +823,9 @@ def numpy_blas(name: str) -> tuple[int, type] | None:
         return None
     for symbol, index in ((f"scipy_{name}_64_", np.int64), (f"{name}_64_", np.int64)):
         found = getattr(lib, symbol, None)
-        if found is not None:
-            return ctypes.cast(found, ctypes.c_void_p).value or 0, index
+        address = ctypes.cast(found, ctypes.c_void_p).value if found is not None else None
+        if address:
+            return address, index
     return None
 
 
