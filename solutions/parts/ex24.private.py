@@ -22,7 +22,6 @@ another framework or the course's engine; the second with PyTorch.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np
@@ -44,20 +43,15 @@ OWN_TRAINED = (("backward", "train_step"),
                "by gradient descent with your own framework")
 
 
-@functools.lru_cache(maxsize=1)
-def _published() -> tuple[mnist1d.Split, mnist1d.Split]:
-    """The published set, made once per process (1.6 s): every student's cases share it."""
-    return mnist1d.make()
-
-
 def _cases(rng: np.random.Generator, hidden: bool) -> list[tuple[Any, ...]]:
     """(x_train, y_train, x_eval, y_eval withheld): the published training set, and to label the
-    published test set (visible) or a new sample from the grading secret's seed (hidden)."""
-    train, test = _published()
+    published test set (visible) or a new sample from the grading secret's seed (hidden).
+    ``mnist1d.make`` makes each set once per process and hands every call arrays of its own."""
+    train, test = mnist1d.make()
     if hidden:
         test, _ = mnist1d.make(seed=int(rng.integers(2**31)), num_samples=HIDDEN_SIGNALS,
                                train_split=0.5)
-    return [(train.x.copy(), train.y.copy(), test.x.copy(), Withheld(test.y.copy()))]
+    return [(train.x, train.y, test.x, Withheld(test.y))]
 
 
 def _labels(x_train: Any, y_train: Any, x_eval: Any, y_eval: Any) -> Any:
