@@ -32,7 +32,12 @@ CONSTRAINTS := $(if $(filter cuda12,$(CUDA_EXTRA)),$(VENV)/constraints-cuda12.tx
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 # Two pytest workers on two cores: one BLAS/OpenMP thread each, or their thread pools oversubscribe
 # the cores and spin (a 64x1000 @ 1000x100 matmul was seen taking 21-70 ms instead of 0.3 ms).
-TEST_ENV := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
+# Bytecode written even where the machine sets PYTHONDONTWRITEBYTECODE (an empty value unsets it):
+# pytest rewrites the asserts of 277 test modules in each process that collects them (9 CPU-s
+# of its 16 on 2 cores, 2026-12-05) and keeps the result only where it may write it; the test
+# helpers and the part files are compiled once instead of in every process that imports them.
+# The grading sandbox sets it again for the notebooks it runs.
+TEST_ENV := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE=
 PYTEST_NOTEBOOK_FLAGS := --nbval-lax --nbval-current-env -p no:randomly -p nbval_kernel_retry
 # tests/notebooks/test_browser.py drives Debian's Chromium through Playwright; nothing downloads a browser.
 CHROMIUM := /usr/bin/chromium
@@ -61,18 +66,19 @@ PIP_INSTALL = bash -o pipefail -c 'installer=pip; [ -x $(BIN)/uv ] && installer=
 	-e ".[$(1)]"; else $(BIN)/python -m pip install -c $(CONSTRAINTS) -e ".[$(1)]" \
 	--no-compile --progress-bar raw | { grep -v -E "^Requirement already satisfied" || true; }; fi'
 UV_VERSION := 0.13.9
-# Byte-compiles the .py files under site-packages newer than $(1) (all of them where $(1) is not
-# there), on every core; nothing when there are none (compileall given no file compiles all of
-# sys.path, the system's Python included). compileall fails on files meant for a newer Python
-# (torch's py312_intrinsics.py under 3.11), which pip skips as quietly; Python compiles at import
-# any file left out. The packages' own tests/ folders (3,090 files, 45 MB of SymPy's, SciPy's,
-# Numba's...) are left out: nothing imports them (all of site-packages took 40 s on 2 cores, 29 to
-# 33 s without them, 2026-12-04). Not test/: TensorFlow's API has modules of that name.
-SITE_PACKAGES = $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+# Byte-compiles the .py files under site-packages whose bytecode is missing or stale, on every
+# core; nothing when there are none (compileall given no file compiles all of sys.path, the
+# system's Python included). edu_dl/util/uncompiled.py lists them from each file's bytecode header:
+# a list of the files newer than the last install's stamp missed everything uv linked from its
+# cache (their times are the cache's), so the developers' extras were never compiled, and where
+# PYTHONDONTWRITEBYTECODE is set every process compiled them again. compileall fails on files
+# meant for a newer Python (torch's py312_intrinsics.py under 3.11), which pip skips as quietly;
+# Python compiles at import any file left out. The packages' own tests/ folders (3,090 files,
+# 45 MB of SymPy's, SciPy's, Numba's...) are left out: nothing imports them (all of site-packages
+# took 40 s on 2 cores, 29 to 33 s without them, 2026-12-04).
 COMPILE_LIST := $(VENV)/.to-compile
-COMPILE = site=$(SITE_PACKAGES); if [ -e "$(1)" ]; then find "$$site" -name '*.py' -newer "$(1)"; \
-	else echo "$$site"; fi > $(COMPILE_LIST); [ ! -s $(COMPILE_LIST) ] || \
-	$(BIN)/python -m compileall -q -q -j 0 -x '/tests/' -i $(COMPILE_LIST) || true; rm -f $(COMPILE_LIST)
+COMPILE = $(BIN)/python edu_dl/util/uncompiled.py > $(COMPILE_LIST); [ ! -s $(COMPILE_LIST) ] || \
+	$(BIN)/python -m compileall -q -q -j 0 -i $(COMPILE_LIST) || true; rm -f $(COMPILE_LIST)
 # Measured for the README: a first `make lab` from a warm package cache on 2 cores (issue 36),
 # Triton included (2026-12-04: 72 s, 4.2 GB, uv's own cache cold; with pip 91 s, and 98 s before
 # the packages were compiled on every core).
@@ -108,7 +114,7 @@ $(STAMP): pyproject.toml constraints.txt edu_dl/util/triton_first.py edu_dl/util
 	$(STUDENT_INSTALL_COST) the first time, seconds after that"
 	$(call PIP_INSTALL,$(STUDENT_EXTRAS))
 	@echo "[install] byte-compiling the packages on every core (about 40 s on 2 cores the first time)"
-	$(call COMPILE,$(STAMP))
+	$(COMPILE)
 	@# The course's own package too: the grading sandbox sees it read-only, so without its bytecode
 	@# every sandboxed notebook run compiled it again (0.15 s of CPU each, 2026-12-04); 0.3 s here.
 	$(BIN)/python -m compileall -q -q -j 0 edu_dl
@@ -125,7 +131,7 @@ $(DEV_STAMP): $(STAMP)
 	Dask, Playwright, psycopg): about 0.4 GB, 1-2 minutes the first time"
 	$(call PIP_INSTALL,$(EXTRAS))
 	@echo "[install] byte-compiling what that added"
-	$(call COMPILE,$(STAMP))
+	$(COMPILE)
 	touch $@
 
 # JupyterLab as the course sets it up in lab/: on the repository root, so that the file browser
