@@ -58,6 +58,7 @@ def uncompiled(top: Path) -> Iterator[Path]:
 
 
 def main(argv: list[str]) -> int:
+    """Print what :func:`uncompiled` finds below each folder in ``argv`` (none: site-packages)."""
     tops = [Path(a) for a in argv] or [Path(sysconfig.get_paths()["purelib"])]
     for top in tops:
         for path in uncompiled(top):
