@@ -67,18 +67,15 @@ PIP_INSTALL = bash -o pipefail -c 'installer=pip; [ -x $(BIN)/uv ] && installer=
 	--no-compile --progress-bar raw | { grep -v -E "^Requirement already satisfied" || true; }; fi'
 UV_VERSION := 0.13.9
 # Byte-compiles the .py files under site-packages whose bytecode is missing or stale, on every
-# core; nothing when there are none (compileall given no file compiles all of sys.path, the
-# system's Python included). edu_dl/util/uncompiled.py lists them from each file's bytecode header:
-# a list of the files newer than the last install's stamp missed everything uv linked from its
-# cache (their times are the cache's), so the developers' extras were never compiled, and where
-# PYTHONDONTWRITEBYTECODE is set every process compiled them again. compileall fails on files
-# meant for a newer Python (torch's py312_intrinsics.py under 3.11), which pip skips as quietly;
-# Python compiles at import any file left out. The packages' own tests/ folders (3,090 files,
-# 45 MB of SymPy's, SciPy's, Numba's...) are left out: nothing imports them (all of site-packages
-# took 40 s on 2 cores, 29 to 33 s without them, 2026-12-04).
-COMPILE_LIST := $(VENV)/.to-compile
-COMPILE = $(BIN)/python edu_dl/util/uncompiled.py > $(COMPILE_LIST); [ ! -s $(COMPILE_LIST) ] || \
-	$(BIN)/python -m compileall -q -q -j 0 -i $(COMPILE_LIST) || true; rm -f $(COMPILE_LIST)
+# core (edu_dl/util/uncompiled.py --compile: compileall's own step for each file). It finds them
+# from each file's bytecode header: a list of the files newer than the last install's stamp
+# missed everything uv linked from its cache (their times are the cache's), so the developers'
+# extras were never compiled, and where PYTHONDONTWRITEBYTECODE is set every process compiled
+# them again. A file meant for a newer Python (torch's py312_intrinsics.py under 3.11) fails and
+# stays as it is, as pip leaves it. The packages' own tests/ folders (3,090 files, 45 MB of
+# SymPy's, SciPy's, Numba's...) are left out: nothing imports them (all of site-packages took
+# 40 s on 2 cores, 29 to 33 s without them, 2026-12-04).
+COMPILE = $(BIN)/python edu_dl/util/uncompiled.py --compile
 # Measured for the README: a first `make lab` from a warm package cache on 2 cores (issue 36),
 # Triton included (2026-12-04: 72 s, 4.2 GB, uv's own cache cold; with pip 91 s, and 98 s before
 # the packages were compiled on every core).

@@ -14,17 +14,23 @@ listed when its ``__pycache__`` entry is missing or records another modification
 16,000 files; this takes well under one). Packages' own ``tests/`` folders are left out, as
 ``make`` leaves them out of compileall: nothing imports them.
 
-Usage: ``python edu_dl/util/uncompiled.py`` (the running Python's site-packages) or with folders.
-Standard library only: it runs before the course is importable.
+``--compile`` compiles them too, on every core: compileall's ``-j`` spreads the files of a folder
+over processes, but compiles a list of files given with ``-i`` one by one in one process (16,000
+files took 30 s on 2 cores as a folder and about twice that as a list).
+
+Usage: ``python edu_dl/util/uncompiled.py [--compile] [FOLDER ...]`` (no folder: the running
+Python's site-packages). Standard library only: it runs before the course is importable.
 """
 
 from __future__ import annotations
 
+import compileall
 import importlib.util
 import os
 import sys
 import sysconfig
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 HEADER_BYTES = 16  # magic, flags, then the source's mtime and size (PEP 552)
@@ -57,12 +63,35 @@ def uncompiled(top: Path) -> Iterator[Path]:
                 yield path
 
 
+def _compile(path: Path) -> bool:
+    # compileall's own per-file step: quiet, and False (not an exception) for a file this
+    # Python cannot compile (torch's py312_intrinsics.py under 3.11), which stays uncompiled.
+    return compileall.compile_file(path, quiet=2)
+
+
+def compile_all(paths: list[Path], workers: int | None = None) -> int:
+    """Compile ``paths`` on ``workers`` processes (every core by default); returns how many
+    could not be compiled."""
+    if len(paths) < 2 or workers == 1:
+        return sum(not _compile(p) for p in paths)
+    with ProcessPoolExecutor(workers or os.cpu_count()) as pool:
+        return sum(not ok for ok in pool.map(_compile, paths, chunksize=64))
+
+
 def main(argv: list[str]) -> int:
-    """Print what :func:`uncompiled` finds below each folder in ``argv`` (none: site-packages)."""
-    tops = [Path(a) for a in argv] or [Path(sysconfig.get_paths()["purelib"])]
-    for top in tops:
-        for path in uncompiled(top):
+    """Print what :func:`uncompiled` finds below each folder in ``argv`` (none: site-packages),
+    or with ``--compile`` compile it and say how many files that took."""
+    compile_them = "--compile" in argv
+    tops = [Path(a) for a in argv if a != "--compile"]
+    found = [path for top in tops or [Path(sysconfig.get_paths()["purelib"])]
+             for path in uncompiled(top)]
+    if not compile_them:
+        for path in found:
             print(path)
+        return 0
+    failed = compile_all(found)
+    print(f"compiled {len(found) - failed:,} files" + (f" ({failed} this Python cannot compile)"
+                                                      if failed else ""))
     return 0
 
 

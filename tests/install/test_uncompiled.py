@@ -45,6 +45,18 @@ def test_missing_and_stale_bytecode_are_listed_and_old_files_are_not(tmp_path: P
     assert "fresh.py" in listed(tmp_path)
 
 
+def test_compile_all_compiles_on_several_processes_and_counts_what_cannot_be(tmp_path: Path
+                                                                           ) -> None:
+    for i in range(70):  # more than one chunk of files per process
+        (tmp_path / f"m{i}.py").write_text(f"x = {i}\n")
+    (tmp_path / "newer.py").write_text("match = (x := 1)\ndef f(:\n")  # a syntax error
+    paths = sorted(uncompiled.uncompiled(tmp_path))
+    assert len(paths) == 71
+    assert uncompiled.compile_all(paths, workers=2) == 1
+    assert listed(tmp_path) == {"newer.py"}
+    assert uncompiled.compile_all([tmp_path / "newer.py"]) == 1  # one file: no pool
+
+
 def test_the_script_prints_one_path_a_line(tmp_path: Path) -> None:
     (tmp_path / "a.py").write_text("")
     (tmp_path / "b.py").write_text("")
