@@ -1,18 +1,18 @@
 """The environment's .py files whose bytecode is missing or out of date, one path a line.
 
-``make install`` byte-compiles the packages it installs on every core (``compileall -j 0``) and
-gives compileall this list. It used to list the files newer than the last install's stamp, but uv
-links a package's files from its cache with the times they had there, so a second install (the
-developers' extras: pytest, Hypothesis, Dask, Sphinx, Playwright) looked older than the stamp and
-nothing of it was compiled. Where ``PYTHONDONTWRITEBYTECODE`` is set, as on many CI machines and
-in the grading sandbox, every process then compiled them again at import: 0.8 s of CPU for each
-Dask worker's ``import distributed``, 0.7 s for each pytest process (2026-12-05, 2 cores).
+``make install`` byte-compiles the packages it installs with this file. It used to hand
+compileall the files newer than the last install's stamp, but uv links a package's files from its
+cache with the times they had there, so a second install (the developers' extras: pytest,
+Hypothesis, Dask, Sphinx, Playwright) looked older than the stamp and nothing of it was compiled.
+Where ``PYTHONDONTWRITEBYTECODE`` is set, as on many CI machines and in the grading sandbox, every
+process then compiled them again at import: 0.8 s more CPU for each Dask worker's ``import
+distributed``, 0.7 s more for each pytest process (2026-12-05, 2 cores).
 
 So this reads each file's bytecode header instead, as the interpreter does at import: a file is
 listed when its ``__pycache__`` entry is missing or records another modification time or size
 (compileall's own check, run on every file with ``-j 0``, took 9 s on 2 cores to find nothing in
-16,000 files; this takes well under one). Packages' own ``tests/`` folders are left out, as
-``make`` leaves them out of compileall: nothing imports them.
+16,000 files; this takes well under one). Packages' own ``tests/`` folders are left out:
+nothing imports them.
 
 ``--compile`` compiles them too, on every core: compileall's ``-j`` spreads the files of a folder
 over processes, but compiles a list of files given with ``-i`` one by one in one process (16,000

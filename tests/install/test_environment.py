@@ -220,7 +220,7 @@ def test_every_pip_install_of_make_is_byte_compiled_after() -> None:
         assert "$(COMPILE)" in after, recipe.splitlines()[0]
     compile_step = re.search(r"^COMPILE = (?:.*\\\n)*.*", text, re.M)
     # what it compiles is edu_dl/util/uncompiled.py's list (tests/install/test_uncompiled.py:
-    # the packages' own tests/ folders are left out, and so is nothing a second install added)
+    # the packages' own tests/ folders left out, everything a second install added kept in)
     assert compile_step and "edu_dl/util/uncompiled.py --compile" in compile_step.group(), \
         "the packages are not compiled from uncompiled.py's list"
 
