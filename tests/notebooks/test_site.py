@@ -140,6 +140,9 @@ def read_pages(paths: list[Path]) -> dict[Path, Page]:
                 current = pages[path] = Page()
                 tab.goto(path.as_uri(), wait_until="load")
                 tab.evaluate("() => window.MathJax?.startup?.promise")
+                # MathJax asks for its fonts as it typesets: wait for them too, or leaving the
+                # page cancels their requests and they read as failed loads (seen once, CI-like)
+                tab.evaluate("() => document.fonts.ready.then(() => true)")
                 broken = tab.evaluate("() => [...document.images].filter(i => !i.complete || "
                                       "i.naturalWidth === 0).map(i => i.getAttribute('src'))")
                 current.problems += [f"image not decoded: {src}" for src in broken]
